@@ -1,0 +1,55 @@
+// ChunkClient: how the gateway reaches blobs on any drive of the cluster, by drive id.
+// LocalChunkClient serves drives opened in this process (`granary serve`); a remote
+// implementation (internal HTTP to chunk servers) implements the same interface.
+//
+// Contract: the same as ChunkStore's, per drive; an unknown drive id is kNotFound, an
+// unreachable drive kUnavailable. Thread safety: all methods are thread safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granary/chunkstore/chunk_store.h"
+
+namespace granary::chunkstore {
+
+class ChunkClient {
+ public:
+  virtual ~ChunkClient() = default;
+  virtual Status put(std::string_view drive, const BlobDescriptor& desc,
+                     std::span<const uint8_t> payload) = 0;
+  virtual Status read(std::string_view drive, const BlobId& id, uint64_t offset,
+                      std::span<uint8_t> out) = 0;
+  virtual Status remove(std::string_view drive, const BlobId& id) = 0;
+  virtual Result<std::vector<BlobInfo>> list(std::string_view drive,
+                                             std::optional<BlobId> after, size_t limit) = 0;
+  virtual Result<DriveStats> stats(std::string_view drive) = 0;
+  // Whether new fragments should be placed on the drive now.
+  virtual bool writable(std::string_view drive) const = 0;
+};
+
+class LocalChunkClient final : public ChunkClient {
+ public:
+  // Takes ownership of the stores, keyed by drive id.
+  explicit LocalChunkClient(std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives);
+  Status put(std::string_view drive, const BlobDescriptor& desc,
+             std::span<const uint8_t> payload) override;
+  Status read(std::string_view drive, const BlobId& id, uint64_t offset,
+              std::span<uint8_t> out) override;
+  Status remove(std::string_view drive, const BlobId& id) override;
+  Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
+                                     size_t limit) override;
+  Result<DriveStats> stats(std::string_view drive) override;
+  bool writable(std::string_view drive) const override;
+
+ private:
+  Result<ChunkStore*> find(std::string_view drive) const;
+  std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives_;
+};
+
+}  // namespace granary::chunkstore

@@ -1,0 +1,90 @@
+// ChunkStore: one drive's write-once blob store.
+//
+// A blob is one erasure-coded fragment. On disk (docs/chunkstore-format.md) it is a
+// self-describing header (format version, blob id, EC profile, owning bucket/key, block
+// size, payload length, one CRC32C per block) followed by the payload, appended 4 KiB
+// aligned to an extent file with O_DIRECT. A per-drive RocksDB maps blob id -> (extent,
+// offset, lengths).
+//
+// Contract:
+//  - put() returns ok only when the bytes and the index entry are durable (fdatasync of
+//    the extent, then a synced RocksDB write). A second put of an existing id is
+//    kAlreadyExists and leaves the first intact.
+//  - read() verifies the CRC32C of every block it touches (only those) and the header;
+//    any mismatch is kCorruption, never data. Absent blob: kNotFound.
+//  - remove() deletes the index entry (synced), then punches the blob's hole.
+// Thread safety: every method may be called concurrently from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "granary/common/ids.h"
+#include "granary/common/status.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary {
+class Clock;
+class RocksResources;
+}  // namespace granary
+
+namespace granary::chunkstore {
+
+class IoEngine;
+
+// What the writer knows about a fragment; stored in its header so that the blob index
+// (and, later, the object index) can be rebuilt from the drives alone.
+struct BlobDescriptor {
+  BlobId id;
+  ec::EcProfile ec;
+  uint64_t stripe_data_len = 0;  // object bytes in this stripe (before padding)
+  std::string bucket;            // owning object, <= 255 bytes
+  std::string key;               // owning object key, <= 1024 bytes
+};
+
+struct BlobInfo {
+  BlobId id;
+  uint64_t length = 0;  // payload bytes
+  int64_t created_unix_nanos = 0;
+};
+
+struct DriveStats {
+  uint64_t blobs = 0;
+  uint64_t payload_bytes = 0;     // sum of live blob payloads
+  uint64_t capacity_bytes = 0;    // filesystem size
+  uint64_t available_bytes = 0;   // filesystem free space
+};
+
+class ChunkStore {
+ public:
+  virtual ~ChunkStore() = default;
+  virtual Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) = 0;
+  // Reads payload bytes [offset, offset + out.size()). Reading past the end is
+  // kInvalidArgument.
+  virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  virtual Result<BlobInfo> stat(const BlobId& id) = 0;
+  virtual Status remove(const BlobId& id) = 0;
+  // Blobs in id order, strictly after `after` when given; at most `limit`.
+  virtual Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) = 0;
+  virtual Result<DriveStats> stats() = 0;
+};
+
+struct ChunkStoreOptions {
+  std::string dir;                      // the drive's directory (created if missing)
+  uint32_t block_size = 4096;           // CRC32C granularity of new blobs
+  uint64_t extent_size = 1ull << 30;    // roll over to a new extent file past this size
+  bool direct_io = true;                // O_DIRECT (falls back with a warning if refused)
+};
+
+// Opens (creating if needed) the drive at options.dir. `engine`, `resources` and `clock`
+// must outlive the store.
+Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& options,
+                                                   IoEngine& engine,
+                                                   RocksResources& resources,
+                                                   const Clock& clock);
+
+}  // namespace granary::chunkstore

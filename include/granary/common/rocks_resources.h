@@ -1,0 +1,36 @@
+// RocksResources: the block cache and write-buffer manager shared by every RocksDB
+// instance in one process (the index and each drive's blob index), so that the process
+// stays within one documented memory budget however many drives it serves.
+#pragma once
+
+#include <rocksdb/cache.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_buffer_manager.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace granary {
+
+struct RocksBudget {
+  size_t block_cache_bytes = 256ull << 20;   // shared LRU block cache
+  size_t write_buffer_bytes = 128ull << 20;  // all memtables of all instances together
+};
+
+class RocksResources {
+ public:
+  explicit RocksResources(RocksBudget budget = {});
+
+  // Options with the shared cache, the shared write-buffer manager and our defaults.
+  rocksdb::Options baseOptions() const;
+  // Table options (block cache, bloom filter) for one column family.
+  rocksdb::ColumnFamilyOptions columnFamilyOptions() const;
+  const RocksBudget& budget() const { return budget_; }
+
+ private:
+  RocksBudget budget_;
+  std::shared_ptr<rocksdb::Cache> cache_;
+  std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;
+};
+
+}  // namespace granary

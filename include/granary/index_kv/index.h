@@ -1,0 +1,165 @@
+// Index: the metadata service. Buckets, object manifests, listing, and the GC queue of
+// superseded versions' blobs. One RocksDB (docs/index-format.md) with column families:
+//   buckets    bucket name                 -> BucketInfo (CBOR)
+//   objects    bucket "/" key              -> ObjectSummary (CBOR; small: what LIST needs)
+//   manifests  version id (16 bytes)       -> Manifest (CBOR; stripes, inline body)
+//   gc         be64(enqueue ns) + version  -> replaced Manifest's blob list (CBOR)
+//
+// Contract:
+//  - Every mutation is durable when it returns ok (one WAL-synced WriteBatch).
+//  - putObject/deleteObject are compare-and-swap on the key's current version: the
+//    Precondition is checked and the write applied atomically with respect to every other
+//    commit. Concurrent commits from many threads are merged by a commit queue into one
+//    synced WriteBatch (group commit), so throughput is not one fsync per object.
+//  - When a commit replaces or deletes a version that has blobs, that version's blobs
+//    are enqueued on the GC queue in the same batch.
+//  - listObjects seeks past whole common prefixes instead of visiting every key under
+//    them, and reads only the objects column family.
+// Thread safety: all methods are thread safe. Calls block (RocksDB I/O): call them from a
+// worker pool, never from an event loop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granary/common/ids.h"
+#include "granary/common/status.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary {
+class Clock;
+class RocksResources;
+}  // namespace granary
+
+namespace granary::index_kv {
+
+struct BucketInfo {
+  std::string name;
+  std::string owner;  // access key id of the owner
+  int64_t created_unix_nanos = 0;
+  bool operator==(const BucketInfo&) const = default;
+};
+
+// Where one stripe's fragments live. Fragment i of the stripe is blob
+// {blob_version, blob_stripe, i} on drive manifest.drives[drives[i]].
+struct StripeLayout {
+  VersionId blob_version;      // = the manifest's version for a single PUT
+  uint32_t blob_stripe = 0;    // stripe number inside blob_version
+  uint64_t data_len = 0;       // object bytes in this stripe
+  uint32_t fragment_len = 0;   // bytes per fragment (data_len <= k * fragment_len)
+  std::vector<uint16_t> drives;  // k + m entries, indices into Manifest::drives
+  bool operator==(const StripeLayout&) const = default;
+};
+
+struct Manifest {
+  VersionId version;
+  uint64_t size = 0;
+  std::string etag;  // without quotes
+  int64_t mtime_unix_nanos = 0;
+  std::string content_type;
+  std::map<std::string, std::string> metadata;  // x-amz-meta-* (names lower-case, no prefix)
+  std::map<std::string, std::string> headers;   // stored system headers (Content-Encoding..)
+  ec::EcProfile ec;
+  bool is_inline = false;
+  std::string inline_data;               // the whole body when is_inline
+  std::vector<std::string> drives;       // drive id table
+  std::vector<StripeLayout> stripes;     // in object order
+  bool operator==(const Manifest&) const = default;
+};
+
+struct ObjectSummary {
+  std::string key;
+  uint64_t size = 0;
+  std::string etag;
+  int64_t mtime_unix_nanos = 0;
+  VersionId version;
+};
+
+struct ListRequest {
+  std::string prefix;
+  std::string delimiter;     // empty: no grouping
+  std::string start_after;   // exclusive; also used for continuation tokens and markers
+  size_t max_keys = 1000;    // objects + common prefixes returned, at most
+};
+
+struct ListResult {
+  std::vector<ObjectSummary> objects;
+  std::vector<std::string> common_prefixes;
+  bool truncated = false;
+  std::string next_start_after;  // when truncated: the last key or prefix returned
+  uint64_t keys_examined = 0;    // iterator positions visited (to prove prefix skipping)
+};
+
+// Condition on the key's current version for putObject/deleteObject.
+struct Precondition {
+  enum class Kind { kNone, kMustNotExist, kMustMatch } kind = Kind::kNone;
+  VersionId version;  // for kMustMatch
+  static Precondition none() { return {}; }
+  static Precondition mustNotExist() { return {Kind::kMustNotExist, {}}; }
+  static Precondition mustMatch(VersionId v) { return {Kind::kMustMatch, v}; }
+};
+
+struct BlobRef {
+  std::string drive;
+  BlobId id;
+  bool operator==(const BlobRef&) const = default;
+};
+
+struct GcEntry {
+  std::string queue_key;  // opaque; pass back to gcDone
+  VersionId version;
+  int64_t enqueued_unix_nanos = 0;
+  std::vector<BlobRef> blobs;
+};
+
+class Index {
+ public:
+  virtual ~Index() = default;
+
+  // kAlreadyExists if the bucket exists.
+  virtual Status createBucket(const BucketInfo& bucket) = 0;
+  virtual Result<BucketInfo> getBucket(std::string_view name) = 0;
+  virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
+  // kNotFound, or kNotEmpty while the bucket holds objects.
+  virtual Status deleteBucket(std::string_view name) = 0;
+
+  // Commits `manifest` as the current version of bucket/key. Returns the version it
+  // replaced, if any. kNotFound if the bucket does not exist; kPreconditionFailed if the
+  // precondition does not hold.
+  virtual Result<std::optional<VersionId>> putObject(std::string_view bucket,
+                                                     std::string_view key,
+                                                     const Manifest& manifest,
+                                                     Precondition pre) = 0;
+  // kNotFound if the bucket or the key does not exist.
+  virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
+  // Removes the key; returns the removed version (nullopt if the key did not exist: S3
+  // DELETE of a missing key succeeds). kNotFound if the bucket does not exist.
+  virtual Result<std::optional<VersionId>> deleteObject(std::string_view bucket,
+                                                        std::string_view key,
+                                                        Precondition pre) = 0;
+  virtual Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) = 0;
+
+  // GC queue: entries enqueued at or before `enqueued_before_unix_nanos`, oldest first.
+  virtual Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos,
+                                             size_t limit) = 0;
+  virtual Status gcDone(const std::vector<GcEntry>& entries) = 0;
+  // True if blobs of `version` may still be needed: a committed manifest references them
+  // or they wait on the GC queue. Used by the orphan sweep.
+  virtual Result<bool> isBlobVersionReferenced(const VersionId& version) = 0;
+};
+
+struct IndexOptions {
+  std::string dir;
+  size_t max_batch = 512;  // commits merged into one WriteBatch at most
+};
+
+// `resources` and `clock` must outlive the index.
+Result<std::unique_ptr<Index>> openIndex(const IndexOptions& options, RocksResources& resources,
+                                         const Clock& clock);
+
+}  // namespace granary::index_kv

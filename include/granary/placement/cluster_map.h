@@ -1,0 +1,50 @@
+// The cluster map: which drives exist, on which servers and failure domains, with which
+// weights, and the EC profile new objects use. Versioned by `epoch`: every change bumps it.
+//
+// JSON form (docs/architecture.md, "Cluster map"):
+// {
+//   "epoch": 1,
+//   "ec": {"k": 4, "m": 2},
+//   "drives": [
+//     {"id": "d0", "server": "local", "domain": "d0", "weight": 1.0,
+//      "endpoint": "", "path": "drives/d0"}, ...
+//   ]
+// }
+// Drive ids are unique, non-empty strings of [A-Za-z0-9._-]; weights are > 0.
+// Value type: copyable, no thread-safety needs beyond const access.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granary/common/status.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary::placement {
+
+struct Drive {
+  std::string id;        // stable drive id, recorded in manifests
+  std::string server;    // chunk server that owns the drive
+  std::string domain;    // failure domain (host, rack, ...): at most one fragment per stripe
+  double weight = 1.0;   // relative capacity
+  std::string endpoint;  // chunk server address for remote access ("" = in-process)
+  std::string path;      // directory of the drive on its server
+  bool operator==(const Drive&) const = default;
+};
+
+struct ClusterMap {
+  uint64_t epoch = 1;
+  ec::EcProfile ec;
+  std::vector<Drive> drives;
+
+  // Parses and validates (unique ids, weights > 0, k + m <= number of failure domains).
+  static Result<ClusterMap> fromJson(std::string_view json);
+  std::string toJson() const;
+
+  const Drive* findDrive(std::string_view id) const;
+  size_t domainCount() const;
+};
+
+}  // namespace granary::placement

@@ -1,0 +1,32 @@
+// Weighted rendezvous (HRW) placement.
+//
+// For a placement key (e.g. the object version id + stripe number), every drive gets the
+// score  -weight / ln(u)  with u = hash(key, drive id) mapped into (0, 1)  (the
+// "logarithmic method" of weighted rendezvous hashing, as in Ceph's straw2), and drives
+// are ranked by score. Deterministic: the same map and key always give the same order.
+// Adding or removing a drive only moves the keys that the drive wins or loses.
+// Pure functions; thread safe.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "granary/common/status.h"
+#include "granary/placement/cluster_map.h"
+
+namespace granary::placement {
+
+// Every drive of the map, best first, as indices into map.drives.
+std::vector<size_t> rankDrives(const ClusterMap& map, std::string_view key);
+
+// Chooses `count` drives for one stripe: walks rankDrives() order, skipping drives for
+// which `usable` returns false and drives whose failure domain already holds a chosen
+// drive. kUnavailable if fewer than `count` usable drives in distinct domains exist.
+// Returns indices into map.drives, in fragment order.
+Result<std::vector<size_t>> chooseDrives(
+    const ClusterMap& map, std::string_view key, size_t count,
+    const std::function<bool(const Drive&)>& usable = nullptr);
+
+}  // namespace granary::placement

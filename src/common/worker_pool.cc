@@ -1,0 +1,53 @@
+#include "granary/common/worker_pool.h"
+
+#include <pthread.h>
+
+namespace granary {
+
+WorkerPool::WorkerPool(size_t threads, std::string name) {
+  if (threads == 0) threads = 1;
+  threads_.reserve(threads);
+  for (size_t i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] { run(); });
+    std::string tname = name.substr(0, 12) + std::to_string(i);
+    pthread_setname_np(threads_.back().native_handle(), tname.c_str());
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::submit(Task task) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+size_t WorkerPool::queued() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+void WorkerPool::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace granary

@@ -1,0 +1,68 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <latch>
+
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "granary/common/ids.h"
+#include "granary/common/random.h"
+#include "granary/common/status.h"
+#include "granary/common/worker_pool.h"
+
+using namespace granary;
+
+TEST_CASE("Status maps ENOSPC to kNoSpace and EAGAIN to a retryable I/O error") {
+  Status s = Status::fromErrno(ENOSPC, "write");
+  CHECK(s.code() == Status::Code::kNoSpace);
+  CHECK(s.message().find("write") == 0);
+  Status again = Status::fromErrno(EAGAIN, "read");
+  CHECK(again.code() == Status::Code::kIoError);
+  CHECK(again.retryable());
+  CHECK(Status::ok().isOk());
+}
+
+TEST_CASE("Version ids sort by creation time and round-trip through hex") {
+  ManualClock clock(1'700'000'000'000'000'000);
+  SeededRandom random(42);
+  VersionId a = VersionId::generate(clock, random);
+  clock.advance(1);
+  VersionId b = VersionId::generate(clock, random);
+  CHECK(a < b);
+  CHECK(a.createdUnixNanos() == 1'700'000'000'000'000'000);
+  auto parsed = VersionId::fromHex(a.toHex());
+  REQUIRE(parsed.has_value());
+  CHECK(*parsed == a);
+  CHECK_FALSE(VersionId::fromHex("xyz").has_value());
+}
+
+TEST_CASE("Blob ids encode to 22 bytes and decode back") {
+  SeededRandom random(7);
+  ManualClock clock(5);
+  BlobId id{VersionId::generate(clock, random), 123456, 7};
+  auto enc = id.encode();
+  auto dec = BlobId::decode(enc);
+  REQUIRE(dec.has_value());
+  CHECK(*dec == id);
+  CHECK_FALSE(BlobId::decode(std::span<const uint8_t>(enc.data(), 21)).has_value());
+}
+
+TEST_CASE("Hex decoding rejects odd lengths and non-hex digits") {
+  CHECK(fromHex("0aFF").value() == std::vector<uint8_t>{0x0a, 0xff});
+  CHECK_FALSE(fromHex("abc").has_value());
+  CHECK_FALSE(fromHex("zz").has_value());
+  uint8_t buf[8];
+  putBe64(buf, 0x0102030405060708ull);
+  CHECK(getBe64(buf) == 0x0102030405060708ull);
+  CHECK(buf[0] == 1);
+}
+
+TEST_CASE("WorkerPool runs every submitted task, drained before destruction") {
+  std::atomic<int> done{0};
+  {
+    WorkerPool pool(3, "test");
+    for (int i = 0; i < 1000; ++i) pool.submit([&] { done++; });
+  }
+  CHECK(done == 1000);
+}
