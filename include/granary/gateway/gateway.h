@@ -1,0 +1,74 @@
+// The S3 gateway server: HTTP/1.1 (Boost.Beast, C++20 coroutines), one event loop per
+// thread with SO_REUSEPORT acceptors, blocking component calls offloaded to a worker pool.
+//
+// Contract: create() binds the listening sockets (so port() is known before run());
+// run() serves until stop() is called (from any thread or a signal handler thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "granary/common/status.h"
+
+namespace prometheus {
+class Registry;
+}
+namespace granary {
+class Clock;
+class Random;
+class WorkerPool;
+}  // namespace granary
+namespace granary::chunkstore {
+class ChunkClient;
+}
+namespace granary::index_kv {
+class Index;
+}
+namespace granary::placement {
+struct ClusterMap;
+}
+
+namespace granary::gateway {
+
+struct GatewayOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 9000;       // 0 picks a free port
+  size_t event_loops = 0;            // 0: one per core
+  std::string region = "us-east-1";
+  uint64_t inline_threshold = 128 * 1024;  // objects up to this size live in the manifest
+  uint32_t fragment_len = 1 << 20;         // bytes per data fragment of a full stripe
+  size_t max_header_bytes = 16 * 1024;     // request line + headers
+  uint64_t max_object_size = 5ull << 30;   // single PUT limit (AWS: 5 GiB)
+  int idle_timeout_seconds = 60;           // keep-alive idle and header-read timeout
+  int io_timeout_seconds = 120;            // a body read or write making no progress
+};
+
+struct RootUser {
+  std::string access_key;
+  std::string secret_key;
+};
+
+struct GatewayDeps {
+  const placement::ClusterMap& map;
+  chunkstore::ChunkClient& chunks;
+  index_kv::Index& index;
+  const Clock& clock;
+  Random& random;
+  WorkerPool& pool;
+  prometheus::Registry& registry;
+  RootUser root;
+};
+
+class GatewayServer {
+ public:
+  static Result<std::unique_ptr<GatewayServer>> create(const GatewayOptions& options,
+                                                       GatewayDeps deps);
+  virtual ~GatewayServer() = default;
+  virtual uint16_t port() const = 0;
+  virtual void run() = 0;   // blocks until stop()
+  virtual void stop() = 0;  // thread safe
+};
+
+}  // namespace granary::gateway

@@ -1,0 +1,74 @@
+// Reclaimer: gives space back.
+//  - collectGarbage(): deletes the blobs of versions on the index's GC queue (overwritten
+//    or deleted objects) once they have waited `gc_grace` (so GETs still streaming the
+//    old version finish), then removes the queue entries.
+//  - sweepOrphans(): deletes blobs that no manifest references and that are older than
+//    `orphan_grace` (written by a PUT that crashed or failed before its commit; the grace
+//    period protects PUTs still in progress).
+// start() runs both periodically on a background thread; stop() joins it.
+// Thread safety: one pass at a time (internally serialised).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "granary/common/status.h"
+
+namespace granary {
+class Clock;
+}
+namespace granary::chunkstore {
+class ChunkClient;
+}
+namespace granary::index_kv {
+class Index;
+}
+namespace granary::placement {
+struct ClusterMap;
+}
+
+namespace granary::gateway {
+
+struct ReclaimerOptions {
+  std::chrono::seconds gc_grace{60};
+  std::chrono::seconds orphan_grace{3600};
+  std::chrono::seconds gc_interval{10};
+  std::chrono::seconds sweep_interval{600};
+};
+
+struct ReclaimStats {
+  uint64_t blobs_removed = 0;
+  uint64_t entries_done = 0;  // GC entries completed / blobs examined by a sweep
+};
+
+class Reclaimer {
+ public:
+  Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+            const placement::ClusterMap& map, const Clock& clock, ReclaimerOptions options);
+  ~Reclaimer();
+
+  Result<ReclaimStats> collectGarbage();
+  Result<ReclaimStats> sweepOrphans();
+
+  void start();
+  void stop();
+
+ private:
+  void loop();
+
+  index_kv::Index& index_;
+  chunkstore::ChunkClient& chunks_;
+  const placement::ClusterMap& map_;
+  const Clock& clock_;
+  ReclaimerOptions options_;
+  std::mutex pass_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace granary::gateway

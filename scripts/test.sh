@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The README's second command: install dependencies, build, and run every test:
+#   1. unit tests (Catch2 via ctest) on the Release build,
+#   2. the same unit tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. integration tests (pytest) that start the real granary binary on loopback and
+#      drive it with boto3 and aws-cli.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+
+bash scripts/install-deps.sh
+
+echo "== build (Release)"
+bash scripts/build.sh
+
+echo "== unit tests (Release)"
+ctest --test-dir build --output-on-failure -j"$JOBS"
+
+if [[ "${GRANARY_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  echo "== unit tests (ASan + UBSan)"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRANARY_SANITIZE=ON \
+    -DGRANARY_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j"$JOBS"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+else
+  echo "== unit tests (ASan + UBSan): SKIPPED because GRANARY_SKIP_SANITIZERS=1"
+fi
+
+echo "== integration tests (real granary, boto3, aws-cli)"
+GRANARY_BIN="$PWD/build/src/granary" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  tests/integration "$@"

@@ -1,0 +1,319 @@
+// The drive-local ChunkStore: blobs appended to extent files, indexed in RocksDB.
+// On-disk format and write order: docs/chunkstore-format.md.
+#include "granary/chunkstore/chunk_store.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include <fmt/core.h>
+#include <rocksdb/db.h>
+
+#include "aligned_buffer.h"
+#include "blob_format.h"
+#include "extent_set.h"
+#include "granary/chunkstore/io_engine.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/common/rocks_resources.h"
+#include "granary/ec/erasure_code.h"
+#include "rocks_index.h"
+
+namespace granary::chunkstore {
+
+namespace {
+
+// Reads whose first needed payload byte lies within this distance of the header are done
+// as one I/O covering header and payload (saves an IOP for small blobs).
+constexpr uint64_t kMergeReadGap = 64 * 1024;
+
+using EncodedId = std::array<uint8_t, BlobId::kEncodedSize>;
+
+class ChunkStoreImpl final : public ChunkStore {
+ public:
+  ChunkStoreImpl(const ChunkStoreOptions& options, IoEngine& engine, const Clock& clock,
+                 std::unique_ptr<RocksIndex> index)
+      : options_(options),
+        engine_(engine),
+        clock_(clock),
+        index_(std::move(index)),
+        extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
+                 [this](uint32_t next) { return index_->putNextExtent(next); }) {}
+
+  Status init() {
+    auto next = index_->nextExtent();
+    if (!next) return next.error();
+    uint64_t blobs = 0;
+    uint64_t bytes = 0;
+    uint32_t min_next = *next;
+    Status st = index_->forEach(std::nullopt, [&](const BlobId&, const IndexRecord& r) {
+      ++blobs;
+      bytes += r.payload_len;
+      if (r.extent >= min_next) min_next = r.extent + 1;
+      return true;
+    });
+    if (!st) return st;
+    blobs_ = blobs;
+    payload_bytes_ = bytes;
+    return extents_.open(min_next);
+  }
+
+  Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) override;
+  Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
+  Result<BlobInfo> stat(const BlobId& id) override;
+  Status remove(const BlobId& id) override;
+  Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) override;
+  Result<DriveStats> stats() override;
+
+ private:
+  // Serializes put and remove of one id (puts of different ids run in parallel), so that
+  // two puts of one id cannot both pass the existence check, and counters stay exact.
+  class IdClaim {
+   public:
+    IdClaim(ChunkStoreImpl& store, const BlobId& id) : store_(store), id_(id.encode()) {
+      std::unique_lock lock(store_.busy_mu_);
+      store_.busy_cv_.wait(lock, [&] { return !store_.busy_.contains(id_); });
+      store_.busy_.insert(id_);
+    }
+    ~IdClaim() {
+      {
+        std::lock_guard lock(store_.busy_mu_);
+        store_.busy_.erase(id_);
+      }
+      store_.busy_cv_.notify_all();
+    }
+    IdClaim(const IdClaim&) = delete;
+    IdClaim& operator=(const IdClaim&) = delete;
+
+   private:
+    ChunkStoreImpl& store_;
+    EncodedId id_;
+  };
+
+  Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                      std::span<uint8_t> out);
+  void punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len);
+
+  const ChunkStoreOptions options_;
+  IoEngine& engine_;
+  const Clock& clock_;
+  std::unique_ptr<RocksIndex> index_;
+  ExtentSet extents_;
+
+  std::mutex busy_mu_;
+  std::condition_variable busy_cv_;
+  std::set<EncodedId> busy_;
+
+  std::atomic<uint64_t> blobs_{0};
+  std::atomic<uint64_t> payload_bytes_{0};
+};
+
+void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
+  // Failing here leaves an orphan range, which the sweep reclaims; not worth failing for.
+  auto fd = extents_.fd(extent);
+  Status st = fd ? engine_.punchHole(*fd, offset, len) : fd.error();
+  if (!st) {
+    log::warn("punching {}+{} in {}: {}", offset, len, extents_.path(extent), st.toString());
+  }
+}
+
+Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> payload) {
+  // Validate and build the image before claiming anything.
+  const int64_t created = clock_.nowUnixNanos();
+  auto blob = encodeBlob(desc, payload, options_.block_size, created);
+  if (!blob) return blob.error();
+  IdClaim claim(*this, desc.id);
+  auto existing = index_->get(desc.id);
+  if (existing) return Status::alreadyExists("blob " + desc.id.toString() + " already stored");
+  if (!existing.error().isNotFound()) return existing.error();
+
+  // Write order (docs/chunkstore-format.md): data, fdatasync, then the synced index entry.
+  auto alloc = extents_.allocate(blob->bytes.size());
+  if (!alloc) return alloc.error();
+  auto failed = [&](const Status& st) {
+    return Status(st.code(), fmt::format("put {}: {}", desc.id.toString(), st.message()),
+                  st.retryable());
+  };
+  Status st = engine_.pwrite(alloc->fd, blob->bytes.span(), alloc->offset);
+  if (st) st = engine_.fdatasync(alloc->fd);
+  if (!st) {
+    // Nothing points at the range: free it now rather than leave it to the sweep.
+    punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
+    return failed(st);
+  }
+  IndexRecord rec{alloc->extent,  alloc->offset,       blob->header_region_len,
+                  payload.size(), options_.block_size, created};
+  // A failed synced write may still have reached the WAL, so the range is left alone: if
+  // the entry did persist the blob is intact, if not the sweep reclaims the orphan.
+  if (st = index_->put(desc.id, rec); !st) return failed(st);
+  ++blobs_;
+  payload_bytes_ += payload.size();
+  return Status::ok();
+}
+
+Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
+  auto rec = index_->get(id);
+  if (!rec) return rec.error();
+  if (offset > rec->payload_len || out.size() > rec->payload_len - offset) {
+    return Status::invalidArgument(fmt::format("read of {}+{} past the end of blob {} ({} bytes)",
+                                               offset, out.size(), id.toString(),
+                                               rec->payload_len));
+  }
+  Status st = readVerified(id, *rec, offset, out);
+  if (st.isCorruption()) {
+    // A remove() may have punched the range between our index lookup and the read: that
+    // is a deleted blob (or, if the id was stored again meanwhile, a stale location), not
+    // a corrupt one. Only a mismatch against the current index entry is corruption.
+    auto again = index_->get(id);
+    if (!again && again.error().isNotFound()) return again.error();
+    if (again && (again->extent != rec->extent || again->offset != rec->offset)) {
+      if (offset > again->payload_len || out.size() > again->payload_len - offset) {
+        return Status::notFound("blob " + id.toString() + " was replaced during the read");
+      }
+      st = readVerified(id, *again, offset, out);
+    }
+    if (st.isCorruption()) log::warn("{}", st.message());
+  }
+  return st;
+}
+
+Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                                    std::span<uint8_t> out) {
+  auto corrupt = [&](std::string_view what) {
+    return Status::corruption(fmt::format("blob {} in {} at {}: {}", id.toString(),
+                                          extents_.path(rec.extent), rec.offset, what));
+  };
+  auto fd = extents_.fd(rec.extent);
+  if (!fd) {
+    // The index names an extent that is gone: the blob's bytes are lost.
+    return fd.error().isNotFound() ? corrupt("extent file missing") : fd.error();
+  }
+
+  const uint64_t bs = rec.block_size;
+  const uint64_t payload_start = rec.offset + rec.header_region_len;
+  uint64_t first = 0;
+  uint64_t last = 0;  // exclusive block index
+  uint64_t disk_begin = payload_start;
+  uint64_t disk_end = payload_start;
+  if (!out.empty()) {
+    first = offset / bs;
+    last = (offset + out.size() - 1) / bs + 1;
+    disk_begin = payload_start + alignDown(first * bs, kIoAlign);
+    disk_end = payload_start + alignUp(std::min(last * bs, rec.payload_len), kIoAlign);
+  }
+  // Header and payload in one I/O when the payload bytes are close to the header.
+  const bool merged = disk_begin - payload_start <= kMergeReadGap;
+  const uint64_t header_io = merged ? disk_end - rec.offset : rec.header_region_len;
+  AlignedBuffer head(header_io);
+  if (!head.valid()) return Status::unavailable("out of memory for a read buffer");
+  GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, head.span().first(header_io), rec.offset));
+  auto hdr = decodeHeader(head.span().first(rec.header_region_len));
+  if (!hdr) return corrupt(hdr.error().message());
+  if (hdr->id != id || hdr->payload_len != rec.payload_len || hdr->block_size != rec.block_size) {
+    return corrupt("header does not match the index entry");
+  }
+  if (out.empty()) return Status::ok();
+
+  AlignedBuffer body;
+  const uint8_t* data;  // payload byte (first * bs)
+  if (merged) {
+    data = head.data() + rec.header_region_len + first * bs;
+  } else {
+    body = AlignedBuffer(disk_end - disk_begin);
+    if (!body.valid()) return Status::unavailable("out of memory for a read buffer");
+    GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, body.span().first(disk_end - disk_begin),
+                                          disk_begin));
+    data = body.data() + (payload_start + first * bs - disk_begin);
+  }
+  for (uint64_t b = first; b < last; ++b) {
+    uint64_t len = std::min(bs, rec.payload_len - b * bs);
+    uint32_t actual = ec::crc32c({data + (b - first) * bs, len});
+    if (actual != hdr->blockCrc(b)) {
+      return corrupt(fmt::format("block {} CRC mismatch (stored {:08x}, computed {:08x})", b,
+                                 hdr->blockCrc(b), actual));
+    }
+  }
+  std::memcpy(out.data(), data + (offset - first * bs), out.size());
+  return Status::ok();
+}
+
+Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {
+  auto rec = index_->get(id);
+  if (!rec) return fail(rec.error());
+  return BlobInfo{id, rec->payload_len, rec->created_unix_nanos};
+}
+
+Status ChunkStoreImpl::remove(const BlobId& id) {
+  IdClaim claim(*this, id);
+  auto rec = index_->get(id);
+  if (!rec) return rec.error();
+  // Persist first, then free: a crash in between leaves an orphan range, never an index
+  // entry pointing at a hole.
+  GRANARY_RETURN_IF_ERROR(index_->remove(id));
+  --blobs_;
+  payload_bytes_ -= rec->payload_len;
+  punchBestEffort(rec->extent, rec->offset, rec->diskLen());
+  return Status::ok();
+}
+
+Result<std::vector<BlobInfo>> ChunkStoreImpl::list(std::optional<BlobId> after, size_t limit) {
+  std::vector<BlobInfo> out;
+  if (limit == 0) return out;
+  Status st = index_->forEach(after, [&](const BlobId& id, const IndexRecord& r) {
+    out.push_back(BlobInfo{id, r.payload_len, r.created_unix_nanos});
+    return out.size() < limit;
+  });
+  if (!st) return fail(st);
+  return out;
+}
+
+Result<DriveStats> ChunkStoreImpl::stats() {
+  struct statvfs vfs {};
+  if (::statvfs(options_.dir.c_str(), &vfs) != 0) {
+    return fail(Status::fromErrno(errno, "statvfs " + options_.dir));
+  }
+  DriveStats s;
+  s.blobs = blobs_.load();
+  s.payload_bytes = payload_bytes_.load();
+  s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& options,
+                                                   IoEngine& engine, RocksResources& resources,
+                                                   const Clock& clock) {
+  if (options.dir.empty()) return fail(Status::invalidArgument("chunk store dir is empty"));
+  if (options.block_size < 512 || options.block_size > (64u << 20) ||
+      options.block_size % 512 != 0) {
+    return fail(Status::invalidArgument(
+        fmt::format("block size {} is not a multiple of 512 in [512, 64 MiB]",
+                    options.block_size)));
+  }
+  if (options.extent_size < kIoAlign) {
+    return fail(Status::invalidArgument("extent size below 4 KiB"));
+  }
+  std::error_code ec;
+  for (const char* sub : {"/extents", "/index"}) {
+    std::filesystem::create_directories(options.dir + sub, ec);
+    if (ec) {
+      return fail(Status::ioError(
+          fmt::format("creating {}{}: {}", options.dir, sub, ec.message())));
+    }
+  }
+  auto index = RocksIndex::open(options.dir + "/index", resources);
+  if (!index) return fail(index.error());
+  auto store = std::make_unique<ChunkStoreImpl>(options, engine, clock, std::move(*index));
+  if (Status st = store->init(); !st) return fail(st);
+  return std::unique_ptr<ChunkStore>(std::move(store));
+}
+
+}  // namespace granary::chunkstore

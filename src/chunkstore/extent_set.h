@@ -1,0 +1,72 @@
+// ExtentSet: the extent files of one drive (D/extents/XXXXXXXX.ext) and the append cursor
+// of the active one. Hands out disjoint, kIoAlign-aligned ranges to concurrent writers and
+// keeps one read-write descriptor per extent, opened on first use and closed with the set.
+//
+// Crash safety: a set never appends to an extent it did not create itself. The first
+// allocation after open creates a fresh extent, so bytes of unknown state left by a crash
+// are never written over or next to; they are orphans for the sweep.
+// Thread safety: all methods are thread safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "granary/chunkstore/io_engine.h"
+#include "granary/common/status.h"
+
+namespace granary::chunkstore {
+
+class ExtentSet {
+ public:
+  struct Allocation {
+    uint32_t extent = 0;
+    int fd = -1;
+    uint64_t offset = 0;
+  };
+  // Durably records that extent numbers below `next` are taken; called (and must succeed)
+  // before the extent file `next - 1` is created, so a number is never used twice.
+  using PersistNext = std::function<Status(uint32_t next)>;
+
+  ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
+            PersistNext persist_next);
+  ~ExtentSet();
+  ExtentSet(const ExtentSet&) = delete;
+  ExtentSet& operator=(const ExtentSet&) = delete;
+
+  // Finds the highest extent number in the directory; new extents get numbers above both
+  // it and `min_next`.
+  Status open(uint32_t min_next);
+  // Reserves `len` (a multiple of kIoAlign) bytes, rolling to a new extent when the active
+  // one would grow past extent_size (a blob larger than that gets an extent of its own).
+  Result<Allocation> allocate(uint64_t len);
+  // The descriptor of an existing extent (opened on first use).
+  Result<int> fd(uint32_t extent);
+  std::string path(uint32_t extent) const;
+  bool directIo() const;
+
+ private:
+  Result<int> openExtent(uint32_t extent, bool create);
+  Status syncDir();
+
+  IoEngine& engine_;
+  const std::string dir_;
+  const uint64_t extent_size_;
+  PersistNext persist_next_;
+
+  mutable std::shared_mutex fds_mu_;
+  std::map<uint32_t, int> fds_;
+  bool direct_io_;  // guarded by fds_mu_; cleared if the filesystem refuses O_DIRECT
+
+  std::mutex alloc_mu_;  // the allocation cursor
+  uint32_t next_extent_ = 0;
+  bool has_active_ = false;
+  uint32_t active_extent_ = 0;
+  int active_fd_ = -1;
+  uint64_t cursor_ = 0;
+};
+
+}  // namespace granary::chunkstore

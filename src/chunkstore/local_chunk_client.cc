@@ -1,0 +1,57 @@
+// LocalChunkClient: the in-process ChunkClient over the drives this process opened.
+#include "granary/chunkstore/chunk_client.h"
+
+namespace granary::chunkstore {
+
+LocalChunkClient::LocalChunkClient(
+    std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives)
+    : drives_(std::move(drives)) {}
+
+Result<ChunkStore*> LocalChunkClient::find(std::string_view drive) const {
+  auto it = drives_.find(drive);
+  if (it == drives_.end()) {
+    return fail(Status::notFound("unknown drive '" + std::string(drive) + "'"));
+  }
+  return it->second.get();
+}
+
+Status LocalChunkClient::put(std::string_view drive, const BlobDescriptor& desc,
+                             std::span<const uint8_t> payload) {
+  auto store = find(drive);
+  if (!store) return store.error();
+  return (*store)->put(desc, payload);
+}
+
+Status LocalChunkClient::read(std::string_view drive, const BlobId& id, uint64_t offset,
+                              std::span<uint8_t> out) {
+  auto store = find(drive);
+  if (!store) return store.error();
+  return (*store)->read(id, offset, out);
+}
+
+Status LocalChunkClient::remove(std::string_view drive, const BlobId& id) {
+  auto store = find(drive);
+  if (!store) return store.error();
+  return (*store)->remove(id);
+}
+
+Result<std::vector<BlobInfo>> LocalChunkClient::list(std::string_view drive,
+                                                     std::optional<BlobId> after,
+                                                     size_t limit) {
+  auto store = find(drive);
+  if (!store) return fail(store.error());
+  return (*store)->list(after, limit);
+}
+
+Result<DriveStats> LocalChunkClient::stats(std::string_view drive) {
+  auto store = find(drive);
+  if (!store) return fail(store.error());
+  return (*store)->stats();
+}
+
+bool LocalChunkClient::writable(std::string_view drive) const {
+  // Later: false when the drive is full or failing.
+  return drives_.contains(drive);
+}
+
+}  // namespace granary::chunkstore

@@ -1,0 +1,111 @@
+#include "posix_engine.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <fmt/core.h>
+
+#include "granary/chunkstore/io_engine.h"
+
+namespace granary::chunkstore {
+
+namespace posix_io {
+
+Result<int> openFile(const std::string& path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return fail(Status::fromErrno(errno, "open " + path));
+  return fd;
+}
+
+Status closeFile(int fd) {
+  // Linux releases the descriptor even when close() reports EINTR: never retry.
+  if (::close(fd) != 0 && errno != EINTR) return Status::fromErrno(errno, "close");
+  return Status::ok();
+}
+
+Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
+                         static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status::fromErrno(errno, fmt::format("pwrite at {}", offset + done));
+    }
+    if (n == 0) return Status::ioError(fmt::format("pwrite at {} wrote nothing", offset + done));
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status readAll(int fd, std::span<uint8_t> out, uint64_t offset) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
+                        static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status::fromErrno(errno, fmt::format("pread at {}", offset + done));
+    }
+    if (n == 0) {
+      return Status::corruption(fmt::format("pread at {}: unexpected end of file", offset + done));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status dataSync(int fd) {
+  int rc;
+  do {
+    rc = ::fdatasync(fd);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return Status::fromErrno(errno, "fdatasync");
+  return Status::ok();
+}
+
+Status punchHole(int fd, uint64_t offset, uint64_t len) {
+  if (len == 0) return Status::ok();
+  int rc;
+  do {
+    rc = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                     static_cast<off_t>(offset), static_cast<off_t>(len));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return Status::fromErrno(errno, fmt::format("punch hole at {}+{}", offset, len));
+  return Status::ok();
+}
+
+}  // namespace posix_io
+
+namespace {
+
+class PosixEngine final : public IoEngine {
+ public:
+  std::string_view name() const override { return "posix"; }
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    return posix_io::openFile(path, flags, mode);
+  }
+  Status close(int fd) override { return posix_io::closeFile(fd); }
+  Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) override {
+    return posix_io::writeAll(fd, data, offset);
+  }
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    return posix_io::readAll(fd, out, offset);
+  }
+  Status fdatasync(int fd) override { return posix_io::dataSync(fd); }
+  Status punchHole(int fd, uint64_t offset, uint64_t len) override {
+    return posix_io::punchHole(fd, offset, len);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<IoEngine> makePosixEngine() { return std::make_unique<PosixEngine>(); }
+
+}  // namespace granary::chunkstore

@@ -1,0 +1,22 @@
+// The POSIX IoEngine (pread/pwrite/fdatasync/fallocate), and the plain syscall helpers
+// the io_uring engine shares with it. Private to the chunkstore library.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "granary/common/status.h"
+
+namespace granary::chunkstore::posix_io {
+
+Result<int> openFile(const std::string& path, int flags, mode_t mode);
+Status closeFile(int fd);
+Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset);
+Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
+Status dataSync(int fd);
+Status punchHole(int fd, uint64_t offset, uint64_t len);
+
+}  // namespace granary::chunkstore::posix_io

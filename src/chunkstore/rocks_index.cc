@@ -1,0 +1,147 @@
+#include "rocks_index.h"
+
+#include <rocksdb/db.h>
+
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "granary/common/log.h"
+#include "granary/common/rocks_resources.h"
+
+namespace granary::chunkstore {
+
+namespace {
+
+constexpr const char* kMetaFamily = "meta";
+constexpr std::string_view kNextExtentKey = "next_extent";
+
+Status fromRocks(const rocksdb::Status& s, std::string_view context) {
+  std::string msg = fmt::format("{}: {}", context, s.ToString());
+  if (s.IsNotFound()) return Status::notFound(std::move(msg));
+  if (s.IsNoSpace()) return Status::noSpace(std::move(msg));
+  if (s.IsCorruption()) return Status::corruption(std::move(msg));
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return Status::unavailable(std::move(msg));
+  return Status::ioError(std::move(msg));
+}
+
+rocksdb::Slice slice(const std::array<uint8_t, BlobId::kEncodedSize>& key) {
+  return {reinterpret_cast<const char*>(key.data()), key.size()};
+}
+
+rocksdb::WriteOptions syncedWrite() {
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  return w;
+}
+
+std::span<const uint8_t> bytes(const rocksdb::Slice& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const std::string& path,
+                                                     RocksResources& resources) {
+  rocksdb::Options options = resources.baseOptions();
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, resources.columnFamilyOptions()},
+      {kMetaFamily, resources.columnFamilyOptions()},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(options), path, families, &handles, &db);
+  if (!s.ok()) return fail(fromRocks(s, "opening blob index " + path));
+  std::unique_ptr<RocksIndex> index(new RocksIndex());
+  index->path_ = path;
+  index->db_ = db;
+  index->blobs_ = handles[0];
+  index->meta_ = handles[1];
+  return index;
+}
+
+RocksIndex::~RocksIndex() {
+  if (db_ == nullptr) return;
+  for (auto* h : {blobs_, meta_}) {
+    rocksdb::Status s = db_->DestroyColumnFamilyHandle(h);
+    if (!s.ok()) log::warn("closing column family of {}: {}", path_, s.ToString());
+  }
+  rocksdb::Status s = db_->Close();
+  if (!s.ok()) log::warn("closing blob index {}: {}", path_, s.ToString());
+  delete db_;
+}
+
+Result<IndexRecord> RocksIndex::get(const BlobId& id) {
+  auto key = id.encode();
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), blobs_, slice(key), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("blob " + id.toString() + " not found"));
+  if (!s.ok()) return fail(fromRocks(s, "looking up blob " + id.toString()));
+  auto rec = decodeIndexRecord(bytes(value));
+  if (!rec) {
+    return fail(Status::corruption(
+        fmt::format("index entry of blob {}: {}", id.toString(), rec.error().message())));
+  }
+  return rec;
+}
+
+Status RocksIndex::put(const BlobId& id, const IndexRecord& record) {
+  auto key = id.encode();
+  auto value = encodeIndexRecord(record);
+  rocksdb::Slice v(reinterpret_cast<const char*>(value.data()), value.size());
+  rocksdb::Status s = db_->Put(syncedWrite(), blobs_, slice(key), v);
+  if (!s.ok()) return fromRocks(s, "indexing blob " + id.toString());
+  return Status::ok();
+}
+
+Status RocksIndex::remove(const BlobId& id) {
+  auto key = id.encode();
+  rocksdb::Status s = db_->Delete(syncedWrite(), blobs_, slice(key));
+  if (!s.ok()) return fromRocks(s, "unindexing blob " + id.toString());
+  return Status::ok();
+}
+
+Status RocksIndex::forEach(std::optional<BlobId> after,
+                           const std::function<bool(const BlobId&, const IndexRecord&)>& fn) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), blobs_));
+  std::array<uint8_t, BlobId::kEncodedSize> start{};
+  if (after) {
+    start = after->encode();
+    it->Seek(slice(start));
+    if (it->Valid() && it->key() == slice(start)) it->Next();
+  } else {
+    it->SeekToFirst();
+  }
+  for (; it->Valid(); it->Next()) {
+    auto id = BlobId::decode(bytes(it->key()));
+    if (!id) return Status::corruption("blob index " + path_ + ": malformed key");
+    auto rec = decodeIndexRecord(bytes(it->value()));
+    if (!rec) {
+      return Status::corruption(fmt::format("blob index {}: entry of {}: {}", path_,
+                                            id->toString(), rec.error().message()));
+    }
+    if (!fn(*id, *rec)) return Status::ok();
+  }
+  if (!it->status().ok()) return fromRocks(it->status(), "scanning blob index " + path_);
+  return Status::ok();
+}
+
+Result<uint32_t> RocksIndex::nextExtent() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kNextExtentKey, &value);
+  if (s.IsNotFound()) return 0u;
+  if (!s.ok()) return fail(fromRocks(s, "reading next extent of " + path_));
+  if (value.size() != 4) return fail(Status::corruption("meta next_extent is not 4 bytes"));
+  return static_cast<uint32_t>(getLe(reinterpret_cast<const uint8_t*>(value.data()), 4));
+}
+
+Status RocksIndex::putNextExtent(uint32_t next) {
+  uint8_t v[4];
+  putLe(v, next, 4);
+  rocksdb::Status s = db_->Put(syncedWrite(), meta_, kNextExtentKey,
+                               rocksdb::Slice(reinterpret_cast<const char*>(v), 4));
+  if (!s.ok()) return fromRocks(s, "recording next extent of " + path_);
+  return Status::ok();
+}
+
+}  // namespace granary::chunkstore

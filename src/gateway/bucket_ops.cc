@@ -1,0 +1,137 @@
+// ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation.
+#include <fmt/core.h>
+
+#include "granary/common/clock.h"
+#include "granary/index_kv/index.h"
+#include "handlers.h"
+#include "s3_xml.h"
+
+namespace granary::gateway {
+
+namespace {
+
+S3Response xmlResponse(std::string body, int status = 200) {
+  S3Response res;
+  res.status = status;
+  res.set("Content-Type", "application/xml");
+  res.body = std::move(body);
+  return res;
+}
+
+// Bucket naming rules (general purpose buckets): 3-63 characters of lower-case letters,
+// digits, '.', '-'; begins and ends with a letter or digit; no "..", not an IP address.
+bool validBucketName(std::string_view name) {
+  if (name.size() < 3 || name.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  bool all_digits_dots = true;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (!alnum(c) && c != '.' && c != '-') return false;
+    if (c == '.' && i + 1 < name.size() && (name[i + 1] == '.' || name[i + 1] == '-')) {
+      return false;
+    }
+    if (c == '-' && i + 1 < name.size() && name[i + 1] == '.') return false;
+    if (!(c == '.' || (c >= '0' && c <= '9'))) all_digits_dots = false;
+  }
+  return !all_digits_dots;
+}
+
+}  // namespace
+
+Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit) {
+  std::string out;
+  uint8_t buf[16 * 1024];
+  for (;;) {
+    auto n = co_await body.read(buf);
+    if (!n) co_return std::unexpected(n.error());
+    if (*n == 0) break;
+    if (out.size() + *n > limit) {
+      co_return s3fail(S3ErrorCode::kMalformedXML, "request body too large");
+    }
+    out.append(reinterpret_cast<const char*>(buf), *n);
+  }
+  co_return out;
+}
+
+Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req) {
+  auto buckets = co_await offload(ctx.pool(), [&] { return ctx.index().listBuckets(); });
+  if (!buckets) co_return errorResponse(fromStatus(buckets.error()), req);
+  std::vector<index_kv::BucketInfo> mine;
+  for (auto& b : *buckets) {
+    if (b.owner == req.principal) mine.push_back(std::move(b));
+  }
+  co_return xmlResponse(listBucketsXml(mine, req.principal));
+}
+
+Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  if (!validBucketName(req.bucket)) {
+    co_return errorResponse({S3ErrorCode::kInvalidBucketName,
+                             "The specified bucket is not valid."},
+                            req);
+  }
+  auto xml = co_await readSmallBody(body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req);
+  auto location = parseCreateBucketConfiguration(*xml);
+  if (!location) co_return errorResponse(location.error(), req);
+
+  index_kv::BucketInfo info;
+  info.name = req.bucket;
+  info.owner = req.principal;
+  info.created_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createBucket(info); });
+  if (st.code() == Status::Code::kAlreadyExists) {
+    auto existing = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+    if (existing && existing->owner == req.principal) {
+      co_return errorResponse({S3ErrorCode::kBucketAlreadyOwnedByYou,
+                               "Your previous request to create the named bucket succeeded and "
+                               "you already own it."},
+                              req);
+    }
+    co_return errorResponse({S3ErrorCode::kBucketAlreadyExists,
+                             "The requested bucket name is not available."},
+                            req);
+  }
+  if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
+  S3Response res;
+  res.set("Location", "/" + req.bucket);
+  co_return res;
+}
+
+Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  S3Response res;
+  res.set("x-amz-bucket-region", ctx.options.region);
+  co_return res;
+}
+
+Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req) {
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().deleteBucket(req.bucket); });
+  if (st.code() == Status::Code::kNotEmpty) {
+    co_return errorResponse({S3ErrorCode::kBucketNotEmpty,
+                             "The bucket you tried to delete is not empty"},
+                            req);
+  }
+  if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
+}
+
+Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  co_return xmlResponse(locationXml(ctx.options.region));
+}
+
+Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st) {
+  if (!st.isNotFound()) co_return fromStatus(st);
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b && b.error().isNotFound()) {
+    co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+  }
+  co_return S3Error{S3ErrorCode::kNoSuchKey, "The specified key does not exist."};
+}
+
+}  // namespace granary::gateway

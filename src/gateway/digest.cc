@@ -1,0 +1,67 @@
+#include "digest.h"
+
+#include <openssl/evp.h>
+
+#include <optional>
+#include <stdexcept>
+
+namespace granary::gateway {
+
+namespace {
+// Fetched once: EVP_MD_fetch per call is measurably slow (TOOLCHAIN.md).
+const EVP_MD* md(Digest::Kind kind) {
+  static EVP_MD* md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
+  static EVP_MD* sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return kind == Digest::Kind::kMd5 ? md5 : sha256;
+}
+}  // namespace
+
+struct Digest::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+  ~Impl() { EVP_MD_CTX_free(ctx); }
+};
+
+Digest::Digest(Kind kind) : impl_(std::make_unique<Impl>()) {
+  impl_->ctx = EVP_MD_CTX_new();
+  if (!impl_->ctx || EVP_DigestInit_ex2(impl_->ctx, md(kind), nullptr) != 1) {
+    throw std::runtime_error("EVP_DigestInit failed");  // start-up class failure
+  }
+}
+Digest::~Digest() = default;
+Digest::Digest(Digest&&) noexcept = default;
+Digest& Digest::operator=(Digest&&) noexcept = default;
+
+void Digest::update(std::span<const uint8_t> data) {
+  if (!data.empty()) EVP_DigestUpdate(impl_->ctx, data.data(), data.size());
+}
+
+std::vector<uint8_t> Digest::finish() {
+  std::vector<uint8_t> out(EVP_MAX_MD_SIZE);
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(impl_->ctx, out.data(), &n);
+  out.resize(n);
+  return out;
+}
+
+std::string base64Encode(std::span<const uint8_t> data) {
+  std::string out(4 * ((data.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data.data(),
+                          static_cast<int>(data.size()));
+  out.resize(n);
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> base64Decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<uint8_t> out(3 * text.size() / 4);
+  int n = EVP_DecodeBlock(out.data(), reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  size_t pad = 0;
+  if (!text.empty() && text.back() == '=') ++pad;
+  if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
+  out.resize(n - pad);
+  return out;
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,67 @@
+// S3 operation handlers, one operation family per file. Each takes the shared context and
+// a parsed, authenticated request, and returns the response (or streams it itself).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "credentials.h"
+#include "granary/gateway/gateway.h"
+#include "metrics.h"
+#include "object_io.h"
+#include "s3_request.h"
+#include "sigv4.h"
+
+namespace granary::gateway {
+
+struct GatewayContext {
+  GatewayContext(const GatewayOptions& o, GatewayDeps d, const ec::ErasureCode& code)
+      : options(o),
+        deps(d),
+        metrics(d.registry),
+        data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters()) {}
+
+  GatewayOptions options;
+  GatewayDeps deps;
+  GatewayMetrics metrics;  // before data: the data path holds references to its counters
+  DataPath data;
+  CredentialStore credentials;
+  SigningKeyCache signing_keys;
+
+  index_kv::Index& index() { return deps.index; }
+  WorkerPool& pool() { return deps.pool; }
+};
+
+// Authenticated request: what the router learnt from SigV4, for handlers that need it
+// (aws-chunked bodies are signed with the request's signing key).
+struct RequestAuth {
+  std::optional<AuthInfo> info;
+  std::array<uint8_t, 32> signing_key{};
+};
+
+// Routes, authenticates and runs one request.
+Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
+                               BodySink& sink, std::string& op_name);
+
+// bucket_ops.cc
+Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req);
+// list_objects.cc
+Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req);
+// put_object.cc
+Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
+                           BodySource& body);
+// get_object.cc
+Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
+                           bool head_only);
+Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
+
+// Reads the whole (small) request body, refusing more than `limit` bytes.
+Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
+// NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.
+Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st);
+
+}  // namespace granary::gateway

@@ -1,0 +1,44 @@
+// Gateway metrics (prometheus-cpp). Registered on the registry passed in; no globals.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <string>
+#include <string_view>
+
+#include "object_io.h"
+
+namespace granary::gateway {
+
+class GatewayMetrics {
+ public:
+  explicit GatewayMetrics(prometheus::Registry& registry);
+  void observe(std::string_view op, int status, double seconds);
+  void bytesIn(uint64_t n) { bytes_in_.Increment(static_cast<double>(n)); }
+  void bytesOut(uint64_t n) { bytes_out_.Increment(static_cast<double>(n)); }
+  prometheus::Registry& registry() { return registry_; }
+  DataPathCounters dataPathCounters();
+  // Per-drive gauges, refreshed from ChunkClient::stats before each scrape.
+  void setDrive(const std::string& drive, uint64_t blobs, uint64_t payload_bytes,
+                uint64_t capacity_bytes, uint64_t available_bytes);
+
+ private:
+  prometheus::Registry& registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Counter& bytes_in_;
+  prometheus::Counter& bytes_out_;
+  prometheus::Counter& degraded_stripes_;
+  prometheus::Counter& fragment_errors_;
+  prometheus::Counter& encoded_bytes_;
+  prometheus::Family<prometheus::Gauge>& drive_blobs_;
+  prometheus::Family<prometheus::Gauge>& drive_payload_;
+  prometheus::Family<prometheus::Gauge>& drive_capacity_;
+  prometheus::Family<prometheus::Gauge>& drive_available_;
+};
+
+}  // namespace granary::gateway

@@ -1,0 +1,314 @@
+#include "object_io.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "granary/common/log.h"
+#include "granary/placement/placement.h"
+
+namespace granary::gateway {
+
+namespace {
+constexpr uint64_t kAlign = 4096;
+uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
+                   const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
+                   DataPathCounters counters)
+    : map_(map),
+      chunks_(chunks),
+      code_(code),
+      pool_(pool),
+      fragment_len_(fragment_len),
+      counters_(counters) {}
+
+uint32_t DataPath::fragmentLenFor(uint64_t len) const {
+  if (len >= stripeCapacity()) return fragment_len_;
+  uint64_t k = code_.profile().k;
+  return static_cast<uint32_t>(std::max<uint64_t>(kAlign, roundUp((len + k - 1) / k, kAlign)));
+}
+
+// One stripe's buffers: k data fragments back to back, then m parity fragments.
+struct ObjectWriter::Slot {
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> parity;
+};
+
+ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
+                           asio::any_io_executor executor)
+    : dp_(dp),
+      version_(version),
+      bucket_(std::move(bucket)),
+      key_(std::move(key)),
+      executor_(std::move(executor)) {
+  for (auto& s : slots_) {
+    s = std::make_shared<Slot>();
+    s->data.resize(dp_.stripeCapacity());
+    s->parity.resize(uint64_t(dp_.code().profile().m) * dp_.fragmentLen());
+  }
+}
+
+ObjectWriter::~ObjectWriter() = default;
+
+std::span<uint8_t> ObjectWriter::buffer() { return slots_[current_]->data; }
+
+uint16_t ObjectWriter::driveIndex(const std::string& drive) {
+  auto it = std::find(drives_.begin(), drives_.end(), drive);
+  if (it != drives_.end()) return static_cast<uint16_t>(it - drives_.begin());
+  drives_.push_back(drive);
+  return static_cast<uint16_t>(drives_.size() - 1);
+}
+
+Task<Status> ObjectWriter::flush(size_t len) {
+  Status previous = Status::ok();
+  if (in_flight_) previous = co_await in_flight_->wait();
+  if (!previous.isOk()) co_return previous;
+  if (len == 0) co_return Status::ok();
+
+  const auto profile = dp_.code().profile();
+  const uint32_t stripe = static_cast<uint32_t>(stripes_.size());
+  const uint32_t fl = dp_.fragmentLenFor(len);
+  Slot& slot = *slots_[current_];
+  // Data fragment j starts at j * fl; zero the padding after the object bytes.
+  std::fill(slot.data.begin() + len, slot.data.begin() + uint64_t(profile.k) * fl, 0);
+
+  auto chosen = placement::chooseDrives(
+      dp_.map(), fmt::format("{}:{}", version_.toHex(), stripe), profile.total(),
+      [this](const placement::Drive& d) { return dp_.chunks().writable(d.id); });
+  if (!chosen) co_return chosen.error();
+
+  index_kv::StripeLayout layout;
+  layout.blob_version = version_;
+  layout.blob_stripe = stripe;
+  layout.data_len = len;
+  layout.fragment_len = fl;
+  for (size_t d : *chosen) layout.drives.push_back(driveIndex(dp_.map().drives[d].id));
+
+  // Parity first (CPU work off the event loop), then all k + m fragment writes at once.
+  Status encoded = co_await offload(dp_.pool(), [&slot, fl, profile, this] {
+    std::vector<const uint8_t*> data(profile.k);
+    std::vector<uint8_t*> parity(profile.m);
+    for (int j = 0; j < profile.k; ++j) data[j] = slot.data.data() + uint64_t(j) * fl;
+    for (int j = 0; j < profile.m; ++j) parity[j] = slot.parity.data() + uint64_t(j) * fl;
+    dp_.code().encode(fl, data, parity);
+    dp_.counters().encoded_bytes.Increment(double(profile.k) * fl);
+    return Status::ok();
+  });
+  if (!encoded.isOk()) co_return encoded;
+
+  in_flight_ = std::make_unique<TaskGroup>(dp_.pool(), executor_);
+  for (int j = 0; j < profile.total(); ++j) {
+    const uint8_t* p = j < profile.k ? slot.data.data() + uint64_t(j) * fl
+                                     : slot.parity.data() + uint64_t(j - profile.k) * fl;
+    chunkstore::BlobDescriptor desc;
+    desc.id = BlobId{version_, stripe, static_cast<uint16_t>(j)};
+    desc.ec = profile;
+    desc.stripe_data_len = len;
+    desc.bucket = bucket_;
+    desc.key = key_;
+    std::string drive = drives_[layout.drives[j]];
+    in_flight_->spawn([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
+                       drive = std::move(drive), p, fl] {
+      return dp.chunks().put(drive, desc, {p, fl});
+    });
+  }
+  stripes_.push_back(std::move(layout));
+  current_ ^= 1;
+  co_return Status::ok();
+}
+
+Task<Status> ObjectWriter::finish() {
+  if (!in_flight_) co_return Status::ok();
+  co_return co_await in_flight_->wait();
+}
+
+Task<void> ObjectWriter::abandon() {
+  if (in_flight_) (void)co_await in_flight_->wait();
+  TaskGroup cleanup(dp_.pool(), executor_);
+  for (const auto& s : stripes_) {
+    for (size_t j = 0; j < s.drives.size(); ++j) {
+      BlobId id{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
+      std::string drive = drives_[s.drives[j]];
+      cleanup.spawn([this, id, drive] {
+        Status st = dp_.chunks().remove(drive, id);
+        if (!st.isOk() && !st.isNotFound()) {
+          log::warn("abandon: cannot remove {} on {}: {}", id.toString(), drive, st.toString());
+        }
+        return Status::ok();
+      });
+    }
+  }
+  (void)co_await cleanup.wait();
+}
+
+namespace {
+
+// A stripe slice being read: [first, first + length) of the stripe's object bytes.
+struct StripeRead {
+  const index_kv::StripeLayout* layout = nullptr;
+  uint64_t first = 0;
+  uint64_t length = 0;
+  std::vector<uint8_t> out;
+  std::shared_ptr<std::vector<Status>> results;  // per data fragment touched
+  std::unique_ptr<TaskGroup> group;
+};
+
+BlobId blobOf(const index_kv::StripeLayout& s, int j) {
+  return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
+}
+
+// Happy path: read only the touched parts of the data fragments, in parallel.
+std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manifest& m,
+                                            const index_kv::StripeLayout& s, uint64_t first,
+                                            uint64_t length, asio::any_io_executor ex) {
+  auto r = std::make_unique<StripeRead>();
+  r->layout = &s;
+  r->first = first;
+  r->length = length;
+  r->out.resize(length);
+  r->group = std::make_unique<TaskGroup>(dp.pool(), ex);
+  const uint64_t fl = s.fragment_len;
+  const int j0 = static_cast<int>(first / fl);
+  const int j1 = static_cast<int>((first + length - 1) / fl);
+  r->results = std::make_shared<std::vector<Status>>(j1 - j0 + 1);
+  for (int j = j0; j <= j1; ++j) {
+    uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
+    uint64_t hi = std::min<uint64_t>(first + length, uint64_t(j + 1) * fl);
+    uint8_t* dst = r->out.data() + (lo - first);
+    std::string drive = m.drives[s.drives[j]];
+    r->group->spawn([&dp, results = r->results, idx = j - j0, drive, id = blobOf(s, j),
+                     off = lo - uint64_t(j) * fl, dst, n = hi - lo] {
+      (*results)[idx] = dp.chunks().read(drive, id, off, {dst, n});
+      return Status::ok();
+    });
+  }
+  return r;
+}
+
+// Degraded path: read whole fragments from every other drive and rebuild the stripe.
+Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead& r,
+                          const std::vector<bool>& failed_data) {
+  const auto& s = *r.layout;
+  const int k = m.ec.k, total = m.ec.total();
+  const uint64_t fl = s.fragment_len;
+  if (static_cast<int>(s.drives.size()) != total) {
+    co_return Status::corruption("manifest stripe has the wrong number of fragments");
+  }
+  std::vector<uint8_t> frags(uint64_t(total) * fl);
+  auto ok = std::make_shared<std::vector<Status>>(total);
+  TaskGroup group(dp.pool(), co_await asio::this_coro::executor);
+  for (int j = 0; j < total; ++j) {
+    if (j < k && failed_data[j]) {
+      (*ok)[j] = Status::corruption("failed on the fast path");
+      continue;
+    }
+    std::string drive = m.drives[s.drives[j]];
+    group.spawn([&dp, ok, j, drive, id = blobOf(s, j), dst = frags.data() + uint64_t(j) * fl, fl] {
+      (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
+      return Status::ok();
+    });
+  }
+  (void)co_await group.wait();
+  std::vector<bool> present(total);
+  std::vector<uint8_t*> ptrs(total);
+  int have = 0;
+  for (int j = 0; j < total; ++j) {
+    present[j] = (*ok)[j].isOk();
+    have += present[j];
+    ptrs[j] = frags.data() + uint64_t(j) * fl;
+    if (!present[j] && !(j < k && failed_data[j])) {
+      dp.counters().fragment_errors.Increment();
+      log::warn("fragment {} on {}: {}", blobOf(s, j).toString(), m.drives[s.drives[j]],
+                (*ok)[j].toString());
+    }
+  }
+  if (have < k) {
+    co_return Status::unavailable(
+        fmt::format("stripe {}: only {} of {} fragments readable", s.blob_stripe, have, total));
+  }
+  std::unique_ptr<bool[]> present_arr(new bool[total]);
+  for (int j = 0; j < total; ++j) present_arr[j] = present[j];
+  Status st = co_await offload(dp.pool(), [&] {
+    return dp.code().reconstruct(fl, ptrs, std::span<const bool>(present_arr.get(), total));
+  });
+  if (!st.isOk()) co_return st;
+  dp.counters().degraded_stripes.Increment();
+  std::memcpy(r.out.data(), frags.data() + r.first, r.length);
+  co_return Status::ok();
+}
+
+Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeRead& r) {
+  (void)co_await r.group->wait();
+  const uint64_t fl = r.layout->fragment_len;
+  const int j0 = static_cast<int>(r.first / fl);
+  std::vector<bool> failed(m.ec.k, false);
+  bool any = false;
+  for (size_t i = 0; i < r.results->size(); ++i) {
+    const Status& st = (*r.results)[i];
+    if (!st.isOk()) {
+      failed[j0 + i] = true;
+      any = true;
+      dp.counters().fragment_errors.Increment();
+      log::warn("fragment {} on {}: {}; decoding from parity",
+                blobOf(*r.layout, j0 + static_cast<int>(i)).toString(),
+                m.drives[r.layout->drives[j0 + i]], st.toString());
+    }
+  }
+  if (!any) co_return Status::ok();
+  co_return co_await decodeStripe(dp, m, r, failed);
+}
+
+}  // namespace
+
+Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
+                             uint64_t length, BodySink& sink) {
+  if (length == 0) co_return Status::ok();
+  auto ex = co_await asio::this_coro::executor;
+  // Stripe slices covering the range, in order.
+  struct Slice {
+    const index_kv::StripeLayout* s;
+    uint64_t first, length;
+  };
+  std::vector<Slice> slices;
+  uint64_t pos = 0, end = first + length;
+  for (const auto& s : manifest.stripes) {
+    uint64_t s_end = pos + s.data_len;
+    if (s_end > first && pos < end) {
+      uint64_t lo = std::max(first, pos), hi = std::min(end, s_end);
+      if (uint64_t(manifest.ec.k) * s.fragment_len < s.data_len ||
+          s.drives.size() != static_cast<size_t>(manifest.ec.total())) {
+        co_return Status::corruption("manifest stripe layout is inconsistent");
+      }
+      slices.push_back({&s, lo - pos, hi - lo});
+    }
+    pos = s_end;
+    if (pos >= end) break;
+  }
+  if (pos < end) co_return Status::corruption("manifest stripes shorter than the object");
+
+  // Keep one stripe read in flight ahead of the one being sent.
+  std::unique_ptr<StripeRead> next;
+  if (!slices.empty()) {
+    next = startStripeRead(dp, manifest, *slices[0].s, slices[0].first, slices[0].length, ex);
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    std::unique_ptr<StripeRead> cur = std::move(next);
+    Status st = co_await finishStripeRead(dp, manifest, *cur);
+    if (!st.isOk()) co_return st;
+    if (i + 1 < slices.size()) {
+      const auto& n = slices[i + 1];
+      next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+    }
+    st = co_await sink.write(cur->out);
+    if (!st.isOk()) {
+      if (next) (void)co_await next->group->wait();
+      co_return st;
+    }
+  }
+  co_return Status::ok();
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,108 @@
+// The object data path: cutting a body into stripes, erasure coding them, placing the
+// k + m fragments with rendezvous hashing and writing them in parallel (ObjectWriter);
+// and reading byte ranges back from the data fragments only, decoding from parity when a
+// fragment is missing or corrupt (readObjectRange).
+//
+// Stripe layout (docs/architecture.md): a stripe holds up to k * fragment_len object
+// bytes; data fragment j holds stripe bytes [j * fl, (j + 1) * fl) where fl is the
+// stripe's fragment length (fragment_len for full stripes, the smallest multiple of 4 KiB
+// that fits for the last one), zero padded. Parity fragments k..k+m-1 follow.
+//
+// Memory per request is bounded: a writer holds two stripes (one being filled, one being
+// written); a reader holds at most two stripe slices (one being sent, one prefetched).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+
+#include "asio.h"
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/ids.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+#include "granary/index_kv/index.h"
+#include "granary/placement/cluster_map.h"
+#include "s3_request.h"
+#include "task_group.h"
+
+namespace granary::gateway {
+
+struct DataPathCounters {
+  prometheus::Counter& degraded_stripes;  // stripes decoded from parity on read
+  prometheus::Counter& fragment_errors;   // fragment reads that failed (any reason)
+  prometheus::Counter& encoded_bytes;     // data bytes erasure coded
+};
+
+class DataPath {
+ public:
+  DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
+           const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
+           DataPathCounters counters);
+
+  const placement::ClusterMap& map() const { return map_; }
+  chunkstore::ChunkClient& chunks() { return chunks_; }
+  const ec::ErasureCode& code() const { return code_; }
+  WorkerPool& pool() { return pool_; }
+  uint32_t fragmentLen() const { return fragment_len_; }
+  uint64_t stripeCapacity() const { return uint64_t(code_.profile().k) * fragment_len_; }
+  DataPathCounters& counters() { return counters_; }
+
+  // Fragment length used for a stripe holding `len` object bytes.
+  uint32_t fragmentLenFor(uint64_t len) const;
+
+ private:
+  const placement::ClusterMap& map_;
+  chunkstore::ChunkClient& chunks_;
+  const ec::ErasureCode& code_;
+  WorkerPool& pool_;
+  uint32_t fragment_len_;
+  DataPathCounters counters_;
+};
+
+// Writes one object version's stripes. Usage: fill buffer() up to stripeCapacity(), call
+// flush(n); repeat; then finish(). On any failure call abandon() to delete what was written.
+class ObjectWriter {
+ public:
+  ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
+               asio::any_io_executor executor);
+  ~ObjectWriter();
+
+  std::span<uint8_t> buffer();
+  // Starts writing the current buffer's first `len` bytes as the next stripe, after the
+  // previous stripe's writes completed. Returns that previous stripe's error, if any.
+  Task<Status> flush(size_t len);
+  // Waits for the last stripe. After ok, drives() and stripes() describe the object.
+  Task<Status> finish();
+  // Best-effort removal of every fragment written so far (waits for in-flight writes).
+  Task<void> abandon();
+
+  const std::vector<std::string>& drives() const { return drives_; }
+  const std::vector<index_kv::StripeLayout>& stripes() const { return stripes_; }
+
+ private:
+  struct Slot;
+  uint16_t driveIndex(const std::string& drive);
+
+  DataPath& dp_;
+  VersionId version_;
+  std::string bucket_;
+  std::string key_;
+  asio::any_io_executor executor_;
+  std::shared_ptr<Slot> slots_[2];  // shared with in-flight writes
+  int current_ = 0;
+  std::unique_ptr<TaskGroup> in_flight_;
+  std::vector<std::string> drives_;
+  std::vector<index_kv::StripeLayout> stripes_;
+};
+
+// Streams object bytes [first, first + length) of a striped manifest into `sink`
+// (whose head must already be written).
+Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
+                             uint64_t length, BodySink& sink);
+
+}  // namespace granary::gateway

@@ -1,0 +1,296 @@
+// PutObject: streams the body (plain or aws-chunked) into stripes, or into the manifest
+// when it is small, verifies the payload hashes, and commits the manifest only after every
+// fragment is durable.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+
+#include "digest.h"
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "granary/common/log.h"
+#include "handlers.h"
+
+namespace granary::gateway {
+
+namespace {
+
+constexpr size_t kRawReadSize = 256 * 1024;
+constexpr size_t kMaxUserMetadata = 2 * 1024;  // AWS: 2 KB of x-amz-meta-* names + values
+constexpr size_t kOffloadHashAbove = 256 * 1024;
+
+// The object bytes of a request body: plain, or decoded from aws-chunked framing.
+class PayloadStream {
+ public:
+  PayloadStream(BodySource& body, std::unique_ptr<AwsChunkedDecoder> decoder)
+      : body_(body), decoder_(std::move(decoder)) {}
+
+  Task<S3Result<size_t>> read(std::span<uint8_t> out) {
+    if (!decoder_) co_return co_await body_.read(out);
+    while (pos_ == pending_.size()) {
+      pending_.clear();
+      pos_ = 0;
+      if (decoder_->done()) co_return 0;
+      raw_.resize(kRawReadSize);
+      auto n = co_await body_.read({reinterpret_cast<uint8_t*>(raw_.data()), raw_.size()});
+      if (!n) co_return std::unexpected(n.error());
+      if (*n == 0) {
+        co_return s3fail(S3ErrorCode::kIncompleteBody,
+                         "The request body terminated unexpectedly");
+      }
+      auto fed = decoder_->feed(std::string_view(raw_.data(), *n), pending_);
+      if (!fed) co_return std::unexpected(fed.error());
+    }
+    size_t n = std::min(out.size(), pending_.size() - pos_);
+    std::memcpy(out.data(), pending_.data() + pos_, n);
+    pos_ += n;
+    co_return n;
+  }
+
+  // Reads until `out` is full or the payload ends.
+  Task<S3Result<size_t>> readFull(std::span<uint8_t> out) {
+    size_t got = 0;
+    while (got < out.size()) {
+      auto n = co_await read(out.subspan(got));
+      if (!n) co_return std::unexpected(n.error());
+      if (*n == 0) break;
+      got += *n;
+    }
+    co_return got;
+  }
+
+ private:
+  BodySource& body_;
+  std::unique_ptr<AwsChunkedDecoder> decoder_;
+  std::string raw_;
+  std::string pending_;
+  size_t pos_ = 0;
+};
+
+struct PayloadMode {
+  std::unique_ptr<AwsChunkedDecoder> decoder;
+  std::optional<std::string> expected_sha256;  // hex, for a signed single-chunk payload
+};
+
+S3Result<PayloadMode> payloadMode(const RequestAuth& auth) {
+  PayloadMode mode;
+  std::string_view hash = auth.info ? std::string_view(auth.info->payload_hash) : "";
+  if (hash.empty() || hash == "UNSIGNED-PAYLOAD") return mode;
+  bool signed_chunks = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" ||
+                       hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
+  bool trailer = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" ||
+                 hash == "STREAMING-UNSIGNED-PAYLOAD-TRAILER";
+  if (signed_chunks || trailer) {
+    std::optional<AwsChunkedDecoder::Signing> signing;
+    if (signed_chunks) {
+      signing = AwsChunkedDecoder::Signing{auth.signing_key, auth.info->amz_date,
+                                           auth.info->scope(), auth.info->signature};
+    }
+    mode.decoder = std::make_unique<AwsChunkedDecoder>(std::move(signing), trailer);
+    return mode;
+  }
+  auto raw = fromHex(hash);
+  if (!raw || raw->size() != 32) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-..., or a valid "
+                  "sha256 value.");
+  }
+  std::string lower(hash);
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  mode.expected_sha256 = lower;
+  return mode;
+}
+
+S3Result<uint64_t> payloadSize(const S3Request& req, bool chunked, uint64_t max) {
+  std::optional<uint64_t> size;
+  if (chunked) {
+    if (auto d = req.header("x-amz-decoded-content-length")) {
+      uint64_t v = 0;
+      auto [p, ec] = std::from_chars(d->data(), d->data() + d->size(), v);
+      if (ec == std::errc() && p == d->data() + d->size()) size = v;
+    }
+  } else {
+    size = req.content_length;
+  }
+  if (!size) {
+    return s3fail(S3ErrorCode::kMissingContentLength,
+                  "You must provide the Content-Length HTTP header.");
+  }
+  if (*size > max) {
+    return s3fail(S3ErrorCode::kEntityTooLarge,
+                  "Your proposed upload exceeds the maximum allowed object size.");
+  }
+  return *size;
+}
+
+// Stored system headers; Content-Encoding minus the transfer-only "aws-chunked".
+S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m) {
+  size_t meta_bytes = 0;
+  for (const auto& [name, value] : req.headers) {
+    if (name.starts_with("x-amz-meta-")) {
+      std::string short_name = name.substr(11);
+      meta_bytes += short_name.size() + value.size();
+      m.metadata[short_name] = value;
+    } else if (name == "content-encoding") {
+      std::string kept;
+      size_t start = 0;
+      while (start <= value.size()) {
+        size_t comma = value.find(',', start);
+        std::string part = value.substr(start, comma == std::string::npos ? std::string::npos
+                                                                           : comma - start);
+        part.erase(0, part.find_first_not_of(' '));
+        part.erase(part.find_last_not_of(' ') + 1);
+        if (!part.empty() && part != "aws-chunked") kept += (kept.empty() ? "" : ",") + part;
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      if (!kept.empty()) m.headers["Content-Encoding"] = kept;
+    } else if (name == "content-disposition") {
+      m.headers["Content-Disposition"] = value;
+    } else if (name == "cache-control") {
+      m.headers["Cache-Control"] = value;
+    } else if (name == "content-language") {
+      m.headers["Content-Language"] = value;
+    } else if (name == "expires") {
+      m.headers["Expires"] = value;
+    }
+  }
+  if (meta_bytes > kMaxUserMetadata) {
+    return s3fail(S3ErrorCode::kMetadataTooLarge,
+                  "Your metadata headers exceed the maximum allowed metadata size.");
+  }
+  m.content_type = std::string(req.header("content-type").value_or("binary/octet-stream"));
+  return {};
+}
+
+class Hashes {
+ public:
+  explicit Hashes(bool sha256) : md5_(Digest::Kind::kMd5) {
+    if (sha256) sha256_.emplace(Digest::Kind::kSha256);
+  }
+  void update(std::span<const uint8_t> data) {
+    md5_.update(data);
+    if (sha256_) sha256_->update(data);
+  }
+  std::vector<uint8_t> md5() { return md5_.finish(); }
+  std::string sha256Hex() { return sha256_ ? toHex(sha256_->finish()) : std::string(); }
+
+ private:
+  Digest md5_;
+  std::optional<Digest> sha256_;
+};
+
+}  // namespace
+
+Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
+                           BodySource& body) {
+  auto mode = payloadMode(auth);
+  if (!mode) co_return errorResponse(mode.error(), req);
+  const bool chunked = mode->decoder != nullptr;
+  auto size = payloadSize(req, chunked, ctx.options.max_object_size);
+  if (!size) co_return errorResponse(size.error(), req);
+
+  index_kv::Manifest m;
+  if (auto st = collectMetadata(req, m); !st) co_return errorResponse(st.error(), req);
+  std::optional<std::vector<uint8_t>> content_md5;
+  if (auto cm = req.header("content-md5")) {
+    content_md5 = base64Decode(*cm);
+    if (!content_md5 || content_md5->size() != 16) {
+      co_return errorResponse({S3ErrorCode::kInvalidDigest,
+                               "The Content-MD5 you specified was invalid."},
+                              req);
+    }
+  }
+
+  const auto& clock = ctx.deps.clock;
+  m.version = VersionId::generate(clock, ctx.deps.random);
+  m.ec = ctx.data.code().profile();
+  PayloadStream payload(body, std::move(mode->decoder));
+  Hashes hashes(mode->expected_sha256.has_value());
+  uint64_t total = 0;
+  std::unique_ptr<ObjectWriter> writer;
+
+  auto failWith = [&](S3Error e) -> Task<S3Response> {
+    if (writer) co_await writer->abandon();
+    S3Response res = errorResponse(e, req);
+    res.close = !body.done();
+    co_return res;
+  };
+
+  if (*size <= ctx.options.inline_threshold) {
+    m.is_inline = true;
+    m.inline_data.resize(*size + 1);  // one spare byte detects an over-long body
+    auto n = co_await payload.readFull(
+        {reinterpret_cast<uint8_t*>(m.inline_data.data()), m.inline_data.size()});
+    if (!n) co_return co_await failWith(n.error());
+    total = *n;
+    m.inline_data.resize(std::min<uint64_t>(total, *size));
+    hashes.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
+  } else {
+    writer = std::make_unique<ObjectWriter>(ctx.data, m.version, req.bucket, req.key,
+                                            co_await asio::this_coro::executor);
+    for (;;) {
+      auto buf = writer->buffer();
+      auto n = co_await payload.readFull(buf);
+      if (!n) co_return co_await failWith(n.error());
+      if (*n == 0) break;
+      total += *n;
+      if (total > *size) break;
+      auto chunk = buf.first(*n);
+      if (chunk.size() > kOffloadHashAbove) {
+        co_await offload(ctx.pool(), [&] {
+          hashes.update(chunk);
+          return 0;
+        });
+      } else {
+        hashes.update(chunk);
+      }
+      Status st = co_await writer->flush(*n);
+      if (!st.isOk()) co_return co_await failWith(fromStatus(st));
+      if (*n < buf.size()) break;
+    }
+    Status st = co_await writer->finish();
+    if (!st.isOk()) co_return co_await failWith(fromStatus(st));
+  }
+  ctx.metrics.bytesIn(total);
+  if (total != *size) {
+    co_return co_await failWith(
+        {total < *size ? S3ErrorCode::kIncompleteBody : S3ErrorCode::kInvalidRequest,
+         total < *size ? "You did not provide the number of bytes specified by the "
+                         "Content-Length HTTP header."
+                       : "The request body is longer than its declared length."});
+  }
+  if (mode->expected_sha256 && hashes.sha256Hex() != *mode->expected_sha256) {
+    co_return co_await failWith({S3ErrorCode::kXAmzContentSHA256Mismatch,
+                                 "The provided 'x-amz-content-sha256' header does not match "
+                                 "what was computed."});
+  }
+  auto md5 = hashes.md5();
+  if (content_md5 && *content_md5 != md5) {
+    co_return co_await failWith({S3ErrorCode::kBadDigest,
+                                 "The Content-MD5 you specified did not match what we "
+                                 "received."});
+  }
+
+  m.size = total;
+  m.etag = toHex(md5);
+  m.mtime_unix_nanos = clock.nowUnixNanos();
+  if (writer) {
+    m.drives = writer->drives();
+    m.stripes = writer->stripes();
+  }
+  auto committed = co_await offload(ctx.pool(), [&] {
+    return ctx.index().putObject(req.bucket, req.key, m, index_kv::Precondition::none());
+  });
+  if (!committed) {
+    co_return co_await failWith(co_await objectNotFound(ctx, req, committed.error()));
+  }
+  S3Response res;
+  res.set("ETag", "\"" + m.etag + "\"");
+  co_return res;
+}
+
+}  // namespace granary::gateway

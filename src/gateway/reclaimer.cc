@@ -1,0 +1,131 @@
+#include "granary/gateway/reclaimer.h"
+
+#include <map>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/index_kv/index.h"
+#include "granary/placement/cluster_map.h"
+
+namespace granary::gateway {
+
+namespace {
+constexpr size_t kGcBatch = 256;
+constexpr size_t kSweepPage = 1024;
+}  // namespace
+
+Reclaimer::Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                     const placement::ClusterMap& map, const Clock& clock,
+                     ReclaimerOptions options)
+    : index_(index), chunks_(chunks), map_(map), clock_(clock), options_(options) {}
+
+Reclaimer::~Reclaimer() { stop(); }
+
+Result<ReclaimStats> Reclaimer::collectGarbage() {
+  std::lock_guard pass(pass_mu_);
+  ReclaimStats stats;
+  const int64_t cutoff =
+      clock_.nowUnixNanos() -
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.gc_grace).count();
+  for (;;) {
+    auto due = index_.gcDue(cutoff, kGcBatch);
+    if (!due) return fail(due.error());
+    if (due->empty()) break;
+    std::vector<index_kv::GcEntry> done;
+    for (auto& entry : *due) {
+      bool complete = true;
+      for (const auto& blob : entry.blobs) {
+        Status st = chunks_.remove(blob.drive, blob.id);
+        if (st.isOk()) {
+          ++stats.blobs_removed;
+        } else if (!st.isNotFound()) {
+          // Keep the entry: a drive that is down now gets its blobs removed later.
+          complete = false;
+          log::warn("gc: cannot remove {} on {}: {}", blob.id.toString(), blob.drive,
+                    st.toString());
+        }
+      }
+      if (complete) done.push_back(std::move(entry));
+    }
+    if (done.empty()) break;  // nothing progressed: retry on the next pass
+    Status st = index_.gcDone(done);
+    if (!st.isOk()) return fail(st);
+    stats.entries_done += done.size();
+    if (due->size() < kGcBatch) break;
+  }
+  return stats;
+}
+
+Result<ReclaimStats> Reclaimer::sweepOrphans() {
+  std::lock_guard pass(pass_mu_);
+  ReclaimStats stats;
+  const int64_t cutoff =
+      clock_.nowUnixNanos() -
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.orphan_grace).count();
+  for (const auto& drive : map_.drives) {
+    std::optional<BlobId> after;
+    std::map<VersionId, bool> referenced;  // per drive page: versions repeat across stripes
+    for (;;) {
+      auto page = chunks_.list(drive.id, after, kSweepPage);
+      if (!page) {
+        log::warn("sweep: cannot list {}: {}", drive.id, page.error().toString());
+        break;
+      }
+      for (const auto& blob : *page) {
+        ++stats.entries_done;
+        if (blob.created_unix_nanos > cutoff) continue;  // may belong to a PUT in progress
+        auto it = referenced.find(blob.id.version);
+        if (it == referenced.end()) {
+          auto ref = index_.isBlobVersionReferenced(blob.id.version);
+          if (!ref) return fail(ref.error());
+          it = referenced.emplace(blob.id.version, *ref).first;
+        }
+        if (it->second) continue;
+        Status st = chunks_.remove(drive.id, blob.id);
+        if (st.isOk()) {
+          ++stats.blobs_removed;
+          log::info("sweep: removed orphan blob {} on {}", blob.id.toString(), drive.id);
+        }
+      }
+      if (page->size() < kSweepPage) break;
+      after = page->back().id;
+      referenced.clear();
+    }
+  }
+  return stats;
+}
+
+void Reclaimer::start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Reclaimer::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Reclaimer::loop() {
+  auto next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.gc_interval, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    if (auto r = collectGarbage(); !r) log::warn("gc pass failed: {}", r.error().toString());
+    if (std::chrono::steady_clock::now() >= next_sweep) {
+      if (auto r = sweepOrphans(); !r) log::warn("sweep failed: {}", r.error().toString());
+      next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,228 @@
+// Routing and authentication: turns a parsed request into the handler call. Reserved
+// paths under /_granary/ (health, metrics) are ours; everything else is S3 path-style:
+// /bucket/key?subresource.
+#include <fmt/core.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <array>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/clock.h"
+#include "granary/placement/cluster_map.h"
+#include "handlers.h"
+#include "s3_xml.h"
+#include "uri.h"
+
+namespace granary::gateway {
+
+std::optional<std::string_view> S3Request::header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return std::string_view(v);
+  }
+  return std::nullopt;
+}
+
+bool S3Request::hasQuery(std::string_view name) const { return queryValue(name).has_value(); }
+
+std::optional<std::string_view> S3Request::queryValue(std::string_view name) const {
+  for (const auto& [n, v] : query) {
+    if (n == name) return std::string_view(v);
+  }
+  return std::nullopt;
+}
+
+S3Response errorResponse(const S3Error& error, const S3Request& req) {
+  S3Response res;
+  res.status = httpStatus(error.code);
+  if (error.code == S3ErrorCode::kNotModified) return res;
+  res.set("Content-Type", "application/xml");
+  std::string resource = req.path.empty() ? "/" : req.path;
+  res.body = errorXml(error, resource, req.request_id);
+  return res;
+}
+
+namespace {
+
+// Subresources of the S3 API that this gateway does not implement yet: answered with
+// NotImplemented rather than silently treated as a plain GET/PUT.
+constexpr std::array kUnsupportedSubresources = {
+    "accelerate", "acl", "analytics", "cors", "delete", "encryption", "intelligent-tiering",
+    "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification",
+    "object-lock", "ownershipControls", "partNumber", "policy", "policyStatus",
+    "publicAccessBlock", "replication", "requestPayment", "restore", "retention", "select",
+    "tagging", "torrent", "uploadId", "uploads", "versioning", "versions", "website",
+    "attributes"};
+
+bool validUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
+                 : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (extra == 4 || (extra > 0 && (c == 0xC0 || c == 0xC1))) return false;
+    if (i + extra >= s.size() && extra > 0) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Splits the target into bucket, key and query. Errors are S3 errors.
+S3Result<void> parseTarget(S3Request& req) {
+  std::string_view target = req.target;
+  size_t q = target.find('?');
+  req.path = std::string(target.substr(0, q));
+  if (q != std::string_view::npos) req.query = parseQuery(target.substr(q + 1));
+  if (req.path.empty() || req.path[0] != '/') {
+    return s3fail(S3ErrorCode::kInvalidRequest, "Invalid request target");
+  }
+  std::string_view rest = std::string_view(req.path).substr(1);
+  size_t slash = rest.find('/');
+  auto bucket = percentDecode(rest.substr(0, slash), false);
+  if (!bucket) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
+  req.bucket = *bucket;
+  if (slash != std::string_view::npos) {
+    auto key = percentDecode(rest.substr(slash + 1), false);
+    if (!key) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
+    req.key = *key;
+  }
+  if (req.key.size() > 1024) {
+    return s3fail(S3ErrorCode::kKeyTooLongError, "Your key is too long");
+  }
+  if (req.key.find('\0') != std::string::npos || !validUtf8(req.key)) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Object key must be valid UTF-8 without NUL characters");
+  }
+  return {};
+}
+
+S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
+  HttpRequestView view{req.method, req.target, req.headers};
+  auto parsed = parseAuth(view);
+  if (!parsed) return std::unexpected(parsed.error());
+  if (!*parsed) return s3fail(S3ErrorCode::kAccessDenied, "Access Denied");
+  AuthInfo& info = **parsed;
+  auto user = ctx.credentials.find(info.access_key);
+  if (!user) {
+    return s3fail(S3ErrorCode::kInvalidAccessKeyId,
+                  "The AWS Access Key Id you provided does not exist in our records.");
+  }
+  int64_t now = ctx.deps.clock.nowUnixNanos() / 1'000'000'000;
+  auto ok = verify(view, info, user->secret_key, now, ctx.signing_keys);
+  if (!ok) return std::unexpected(ok.error());
+  RequestAuth auth;
+  auth.signing_key =
+      ctx.signing_keys.get(user->secret_key, info.date, info.region, info.service);
+  auth.info = std::move(info);
+  req.principal = user->access_key;
+  return auth;
+}
+
+Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::string& op) {
+  S3Response res;
+  if (req.path == "/_granary/health") {
+    op = "Health";
+    res.set("Content-Type", "text/plain");
+    res.body = "ok\n";
+  } else if (req.path == "/_granary/metrics") {
+    op = "Metrics";
+    co_await offload(ctx.pool(), [&] {
+      for (const auto& d : ctx.deps.map.drives) {
+        if (auto st = ctx.deps.chunks.stats(d.id)) {
+          ctx.metrics.setDrive(d.id, st->blobs, st->payload_bytes, st->capacity_bytes,
+                               st->available_bytes);
+        }
+      }
+      return 0;
+    });
+    res.set("Content-Type", "text/plain; version=0.0.4");
+    res.body = prometheus::TextSerializer().Serialize(ctx.metrics.registry().Collect());
+  } else {
+    op = "Internal";
+    res = errorResponse({S3ErrorCode::kInvalidRequest, "Unknown reserved path"}, req);
+    res.status = 404;
+  }
+  co_return res;
+}
+
+}  // namespace
+
+Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
+                               BodySink& sink, std::string& op) {
+  op = "Unknown";
+  if (auto parsed = parseTarget(req); !parsed) co_return errorResponse(parsed.error(), req);
+  if (req.path.starts_with("/_granary/")) co_return co_await serveInternal(ctx, req, op);
+
+  auto auth = authenticate(ctx, req);
+  if (!auth) {
+    op = "Auth";
+    co_return errorResponse(auth.error(), req);
+  }
+  for (const char* sub : kUnsupportedSubresources) {
+    if (req.hasQuery(sub)) {
+      op = "Unsupported";
+      co_return errorResponse({S3ErrorCode::kNotImplemented,
+                               fmt::format("The '{}' subresource is not implemented", sub)},
+                              req);
+    }
+  }
+
+  const std::string& m = req.method;
+  if (req.bucket.empty()) {
+    if (m == "GET") {
+      op = "ListBuckets";
+      co_return co_await listBuckets(ctx, req);
+    }
+  } else if (req.key.empty()) {
+    if (m == "GET" && req.hasQuery("location")) {
+      op = "GetBucketLocation";
+      co_return co_await getBucketLocation(ctx, req);
+    }
+    if (m == "GET") {
+      op = req.queryValue("list-type") == std::optional<std::string_view>("2") ? "ListObjectsV2"
+                                                                              : "ListObjects";
+      co_return co_await listObjects(ctx, req);
+    }
+    if (m == "PUT") {
+      op = "CreateBucket";
+      co_return co_await createBucket(ctx, req, body);
+    }
+    if (m == "HEAD") {
+      op = "HeadBucket";
+      co_return co_await headBucket(ctx, req);
+    }
+    if (m == "DELETE") {
+      op = "DeleteBucket";
+      co_return co_await deleteBucket(ctx, req);
+    }
+  } else {
+    if (m == "GET" || m == "HEAD") {
+      op = m == "GET" ? "GetObject" : "HeadObject";
+      co_return co_await getObject(ctx, req, sink, m == "HEAD");
+    }
+    if (m == "PUT") {
+      if (req.header("x-amz-copy-source")) {
+        op = "CopyObject";
+        co_return errorResponse({S3ErrorCode::kNotImplemented, "CopyObject is not implemented yet"}, req);
+      }
+      op = "PutObject";
+      co_return co_await putObject(ctx, req, *auth, body);
+    }
+    if (m == "DELETE") {
+      op = "DeleteObject";
+      co_return co_await deleteObject(ctx, req);
+    }
+  }
+  if (m == "POST") {
+    op = "Unsupported";
+    co_return errorResponse({S3ErrorCode::kNotImplemented, "This POST operation is not implemented"}, req);
+  }
+  op = "MethodNotAllowed";
+  co_return errorResponse({S3ErrorCode::kMethodNotAllowed,
+                           "The specified method is not allowed against this resource."},
+                          req);
+}
+
+}  // namespace granary::gateway

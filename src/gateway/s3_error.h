@@ -1,0 +1,68 @@
+// S3 errors: the AWS error codes the gateway answers with, their HTTP statuses, and the
+// single mapping from internal Status codes to S3 errors (fromStatus).
+#pragma once
+
+#include <expected>
+#include <string>
+#include <string_view>
+
+#include "granary/common/status.h"
+
+namespace granary::gateway {
+
+enum class S3ErrorCode {
+  kAccessDenied,
+  kAuthorizationHeaderMalformed,
+  kAuthorizationQueryParametersError,
+  kBadDigest,
+  kBucketAlreadyExists,
+  kBucketAlreadyOwnedByYou,
+  kBucketNotEmpty,
+  kEntityTooLarge,
+  kIncompleteBody,
+  kInternalError,
+  kInvalidAccessKeyId,
+  kInvalidArgument,
+  kInvalidBucketName,
+  kInvalidDigest,
+  kInvalidRange,
+  kInvalidRequest,
+  kKeyTooLongError,
+  kMalformedXML,
+  kMetadataTooLarge,
+  kMethodNotAllowed,
+  kMissingContentLength,
+  kMissingSecurityHeader,
+  kNoSuchBucket,
+  kNoSuchKey,
+  kNotImplemented,
+  kPreconditionFailed,
+  kRequestHeaderSectionTooLarge,
+  kRequestTimeout,
+  kRequestTimeTooSkewed,
+  kServiceUnavailable,
+  kSignatureDoesNotMatch,
+  kSlowDown,
+  kXAmzContentSHA256Mismatch,
+  kNotModified,  // 304, no body
+};
+
+struct S3Error {
+  S3ErrorCode code = S3ErrorCode::kInternalError;
+  std::string message;
+};
+
+template <typename T>
+using S3Result = std::expected<T, S3Error>;
+
+inline std::unexpected<S3Error> s3fail(S3ErrorCode code, std::string message) {
+  return std::unexpected<S3Error>(S3Error{code, std::move(message)});
+}
+
+std::string_view errorName(S3ErrorCode code);
+int httpStatus(S3ErrorCode code);
+// The one place internal failures become S3 errors. `not_found` says which 404 a
+// kNotFound means in this context (kNoSuchBucket or kNoSuchKey).
+S3Error fromStatus(const Status& status, S3ErrorCode not_found = S3ErrorCode::kNoSuchKey);
+
+}  // namespace granary::gateway

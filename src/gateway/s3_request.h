@@ -1,0 +1,76 @@
+// The gateway's transport-independent view of one S3 request and response, and the body
+// streams between handlers and the connection. Handlers (put_object.cc, get_object.cc,
+// bucket_ops.cc) see only these types, never Beast, so they compile fast and can be
+// driven without sockets.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "asio.h"
+#include "granary/common/status.h"
+#include "s3_error.h"
+
+namespace granary::gateway {
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+struct S3Request {
+  std::string method;  // upper case
+  std::string target;  // raw request-target
+  std::string path;    // raw path (percent-encoded as sent)
+  std::string bucket;  // decoded; empty for service-level requests
+  std::string key;     // decoded; empty for bucket-level requests
+  HeaderList query;    // decoded query parameters, in order
+  HeaderList headers;  // lower-case names
+  std::optional<uint64_t> content_length;
+  std::string request_id;
+  std::string principal;  // authenticated access key ("" = anonymous)
+
+  // First value of a header (lower-case name), or nullopt.
+  std::optional<std::string_view> header(std::string_view name) const;
+  bool hasQuery(std::string_view name) const;
+  std::optional<std::string_view> queryValue(std::string_view name) const;
+};
+
+struct S3Response {
+  int status = 200;
+  HeaderList headers;
+  std::string body;
+  // True when the handler already wrote the whole response through the BodySink.
+  bool streamed = false;
+  // Close the connection after this response (e.g. the request body was not consumed).
+  bool close = false;
+
+  void set(std::string name, std::string value) {
+    headers.emplace_back(std::move(name), std::move(value));
+  }
+};
+
+// The request body after HTTP framing (Content-Length or chunked) is removed; aws-chunked
+// decoding is the handler's job.
+class BodySource {
+ public:
+  virtual ~BodySource() = default;
+  // Reads up to out.size() bytes; 0 means the body is complete. Errors: truncated body,
+  // timeout, oversize.
+  virtual Task<S3Result<size_t>> read(std::span<uint8_t> out) = 0;
+  virtual bool done() const = 0;
+};
+
+class BodySink {
+ public:
+  virtual ~BodySink() = default;
+  // Sends status and headers with a Content-Length of `content_length`.
+  virtual Task<Status> writeHead(const S3Response& head, uint64_t content_length) = 0;
+  virtual Task<Status> write(std::span<const uint8_t> data) = 0;
+};
+
+S3Response errorResponse(const S3Error& error, const S3Request& req);
+
+}  // namespace granary::gateway

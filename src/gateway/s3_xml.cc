@@ -1,0 +1,125 @@
+#include "s3_xml.h"
+
+#include <pugixml.hpp>
+
+#include <sstream>
+
+#include "time_format.h"
+#include "uri.h"
+
+namespace granary::gateway {
+
+namespace {
+
+std::string serialize(const pugi::xml_document& doc) {
+  std::ostringstream out;
+  doc.save(out, "", pugi::format_raw, pugi::encoding_utf8);
+  return out.str();
+}
+
+pugi::xml_node root(pugi::xml_document& doc, const char* name, bool with_namespace = true) {
+  auto decl = doc.append_child(pugi::node_declaration);
+  decl.append_attribute("version") = "1.0";
+  decl.append_attribute("encoding") = "UTF-8";
+  auto node = doc.append_child(name);
+  if (with_namespace) node.append_attribute("xmlns") = std::string(kS3Namespace).c_str();
+  return node;
+}
+
+void text(pugi::xml_node parent, const char* name, std::string_view value) {
+  parent.append_child(name).text().set(std::string(value).c_str());
+}
+
+}  // namespace
+
+std::string errorXml(const S3Error& error, std::string_view resource,
+                     std::string_view request_id) {
+  pugi::xml_document doc;
+  auto e = root(doc, "Error", false);
+  text(e, "Code", errorName(error.code));
+  text(e, "Message", error.message);
+  text(e, "Resource", resource);
+  text(e, "RequestId", request_id);
+  return serialize(doc);
+}
+
+std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
+                           std::string_view owner_id) {
+  pugi::xml_document doc;
+  auto r = root(doc, "ListAllMyBucketsResult");
+  auto owner = r.append_child("Owner");
+  text(owner, "ID", owner_id);
+  text(owner, "DisplayName", owner_id);
+  auto list = r.append_child("Buckets");
+  for (const auto& b : buckets) {
+    auto node = list.append_child("Bucket");
+    text(node, "Name", b.name);
+    text(node, "CreationDate", isoTimestamp(b.created_unix_nanos));
+  }
+  return serialize(doc);
+}
+
+std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResult& result) {
+  auto enc = [&](std::string_view s) {
+    return p.url_encode ? uriEncode(s, /*encode_slash=*/false) : std::string(s);
+  };
+  pugi::xml_document doc;
+  auto r = root(doc, "ListBucketResult");
+  text(r, "Name", p.bucket);
+  text(r, "Prefix", enc(p.prefix));
+  if (p.version == 1) {
+    text(r, "Marker", enc(p.marker));
+    if (result.truncated && !p.next_token.empty()) text(r, "NextMarker", enc(p.next_token));
+  } else {
+    if (!p.marker.empty()) text(r, "StartAfter", enc(p.marker));
+    if (!p.continuation_token.empty()) text(r, "ContinuationToken", p.continuation_token);
+    if (result.truncated) text(r, "NextContinuationToken", p.next_token);
+    text(r, "KeyCount", std::to_string(result.objects.size() + result.common_prefixes.size()));
+  }
+  text(r, "MaxKeys", std::to_string(p.max_keys));
+  if (!p.delimiter.empty()) text(r, "Delimiter", enc(p.delimiter));
+  if (p.url_encode) text(r, "EncodingType", "url");
+  text(r, "IsTruncated", result.truncated ? "true" : "false");
+  for (const auto& o : result.objects) {
+    auto c = r.append_child("Contents");
+    text(c, "Key", enc(o.key));
+    text(c, "LastModified", isoTimestamp(o.mtime_unix_nanos));
+    text(c, "ETag", "\"" + o.etag + "\"");
+    text(c, "Size", std::to_string(o.size));
+    text(c, "StorageClass", "STANDARD");
+    if (p.fetch_owner || p.version == 1) {
+      auto owner = c.append_child("Owner");
+      text(owner, "ID", p.owner_id);
+      text(owner, "DisplayName", p.owner_id);
+    }
+  }
+  for (const auto& prefix : result.common_prefixes) {
+    text(r.append_child("CommonPrefixes"), "Prefix", enc(prefix));
+  }
+  return serialize(doc);
+}
+
+std::string locationXml(std::string_view region) {
+  pugi::xml_document doc;
+  auto r = root(doc, "LocationConstraint");
+  // us-east-1 is reported as an empty constraint, as AWS does.
+  if (region != "us-east-1") r.text().set(std::string(region).c_str());
+  return serialize(doc);
+}
+
+S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::string();
+  pugi::xml_document doc;
+  auto parsed = doc.load_buffer(body.data(), body.size(), pugi::parse_default,
+                                pugi::encoding_utf8);
+  if (!parsed) {
+    return s3fail(S3ErrorCode::kMalformedXML,
+                  "The XML you provided was not well-formed or did not validate against our "
+                  "published schema");
+  }
+  auto cfg = doc.child("CreateBucketConfiguration");
+  if (!cfg) return s3fail(S3ErrorCode::kMalformedXML, "expected CreateBucketConfiguration");
+  return std::string(cfg.child("LocationConstraint").text().as_string());
+}
+
+}  // namespace granary::gateway

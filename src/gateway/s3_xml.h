@@ -1,0 +1,44 @@
+// S3 XML bodies, built and parsed with pugixml (escaping and well-formedness are the
+// library's job, not ours).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granary/index_kv/index.h"
+#include "s3_error.h"
+
+namespace granary::gateway {
+
+inline constexpr std::string_view kS3Namespace = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+std::string errorXml(const S3Error& error, std::string_view resource,
+                     std::string_view request_id);
+
+std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
+                           std::string_view owner_id);
+
+struct ListObjectsParams {
+  int version = 2;  // 1: ListObjects (marker), 2: ListObjectsV2
+  std::string bucket;
+  std::string prefix;
+  std::string delimiter;
+  std::string marker;              // v1 Marker, or v2 StartAfter
+  std::string continuation_token;  // v2, as received
+  std::string next_token;          // v2 NextContinuationToken / v1 NextMarker when truncated
+  size_t max_keys = 1000;
+  bool url_encode = false;         // encoding-type=url
+  bool fetch_owner = false;
+  std::string owner_id;
+};
+
+std::string listObjectsXml(const ListObjectsParams& params, const index_kv::ListResult& result);
+
+std::string locationXml(std::string_view region);
+
+// <CreateBucketConfiguration><LocationConstraint>r</LocationConstraint>...: returns the
+// location constraint ("" if absent). Empty body is fine. MalformedXML otherwise.
+S3Result<std::string> parseCreateBucketConfiguration(std::string_view body);
+
+}  // namespace granary::gateway

@@ -1,0 +1,332 @@
+// The HTTP/1.1 transport: Beast sessions as C++20 coroutines, one io_context per thread,
+// each with its own SO_REUSEPORT acceptor so a connection stays on one thread. Everything
+// S3 lives behind handleRequest(); this file only moves bytes and enforces timeouts.
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <limits>
+#include <thread>
+
+#include "asio.h"
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "granary/common/log.h"
+#include "granary/common/random.h"
+#include "granary/placement/cluster_map.h"
+#include "handlers.h"
+#include "time_format.h"
+
+namespace granary::gateway {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kRedirect = [](beast::error_code& ec) {
+  return asio::redirect_error(asio::use_awaitable, ec);
+};
+
+class BeastBodySource final : public BodySource {
+ public:
+  BeastBodySource(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                  http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout)
+      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {}
+
+  Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
+    if (parser_.is_done() || out.empty()) co_return 0;
+    auto& body = parser_.get().body();
+    body.data = out.data();
+    body.size = out.size();
+    stream_.expires_after(timeout_);
+    beast::error_code ec;
+    co_await http::async_read(stream_, buffer_, parser_, kRedirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+    size_t n = out.size() - body.size;
+    if (ec) {
+      failed_ = true;
+      if (ec == beast::error::timeout) {
+        co_return s3fail(S3ErrorCode::kRequestTimeout,
+                         "Your socket connection to the server was not read from or written "
+                         "to within the timeout period.");
+      }
+      co_return s3fail(S3ErrorCode::kIncompleteBody,
+                       "The request body terminated unexpectedly");
+    }
+    co_return n;
+  }
+
+  bool done() const override { return parser_.is_done(); }
+  bool failed() const { return failed_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  beast::flat_buffer& buffer_;
+  http::request_parser<http::buffer_body>& parser_;
+  std::chrono::seconds timeout_;
+  bool failed_ = false;
+};
+
+void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
+  f.set(http::field::server, "Granary");
+  f.set("x-amz-request-id", req.request_id);
+  f.set(http::field::date, httpDate(clock.nowUnixNanos()));
+}
+
+class BeastBodySink final : public BodySink {
+ public:
+  BeastBodySink(beast::tcp_stream& stream, const S3Request& req, const Clock& clock,
+                std::chrono::seconds timeout, bool keep_alive)
+      : stream_(stream), req_(req), clock_(clock), timeout_(timeout), keep_alive_(keep_alive) {}
+
+  Task<Status> writeHead(const S3Response& head, uint64_t content_length) override {
+    http::response<http::empty_body> res{static_cast<http::status>(head.status), 11};
+    commonHeaders(res, req_, clock_);
+    for (const auto& [name, value] : head.headers) res.set(name, value);
+    res.content_length(content_length);
+    res.keep_alive(keep_alive_);
+    http::response_serializer<http::empty_body> sr{res};
+    stream_.expires_after(timeout_);
+    beast::error_code ec;
+    co_await http::async_write_header(stream_, sr, kRedirect(ec));
+    if (ec) co_return Status::ioError("write header: " + ec.message());
+    co_return Status::ok();
+  }
+
+  Task<Status> write(std::span<const uint8_t> data) override {
+    stream_.expires_after(timeout_);
+    beast::error_code ec;
+    co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
+    if (ec) co_return Status::ioError("write body: " + ec.message());
+    co_return Status::ok();
+  }
+
+ private:
+  beast::tcp_stream& stream_;
+  const S3Request& req_;
+  const Clock& clock_;
+  std::chrono::seconds timeout_;
+  bool keep_alive_;
+};
+
+Task<bool> writeResponse(beast::tcp_stream& stream, const S3Request& req, S3Response& r,
+                         const Clock& clock, bool keep_alive, std::chrono::seconds timeout) {
+  http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+  commonHeaders(res, req, clock);
+  for (const auto& [name, value] : r.headers) res.set(name, value);
+  if (req.method == "HEAD") {
+    res.content_length(r.body.size());  // HEAD: headers as for GET, no body
+  } else {
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+  }
+  res.keep_alive(keep_alive);
+  stream.expires_after(timeout);
+  beast::error_code ec;
+  if (req.method == "HEAD") {
+    http::response_serializer<http::string_body> sr{res};
+    co_await http::async_write_header(stream, sr, kRedirect(ec));
+  } else {
+    co_await http::async_write(stream, res, kRedirect(ec));
+  }
+  co_return !ec;
+}
+
+S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) {
+  S3Request req;
+  req.method = std::string(h.method_string());
+  req.target = std::string(h.target());
+  for (const auto& f : h) {
+    std::string name(f.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req.headers.emplace_back(std::move(name), std::string(f.value()));
+  }
+  uint8_t id[8];
+  random.fill(id);
+  req.request_id = toHex(id);
+  return req;
+}
+
+// Reads and discards what is left of a request body, up to `limit` bytes; true if the
+// body ended (so the connection can be kept).
+Task<bool> drain(BeastBodySource& body, size_t limit) {
+  std::vector<uint8_t> scratch(64 * 1024);
+  size_t total = 0;
+  while (!body.done() && total < limit) {
+    auto n = co_await body.read(scratch);
+    if (!n || *n == 0) co_return body.done();
+    total += *n;
+  }
+  co_return body.done();
+}
+
+Task<void> session(tcp::socket socket, GatewayContext& ctx) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
+  const auto idle = std::chrono::seconds(ctx.options.idle_timeout_seconds);
+  const auto io = std::chrono::seconds(ctx.options.io_timeout_seconds);
+  const Clock& clock = ctx.deps.clock;
+
+  for (;;) {
+    http::request_parser<http::empty_body> head_parser;
+    head_parser.header_limit(static_cast<uint32_t>(ctx.options.max_header_bytes));
+    head_parser.body_limit(std::numeric_limits<uint64_t>::max());
+    stream.expires_after(idle);
+    beast::error_code ec;
+    co_await http::async_read_header(stream, buffer, head_parser, kRedirect(ec));
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+          ec == asio::error::connection_reset || ec == asio::error::eof) {
+        break;
+      }
+      // Malformed or oversized request head: answer once, then close.
+      S3Request bad;
+      bad.method = "GET";
+      bad.request_id = "0";
+      S3Error err = ec == http::error::header_limit
+                        ? S3Error{S3ErrorCode::kRequestHeaderSectionTooLarge,
+                                  "Your request header section exceeds the maximum allowed "
+                                  "size."}
+                        : S3Error{S3ErrorCode::kInvalidRequest,
+                                  "Malformed HTTP request: " + ec.message()};
+      S3Response res = errorResponse(err, bad);
+      ctx.metrics.observe("BadRequest", res.status, 0);
+      co_await writeResponse(stream, bad, res, clock, false, io);
+      break;
+    }
+    auto started = std::chrono::steady_clock::now();
+    S3Request req = makeRequest(head_parser.get(), ctx.deps.random);
+    if (head_parser.content_length()) req.content_length = *head_parser.content_length();
+    bool keep_alive = head_parser.get().keep_alive();
+    if (auto expect = req.header("expect"); expect && beast::iequals(beast::string_view(expect->data(), expect->size()), "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, 11};
+      stream.expires_after(io);
+      co_await http::async_write(stream, cont, kRedirect(ec));
+      if (ec) break;
+    }
+
+    http::request_parser<http::buffer_body> parser{std::move(head_parser)};
+    parser.body_limit(std::numeric_limits<uint64_t>::max());
+    BeastBodySource body(stream, buffer, parser, io);
+    BeastBodySink sink(stream, req, clock, io, keep_alive);
+    std::string op;
+    S3Response res = co_await handleRequest(ctx, req, body, sink, op);
+
+    bool reuse = keep_alive && !res.close && !body.failed();
+    if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20);
+    bool written = true;
+    if (!res.streamed) {
+      written = co_await writeResponse(stream, req, res, clock, reuse, io);
+    }
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ctx.metrics.observe(op, res.status, seconds);
+    if (!written || !reuse) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+class BeastGatewayServer final : public GatewayServer {
+ public:
+  BeastGatewayServer(const GatewayOptions& options, GatewayDeps deps,
+                     std::unique_ptr<ec::ErasureCode> code)
+      : code_(std::move(code)), ctx_(options, deps, *code_) {
+    ctx_.credentials.add({deps.root.access_key, deps.root.secret_key, /*is_root=*/true});
+  }
+
+  Status bind() {
+    size_t loops = ctx_.options.event_loops;
+    if (loops == 0) loops = std::max(1u, std::thread::hardware_concurrency());
+    beast::error_code ec;
+    auto address = asio::ip::make_address(ctx_.options.listen_host, ec);
+    if (ec) return Status::invalidArgument("bad listen address: " + ctx_.options.listen_host);
+    uint16_t port = ctx_.options.listen_port;
+    for (size_t i = 0; i < loops; ++i) {
+      auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
+      auto& acc = acceptors_.emplace_back(ioc);
+      tcp::endpoint ep(address, port);
+      acc.open(ep.protocol(), ec);
+      if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
+      if (!ec) {
+        using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+        acc.set_option(reuse_port(true), ec);
+      }
+      if (!ec) acc.bind(ep, ec);
+      if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        return Status::ioError("cannot listen on " + ctx_.options.listen_host + ":" +
+                               std::to_string(port) + ": " + ec.message());
+      }
+      port = acc.local_endpoint().port();  // the others share the port chosen first
+    }
+    port_ = port;
+    return Status::ok();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void run() override {
+    for (size_t i = 0; i < contexts_.size(); ++i) {
+      asio::co_spawn(*contexts_[i], acceptLoop(acceptors_[i]), asio::detached);
+    }
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < contexts_.size(); ++i) {
+      threads.emplace_back([this, i] { contexts_[i]->run(); });
+    }
+    contexts_[0]->run();
+    for (auto& t : threads) t.join();
+  }
+
+  void stop() override {
+    for (auto& c : contexts_) c->stop();
+  }
+
+ private:
+  Task<void> acceptLoop(tcp::acceptor& acceptor) {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor.async_accept(kRedirect(ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        log::warn("accept: {}", ec.message());
+        continue;
+      }
+      socket.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(acceptor.get_executor(), session(std::move(socket), ctx_),
+                     [](std::exception_ptr e) {
+                       if (!e) return;
+                       try {
+                         std::rethrow_exception(e);
+                       } catch (const std::exception& ex) {
+                         log::error("session ended by exception: {}", ex.what());
+                       }
+                     });
+    }
+  }
+
+  std::unique_ptr<ec::ErasureCode> code_;
+  GatewayContext ctx_;
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<tcp::acceptor> acceptors_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GatewayServer>> GatewayServer::create(const GatewayOptions& options,
+                                                             GatewayDeps deps) {
+  auto code = ec::ErasureCode::create(deps.map.ec);
+  if (!code) return fail(code.error());
+  auto server = std::make_unique<BeastGatewayServer>(options, deps, std::move(*code));
+  Status st = server->bind();
+  if (!st.isOk()) return fail(st);
+  return std::unique_ptr<GatewayServer>(std::move(server));
+}
+
+}  // namespace granary::gateway

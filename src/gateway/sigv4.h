@@ -1,0 +1,120 @@
+// AWS Signature Version 4 for S3: parsing the Authorization header and presigned query
+// parameters, computing canonical requests and signatures, and verifying them.
+//
+// S3 specifics (unlike the generic SigV4 suite): the canonical URI is the path exactly as
+// sent (already URI-encoded by the client; not normalised, not re-encoded), and the payload
+// hash is the x-amz-content-sha256 header (or UNSIGNED-PAYLOAD for presigned URLs).
+// Pure functions, no I/O; thread safe (SigningKeyCache is internally locked).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "s3_error.h"
+
+namespace granary::gateway {
+
+// The parts of an HTTP request SigV4 looks at, independent of Beast.
+struct HttpRequestView {
+  std::string_view method;  // "GET", "PUT", ...
+  std::string_view target;  // request-target exactly as received: path [ "?" query ]
+  // Header names lower-case; values as received (the verifier trims and folds spaces).
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct AuthInfo {
+  bool presigned = false;
+  std::string access_key;
+  std::string date;      // yyyymmdd from the credential scope
+  std::string region;
+  std::string service;   // "s3"
+  std::vector<std::string> signed_headers;  // lower-case, as listed
+  std::string signature;  // 64 hex digits
+  std::string amz_date;   // yyyymmddThhmmssZ (x-amz-date header or X-Amz-Date)
+  int64_t expires_seconds = 0;  // presigned only (X-Amz-Expires)
+  std::string payload_hash;     // x-amz-content-sha256, or "UNSIGNED-PAYLOAD" if presigned
+  std::string scope() const;    // date/region/service/aws4_request
+};
+
+// nullopt: the request carries no SigV4 credentials (anonymous). Errors:
+// AuthorizationHeaderMalformed / AuthorizationQueryParametersError / AccessDenied
+// (e.g. SigV2, unsupported algorithm).
+S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req);
+
+std::string canonicalRequest(const HttpRequestView& req, const AuthInfo& auth);
+std::string stringToSign(const AuthInfo& auth, std::string_view canonical_request);
+std::array<uint8_t, 32> deriveSigningKey(std::string_view secret, std::string_view date,
+                                         std::string_view region, std::string_view service);
+std::string hmacSha256Hex(const std::array<uint8_t, 32>& key, std::string_view data);
+std::string sha256Hex(std::string_view data);
+
+// Caches derived signing keys per (secret, date, region, service): deriving one costs four
+// HMACs; a request reuses it.
+class SigningKeyCache {
+ public:
+  std::array<uint8_t, 32> get(std::string_view secret, std::string_view date,
+                              std::string_view region, std::string_view service);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::array<uint8_t, 32>, std::less<>> keys_;
+};
+
+// Verifies the signature and the time rules: header-signed requests must be within 15
+// minutes of `now_unix_seconds` (RequestTimeTooSkewed); presigned URLs must not be expired
+// (AccessDenied "Request has expired") and X-Amz-Expires <= 604800. Returns
+// SignatureDoesNotMatch on a wrong signature. If the path as sent does not verify, the
+// AWS-UriEncode form of the decoded path is tried as well: some clients sign "%24" but send
+// '$' (or the reverse for unreserved characters).
+S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::string_view secret,
+                      int64_t now_unix_seconds, SigningKeyCache& keys);
+
+// Incremental decoder of `Content-Encoding: aws-chunked` bodies:
+//   STREAMING-AWS4-HMAC-SHA256-PAYLOAD          (signed chunks)
+//   STREAMING-UNSIGNED-PAYLOAD-TRAILER          (unsigned chunks, trailing headers)
+//   STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER  (signed chunks + signed trailer)
+// Chunk format: hex-size[;chunk-signature=sig]\r\n data \r\n ... 0[;chunk-signature=..]\r\n
+// then optional trailer lines "name:value\r\n" (and x-amz-trailer-signature), then \r\n.
+class AwsChunkedDecoder {
+ public:
+  struct Signing {
+    std::array<uint8_t, 32> key;  // derived signing key
+    std::string amz_date;
+    std::string scope;
+    std::string seed_signature;  // the Authorization header's signature
+  };
+  // `signing` absent: unsigned chunks.
+  explicit AwsChunkedDecoder(std::optional<Signing> signing, bool expect_trailer);
+  ~AwsChunkedDecoder();
+  AwsChunkedDecoder(AwsChunkedDecoder&&) noexcept;
+  AwsChunkedDecoder& operator=(AwsChunkedDecoder&&) noexcept;
+
+  // Consumes `in` (any split of the body), appending decoded payload bytes to `out`.
+  // Errors: IncompleteBody / InvalidRequest on bad framing, SignatureDoesNotMatch on a bad
+  // chunk or trailer signature. Errors are sticky. A chunk's bytes are appended as they
+  // arrive, before its signature (checked when the chunk ends) is known good: on any error
+  // the whole upload must be discarded, and it is only valid once done() is true.
+  // Limits (hostile input): lines <= 4 KiB, chunks <= 64 MiB, <= 16 trailing headers.
+  S3Result<void> feed(std::string_view in, std::string& out);
+  // True once the final chunk and trailer have been consumed completely. The body's end is
+  // the caller's to know (Content-Length); a body that ends while !done() is IncompleteBody.
+  // Lenient like S3: the closing blank line after a signed trailer's signature, or after
+  // unsigned trailer lines, may be missing.
+  bool done() const;
+  // Trailing headers (lower-case names), e.g. x-amz-checksum-crc32.
+  const std::map<std::string, std::string>& trailers() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace granary::gateway

@@ -1,0 +1,98 @@
+// Bridges coroutines on an event loop to blocking work on a WorkerPool.
+//
+// TaskGroup runs functions on the pool and lets one coroutine await them all; the
+// coroutine resumes on its own executor. Tasks never wait for other pool tasks, so the
+// pool cannot deadlock. offload() is the one-task case that returns the task's value.
+// Thread safety: a TaskGroup belongs to one coroutine; its tasks may finish on any thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "asio.h"
+#include "granary/common/status.h"
+#include "granary/common/worker_pool.h"
+
+namespace granary::gateway {
+
+class TaskGroup {
+ public:
+  TaskGroup(WorkerPool& pool, asio::any_io_executor executor)
+      : pool_(pool), state_(std::make_shared<State>()) {
+    state_->executor = std::move(executor);
+  }
+  TaskGroup(const TaskGroup&) = delete;
+  TaskGroup& operator=(const TaskGroup&) = delete;
+
+  void spawn(std::move_only_function<Status()> fn) {
+    {
+      std::lock_guard lock(state_->mu);
+      ++state_->pending;
+    }
+    pool_.submit([st = state_, fn = std::move(fn)]() mutable {
+      Status s = fn();
+      std::move_only_function<void()> waiter;
+      {
+        std::lock_guard lock(st->mu);
+        if (!s.isOk() && st->first_error.isOk()) st->first_error = std::move(s);
+        if (--st->pending == 0) waiter = std::move(st->waiter);
+      }
+      if (waiter) waiter();
+    });
+  }
+
+  bool idle() const {
+    std::lock_guard lock(state_->mu);
+    return state_->pending == 0;
+  }
+
+  // Waits until every spawned task has finished; returns the first error, then resets it.
+  Task<Status> wait() {
+    auto st = state_;
+    co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+        [st](auto handler) {
+          std::unique_lock lock(st->mu);
+          auto resume = [st, h = std::move(handler)]() mutable {
+            asio::post(st->executor, std::move(h));
+          };
+          if (st->pending == 0) {
+            lock.unlock();
+            resume();
+          } else {
+            st->waiter = std::move(resume);
+          }
+        },
+        asio::use_awaitable);
+    std::lock_guard lock(st->mu);
+    co_return std::exchange(st->first_error, Status::ok());
+  }
+
+ private:
+  struct State {
+    mutable std::mutex mu;
+    int pending = 0;
+    Status first_error;
+    std::move_only_function<void()> waiter;
+    asio::any_io_executor executor;
+  };
+  WorkerPool& pool_;
+  std::shared_ptr<State> state_;
+};
+
+// Runs fn() on the pool and returns its result to the awaiting coroutine.
+template <typename F>
+auto offload(WorkerPool& pool, F fn) -> Task<std::invoke_result_t<F&>> {
+  using R = std::invoke_result_t<F&>;
+  auto out = std::make_shared<std::optional<R>>();
+  TaskGroup group(pool, co_await asio::this_coro::executor);
+  group.spawn([out, fn = std::move(fn)]() mutable {
+    out->emplace(fn());
+    return Status::ok();
+  });
+  (void)co_await group.wait();
+  co_return std::move(**out);
+}
+
+}  // namespace granary::gateway

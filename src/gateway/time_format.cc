@@ -1,0 +1,58 @@
+#include "time_format.h"
+
+#include <fmt/core.h>
+
+#include <ctime>
+
+namespace granary::gateway {
+
+namespace {
+std::tm toTm(int64_t unix_nanos) {
+  std::time_t t = static_cast<std::time_t>(unix_nanos / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return tm;
+}
+}  // namespace
+
+std::string httpDate(int64_t unix_nanos) {
+  std::tm tm = toTm(unix_nanos);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
+
+std::string isoTimestamp(int64_t unix_nanos) {
+  std::tm tm = toTm(unix_nanos);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>((unix_nanos / 1'000'000) % 1000));
+}
+
+std::optional<int64_t> parseAmzDate(std::string_view s) {
+  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z') return std::nullopt;
+  std::tm tm{};
+  auto num = [&](size_t pos, size_t len) -> int {
+    int v = 0;
+    for (size_t i = pos; i < pos + len; ++i) {
+      if (s[i] < '0' || s[i] > '9') return -1;
+      v = v * 10 + (s[i] - '0');
+    }
+    return v;
+  };
+  int year = num(0, 4), mon = num(4, 2), day = num(6, 2);
+  int hh = num(9, 2), mm = num(11, 2), ss = num(13, 2);
+  if (year < 0 || mon < 1 || mon > 12 || day < 1 || day > 31 || hh < 0 || hh > 23 || mm < 0 ||
+      mm > 59 || ss < 0 || ss > 60) {
+    return std::nullopt;
+  }
+  tm.tm_year = year - 1900;
+  tm.tm_mon = mon - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hh;
+  tm.tm_min = mm;
+  tm.tm_sec = ss;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+}  // namespace granary::gateway

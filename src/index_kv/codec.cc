@@ -1,0 +1,380 @@
+// Encodings: see docs/index-format.md.
+#include "index_kv/codec.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+
+#include "granary/common/hex.h"
+
+namespace granary::index_kv {
+namespace {
+
+using Json = nlohmann::json;
+
+// Thrown by the field readers below and caught at the decode boundary; never escapes.
+struct DecodeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+Json toBinary(std::string_view bytes) {
+  return Json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+Json toBinary(const VersionId& v) {
+  return Json::binary(std::vector<uint8_t>(v.bytes.begin(), v.bytes.end()));
+}
+
+std::string toCbor(const Json& j) {
+  std::string out;
+  Json::to_cbor(j, out);
+  return out;
+}
+
+Json parseCbor(std::string_view value) {
+  Json j = Json::from_cbor(value.begin(), value.end(), /*strict=*/true,
+                           /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw DecodeError("not CBOR");
+  if (!j.is_object()) throw DecodeError("not a CBOR map");
+  return j;
+}
+
+const Json* findField(const Json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() ? nullptr : &*it;
+}
+
+const Json& field(const Json& j, const char* name) {
+  const Json* f = findField(j, name);
+  if (f == nullptr) throw DecodeError(std::string("missing field ") + name);
+  return *f;
+}
+
+uint64_t asU64(const Json& j, uint64_t max = std::numeric_limits<uint64_t>::max()) {
+  if (!j.is_number_unsigned()) throw DecodeError("expected an unsigned integer");
+  uint64_t v = j.get<uint64_t>();
+  if (v > max) throw DecodeError("integer out of range");
+  return v;
+}
+
+int64_t asI64(const Json& j) {
+  if (j.is_number_unsigned()) {
+    uint64_t v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw DecodeError("integer out of range");
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (j.is_number_integer()) return j.get<int64_t>();
+  throw DecodeError("expected an integer");
+}
+
+std::string asString(const Json& j) {
+  if (!j.is_string()) throw DecodeError("expected a text string");
+  return j.get<std::string>();
+}
+
+std::string asBytes(const Json& j) {
+  if (!j.is_binary()) throw DecodeError("expected a byte string");
+  const auto& b = j.get_binary();
+  return std::string(b.begin(), b.end());
+}
+
+VersionId asVersion(const Json& j) {
+  if (!j.is_binary() || j.get_binary().size() != 16) throw DecodeError("bad version id");
+  VersionId v;
+  std::copy(j.get_binary().begin(), j.get_binary().end(), v.bytes.begin());
+  return v;
+}
+
+std::map<std::string, std::string> asStringMap(const Json& j) {
+  if (!j.is_object()) throw DecodeError("expected a map");
+  std::map<std::string, std::string> out;
+  for (auto it = j.begin(); it != j.end(); ++it) out.emplace(it.key(), asString(it.value()));
+  return out;
+}
+
+const Json& asArray(const Json& j) {
+  if (!j.is_array()) throw DecodeError("expected an array");
+  return j;
+}
+
+// Runs `decode` and turns any exception into kCorruption naming `what`.
+template <typename T, typename F>
+Result<T> guarded(const char* what, F&& decode) {
+  try {
+    return decode();
+  } catch (const std::exception& e) {
+    return fail(Status::corruption(std::string("index: bad ") + what + " value: " + e.what()));
+  } catch (...) {
+    return fail(Status::corruption(std::string("index: bad ") + what + " value"));
+  }
+}
+
+}  // namespace
+
+// ---- keys ----------------------------------------------------------------------------
+
+std::string objectKey(std::string_view bucket, std::string_view key) {
+  std::string out;
+  out.reserve(bucket.size() + 1 + key.size());
+  out.append(bucket).push_back('/');
+  out.append(key);
+  return out;
+}
+
+std::string bucketBegin(std::string_view bucket) { return std::string(bucket) + "/"; }
+std::string bucketEnd(std::string_view bucket) { return std::string(bucket) + "0"; }
+
+std::string versionKey(const VersionId& version) {
+  return std::string(reinterpret_cast<const char*>(version.bytes.data()), version.bytes.size());
+}
+
+Result<VersionId> parseVersionKey(std::string_view key) {
+  if (key.size() != 16) return fail(Status::corruption("index: version key must be 16 bytes"));
+  VersionId v;
+  std::copy(key.begin(), key.end(), v.bytes.begin());
+  return v;
+}
+
+std::string gcKey(int64_t enqueued_unix_nanos, const VersionId& version) {
+  std::string out(kGcKeySize, '\0');
+  putBe64(reinterpret_cast<uint8_t*>(out.data()), static_cast<uint64_t>(enqueued_unix_nanos));
+  std::copy(version.bytes.begin(), version.bytes.end(), out.begin() + 8);
+  return out;
+}
+
+Result<GcKeyParts> parseGcKey(std::string_view key) {
+  if (key.size() != kGcKeySize) {
+    return fail(Status::invalidArgument("index: gc queue key must be 24 bytes"));
+  }
+  GcKeyParts parts;
+  parts.enqueued_unix_nanos =
+      static_cast<int64_t>(getBe64(reinterpret_cast<const uint8_t*>(key.data())));
+  std::copy(key.begin() + 8, key.end(), parts.version.bytes.begin());
+  return parts;
+}
+
+std::string blobRefManifestKey(const VersionId& blob_version, const VersionId& owner) {
+  std::string out = versionKey(blob_version);
+  out.push_back(kBlobRefManifestTag);
+  out.append(versionKey(owner));
+  return out;
+}
+
+std::string blobRefGcKey(const VersionId& blob_version, std::string_view gc_key) {
+  std::string out = versionKey(blob_version);
+  out.push_back(kBlobRefGcTag);
+  out.append(gc_key);
+  return out;
+}
+
+std::string prefixSuccessor(std::string_view prefix) {
+  std::string out(prefix);
+  while (!out.empty()) {
+    auto last = static_cast<unsigned char>(out.back());
+    if (last != 0xFF) {
+      out.back() = static_cast<char>(last + 1);
+      return out;
+    }
+    out.pop_back();
+  }
+  return out;
+}
+
+// ---- values --------------------------------------------------------------------------
+
+std::string encodeBucket(const BucketInfo& bucket) {
+  Json j = Json::object();
+  j["n"] = bucket.name;
+  j["o"] = bucket.owner;
+  j["c"] = bucket.created_unix_nanos;
+  return toCbor(j);
+}
+
+Result<BucketInfo> decodeBucket(std::string_view value) {
+  return guarded<BucketInfo>("bucket", [&] {
+    Json j = parseCbor(value);
+    BucketInfo b;
+    b.name = asString(field(j, "n"));
+    b.owner = asString(field(j, "o"));
+    b.created_unix_nanos = asI64(field(j, "c"));
+    return b;
+  });
+}
+
+std::string encodeSummary(const ObjectSummary& summary) {
+  Json j = Json::object();
+  j["s"] = summary.size;
+  j["e"] = summary.etag;
+  j["t"] = summary.mtime_unix_nanos;
+  j["v"] = toBinary(summary.version);
+  return toCbor(j);
+}
+
+Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value) {
+  return guarded<ObjectSummary>("object summary", [&] {
+    Json j = parseCbor(value);
+    ObjectSummary s;
+    s.key = std::string(key);
+    s.size = asU64(field(j, "s"));
+    s.etag = asString(field(j, "e"));
+    s.mtime_unix_nanos = asI64(field(j, "t"));
+    s.version = asVersion(field(j, "v"));
+    return s;
+  });
+}
+
+std::string encodeManifest(const Manifest& m) {
+  Json j = Json::object();
+  j["f"] = 1;  // format version
+  j["v"] = toBinary(m.version);
+  j["s"] = m.size;
+  j["e"] = m.etag;
+  j["t"] = m.mtime_unix_nanos;
+  if (!m.content_type.empty()) j["ct"] = m.content_type;
+  if (!m.metadata.empty()) j["md"] = m.metadata;
+  if (!m.headers.empty()) j["h"] = m.headers;
+  j["k"] = m.ec.k;
+  j["m"] = m.ec.m;
+  if (m.is_inline) {
+    j["in"] = true;
+    j["d"] = toBinary(m.inline_data);
+  }
+  if (!m.drives.empty()) j["dr"] = m.drives;
+  if (!m.stripes.empty()) {
+    Json stripes = Json::array();
+    for (const StripeLayout& s : m.stripes) {
+      Json js = Json::object();
+      js["bv"] = toBinary(s.blob_version);
+      js["bs"] = s.blob_stripe;
+      js["dl"] = s.data_len;
+      js["fl"] = s.fragment_len;
+      js["di"] = s.drives;
+      stripes.push_back(std::move(js));
+    }
+    j["st"] = std::move(stripes);
+  }
+  return toCbor(j);
+}
+
+Result<Manifest> decodeManifest(std::string_view value) {
+  auto decoded = guarded<Manifest>("manifest", [&] {
+    Json j = parseCbor(value);
+    if (asU64(field(j, "f")) != 1) throw DecodeError("unknown manifest format version");
+    Manifest m;
+    m.version = asVersion(field(j, "v"));
+    m.size = asU64(field(j, "s"));
+    m.etag = asString(field(j, "e"));
+    m.mtime_unix_nanos = asI64(field(j, "t"));
+    if (const Json* f = findField(j, "ct")) m.content_type = asString(*f);
+    if (const Json* f = findField(j, "md")) m.metadata = asStringMap(*f);
+    if (const Json* f = findField(j, "h")) m.headers = asStringMap(*f);
+    m.ec.k = static_cast<uint8_t>(asU64(field(j, "k"), 255));
+    m.ec.m = static_cast<uint8_t>(asU64(field(j, "m"), 255));
+    if (const Json* f = findField(j, "in")) {
+      if (!f->is_boolean()) throw DecodeError("expected a boolean");
+      m.is_inline = f->get<bool>();
+    }
+    if (const Json* f = findField(j, "d")) m.inline_data = asBytes(*f);
+    if (const Json* f = findField(j, "dr")) {
+      for (const Json& d : asArray(*f)) m.drives.push_back(asString(d));
+    }
+    if (const Json* f = findField(j, "st")) {
+      for (const Json& js : asArray(*f)) {
+        if (!js.is_object()) throw DecodeError("stripe is not a map");
+        StripeLayout s;
+        s.blob_version = asVersion(field(js, "bv"));
+        s.blob_stripe = static_cast<uint32_t>(asU64(field(js, "bs"), 0xFFFFFFFFu));
+        s.data_len = asU64(field(js, "dl"));
+        s.fragment_len = static_cast<uint32_t>(asU64(field(js, "fl"), 0xFFFFFFFFu));
+        for (const Json& d : asArray(field(js, "di"))) {
+          s.drives.push_back(static_cast<uint16_t>(asU64(d, 0xFFFF)));
+        }
+        m.stripes.push_back(std::move(s));
+      }
+    }
+    return m;
+  });
+  if (!decoded) return decoded;
+  if (Status st = validateManifest(*decoded); !st.isOk()) {
+    return fail(Status::corruption("index: bad manifest value: " + st.message()));
+  }
+  return decoded;
+}
+
+std::string encodeGcBlobs(const std::vector<BlobRef>& blobs) {
+  Json list = Json::array();
+  for (const BlobRef& b : blobs) {
+    auto id = b.id.encode();
+    list.push_back(Json::array(
+        {b.drive, Json::binary(std::vector<uint8_t>(id.begin(), id.end()))}));
+  }
+  Json j = Json::object();
+  j["b"] = std::move(list);
+  return toCbor(j);
+}
+
+Result<std::vector<BlobRef>> decodeGcBlobs(std::string_view value) {
+  return guarded<std::vector<BlobRef>>("gc", [&] {
+    Json j = parseCbor(value);
+    std::vector<BlobRef> out;
+    for (const Json& e : asArray(field(j, "b"))) {
+      if (!e.is_array() || e.size() != 2) throw DecodeError("blob ref is not a pair");
+      BlobRef ref;
+      ref.drive = asString(e[0]);
+      std::string raw = asBytes(e[1]);
+      auto id = BlobId::decode(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
+      if (!id) throw DecodeError("bad blob id");
+      ref.id = *id;
+      out.push_back(std::move(ref));
+    }
+    return out;
+  });
+}
+
+// ---- manifest helpers ----------------------------------------------------------------
+
+Status validateManifest(const Manifest& m) {
+  if (m.stripes.empty()) return Status::ok();
+  if (m.ec.k < 1 || m.ec.total() > ec::kMaxFragments) {
+    return Status::invalidArgument("manifest: bad EC profile");
+  }
+  for (const StripeLayout& s : m.stripes) {
+    if (s.drives.size() != static_cast<size_t>(m.ec.total())) {
+      return Status::invalidArgument("manifest: stripe does not name k + m drives");
+    }
+    for (uint16_t d : s.drives) {
+      if (d >= m.drives.size()) return Status::invalidArgument("manifest: bad drive index");
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<BlobRef> manifestBlobs(const Manifest& m) {
+  std::vector<BlobRef> out;
+  for (const StripeLayout& s : m.stripes) {
+    for (size_t i = 0; i < s.drives.size(); ++i) {
+      if (s.drives[i] >= m.drives.size()) continue;
+      out.push_back(BlobRef{m.drives[s.drives[i]],
+                            BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(i)}});
+    }
+  }
+  return out;
+}
+
+std::vector<VersionId> foreignBlobVersions(const Manifest& m) {
+  std::vector<VersionId> out;
+  for (const StripeLayout& s : m.stripes) {
+    if (s.blob_version != m.version) out.push_back(s.blob_version);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace granary::index_kv

@@ -1,0 +1,32 @@
+// The index's column families (docs/index-format.md) and the RocksDB -> Status mapping.
+#pragma once
+
+#include <rocksdb/db.h>
+#include <rocksdb/status.h>
+
+#include <string_view>
+
+#include "granary/common/status.h"
+
+namespace granary::index_kv {
+
+inline constexpr const char* kBucketsCf = "buckets";
+inline constexpr const char* kObjectsCf = "objects";
+inline constexpr const char* kManifestsCf = "manifests";
+inline constexpr const char* kGcCf = "gc";
+inline constexpr const char* kBlobRefsCf = "blobrefs";
+
+// Handles owned by the index; valid while its DB is open.
+struct ColumnFamilies {
+  rocksdb::ColumnFamilyHandle* buckets = nullptr;
+  rocksdb::ColumnFamilyHandle* objects = nullptr;
+  rocksdb::ColumnFamilyHandle* manifests = nullptr;
+  rocksdb::ColumnFamilyHandle* gc = nullptr;
+  rocksdb::ColumnFamilyHandle* blobrefs = nullptr;
+};
+
+// Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain
+// (retryable kUnavailable); anything else is kInternal.
+Status fromRocks(const rocksdb::Status& s, std::string_view context);
+
+}  // namespace granary::index_kv

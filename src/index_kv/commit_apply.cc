@@ -1,0 +1,300 @@
+// Evaluation of one commit request against the DB plus the batch's overlay, and staging
+// of its writes. Formats: docs/index-format.md.
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+
+#include "granary/common/log.h"
+#include "index_kv/codec.h"
+#include "index_kv/commit_queue.h"
+
+namespace granary::index_kv {
+namespace {
+
+// A RocksDB write into the batch failing means the batch is unusable (e.g. too large).
+Status staged(const rocksdb::Status& s) {
+  return s.ok() ? Status::ok() : fromRocks(s, "index: staging a write");
+}
+
+#define GRANARY_STAGE(expr) GRANARY_RETURN_IF_ERROR(staged(expr))
+// The same, in functions returning Result<T>.
+#define GRANARY_STAGE_OR_FAIL(expr)             \
+  do {                                          \
+    ::granary::Status _staged = staged(expr);   \
+    if (!_staged.isOk()) return fail(_staged);  \
+  } while (0)
+
+Status validBucketName(std::string_view bucket) {
+  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
+    return Status::invalidArgument("index: bad bucket name");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+void BatchBuilder::apply(CommitRequest& req) {
+  req.replaced.reset();
+  batch_.SetSavePoint();
+  Status st;
+  try {
+    switch (req.kind) {
+      case CommitRequest::Kind::kCreateBucket: st = createBucket(req); break;
+      case CommitRequest::Kind::kDeleteBucket: st = deleteBucket(req); break;
+      case CommitRequest::Kind::kPutObject: st = putObject(req); break;
+      case CommitRequest::Kind::kDeleteObject: st = deleteObject(req); break;
+      case CommitRequest::Kind::kGcDone: st = gcDone(req); break;
+    }
+  } catch (const std::exception& e) {
+    st = Status::internal(std::string("index: commit failed: ") + e.what());
+  }
+  if (st.isOk()) {
+    (void)batch_.PopSavePoint();
+  } else {
+    (void)batch_.RollbackToSavePoint();
+    req.replaced.reset();
+  }
+  req.status = std::move(st);
+}
+
+// ---- overlay-aware reads -------------------------------------------------------------
+
+Result<bool> BatchBuilder::bucketExists(const std::string& bucket) {
+  if (auto it = buckets_.find(bucket); it != buckets_.end()) return it->second;
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.buckets, bucket, &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return fail(fromRocks(s, "index: reading bucket"));
+  return true;
+}
+
+Result<bool> BatchBuilder::bucketHasObjects(const std::string& bucket) {
+  const std::string begin = bucketBegin(bucket);
+  const std::string end = bucketEnd(bucket);
+  for (auto it = objects_.lower_bound(begin); it != objects_.end() && it->first < end; ++it) {
+    if (it->second.has_value()) return true;
+  }
+  rocksdb::ReadOptions options;
+  rocksdb::Slice upper(end);
+  options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.objects));
+  // Keys deleted earlier in this batch are still in the DB: skip them (at most one per
+  // request in the batch).
+  for (it->Seek(begin); it->Valid(); it->Next()) {
+    auto o = objects_.find(it->key().ToString());
+    if (o == objects_.end() || o->second.has_value()) return true;
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: scanning bucket"));
+  return false;
+}
+
+Result<std::optional<VersionId>> BatchBuilder::currentVersion(const std::string& object_key) {
+  if (auto it = objects_.find(object_key); it != objects_.end()) return it->second;
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.objects, object_key, &value);
+  if (s.IsNotFound()) return std::optional<VersionId>();
+  if (!s.ok()) return fail(fromRocks(s, "index: reading object"));
+  auto summary = decodeSummary(object_key, value);
+  if (!summary) return fail(summary.error());
+  return std::optional<VersionId>(summary->version);
+}
+
+Result<std::optional<Manifest>> BatchBuilder::loadManifest(const VersionId& version) {
+  if (auto it = manifests_.find(version); it != manifests_.end()) {
+    return std::optional<Manifest>(*it->second);
+  }
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.manifests, versionKey(version),
+                               &value);
+  if (s.IsNotFound()) return std::optional<Manifest>();
+  if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
+  auto m = decodeManifest(value);
+  if (!m) return fail(m.error());
+  return std::optional<Manifest>(std::move(*m));
+}
+
+// Enqueue time is the clock's now; should that key be taken (same nanosecond, same
+// version: a version rewritten in place twice), probe the following nanoseconds.
+Result<std::string> BatchBuilder::freeGcKey(const VersionId& version) {
+  int64_t t = clock_.nowUnixNanos();
+  for (int attempt = 0; attempt < 1000; ++attempt, ++t) {
+    std::string key = gcKey(t, version);
+    if (gc_entries_.contains(key)) continue;
+    if (gc_deleted_.contains(key)) return key;
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.gc, key, &value);
+    if (s.IsNotFound()) return key;
+    if (!s.ok()) return fail(fromRocks(s, "index: reading gc queue"));
+  }
+  return fail(Status::internal("index: no free gc queue key"));
+}
+
+// ---- staging -------------------------------------------------------------------------
+
+Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_version,
+                                                        const Manifest* keep) {
+  auto old = loadManifest(old_version);
+  if (!old) return fail(old.error());
+  GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));
+  if (!old->has_value()) {
+    // An object row without its manifest: nothing to reclaim. Should not happen.
+    log::warn("index: object version {} has no manifest row", old_version.toHex());
+    return std::optional<std::string>();
+  }
+  const Manifest& m = **old;
+  for (const VersionId& bv : foreignBlobVersions(m)) {
+    GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.blobrefs, blobRefManifestKey(bv, m.version)));
+  }
+  std::vector<BlobRef> blobs = manifestBlobs(m);
+  if (keep != nullptr && !blobs.empty()) {
+    // A rewrite that still uses some of the same blobs (same-version rewrite after a
+    // rebalance, metadata-only copy) must not reclaim them.
+    std::vector<BlobRef> kept = manifestBlobs(*keep);
+    std::erase_if(blobs, [&](const BlobRef& b) {
+      return std::find(kept.begin(), kept.end(), b) != kept.end();
+    });
+  }
+  if (blobs.empty()) return std::optional<std::string>();
+
+  auto key = freeGcKey(m.version);
+  if (!key) return fail(key.error());
+  std::vector<VersionId> versions;
+  for (const BlobRef& b : blobs) versions.push_back(b.id.version);
+  std::sort(versions.begin(), versions.end());
+  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+  GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.gc, *key, encodeGcBlobs(blobs)));
+  for (const VersionId& v : versions) {
+    GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.blobrefs, blobRefGcKey(v, *key), rocksdb::Slice()));
+  }
+  gc_entries_[*key] = std::move(versions);
+  gc_deleted_.erase(*key);
+  return std::optional<std::string>(*key);
+}
+
+Status BatchBuilder::createBucket(CommitRequest& req) {
+  GRANARY_RETURN_IF_ERROR(validBucketName(req.bucket));
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (*exists) return Status::alreadyExists("bucket " + req.bucket + " exists");
+  GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, req.bucket_value));
+  buckets_[req.bucket] = true;
+  return Status::ok();
+}
+
+Status BatchBuilder::deleteBucket(CommitRequest& req) {
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  auto has_objects = bucketHasObjects(req.bucket);
+  if (!has_objects) return has_objects.error();
+  if (*has_objects) return Status::notEmpty("bucket " + req.bucket + " is not empty");
+  GRANARY_STAGE(batch_.Delete(cfs_.buckets, req.bucket));
+  buckets_[req.bucket] = false;
+  return Status::ok();
+}
+
+Status BatchBuilder::putObject(CommitRequest& req) {
+  const Manifest& m = *req.manifest;
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  const std::string okey = objectKey(req.bucket, req.key);
+  auto current = currentVersion(okey);
+  if (!current) return current.error();
+  switch (req.pre.kind) {
+    case Precondition::Kind::kNone: break;
+    case Precondition::Kind::kMustNotExist:
+      if (current->has_value()) return Status::preconditionFailed("key exists");
+      break;
+    case Precondition::Kind::kMustMatch:
+      if (!current->has_value() || **current != req.pre.version) {
+        return Status::preconditionFailed("key's current version does not match");
+      }
+      break;
+  }
+  // Old rows are removed before the new ones are written, so a same-version rewrite
+  // ends with the new rows in place.
+  if (current->has_value()) {
+    auto retired = retire(**current, &m);
+    if (!retired) return retired.error();
+  }
+  GRANARY_STAGE(batch_.Put(cfs_.objects, okey, req.summary_value));
+  GRANARY_STAGE(batch_.Put(cfs_.manifests, versionKey(m.version), req.manifest_value));
+  for (const VersionId& bv : foreignBlobVersions(m)) {
+    GRANARY_STAGE(batch_.Put(cfs_.blobrefs, blobRefManifestKey(bv, m.version), rocksdb::Slice()));
+  }
+  if (current->has_value() && **current != m.version) manifests_.erase(**current);
+  manifests_[m.version] = &m;
+  objects_[okey] = m.version;
+  req.replaced = *current;
+  return Status::ok();
+}
+
+Status BatchBuilder::deleteObject(CommitRequest& req) {
+  if (req.pre.kind == Precondition::Kind::kMustNotExist) {
+    return Status::invalidArgument("index: delete cannot require the key to be absent");
+  }
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  const std::string okey = objectKey(req.bucket, req.key);
+  auto current = currentVersion(okey);
+  if (!current) return current.error();
+  if (req.pre.kind == Precondition::Kind::kMustMatch &&
+      (!current->has_value() || **current != req.pre.version)) {
+    return Status::preconditionFailed("key's current version does not match");
+  }
+  if (!current->has_value()) return Status::ok();  // S3: deleting a missing key succeeds
+  auto retired = retire(**current, nullptr);
+  if (!retired) return retired.error();
+  GRANARY_STAGE(batch_.Delete(cfs_.objects, okey));
+  manifests_.erase(**current);
+  objects_[okey] = std::nullopt;
+  req.replaced = *current;
+  return Status::ok();
+}
+
+Status BatchBuilder::gcDone(CommitRequest& req) {
+  for (const std::string& key : req.gc_keys) {
+    auto parts = parseGcKey(key);
+    if (!parts) return parts.error();
+  }
+  std::vector<std::string> removed;
+  for (const std::string& key : req.gc_keys) {
+    if (gc_deleted_.contains(key)) continue;
+    std::vector<VersionId> versions;
+    if (auto it = gc_entries_.find(key); it != gc_entries_.end()) {
+      versions = it->second;
+    } else {
+      std::string value;
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.gc, key, &value);
+      if (s.IsNotFound()) continue;  // already done: gcDone is idempotent
+      if (!s.ok()) return fromRocks(s, "index: reading gc queue");
+      auto blobs = decodeGcBlobs(value);
+      if (!blobs) {
+        // Drop the bad row anyway; its blobrefs rows (if any) stay and keep those
+        // versions "referenced": the safe direction.
+        log::warn("index: removing unreadable gc entry: {}", blobs.error().toString());
+      } else {
+        for (const BlobRef& b : *blobs) versions.push_back(b.id.version);
+        std::sort(versions.begin(), versions.end());
+        versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+      }
+    }
+    for (const VersionId& v : versions) {
+      GRANARY_STAGE(batch_.Delete(cfs_.blobrefs, blobRefGcKey(v, key)));
+    }
+    GRANARY_STAGE(batch_.Delete(cfs_.gc, key));
+    removed.push_back(key);
+  }
+  for (const std::string& key : removed) {
+    gc_entries_.erase(key);
+    gc_deleted_.insert(key);
+  }
+  return Status::ok();
+}
+
+}  // namespace granary::index_kv

@@ -1,0 +1,107 @@
+// The committer thread and group commit. Request evaluation is in commit_apply.cc.
+#include "index_kv/commit_queue.h"
+
+#include <rocksdb/options.h>
+
+#include <algorithm>
+#include <exception>
+#include <system_error>
+
+#include "granary/common/log.h"
+
+namespace granary::index_kv {
+
+CommitQueue::CommitQueue(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
+                         size_t max_batch)
+    : db_(db), cfs_(cfs), clock_(clock), max_batch_(std::max<size_t>(max_batch, 1)) {}
+
+CommitQueue::~CommitQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Only reachable if start() failed or was never called: fail whatever is left.
+  for (CommitRequest* req : pending_) {
+    req->status = Status::unavailable("index: shutting down");
+    req->done.set_value();
+  }
+}
+
+Status CommitQueue::start() {
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    return Status::internal(std::string("index: cannot start the committer: ") + e.what());
+  }
+  return Status::ok();
+}
+
+void CommitQueue::submit(CommitRequest& req) {
+  std::future<void> done = req.done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || !thread_.joinable()) {
+      req.status = Status::unavailable("index: not accepting commits");
+      return;
+    }
+    pending_.push_back(&req);
+  }
+  cv_.notify_one();
+  done.wait();
+}
+
+CommitStats CommitQueue::stats() const {
+  return CommitStats{batches_.load(), requests_.load()};
+}
+
+void CommitQueue::run() {
+  std::vector<CommitRequest*> batch;
+  batch.reserve(max_batch_);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and everything drained
+      size_t n = std::min(max_batch_, pending_.size());
+      batch.assign(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(n));
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(n));
+    }
+    commitBatch(batch);
+    batch.clear();
+  }
+}
+
+void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
+  BatchBuilder builder(db_, cfs_, clock_);
+  for (CommitRequest* req : batch) {
+    try {
+      builder.apply(*req);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: fail this request alone
+      req->status = Status::internal(std::string("index: commit failed: ") + e.what());
+      req->replaced.reset();
+    }
+  }
+  if (builder.batch().Count() > 0) {
+    rocksdb::WriteOptions options;
+    options.sync = true;
+    rocksdb::Status s = db_->Write(options, &builder.batch());
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    if (!s.ok()) {
+      Status st = fromRocks(s, "index: commit write");
+      log::error("{}", st.toString());
+      for (CommitRequest* req : batch) {
+        if (req->status.isOk()) {
+          req->status = st;
+          req->replaced.reset();
+        }
+      }
+    }
+  }
+  requests_.fetch_add(batch.size(), std::memory_order_relaxed);
+  // The caller may destroy its request as soon as `done` fires: touch nothing after.
+  for (CommitRequest* req : batch) req->done.set_value();
+}
+
+}  // namespace granary::index_kv

@@ -1,0 +1,132 @@
+// The commit queue: every index mutation goes through one committer thread, which merges
+// the requests pending at that moment (up to max_batch) into one WAL-synced WriteBatch.
+// Each request is evaluated in order against the DB plus the effects of the requests
+// before it in the same batch (BatchBuilder's overlay), so preconditions are exact and a
+// failed request fails alone. See docs/index-format.md, "Commit queue".
+//
+// Thread safety: submit() may be called from any number of threads; it blocks until the
+// request's batch is durable (or failed). The destructor drains pending requests, then
+// joins the committer; no submit() may start after destruction begins.
+#pragma once
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granary/common/clock.h"
+#include "granary/index_kv/index.h"
+#include "index_kv/column_families.h"
+
+namespace granary::index_kv {
+
+struct CommitRequest {
+  enum class Kind { kCreateBucket, kDeleteBucket, kPutObject, kDeleteObject, kGcDone };
+  Kind kind = Kind::kCreateBucket;
+  std::string bucket;  // every kind but kGcDone
+  std::string key;     // kPutObject, kDeleteObject
+  Precondition pre;    // kPutObject, kDeleteObject
+  // kCreateBucket: the encoded BucketInfo. kPutObject: the encoded summary and manifest
+  // (encoded by the caller's thread so the committer only does I/O).
+  std::string bucket_value;
+  std::string summary_value;
+  std::string manifest_value;
+  const Manifest* manifest = nullptr;  // kPutObject; the caller's, alive until completion
+  std::vector<std::string> gc_keys;    // kGcDone
+
+  // Outcome, set by the committer before `done` is fulfilled.
+  Status status;
+  std::optional<VersionId> replaced;
+  std::promise<void> done;
+};
+
+struct CommitStats {
+  uint64_t batches = 0;   // synced WriteBatches written
+  uint64_t requests = 0;  // requests completed (successfully or not) by the committer
+};
+
+// Evaluates the requests of one batch in order and stages their writes in one WriteBatch.
+// Lives on the committer thread for one batch.
+class BatchBuilder {
+ public:
+  BatchBuilder(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock)
+      : db_(db), cfs_(cfs), clock_(clock) {}
+
+  // Checks `req`'s preconditions and stages its writes; sets req.status and req.replaced.
+  // A request that fails stages nothing and leaves the overlay untouched.
+  void apply(CommitRequest& req);
+  rocksdb::WriteBatch& batch() { return batch_; }
+
+ private:
+  Status createBucket(CommitRequest& req);
+  Status deleteBucket(CommitRequest& req);
+  Status putObject(CommitRequest& req);
+  Status deleteObject(CommitRequest& req);
+  Status gcDone(CommitRequest& req);
+
+  Result<bool> bucketExists(const std::string& bucket);
+  Result<bool> bucketHasObjects(const std::string& bucket);
+  Result<std::optional<VersionId>> currentVersion(const std::string& object_key);
+  Result<std::optional<Manifest>> loadManifest(const VersionId& version);
+  Result<std::string> freeGcKey(const VersionId& version);
+  // Stages removal of the manifest `old` (manifest row, blobrefs rows) and enqueues its
+  // blobs that `keep` does not reference on the GC queue. Returns the gc key used, if any.
+  Result<std::optional<std::string>> retire(const VersionId& old_version, const Manifest* keep);
+
+  rocksdb::DB* db_;
+  ColumnFamilies cfs_;
+  const Clock& clock_;
+  rocksdb::WriteBatch batch_;
+  // Overlay: effects of the requests already staged in this batch.
+  std::map<std::string, bool> buckets_;                          // name -> exists
+  std::map<std::string, std::optional<VersionId>> objects_;      // object key -> current
+  std::map<VersionId, const Manifest*> manifests_;               // written in this batch
+  std::map<std::string, std::vector<VersionId>> gc_entries_;     // gc key -> blob versions
+  std::set<std::string> gc_deleted_;                             // gc keys deleted
+};
+
+class CommitQueue {
+ public:
+  CommitQueue(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
+              size_t max_batch);
+  ~CommitQueue();
+  CommitQueue(const CommitQueue&) = delete;
+  CommitQueue& operator=(const CommitQueue&) = delete;
+
+  // Starts the committer thread. kInternal if it cannot be created.
+  Status start();
+  // Enqueues `req` and blocks until it is durable or failed; the outcome is in `req`.
+  void submit(CommitRequest& req);
+  CommitStats stats() const;
+
+ private:
+  void run();
+  void commitBatch(const std::vector<CommitRequest*>& batch);
+
+  rocksdb::DB* db_;
+  ColumnFamilies cfs_;
+  const Clock& clock_;
+  size_t max_batch_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CommitRequest*> pending_;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  std::atomic<uint64_t> batches_{0};
+  std::atomic<uint64_t> requests_{0};
+};
+
+}  // namespace granary::index_kv

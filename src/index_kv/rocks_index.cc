@@ -1,0 +1,245 @@
+// RocksIndex: opening the DB, the read paths, and turning mutations into commit requests.
+// Formats: docs/index-format.md.
+#include "index_kv/rocks_index.h"
+
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "granary/common/clock.h"
+#include "granary/common/rocks_resources.h"
+#include "index_kv/codec.h"
+#include "index_kv/listing.h"
+
+namespace granary::index_kv {
+namespace {
+
+Status checkBucketName(std::string_view bucket) {
+  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
+    return Status::invalidArgument("index: bad bucket name");
+  }
+  return Status::ok();
+}
+
+// A consistent view for reads that touch more than one row.
+class Snapshot {
+ public:
+  explicit Snapshot(rocksdb::DB* db) : db_(db), snapshot_(db->GetSnapshot()) {
+    options_.snapshot = snapshot_;
+  }
+  ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  const rocksdb::ReadOptions& options() const { return options_; }
+
+ private:
+  rocksdb::DB* db_;
+  const rocksdb::Snapshot* snapshot_;
+  rocksdb::ReadOptions options_;
+};
+
+}  // namespace
+
+Status fromRocks(const rocksdb::Status& s, std::string_view context) {
+  std::string message = std::string(context) + ": " + s.ToString();
+  if (s.ok()) return Status::ok();
+  if (s.IsNotFound()) return Status::notFound(std::move(message));
+  if (s.IsCorruption()) return Status::corruption(std::move(message));
+  if (s.IsNoSpace()) return Status::noSpace(std::move(message));
+  if (s.IsIOError()) return Status::ioError(std::move(message));
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) {
+    return Status::unavailable(std::move(message));
+  }
+  if (s.IsInvalidArgument()) return Status::invalidArgument(std::move(message));
+  return Status::internal(std::move(message));
+}
+
+Result<std::unique_ptr<Index>> openIndex(const IndexOptions& options, RocksResources& resources,
+                                         const Clock& clock) {
+  auto index = RocksIndex::open(options, resources, clock);
+  if (!index) return fail(index.error());
+  return std::unique_ptr<Index>(std::move(*index));
+}
+
+Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options,
+                                                     RocksResources& resources,
+                                                     const Clock& clock) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return fail(Status::fromErrno(ec.value(), "index: creating " + options.dir));
+
+  rocksdb::Options db_options = resources.baseOptions();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
+                           rocksdb::ColumnFamilyOptions(db_options));
+  for (const char* name : {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf}) {
+    descriptors.emplace_back(name, resources.columnFamilyOptions());
+  }
+  std::unique_ptr<RocksIndex> index(new RocksIndex(clock));
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(db_options), options.dir,
+                                        descriptors, &index->handles_, &raw);
+  if (!s.ok()) return fail(fromRocks(s, "index: opening " + options.dir));
+  index->db_.reset(raw);
+  index->cfs_ = ColumnFamilies{index->handles_[1], index->handles_[2], index->handles_[3],
+                               index->handles_[4], index->handles_[5]};
+  index->queue_ =
+      std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
+  if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
+  return index;
+}
+
+RocksIndex::~RocksIndex() {
+  queue_.reset();  // drains pending commits and joins the committer
+  if (db_) {
+    for (rocksdb::ColumnFamilyHandle* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
+    (void)db_->Close();
+  }
+}
+
+Status RocksIndex::submit(CommitRequest& req) {
+  queue_->submit(req);
+  return req.status;
+}
+
+// ---- buckets -------------------------------------------------------------------------
+
+Status RocksIndex::createBucket(const BucketInfo& bucket) {
+  GRANARY_RETURN_IF_ERROR(checkBucketName(bucket.name));
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kCreateBucket;
+  req.bucket = bucket.name;
+  req.bucket_value = encodeBucket(bucket);
+  return submit(req);
+}
+
+Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), cfs_.buckets, rocksdb::Slice(name), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("no bucket " + std::string(name)));
+  if (!s.ok()) return fail(fromRocks(s, "index: reading bucket"));
+  return decodeBucket(value);
+}
+
+Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {
+  std::vector<BucketInfo> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.buckets));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto bucket = decodeBucket(it->value().ToStringView());
+    if (!bucket) return fail(bucket.error());
+    out.push_back(std::move(*bucket));
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: listing buckets"));
+  return out;
+}
+
+Status RocksIndex::deleteBucket(std::string_view name) {
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kDeleteBucket;
+  req.bucket = std::string(name);
+  return submit(req);
+}
+
+// ---- objects -------------------------------------------------------------------------
+
+Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
+                                                       std::string_view key,
+                                                       const Manifest& manifest,
+                                                       Precondition pre) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
+  if (key.empty()) return fail(Status::invalidArgument("index: empty object key"));
+  if (Status st = validateManifest(manifest); !st.isOk()) return fail(st);
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kPutObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  req.manifest = &manifest;
+  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
+                                                  manifest.mtime_unix_nanos, manifest.version});
+  req.manifest_value = encodeManifest(manifest);
+  if (Status st = submit(req); !st.isOk()) return fail(st);
+  return req.replaced;
+}
+
+Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {
+  Snapshot snap(db_.get());
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(snap.options(), cfs_.objects, objectKey(bucket, key), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("no such key"));
+  if (!s.ok()) return fail(fromRocks(s, "index: reading object"));
+  auto summary = decodeSummary(key, value);
+  if (!summary) return fail(summary.error());
+  s = db_->Get(snap.options(), cfs_.manifests, versionKey(summary->version), &value);
+  if (s.IsNotFound()) {
+    return fail(Status::notFound("no manifest for version " + summary->version.toHex()));
+  }
+  if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
+  return decodeManifest(value);
+}
+
+Result<std::optional<VersionId>> RocksIndex::deleteObject(std::string_view bucket,
+                                                          std::string_view key,
+                                                          Precondition pre) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kDeleteObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  if (Status st = submit(req); !st.isOk()) return fail(st);
+  return req.replaced;
+}
+
+Result<ListResult> RocksIndex::listObjects(std::string_view bucket, const ListRequest& req) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
+  return listObjectsIn(db_.get(), cfs_.objects, bucket, req);
+}
+
+// ---- GC queue ------------------------------------------------------------------------
+
+Result<std::vector<GcEntry>> RocksIndex::gcDue(int64_t enqueued_before_unix_nanos,
+                                               size_t limit) {
+  std::vector<GcEntry> out;
+  if (enqueued_before_unix_nanos < 0) return out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.gc));
+  for (it->SeekToFirst(); it->Valid() && out.size() < limit; it->Next()) {
+    auto parts = parseGcKey(it->key().ToStringView());
+    if (!parts) return fail(Status::corruption("index: bad gc queue key"));
+    if (parts->enqueued_unix_nanos > enqueued_before_unix_nanos) break;
+    auto blobs = decodeGcBlobs(it->value().ToStringView());
+    if (!blobs) return fail(blobs.error());
+    out.push_back(GcEntry{it->key().ToString(), parts->version, parts->enqueued_unix_nanos,
+                          std::move(*blobs)});
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading gc queue"));
+  return out;
+}
+
+Status RocksIndex::gcDone(const std::vector<GcEntry>& entries) {
+  if (entries.empty()) return Status::ok();
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kGcDone;
+  for (const GcEntry& e : entries) req.gc_keys.push_back(e.queue_key);
+  return submit(req);
+}
+
+Result<bool> RocksIndex::isBlobVersionReferenced(const VersionId& version) {
+  Snapshot snap(db_.get());
+  const std::string key = versionKey(version);
+  std::string value;
+  rocksdb::Status s = db_->Get(snap.options(), cfs_.manifests, key, &value);
+  if (s.ok()) return true;
+  if (!s.IsNotFound()) return fail(fromRocks(s, "index: reading manifest"));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(snap.options(), cfs_.blobrefs));
+  it->Seek(key);
+  if (it->Valid()) return it->key().starts_with(key);
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading blob refs"));
+  return false;
+}
+
+}  // namespace granary::index_kv

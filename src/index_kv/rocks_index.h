@@ -1,0 +1,57 @@
+// RocksIndex: the Index on one RocksDB (docs/index-format.md). Reads go straight to
+// RocksDB from the calling thread; every mutation goes through the CommitQueue.
+// Private header: tests include it for commitStats().
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <memory>
+#include <vector>
+
+#include "granary/index_kv/index.h"
+#include "index_kv/column_families.h"
+#include "index_kv/commit_queue.h"
+
+namespace granary::index_kv {
+
+class RocksIndex final : public Index {
+ public:
+  // Opens (creating if needed) the DB in options.dir and starts the committer.
+  static Result<std::unique_ptr<RocksIndex>> open(const IndexOptions& options,
+                                                  RocksResources& resources,
+                                                  const Clock& clock);
+  ~RocksIndex() override;
+
+  Status createBucket(const BucketInfo& bucket) override;
+  Result<BucketInfo> getBucket(std::string_view name) override;
+  Result<std::vector<BucketInfo>> listBuckets() override;
+  Status deleteBucket(std::string_view name) override;
+
+  Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
+                                             const Manifest& manifest,
+                                             Precondition pre) override;
+  Result<Manifest> getObject(std::string_view bucket, std::string_view key) override;
+  Result<std::optional<VersionId>> deleteObject(std::string_view bucket, std::string_view key,
+                                                Precondition pre) override;
+  Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) override;
+
+  Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos,
+                                     size_t limit) override;
+  Status gcDone(const std::vector<GcEntry>& entries) override;
+  Result<bool> isBlobVersionReferenced(const VersionId& version) override;
+
+  // Group-commit counters: synced batches written and requests committed so far.
+  CommitStats commitStats() const { return queue_->stats(); }
+
+ private:
+  RocksIndex(const Clock& clock) : clock_(clock) {}
+  Status submit(CommitRequest& req);
+
+  const Clock& clock_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  ColumnFamilies cfs_;
+  std::unique_ptr<CommitQueue> queue_;
+};
+
+}  // namespace granary::index_kv

@@ -1,0 +1,276 @@
+// granary: one binary, subcommands. `serve` runs everything in one process (the embedded
+// default): gateway, index and the chunk-store drives as directories under --data.
+#include <fcntl.h>
+#include <prometheus/registry.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/chunkstore/io_engine.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/common/random.h"
+#include "granary/common/rocks_resources.h"
+#include "granary/common/worker_pool.h"
+#include "granary/gateway/gateway.h"
+#include "granary/gateway/reclaimer.h"
+#include "granary/index_kv/index.h"
+#include "granary/placement/cluster_map.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using namespace granary;
+
+namespace {
+
+[[noreturn]] void die(const std::string& message) {
+  std::cerr << "granary: " << message << "\n";
+  std::exit(1);
+}
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes a file durably: temp file, fsync, rename, fsync of the directory.
+void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode) {
+  fs::path tmp = p;
+  tmp += ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd < 0) die("cannot write " + tmp.string());
+  if (::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size()) ||
+      ::fsync(fd) != 0) {
+    die("cannot write " + tmp.string());
+  }
+  ::close(fd);
+  fs::rename(tmp, p);
+  int dfd = ::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string randomString(Random& random, size_t n) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string out;
+  while (out.size() < n) {
+    uint8_t b = 0;
+    random.fill({&b, 1});
+    if (b < 248) out += kAlphabet[b % 62];  // 248 = 4 * 62: no modulo bias
+  }
+  return out;
+}
+
+gateway::RootUser rootUser(const fs::path& data, Random& random) {
+  const char* user = std::getenv("GRANARY_ROOT_USER");
+  const char* password = std::getenv("GRANARY_ROOT_PASSWORD");
+  if (user && password && *user && *password) return {user, password};
+  if (user || password) die("set both GRANARY_ROOT_USER and GRANARY_ROOT_PASSWORD, or neither");
+  fs::path file = data / "root-credentials.json";
+  if (fs::exists(file)) {
+    try {
+      auto j = nlohmann::json::parse(readFile(file));
+      return {j.at("access_key").get<std::string>(), j.at("secret_key").get<std::string>()};
+    } catch (const std::exception& e) {
+      die("cannot read " + file.string() + ": " + e.what());
+    }
+  }
+  gateway::RootUser root{"GR" + randomString(random, 18), randomString(random, 40)};
+  nlohmann::json j = {{"access_key", root.access_key}, {"secret_key", root.secret_key}};
+  writeFileDurably(file, j.dump(2) + "\n", 0600);
+  return root;
+}
+
+placement::ClusterMap loadOrCreateMap(const fs::path& data, int drives, int k, int m) {
+  fs::path file = data / "cluster.json";
+  if (fs::exists(file)) {
+    auto map = placement::ClusterMap::fromJson(readFile(file));
+    if (!map) die("invalid " + file.string() + ": " + map.error().toString());
+    return *map;
+  }
+  placement::ClusterMap map;
+  map.epoch = 1;
+  map.ec = {static_cast<uint8_t>(k), static_cast<uint8_t>(m)};
+  for (int i = 0; i < drives; ++i) {
+    std::string id = fmt::format("d{}", i);
+    map.drives.push_back({id, "local", id, 1.0, "", fmt::format("drives/{}", id)});
+  }
+  auto checked = placement::ClusterMap::fromJson(map.toJson());
+  if (!checked) die("invalid layout: " + checked.error().toString());
+  writeFileDurably(file, map.toJson(), 0644);
+  return map;
+}
+
+std::pair<std::string, uint16_t> parseListen(const std::string& listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) die("--listen must be HOST:PORT");
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = -1;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) die("bad port in --listen " + listen);
+  return {host, static_cast<uint16_t>(port)};
+}
+
+int serve(int argc, char** argv) {
+  po::options_description opts("granary serve options");
+  std::string data_dir, listen;
+  int drives = 6, k = 4, m = 2, loops = 0, workers = 0;
+  opts.add_options()("help,h", "show this help")(
+      "data", po::value(&data_dir)->default_value("./granary-data"), "data directory")(
+      "listen", po::value(&listen)->default_value("127.0.0.1:9000"),
+      "HOST:PORT to serve S3 on (port 0 picks a free port)")(
+      "drives", po::value(&drives)->default_value(6), "drive directories (first start only)")(
+      "ec-k", po::value(&k)->default_value(4), "data fragments per stripe (first start only)")(
+      "ec-m", po::value(&m)->default_value(2), "parity fragments per stripe (first start only)")(
+      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
+      "workers", po::value(&workers)->default_value(0), "blocking-I/O worker threads (0: auto)")(
+      "gc-grace", po::value<int>()->default_value(60), "seconds before replaced blobs are deleted")(
+      "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
+      "orphan-grace", po::value<int>()->default_value(3600),
+      "seconds before an unreferenced blob counts as an orphan")(
+      "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    die(std::string(e.what()) + "\n" + [&] { std::ostringstream s; s << opts; return s.str(); }());
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  std::string level = vm["log-level"].as<std::string>();
+  log::setLevel(level == "debug" ? log::Level::kDebug : level == "warn" ? log::Level::kWarn
+                : level == "error" ? log::Level::kError : log::Level::kInfo);
+
+  // Signals are handled by one thread with sigwait, so no other thread is interrupted.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  fs::path data(data_dir);
+  std::error_code fec;
+  fs::create_directories(data, fec);
+  if (fec) die("cannot create " + data.string() + ": " + fec.message());
+
+  SystemClock clock;
+  SecureRandom random;
+  auto map = loadOrCreateMap(data, drives, k, m);
+  auto root = rootUser(data, random);
+  RocksResources rocks;
+  auto engine = chunkstore::makeUringEngine();
+
+  std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>> stores;
+  for (const auto& d : map.drives) {
+    chunkstore::ChunkStoreOptions co;
+    co.dir = (data / d.path).string();
+    auto store = chunkstore::openChunkStore(co, *engine, rocks, clock);
+    if (!store) die("cannot open drive " + d.id + ": " + store.error().toString());
+    stores.emplace(d.id, std::move(*store));
+  }
+  chunkstore::LocalChunkClient chunks(std::move(stores));
+  auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
+  if (!index) die("cannot open index: " + index.error().toString());
+
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  auto pool = std::make_unique<WorkerPool>(
+      workers > 0 ? static_cast<size_t>(workers) : std::max<size_t>(16, 8 * cores), "granary-io");
+  prometheus::Registry registry;
+
+  gateway::GatewayOptions gopts;
+  std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
+  gopts.event_loops = static_cast<size_t>(loops);
+  auto server = gateway::GatewayServer::create(
+      gopts, gateway::GatewayDeps{map, chunks, **index, clock, random, *pool, registry, root});
+  if (!server) die(server.error().toString());
+
+  gateway::ReclaimerOptions ropts;
+  ropts.gc_grace = std::chrono::seconds(vm["gc-grace"].as<int>());
+  ropts.gc_interval = std::chrono::seconds(std::max(1, vm["gc-interval"].as<int>()));
+  ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
+  gateway::Reclaimer reclaimer(**index, chunks, map, clock, ropts);
+  reclaimer.start();
+
+  std::string host = gopts.listen_host.find(':') != std::string::npos
+                         ? "[" + gopts.listen_host + "]" : gopts.listen_host;
+  std::string endpoint = fmt::format("http://{}:{}", host, (*server)->port());
+  std::printf(
+      "Granary is serving S3 at %s\n"
+      "  data:        %s (%zu drives, EC %d+%d, io engine %s)\n"
+      "  access key:  %s\n"
+      "  secret key:  %s\n"
+      "Try: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s aws --endpoint-url %s s3 ls\n",
+      endpoint.c_str(), data.c_str(), map.drives.size(), map.ec.k, map.ec.m,
+      std::string(engine->name()).c_str(), root.access_key.c_str(), root.secret_key.c_str(),
+      root.access_key.c_str(), root.secret_key.c_str(), endpoint.c_str());
+  std::fflush(stdout);
+
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log::info("signal {}: shutting down", sig);
+    (*server)->stop();
+  });
+  (*server)->run();
+  // Unblock the signal thread if run() ended for another reason.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  reclaimer.stop();
+  pool.reset();  // finish blocking work before the coroutines that wait for it go away
+  server->reset();
+  return 0;
+}
+
+void usage() {
+  std::cout << "usage: granary <command> [options]\n\n"
+               "commands:\n"
+               "  serve    all-in-one S3 store (gateway, index, chunk-store drives)\n"
+               "\nRun 'granary <command> --help' for the options of a command.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "serve") return serve(argc - 1, argv + 1);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage();
+    return 0;
+  }
+  std::cerr << "granary: unknown command '" << cmd << "'\n";
+  usage();
+  return 2;
+}

@@ -1,0 +1,86 @@
+// Weighted rendezvous hashing. The hash and the score are part of the on-disk contract
+// (moving them moves every stored fragment): see docs/ec-placement.md before changing them.
+#include "granary/placement/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace granary::placement {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kKeySeed = 0x6772616E61727931ull;  // "granary1"
+
+// SplitMix64's finalizer: a bijection with full avalanche.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Absorbs the bytes 8 at a time (little-endian, the last word zero-padded), mixing after
+// every word, then folds in the length. Byte order is fixed so results match on every host.
+uint64_t hashBytes(std::string_view bytes, uint64_t seed) {
+  uint64_t h = seed;
+  size_t i = 0;
+  while (i < bytes.size()) {
+    uint64_t word = 0;
+    for (size_t b = 0; b < 8 && i < bytes.size(); ++b, ++i) {
+      word |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * b);
+    }
+    h = mix64((h ^ word) + kGolden);
+  }
+  return mix64((h ^ bytes.size()) + kGolden);
+}
+
+// -weight / ln(u) with u = hash(key, drive id) mapped into (0, 1): the top 53 bits plus a
+// half step, so u is never 0 or 1. Of two drives, the one with the higher score wins.
+double score(uint64_t key_hash, const Drive& drive) {
+  const uint64_t h = hashBytes(drive.id, key_hash);
+  const double u = (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;
+  return -drive.weight / std::log(u);
+}
+
+}  // namespace
+
+std::vector<size_t> rankDrives(const ClusterMap& map, std::string_view key) {
+  const uint64_t key_hash = hashBytes(key, kKeySeed);
+  std::vector<std::pair<double, size_t>> scored;
+  scored.reserve(map.drives.size());
+  for (size_t i = 0; i < map.drives.size(); ++i) {
+    scored.emplace_back(score(key_hash, map.drives[i]), i);
+  }
+  std::sort(scored.begin(), scored.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    const std::string& ida = map.drives[a.second].id;
+    const std::string& idb = map.drives[b.second].id;
+    if (ida != idb) return ida < idb;
+    return a.second < b.second;  // only for maps that were never validated
+  });
+  std::vector<size_t> order;
+  order.reserve(scored.size());
+  for (const auto& s : scored) order.push_back(s.second);
+  return order;
+}
+
+Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view key, size_t count,
+                                         const std::function<bool(const Drive&)>& usable) {
+  std::vector<size_t> chosen;
+  if (count == 0) return chosen;
+  std::vector<std::string_view> domains;
+  for (size_t idx : rankDrives(map, key)) {
+    const Drive& d = map.drives[idx];
+    if (usable && !usable(d)) continue;
+    if (std::find(domains.begin(), domains.end(), d.domain) != domains.end()) continue;
+    chosen.push_back(idx);
+    domains.push_back(d.domain);
+    if (chosen.size() == count) return chosen;
+  }
+  return fail(Status::unavailable("placement: need " + std::to_string(count) +
+                                  " usable drives in distinct failure domains, found " +
+                                  std::to_string(chosen.size())));
+}
+
+}  // namespace granary::placement

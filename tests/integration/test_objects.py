@@ -1,0 +1,184 @@
+"""Object round trips, ranges, errors and auth through boto3 against the real server."""
+import hashlib
+import os
+import urllib.error
+import urllib.request
+
+import botocore.exceptions
+import pytest
+
+MiB = 1024 * 1024
+
+
+def error_code(exc_info):
+    return exc_info.value.response["Error"]["Code"]
+
+
+def http_status(exc_info):
+    return exc_info.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def test_health_answers_without_auth(server):
+    with urllib.request.urlopen(server.endpoint + "/_granary/health", timeout=10) as r:
+        assert r.status == 200
+        assert r.read() == b"ok\n"
+
+
+@pytest.mark.parametrize("size", [0, 1, 100 * 1024, 1 * MiB + 1, 64 * MiB])
+def test_put_get_round_trip_is_byte_exact(s3, bucket, size):
+    body = os.urandom(size)
+    put = s3.put_object(Bucket=bucket, Key=f"obj-{size}", Body=body)
+    assert put["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    got = s3.get_object(Bucket=bucket, Key=f"obj-{size}")
+    assert got["ContentLength"] == size
+    assert got["ETag"] == put["ETag"]
+    assert got["Body"].read() == body
+    head = s3.head_object(Bucket=bucket, Key=f"obj-{size}")
+    assert head["ContentLength"] == size
+
+
+def test_metadata_and_content_type_are_returned(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="meta", Body=b"x", ContentType="text/plain",
+                  Metadata={"origin": "crawler-7", "shard": "00042"},
+                  ContentDisposition="attachment; filename=x.txt", CacheControl="no-cache")
+    head = s3.head_object(Bucket=bucket, Key="meta")
+    assert head["ContentType"] == "text/plain"
+    assert head["Metadata"] == {"origin": "crawler-7", "shard": "00042"}
+    assert head["ContentDisposition"] == "attachment; filename=x.txt"
+    assert head["CacheControl"] == "no-cache"
+
+
+@pytest.mark.parametrize("size", [50 * 1024, 9 * MiB + 12345])
+def test_ranged_gets_match_slices(s3, bucket, size):
+    body = os.urandom(size)
+    s3.put_object(Bucket=bucket, Key="ranged", Body=body)
+    cases = [(0, 0), (0, 99), (size - 1, size - 1), (4095, 4097), (size // 3, 2 * size // 3),
+             (size - 10, size + 1000)]
+    for first, last in cases:
+        r = s3.get_object(Bucket=bucket, Key="ranged", Range=f"bytes={first}-{last}")
+        assert r["ResponseMetadata"]["HTTPStatusCode"] == 206
+        want = body[first:last + 1]
+        assert r["Body"].read() == want, (first, last)
+        assert r["ContentRange"] == f"bytes {first}-{first + len(want) - 1}/{size}"
+    assert s3.get_object(Bucket=bucket, Key="ranged", Range="bytes=-1000")["Body"].read() \
+        == body[-1000:]
+    assert s3.get_object(Bucket=bucket, Key="ranged", Range=f"bytes={size - 7}-")["Body"].read() \
+        == body[-7:]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="ranged", Range=f"bytes={size}-")
+    assert error_code(e) == "InvalidRange"
+    assert http_status(e) == 416
+
+
+def test_overwrite_returns_newest_version(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=os.urandom(3 * MiB))
+    newest = os.urandom(2 * MiB + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=newest)
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == newest
+
+
+def test_missing_bucket_and_key_are_404_with_s3_codes(s3, bucket):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="nope")
+    assert error_code(e) == "NoSuchKey" and http_status(e) == 404
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket="no-such-bucket-xyz", Key="k")
+    assert error_code(e) == "NoSuchBucket" and http_status(e) == 404
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket="no-such-bucket-xyz", Key="k", Body=b"1")
+    assert error_code(e) == "NoSuchBucket"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="nope")
+    assert http_status(e) == 404
+
+
+def test_delete_object_then_get_is_no_such_key(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="gone", Body=os.urandom(2 * MiB))
+    assert s3.delete_object(Bucket=bucket, Key="gone")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="gone")
+    assert error_code(e) == "NoSuchKey"
+    # Deleting a missing key succeeds, as in S3.
+    s3.delete_object(Bucket=bucket, Key="gone")
+
+
+def test_bucket_lifecycle_and_errors(s3):
+    s3.create_bucket(Bucket="lifecycle-bucket")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_bucket(Bucket="lifecycle-bucket")
+    assert error_code(e) == "BucketAlreadyOwnedByYou" and http_status(e) == 409
+    s3.head_bucket(Bucket="lifecycle-bucket")
+    assert "lifecycle-bucket" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.put_object(Bucket="lifecycle-bucket", Key="x", Body=b"1")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.delete_bucket(Bucket="lifecycle-bucket")
+    assert error_code(e) == "BucketNotEmpty" and http_status(e) == 409
+    s3.delete_object(Bucket="lifecycle-bucket", Key="x")
+    s3.delete_bucket(Bucket="lifecycle-bucket")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_bucket(Bucket="lifecycle-bucket")
+    assert http_status(e) == 404
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_bucket(Bucket="Bad_Name")
+    assert error_code(e) == "InvalidBucketName"
+
+
+def test_wrong_secret_is_signature_does_not_match(server, bucket):
+    bad = server.client(secret="not-the-secret-" + "x" * 25)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        bad.get_object(Bucket=bucket, Key="k")
+    assert error_code(e) == "SignatureDoesNotMatch" and http_status(e) == 403
+    unknown = server.client(access="AKIDONTKNOWYOU000000")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unknown.list_buckets()
+    assert error_code(e) == "InvalidAccessKeyId" and http_status(e) == 403
+
+
+def test_anonymous_request_is_access_denied(server, bucket):
+    req = urllib.request.Request(f"{server.endpoint}/{bucket}/k")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 403
+    assert b"<Code>AccessDenied</Code>" in e.value.read()
+
+
+def test_presigned_get_and_put_over_plain_http(s3, bucket):
+    body = os.urandom(300 * 1024)
+    put_url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "pre"},
+                                        ExpiresIn=300)
+    req = urllib.request.Request(put_url, data=body, method="PUT")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+    get_url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "pre"},
+                                        ExpiresIn=300)
+    with urllib.request.urlopen(get_url, timeout=30) as r:
+        assert r.read() == body
+    # A tampered signature is refused.
+    bad = get_url.replace("X-Amz-Signature=", "X-Amz-Signature=0")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(bad[:len(get_url)], timeout=10)
+    assert e.value.code == 403
+
+
+def test_expired_presigned_url_is_refused(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="exp", Body=b"1")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "exp"},
+                                    ExpiresIn=1)
+    import time
+    time.sleep(2.5)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, timeout=10)
+    assert e.value.code == 403
+    assert b"AccessDenied" in e.value.read()
+
+
+def test_hostile_keys(s3, bucket):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k" * 1025, Body=b"1")
+    assert error_code(e) == "KeyTooLongError"
+    s3.put_object(Bucket=bucket, Key="k" * 1024, Body=b"max")
+    assert s3.get_object(Bucket=bucket, Key="k" * 1024)["Body"].read() == b"max"
+    for key in ["..", "../escape", "a/../../b", "./x", "with space", "plus+sign", "per%cent",
+                "uni-\u00e9\u4e2d\U0001F600", "q?x=1&y", "#hash"]:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode(), key

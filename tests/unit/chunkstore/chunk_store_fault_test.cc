@@ -1,0 +1,220 @@
+// Corruption on disk and injected I/O faults.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::chunkstore;
+using namespace granary::chunkstore::testing;
+
+namespace {
+
+// Flips one bit of an extent file with plain syscalls, behind the store's back.
+void flipBit(const std::string& path, uint64_t offset) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  uint8_t b = 0;
+  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  b ^= 0x10;
+  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  REQUIRE(::fsync(fd) == 0);
+  ::close(fd);
+}
+
+// Fails pwrite or fdatasync of extent files with a chosen errno while armed.
+class FaultyEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) override {
+    if (write_errno != 0) return Status::fromErrno(write_errno, "injected pwrite fault");
+    return target_->pwrite(fd, data, offset);
+  }
+  Status fdatasync(int fd) override {
+    if (sync_errno != 0) return Status::fromErrno(sync_errno, "injected fdatasync fault");
+    return target_->fdatasync(fd);
+  }
+  std::atomic<int> write_errno{0};
+  std::atomic<int> sync_errno{0};
+};
+
+// The first blob of a fresh store sits at offset 0 of extent 0; a small blob's header
+// region is one 4 KiB page (docs/chunkstore-format.md).
+constexpr uint64_t kFirstPayload = 4096;
+
+}  // namespace
+
+TEST_CASE("A flipped payload bit fails reads touching its block only") {
+  auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
+  auto engine = makeEngine(engine_name);
+  StoreFixture f(*engine);
+  BlobId id = makeId(1);
+  auto data = randomBytes(4 * 4096, 1);
+  REQUIRE(f.store->put(descriptor(id), data).isOk());
+  flipBit(extentPath(f.options.dir, 0), kFirstPayload + 4096 + 1234);  // block 1
+
+  std::vector<uint8_t> out(100);
+  Status st = f.store->read(id, 4096 + 1200, out);
+  CHECK(st.code() == Status::Code::kCorruption);
+  CHECK(st.message().find(id.toString()) != std::string::npos);
+  CHECK(st.message().find("block 1") != std::string::npos);
+  // A range that only touches the edge of block 1 still reads (and fails) the whole block.
+  CHECK(f.store->read(id, 4000, out).code() == Status::Code::kCorruption);
+  // Other blocks of the same blob are verified on their own and still read.
+  CHECK(f.store->read(id, 0, std::span<uint8_t>(out.data(), 100)).isOk());
+  CHECK(std::equal(out.begin(), out.end(), data.begin()));
+  std::vector<uint8_t> tail(2 * 4096);
+  CHECK(f.store->read(id, 2 * 4096, tail).isOk());
+  CHECK(std::equal(tail.begin(), tail.end(), data.begin() + 2 * 4096));
+}
+
+TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  BlobId id = makeId(1);
+  REQUIRE(f.store->put(descriptor(id), randomBytes(5000, 1)).isOk());
+  SECTION("in the bucket name") { flipBit(extentPath(f.options.dir, 0), 71); }
+  SECTION("in the CRC table") { flipBit(extentPath(f.options.dir, 0), 72 + 13 + 21 + 2); }
+  SECTION("in the magic") { flipBit(extentPath(f.options.dir, 0), 0); }
+  std::vector<uint8_t> out(10);
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+  CHECK(f.store->read(id, 4500, out).code() == Status::Code::kCorruption);
+}
+
+TEST_CASE("A punched (zeroed) blob still indexed is kCorruption, not zeros") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  BlobId id = makeId(1);
+  REQUIRE(f.store->put(descriptor(id), randomBytes(9000, 1)).isOk());
+  int fd = ::open(extentPath(f.options.dir, 0).c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(engine->punchHole(fd, 0, 16384).isOk());
+  ::close(fd);
+  std::vector<uint8_t> out(10);
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+}
+
+TEST_CASE("A put whose data write fails is neither indexed nor readable") {
+  auto base = makeUringEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100, 1)).isOk());
+  engine.write_errno = EIO;
+  BlobId id = makeId(2);
+  Status st = f.store->put(descriptor(id), randomBytes(10'000, 2));
+  CHECK(st.code() == Status::Code::kIoError);
+  std::vector<uint8_t> out(10);
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kNotFound);
+  CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
+  CHECK(f.store->list(std::nullopt, 10)->size() == 1);
+  CHECK(f.store->stats()->blobs == 1);
+  // Once the fault clears, the same id can be written.
+  engine.write_errno = 0;
+  CHECK(f.store->put(descriptor(id), randomBytes(10'000, 2)).isOk());
+  CHECK(f.store->read(id, 0, out).isOk());
+}
+
+TEST_CASE("A put whose fdatasync fails is not indexed") {
+  auto base = makePosixEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100, 1)).isOk());
+  engine.sync_errno = EIO;
+  BlobId id = makeId(2);
+  CHECK_FALSE(f.store->put(descriptor(id), randomBytes(10'000, 2)).isOk());
+  CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
+  engine.sync_errno = 0;
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
+  CHECK(f.store->stats()->blobs == 1);
+}
+
+TEST_CASE("ENOSPC while writing a blob is kNoSpace") {
+  auto base = makeUringEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  engine.write_errno = ENOSPC;
+  BlobId id = makeId(1);
+  CHECK(f.store->put(descriptor(id), randomBytes(4096, 1)).code() == Status::Code::kNoSpace);
+  CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
+  engine.write_errno = 0;
+  engine.sync_errno = ENOSPC;
+  CHECK(f.store->put(descriptor(id), randomBytes(4096, 1)).code() == Status::Code::kNoSpace);
+  CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
+}
+
+namespace {
+
+// A filesystem that refuses O_DIRECT the way tmpfs did before Linux 6.6: open fails EINVAL.
+class NoDirectEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    if ((flags & O_DIRECT) != 0) {
+      ++refused;
+      return fail(Status::fromErrno(EINVAL, "open " + path));
+    }
+    return target_->open(path, flags, mode);
+  }
+  std::atomic<int> refused{0};
+};
+
+}  // namespace
+
+TEST_CASE("A drive whose filesystem refuses O_DIRECT falls back to buffered I/O") {
+  auto base = makePosixEngine();
+  NoDirectEngine engine(base.get());
+  StoreFixture f(engine);
+  BlobId id = makeId(1);
+  REQUIRE(f.store->put(descriptor(id), randomBytes(10'000, 1)).isOk());
+  std::vector<uint8_t> out(10'000);
+  REQUIRE(f.store->read(id, 0, out).isOk());
+  CHECK(out == randomBytes(10'000, 1));
+  CHECK(engine.refused == 1);  // asked once, then remembered for the drive
+  REQUIRE(f.reopen().isOk());
+  REQUIRE(f.store->read(id, 0, out).isOk());
+}
+
+TEST_CASE("A blob whose extent file vanished reads as kCorruption") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  BlobId id = makeId(1);
+  REQUIRE(f.store->put(descriptor(id), randomBytes(100, 1)).isOk());
+  REQUIRE(f.reopen().isOk());
+  REQUIRE(std::filesystem::remove(extentPath(f.options.dir, 0)));
+  std::vector<uint8_t> out(100);
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+}
+
+TEST_CASE("Reads racing a remove see the bytes or kNotFound, never kCorruption") {
+  auto engine = makeUringEngine();
+  StoreFixture f(*engine);
+  constexpr int kBlobs = 40;
+  for (int n = 0; n < kBlobs; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(64 << 10, n)).isOk());
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      std::vector<uint8_t> out(64 << 10);
+      for (int i = t; !done; i = (i + 1) % kBlobs) {
+        Status st = f.store->read(makeId(i), 0, out);
+        if (st.isOk() ? out != randomBytes(64 << 10, i) : !st.isNotFound()) ++bad;
+      }
+    });
+  }
+  for (int n = 0; n < kBlobs; ++n) REQUIRE(f.store->remove(makeId(n)).isOk());
+  done = true;
+  for (auto& th : readers) th.join();
+  CHECK(bad == 0);
+  CHECK(f.store->stats()->blobs == 0);
+}

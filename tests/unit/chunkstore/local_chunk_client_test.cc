@@ -1,0 +1,43 @@
+#include <catch2/catch.hpp>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::chunkstore;
+using namespace granary::chunkstore::testing;
+
+TEST_CASE("The local chunk client routes by drive id and refuses unknown drives") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  RocksResources resources(RocksBudget{8 << 20, 8 << 20});
+  ManualClock clock(1000);
+  std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives;
+  for (std::string name : {"d0", "d1"}) {
+    ChunkStoreOptions opts;
+    opts.dir = dir.path() + "/" + name;
+    auto s = openChunkStore(opts, *engine, resources, clock);
+    REQUIRE(s.has_value());
+    drives.emplace(name, std::move(*s));
+  }
+  LocalChunkClient client(std::move(drives));
+  BlobId id = makeId(1);
+  auto data = randomBytes(6000, 1);
+  REQUIRE(client.put("d1", descriptor(id), data).isOk());
+  std::vector<uint8_t> out(data.size());
+  REQUIRE(client.read("d1", id, 0, out).isOk());
+  CHECK(out == data);
+  CHECK(client.read("d0", id, 0, out).code() == Status::Code::kNotFound);
+  CHECK(client.list("d1", std::nullopt, 10)->size() == 1);
+  CHECK(client.stats("d1")->blobs == 1);
+  CHECK(client.stats("d0")->blobs == 0);
+  CHECK(client.writable("d0"));
+  CHECK_FALSE(client.writable("nope"));
+  CHECK(client.put("nope", descriptor(id), data).code() == Status::Code::kNotFound);
+  CHECK(client.read("nope", id, 0, out).code() == Status::Code::kNotFound);
+  CHECK(client.remove("nope", id).code() == Status::Code::kNotFound);
+  CHECK(client.list("nope", std::nullopt, 1).error().code() == Status::Code::kNotFound);
+  CHECK(client.stats("nope").error().code() == Status::Code::kNotFound);
+  REQUIRE(client.remove("d1", id).isOk());
+  CHECK(client.read("d1", id, 0, out).code() == Status::Code::kNotFound);
+}

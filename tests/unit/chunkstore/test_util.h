@@ -1,0 +1,113 @@
+// Helpers shared by the chunkstore unit tests: temp dirs, ids, payloads, a store fixture.
+#pragma once
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "granary/chunkstore/chunk_store.h"
+#include "granary/chunkstore/io_engine.h"
+#include "granary/common/clock.h"
+#include "granary/common/ids.h"
+#include "granary/common/rocks_resources.h"
+
+namespace granary::chunkstore::testing {
+
+// A fresh directory under /tmp, removed with everything in it when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/granary-chunk-XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline BlobId makeId(uint64_t n, uint32_t stripe = 0, uint16_t fragment = 0) {
+  BlobId id;
+  // Spread the bits so ids do not sort in creation order.
+  uint64_t x = n * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < 8; ++i) {
+    id.version.bytes[i] = static_cast<uint8_t>(x >> (56 - 8 * i));
+    id.version.bytes[8 + i] = static_cast<uint8_t>(n >> (56 - 8 * i));
+  }
+  id.stripe = stripe;
+  id.fragment = fragment;
+  return id;
+}
+
+inline std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+inline BlobDescriptor descriptor(const BlobId& id) {
+  BlobDescriptor d;
+  d.id = id;
+  d.ec = {4, 2};
+  d.stripe_data_len = 4 << 20;
+  d.bucket = "training-data";
+  d.key = "shards/part-00017.tar";
+  return d;
+}
+
+inline std::unique_ptr<IoEngine> makeEngine(const std::string& name) {
+  return name == "posix" ? makePosixEngine() : makeUringEngine();
+}
+
+inline std::string extentPath(const std::string& dir, uint32_t extent) {
+  char buf[16];
+  snprintf(buf, sizeof buf, "%08x.ext", extent);
+  return dir + "/extents/" + buf;
+}
+
+inline int64_t allocatedBytes(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_blocks) * 512;
+}
+
+// One store on a temp dir; reopen() closes and opens it again on the same directory.
+struct StoreFixture {
+  explicit StoreFixture(IoEngine& engine_in, ChunkStoreOptions opts = {})
+      : engine(engine_in), options(std::move(opts)) {
+    options.dir = dir.path() + "/drive";
+    auto s = openChunkStore(options, engine, resources, clock);
+    if (!s) throw std::runtime_error("open failed: " + s.error().toString());
+    store = std::move(*s);
+  }
+  Status reopen() {
+    store.reset();
+    auto s = openChunkStore(options, engine, resources, clock);
+    if (!s) return s.error();
+    store = std::move(*s);
+    return Status::ok();
+  }
+
+  TempDir dir;
+  IoEngine& engine;
+  ChunkStoreOptions options;
+  RocksResources resources{RocksBudget{8 << 20, 8 << 20}};
+  ManualClock clock{1'700'000'000'000'000'000};
+  std::unique_ptr<ChunkStore> store;
+};
+
+}  // namespace granary::chunkstore::testing

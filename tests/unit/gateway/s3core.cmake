@@ -1,0 +1,8 @@
+# Unit tests of granary_s3core (src/gateway/auth.cmake). Included by this folder's
+# CMakeLists.txt.
+add_executable(s3core_test
+  ${CMAKE_CURRENT_LIST_DIR}/s3core_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sigv4_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/aws_chunked_test.cc)
+target_link_libraries(s3core_test PRIVATE granary_s3core granary_catch_main)
+catch_discover_tests(s3core_test)

@@ -1,0 +1,515 @@
+// SigV4 against the examples AWS publishes in the S3 API reference:
+//  - "Examples: Signature Calculations in AWS Signature Version 4" (sig-v4-header-based-auth):
+//    GET Object with Range, PUT Object, GET Bucket Lifecycle, GET Bucket (List Objects);
+//  - "Authenticating Requests: Using Query Parameters" (sigv4-query-string-auth): presigned GET;
+//  - the seed requests of "Transferring Payload in Multiple Chunks" (sigv4-streaming) and
+//    "Including Trailing Headers" (sigv4-streaming-trailers).
+#include "sigv4.h"
+
+#include <catch2/catch.hpp>
+
+#include "granary/common/hex.h"
+
+namespace granary::gateway {
+namespace {
+
+constexpr std::string_view kAccessKey = "AKIAIOSFODNN7EXAMPLE";
+constexpr std::string_view kSecret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+constexpr int64_t kExampleTime = 1369353600;  // 2013-05-24T00:00:00Z
+constexpr std::string_view kEmptyHash =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr std::string_view kCredentialPrefix =
+    "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,";
+
+struct Request {
+  std::string method;
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  HttpRequestView view() const { return HttpRequestView{method, target, headers}; }
+  void set(const std::string& name, const std::string& value) {
+    for (auto& [n, v] : headers) {
+      if (n == name) {
+        v = value;
+        return;
+      }
+    }
+    headers.emplace_back(name, value);
+  }
+};
+
+AuthInfo parsed(const Request& r) {
+  auto auth = parseAuth(r.view());
+  REQUIRE(auth.has_value());
+  REQUIRE(auth->has_value());
+  return **auth;
+}
+
+S3ErrorCode parseError(const Request& r) {
+  auto auth = parseAuth(r.view());
+  REQUIRE_FALSE(auth.has_value());
+  return auth.error().code;
+}
+
+std::string signatureOf(const Request& r, std::string_view secret = kSecret) {
+  AuthInfo auth = parsed(r);
+  return hmacSha256Hex(deriveSigningKey(secret, auth.date, auth.region, auth.service),
+                       stringToSign(auth, canonicalRequest(r.view(), auth)));
+}
+
+S3Result<void> verifyAt(const Request& r, int64_t now, std::string_view secret = kSecret) {
+  SigningKeyCache keys;
+  AuthInfo auth = parsed(r);
+  return verify(r.view(), auth, secret, now, keys);
+}
+
+Request getObjectExample() {
+  return {
+      "GET",
+      "/test.txt",
+      {{"host", "examplebucket.s3.amazonaws.com"},
+       {"range", "bytes=0-9"},
+       {"x-amz-content-sha256", std::string(kEmptyHash)},
+       {"x-amz-date", "20130524T000000Z"},
+       {"authorization", std::string(kCredentialPrefix) +
+                             "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature="
+                             "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"}}};
+}
+
+Request putObjectExample(std::string target = "/test%24file.text") {
+  return {
+      "PUT",
+      std::move(target),
+      {{"host", "examplebucket.s3.amazonaws.com"},
+       {"date", "Fri, 24 May 2013 00:00:00 GMT"},
+       {"x-amz-date", "20130524T000000Z"},
+       {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+       {"x-amz-content-sha256", "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072"},
+       {"authorization",
+        std::string(kCredentialPrefix) +
+            "SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class,"
+            "Signature=98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd"}}};
+}
+
+Request bucketGetExample(std::string target, std::string signature) {
+  return {"GET",
+          std::move(target),
+          {{"host", "examplebucket.s3.amazonaws.com"},
+           {"x-amz-date", "20130524T000000Z"},
+           {"x-amz-content-sha256", std::string(kEmptyHash)},
+           {"authorization", std::string(kCredentialPrefix) +
+                                 "SignedHeaders=host;x-amz-content-sha256;x-amz-date,"
+                                 "Signature=" +
+                                 signature}}};
+}
+
+constexpr std::string_view kPresignedQuery =
+    "X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+    "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host"
+    "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+
+Request presignedExample() {
+  return {"GET",
+          "/test.txt?" + std::string(kPresignedQuery),
+          {{"host", "examplebucket.s3.amazonaws.com"}}};
+}
+
+}  // namespace
+
+TEST_CASE("SigV4 derives the signing key of AWS's published key-derivation example") {
+  // AWS General Reference, "Examples of how to derive a signing key for Signature Version 4".
+  auto key =
+      deriveSigningKey("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20120215", "us-east-1", "iam");
+  CHECK(toHex(key) == "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d");
+  CHECK(sha256Hex("") == kEmptyHash);
+  CHECK(sha256Hex("Welcome to Amazon S3.") ==
+        "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+}
+
+TEST_CASE("SigV4 reproduces AWS's GET Object example with a Range header") {
+  Request r = getObjectExample();
+  AuthInfo auth = parsed(r);
+  CHECK_FALSE(auth.presigned);
+  CHECK(auth.access_key == kAccessKey);
+  CHECK(auth.date == "20130524");
+  CHECK(auth.region == "us-east-1");
+  CHECK(auth.service == "s3");
+  CHECK(auth.scope() == "20130524/us-east-1/s3/aws4_request");
+  CHECK(auth.signed_headers ==
+        std::vector<std::string>{"host", "range", "x-amz-content-sha256", "x-amz-date"});
+  CHECK(auth.amz_date == "20130524T000000Z");
+  CHECK(auth.payload_hash == kEmptyHash);
+
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "GET\n/test.txt\n\n"
+        "host:examplebucket.s3.amazonaws.com\nrange:bytes=0-9\n"
+        "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
+        "x-amz-date:20130524T000000Z\n\n"
+        "host;range;x-amz-content-sha256;x-amz-date\n"
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "7344ae5b7ee6c3e7e6b0fe0640412a37625d1fbfff95c48bbb2dc43964946972");
+  CHECK(signatureOf(r) == "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 reproduces AWS's PUT Object example with a '$' in the key") {
+  Request r = putObjectExample();
+  AuthInfo auth = parsed(r);
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "PUT\n/test%24file.text\n\n"
+        "date:Fri, 24 May 2013 00:00:00 GMT\nhost:examplebucket.s3.amazonaws.com\n"
+        "x-amz-content-sha256:44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072\n"
+        "x-amz-date:20130524T000000Z\nx-amz-storage-class:REDUCED_REDUNDANCY\n\n"
+        "date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class\n"
+        "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "9e0e90d9c76de8fa5b200d8c849cd5b8dc7a3be3951ddb7f6a76b4158342019d");
+  CHECK(signatureOf(r) == "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 verifies a path sent with an unescaped '$' against the AWS-encoded form") {
+  // The client signed "/test%24file.text" but put "/test$file.text" on the wire.
+  CHECK(verifyAt(putObjectExample("/test$file.text"), kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 reproduces AWS's GET Bucket Lifecycle example (a value-less parameter)") {
+  Request r = bucketGetExample("/?lifecycle",
+                               "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543");
+  AuthInfo auth = parsed(r);
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "GET\n/\nlifecycle=\n"
+        "host:examplebucket.s3.amazonaws.com\n"
+        "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
+        "x-amz-date:20130524T000000Z\n\n"
+        "host;x-amz-content-sha256;x-amz-date\n"
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "9766c798316ff2757b517bc739a67f6213b4ab36dd5da2f94eaebf79c77395ca");
+  CHECK(signatureOf(r) == "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+  // The example's request line is "GET ?lifecycle": an empty path canonicalises to "/".
+  r.target = "?lifecycle";
+  CHECK(verifyAt(r, kExampleTime).has_value());
+  r.target = "/?lifecycle=";
+  CHECK(verifyAt(r, kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 reproduces AWS's GET Bucket (List Objects) example in any parameter order") {
+  const std::string sig = "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7";
+  Request r = bucketGetExample("/?max-keys=2&prefix=J", sig);
+  AuthInfo auth = parsed(r);
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "GET\n/\nmax-keys=2&prefix=J\n"
+        "host:examplebucket.s3.amazonaws.com\n"
+        "x-amz-content-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"
+        "x-amz-date:20130524T000000Z\n\n"
+        "host;x-amz-content-sha256;x-amz-date\n"
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "df57d21db20da04d7fa30298dd4488ba3a2b47ca3a489c74750e0f1e7df1b9b7");
+  CHECK(signatureOf(r) == sig);
+  CHECK(verifyAt(r, kExampleTime).has_value());
+  CHECK(verifyAt(bucketGetExample("/?prefix=J&max-keys=2", sig), kExampleTime).has_value());
+  CHECK(verifyAt(bucketGetExample("/?prefix=%4A&max-keys=2", sig), kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 reproduces AWS's presigned GET example and enforces its expiry") {
+  Request r = presignedExample();
+  AuthInfo auth = parsed(r);
+  CHECK(auth.presigned);
+  CHECK(auth.access_key == kAccessKey);
+  CHECK(auth.scope() == "20130524/us-east-1/s3/aws4_request");
+  CHECK(auth.expires_seconds == 86400);
+  CHECK(auth.payload_hash == "UNSIGNED-PAYLOAD");
+  CHECK(auth.signed_headers == std::vector<std::string>{"host"});
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "GET\n/test.txt\n"
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\n"
+        "host:examplebucket.s3.amazonaws.com\n\nhost\nUNSIGNED-PAYLOAD");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "3bfa292879f6447bbcda7001decf97f4a54dc650c8942174ae0a9121cf58ad04");
+  CHECK(signatureOf(r) == "aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+  CHECK(verifyAt(r, kExampleTime + 86400).has_value());
+
+  auto expired = verifyAt(r, kExampleTime + 86401);
+  REQUIRE_FALSE(expired.has_value());
+  CHECK(expired.error().code == S3ErrorCode::kAccessDenied);
+  CHECK(expired.error().message == "Request has expired");
+
+  auto early = verifyAt(r, kExampleTime - 3600);
+  REQUIRE_FALSE(early.has_value());
+  CHECK(early.error().code == S3ErrorCode::kAccessDenied);
+}
+
+TEST_CASE("SigV4 reproduces the seed signatures of AWS's chunked-upload examples") {
+  Request r{"PUT",
+            "/examplebucket/chunkObject.txt",
+            {{"host", "s3.amazonaws.com"},
+             {"x-amz-date", "20130524T000000Z"},
+             {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+             {"x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"},
+             {"content-encoding", "aws-chunked"},
+             {"x-amz-decoded-content-length", "66560"},
+             {"content-length", "66824"},
+             {"authorization",
+              std::string(kCredentialPrefix) +
+                  "SignedHeaders=content-encoding;content-length;host;x-amz-content-sha256;"
+                  "x-amz-date;x-amz-decoded-content-length;x-amz-storage-class,Signature="
+                  "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"}}};
+  AuthInfo auth = parsed(r);
+  CHECK(auth.payload_hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD");
+  std::string canonical = canonicalRequest(r.view(), auth);
+  CHECK(canonical ==
+        "PUT\n/examplebucket/chunkObject.txt\n\n"
+        "content-encoding:aws-chunked\ncontent-length:66824\nhost:s3.amazonaws.com\n"
+        "x-amz-content-sha256:STREAMING-AWS4-HMAC-SHA256-PAYLOAD\n"
+        "x-amz-date:20130524T000000Z\nx-amz-decoded-content-length:66560\n"
+        "x-amz-storage-class:REDUCED_REDUNDANCY\n\n"
+        "content-encoding;content-length;host;x-amz-content-sha256;x-amz-date;"
+        "x-amz-decoded-content-length;x-amz-storage-class\n"
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD");
+  CHECK(stringToSign(auth, canonical) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "cee3fed04b70f867d036f722359b0b1f2f0e5dc0efadbc082b76c4c60e316455");
+  CHECK(signatureOf(r) == "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+
+  // The trailing-header variant signs x-amz-trailer and not content-length.
+  Request t{"PUT",
+            "/examplebucket/chunkObject.txt",
+            {{"host", "s3.amazonaws.com"},
+             {"x-amz-date", "20130524T000000Z"},
+             {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+             {"x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"},
+             {"content-encoding", "aws-chunked"},
+             {"x-amz-decoded-content-length", "66560"},
+             {"x-amz-trailer", "x-amz-checksum-crc32c"},
+             {"content-length", "66824"},
+             {"authorization",
+              std::string(kCredentialPrefix) +
+                  "SignedHeaders=content-encoding;host;x-amz-content-sha256;x-amz-date;"
+                  "x-amz-decoded-content-length;x-amz-storage-class;x-amz-trailer,Signature="
+                  "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e"}}};
+  AuthInfo tauth = parsed(t);
+  CHECK(stringToSign(tauth, canonicalRequest(t.view(), tauth)) ==
+        "AWS4-HMAC-SHA256\n20130524T000000Z\n20130524/us-east-1/s3/aws4_request\n"
+        "44d48b8c2f70eae815a0198cc73d7a546a73a93359c070abbaa5e6c7de112559");
+  CHECK(signatureOf(t) == "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e");
+  CHECK(verifyAt(t, kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 rejects a modified header, query, method or secret with SignatureDoesNotMatch") {
+  auto expectMismatch = [](const Request& r, std::string_view secret = kSecret) {
+    auto v = verifyAt(r, kExampleTime, secret);
+    REQUIRE_FALSE(v.has_value());
+    CHECK(v.error().code == S3ErrorCode::kSignatureDoesNotMatch);
+  };
+  Request r = getObjectExample();
+  r.set("range", "bytes=0-10");
+  expectMismatch(r);
+  r = getObjectExample();
+  r.method = "HEAD";
+  expectMismatch(r);
+  r = getObjectExample();
+  r.target = "/test.txt?versionId=1";
+  expectMismatch(r);
+  r = getObjectExample();
+  r.target = "/Test.txt";
+  expectMismatch(r);
+  expectMismatch(getObjectExample(), "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEZ");
+  Request p = presignedExample();
+  p.target += "&extra=1";
+  expectMismatch(p);
+  // Folding spaces and trimming does not change the canonical value.
+  r = getObjectExample();
+  r.set("range", "  bytes=0-9 ");
+  CHECK(verifyAt(r, kExampleTime).has_value());
+}
+
+TEST_CASE("SigV4 refuses header-signed requests more than 15 minutes from the server clock") {
+  Request r = getObjectExample();
+  CHECK(verifyAt(r, kExampleTime + 900).has_value());
+  CHECK(verifyAt(r, kExampleTime - 900).has_value());
+  for (int64_t now : {kExampleTime + 901, kExampleTime - 901, int64_t{1700000000}}) {
+    auto v = verifyAt(r, now);
+    REQUIRE_FALSE(v.has_value());
+    CHECK(v.error().code == S3ErrorCode::kRequestTimeTooSkewed);
+  }
+}
+
+TEST_CASE("SigV4 parses Authorization headers with the spacing variants clients send") {
+  Request r = getObjectExample();
+  const std::string sig = "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
+  for (std::string value : std::vector<std::string>{
+           "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+           "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, Signature=" +
+               sig,
+           "AWS4-HMAC-SHA256  Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request ,"
+           "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date ,Signature=" +
+               sig + " ",
+           "AWS4-HMAC-SHA256 Signature=" + sig +
+               ",SignedHeaders=host;range;x-amz-content-sha256;"
+               "x-amz-date,Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request"}) {
+    r.set("authorization", value);
+    CHECK(verifyAt(r, kExampleTime).has_value());
+  }
+}
+
+TEST_CASE("SigV4 takes the signing time from the Date header when x-amz-date is absent") {
+  Request r = getObjectExample();
+  r.headers.erase(r.headers.begin() + 3);  // x-amz-date
+  r.set("date", "Fri, 24 May 2013 00:00:00 GMT");
+  CHECK(parsed(r).amz_date == "20130524T000000Z");
+}
+
+TEST_CASE("SigV4 parse errors name the S3 error AWS answers with") {
+  Request r = getObjectExample();
+  SECTION("no credentials at all is anonymous") {
+    r.headers.pop_back();
+    auto auth = parseAuth(r.view());
+    REQUIRE(auth.has_value());
+    CHECK_FALSE(auth->has_value());
+  }
+  SECTION("Signature Version 2 is refused") {
+    r.set("authorization", "AWS AKIAIOSFODNN7EXAMPLE:qgk2+6Sv9/oM7G3qLEjTH1a1l1g=");
+    CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
+    Request q{"GET", "/k?AWSAccessKeyId=AKIA&Expires=1&Signature=abc", {{"host", "h"}}};
+    CHECK(parseError(q) == S3ErrorCode::kAccessDenied);
+  }
+  SECTION("an unknown scheme is refused") {
+    r.set("authorization", "Bearer token");
+    CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
+  }
+  SECTION("a request without x-amz-date or Date is refused") {
+    r.headers.erase(r.headers.begin() + 3);
+    CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
+  }
+  SECTION("x-amz-content-sha256 is required with header auth") {
+    r.headers.erase(r.headers.begin() + 2);
+    auto auth = parseAuth(r.view());
+    REQUIRE_FALSE(auth.has_value());
+    CHECK(auth.error().code == S3ErrorCode::kInvalidRequest);
+    CHECK(auth.error().message == "Missing required header for this request: x-amz-content-sha256");
+  }
+  SECTION("a bad x-amz-content-sha256 value is refused") {
+    r.set("x-amz-content-sha256", "abc");
+    CHECK(parseError(r) == S3ErrorCode::kInvalidArgument);
+  }
+  SECTION("host must be signed") {
+    r.set("authorization", std::string(kCredentialPrefix) +
+                               "SignedHeaders=range;x-amz-date,Signature=" + std::string(64, 'a'));
+    CHECK(parseError(r) == S3ErrorCode::kAuthorizationHeaderMalformed);
+  }
+  SECTION("malformed components") {
+    for (std::string value : std::vector<std::string>{
+             "AWS4-HMAC-SHA256", "AWS4-HMAC-SHA256 Credential=AKIA/20130524/us-east-1/s3",
+             "AWS4-HMAC-SHA256 Credential=AKIA/2013052/us-east-1/s3/aws4_request,"
+             "SignedHeaders=host,Signature=" +
+                 std::string(64, 'a'),
+             "AWS4-HMAC-SHA256 Credential=AKIA/20130524/us-east-1/ec2/aws4_request,"
+             "SignedHeaders=host,Signature=" +
+                 std::string(64, 'a'),
+             "AWS4-HMAC-SHA256 Credential=AKIA/20130523/us-east-1/s3/aws4_request,"
+             "SignedHeaders=host,Signature=" +
+                 std::string(64, 'a'),
+             "AWS4-HMAC-SHA256 Credential=AKIA/20130524/us-east-1/s3/aws4_request,"
+             "SignedHeaders=host,Signature=xyz",
+             "AWS4-HMAC-SHA256 Credential=AKIA/20130524/us-east-1/s3/aws4_request,"
+             "SignedHeaders=host,Signature=" +
+                 std::string(64, 'a') + ",Signature=x",
+             "AWS4-HMAC-SHA256 garbage"}) {
+      r.set("authorization", value);
+      CHECK(parseError(r) == S3ErrorCode::kAuthorizationHeaderMalformed);
+    }
+  }
+  SECTION("header and query authentication together are refused") {
+    r.target = "/test.txt?" + std::string(kPresignedQuery);
+    CHECK(parseError(r) == S3ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("SigV4 presigned parameters are validated") {
+  auto withQuery = [](std::string query) {
+    return Request{"GET", "/test.txt?" + query, {{"host", "examplebucket.s3.amazonaws.com"}}};
+  };
+  std::string q(kPresignedQuery);
+  auto replace = [&](std::string_view from, std::string_view to) {
+    std::string s = q;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK(parseError(withQuery(replace("AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256"))) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseError(withQuery(replace("&X-Amz-Expires=86400", ""))) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseError(withQuery(replace("X-Amz-Expires=86400", "X-Amz-Expires=-1"))) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseError(withQuery(replace("X-Amz-SignedHeaders=host", "X-Amz-SignedHeaders=range"))) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseError(withQuery(replace("X-Amz-Date=20130524T000000Z", "X-Amz-Date=2013"))) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  // A week is the longest validity S3 grants.
+  Request week = withQuery(replace("X-Amz-Expires=86400", "X-Amz-Expires=604801"));
+  auto v = verifyAt(week, kExampleTime);
+  REQUIRE_FALSE(v.has_value());
+  CHECK(v.error().code == S3ErrorCode::kAuthorizationQueryParametersError);
+}
+
+TEST_CASE("SigningKeyCache returns the derived key and reuses it") {
+  SigningKeyCache cache;
+  auto expected = deriveSigningKey(kSecret, "20130524", "us-east-1", "s3");
+  CHECK(cache.get(kSecret, "20130524", "us-east-1", "s3") == expected);
+  CHECK(cache.get(kSecret, "20130524", "us-east-1", "s3") == expected);
+  CHECK(cache.get(kSecret, "20130525", "us-east-1", "s3") != expected);
+  CHECK(cache.get("other", "20130524", "us-east-1", "s3") != expected);
+}
+
+TEST_CASE("SigV4 parsing survives hostile Authorization headers and targets") {
+  std::vector<std::string> values = {"",
+                                     "AWS4-HMAC-SHA256 ",
+                                     "AWS4-HMAC-SHA256 =",
+                                     "AWS4-HMAC-SHA256 ,,,,",
+                                     "AWS4-HMAC-SHA256x",
+                                     "AWS4-HMAC-SHA256 Credential=////",
+                                     "AWS4-HMAC-SHA256 Credential=/20130524/r/s3/aws4_request",
+                                     std::string(10000, 'A'),
+                                     "AWS4-HMAC-SHA256 SignedHeaders=;;;;"};
+  for (const std::string& v : values) {
+    Request r = getObjectExample();
+    r.set("authorization", v);
+    auto a = parseAuth(r.view());
+    if (a.has_value() && a->has_value()) {
+      SigningKeyCache keys;
+      (void)verify(r.view(), **a, kSecret, kExampleTime, keys);
+    }
+  }
+  for (std::string target : {"", "?", "?&&=&=", "/%", "/%zz?%=%", "http://h", "http://h?x",
+                             "/a?X-Amz-Credential=%ZZ&X-Amz-Algorithm"}) {
+    Request r = getObjectExample();
+    r.target = target;
+    auto a = parseAuth(r.view());
+    if (a.has_value() && a->has_value()) {
+      (void)canonicalRequest(r.view(), **a);
+      SigningKeyCache keys;
+      (void)verify(r.view(), **a, kSecret, kExampleTime, keys);
+    }
+  }
+}
+
+}  // namespace granary::gateway

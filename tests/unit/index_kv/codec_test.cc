@@ -1,0 +1,162 @@
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+#include "index_kv/codec.h"
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::index_kv;
+using granary::index_kv::testing::IndexFixture;
+
+namespace {
+
+std::string cbor(const nlohmann::json& j) {
+  std::string out;
+  nlohmann::json::to_cbor(j, out);
+  return out;
+}
+
+Manifest sampleManifest() {
+  ManualClock clock(testing::kStartNanos);
+  SeededRandom random(9);
+  Manifest m;
+  m.version = VersionId::generate(clock, random);
+  m.size = 12345;
+  m.etag = "d41d8cd98f00b204e9800998ecf8427e-2";
+  m.mtime_unix_nanos = testing::kStartNanos;
+  m.content_type = "application/x-tar";
+  m.metadata = {{"a", "1"}, {"utf8", "h\xC3\xA9llo"}};
+  m.headers = {{"Content-Encoding", "zstd"}};
+  m.ec = ec::EcProfile{2, 1};
+  m.drives = {"n1/d0", "n2/d0", "n3/d0"};
+  m.stripes.push_back(StripeLayout{m.version, 0, 8000, 4096, {0, 1, 2}});
+  m.stripes.push_back(StripeLayout{VersionId::generate(clock, random), 7, 4345, 4096, {2, 0, 1}});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("Manifest encoding round-trips every field") {
+  Manifest m = sampleManifest();
+  auto back = decodeManifest(encodeManifest(m));
+  REQUIRE(back.has_value());
+  CHECK(*back == m);
+
+  Manifest inl;
+  inl.is_inline = true;
+  inl.inline_data = std::string("\0\x01\xFFz", 4);
+  auto inl_back = decodeManifest(encodeManifest(inl));
+  REQUIRE(inl_back.has_value());
+  CHECK(*inl_back == inl);
+}
+
+TEST_CASE("Bucket, summary and GC values round-trip") {
+  BucketInfo b{"bucket", "AKIA", -5};
+  CHECK(decodeBucket(encodeBucket(b)).value() == b);
+
+  Manifest m = sampleManifest();
+  ObjectSummary s{"", 99, "etag", 42, m.version};
+  auto sb = decodeSummary("some/key", encodeSummary(s));
+  REQUIRE(sb.has_value());
+  CHECK(sb->key == "some/key");
+  CHECK(sb->size == 99);
+  CHECK(sb->etag == "etag");
+  CHECK(sb->mtime_unix_nanos == 42);
+  CHECK(sb->version == m.version);
+
+  std::vector<BlobRef> blobs = manifestBlobs(m);
+  CHECK(blobs.size() == 6);
+  CHECK(blobs[3] == BlobRef{"n3/d0", BlobId{m.stripes[1].blob_version, 7, 0}});
+  CHECK(decodeGcBlobs(encodeGcBlobs(blobs)).value() == blobs);
+}
+
+TEST_CASE("Decoding garbage or truncated bytes returns kCorruption and never crashes") {
+  std::mt19937_64 rng(2024);
+  const std::string good = encodeManifest(sampleManifest());
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes;
+    if (i % 3 == 0) {
+      bytes.resize(rng() % 64);
+      for (char& c : bytes) c = static_cast<char>(rng());
+    } else if (i % 3 == 1) {
+      bytes = good.substr(0, rng() % good.size());  // truncated
+    } else {
+      bytes = good;  // one flipped byte: may still decode, must not crash
+      bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+    }
+    auto m = decodeManifest(bytes);
+    if (!m) CHECK(m.error().code() == Status::Code::kCorruption);
+    auto b = decodeBucket(bytes);
+    if (!b) CHECK(b.error().code() == Status::Code::kCorruption);
+    auto s = decodeSummary("k", bytes);
+    if (!s) CHECK(s.error().code() == Status::Code::kCorruption);
+    auto g = decodeGcBlobs(bytes);
+    if (!g) CHECK(g.error().code() == Status::Code::kCorruption);
+  }
+  CHECK(decodeManifest("").error().code() == Status::Code::kCorruption);
+  CHECK(decodeManifest(good.substr(0, good.size() - 1)).error().code() ==
+        Status::Code::kCorruption);
+}
+
+TEST_CASE("Well-formed CBOR with wrong field types or bounds is kCorruption") {
+  using nlohmann::json;
+  CHECK(decodeBucket(cbor(json::array({1, 2}))).error().isCorruption());
+  CHECK(decodeBucket(cbor({{"n", 5}, {"o", "x"}, {"c", 1}})).error().isCorruption());
+  CHECK(decodeSummary("k", cbor({{"s", -1}, {"e", ""}, {"t", 0}, {"v", "x"}}))
+            .error()
+            .isCorruption());
+  // A version that is not 16 bytes.
+  json summary = {{"s", 1}, {"e", ""}, {"t", 0}};
+  summary["v"] = json::binary({1, 2, 3});
+  CHECK(decodeSummary("k", cbor(summary)).error().isCorruption());
+  // A stripe naming a drive the table lacks.
+  Manifest m = sampleManifest();
+  json j = json::from_cbor(encodeManifest(m));
+  j["st"][0]["di"][1] = 200;
+  CHECK(decodeManifest(cbor(j)).error().isCorruption());
+  // An EC parameter out of range for uint8_t.
+  j = json::from_cbor(encodeManifest(m));
+  j["k"] = 300;
+  CHECK(decodeManifest(cbor(j)).error().isCorruption());
+  // An unknown format version.
+  j = json::from_cbor(encodeManifest(m));
+  j["f"] = 2;
+  CHECK(decodeManifest(cbor(j)).error().isCorruption());
+  // A gc blob id of the wrong length.
+  json gc = {{"b", json::array({json::array({"d", json::binary({1, 2})})})}};
+  CHECK(decodeGcBlobs(cbor(gc)).error().isCorruption());
+}
+
+TEST_CASE("prefixSuccessor increments the last byte with carry and drops trailing 0xFF") {
+  CHECK(prefixSuccessor("a/") == "a0");
+  CHECK(prefixSuccessor("abc") == "abd");
+  CHECK(prefixSuccessor("a\xFF") == "b");
+  CHECK(prefixSuccessor("a\xFF\xFF") == "b");
+  CHECK(prefixSuccessor("\xFF\xFF").empty());
+  CHECK(prefixSuccessor("").empty());
+  CHECK(prefixSuccessor(std::string("a\0", 2)) == std::string("a\x01", 2));
+}
+
+TEST_CASE("GC queue keys sort by enqueue time, then version") {
+  ManualClock clock(1);
+  SeededRandom random(3);
+  VersionId v = VersionId::generate(clock, random);
+  VersionId w = VersionId::generate(clock, random);
+  CHECK(gcKey(1000, w) < gcKey(1001, v));
+  CHECK(gcKey(255, v) < gcKey(256, v));
+  auto parts = parseGcKey(gcKey(123456789, v));
+  REQUIRE(parts.has_value());
+  CHECK(parts->enqueued_unix_nanos == 123456789);
+  CHECK(parts->version == v);
+  CHECK_FALSE(parseGcKey("short").has_value());
+}
+
+TEST_CASE("Object keys of one bucket sort inside [bucket/, bucket0)") {
+  CHECK(objectKey("a", "x") >= bucketBegin("a"));
+  CHECK(objectKey("a", "\xFF\xFF") < bucketEnd("a"));
+  CHECK(objectKey("ab", "x") >= bucketEnd("a"));
+  CHECK(objectKey("a-", "x") < bucketBegin("a"));
+}

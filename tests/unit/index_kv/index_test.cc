@@ -1,0 +1,342 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::index_kv;
+using granary::index_kv::testing::expectedBlobs;
+using granary::index_kv::testing::IndexFixture;
+using Code = Status::Code;
+
+namespace {
+
+std::vector<GcEntry> allGc(Index& index) {
+  auto due = index.gcDue(std::numeric_limits<int64_t>::max(), 1'000'000);
+  REQUIRE(due.has_value());
+  return *due;
+}
+
+}  // namespace
+
+// ---- buckets -------------------------------------------------------------------------
+
+TEST_CASE("Buckets can be created, read, listed and deleted") {
+  IndexFixture f;
+  BucketInfo a{"alpha", "alice", 11};
+  BucketInfo b{"beta", "bob", 22};
+  REQUIRE(f.index->createBucket(b).isOk());
+  REQUIRE(f.index->createBucket(a).isOk());
+  auto got = f.index->getBucket("alpha");
+  REQUIRE(got.has_value());
+  CHECK(*got == a);
+  auto all = f.index->listBuckets();
+  REQUIRE(all.has_value());
+  CHECK(*all == std::vector<BucketInfo>{a, b});
+  REQUIRE(f.index->deleteBucket("alpha").isOk());
+  CHECK(f.index->getBucket("alpha").error().code() == Code::kNotFound);
+  CHECK(f.index->listBuckets()->size() == 1);
+}
+
+TEST_CASE("Creating a bucket that exists fails with kAlreadyExists") {
+  IndexFixture f;
+  f.makeBucket("b");
+  CHECK(f.index->createBucket(BucketInfo{"b", "other", 1}).code() == Code::kAlreadyExists);
+  CHECK(f.index->getBucket("b")->owner == "owner");
+}
+
+TEST_CASE("Bucket names that are empty or contain '/' are rejected") {
+  IndexFixture f;
+  CHECK(f.index->createBucket(BucketInfo{"", "o", 1}).code() == Code::kInvalidArgument);
+  CHECK(f.index->createBucket(BucketInfo{"a/b", "o", 1}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("Deleting a bucket that holds objects fails with kNotEmpty until it is emptied") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("x");
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  CHECK(f.index->deleteBucket("b").code() == Code::kNotEmpty);
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
+  CHECK(f.index->deleteBucket("b").isOk());
+}
+
+TEST_CASE("Deleting a missing bucket fails with kNotFound") {
+  IndexFixture f;
+  CHECK(f.index->deleteBucket("nope").code() == Code::kNotFound);
+}
+
+TEST_CASE("A bucket whose name extends another's is not made non-empty by it") {
+  IndexFixture f;
+  f.makeBucket("a");
+  f.makeBucket("ab");
+  REQUIRE(f.index->putObject("ab", "k", f.inlineManifest("x"), Precondition::none()));
+  CHECK(f.index->deleteBucket("a").isOk());
+  CHECK(f.index->deleteBucket("ab").code() == Code::kNotEmpty);
+}
+
+// ---- objects -------------------------------------------------------------------------
+
+TEST_CASE("An inline manifest round-trips through putObject and getObject") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest(std::string("hello\0world", 11));
+  m.metadata = {{"color", "blue"}, {"empty", ""}};
+  m.headers = {{"Content-Encoding", "gzip"}};
+  auto put = f.index->putObject("b", "dir/file.txt", m, Precondition::none());
+  REQUIRE(put.has_value());
+  CHECK_FALSE(put->has_value());
+  auto got = f.index->getObject("b", "dir/file.txt");
+  REQUIRE(got.has_value());
+  CHECK(*got == m);
+}
+
+TEST_CASE("A striped manifest round-trips through putObject and getObject") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(3);
+  m.metadata = {{"k", "v"}};
+  REQUIRE(f.index->putObject("b", "big", m, Precondition::none()).has_value());
+  auto got = f.index->getObject("b", "big");
+  REQUIRE(got.has_value());
+  CHECK(*got == m);
+}
+
+TEST_CASE("Overwriting a striped object returns the replaced version and queues its blobs") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest first = f.stripedManifest(2);
+  Manifest second = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", first, Precondition::none()).has_value());
+  CHECK(allGc(*f.index).empty());
+  auto put = f.index->putObject("b", "k", second, Precondition::none());
+  REQUIRE(put.has_value());
+  REQUIRE(put->has_value());
+  CHECK(**put == first.version);
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].version == first.version);
+  CHECK(gc[0].enqueued_unix_nanos == f.clock.nowUnixNanos());
+  CHECK(gc[0].blobs == expectedBlobs(first));
+  CHECK(gc[0].blobs.size() == 12);
+  CHECK(f.index->getObject("b", "k")->version == second.version);
+}
+
+TEST_CASE("Overwriting an inline object queues nothing for GC") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest first = f.inlineManifest("one");
+  REQUIRE(f.index->putObject("b", "k", first, Precondition::none()).has_value());
+  auto put = f.index->putObject("b", "k", f.inlineManifest("two"), Precondition::none());
+  REQUIRE(put.has_value());
+  CHECK(put->value() == first.version);
+  CHECK(allGc(*f.index).empty());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(first.version).value());
+}
+
+TEST_CASE("Deleting an object returns its version, queues its blobs, and hides it") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  auto del = f.index->deleteObject("b", "k", Precondition::none());
+  REQUIRE(del.has_value());
+  CHECK(del->value() == m.version);
+  CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].blobs == expectedBlobs(m));
+}
+
+TEST_CASE("Deleting a missing key succeeds and returns no version") {
+  IndexFixture f;
+  f.makeBucket("b");
+  auto del = f.index->deleteObject("b", "missing", Precondition::none());
+  REQUIRE(del.has_value());
+  CHECK_FALSE(del->has_value());
+}
+
+TEST_CASE("Putting, getting or deleting in a missing bucket fails with kNotFound") {
+  IndexFixture f;
+  Manifest m = f.inlineManifest("x");
+  CHECK(f.index->putObject("nope", "k", m, Precondition::none()).error().code() ==
+        Code::kNotFound);
+  CHECK(f.index->deleteObject("nope", "k", Precondition::none()).error().code() ==
+        Code::kNotFound);
+  CHECK(f.index->getObject("nope", "k").error().code() == Code::kNotFound);
+}
+
+TEST_CASE("A manifest whose stripes name missing drives is rejected with kInvalidArgument") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(1);
+  m.stripes[0].drives[5] = 99;
+  CHECK(f.index->putObject("b", "k", m, Precondition::none()).error().code() ==
+        Code::kInvalidArgument);
+  Manifest short_stripe = f.stripedManifest(1);
+  short_stripe.stripes[0].drives.pop_back();
+  CHECK(f.index->putObject("b", "k", short_stripe, Precondition::none()).error().code() ==
+        Code::kInvalidArgument);
+}
+
+// ---- preconditions -------------------------------------------------------------------
+
+TEST_CASE("mustNotExist on an existing key fails with kPreconditionFailed") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("a");
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::mustNotExist()).has_value());
+  auto again = f.index->putObject("b", "k", f.inlineManifest("b"), Precondition::mustNotExist());
+  REQUIRE_FALSE(again.has_value());
+  CHECK(again.error().code() == Code::kPreconditionFailed);
+  CHECK(f.index->getObject("b", "k")->version == m.version);
+}
+
+TEST_CASE("mustMatch commits only when the key's current version matches") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest v1 = f.inlineManifest("1");
+  Manifest v2 = f.inlineManifest("2");
+  CHECK(f.index->putObject("b", "k", v1, Precondition::mustMatch(v2.version)).error().code() ==
+        Code::kPreconditionFailed);
+  REQUIRE(f.index->putObject("b", "k", v1, Precondition::none()).has_value());
+  CHECK(f.index->putObject("b", "k", v2, Precondition::mustMatch(v2.version)).error().code() ==
+        Code::kPreconditionFailed);
+  auto put = f.index->putObject("b", "k", v2, Precondition::mustMatch(v1.version));
+  REQUIRE(put.has_value());
+  CHECK(put->value() == v1.version);
+
+  CHECK(f.index->deleteObject("b", "k", Precondition::mustMatch(v1.version)).error().code() ==
+        Code::kPreconditionFailed);
+  CHECK(f.index->deleteObject("b", "k", Precondition::mustNotExist()).error().code() ==
+        Code::kInvalidArgument);
+  auto del = f.index->deleteObject("b", "k", Precondition::mustMatch(v2.version));
+  REQUIRE(del.has_value());
+  CHECK(del->value() == v2.version);
+  CHECK(f.index->deleteObject("b", "k", Precondition::mustMatch(v2.version)).error().code() ==
+        Code::kPreconditionFailed);
+}
+
+// ---- GC queue ------------------------------------------------------------------------
+
+TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
+  IndexFixture f;
+  f.makeBucket("b");
+  std::vector<Manifest> replaced;
+  std::vector<int64_t> enqueued;
+  for (int i = 0; i < 4; ++i) {
+    Manifest m = f.stripedManifest(1);
+    REQUIRE(f.index->putObject("b", fmt::format("k{}", i), m, Precondition::none()));
+    replaced.push_back(m);
+  }
+  for (int i = 0; i < 4; ++i) {
+    f.clock.advance(1'000'000'000);
+    Manifest small = f.inlineManifest("x");
+    enqueued.push_back(f.clock.nowUnixNanos());
+    REQUIRE(f.index->putObject("b", fmt::format("k{}", i), small, Precondition::none()));
+  }
+  auto due = f.index->gcDue(enqueued[1], 100);
+  REQUIRE(due.has_value());
+  REQUIRE(due->size() == 2);
+  CHECK((*due)[0].version == replaced[0].version);
+  CHECK((*due)[0].enqueued_unix_nanos == enqueued[0]);
+  CHECK((*due)[1].version == replaced[1].version);
+  CHECK(f.index->gcDue(enqueued[0] - 1, 100)->empty());
+  CHECK(f.index->gcDue(enqueued[3], 3)->size() == 3);
+
+  REQUIRE(f.index->gcDone(*due).isOk());
+  REQUIRE(f.index->gcDone(*due).isOk());  // idempotent
+  auto rest = allGc(*f.index);
+  REQUIRE(rest.size() == 2);
+  CHECK(rest[0].version == replaced[2].version);
+  CHECK(rest[1].version == replaced[3].version);
+
+  GcEntry bogus;
+  bogus.queue_key = "short";
+  CHECK(f.index->gcDone({bogus}).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("Blob versions are referenced while live or queued, and not after gcDone") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(2);
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()));
+  CHECK(f.index->isBlobVersionReferenced(m.version).value());
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()));
+  CHECK(f.index->isBlobVersionReferenced(m.version).value());  // queued for GC
+  REQUIRE(f.index->gcDone(allGc(*f.index)).isOk());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(m.version).value());
+  for (int i = 0; i < 20; ++i) {
+    CHECK_FALSE(f.index->isBlobVersionReferenced(f.newVersion()).value());
+  }
+}
+
+TEST_CASE("Stripes borrowed from other blob versions keep those versions referenced") {
+  IndexFixture f;
+  f.makeBucket("b");
+  // A multipart-style manifest: its stripes are the blobs of two part versions.
+  VersionId part1 = f.newVersion();
+  VersionId part2 = f.newVersion();
+  Manifest m = f.stripedManifest(2);
+  m.stripes[0].blob_version = part1;
+  m.stripes[1].blob_version = part2;
+  m.stripes[1].blob_stripe = 0;
+  CHECK_FALSE(f.index->isBlobVersionReferenced(part1).value());
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()));
+  CHECK(f.index->isBlobVersionReferenced(part1).value());
+  CHECK(f.index->isBlobVersionReferenced(part2).value());
+
+  REQUIRE(f.index->putObject("b", "k", f.inlineManifest("x"), Precondition::none()));
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].version == m.version);
+  CHECK(gc[0].blobs == expectedBlobs(m));
+  CHECK(f.index->isBlobVersionReferenced(part1).value());  // now through the GC queue
+  REQUIRE(f.index->gcDone(gc).isOk());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(part1).value());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(part2).value());
+}
+
+TEST_CASE("Rewriting a manifest under the same version reclaims only the blobs it dropped") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()));
+  // A rebalance moved fragment 0 of stripe 0 to drive d7.
+  Manifest moved = m;
+  moved.stripes[0].drives[0] = 7;
+  auto put = f.index->putObject("b", "k", moved, Precondition::mustMatch(m.version));
+  REQUIRE(put.has_value());
+  CHECK(put->value() == m.version);
+  CHECK(*f.index->getObject("b", "k") == moved);
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  REQUIRE(gc[0].blobs.size() == 1);
+  CHECK(gc[0].blobs[0] == expectedBlobs(m)[0]);
+  REQUIRE(f.index->gcDone(gc).isOk());
+  CHECK(f.index->isBlobVersionReferenced(m.version).value());  // still live
+}
+
+// ---- durability ----------------------------------------------------------------------
+
+TEST_CASE("Reopening the index keeps buckets, objects and the GC queue") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest live = f.stripedManifest(1);
+  Manifest old = f.stripedManifest(2);
+  Manifest small = f.inlineManifest("tiny");
+  REQUIRE(f.index->putObject("b", "old", old, Precondition::none()));
+  REQUIRE(f.index->putObject("b", "old", small, Precondition::none()));
+  REQUIRE(f.index->putObject("b", "live", live, Precondition::none()));
+  f.reopen();
+  CHECK(f.index->getBucket("b").has_value());
+  CHECK(*f.index->getObject("b", "live") == live);
+  CHECK(*f.index->getObject("b", "old") == small);
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].blobs == expectedBlobs(old));
+  auto list = f.index->listObjects("b", ListRequest{});
+  REQUIRE(list.has_value());
+  CHECK(list->objects.size() == 2);
+}

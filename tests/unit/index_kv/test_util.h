@@ -1,0 +1,113 @@
+// Shared fixture for the index tests: a temporary directory, a ManualClock, a seeded
+// random source and an open index, plus manifest builders.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "granary/common/clock.h"
+#include "granary/common/ids.h"
+#include "granary/common/random.h"
+#include "granary/common/rocks_resources.h"
+#include "granary/index_kv/index.h"
+
+namespace granary::index_kv::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "granary-index-XXXXXX");
+    char* p = mkdtemp(tmpl.data());
+    REQUIRE(p != nullptr);
+    path_ = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline constexpr int64_t kStartNanos = 1'700'000'000'000'000'000;
+
+struct IndexFixture {
+  TempDir dir;
+  RocksResources resources{RocksBudget{16ull << 20, 16ull << 20}};
+  ManualClock clock{kStartNanos};
+  SeededRandom random{12345};
+  std::unique_ptr<Index> index;
+
+  IndexFixture() { reopen(); }
+
+  void reopen() {
+    index.reset();
+    auto opened = openIndex(IndexOptions{dir.path(), 512}, resources, clock);
+    REQUIRE(opened.has_value());
+    index = std::move(*opened);
+  }
+
+  void makeBucket(const std::string& name) {
+    REQUIRE(index->createBucket(BucketInfo{name, "owner", clock.nowUnixNanos()}).isOk());
+  }
+
+  VersionId newVersion() {
+    clock.advance(1000);
+    return VersionId::generate(clock, random);
+  }
+
+  Manifest inlineManifest(const std::string& body) {
+    Manifest m;
+    m.version = newVersion();
+    m.size = body.size();
+    m.etag = fmt::format("etag-{}", m.version.toHex().substr(0, 8));
+    m.mtime_unix_nanos = clock.nowUnixNanos();
+    m.content_type = "text/plain";
+    m.is_inline = true;
+    m.inline_data = body;
+    return m;
+  }
+
+  // `stripes` stripes of a 4+2 object over drives d0..d7.
+  Manifest stripedManifest(uint32_t stripes) {
+    Manifest m;
+    m.version = newVersion();
+    m.ec = ec::EcProfile{4, 2};
+    m.etag = fmt::format("striped-{}", m.version.toHex().substr(0, 8));
+    m.mtime_unix_nanos = clock.nowUnixNanos();
+    for (int d = 0; d < 8; ++d) m.drives.push_back(fmt::format("d{}", d));
+    for (uint32_t s = 0; s < stripes; ++s) {
+      StripeLayout layout;
+      layout.blob_version = m.version;
+      layout.blob_stripe = s;
+      layout.data_len = 4u << 20;
+      layout.fragment_len = 1u << 20;
+      for (uint16_t i = 0; i < 6; ++i) layout.drives.push_back(static_cast<uint16_t>((s + i) % 8));
+      m.stripes.push_back(layout);
+      m.size += layout.data_len;
+    }
+    return m;
+  }
+};
+
+// The BlobRefs a striped manifest owns, as the GC queue must list them.
+inline std::vector<BlobRef> expectedBlobs(const Manifest& m) {
+  std::vector<BlobRef> out;
+  for (const StripeLayout& s : m.stripes) {
+    for (uint16_t i = 0; i < s.drives.size(); ++i) {
+      out.push_back(BlobRef{m.drives[s.drives[i]], BlobId{s.blob_version, s.blob_stripe, i}});
+    }
+  }
+  return out;
+}
+
+}  // namespace granary::index_kv::testing

@@ -1,0 +1,265 @@
+#include "granary/placement/placement.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+using granary::Status;
+using granary::placement::chooseDrives;
+using granary::placement::ClusterMap;
+using granary::placement::Drive;
+using granary::placement::rankDrives;
+
+namespace {
+
+constexpr int kKeys = 100'000;
+
+// prefix + number. (Not `"d" + std::to_string(i)`: g++ 12 -O3 gives a false -Wrestrict.)
+std::string named(std::string prefix, int n) { return prefix.append(std::to_string(n)); }
+
+std::string keyOf(int i) { return named("bucket/object-", i).append("#stripe0"); }
+
+// `n` drives d0..d<n-1>, drive i in domain "dom<i % domains>", all of weight 1.
+ClusterMap makeMap(int n, int domains, granary::ec::EcProfile ec = {1, 0}) {
+  ClusterMap map;
+  map.ec = ec;
+  for (int i = 0; i < n; ++i) {
+    std::string id = named("d", i);
+    map.drives.push_back(
+        {id, named("s", i), named("dom", i % domains), 1.0, "", std::string("drives/").append(id)});
+  }
+  return map;
+}
+
+std::string first(const ClusterMap& map, const std::string& key) {
+  auto r = chooseDrives(map, key, 1);
+  REQUIRE(r.has_value());
+  return map.drives[r->front()].id;
+}
+
+std::vector<std::string> ids(const ClusterMap& map, const std::vector<size_t>& idx) {
+  std::vector<std::string> out;
+  for (size_t i : idx) out.push_back(map.drives[i].id);
+  return out;
+}
+
+// How often each drive is chosen when every key places `count` fragments.
+std::vector<int> tally(const ClusterMap& map, size_t count) {
+  std::vector<int> hits(map.drives.size(), 0);
+  for (int i = 0; i < kKeys; ++i) {
+    auto r = chooseDrives(map, keyOf(i), count);
+    REQUIRE(r.has_value());
+    for (size_t idx : *r) ++hits[idx];
+  }
+  return hits;
+}
+
+void checkBalanced(const std::vector<int>& hits, double tolerance, const char* label) {
+  const double mean = static_cast<double>(std::accumulate(hits.begin(), hits.end(), 0)) /
+                      static_cast<double>(hits.size());
+  const auto [lo, hi] = std::minmax_element(hits.begin(), hits.end());
+  std::printf("%s: mean %.1f, min %d (%+.2f%%), max %d (%+.2f%%)\n", label, mean, *lo,
+              100.0 * (*lo / mean - 1), *hi, 100.0 * (*hi / mean - 1));
+  for (int h : hits) {
+    INFO(label << ": drive share " << h << " vs mean " << mean);
+    CHECK(std::abs(h - mean) <= tolerance * mean);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Ranking is a deterministic permutation, also across a copied map") {
+  const ClusterMap map = makeMap(12, 12);
+  const ClusterMap copy = map;
+  std::set<std::vector<size_t>> distinct_orders;
+  for (int i = 0; i < 200; ++i) {
+    auto order = rankDrives(map, keyOf(i));
+    CHECK(order == rankDrives(map, keyOf(i)));
+    CHECK(order == rankDrives(copy, keyOf(i)));
+    auto sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<size_t> all(12);
+    std::iota(all.begin(), all.end(), size_t{0});
+    CHECK(sorted == all);
+    distinct_orders.insert(order);
+  }
+  CHECK(distinct_orders.size() > 190);  // keys spread over orders
+  CHECK(rankDrives(ClusterMap{}, "x").empty());
+}
+
+TEST_CASE("Ranking depends on drive ids, not on their position in the map") {
+  ClusterMap map = makeMap(8, 8);
+  ClusterMap reversed = map;
+  std::reverse(reversed.drives.begin(), reversed.drives.end());
+  for (int i = 0; i < 100; ++i) {
+    CHECK(ids(map, rankDrives(map, keyOf(i))) == ids(reversed, rankDrives(reversed, keyOf(i))));
+  }
+}
+
+TEST_CASE("Placement is pinned: the same key maps to the same drives in every build") {
+  // Stored manifests name drives, but a lost manifest entry, rebalancing and repair all
+  // recompute placement: a changed hash would move every object. Update only on purpose.
+  const ClusterMap map = makeMap(6, 6);
+  CHECK(ids(map, rankDrives(map, "bucket/object#0")) ==
+        std::vector<std::string>{"d2", "d1", "d5", "d0", "d3", "d4"});
+  CHECK(ids(map, rankDrives(map, "")) ==
+        std::vector<std::string>{"d2", "d1", "d4", "d3", "d5", "d0"});
+  CHECK(ids(map, rankDrives(map, "a-somewhat-longer-key-of-more-than-16-bytes/7")) ==
+        std::vector<std::string>{"d5", "d0", "d1", "d2", "d4", "d3"});
+  // A fingerprint of 1000 full rankings over 12 drives.
+  const ClusterMap twelve = makeMap(12, 12);
+  uint64_t fingerprint = 0;
+  for (int i = 0; i < 1000; ++i) {
+    for (size_t idx : rankDrives(twelve, keyOf(i))) fingerprint = fingerprint * 31 + idx;
+  }
+  CHECK(fingerprint == 0x7cdad86e606eea3eull);
+}
+
+TEST_CASE("Equal weights spread first choices and whole stripes evenly", "[balance]") {
+  const ClusterMap map = makeMap(12, 12);
+  checkBalanced(tally(map, 1), 0.05, "choose 1 of 12");
+  checkBalanced(tally(map, 6), 0.05, "choose 6 of 12");
+}
+
+TEST_CASE("A drive of weight 2 receives about twice the keys") {
+  ClusterMap map = makeMap(12, 12);
+  map.drives[3].weight = 2.0;
+  map.drives[7].weight = 0.5;
+  auto hits = tally(map, 1);
+  // Shares are weight / total weight = 2/12.5, 0.5/12.5 and 1/12.5.
+  double others = 0;
+  for (size_t i = 0; i < hits.size(); ++i) {
+    if (i != 3 && i != 7) others += hits[i];
+  }
+  others /= 10;
+  const double heavy = hits[3] / others;
+  const double light = hits[7] / others;
+  std::printf("weighted: weight 2 gets %.3fx, weight 0.5 gets %.3fx of a weight-1 drive\n", heavy,
+              light);
+  CHECK(heavy == Approx(2.0).epsilon(0.05));
+  CHECK(light == Approx(0.5).epsilon(0.05));
+}
+
+TEST_CASE("Adding a drive only moves the keys the new drive wins") {
+  const ClusterMap before = makeMap(12, 12);
+  ClusterMap after = before;
+  after.drives.push_back({"d12", "s12", "dom12", 1.0, "", "drives/d12"});
+  int moved = 0;
+  int stripe_changes = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string key = keyOf(i);
+    std::string a = first(before, key);
+    std::string b = first(after, key);
+    if (a != b) {
+      ++moved;
+      REQUIRE(b == "d12");
+    }
+    // A 6-drive stripe changes by at most one member, and only to take in the new drive.
+    auto s1 = ids(before, chooseDrives(before, key, 6).value());
+    auto s2 = ids(after, chooseDrives(after, key, 6).value());
+    std::vector<std::string> gone;
+    std::sort(s1.begin(), s1.end());
+    std::sort(s2.begin(), s2.end());
+    std::set_difference(s1.begin(), s1.end(), s2.begin(), s2.end(), std::back_inserter(gone));
+    REQUIRE(gone.size() <= 1);
+    if (!gone.empty()) {
+      ++stripe_changes;
+      REQUIRE(std::find(s2.begin(), s2.end(), "d12") != s2.end());
+    }
+  }
+  const double fraction = static_cast<double>(moved) / kKeys;
+  std::printf(
+      "add 13th drive: %.4f of first choices moved (ideal 1/13 = %.4f), "
+      "%.4f of 6-drive stripes changed one member (ideal 6/13 = %.4f)\n",
+      fraction, 1.0 / 13, static_cast<double>(stripe_changes) / kKeys, 6.0 / 13);
+  CHECK(fraction == Approx(1.0 / 13).epsilon(0.05));
+  CHECK(static_cast<double>(stripe_changes) / kKeys == Approx(6.0 / 13).epsilon(0.05));
+}
+
+TEST_CASE("Removing a drive only moves the keys that drive held") {
+  const ClusterMap before = makeMap(12, 12);
+  ClusterMap after = before;
+  after.drives.erase(after.drives.begin() + 5);
+  int moved = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string key = keyOf(i);
+    std::string a = first(before, key);
+    std::string b = first(after, key);
+    if (a != b) {
+      ++moved;
+      REQUIRE(a == "d5");
+    }
+    REQUIRE((a != "d5" ? a == b : b != "d5"));
+  }
+  const double fraction = static_cast<double>(moved) / kKeys;
+  std::printf("remove 1 of 12 drives: %.4f of first choices moved (ideal 1/12 = %.4f)\n", fraction,
+              1.0 / 12);
+  CHECK(fraction == Approx(1.0 / 12).epsilon(0.05));
+}
+
+TEST_CASE("Changing one drive's weight only moves keys to or from that drive") {
+  const ClusterMap before = makeMap(12, 12);
+  ClusterMap after = before;
+  after.drives[0].weight = 3.0;
+  for (int i = 0; i < 20'000; ++i) {
+    const std::string key = keyOf(i);
+    std::string a = first(before, key);
+    std::string b = first(after, key);
+    if (a != b) REQUIRE(b == "d0");
+  }
+}
+
+TEST_CASE("A stripe never puts two fragments in one failure domain") {
+  const ClusterMap map = makeMap(12, 6);  // d_i and d_{i+6} share a domain
+  for (int i = 0; i < 10'000; ++i) {
+    auto r = chooseDrives(map, keyOf(i), 6);
+    REQUIRE(r.has_value());
+    REQUIRE(r->size() == 6);
+    std::set<std::string> domains;
+    for (size_t idx : *r) domains.insert(map.drives[idx].domain);
+    REQUIRE(domains.size() == 6);
+    // Fragment order follows the ranking: the first pick is the top-ranked drive.
+    REQUIRE(r->front() == rankDrives(map, keyOf(i)).front());
+  }
+  auto seven = chooseDrives(map, "k", 7);
+  REQUIRE_FALSE(seven.has_value());
+  CHECK(seven.error().code() == Status::Code::kUnavailable);
+  CHECK(seven.error().retryable());
+}
+
+TEST_CASE("Unusable drives are skipped, and the other keys stay put") {
+  const ClusterMap map = makeMap(12, 12);
+  auto not_d3 = [](const Drive& d) { return d.id != "d3"; };
+  int moved = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    const std::string key = keyOf(i);
+    auto all = chooseDrives(map, key, 4).value();
+    auto some = chooseDrives(map, key, 4, not_d3).value();
+    for (size_t idx : some) REQUIRE(map.drives[idx].id != "d3");
+    bool had_d3 = std::find(all.begin(), all.end(), size_t{3}) != all.end();
+    if (!had_d3) REQUIRE(all == some);
+    moved += had_d3;
+  }
+  CHECK(moved > 0);
+  auto none = chooseDrives(map, "k", 1, [](const Drive&) { return false; });
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code() == Status::Code::kUnavailable);
+  auto eleven = chooseDrives(map, "k", 11, not_d3);
+  REQUIRE(eleven.has_value());
+  CHECK(chooseDrives(map, "k", 12, not_d3).error().code() == Status::Code::kUnavailable);
+}
+
+TEST_CASE("Choosing zero drives succeeds and choosing more than exist fails") {
+  const ClusterMap map = makeMap(3, 3);
+  auto zero = chooseDrives(map, "k", 0);
+  REQUIRE(zero.has_value());
+  CHECK(zero->empty());
+  CHECK(chooseDrives(map, "k", 4).error().code() == Status::Code::kUnavailable);
+  CHECK(chooseDrives(ClusterMap{}, "k", 1).error().code() == Status::Code::kUnavailable);
+}
