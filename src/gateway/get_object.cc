@@ -24,7 +24,10 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   auto manifest = co_await offload(ctx.pool(), [&] {
     return ctx.index().getObject(req.bucket, req.key);
   });
-  if (!manifest) co_return errorResponse(co_await objectNotFound(ctx, req, manifest.error()), req);
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
+    co_return errorResponse(err, req);
+  }
   const index_kv::Manifest& m = *manifest;
 
   S3Response res;

@@ -199,7 +199,8 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   }
   std::vector<uint8_t> frags(uint64_t(total) * fl);
   auto ok = std::make_shared<std::vector<Status>>(total);
-  TaskGroup group(dp.pool(), co_await asio::this_coro::executor);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(dp.pool(), ex);
   for (int j = 0; j < total; ++j) {
     if (j < k && failed_data[j]) {
       (*ok)[j] = Status::corruption("failed on the fast path");

@@ -213,7 +213,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   uint64_t total = 0;
   std::unique_ptr<ObjectWriter> writer;
 
-  auto failWith = [&](S3Error e) -> Task<S3Response> {
+  auto failWith = [&](const S3Error& e) -> Task<S3Response> {
     if (writer) co_await writer->abandon();
     S3Response res = errorResponse(e, req);
     res.close = !body.done();
@@ -225,17 +225,23 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     m.inline_data.resize(*size + 1);  // one spare byte detects an over-long body
     auto n = co_await payload.readFull(
         {reinterpret_cast<uint8_t*>(m.inline_data.data()), m.inline_data.size()});
-    if (!n) co_return co_await failWith(n.error());
+    if (!n) {
+      S3Error err = n.error();
+      co_return co_await failWith(err);
+    }
     total = *n;
     m.inline_data.resize(std::min<uint64_t>(total, *size));
     hashes.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
   } else {
-    writer = std::make_unique<ObjectWriter>(ctx.data, m.version, req.bucket, req.key,
-                                            co_await asio::this_coro::executor);
+    asio::any_io_executor ex = co_await asio::this_coro::executor;
+    writer = std::make_unique<ObjectWriter>(ctx.data, m.version, req.bucket, req.key, ex);
     for (;;) {
       auto buf = writer->buffer();
       auto n = co_await payload.readFull(buf);
-      if (!n) co_return co_await failWith(n.error());
+      if (!n) {
+        S3Error err = n.error();
+        co_return co_await failWith(err);
+      }
       if (*n == 0) break;
       total += *n;
       if (total > *size) break;
@@ -249,31 +255,37 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
         hashes.update(chunk);
       }
       Status st = co_await writer->flush(*n);
-      if (!st.isOk()) co_return co_await failWith(fromStatus(st));
+      if (!st.isOk()) {
+        S3Error err = fromStatus(st);
+        co_return co_await failWith(err);
+      }
       if (*n < buf.size()) break;
     }
     Status st = co_await writer->finish();
-    if (!st.isOk()) co_return co_await failWith(fromStatus(st));
+    if (!st.isOk()) {
+      S3Error err = fromStatus(st);
+      co_return co_await failWith(err);
+    }
   }
   ctx.metrics.bytesIn(total);
-  if (total != *size) {
-    co_return co_await failWith(
-        {total < *size ? S3ErrorCode::kIncompleteBody : S3ErrorCode::kInvalidRequest,
-         total < *size ? "You did not provide the number of bytes specified by the "
-                         "Content-Length HTTP header."
-                       : "The request body is longer than its declared length."});
-  }
-  if (mode->expected_sha256 && hashes.sha256Hex() != *mode->expected_sha256) {
-    co_return co_await failWith({S3ErrorCode::kXAmzContentSHA256Mismatch,
-                                 "The provided 'x-amz-content-sha256' header does not match "
-                                 "what was computed."});
-  }
+  std::optional<S3Error> invalid;
   auto md5 = hashes.md5();
-  if (content_md5 && *content_md5 != md5) {
-    co_return co_await failWith({S3ErrorCode::kBadDigest,
-                                 "The Content-MD5 you specified did not match what we "
-                                 "received."});
+  if (total < *size) {
+    invalid = S3Error{S3ErrorCode::kIncompleteBody,
+                      "You did not provide the number of bytes specified by the "
+                      "Content-Length HTTP header."};
+  } else if (total > *size) {
+    invalid = S3Error{S3ErrorCode::kInvalidRequest,
+                      "The request body is longer than its declared length."};
+  } else if (mode->expected_sha256 && hashes.sha256Hex() != *mode->expected_sha256) {
+    invalid = S3Error{S3ErrorCode::kXAmzContentSHA256Mismatch,
+                      "The provided 'x-amz-content-sha256' header does not match what was "
+                      "computed."};
+  } else if (content_md5 && *content_md5 != md5) {
+    invalid = S3Error{S3ErrorCode::kBadDigest,
+                      "The Content-MD5 you specified did not match what we received."};
   }
+  if (invalid) co_return co_await failWith(*invalid);
 
   m.size = total;
   m.etag = toHex(md5);
@@ -286,7 +298,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     return ctx.index().putObject(req.bucket, req.key, m, index_kv::Precondition::none());
   });
   if (!committed) {
-    co_return co_await failWith(co_await objectNotFound(ctx, req, committed.error()));
+    S3Error err = co_await objectNotFound(ctx, req, committed.error());
+    co_return co_await failWith(err);
   }
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");

@@ -50,23 +50,26 @@ class TaskGroup {
 
   // Waits until every spawned task has finished; returns the first error, then resets it.
   Task<Status> wait() {
-    auto st = state_;
+    // `st` in this frame keeps the state alive until we resume; the initiation captures
+    // only a raw pointer. g++ 12 can destroy temporaries of a co_await expression twice,
+    // so nothing with a destructor may be captured by value in one.
+    std::shared_ptr<State> st = state_;
+    State* raw = st.get();
     co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
-        [st](auto handler) {
-          std::unique_lock lock(st->mu);
-          auto resume = [st, h = std::move(handler)]() mutable {
-            asio::post(st->executor, std::move(h));
+        [raw](auto handler) {
+          std::unique_lock lock(raw->mu);
+          auto resume = [raw, h = std::move(handler)]() mutable {
+            asio::post(raw->executor, std::move(h));
           };
-          if (st->pending == 0) {
+          if (raw->pending == 0) {
             lock.unlock();
             resume();
           } else {
-            st->waiter = std::move(resume);
+            raw->waiter = std::move(resume);
           }
         },
         asio::use_awaitable);
-    std::lock_guard lock(st->mu);
-    co_return std::exchange(st->first_error, Status::ok());
+    co_return st->takeError();
   }
 
  private:
@@ -76,6 +79,11 @@ class TaskGroup {
     Status first_error;
     std::move_only_function<void()> waiter;
     asio::any_io_executor executor;
+
+    Status takeError() {
+      std::lock_guard lock(mu);
+      return std::exchange(first_error, Status::ok());
+    }
   };
   WorkerPool& pool_;
   std::shared_ptr<State> state_;
@@ -86,7 +94,8 @@ template <typename F>
 auto offload(WorkerPool& pool, F fn) -> Task<std::invoke_result_t<F&>> {
   using R = std::invoke_result_t<F&>;
   auto out = std::make_shared<std::optional<R>>();
-  TaskGroup group(pool, co_await asio::this_coro::executor);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(pool, ex);
   group.spawn([out, fn = std::move(fn)]() mutable {
     out->emplace(fn());
     return Status::ok();

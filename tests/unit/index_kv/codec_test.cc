@@ -154,7 +154,7 @@ TEST_CASE("GC queue keys sort by enqueue time, then version") {
   CHECK_FALSE(parseGcKey("short").has_value());
 }
 
-TEST_CASE("Object keys of one bucket sort inside [bucket/, bucket0)") {
+TEST_CASE("Object keys of one bucket sort between bucket/ and bucket0") {
   CHECK(objectKey("a", "x") >= bucketBegin("a"));
   CHECK(objectKey("a", "\xFF\xFF") < bucketEnd("a"));
   CHECK(objectKey("ab", "x") >= bucketEnd("a"));
