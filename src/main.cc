@@ -209,6 +209,8 @@ int serve(int argc, char** argv) {
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
   gopts.event_loops = static_cast<size_t>(loops);
+  // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
+  gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{map, chunks, **index, clock, random, *pool, registry, root});
   if (!server) die(server.error().toString());

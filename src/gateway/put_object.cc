@@ -285,6 +285,11 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     invalid = S3Error{S3ErrorCode::kBadDigest,
                       "The Content-MD5 you specified did not match what we received."};
   }
+  const int64_t elapsed_ns = clock.nowUnixNanos() - m.version.createdUnixNanos();
+  if (!invalid && elapsed_ns > int64_t(ctx.options.max_put_seconds) * 1'000'000'000) {
+    invalid = S3Error{S3ErrorCode::kRequestTimeout,
+                      "The upload took longer than the server's maximum PUT duration."};
+  }
   if (invalid) co_return co_await failWith(*invalid);
 
   m.size = total;

@@ -147,15 +147,15 @@ def test_overwrites_and_deletes_give_space_back(granary_bin, tmp_data):
     srv = Server(tmp_data).start()
     try:
         s3 = srv.client()
-        s3.create_bucket(Bucket="gc")
+        s3.create_bucket(Bucket="gc-bucket")
         for i in range(5):
-            s3.put_object(Bucket="gc", Key=f"k{i}", Body=os.urandom(2 * MiB))
+            s3.put_object(Bucket="gc-bucket", Key=f"k{i}", Body=os.urandom(2 * MiB))
         # Concurrent overwrites of one key: the last commit wins, every loser is reclaimed.
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            list(pool.map(lambda n: s3.put_object(Bucket="gc", Key="k0",
+            list(pool.map(lambda n: s3.put_object(Bucket="gc-bucket", Key="k0",
                                                   Body=os.urandom(2 * MiB)), range(6)))
         for i in range(1, 5):
-            s3.delete_object(Bucket="gc", Key=f"k{i}")
+            s3.delete_object(Bucket="gc-bucket", Key=f"k{i}")
         # One 2 MiB object remains: one stripe, k + m = 6 fragments.
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -163,6 +163,6 @@ def test_overwrites_and_deletes_give_space_back(granary_bin, tmp_data):
                 break
             time.sleep(0.5)
         assert metric(srv, "granary_drive_blobs") == 6
-        assert len(s3.get_object(Bucket="gc", Key="k0")["Body"].read()) == 2 * MiB
+        assert len(s3.get_object(Bucket="gc-bucket", Key="k0")["Body"].read()) == 2 * MiB
     finally:
         srv.stop()

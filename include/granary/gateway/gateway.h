@@ -43,6 +43,10 @@ struct GatewayOptions {
   uint64_t max_object_size = 5ull << 30;   // single PUT limit (AWS: 5 GiB)
   int idle_timeout_seconds = 60;           // keep-alive idle and header-read timeout
   int io_timeout_seconds = 120;            // a body read or write making no progress
+  // A PUT that has not committed after this long fails with RequestTimeout. The orphan
+  // sweep only deletes unreferenced blobs older than twice this, so it can never delete
+  // the fragments of a PUT that may still commit.
+  int max_put_seconds = 1800;
 };
 
 struct RootUser {
