@@ -26,4 +26,49 @@ uint32_t crc32c(std::span<const uint8_t> data, uint32_t crc) {
   return ~state;
 }
 
+uint32_t crc32(std::span<const uint8_t> data, uint32_t crc) {
+  // crc32_gzip_refl follows zlib's convention (it pre- and post-inverts internally).
+  return crc32_gzip_refl(crc, data.data(), data.size());
+}
+
+namespace {
+
+constexpr uint64_t kCrc64NvmePoly = 0x9A6C9329AC4BC9B5ull;
+
+struct Crc64Tables {
+  uint64_t t[8][256];
+  constexpr Crc64Tables() : t() {
+    for (uint64_t i = 0; i < 256; ++i) {
+      uint64_t c = i;
+      for (int b = 0; b < 8; ++b) c = (c & 1) ? (c >> 1) ^ kCrc64NvmePoly : c >> 1;
+      t[0][i] = c;
+    }
+    for (int k = 1; k < 8; ++k) {
+      for (int i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+    }
+  }
+};
+
+constexpr Crc64Tables kCrc64 = Crc64Tables();
+
+}  // namespace
+
+uint64_t crc64nvme(std::span<const uint8_t> data, uint64_t crc) {
+  uint64_t c = ~crc;
+  const uint8_t* p = data.data();
+  size_t n = data.size();
+  while (n >= 8) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];  // little-endian load
+    v ^= c;
+    c = kCrc64.t[7][v & 0xFF] ^ kCrc64.t[6][(v >> 8) & 0xFF] ^ kCrc64.t[5][(v >> 16) & 0xFF] ^
+        kCrc64.t[4][(v >> 24) & 0xFF] ^ kCrc64.t[3][(v >> 32) & 0xFF] ^
+        kCrc64.t[2][(v >> 40) & 0xFF] ^ kCrc64.t[1][(v >> 48) & 0xFF] ^ kCrc64.t[0][v >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) c = kCrc64.t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+  return ~c;
+}
+
 }  // namespace granary::ec

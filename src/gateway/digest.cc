@@ -11,8 +11,14 @@ namespace {
 // Fetched once: EVP_MD_fetch per call is measurably slow (TOOLCHAIN.md).
 const EVP_MD* md(Digest::Kind kind) {
   static EVP_MD* md5 = EVP_MD_fetch(nullptr, "MD5", nullptr);
+  static EVP_MD* sha1 = EVP_MD_fetch(nullptr, "SHA1", nullptr);
   static EVP_MD* sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return kind == Digest::Kind::kMd5 ? md5 : sha256;
+  switch (kind) {
+    case Digest::Kind::kMd5: return md5;
+    case Digest::Kind::kSha1: return sha1;
+    case Digest::Kind::kSha256: return sha256;
+  }
+  return sha256;
 }
 }  // namespace
 

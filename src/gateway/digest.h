@@ -13,7 +13,7 @@ namespace granary::gateway {
 
 class Digest {
  public:
-  enum class Kind { kMd5, kSha256 };
+  enum class Kind { kMd5, kSha1, kSha256 };
   explicit Digest(Kind kind);
   ~Digest();
   Digest(Digest&&) noexcept;

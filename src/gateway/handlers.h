@@ -58,6 +58,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
+// delete_objects.cc
+Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body);
 
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "checksum.h"
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
@@ -48,6 +49,12 @@ class PayloadStream {
     std::memcpy(out.data(), pending_.data() + pos_, n);
     pos_ += n;
     co_return n;
+  }
+
+  // Trailing headers of an aws-chunked body (empty for plain bodies).
+  const std::map<std::string, std::string>& trailers() const {
+    static const std::map<std::string, std::string> kNone;
+    return decoder_ ? decoder_->trailers() : kNone;
   }
 
   // Reads until `out` is full or the payload ends.
@@ -166,22 +173,50 @@ S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m) {
   return {};
 }
 
+// Everything computed over the payload as it streams: the ETag's MD5, the signed payload
+// hash, and the additional checksum the client asked for.
 class Hashes {
  public:
-  explicit Hashes(bool sha256) : md5_(Digest::Kind::kMd5) {
+  Hashes(bool sha256, std::optional<ChecksumAlgorithm> checksum) : md5_(Digest::Kind::kMd5) {
     if (sha256) sha256_.emplace(Digest::Kind::kSha256);
+    if (checksum) checksum_.emplace(*checksum);
   }
   void update(std::span<const uint8_t> data) {
     md5_.update(data);
     if (sha256_) sha256_->update(data);
+    if (checksum_) checksum_->update(data);
   }
   std::vector<uint8_t> md5() { return md5_.finish(); }
   std::string sha256Hex() { return sha256_ ? toHex(sha256_->finish()) : std::string(); }
+  std::string checksum() { return checksum_ ? checksum_->value() : std::string(); }
 
  private:
   Digest md5_;
   std::optional<Digest> sha256_;
+  std::optional<Checksummer> checksum_;
 };
+
+// The additional checksum's verdict: nullopt when it matches (or none was asked for).
+std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
+                                     const std::string& computed,
+                                     const std::map<std::string, std::string>& trailers) {
+  if (!want) return std::nullopt;
+  std::string expected;
+  if (want->expected) {
+    expected = *want->expected;
+  } else {
+    auto it = trailers.find(checksumHeader(want->algorithm));
+    if (it == trailers.end()) {
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     "The trailing checksum named by x-amz-trailer was not sent."};
+    }
+    expected = it->second;
+  }
+  if (expected == computed) return std::nullopt;
+  return S3Error{S3ErrorCode::kBadDigest,
+                 "The " + std::string(checksumName(want->algorithm)) +
+                     " you specified did not match the calculated checksum."};
+}
 
 }  // namespace
 
@@ -193,6 +228,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   auto size = payloadSize(req, chunked, ctx.options.max_object_size);
   if (!size) co_return errorResponse(size.error(), req);
 
+  auto checksum = requestedChecksum(req);
+  if (!checksum) co_return errorResponse(checksum.error(), req);
   index_kv::Manifest m;
   if (auto st = collectMetadata(req, m); !st) co_return errorResponse(st.error(), req);
   std::optional<std::vector<uint8_t>> content_md5;
@@ -209,7 +246,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   m.version = VersionId::generate(clock, ctx.deps.random);
   m.ec = ctx.data.code().profile();
   PayloadStream payload(body, std::move(mode->decoder));
-  Hashes hashes(mode->expected_sha256.has_value());
+  Hashes hashes(mode->expected_sha256.has_value(),
+                *checksum ? std::optional((*checksum)->algorithm) : std::nullopt);
   uint64_t total = 0;
   std::unique_ptr<ObjectWriter> writer;
 
@@ -268,8 +306,9 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     }
   }
   ctx.metrics.bytesIn(total);
-  std::optional<S3Error> invalid;
   auto md5 = hashes.md5();
+  const std::string computed_checksum = hashes.checksum();
+  std::optional<S3Error> invalid;
   if (total < *size) {
     invalid = S3Error{S3ErrorCode::kIncompleteBody,
                       "You did not provide the number of bytes specified by the "
@@ -284,6 +323,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   } else if (content_md5 && *content_md5 != md5) {
     invalid = S3Error{S3ErrorCode::kBadDigest,
                       "The Content-MD5 you specified did not match what we received."};
+  } else {
+    invalid = checkChecksum(*checksum, computed_checksum, payload.trailers());
   }
   const int64_t elapsed_ns = clock.nowUnixNanos() - m.version.createdUnixNanos();
   if (!invalid && elapsed_ns > int64_t(ctx.options.max_put_seconds) * 1'000'000'000) {
@@ -308,6 +349,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   }
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");
+  if (*checksum) res.set(checksumHeader((*checksum)->algorithm), computed_checksum);
   co_return res;
 }
 

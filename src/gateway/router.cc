@@ -47,7 +47,7 @@ namespace {
 // Subresources of the S3 API that this gateway does not implement yet: answered with
 // NotImplemented rather than silently treated as a plain GET/PUT.
 constexpr std::array kUnsupportedSubresources = {
-    "accelerate", "acl", "analytics", "cors", "delete", "encryption", "intelligent-tiering",
+    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification",
     "object-lock", "ownershipControls", "partNumber", "policy", "policyStatus",
     "publicAccessBlock", "replication", "requestPayment", "restore", "retention", "select",
@@ -196,6 +196,10 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     if (m == "DELETE") {
       op = "DeleteBucket";
       co_return co_await deleteBucket(ctx, req);
+    }
+    if (m == "POST" && req.hasQuery("delete")) {
+      op = "DeleteObjects";
+      co_return co_await deleteObjects(ctx, req, body);
     }
   } else {
     if (m == "GET" || m == "HEAD") {

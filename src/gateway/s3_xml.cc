@@ -122,4 +122,45 @@ S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
   return std::string(cfg.child("LocationConstraint").text().as_string());
 }
 
+S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
+  auto malformed = [] {
+    return s3fail(S3ErrorCode::kMalformedXML,
+                  "The XML you provided was not well-formed or did not validate against our "
+                  "published schema");
+  };
+  pugi::xml_document doc;
+  if (!doc.load_buffer(body.data(), body.size(), pugi::parse_default, pugi::encoding_utf8)) {
+    return malformed();
+  }
+  auto del = doc.child("Delete");
+  if (!del) return malformed();
+  DeleteObjectsRequest out;
+  std::string quiet = del.child("Quiet").text().as_string();
+  out.quiet = quiet == "true" || quiet == "True";
+  for (auto obj : del.children("Object")) {
+    auto key = obj.child("Key");
+    if (!key) return malformed();
+    out.keys.emplace_back(key.text().as_string());
+    if (out.keys.size() > kMaxDeleteObjects) return malformed();
+  }
+  if (out.keys.empty()) return malformed();
+  return out;
+}
+
+std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool quiet) {
+  pugi::xml_document doc;
+  auto r = root(doc, "DeleteResult");
+  for (const auto& o : outcomes) {
+    if (!o.error) {
+      if (!quiet) text(r.append_child("Deleted"), "Key", o.key);
+      continue;
+    }
+    auto e = r.append_child("Error");
+    text(e, "Key", o.key);
+    text(e, "Code", errorName(o.error->code));
+    text(e, "Message", o.error->message);
+  }
+  return serialize(doc);
+}
+
 }  // namespace granary::gateway

@@ -2,6 +2,7 @@
 // library's job, not ours).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,21 @@ struct ListObjectsParams {
 std::string listObjectsXml(const ListObjectsParams& params, const index_kv::ListResult& result);
 
 std::string locationXml(std::string_view region);
+
+struct DeleteObjectsRequest {
+  bool quiet = false;
+  std::vector<std::string> keys;
+};
+inline constexpr size_t kMaxDeleteObjects = 1000;
+// <Delete><Quiet>..</Quiet><Object><Key>..</Key></Object>...</Delete>; MalformedXML for
+// bad XML, no objects, or more than kMaxDeleteObjects.
+S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body);
+
+struct DeleteOutcome {
+  std::string key;
+  std::optional<S3Error> error;  // nullopt: deleted
+};
+std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool quiet);
 
 // <CreateBucketConfiguration><LocationConstraint>r</LocationConstraint>...: returns the
 // location constraint ("" if absent). Empty body is fine. MalformedXML otherwise.

@@ -182,3 +182,27 @@ def test_hostile_keys(s3, bucket):
                 "uni-\u00e9\u4e2d\U0001F600", "q?x=1&y", "#hash"]:
         s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode(), key
+
+
+def test_delete_objects_batch_and_quiet_mode(s3, bucket):
+    keys = [f"batch/{i:04d}" for i in range(1000)]
+    for k in keys[:20]:
+        s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == keys  # missing keys count as deleted
+    assert "Errors" not in r
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="batch/")["KeyCount"] == 0
+    s3.put_object(Bucket=bucket, Key="q1", Body=b"1")
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "q1"}], "Quiet": True})
+    assert "Deleted" not in r and "Errors" not in r
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.delete_objects(Bucket=bucket,
+                          Delete={"Objects": [{"Key": f"x{i}"} for i in range(1001)]})
+    assert error_code(e) == "MalformedXML"
+
+
+def test_aws_cli_recursive_rm_uses_delete_objects(server, s3, bucket):
+    for i in range(30):
+        s3.put_object(Bucket=bucket, Key=f"rr/{i}", Body=b"z")
+    server.aws("s3", "rm", "--recursive", f"s3://{bucket}/rr/")
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="rr/")["KeyCount"] == 0

@@ -48,4 +48,12 @@ class ErasureCode {
 // `crc` continues a previous result: crc32c(b, crc32c(a)) == crc32c(a ++ b).
 uint32_t crc32c(std::span<const uint8_t> data, uint32_t crc = 0);
 
+// CRC32 (IEEE 802.3, as zlib and gzip): crc32("123456789") == 0xCBF43926. Chains the same way.
+uint32_t crc32(std::span<const uint8_t> data, uint32_t crc = 0);
+
+// CRC-64/NVME (reflected polynomial 0x9A6C9329AC4BC9B5, init and final xor all ones), the
+// algorithm of S3's x-amz-checksum-crc64nvme: crc64nvme("123456789") == 0xAE8B14860A799888.
+// ISA-L 2.30 lacks it; this is a slice-by-8 table implementation. Chains the same way.
+uint64_t crc64nvme(std::span<const uint8_t> data, uint64_t crc = 0);
+
 }  // namespace granary::ec

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "granary/ec/erasure_code.h"
@@ -49,4 +50,29 @@ TEST_CASE("crc32c detects a single flipped bit") {
   const uint32_t before = crc32c(data);
   data[1234] ^= 0x10;
   CHECK(crc32c(data) != before);
+}
+
+TEST_CASE("CRC32 (IEEE) matches the zlib check value and chains like one pass") {
+  const std::string check = "123456789";
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(check.data()), check.size());
+  CHECK(granary::ec::crc32(bytes) == 0xCBF43926u);
+  uint32_t part = granary::ec::crc32(bytes.first(4));
+  CHECK(granary::ec::crc32(bytes.subspan(4), part) == 0xCBF43926u);
+  CHECK(granary::ec::crc32({}) == 0u);
+}
+
+TEST_CASE("CRC64-NVME matches its check value and chains at every split point") {
+  const std::string check = "123456789";
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(check.data()), check.size());
+  CHECK(granary::ec::crc64nvme(bytes) == 0xAE8B14860A799888ull);
+  std::vector<uint8_t> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 131 + 7);
+  const uint64_t whole = granary::ec::crc64nvme(data);
+  for (size_t split = 0; split <= data.size(); split += 37) {
+    std::span<const uint8_t> all(data);
+    uint64_t a = granary::ec::crc64nvme(all.first(split));
+    CHECK(granary::ec::crc64nvme(all.subspan(split), a) == whole);
+  }
+  data[500] ^= 1;
+  CHECK(granary::ec::crc64nvme(data) != whole);
 }

@@ -1,0 +1,131 @@
+#include "checksum.h"
+
+#include <array>
+
+#include "digest.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary::gateway {
+
+namespace {
+
+struct AlgorithmInfo {
+  ChecksumAlgorithm alg;
+  std::string_view name;
+  size_t bytes;
+};
+
+constexpr std::array<AlgorithmInfo, 5> kAlgorithms = {{
+    {ChecksumAlgorithm::kCrc32, "CRC32", 4},
+    {ChecksumAlgorithm::kCrc32c, "CRC32C", 4},
+    {ChecksumAlgorithm::kCrc64Nvme, "CRC64NVME", 8},
+    {ChecksumAlgorithm::kSha1, "SHA1", 20},
+    {ChecksumAlgorithm::kSha256, "SHA256", 32},
+}};
+
+const AlgorithmInfo& info(ChecksumAlgorithm alg) {
+  for (const auto& a : kAlgorithms) {
+    if (a.alg == alg) return a;
+  }
+  return kAlgorithms[0];
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::optional<ChecksumAlgorithm> fromHeaderName(std::string_view header) {
+  for (const auto& a : kAlgorithms) {
+    if (lower(header) == checksumHeader(a.alg)) return a.alg;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view checksumName(ChecksumAlgorithm alg) { return info(alg).name; }
+
+std::string checksumHeader(ChecksumAlgorithm alg) {
+  return "x-amz-checksum-" + lower(info(alg).name);
+}
+
+S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req) {
+  std::optional<ChecksumRequest> found;
+  for (const auto& [name, value] : req.headers) {
+    if (!name.starts_with("x-amz-checksum-") || name == "x-amz-checksum-type" ||
+        name == "x-amz-checksum-mode" || name == "x-amz-checksum-algorithm") {
+      continue;
+    }
+    auto alg = fromHeaderName(name);
+    if (!alg) {
+      return s3fail(S3ErrorCode::kInvalidRequest, "Unknown checksum header " + name);
+    }
+    if (found) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "Expecting a single x-amz-checksum- header. Multiple checksum Types are "
+                    "not allowed.");
+    }
+    auto raw = base64Decode(value);
+    if (!raw || raw->size() != info(*alg).bytes) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "Value for " + name + " header is invalid.");
+    }
+    found = ChecksumRequest{*alg, value};
+  }
+  if (auto trailer = req.header("x-amz-trailer")) {
+    auto alg = fromHeaderName(*trailer);
+    if (!alg) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "The value specified in the x-amz-trailer header is not supported");
+    }
+    if (found) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "Expecting a single x-amz-checksum- header. Multiple checksum Types are "
+                    "not allowed.");
+    }
+    found = ChecksumRequest{*alg, std::nullopt};
+  }
+  return found;
+}
+
+struct Checksummer::Impl {
+  uint64_t crc = 0;
+  std::optional<Digest> digest;
+};
+
+Checksummer::Checksummer(ChecksumAlgorithm alg) : alg_(alg), impl_(std::make_unique<Impl>()) {
+  if (alg == ChecksumAlgorithm::kSha1) impl_->digest.emplace(Digest::Kind::kSha1);
+  if (alg == ChecksumAlgorithm::kSha256) impl_->digest.emplace(Digest::Kind::kSha256);
+}
+
+Checksummer::~Checksummer() = default;
+
+void Checksummer::update(std::span<const uint8_t> data) {
+  switch (alg_) {
+    case ChecksumAlgorithm::kCrc32:
+      impl_->crc = ec::crc32(data, static_cast<uint32_t>(impl_->crc));
+      break;
+    case ChecksumAlgorithm::kCrc32c:
+      impl_->crc = ec::crc32c(data, static_cast<uint32_t>(impl_->crc));
+      break;
+    case ChecksumAlgorithm::kCrc64Nvme:
+      impl_->crc = ec::crc64nvme(data, impl_->crc);
+      break;
+    case ChecksumAlgorithm::kSha1:
+    case ChecksumAlgorithm::kSha256:
+      impl_->digest->update(data);
+      break;
+  }
+}
+
+std::string Checksummer::value() {
+  if (impl_->digest) return base64Encode(impl_->digest->finish());
+  size_t n = info(alg_).bytes;
+  std::vector<uint8_t> be(n);
+  for (size_t i = 0; i < n; ++i) be[i] = static_cast<uint8_t>(impl_->crc >> (8 * (n - 1 - i)));
+  return base64Encode(be);
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,51 @@
+// DeleteObjects: POST /bucket?delete with up to 1000 keys. The deletes run concurrently on
+// the worker pool, so the index's commit queue merges them into a few synced batches.
+#include "digest.h"
+#include "handlers.h"
+#include "s3_xml.h"
+
+namespace granary::gateway {
+
+Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  // 1000 keys of up to 1024 bytes, plus markup.
+  auto xml = co_await readSmallBody(body, 2 * 1024 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req);
+  if (auto cm = req.header("content-md5")) {
+    auto want = base64Decode(*cm);
+    Digest md5(Digest::Kind::kMd5);
+    md5.update(*xml);
+    if (!want || *want != md5.finish()) {
+      co_return errorResponse({S3ErrorCode::kBadDigest,
+                               "The Content-MD5 you specified did not match what we received."},
+                              req);
+    }
+  }
+  auto parsed = parseDeleteObjects(*xml);
+  if (!parsed) co_return errorResponse(parsed.error(), req);
+
+  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!bucket) co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req);
+
+  std::vector<DeleteOutcome> outcomes(parsed->keys.size());
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(ctx.pool(), ex);
+  for (size_t i = 0; i < parsed->keys.size(); ++i) {
+    outcomes[i].key = parsed->keys[i];
+    group.spawn([&ctx, &req, &out = outcomes[i]] {
+      if (out.key.empty() || out.key.size() > 1024) {
+        out.error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid key"};
+        return Status::ok();
+      }
+      auto removed = ctx.index().deleteObject(req.bucket, out.key, index_kv::Precondition::none());
+      if (!removed) out.error = fromStatus(removed.error(), S3ErrorCode::kNoSuchBucket);
+      return Status::ok();
+    });
+  }
+  (void)co_await group.wait();
+  S3Response res;
+  res.set("Content-Type", "application/xml");
+  res.body = deleteResultXml(outcomes, parsed->quiet);
+  co_return res;
+}
+
+}  // namespace granary::gateway
