@@ -26,6 +26,7 @@
 
 #include "granary/common/hex.h"
 #include "sigv4.h"
+#include "uri.h"
 
 namespace granary::gateway {
 namespace {
@@ -51,28 +52,7 @@ struct MdCtxDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
-int hexDigit(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 bool isLowerHex64(std::string_view s) {
   if (s.size() != 64) {
@@ -145,15 +125,15 @@ struct AwsChunkedDecoder::State {
   }
 
   S3Result<void> startChunk(std::string_view header) {
-    header = trim(header);
+    header = trimSpaces(header);
     size_t semi = header.find(';');
-    std::string_view size_text = trim(header.substr(0, semi));
+    std::string_view size_text = trimSpaces(header.substr(0, semi));
     if (size_text.empty() || size_text.size() > 16) {
       return framing("bad chunk size \"" + std::string(size_text.substr(0, 32)) + "\"");
     }
     uint64_t size = 0;
     for (char c : size_text) {
-      int d = hexDigit(c);
+      int d = hexDigitValue(c);
       if (d < 0) {
         return framing("bad chunk size \"" + std::string(size_text) + "\"");
       }
@@ -167,11 +147,11 @@ struct AwsChunkedDecoder::State {
         semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
     while (!ext.empty()) {
       size_t next = ext.find(';');
-      std::string_view item = trim(ext.substr(0, next));
+      std::string_view item = trimSpaces(ext.substr(0, next));
       ext = next == std::string_view::npos ? std::string_view() : ext.substr(next + 1);
       size_t eq = item.find('=');
-      if (eq != std::string_view::npos && trim(item.substr(0, eq)) == "chunk-signature") {
-        chunk_signature = std::string(trim(item.substr(eq + 1)));
+      if (eq != std::string_view::npos && trimSpaces(item.substr(0, eq)) == "chunk-signature") {
+        chunk_signature = std::string(trimSpaces(item.substr(eq + 1)));
       }
     }
     if (signing) {
@@ -236,13 +216,13 @@ struct AwsChunkedDecoder::State {
     if (colon == std::string_view::npos) {
       return framing("malformed trailer line");
     }
-    std::string name(trim(text.substr(0, colon)));
+    std::string name(trimSpaces(text.substr(0, colon)));
     for (char& c : name) {
       if (c >= 'A' && c <= 'Z') {
         c = static_cast<char>(c - 'A' + 'a');
       }
     }
-    std::string_view value = trim(text.substr(colon + 1));
+    std::string_view value = trimSpaces(text.substr(colon + 1));
     if (name.empty()) {
       return framing("malformed trailer line");
     }

@@ -2,21 +2,14 @@
 // cannot use (serving the full object): malformed headers, other units, multiple ranges.
 #include "http_range.h"
 
+#include "uri.h"
+
 #include <limits>
 #include <optional>
 
 namespace granary::gateway {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // Decimal digits only; saturates at UINT64_MAX so that a huge position still compares as
 // "beyond the end" instead of wrapping.
@@ -57,15 +50,15 @@ bool startsWithBytesUnit(std::string_view s) {
 
 RangeResult parseRange(std::string_view header, uint64_t object_size) {
   RangeResult none;
-  std::string_view h = trim(header);
+  std::string_view h = trimSpaces(header);
   if (!startsWithBytesUnit(h)) {
     return none;
   }
-  h = trim(h.substr(5));
+  h = trimSpaces(h.substr(5));
   if (h.empty() || h.front() != '=') {
     return none;
   }
-  h = trim(h.substr(1));
+  h = trimSpaces(h.substr(1));
   if (h.find(',') != std::string_view::npos) {
     return none;  // multiple ranges: S3 serves the whole object
   }
@@ -73,8 +66,8 @@ RangeResult parseRange(std::string_view header, uint64_t object_size) {
   if (dash == std::string_view::npos) {
     return none;
   }
-  std::string_view first_text = trim(h.substr(0, dash));
-  std::string_view last_text = trim(h.substr(dash + 1));
+  std::string_view first_text = trimSpaces(h.substr(0, dash));
+  std::string_view last_text = trimSpaces(h.substr(dash + 1));
 
   RangeResult unsatisfiable;
   unsatisfiable.kind = RangeResult::Kind::kUnsatisfiable;

@@ -1,20 +1,10 @@
 #include "uri.h"
 
+#include "granary/common/hex.h"
+
 namespace granary::gateway {
 namespace {
 
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 bool isUnreserved(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -32,8 +22,8 @@ std::optional<std::string> percentDecode(std::string_view s, bool plus_is_space)
       if (i + 2 >= s.size()) {
         return std::nullopt;
       }
-      int hi = hexValue(s[i + 1]);
-      int lo = hexValue(s[i + 2]);
+      int hi = hexDigitValue(s[i + 1]);
+      int lo = hexDigitValue(s[i + 2]);
       if (hi < 0 || lo < 0) {
         return std::nullopt;
       }
@@ -110,6 +100,12 @@ std::pair<std::string_view, std::string_view> splitTarget(std::string_view targe
     return {target, std::string_view()};
   }
   return {target.substr(0, q), target.substr(q + 1)};
+}
+
+std::string_view trimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
 }
 
 }  // namespace granary::gateway

@@ -13,6 +13,9 @@
 
 namespace granary::gateway {
 
+// Strips leading and trailing spaces and tabs (header values, chunk extensions).
+std::string_view trimSpaces(std::string_view s);
+
 // Decodes %XX escapes (either hex case). nullopt when a '%' is not followed by two hex
 // digits. `plus_is_space`: '+' decodes to ' ' (form and query encoding), else stays '+'.
 std::optional<std::string> percentDecode(std::string_view s, bool plus_is_space);

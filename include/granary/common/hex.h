@@ -10,6 +10,8 @@
 namespace granary {
 
 std::string toHex(std::span<const uint8_t> bytes);
+// 0-15 for [0-9a-fA-F], -1 otherwise.
+int hexDigitValue(char c);
 std::optional<std::vector<uint8_t>> fromHex(std::string_view hex);
 
 // Fixed-width big-endian helpers for keys and wire formats.
