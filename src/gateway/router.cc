@@ -88,6 +88,9 @@ S3Result<void> parseTarget(S3Request& req) {
     if (!key) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
     req.key = *key;
   }
+  if (req.bucket.empty() && slash != std::string_view::npos) {
+    return s3fail(S3ErrorCode::kInvalidBucketName, "The specified bucket is not valid.");
+  }
   if (req.key.size() > 1024) {
     return s3fail(S3ErrorCode::kKeyTooLongError, "Your key is too long");
   }

@@ -1,0 +1,414 @@
+// The object data path against real chunk stores (POSIX engine, temp dirs): ObjectWriter
+// stripes, encodes and places fragments; readObjectRange reads ranges back, decoding from
+// parity when fragments fail. Faults come from a ChunkClient wrapper.
+#include "asio.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+
+#include "gateway_test_util.h"
+#include "granary/common/random.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+#include "object_io.h"
+
+namespace granary::gateway {
+namespace {
+
+using testing::FaultyChunkClient;
+using testing::randomString;
+using testing::TestCluster;
+
+constexpr uint32_t kFragmentLen = 4096;
+constexpr uint64_t kStripe = 4 * kFragmentLen;  // k = 4
+
+template <typename T>
+T runTask(asio::io_context& io, Task<T> task) {
+  std::optional<T> out;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
+    error = e;
+    if (!e) out.emplace(std::move(value));
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  REQUIRE(out.has_value());
+  return std::move(*out);
+}
+
+void runVoid(asio::io_context& io, Task<void> task) {
+  bool done = false;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e) {
+    error = e;
+    done = true;
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  REQUIRE(done);
+}
+
+// Collects the body; optionally fails the N-th write (1-based).
+class StringSink final : public BodySink {
+ public:
+  explicit StringSink(int fail_write = 0) : fail_write_(fail_write) {}
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    ++writes_;
+    if (writes_ == fail_write_) co_return Status::ioError("client went away");
+    body.append(reinterpret_cast<const char*>(data.data()), data.size());
+    co_return Status::ok();
+  }
+  std::string body;
+
+ private:
+  int fail_write_;
+  int writes_ = 0;
+};
+
+struct Counters {
+  prometheus::Registry registry;
+  prometheus::Counter& degraded = prometheus::BuildCounter()
+                                      .Name("test_degraded_stripes_total")
+                                      .Help("degraded")
+                                      .Register(registry)
+                                      .Add({});
+  prometheus::Counter& fragment_errors = prometheus::BuildCounter()
+                                             .Name("test_fragment_errors_total")
+                                             .Help("errors")
+                                             .Register(registry)
+                                             .Add({});
+  prometheus::Counter& encoded = prometheus::BuildCounter()
+                                     .Name("test_encoded_bytes_total")
+                                     .Help("encoded")
+                                     .Register(registry)
+                                     .Add({});
+};
+
+// Fills the writer's buffer stripe by stripe from `data`, then finishes. Stops at the
+// first error (the caller abandons).
+Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
+  size_t pos = 0;
+  while (pos < data.size()) {
+    std::span<uint8_t> buf = w.buffer();
+    size_t n = std::min(buf.size(), data.size() - pos);
+    std::memcpy(buf.data(), data.data() + pos, n);
+    pos += n;
+    Status st = co_await w.flush(n);
+    if (!st.isOk()) co_return st;
+  }
+  Status st = co_await w.finish();
+  co_return st;
+}
+
+Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first, uint64_t length,
+                      BodySink& sink) {
+  Status st = co_await readObjectRange(dp, m, first, length, sink);
+  co_return st;
+}
+
+struct DataPathFixture {
+  explicit DataPathFixture(int drives = 6, uint32_t fragment_len = kFragmentLen)
+      : cluster(drives),
+        code(std::move(*ec::ErasureCode::create({4, 2}))),
+        dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
+           DataPathCounters{counters.degraded, counters.fragment_errors, counters.encoded}) {}
+
+  // Writes `data` as a new version and returns its manifest (REQUIREs success).
+  index_kv::Manifest write(const std::string& data) {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(cluster.clock, random);
+    m.size = data.size();
+    m.ec = code->profile();
+    ObjectWriter w(dp, m.version, "bucket", "key", io.get_executor());
+    Status st = runTask(io, writeAll(w, data));
+    REQUIRE(st.isOk());
+    m.drives = w.drives();
+    m.stripes = w.stripes();
+    return m;
+  }
+
+  // Reads [first, first + length) into a string sink.
+  std::pair<Status, std::string> read(const index_kv::Manifest& m, uint64_t first,
+                                      uint64_t length) {
+    StringSink sink;
+    Status st = runTask(io, readInto(dp, m, first, length, sink));
+    return {st, sink.body};
+  }
+
+  // The drive holding fragment `j` of stripe `s`.
+  static std::string driveOf(const index_kv::Manifest& m, size_t s, size_t j) {
+    return m.drives[m.stripes[s].drives[j]];
+  }
+
+  // Stripes of a whole-object read that touch a data fragment on one of `failing`.
+  static int stripesTouching(const index_kv::Manifest& m, const std::set<std::string>& failing) {
+    int n = 0;
+    for (const auto& s : m.stripes) {
+      uint64_t touched = (s.data_len + s.fragment_len - 1) / s.fragment_len;
+      for (uint64_t j = 0; j < touched; ++j) {
+        if (failing.contains(m.drives[s.drives[j]])) {
+          ++n;
+          break;
+        }
+      }
+    }
+    return n;
+  }
+
+  TestCluster cluster;
+  std::unique_ptr<ec::ErasureCode> code;
+  SeededRandom random{7};
+  Counters counters;
+  WorkerPool pool{4, "dp-test"};  // after the cluster: drained before the stores close
+  DataPath dp;
+  asio::io_context io;
+};
+
+TEST_CASE("Objects of many sizes round-trip through stripes, and ranges equal the source") {
+  DataPathFixture f;
+  const uint64_t size =
+      GENERATE(uint64_t{1}, uint64_t{kFragmentLen - 1}, kStripe, 3 * kStripe + 5000);
+  CAPTURE(size);
+  std::string data = randomString(size, size);
+  index_kv::Manifest m = f.write(data);
+
+  const uint64_t stripes = (size + kStripe - 1) / kStripe;
+  REQUIRE(m.stripes.size() == stripes);
+  CHECK(m.drives.size() == 6);
+  uint64_t sum = 0;
+  for (const auto& s : m.stripes) {
+    CHECK(s.drives.size() == 6);
+    CHECK(std::set<uint16_t>(s.drives.begin(), s.drives.end()).size() == 6);
+    CHECK(s.fragment_len % 4096 == 0);
+    CHECK(uint64_t(4) * s.fragment_len >= s.data_len);
+    sum += s.data_len;
+  }
+  CHECK(sum == size);
+  CHECK(f.cluster.allBlobs().size() == stripes * 6);
+  CHECK(f.counters.encoded.Value() > 0);
+
+  auto [st, whole] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(whole == data);
+
+  std::mt19937_64 rng(size);
+  for (int i = 0; i < 25; ++i) {
+    uint64_t first = rng() % size;
+    uint64_t length = 1 + rng() % (size - first);
+    CAPTURE(first, length);
+    auto [rst, got] = f.read(m, first, length);
+    REQUIRE(rst.isOk());
+    CHECK(got == data.substr(first, length));
+  }
+  if (size > kStripe) {
+    // Exactly across a stripe boundary and a fragment boundary.
+    auto [bst, got] = f.read(m, kStripe - 3, 6);
+    REQUIRE(bst.isOk());
+    CHECK(got == data.substr(kStripe - 3, 6));
+    auto [fst, frag] = f.read(m, kFragmentLen - 1, 2);
+    REQUIRE(fst.isOk());
+    CHECK(frag == data.substr(kFragmentLen - 1, 2));
+  }
+  CHECK(f.counters.degraded.Value() == 0);
+  CHECK(f.counters.fragment_errors.Value() == 0);
+}
+
+TEST_CASE("Short last stripes use a smaller fragment length and still round-trip") {
+  constexpr uint32_t kBigFragment = 16384;
+  constexpr uint64_t kBigStripe = 4 * kBigFragment;
+  DataPathFixture f(6, kBigFragment);
+  struct Case {
+    uint64_t size;
+    uint32_t last_fragment_len;
+  };
+  const Case c = GENERATE(Case{20000, 8192}, Case{kBigStripe + 5000, 4096},
+                          Case{3 * kBigStripe + 40000, 12288}, Case{2 * kBigStripe, kBigFragment});
+  CAPTURE(c.size);
+  std::string data = randomString(c.size, c.size);
+  index_kv::Manifest m = f.write(data);
+  REQUIRE(m.stripes.size() == (c.size + kBigStripe - 1) / kBigStripe);
+  for (size_t i = 0; i + 1 < m.stripes.size(); ++i) {
+    CHECK(m.stripes[i].fragment_len == kBigFragment);
+  }
+  CHECK(m.stripes.back().fragment_len == c.last_fragment_len);
+  auto infos = f.cluster.blobs(DataPathFixture::driveOf(m, m.stripes.size() - 1, 0));
+  bool found = false;
+  for (const auto& b : infos) {
+    if (b.id.stripe == m.stripes.back().blob_stripe && b.id.fragment == 0) {
+      CHECK(b.length == c.last_fragment_len);
+      found = true;
+    }
+  }
+  CHECK(found);
+
+  auto [st, whole] = f.read(m, 0, c.size);
+  REQUIRE(st.isOk());
+  CHECK(whole == data);
+  std::mt19937_64 rng(c.size);
+  for (int i = 0; i < 10; ++i) {
+    uint64_t first = rng() % c.size;
+    uint64_t length = 1 + rng() % (c.size - first);
+    CAPTURE(first, length);
+    auto [rst, got] = f.read(m, first, length);
+    REQUIRE(rst.isOk());
+    CHECK(got == data.substr(first, length));
+  }
+
+  // The last stripe decoded from parity with two of its fragments failing.
+  const size_t last = m.stripes.size() - 1;
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, last, 0), Status::ioError("EIO"));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, last, 4), Status::ioError("EIO"));
+  const uint64_t tail_first = last * kBigStripe;
+  auto [dst, tail] = f.read(m, tail_first, c.size - tail_first);
+  REQUIRE(dst.isOk());
+  CHECK(tail == data.substr(tail_first));
+  CHECK(f.counters.degraded.Value() == 1);
+}
+
+TEST_CASE("GET of stripes with a missing data fragment decodes them from parity") {
+  DataPathFixture f;
+  const uint64_t size = 3 * kStripe + 5000;
+  std::string data = randomString(size, 11);
+  index_kv::Manifest m = f.write(data);
+  const std::string lost = DataPathFixture::driveOf(m, 0, 0);
+  f.cluster.chunks->failReads(lost, Status::notFound("blob vanished"));
+  const int expected = DataPathFixture::stripesTouching(m, {lost});
+  REQUIRE(expected >= 1);
+
+  auto [st, got] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.counters.degraded.Value() == expected);
+  CHECK(f.counters.fragment_errors.Value() == expected);
+
+  // A range inside the lost fragment of stripe 0.
+  auto [rst, range] = f.read(m, 100, 1000);
+  REQUIRE(rst.isOk());
+  CHECK(range == data.substr(100, 1000));
+  CHECK(f.counters.degraded.Value() == expected + 1);
+}
+
+TEST_CASE("GET survives m = 2 failed drives: one corrupt, one with I/O errors") {
+  DataPathFixture f;
+  const uint64_t size = 2 * kStripe + 1;
+  std::string data = randomString(size, 12);
+  index_kv::Manifest m = f.write(data);
+  const std::string corrupt = DataPathFixture::driveOf(m, 0, 0);
+  const std::string broken = DataPathFixture::driveOf(m, 0, 1);
+  f.cluster.chunks->failReads(corrupt, Status::corruption("crc mismatch"));
+  f.cluster.chunks->failReads(broken, Status::ioError("EIO"));
+
+  auto [st, got] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {corrupt, broken}));
+  CHECK(f.counters.degraded.Value() >= 1);
+  auto [rst, range] = f.read(m, kStripe - 10, 20);
+  REQUIRE(rst.isOk());
+  CHECK(range == data.substr(kStripe - 10, 20));
+}
+
+TEST_CASE("GET with more than m failed drives is an error, never wrong bytes") {
+  DataPathFixture f;
+  const uint64_t size = 2 * kStripe + 100;
+  std::string data = randomString(size, 13);
+  index_kv::Manifest m = f.write(data);
+  for (size_t j = 0; j < 3; ++j) {
+    f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, j), Status::ioError("EIO"));
+  }
+  auto [st, got] = f.read(m, 0, size);
+  CHECK_FALSE(st.isOk());
+  CHECK(st.code() == Status::Code::kUnavailable);
+  CHECK(got.empty());  // stripe 0 is the first one sent, and it cannot be rebuilt
+  CHECK(f.counters.degraded.Value() == 0);
+
+  // Stripe 1 has all four data fragments touched, so at least one is on a failed drive,
+  // and only three of its six fragments are readable.
+  auto [rst, partial] = f.read(m, kStripe + 7, size - kStripe - 7);
+  CHECK(rst.code() == Status::Code::kUnavailable);
+  CHECK(partial.empty());
+}
+
+TEST_CASE("A sink failing mid-stream ends readObjectRange with its error") {
+  DataPathFixture f;
+  const uint64_t size = 4 * kStripe;
+  std::string data = randomString(size, 14);
+  index_kv::Manifest m = f.write(data);
+  StringSink sink(/*fail_write=*/2);
+  Status st = runTask(f.io, readInto(f.dp, m, 0, size, sink));
+  CHECK(st.code() == Status::Code::kIoError);
+  CHECK(sink.body == data.substr(0, kStripe));
+}
+
+TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes the rest") {
+  DataPathFixture f;
+  const bool multi = GENERATE(false, true);
+  const uint64_t size = multi ? 3 * kStripe + 17 : kStripe / 2;
+  CAPTURE(size);
+  std::string data = randomString(size, 15);
+  f.cluster.chunks->failPuts("d3", Status::ioError("disk on fire"));
+
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  Status st = runTask(f.io, writeAll(w, data));
+  CHECK(st.code() == Status::Code::kIoError);
+  CHECK(st.message() == "disk on fire");
+  CHECK(f.cluster.chunks->injected() >= 1);
+  // Fragments of the failed stripe(s) did land on the other drives...
+  CHECK_FALSE(f.cluster.allBlobs().empty());
+  CHECK(f.cluster.blobs("d3").empty());
+
+  runVoid(f.io, w.abandon());
+  CHECK(f.cluster.allBlobs().empty());
+}
+
+TEST_CASE("abandon after a successful write removes every fragment of the version") {
+  DataPathFixture f;
+  std::string data = randomString(2 * kStripe + 3, 16);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
+  CHECK(f.cluster.allBlobs().size() == 3 * 6);
+  runVoid(f.io, w.abandon());
+  CHECK(f.cluster.allBlobs().empty());
+}
+
+TEST_CASE("The writer places no fragments on drives that are not writable") {
+  DataPathFixture f(7);
+  f.cluster.chunks->setReadOnly("d2");
+  std::string data = randomString(4 * kStripe, 17);
+  index_kv::Manifest m = f.write(data);
+  CHECK(f.cluster.blobs("d2").empty());
+  CHECK(std::find(m.drives.begin(), m.drives.end(), "d2") == m.drives.end());
+  CHECK(f.cluster.allBlobs().size() == 4 * 6);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
+TEST_CASE("Too few writable drives for k + m fails the write without writing anything") {
+  DataPathFixture f;
+  f.cluster.chunks->setReadOnly("d0");
+  std::string data = randomString(kStripe, 18);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  Status st = runTask(f.io, writeAll(w, data));
+  CHECK(st.code() == Status::Code::kUnavailable);
+  runVoid(f.io, w.abandon());
+  CHECK(f.cluster.allBlobs().empty());
+}
+
+}  // namespace
+}  // namespace granary::gateway

@@ -1,0 +1,10 @@
+# Unit tests of granary_gateway without sockets: TaskGroup/offload, the data path and the
+# reclaimer over real chunk stores and index in temp dirs, and handleRequest() driven with
+# in-memory bodies. Included by this folder's CMakeLists.txt.
+add_executable(gateway_test
+  ${CMAKE_CURRENT_LIST_DIR}/task_group_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/data_path_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/reclaimer_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/handler_test.cc)
+target_link_libraries(gateway_test PRIVATE granary_gateway granary_catch_main)
+catch_discover_tests(gateway_test TEST_PREFIX "gateway.")

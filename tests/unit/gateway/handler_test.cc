@@ -1,0 +1,712 @@
+// handleRequest() driven without sockets: SigV4-signed S3Requests, an in-memory BodySource
+// that feeds the body in small pieces (or ends it early), and a BodySink that records the
+// response. The gateway runs over real chunk stores and a real index in a temp dir.
+#include "asio.h"
+
+#include <prometheus/registry.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "digest.h"
+#include "gateway_test_util.h"
+#include "granary/common/hex.h"
+#include "granary/common/random.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+#include "handlers.h"
+#include "sigv4.h"
+
+namespace granary::gateway {
+namespace {
+
+using testing::randomString;
+using testing::TestCluster;
+
+constexpr char kAccessKey[] = "GRANARYTESTACCESSKEY";
+constexpr char kSecret[] = "granary/test/secret/key/0123456789abcdef";
+constexpr char kAmzDate[] = "20240501T120000Z";  // testing::kStartUnixSeconds
+constexpr char kScope[] = "/20240501/us-east-1/s3/aws4_request";
+constexpr uint64_t kInlineThreshold = 1024;
+constexpr uint32_t kFragmentLen = 4096;
+constexpr uint64_t kStripe = 4 * kFragmentLen;
+constexpr uint64_t kStripedSize = 3 * kStripe + 123;
+
+template <typename T>
+T runTask(asio::io_context& io, Task<T> task) {
+  std::optional<T> out;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
+    error = e;
+    if (!e) out.emplace(std::move(value));
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  REQUIRE(out.has_value());
+  return std::move(*out);
+}
+
+// Feeds `data` in pieces of at most `piece` bytes. With `end_at`, the body stops there:
+// either with a clean end (read returns 0) or with the error a dropped connection gives.
+class StringSource final : public BodySource {
+ public:
+  enum class End { kClean, kError };
+  explicit StringSource(std::string data, size_t piece = 1000,
+                        std::optional<size_t> end_at = std::nullopt, End end = End::kClean)
+      : data_(std::move(data)), piece_(piece), end_at_(end_at), end_(end) {}
+
+  Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
+    size_t limit = end_at_.value_or(data_.size());
+    if (pos_ >= limit) {
+      if (limit < data_.size() && end_ == End::kError) {
+        co_return s3fail(S3ErrorCode::kIncompleteBody, "The request body terminated unexpectedly");
+      }
+      co_return 0;
+    }
+    size_t n = std::min({piece_, out.size(), limit - pos_});
+    std::memcpy(out.data(), data_.data() + pos_, n);
+    pos_ += n;
+    co_return n;
+  }
+  bool done() const override { return pos_ == data_.size(); }
+
+ private:
+  std::string data_;
+  size_t piece_;
+  std::optional<size_t> end_at_;
+  End end_;
+  size_t pos_ = 0;
+};
+
+class RecordingSink final : public BodySink {
+ public:
+  Task<Status> writeHead(const S3Response& head, uint64_t content_length) override {
+    this->head = head;
+    this->content_length = content_length;
+    ++heads;
+    co_return Status::ok();
+  }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    body.append(reinterpret_cast<const char*>(data.data()), data.size());
+    co_return Status::ok();
+  }
+  S3Response head;
+  uint64_t content_length = 0;
+  int heads = 0;
+  std::string body;
+};
+
+// What the client would see.
+struct Reply {
+  int status = 0;
+  std::string code;  // S3 error code from the XML body, "" if none
+  HeaderList headers;
+  std::string body;
+  std::optional<uint64_t> content_length;  // streamed responses
+  bool close = false;
+  std::string op;
+
+  std::optional<std::string> header(std::string_view name) const {
+    for (const auto& [n, v] : headers) {
+      if (n == name) return v;
+    }
+    return std::nullopt;
+  }
+};
+
+std::string errorCodeOf(const std::string& xml) {
+  size_t a = xml.find("<Code>");
+  size_t b = xml.find("</Code>");
+  if (a == std::string::npos || b == std::string::npos) return "";
+  return xml.substr(a + 6, b - a - 6);
+}
+
+std::string md5Hex(const std::string& data) {
+  Digest d(Digest::Kind::kMd5);
+  d.update(data);
+  return toHex(d.finish());
+}
+
+std::string md5Base64(const std::string& data) {
+  Digest d(Digest::Kind::kMd5);
+  d.update(data);
+  return base64Encode(d.finish());
+}
+
+// Signs `req` (every header it has, sorted) with SigV4 as an SDK would.
+void sign(S3Request& req, std::string_view secret = kSecret) {
+  std::vector<std::string> names;
+  for (const auto& [n, v] : req.headers) names.push_back(n);
+  std::sort(names.begin(), names.end());
+  std::string signed_headers;
+  for (const auto& n : names) signed_headers += (signed_headers.empty() ? "" : ";") + n;
+  std::string auth = std::string("AWS4-HMAC-SHA256 Credential=") + kAccessKey + kScope +
+                     ", SignedHeaders=" + signed_headers + ", Signature=" + std::string(64, '0');
+  req.headers.emplace_back("authorization", auth);
+  HttpRequestView view{req.method, req.target, req.headers};
+  auto parsed = parseAuth(view);
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed->has_value());
+  const AuthInfo& info = **parsed;
+  std::string signature =
+      hmacSha256Hex(deriveSigningKey(secret, info.date, info.region, info.service),
+                    stringToSign(info, canonicalRequest(view, info)));
+  req.headers.back().second = auth.substr(0, auth.size() - 64) + signature;
+}
+
+S3Request makeRequest(std::string method, std::string target, HeaderList extra = {},
+                      std::string payload_hash = "UNSIGNED-PAYLOAD") {
+  S3Request req;
+  req.method = std::move(method);
+  req.target = std::move(target);
+  req.request_id = "test-request";
+  req.headers = {{"host", "127.0.0.1:9000"},
+                 {"x-amz-date", kAmzDate},
+                 {"x-amz-content-sha256", std::move(payload_hash)}};
+  for (auto& h : extra) req.headers.push_back(std::move(h));
+  return req;
+}
+
+struct GatewayFixture {
+  GatewayFixture() {
+    options.inline_threshold = kInlineThreshold;
+    options.fragment_len = kFragmentLen;
+    GatewayDeps deps{cluster.map,     *cluster.chunks,
+                     cluster.index(), cluster.clock,
+                     random,          pool,
+                     registry,        RootUser{kAccessKey, kSecret}};
+    ctx = std::make_unique<GatewayContext>(options, deps, *code);
+    ctx->credentials.add({kAccessKey, kSecret, /*is_root=*/true});
+  }
+
+  Reply send(S3Request& req, BodySource& body) {
+    RecordingSink sink;
+    Reply r;
+    S3Response res = runTask(io, handleRequest(*ctx, req, body, sink, r.op));
+    r.close = res.close;
+    if (res.streamed) {
+      REQUIRE(sink.heads == 1);
+      r.status = sink.head.status;
+      r.headers = sink.head.headers;
+      r.body = sink.body;
+      r.content_length = sink.content_length;
+    } else {
+      CHECK(sink.heads == 0);
+      r.status = res.status;
+      r.headers = res.headers;
+      r.body = res.body;
+      r.code = errorCodeOf(res.body);
+    }
+    return r;
+  }
+
+  // Signs and sends; `body` becomes the Content-Length and the body.
+  Reply send(S3Request req, const std::string& body = "", size_t piece = 1000) {
+    if (req.method == "PUT" || !body.empty()) req.content_length = body.size();
+    sign(req);
+    StringSource source(body, piece);
+    return send(req, source);
+  }
+
+  Reply put(const std::string& key, const std::string& data, HeaderList extra = {},
+            bool signed_payload = true) {
+    std::string hash = signed_payload ? sha256Hex(data) : "UNSIGNED-PAYLOAD";
+    return send(makeRequest("PUT", "/bucket/" + key, std::move(extra), hash), data, 777);
+  }
+  Reply get(const std::string& target, HeaderList extra = {}) {
+    return send(makeRequest("GET", target, std::move(extra)));
+  }
+
+  void createBucket(const std::string& name = "bucket") {
+    Reply r = send(makeRequest("PUT", "/" + name));
+    REQUIRE(r.status == 200);
+  }
+
+  size_t blobCount() { return cluster.allBlobs().size(); }
+
+  TestCluster cluster;
+  std::unique_ptr<ec::ErasureCode> code = std::move(*ec::ErasureCode::create({4, 2}));
+  SeededRandom random{2024};
+  prometheus::Registry registry;
+  WorkerPool pool{4, "gw-test"};  // after the cluster: drained before the stores close
+  GatewayOptions options;
+  std::unique_ptr<GatewayContext> ctx;
+  asio::io_context io;
+};
+
+size_t stripesOf(uint64_t size) {
+  return size <= kInlineThreshold ? 0 : (size + kStripe - 1) / kStripe;
+}
+
+TEST_CASE("PUT then GET round-trips inline and striped objects with an MD5 ETag") {
+  GatewayFixture f;
+  f.createBucket();
+  const uint64_t size = GENERATE(uint64_t{0}, uint64_t{100}, kInlineThreshold, kInlineThreshold + 1,
+                                 kStripe, kStripedSize);
+  const bool signed_payload = GENERATE(true, false);
+  CAPTURE(size, signed_payload);
+  std::string data = randomString(size, size + 1);
+
+  Reply put = f.put("dir/object", data,
+                    {{"content-type", "text/plain"}, {"x-amz-meta-color", "blue"}}, signed_payload);
+  REQUIRE(put.status == 200);
+  CHECK(put.op == "PutObject");
+  CHECK(put.header("ETag") == "\"" + md5Hex(data) + "\"");
+  CHECK(f.blobCount() == stripesOf(size) * 6);
+
+  Reply get = f.get("/bucket/dir/object");
+  REQUIRE(get.status == 200);
+  CHECK(get.op == "GetObject");
+  CHECK(get.content_length == size);
+  CHECK(get.body == data);
+  CHECK(get.header("ETag") == put.header("ETag"));
+  CHECK(get.header("Content-Type") == "text/plain");
+  CHECK(get.header("x-amz-meta-color") == "blue");
+  CHECK_FALSE(get.close);
+
+  Reply head = f.send(makeRequest("HEAD", "/bucket/dir/object"));
+  CHECK(head.status == 200);
+  CHECK(head.content_length == size);
+  CHECK(head.body.empty());
+}
+
+TEST_CASE("GET with a Range answers 206 with exactly that slice, and 416 past the end") {
+  GatewayFixture f;
+  f.createBucket();
+  const bool striped = GENERATE(false, true);
+  const uint64_t size = striped ? kStripedSize : 1000;
+  std::string data = randomString(size, 5);
+  REQUIRE(f.put("obj", data).status == 200);
+
+  struct Case {
+    std::string header;
+    uint64_t first, length;
+  };
+  for (const Case& c :
+       {Case{"bytes=0-0", 0, 1}, Case{"bytes=10-19", 10, 10}, Case{"bytes=-10", size - 10, 10},
+        Case{"bytes=900-", 900, size - 900}, Case{"bytes=990-5000000", 990, size - 990}}) {
+    CAPTURE(c.header);
+    Reply r = f.get("/bucket/obj", {{"range", c.header}});
+    REQUIRE(r.status == 206);
+    CHECK(r.body == data.substr(c.first, c.length));
+    CHECK(r.content_length == c.length);
+    CHECK(r.header("Content-Range") == "bytes " + std::to_string(c.first) + "-" +
+                                           std::to_string(c.first + c.length - 1) + "/" +
+                                           std::to_string(size));
+  }
+  if (striped) {
+    Reply across = f.get("/bucket/obj", {{"range", "bytes=16380-16390"}});
+    REQUIRE(across.status == 206);
+    CHECK(across.body == data.substr(16380, 11));
+  }
+  Reply past = f.get("/bucket/obj", {{"range", "bytes=" + std::to_string(size) + "-"}});
+  CHECK(past.status == 416);
+  CHECK(past.code == "InvalidRange");
+  CHECK(past.header("Content-Range") == "bytes */" + std::to_string(size));
+}
+
+TEST_CASE("A missing key is NoSuchKey and a missing bucket is NoSuchBucket") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply key = f.get("/bucket/nope");
+  CHECK(key.status == 404);
+  CHECK(key.code == "NoSuchKey");
+  Reply bucket = f.get("/other-bucket/nope");
+  CHECK(bucket.status == 404);
+  CHECK(bucket.code == "NoSuchBucket");
+  Reply head = f.send(makeRequest("HEAD", "/other-bucket/nope"));
+  CHECK(head.status == 404);
+
+  // A striped PUT into a missing bucket writes fragments before the commit fails: they
+  // must be removed again.
+  std::string data = randomString(kStripedSize, 6);
+  Reply put = f.send(makeRequest("PUT", "/other-bucket/key", {}, sha256Hex(data)), data);
+  CHECK(put.status == 404);
+  CHECK(put.code == "NoSuchBucket");
+  CHECK(f.blobCount() == 0);
+}
+
+TEST_CASE("Authentication failures: wrong signature, unknown key, anonymous") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string data = randomString(100, 7);
+
+  SECTION("signed with the wrong secret") {
+    S3Request req = makeRequest("PUT", "/bucket/k", {}, sha256Hex(data));
+    req.content_length = data.size();
+    sign(req, "not-the-secret");
+    StringSource body(data);
+    Reply r = f.send(req, body);
+    CHECK(r.status == 403);
+    CHECK(r.code == "SignatureDoesNotMatch");
+  }
+  SECTION("a signed header changed after signing") {
+    S3Request req =
+        makeRequest("PUT", "/bucket/k", {{"content-type", "text/plain"}}, sha256Hex(data));
+    req.content_length = data.size();
+    sign(req);
+    for (auto& [n, v] : req.headers) {
+      if (n == "content-type") v = "text/html";
+    }
+    StringSource body(data);
+    Reply r = f.send(req, body);
+    CHECK(r.status == 403);
+    CHECK(r.code == "SignatureDoesNotMatch");
+  }
+  SECTION("an unknown access key") {
+    S3Request req = makeRequest("PUT", "/bucket/k", {}, sha256Hex(data));
+    req.content_length = data.size();
+    sign(req);
+    std::string& auth = req.headers.back().second;
+    auth.replace(auth.find(kAccessKey), std::strlen(kAccessKey), "SOMEONEELSE");
+    StringSource body(data);
+    Reply r = f.send(req, body);
+    CHECK(r.status == 403);
+    CHECK(r.code == "InvalidAccessKeyId");
+  }
+  SECTION("no credentials at all") {
+    S3Request req = makeRequest("PUT", "/bucket/k", {}, sha256Hex(data));
+    req.content_length = data.size();
+    StringSource body(data);
+    Reply r = f.send(req, body);
+    CHECK(r.status == 403);
+    CHECK(r.code == "AccessDenied");
+  }
+  CHECK(f.get("/bucket/k").code == "NoSuchKey");
+}
+
+TEST_CASE("A body that ends early is IncompleteBody and the object does not change") {
+  GatewayFixture f;
+  f.createBucket();
+  const bool striped = GENERATE(false, true);
+  const auto end = GENERATE(StringSource::End::kClean, StringSource::End::kError);
+  CAPTURE(striped, end == StringSource::End::kError);
+  const uint64_t size = striped ? kStripedSize : 1000;
+
+  std::string before = randomString(50, 8);
+  REQUIRE(f.put("obj", before).status == 200);
+  std::string data = randomString(size, 9);
+  for (const std::string& key : {std::string("obj"), std::string("fresh")}) {
+    S3Request req = makeRequest("PUT", "/bucket/" + key, {}, sha256Hex(data));
+    req.content_length = size;
+    sign(req);
+    StringSource body(data, 1000, size - (striped ? kStripe + 5 : 10), end);
+    Reply r = f.send(req, body);
+    CHECK(r.status == 400);
+    CHECK(r.code == "IncompleteBody");
+    CHECK(r.close);
+  }
+  Reply old = f.get("/bucket/obj");
+  CHECK(old.status == 200);
+  CHECK(old.body == before);
+  CHECK(f.get("/bucket/fresh").code == "NoSuchKey");
+  CHECK(f.blobCount() == 0);  // every fragment written was abandoned
+}
+
+TEST_CASE("A body longer than its Content-Length is refused and nothing is stored") {
+  GatewayFixture f;
+  f.createBucket();
+  const bool striped = GENERATE(false, true);
+  const uint64_t size = striped ? kStripedSize : 1000;
+  std::string data = randomString(size + 100, 10);
+  S3Request req = makeRequest("PUT", "/bucket/long", {}, "UNSIGNED-PAYLOAD");
+  req.content_length = size;
+  sign(req);
+  StringSource body(data, 1000);
+  Reply r = f.send(req, body);
+  CHECK(r.status == 400);
+  CHECK_FALSE(r.code.empty());
+  CHECK(f.get("/bucket/long").code == "NoSuchKey");
+  CHECK(f.blobCount() == 0);
+}
+
+TEST_CASE("A payload not matching x-amz-content-sha256 is rejected and nothing is committed") {
+  GatewayFixture f;
+  f.createBucket();
+  const bool striped = GENERATE(false, true);
+  std::string data = randomString(striped ? kStripedSize : 1000, 11);
+  std::string claimed = sha256Hex(data + "x");
+  Reply r = f.send(makeRequest("PUT", "/bucket/obj", {}, claimed), data);
+  CHECK(r.status == 400);
+  CHECK(r.code == "XAmzContentSHA256Mismatch");
+  CHECK(f.get("/bucket/obj").code == "NoSuchKey");
+  CHECK(f.blobCount() == 0);
+}
+
+TEST_CASE("Content-MD5: a mismatch is BadDigest, garbage is InvalidDigest, a match is stored") {
+  GatewayFixture f;
+  f.createBucket();
+  const bool striped = GENERATE(false, true);
+  std::string data = randomString(striped ? kStripedSize : 1000, 12);
+  Reply bad = f.put("obj", data, {{"content-md5", md5Base64(data + "x")}});
+  CHECK(bad.status == 400);
+  CHECK(bad.code == "BadDigest");
+  CHECK(f.get("/bucket/obj").code == "NoSuchKey");
+  CHECK(f.blobCount() == 0);
+
+  Reply garbage = f.put("obj", data, {{"content-md5", "not base64!"}});
+  CHECK(garbage.status == 400);
+  CHECK(garbage.code == "InvalidDigest");
+
+  Reply good = f.put("obj", data, {{"content-md5", md5Base64(data)}});
+  CHECK(good.status == 200);
+  CHECK(f.get("/bucket/obj").body == data);
+}
+
+TEST_CASE("Keys of 1024 bytes are accepted and 1025 bytes are KeyTooLongError") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string longest(1024, 'k');
+  REQUIRE(f.put(longest, "data").status == 200);
+  CHECK(f.get("/bucket/" + longest).body == "data");
+  Reply r = f.put(std::string(1025, 'k'), "data");
+  CHECK(r.status == 400);
+  CHECK(r.code == "KeyTooLongError");
+  Reply g = f.get("/bucket/" + std::string(1025, 'k'));
+  CHECK(g.code == "KeyTooLongError");
+}
+
+TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  for (const char* target : {"/bucket/obj?tagging", "/bucket?versioning", "/bucket/obj?acl"}) {
+    CAPTURE(target);
+    Reply r = f.get(target);
+    CHECK(r.status == 501);
+    CHECK(r.code == "NotImplemented");
+  }
+  Reply put =
+      f.send(makeRequest("PUT", "/bucket/obj?tagging", {}, sha256Hex("<Tagging/>")), "<Tagging/>");
+  CHECK(put.status == 501);
+  CHECK(put.code == "NotImplemented");
+  CHECK(f.get("/bucket/obj").body == "data");  // not overwritten by the tagging body
+  Reply post = f.send(makeRequest("POST", "/bucket/obj?uploads"));
+  CHECK(post.status == 501);
+}
+
+TEST_CASE("The health endpoint answers 200 without credentials") {
+  GatewayFixture f;
+  S3Request req;
+  req.method = "GET";
+  req.target = "/_granary/health";
+  StringSource none("");
+  Reply r = f.send(req, none);
+  CHECK(r.status == 200);
+  CHECK(r.body == "ok\n");
+  CHECK(r.op == "Health");
+
+  S3Request other;
+  other.method = "GET";
+  other.target = "/_granary/nothing-here";
+  StringSource none2("");
+  CHECK(f.send(other, none2).status == 404);
+}
+
+TEST_CASE("A path with an empty bucket name and a key is InvalidBucketName") {
+  GatewayFixture f;
+  Reply get = f.send(makeRequest("GET", "//key"));
+  CHECK(get.status == 400);
+  CHECK(get.code == "InvalidBucketName");
+  Reply put = f.send(makeRequest("PUT", "//key"));
+  CHECK(put.code == "InvalidBucketName");
+}
+
+TEST_CASE("Overwrite serves the new version, queues the old blobs for GC and DELETE removes it") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string v1 = randomString(kStripedSize, 13);
+  std::string v2 = randomString(2 * kStripe, 14);
+  REQUIRE(f.put("obj", v1).status == 200);
+  REQUIRE(f.put("obj", v2).status == 200);
+  CHECK(f.get("/bucket/obj").body == v2);
+  CHECK(f.blobCount() == (4 + 2) * 6);
+  auto due = f.cluster.index().gcDue(f.cluster.clock.nowUnixNanos() + 1, 10);
+  REQUIRE(due.has_value());
+  REQUIRE(due->size() == 1);
+  CHECK(due->front().blobs.size() == 4 * 6);
+
+  Reply del = f.send(makeRequest("DELETE", "/bucket/obj"));
+  CHECK(del.status == 204);
+  CHECK(f.get("/bucket/obj").code == "NoSuchKey");
+  due = f.cluster.index().gcDue(f.cluster.clock.nowUnixNanos() + 1, 10);
+  REQUIRE(due.has_value());
+  CHECK(due->size() == 2);
+}
+
+TEST_CASE("GET decodes around one failed drive and with three it sends a short body and closes") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string data = randomString(kStripedSize, 15);
+  REQUIRE(f.put("obj", data).status == 200);
+
+  f.cluster.chunks->failReads("d2", Status::ioError("EIO"));
+  Reply one = f.get("/bucket/obj");
+  CHECK(one.status == 200);
+  CHECK(one.body == data);
+  CHECK_FALSE(one.close);
+
+  f.cluster.chunks->failReads("d3", Status::corruption("bad crc"));
+  f.cluster.chunks->failReads("d4", Status::notFound("gone"));
+  Reply three = f.get("/bucket/obj");
+  CHECK(three.status == 200);  // the head was sent before the data failed
+  CHECK(three.content_length == data.size());
+  CHECK(three.body.size() < data.size());
+  CHECK(three.body == data.substr(0, three.body.size()));
+  CHECK(three.close);
+}
+
+TEST_CASE("A PUT whose fragment write fails is a 500 and leaves nothing behind") {
+  GatewayFixture f;
+  f.createBucket();
+  f.cluster.chunks->failPuts("d1", Status::ioError("EIO"));
+  std::string data = randomString(kStripedSize, 16);
+  Reply r = f.put("obj", data);
+  CHECK(r.status == 500);
+  CHECK(r.code == "InternalError");
+  CHECK(f.get("/bucket/obj").code == "NoSuchKey");
+  CHECK(f.blobCount() == 0);
+  // Small objects live in the manifest and do not touch the drives.
+  CHECK(f.put("small", "tiny").status == 200);
+}
+
+TEST_CASE("Signatures dated more than 15 minutes from the clock are RequestTimeTooSkewed") {
+  GatewayFixture f;
+  f.createBucket();
+  f.cluster.clock.advance(16 * 60 * testing::kSecond);
+  Reply late = f.get("/bucket/obj");
+  CHECK(late.status == 403);
+  CHECK(late.code == "RequestTimeTooSkewed");
+  f.cluster.clock.set(testing::kStartUnixNanos - 14 * 60 * testing::kSecond);
+  CHECK(f.get("/bucket/obj").code == "NoSuchKey");  // within the window: authenticated
+}
+
+TEST_CASE("PUT without Content-Length is MissingContentLength and over the limit EntityTooLarge") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string data = randomString(3000, 19);
+  S3Request no_length = makeRequest("PUT", "/bucket/obj");
+  sign(no_length);
+  StringSource body(data);
+  Reply missing = f.send(no_length, body);
+  CHECK(missing.status == 411);
+  CHECK(missing.code == "MissingContentLength");
+
+  f.ctx->options.max_object_size = 2000;
+  Reply big = f.put("obj", data);
+  CHECK(big.status == 400);
+  CHECK(big.code == "EntityTooLarge");
+  CHECK(f.put("obj", data.substr(0, 2000)).status == 200);
+  CHECK(f.blobCount() == 6);
+}
+
+TEST_CASE("Bucket lifecycle: duplicate, invalid name, not empty, missing bucket") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply again = f.send(makeRequest("PUT", "/bucket"));
+  CHECK(again.status == 409);
+  CHECK(again.code == "BucketAlreadyOwnedByYou");
+  Reply bad = f.send(makeRequest("PUT", "/Bad_Bucket"));
+  CHECK(bad.status == 400);
+  CHECK(bad.code == "InvalidBucketName");
+  REQUIRE(f.put("obj", "x").status == 200);
+  Reply not_empty = f.send(makeRequest("DELETE", "/bucket"));
+  CHECK(not_empty.status == 409);
+  CHECK(not_empty.code == "BucketNotEmpty");
+  Reply missing = f.send(makeRequest("DELETE", "/missing-bucket/obj"));
+  CHECK(missing.status == 404);
+  CHECK(missing.code == "NoSuchBucket");
+  CHECK(f.send(makeRequest("DELETE", "/bucket/obj")).status == 204);
+  CHECK(f.send(makeRequest("DELETE", "/bucket/obj")).status == 204);  // S3: idempotent
+  CHECK(f.send(makeRequest("DELETE", "/bucket")).status == 204);
+  CHECK(f.send(makeRequest("HEAD", "/bucket")).status == 404);
+  CHECK(f.get("/bucket/obj").code == "NoSuchBucket");
+}
+
+TEST_CASE("Concurrent PUTs of one key leave exactly one complete version visible") {
+  GatewayFixture f;
+  f.createBucket();
+  constexpr int kPuts = 6;
+  std::vector<std::string> bodies;
+  std::vector<S3Request> requests;
+  std::vector<std::unique_ptr<StringSource>> sources;
+  std::vector<std::unique_ptr<RecordingSink>> sinks;
+  std::vector<std::string> ops(kPuts);
+  std::vector<int> statuses(kPuts, 0);
+  requests.reserve(kPuts);  // handleRequest holds references: no reallocation
+  for (int i = 0; i < kPuts; ++i) {
+    bodies.push_back(randomString(kStripedSize, 100 + i));
+    requests.push_back(makeRequest("PUT", "/bucket/same", {}, sha256Hex(bodies.back())));
+    requests.back().content_length = kStripedSize;
+    sign(requests.back());
+    sources.push_back(std::make_unique<StringSource>(bodies.back(), 500));
+    sinks.push_back(std::make_unique<RecordingSink>());
+  }
+  for (int i = 0; i < kPuts; ++i) {
+    asio::co_spawn(f.io, handleRequest(*f.ctx, requests[i], *sources[i], *sinks[i], ops[i]),
+                   [&statuses, i](std::exception_ptr e, S3Response res) {
+                     statuses[i] = e ? -1 : res.status;
+                   });
+  }
+  f.io.restart();
+  f.io.run();
+  for (int i = 0; i < kPuts; ++i) CHECK(statuses[i] == 200);
+
+  Reply get = f.get("/bucket/same");
+  REQUIRE(get.status == 200);
+  CHECK(std::find(bodies.begin(), bodies.end(), get.body) != bodies.end());
+  CHECK(get.header("ETag") == "\"" + md5Hex(get.body) + "\"");
+  CHECK(f.blobCount() == kPuts * 4 * 6);
+  auto due = f.cluster.index().gcDue(f.cluster.clock.nowUnixNanos() + 1, 100);
+  REQUIRE(due.has_value());
+  CHECK(due->size() == kPuts - 1);
+}
+
+// A client that disconnects after the response head.
+class DisconnectingSink final : public BodySink {
+ public:
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t>) override {
+    co_return Status::ioError("connection reset");
+  }
+};
+
+TEST_CASE("GET to a client that disconnects mid-body ends the response with close") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string data = randomString(kStripedSize, 20);
+  REQUIRE(f.put("obj", data).status == 200);
+  S3Request req = makeRequest("GET", "/bucket/obj");
+  sign(req);
+  StringSource none("");
+  DisconnectingSink sink;
+  std::string op;
+  S3Response res = runTask(f.io, handleRequest(*f.ctx, req, none, sink, op));
+  CHECK(res.streamed);
+  CHECK(res.close);
+  CHECK(f.get("/bucket/obj").body == data);  // the gateway still serves the next one
+}
+
+TEST_CASE("ListObjectsV2 lists committed keys only") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("a/one", "1").status == 200);
+  REQUIRE(f.put("b", randomString(kStripedSize, 17)).status == 200);
+  std::string data = randomString(100, 18);
+  Reply failed = f.send(makeRequest("PUT", "/bucket/c", {}, sha256Hex("other")), data);
+  REQUIRE(failed.code == "XAmzContentSHA256Mismatch");
+  Reply list = f.get("/bucket?list-type=2");
+  REQUIRE(list.status == 200);
+  CHECK(list.op == "ListObjectsV2");
+  CHECK(list.body.find("<Key>a/one</Key>") != std::string::npos);
+  CHECK(list.body.find("<Key>b</Key>") != std::string::npos);
+  CHECK(list.body.find("<Key>c</Key>") == std::string::npos);
+  CHECK(list.body.find("<KeyCount>2</KeyCount>") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace granary::gateway

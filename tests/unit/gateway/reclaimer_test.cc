@@ -1,0 +1,217 @@
+// Reclaimer against a real index and real chunk stores sharing one ManualClock: GC of
+// overwritten versions after gc_grace, and the orphan sweep after orphan_grace.
+#include "granary/gateway/reclaimer.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gateway_test_util.h"
+#include "granary/common/random.h"
+
+namespace granary::gateway {
+namespace {
+
+using testing::kSecond;
+using testing::TestCluster;
+
+using BlobSet = std::set<std::pair<std::string, BlobId>>;
+
+constexpr uint32_t kFragLen = 4096;
+
+struct ReclaimerFixture {
+  ReclaimerFixture() : index(cluster.index()) {
+    index_kv::BucketInfo b;
+    b.name = "bucket";
+    b.owner = "root";
+    b.created_unix_nanos = cluster.clock.nowUnixNanos();
+    REQUIRE(index.createBucket(b).isOk());
+    options.gc_grace = std::chrono::seconds(60);
+    options.orphan_grace = std::chrono::seconds(3600);
+  }
+
+  // Puts `stripes` stripes of k + m fragments of a new version directly on the drives
+  // (stripe s on drives rotated by s) and returns its manifest (not committed).
+  index_kv::Manifest writeBlobs(uint32_t stripes) {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(cluster.clock, random);
+    m.ec = cluster.map.ec;
+    for (const auto& d : cluster.map.drives) m.drives.push_back(d.id);
+    const int total = m.ec.total();
+    std::vector<uint8_t> payload(kFragLen, 0xAB);
+    for (uint32_t s = 0; s < stripes; ++s) {
+      index_kv::StripeLayout layout;
+      layout.blob_version = m.version;
+      layout.blob_stripe = s;
+      layout.data_len = uint64_t(m.ec.k) * kFragLen;
+      layout.fragment_len = kFragLen;
+      for (int j = 0; j < total; ++j) {
+        uint16_t d = static_cast<uint16_t>((j + s) % m.drives.size());
+        layout.drives.push_back(d);
+        chunkstore::BlobDescriptor desc;
+        desc.id = BlobId{m.version, s, static_cast<uint16_t>(j)};
+        desc.ec = m.ec;
+        desc.stripe_data_len = layout.data_len;
+        desc.bucket = "bucket";
+        desc.key = "key";
+        REQUIRE(cluster.local->put(m.drives[d], desc, payload).isOk());
+      }
+      m.size += layout.data_len;
+      m.stripes.push_back(std::move(layout));
+    }
+    m.etag = "0123456789abcdef0123456789abcdef";
+    m.mtime_unix_nanos = cluster.clock.nowUnixNanos();
+    return m;
+  }
+
+  static BlobSet blobsOf(const index_kv::Manifest& m) {
+    BlobSet out;
+    for (const auto& s : m.stripes) {
+      for (size_t j = 0; j < s.drives.size(); ++j) {
+        out.emplace(m.drives[s.drives[j]],
+                    BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)});
+      }
+    }
+    return out;
+  }
+
+  void commit(const std::string& key, const index_kv::Manifest& m) {
+    auto r = index.putObject("bucket", key, m, index_kv::Precondition::none());
+    REQUIRE(r.has_value());
+  }
+
+  static BlobSet unite(const BlobSet& a, const BlobSet& b) {
+    BlobSet out = a;
+    out.insert(b.begin(), b.end());
+    return out;
+  }
+
+  TestCluster cluster;
+  index_kv::Index& index;
+  SeededRandom random{99};
+  ReclaimerOptions options;
+};
+
+TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and only those") {
+  ReclaimerFixture f;
+  index_kv::Manifest old_version = f.writeBlobs(2);
+  f.commit("key", old_version);
+  f.cluster.clock.advance(kSecond);
+  index_kv::Manifest new_version = f.writeBlobs(3);
+  f.commit("key", new_version);  // enqueues old_version's blobs for GC
+  const BlobSet old_blobs = ReclaimerFixture::blobsOf(old_version);
+  const BlobSet new_blobs = ReclaimerFixture::blobsOf(new_version);
+  REQUIRE(old_blobs.size() == 12);
+  REQUIRE(new_blobs.size() == 18);
+  REQUIRE(f.cluster.allBlobs() == ReclaimerFixture::unite(old_blobs, new_blobs));
+
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto early = reclaimer.collectGarbage();
+  REQUIRE(early.has_value());
+  CHECK(early->blobs_removed == 0);
+  CHECK(early->entries_done == 0);
+  f.cluster.clock.advance(59 * kSecond);
+  auto still_early = reclaimer.collectGarbage();
+  REQUIRE(still_early.has_value());
+  CHECK(still_early->blobs_removed == 0);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::unite(old_blobs, new_blobs));
+
+  f.cluster.clock.advance(2 * kSecond);
+  auto due = reclaimer.collectGarbage();
+  REQUIRE(due.has_value());
+  CHECK(due->blobs_removed == 12);
+  CHECK(due->entries_done == 1);
+  CHECK(f.cluster.allBlobs() == new_blobs);
+
+  // The queue entry is gone: a second pass does nothing.
+  auto again = reclaimer.collectGarbage();
+  REQUIRE(again.has_value());
+  CHECK(again->blobs_removed == 0);
+  CHECK(again->entries_done == 0);
+  CHECK(f.cluster.allBlobs() == new_blobs);
+  auto current = f.index.getObject("bucket", "key");
+  REQUIRE(current.has_value());
+  CHECK(current->version == new_version.version);
+}
+
+TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a later pass") {
+  ReclaimerFixture f;
+  index_kv::Manifest old_version = f.writeBlobs(1);
+  f.commit("key", old_version);
+  index_kv::Manifest new_version = f.writeBlobs(1);
+  f.commit("key", new_version);
+  f.cluster.clock.advance(120 * kSecond);
+  f.cluster.chunks->failRemoves("d1", Status::ioError("drive offline", true));
+
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto first = reclaimer.collectGarbage();
+  REQUIRE(first.has_value());
+  CHECK(first->blobs_removed == 5);
+  CHECK(first->entries_done == 0);
+  BlobSet left = ReclaimerFixture::blobsOf(new_version);
+  left.emplace("d1", BlobId{old_version.version, 0, 1});  // rotation 0: fragment 1 on d1
+  CHECK(f.cluster.allBlobs() == left);
+
+  f.cluster.chunks->clearFaults();
+  auto second = reclaimer.collectGarbage();
+  REQUIRE(second.has_value());
+  CHECK(second->blobs_removed == 1);
+  CHECK(second->entries_done == 1);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
+}
+
+TEST_CASE("GC of a deleted object removes its blobs after gc_grace") {
+  ReclaimerFixture f;
+  index_kv::Manifest m = f.writeBlobs(2);
+  f.commit("gone", m);
+  auto removed = f.index.deleteObject("bucket", "gone", index_kv::Precondition::none());
+  REQUIRE(removed.has_value());
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  CHECK(reclaimer.collectGarbage().value().blobs_removed == 0);
+  CHECK(f.cluster.allBlobs().size() == 12);
+  f.cluster.clock.advance(61 * kSecond);
+  CHECK(reclaimer.collectGarbage().value().blobs_removed == 12);
+  CHECK(f.cluster.allBlobs().empty());
+}
+
+TEST_CASE("The orphan sweep removes old unreferenced blobs and keeps young or referenced ones") {
+  ReclaimerFixture f;
+  // At t0: an orphan (a PUT that died before its commit) and a committed object.
+  index_kv::Manifest orphan = f.writeBlobs(2);
+  index_kv::Manifest live = f.writeBlobs(1);
+  f.commit("live", live);
+  // An overwritten version still waiting on the GC queue is referenced too.
+  index_kv::Manifest queued = f.writeBlobs(1);
+  f.commit("overwritten", queued);
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  index_kv::Manifest replacement = f.writeBlobs(1);
+  f.commit("overwritten", replacement);
+  // At t0 + 2h: a young orphan (a PUT in progress).
+  index_kv::Manifest young = f.writeBlobs(1);
+
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto swept = reclaimer.sweepOrphans();
+  REQUIRE(swept.has_value());
+  CHECK(swept->blobs_removed == 12);
+  CHECK(swept->entries_done == 12 + 6 + 6 + 6 + 6);  // every blob examined once
+  BlobSet expected = ReclaimerFixture::blobsOf(live);
+  for (const auto* m : {&queued, &replacement, &young}) {
+    expected = ReclaimerFixture::unite(expected, ReclaimerFixture::blobsOf(*m));
+  }
+  CHECK(f.cluster.allBlobs() == expected);
+
+  // Once the young orphan is old enough, it goes too; the queued version stays.
+  f.cluster.clock.advance(3601 * kSecond);
+  auto later = reclaimer.sweepOrphans();
+  REQUIRE(later.has_value());
+  CHECK(later->blobs_removed == 6);
+  expected = ReclaimerFixture::unite(ReclaimerFixture::blobsOf(live),
+                                     ReclaimerFixture::blobsOf(replacement));
+  expected = ReclaimerFixture::unite(expected, ReclaimerFixture::blobsOf(queued));
+  CHECK(f.cluster.allBlobs() == expected);
+}
+
+}  // namespace
+}  // namespace granary::gateway

@@ -1,0 +1,202 @@
+// TaskGroup and offload(): blocking work on a WorkerPool, awaited from a coroutine that
+// runs on an io_context driven by the test thread.
+#include "asio.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granary/common/worker_pool.h"
+#include "task_group.h"
+
+namespace granary::gateway {
+namespace {
+
+// Runs `task` to completion on `io` in this thread and returns its value.
+template <typename T>
+T runTask(asio::io_context& io, Task<T> task) {
+  std::optional<T> out;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
+    error = e;
+    if (!e) out.emplace(std::move(value));
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  REQUIRE(out.has_value());
+  return std::move(*out);
+}
+
+struct Observed {
+  Status status;
+  std::thread::id resumed_on;
+  std::vector<std::thread::id> ran_on;
+};
+
+// Spawns `n` tasks; task i fails with `failures[i]` when that entry is not ok.
+Task<Observed> spawnAndWait(WorkerPool& pool, int n, std::vector<Status>& failures,
+                            std::atomic<int>& finished) {
+  Observed obs;
+  obs.ran_on.resize(n);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(pool, ex);
+  for (int i = 0; i < n; ++i) {
+    group.spawn([i, &obs, &failures, &finished] {
+      obs.ran_on[i] = std::this_thread::get_id();
+      finished.fetch_add(1);
+      return i < static_cast<int>(failures.size()) ? failures[i] : Status::ok();
+    });
+  }
+  obs.status = co_await group.wait();
+  obs.resumed_on = std::this_thread::get_id();
+  co_return obs;
+}
+
+TEST_CASE("TaskGroup runs tasks on the pool and resumes the waiter on its executor thread") {
+  WorkerPool pool(3, "tg-test");
+  asio::io_context io;
+  std::vector<Status> failures;
+  std::atomic<int> finished{0};
+  Observed obs = runTask(io, spawnAndWait(pool, 8, failures, finished));
+  CHECK(obs.status.isOk());
+  CHECK(finished.load() == 8);
+  CHECK(obs.resumed_on == std::this_thread::get_id());
+  for (const auto& id : obs.ran_on) CHECK(id != std::this_thread::get_id());
+}
+
+TEST_CASE("TaskGroup::wait with nothing spawned returns ok at once") {
+  WorkerPool pool(1, "tg-test");
+  asio::io_context io;
+  std::vector<Status> failures;
+  std::atomic<int> finished{0};
+  Observed obs = runTask(io, spawnAndWait(pool, 0, failures, finished));
+  CHECK(obs.status.isOk());
+  CHECK(obs.resumed_on == std::this_thread::get_id());
+}
+
+TEST_CASE("TaskGroup::wait reports the first error of its tasks") {
+  asio::io_context io;
+  std::atomic<int> finished{0};
+  SECTION("one worker: the first failing task in submission order wins") {
+    WorkerPool pool(1, "tg-test");
+    std::vector<Status> failures = {Status::ok(), Status::ioError("first"), Status::ok(),
+                                    Status::corruption("second")};
+    Observed obs = runTask(io, spawnAndWait(pool, 6, failures, finished));
+    CHECK(obs.status.code() == Status::Code::kIoError);
+    CHECK(obs.status.message() == "first");
+    CHECK(finished.load() == 6);  // an error does not cancel the other tasks
+  }
+  SECTION("many workers: one of the errors, never ok") {
+    WorkerPool pool(4, "tg-test");
+    std::vector<Status> failures(64, Status::ok());
+    failures[10] = Status::ioError("a");
+    failures[50] = Status::corruption("b");
+    Observed obs = runTask(io, spawnAndWait(pool, 64, failures, finished));
+    CHECK_FALSE(obs.status.isOk());
+    CHECK((obs.status.message() == "a" || obs.status.message() == "b"));
+    CHECK(finished.load() == 64);
+  }
+}
+
+// Two rounds on one group: the error of round one is reported once, then cleared.
+Task<std::vector<Status>> twoRounds(WorkerPool& pool, std::atomic<int>& counter) {
+  std::vector<Status> out;
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(pool, ex);
+  group.spawn([] { return Status::unavailable("round one"); });
+  out.push_back(co_await group.wait());
+  CHECK(group.idle());
+  for (int i = 0; i < 1000; ++i) {
+    group.spawn([&counter] {
+      counter.fetch_add(1);
+      return Status::ok();
+    });
+  }
+  out.push_back(co_await group.wait());
+  CHECK(group.idle());
+  co_return out;
+}
+
+TEST_CASE("TaskGroup is reusable: the error is reset after wait, many tasks all complete") {
+  WorkerPool pool(4, "tg-test");
+  asio::io_context io;
+  std::atomic<int> counter{0};
+  std::vector<Status> rounds = runTask(io, twoRounds(pool, counter));
+  REQUIRE(rounds.size() == 2);
+  CHECK(rounds[0].code() == Status::Code::kUnavailable);
+  CHECK(rounds[1].isOk());
+  CHECK(counter.load() == 1000);
+}
+
+struct OffloadResults {
+  int number = 0;
+  std::string text;
+  std::unique_ptr<int> boxed;
+  Result<std::string> failed;
+  std::thread::id worker;
+  std::thread::id resumed_on;
+};
+
+Task<OffloadResults> offloadSome(WorkerPool& pool) {
+  OffloadResults r;
+  r.number = co_await offload(pool, [] { return 6 * 7; });
+  r.text = co_await offload(pool, [] { return std::string(1000, 'x'); });
+  r.boxed = co_await offload(pool, [] { return std::make_unique<int>(17); });
+  r.failed = co_await offload(
+      pool, []() -> Result<std::string> { return fail(Status::notFound("nope")); });
+  std::thread::id* worker = &r.worker;
+  int ignored = co_await offload(pool, [worker] {
+    *worker = std::this_thread::get_id();
+    return 0;
+  });
+  (void)ignored;
+  r.resumed_on = std::this_thread::get_id();
+  co_return r;
+}
+
+TEST_CASE("offload returns the function's value on the awaiting coroutine's thread") {
+  WorkerPool pool(2, "tg-test");
+  asio::io_context io;
+  OffloadResults r = runTask(io, offloadSome(pool));
+  CHECK(r.number == 42);
+  CHECK(r.text == std::string(1000, 'x'));
+  REQUIRE(r.boxed != nullptr);
+  CHECK(*r.boxed == 17);
+  REQUIRE_FALSE(r.failed.has_value());
+  CHECK(r.failed.error().isNotFound());
+  CHECK(r.worker != std::thread::id());
+  CHECK(r.worker != std::this_thread::get_id());
+  CHECK(r.resumed_on == std::this_thread::get_id());
+}
+
+// Many coroutines on one io_context, each offloading: every one completes with its value.
+Task<int> square(WorkerPool& pool, int i) {
+  int v = co_await offload(pool, [i] { return i * i; });
+  co_return v;
+}
+
+TEST_CASE("Many concurrent coroutines offloading to a small pool all get their own result") {
+  WorkerPool pool(2, "tg-test");
+  asio::io_context io;
+  constexpr int kCoroutines = 200;
+  std::vector<int> results(kCoroutines, -1);
+  int completed = 0;
+  for (int i = 0; i < kCoroutines; ++i) {
+    asio::co_spawn(io, square(pool, i), [&results, &completed, i](std::exception_ptr e, int v) {
+      if (!e) results[i] = v;
+      ++completed;
+    });
+  }
+  io.run();
+  CHECK(completed == kCoroutines);
+  for (int i = 0; i < kCoroutines; ++i) CHECK(results[i] == i * i);
+}
+
+}  // namespace
+}  // namespace granary::gateway
