@@ -3,6 +3,7 @@
 #include "handlers.h"
 #include "http_range.h"
 #include "time_format.h"
+#include "uri.h"
 
 namespace granary::gateway {
 
@@ -15,6 +16,62 @@ void objectHeaders(const index_kv::Manifest& m, S3Response& res) {
   res.set("Content-Type", m.content_type.empty() ? "binary/octet-stream" : m.content_type);
   for (const auto& [name, value] : m.headers) res.set(name, value);
   for (const auto& [name, value] : m.metadata) res.set("x-amz-meta-" + name, value);
+}
+
+// True if `header` (an If-Match / If-None-Match list) names `etag`, or is "*".
+bool etagListMatches(std::string_view header, std::string_view etag) {
+  size_t pos = 0;
+  while (pos <= header.size()) {
+    size_t comma = header.find(',', pos);
+    std::string_view item = trimSpaces(header.substr(pos, comma == std::string_view::npos
+                                                             ? std::string_view::npos
+                                                             : comma - pos));
+    if (item.starts_with("W/")) item.remove_prefix(2);
+    if (item.size() >= 2 && item.front() == '"' && item.back() == '"') {
+      item = item.substr(1, item.size() - 2);
+    }
+    if (item == "*" || item == etag) return true;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return false;
+}
+
+// Conditional GET/HEAD with S3's precedence: a passing If-Match overrides a failing
+// If-Unmodified-Since (200), and If-None-Match, when present, decides alone over
+// If-Modified-Since. Unparseable dates are ignored, as HTTP requires.
+std::optional<int> conditionalStatus(const S3Request& req, const index_kv::Manifest& m) {
+  const int64_t mtime = m.mtime_unix_nanos / 1'000'000'000;
+  if (auto im = req.header("if-match")) {
+    if (!etagListMatches(*im, m.etag)) return 412;
+  } else if (auto ius = req.header("if-unmodified-since")) {
+    if (auto t = parseHttpDate(*ius); t && mtime > *t) return 412;
+  }
+  if (auto inm = req.header("if-none-match")) {
+    if (etagListMatches(*inm, m.etag)) return 304;
+  } else if (auto ims = req.header("if-modified-since")) {
+    if (auto t = parseHttpDate(*ims); t && mtime <= *t) return 304;
+  }
+  return std::nullopt;
+}
+
+// response-* query parameters override response headers on GET (signed requests only;
+// every request reaching a handler is signed).
+void applyResponseOverrides(const S3Request& req, S3Response& res) {
+  static constexpr std::pair<std::string_view, std::string_view> kOverrides[] = {
+      {"response-content-type", "Content-Type"},
+      {"response-content-language", "Content-Language"},
+      {"response-expires", "Expires"},
+      {"response-cache-control", "Cache-Control"},
+      {"response-content-disposition", "Content-Disposition"},
+      {"response-content-encoding", "Content-Encoding"},
+  };
+  for (const auto& [param, header] : kOverrides) {
+    auto value = req.queryValue(param);
+    if (!value) continue;
+    std::erase_if(res.headers, [&](const auto& h) { return h.first == header; });
+    res.set(std::string(header), std::string(*value));
+  }
 }
 
 }  // namespace
@@ -32,6 +89,19 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 
   S3Response res;
   objectHeaders(m, res);
+  if (auto status = conditionalStatus(req, m)) {
+    if (*status == 412) {
+      co_return errorResponse({S3ErrorCode::kPreconditionFailed,
+                               "At least one of the pre-conditions you specified did not hold"},
+                              req);
+    }
+    S3Response not_modified;  // 304: validators only, no body
+    not_modified.status = 304;
+    not_modified.set("ETag", "\"" + m.etag + "\"");
+    not_modified.set("Last-Modified", httpDate(m.mtime_unix_nanos));
+    co_return not_modified;
+  }
+  applyResponseOverrides(req, res);
   uint64_t first = 0, length = m.size;
   RangeResult range = parseRange(req.header("range").value_or(""), m.size);
   if (range.kind == RangeResult::Kind::kUnsatisfiable) {

@@ -65,7 +65,12 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
     lr.start_after = p.marker;
   }
 
-  auto result = co_await offload(ctx.pool(), [&] { return ctx.index().listObjects(req.bucket, lr); });
+  // The index lists a missing bucket as empty; S3 answers NoSuchBucket.
+  auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListResult> {
+    auto bucket = ctx.index().getBucket(req.bucket);
+    if (!bucket) return fail(bucket.error());
+    return ctx.index().listObjects(req.bucket, lr);
+  });
   if (!result) co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);
   if (result->truncated) {
     p.next_token = p.version == 2 ? encodeToken(result->next_start_after) : result->next_start_after;

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <ctime>
+#include <string>
 
 namespace granary::gateway {
 
@@ -27,6 +28,21 @@ std::string isoTimestamp(int64_t unix_nanos) {
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
   return fmt::format("{}.{:03d}Z", buf, static_cast<int>((unix_nanos / 1'000'000) % 1000));
+}
+
+std::optional<int64_t> parseHttpDate(std::string_view s) {
+  static constexpr const char* kFormats[] = {
+      "%a, %d %b %Y %H:%M:%S GMT",  // IMF-fixdate
+      "%A, %d-%b-%y %H:%M:%S GMT",  // RFC 850
+      "%a %b %e %H:%M:%S %Y",       // asctime
+  };
+  std::string text(s);
+  for (const char* fmt : kFormats) {
+    std::tm tm{};
+    const char* end = strptime(text.c_str(), fmt, &tm);
+    if (end != nullptr && *end == '\0') return static_cast<int64_t>(timegm(&tm));
+  }
+  return std::nullopt;
 }
 
 std::optional<int64_t> parseAmzDate(std::string_view s) {

@@ -11,6 +11,9 @@ namespace granary::gateway {
 std::string httpDate(int64_t unix_nanos);
 // "2026-11-22T15:22:24.000Z" (XML timestamps).
 std::string isoTimestamp(int64_t unix_nanos);
+// Parses an HTTP-date (IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", also RFC 850 and
+// asctime forms) into Unix seconds; nullopt if malformed.
+std::optional<int64_t> parseHttpDate(std::string_view s);
 // Parses SigV4's "20130524T000000Z" into Unix seconds.
 std::optional<int64_t> parseAmzDate(std::string_view s);
 

@@ -102,6 +102,50 @@ const Json& asArray(const Json& j) {
   return j;
 }
 
+Json stripesToJson(const std::vector<StripeLayout>& stripes) {
+  Json out = Json::array();
+  for (const StripeLayout& s : stripes) {
+    Json js = Json::object();
+    js["bv"] = toBinary(s.blob_version);
+    js["bs"] = s.blob_stripe;
+    js["dl"] = s.data_len;
+    js["fl"] = s.fragment_len;
+    js["di"] = s.drives;
+    out.push_back(std::move(js));
+  }
+  return out;
+}
+
+std::vector<StripeLayout> asStripes(const Json& j) {
+  std::vector<StripeLayout> out;
+  for (const Json& js : asArray(j)) {
+    if (!js.is_object()) throw DecodeError("stripe is not a map");
+    StripeLayout s;
+    s.blob_version = asVersion(field(js, "bv"));
+    s.blob_stripe = static_cast<uint32_t>(asU64(field(js, "bs"), 0xFFFFFFFFu));
+    s.data_len = asU64(field(js, "dl"));
+    s.fragment_len = static_cast<uint32_t>(asU64(field(js, "fl"), 0xFFFFFFFFu));
+    for (const Json& d : asArray(field(js, "di"))) {
+      s.drives.push_back(static_cast<uint16_t>(asU64(d, 0xFFFF)));
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<BlobRef> stripeBlobs(const std::vector<std::string>& drives,
+                                 const std::vector<StripeLayout>& stripes) {
+  std::vector<BlobRef> out;
+  for (const StripeLayout& s : stripes) {
+    for (size_t i = 0; i < s.drives.size(); ++i) {
+      if (s.drives[i] >= drives.size()) continue;
+      out.push_back(BlobRef{drives[s.drives[i]],
+                            BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(i)}});
+    }
+  }
+  return out;
+}
+
 // Runs `decode` and turns any exception into kCorruption naming `what`.
 template <typename T, typename F>
 Result<T> guarded(const char* what, F&& decode) {
@@ -171,6 +215,53 @@ std::string blobRefGcKey(const VersionId& blob_version, std::string_view gc_key)
   out.append(gc_key);
   return out;
 }
+
+std::string blobRefPartKey(const VersionId& blob_version, std::string_view part_key) {
+  std::string out = versionKey(blob_version);
+  out.push_back(kBlobRefPartTag);
+  out.append(part_key);
+  return out;
+}
+
+std::string uploadKey(std::string_view bucket, std::string_view key,
+                      std::string_view upload_id) {
+  std::string out = objectKey(bucket, key);
+  out.push_back('\0');
+  out.append(upload_id);
+  return out;
+}
+
+Result<UploadKeyParts> parseUploadKey(std::string_view row_key) {
+  size_t slash = row_key.find('/');
+  size_t nul = row_key.rfind('\0');
+  if (slash == std::string_view::npos || nul == std::string_view::npos || nul < slash ||
+      nul + 1 == row_key.size()) {
+    return fail(Status::corruption("index: bad uploads key"));
+  }
+  return UploadKeyParts{std::string(row_key.substr(0, slash)),
+                        std::string(row_key.substr(slash + 1, nul - slash - 1)),
+                        std::string(row_key.substr(nul + 1))};
+}
+
+Status checkUploadId(std::string_view upload_id) {
+  if (upload_id.empty() || upload_id.find('/') != std::string_view::npos ||
+      upload_id.find('\0') != std::string_view::npos) {
+    return Status::invalidArgument("index: bad upload id");
+  }
+  return Status::ok();
+}
+
+std::string partKey(std::string_view upload_id, uint32_t part_number) {
+  std::string out = partsBegin(upload_id);
+  uint8_t be[4] = {static_cast<uint8_t>(part_number >> 24),
+                   static_cast<uint8_t>(part_number >> 16),
+                   static_cast<uint8_t>(part_number >> 8), static_cast<uint8_t>(part_number)};
+  out.append(reinterpret_cast<const char*>(be), 4);
+  return out;
+}
+
+std::string partsBegin(std::string_view upload_id) { return std::string(upload_id) + "/"; }
+std::string partsEnd(std::string_view upload_id) { return std::string(upload_id) + "0"; }
 
 std::string prefixSuccessor(std::string_view prefix) {
   std::string out(prefix);
@@ -245,19 +336,7 @@ std::string encodeManifest(const Manifest& m) {
     j["d"] = toBinary(m.inline_data);
   }
   if (!m.drives.empty()) j["dr"] = m.drives;
-  if (!m.stripes.empty()) {
-    Json stripes = Json::array();
-    for (const StripeLayout& s : m.stripes) {
-      Json js = Json::object();
-      js["bv"] = toBinary(s.blob_version);
-      js["bs"] = s.blob_stripe;
-      js["dl"] = s.data_len;
-      js["fl"] = s.fragment_len;
-      js["di"] = s.drives;
-      stripes.push_back(std::move(js));
-    }
-    j["st"] = std::move(stripes);
-  }
+  if (!m.stripes.empty()) j["st"] = stripesToJson(m.stripes);
   return toCbor(j);
 }
 
@@ -283,25 +362,79 @@ Result<Manifest> decodeManifest(std::string_view value) {
     if (const Json* f = findField(j, "dr")) {
       for (const Json& d : asArray(*f)) m.drives.push_back(asString(d));
     }
-    if (const Json* f = findField(j, "st")) {
-      for (const Json& js : asArray(*f)) {
-        if (!js.is_object()) throw DecodeError("stripe is not a map");
-        StripeLayout s;
-        s.blob_version = asVersion(field(js, "bv"));
-        s.blob_stripe = static_cast<uint32_t>(asU64(field(js, "bs"), 0xFFFFFFFFu));
-        s.data_len = asU64(field(js, "dl"));
-        s.fragment_len = static_cast<uint32_t>(asU64(field(js, "fl"), 0xFFFFFFFFu));
-        for (const Json& d : asArray(field(js, "di"))) {
-          s.drives.push_back(static_cast<uint16_t>(asU64(d, 0xFFFF)));
-        }
-        m.stripes.push_back(std::move(s));
-      }
-    }
+    if (const Json* f = findField(j, "st")) m.stripes = asStripes(*f);
     return m;
   });
   if (!decoded) return decoded;
   if (Status st = validateManifest(*decoded); !st.isOk()) {
     return fail(Status::corruption("index: bad manifest value: " + st.message()));
+  }
+  return decoded;
+}
+
+std::string encodeUpload(const MultipartUpload& u) {
+  Json j = Json::object();
+  j["f"] = 1;  // format version
+  j["u"] = u.upload_id;
+  j["b"] = u.bucket;
+  j["k"] = u.key;
+  j["o"] = u.owner;
+  j["t"] = u.initiated_unix_nanos;
+  if (!u.content_type.empty()) j["ct"] = u.content_type;
+  if (!u.metadata.empty()) j["md"] = u.metadata;
+  if (!u.headers.empty()) j["h"] = u.headers;
+  return toCbor(j);
+}
+
+Result<MultipartUpload> decodeUpload(std::string_view value) {
+  return guarded<MultipartUpload>("upload", [&] {
+    Json j = parseCbor(value);
+    if (asU64(field(j, "f")) != 1) throw DecodeError("unknown upload format version");
+    MultipartUpload u;
+    u.upload_id = asString(field(j, "u"));
+    u.bucket = asString(field(j, "b"));
+    u.key = asString(field(j, "k"));
+    u.owner = asString(field(j, "o"));
+    u.initiated_unix_nanos = asI64(field(j, "t"));
+    if (const Json* f = findField(j, "ct")) u.content_type = asString(*f);
+    if (const Json* f = findField(j, "md")) u.metadata = asStringMap(*f);
+    if (const Json* f = findField(j, "h")) u.headers = asStringMap(*f);
+    return u;
+  });
+}
+
+std::string encodePart(const PartInfo& p) {
+  Json j = Json::object();
+  j["f"] = 1;  // format version
+  j["n"] = p.part_number;
+  j["s"] = p.size;
+  j["e"] = p.etag;
+  j["t"] = p.mtime_unix_nanos;
+  j["v"] = toBinary(p.version);
+  if (!p.drives.empty()) j["dr"] = p.drives;
+  if (!p.stripes.empty()) j["st"] = stripesToJson(p.stripes);
+  return toCbor(j);
+}
+
+Result<PartInfo> decodePart(std::string_view value) {
+  auto decoded = guarded<PartInfo>("part", [&] {
+    Json j = parseCbor(value);
+    if (asU64(field(j, "f")) != 1) throw DecodeError("unknown part format version");
+    PartInfo p;
+    p.part_number = static_cast<uint32_t>(asU64(field(j, "n"), 0xFFFFFFFFu));
+    p.size = asU64(field(j, "s"));
+    p.etag = asString(field(j, "e"));
+    p.mtime_unix_nanos = asI64(field(j, "t"));
+    p.version = asVersion(field(j, "v"));
+    if (const Json* f = findField(j, "dr")) {
+      for (const Json& d : asArray(*f)) p.drives.push_back(asString(d));
+    }
+    if (const Json* f = findField(j, "st")) p.stripes = asStripes(*f);
+    return p;
+  });
+  if (!decoded) return decoded;
+  if (Status st = validatePart(*decoded); !st.isOk()) {
+    return fail(Status::corruption("index: bad part value: " + st.message()));
   }
   return decoded;
 }
@@ -355,17 +488,27 @@ Status validateManifest(const Manifest& m) {
   return Status::ok();
 }
 
-std::vector<BlobRef> manifestBlobs(const Manifest& m) {
-  std::vector<BlobRef> out;
-  for (const StripeLayout& s : m.stripes) {
-    for (size_t i = 0; i < s.drives.size(); ++i) {
-      if (s.drives[i] >= m.drives.size()) continue;
-      out.push_back(BlobRef{m.drives[s.drives[i]],
-                            BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(i)}});
+std::vector<BlobRef> manifestBlobs(const Manifest& m) { return stripeBlobs(m.drives, m.stripes); }
+
+Status validatePart(const PartInfo& p) {
+  if (p.part_number < 1 || p.part_number > 10000) {
+    return Status::invalidArgument("part: number out of range 1..10000");
+  }
+  for (const StripeLayout& s : p.stripes) {
+    if (s.blob_version != p.version) {
+      return Status::invalidArgument("part: stripe blob version is not the part's version");
+    }
+    if (s.drives.empty() || s.drives.size() > static_cast<size_t>(ec::kMaxFragments)) {
+      return Status::invalidArgument("part: bad stripe drive count");
+    }
+    for (uint16_t d : s.drives) {
+      if (d >= p.drives.size()) return Status::invalidArgument("part: bad drive index");
     }
   }
-  return out;
+  return Status::ok();
 }
+
+std::vector<BlobRef> partBlobs(const PartInfo& p) { return stripeBlobs(p.drives, p.stripes); }
 
 std::vector<VersionId> foreignBlobVersions(const Manifest& m) {
   std::vector<VersionId> out;

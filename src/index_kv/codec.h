@@ -40,7 +40,31 @@ Result<GcKeyParts> parseGcKey(std::string_view key);
 inline constexpr char kBlobRefManifestTag = 'm';  // + owning manifest version (16 bytes)
 inline constexpr char kBlobRefGcTag = 'g';        // + gc queue key (24 bytes)
 std::string blobRefManifestKey(const VersionId& blob_version, const VersionId& owner);
+inline constexpr char kBlobRefPartTag = 'p';      // + parts key (upload id "/" be32 part)
+std::string blobRefManifestKey(const VersionId& blob_version, const VersionId& owner);
 std::string blobRefGcKey(const VersionId& blob_version, std::string_view gc_key);
+std::string blobRefPartKey(const VersionId& blob_version, std::string_view part_key);
+
+// uploads CF: bucket "/" key "\0" upload id. One bucket's uploads are the range
+// [bucketBegin(b), bucketEnd(b)), ordered by (key, upload id). Upload ids never contain
+// '/' or '\0' (checkUploadId), so the upload id is what follows the last '\0'.
+std::string uploadKey(std::string_view bucket, std::string_view key,
+                      std::string_view upload_id);
+struct UploadKeyParts {
+  std::string bucket;
+  std::string key;
+  std::string upload_id;
+};
+Result<UploadKeyParts> parseUploadKey(std::string_view row_key);
+// kInvalidArgument unless non-empty and free of '/' and '\0'.
+Status checkUploadId(std::string_view upload_id);
+
+// parts CF: upload id "/" be32(part number). One upload's parts are the range
+// [partKey(u, 1), partsEnd(u)), in part-number order. partKey(u, 0) is the upload id's
+// owner row (value: the upload's uploads key): it makes upload ids unique across keys.
+std::string partKey(std::string_view upload_id, uint32_t part_number);
+std::string partsBegin(std::string_view upload_id);
+std::string partsEnd(std::string_view upload_id);
 
 // The smallest string greater than every string that starts with `prefix`: increment the
 // last byte that is not 0xFF and drop what follows it. Empty when there is none (the
@@ -62,6 +86,12 @@ Result<Manifest> decodeManifest(std::string_view value);
 std::string encodeGcBlobs(const std::vector<BlobRef>& blobs);
 Result<std::vector<BlobRef>> decodeGcBlobs(std::string_view value);
 
+std::string encodeUpload(const MultipartUpload& upload);
+Result<MultipartUpload> decodeUpload(std::string_view value);
+
+std::string encodePart(const PartInfo& part);
+Result<PartInfo> decodePart(std::string_view value);
+
 // ---- manifest helpers ----------------------------------------------------------------
 
 // kInvalidArgument unless the EC profile fits and every stripe names k + m drives that
@@ -70,6 +100,11 @@ Status validateManifest(const Manifest& manifest);
 // Every fragment of every stripe: {drives[stripe.drives[i]], {blob_version, blob_stripe,
 // i}} for i in 0..k+m-1. Entries with out-of-range drive indices are skipped.
 std::vector<BlobRef> manifestBlobs(const Manifest& manifest);
+// kInvalidArgument unless 1 <= part_number <= 10000, every stripe's blob_version is the
+// part's version and every drive index exists in the part's drive table.
+Status validatePart(const PartInfo& part);
+// Every fragment of every stripe of a part, as manifestBlobs.
+std::vector<BlobRef> partBlobs(const PartInfo& part);
 // Distinct stripe blob versions other than the manifest's own version, sorted.
 std::vector<VersionId> foreignBlobVersions(const Manifest& manifest);
 

@@ -15,6 +15,8 @@ inline constexpr const char* kObjectsCf = "objects";
 inline constexpr const char* kManifestsCf = "manifests";
 inline constexpr const char* kGcCf = "gc";
 inline constexpr const char* kBlobRefsCf = "blobrefs";
+inline constexpr const char* kUploadsCf = "uploads";
+inline constexpr const char* kPartsCf = "parts";
 
 // Handles owned by the index; valid while its DB is open.
 struct ColumnFamilies {
@@ -23,6 +25,8 @@ struct ColumnFamilies {
   rocksdb::ColumnFamilyHandle* manifests = nullptr;
   rocksdb::ColumnFamilyHandle* gc = nullptr;
   rocksdb::ColumnFamilyHandle* blobrefs = nullptr;
+  rocksdb::ColumnFamilyHandle* uploads = nullptr;
+  rocksdb::ColumnFamilyHandle* parts = nullptr;
 };
 
 // Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain

@@ -10,22 +10,10 @@
 #include "granary/common/log.h"
 #include "index_kv/codec.h"
 #include "index_kv/commit_queue.h"
+#include "index_kv/commit_staging.h"
 
 namespace granary::index_kv {
 namespace {
-
-// A RocksDB write into the batch failing means the batch is unusable (e.g. too large).
-Status staged(const rocksdb::Status& s) {
-  return s.ok() ? Status::ok() : fromRocks(s, "index: staging a write");
-}
-
-#define GRANARY_STAGE(expr) GRANARY_RETURN_IF_ERROR(staged(expr))
-// The same, in functions returning Result<T>.
-#define GRANARY_STAGE_OR_FAIL(expr)             \
-  do {                                          \
-    ::granary::Status _staged = staged(expr);   \
-    if (!_staged.isOk()) return fail(_staged);  \
-  } while (0)
 
 Status validBucketName(std::string_view bucket) {
   if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
@@ -47,6 +35,10 @@ void BatchBuilder::apply(CommitRequest& req) {
       case CommitRequest::Kind::kPutObject: st = putObject(req); break;
       case CommitRequest::Kind::kDeleteObject: st = deleteObject(req); break;
       case CommitRequest::Kind::kGcDone: st = gcDone(req); break;
+      case CommitRequest::Kind::kCreateUpload: st = createUpload(req); break;
+      case CommitRequest::Kind::kPutPart: st = putPart(req); break;
+      case CommitRequest::Kind::kCompleteUpload: st = completeUpload(req); break;
+      case CommitRequest::Kind::kAbortUpload: st = abortUpload(req); break;
     }
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
@@ -157,9 +149,13 @@ Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_ver
       return std::find(kept.begin(), kept.end(), b) != kept.end();
     });
   }
-  if (blobs.empty()) return std::optional<std::string>();
+  return enqueueGc(m.version, std::move(blobs));
+}
 
-  auto key = freeGcKey(m.version);
+Result<std::optional<std::string>> BatchBuilder::enqueueGc(const VersionId& version,
+                                                           std::vector<BlobRef> blobs) {
+  if (blobs.empty()) return std::optional<std::string>();
+  auto key = freeGcKey(version);
   if (!key) return fail(key.error());
   std::vector<VersionId> versions;
   for (const BlobRef& b : blobs) versions.push_back(b.id.version);
@@ -191,34 +187,51 @@ Status BatchBuilder::deleteBucket(CommitRequest& req) {
   auto has_objects = bucketHasObjects(req.bucket);
   if (!has_objects) return has_objects.error();
   if (*has_objects) return Status::notEmpty("bucket " + req.bucket + " is not empty");
+  auto has_uploads = bucketHasUploads(req.bucket);
+  if (!has_uploads) return has_uploads.error();
+  if (*has_uploads) {
+    return Status::notEmpty("bucket " + req.bucket + " has multipart uploads in progress");
+  }
   GRANARY_STAGE(batch_.Delete(cfs_.buckets, req.bucket));
   buckets_[req.bucket] = false;
   return Status::ok();
 }
 
 Status BatchBuilder::putObject(CommitRequest& req) {
-  const Manifest& m = *req.manifest;
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
   const std::string okey = objectKey(req.bucket, req.key);
-  auto current = currentVersion(okey);
+  auto current = checkPut(req, okey);
   if (!current) return current.error();
+  return stagePut(req, okey, *current);
+}
+
+Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
+                                                        const std::string& okey) {
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return fail(exists.error());
+  if (!*exists) return fail(Status::notFound("no bucket " + req.bucket));
+  auto current = currentVersion(okey);
+  if (!current) return current;
   switch (req.pre.kind) {
     case Precondition::Kind::kNone: break;
     case Precondition::Kind::kMustNotExist:
-      if (current->has_value()) return Status::preconditionFailed("key exists");
+      if (current->has_value()) return fail(Status::preconditionFailed("key exists"));
       break;
     case Precondition::Kind::kMustMatch:
       if (!current->has_value() || **current != req.pre.version) {
-        return Status::preconditionFailed("key's current version does not match");
+        return fail(Status::preconditionFailed("key's current version does not match"));
       }
       break;
   }
+  return current;
+}
+
+Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
+                              const std::optional<VersionId>& current) {
+  const Manifest& m = *req.manifest;
   // Old rows are removed before the new ones are written, so a same-version rewrite
-  // ends with the new rows in place.
-  if (current->has_value()) {
-    auto retired = retire(**current, &m);
+  // ends with the new rows in place. retire() never reclaims a blob `m` uses.
+  if (current.has_value()) {
+    auto retired = retire(*current, &m);
     if (!retired) return retired.error();
   }
   GRANARY_STAGE(batch_.Put(cfs_.objects, okey, req.summary_value));
@@ -226,10 +239,10 @@ Status BatchBuilder::putObject(CommitRequest& req) {
   for (const VersionId& bv : foreignBlobVersions(m)) {
     GRANARY_STAGE(batch_.Put(cfs_.blobrefs, blobRefManifestKey(bv, m.version), rocksdb::Slice()));
   }
-  if (current->has_value() && **current != m.version) manifests_.erase(**current);
+  if (current.has_value() && *current != m.version) manifests_.erase(*current);
   manifests_[m.version] = &m;
   objects_[okey] = m.version;
-  req.replaced = *current;
+  req.replaced = current;
   return Status::ok();
 }
 

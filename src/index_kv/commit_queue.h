@@ -32,17 +32,32 @@
 namespace granary::index_kv {
 
 struct CommitRequest {
-  enum class Kind { kCreateBucket, kDeleteBucket, kPutObject, kDeleteObject, kGcDone };
+  enum class Kind {
+    kCreateBucket,
+    kDeleteBucket,
+    kPutObject,
+    kDeleteObject,
+    kGcDone,
+    kCreateUpload,
+    kPutPart,
+    kCompleteUpload,
+    kAbortUpload,
+  };
   Kind kind = Kind::kCreateBucket;
-  std::string bucket;  // every kind but kGcDone
-  std::string key;     // kPutObject, kDeleteObject
-  Precondition pre;    // kPutObject, kDeleteObject
+  std::string bucket;     // every kind but kGcDone
+  std::string key;        // kPutObject, kDeleteObject and the upload kinds
+  std::string upload_id;  // the upload kinds
+  Precondition pre;       // kPutObject, kDeleteObject, kCompleteUpload
   // kCreateBucket: the encoded BucketInfo. kPutObject: the encoded summary and manifest
   // (encoded by the caller's thread so the committer only does I/O).
   std::string bucket_value;
   std::string summary_value;
   std::string manifest_value;
-  const Manifest* manifest = nullptr;  // kPutObject; the caller's, alive until completion
+  // kPutObject, kCompleteUpload; the caller's, alive until completion.
+  const Manifest* manifest = nullptr;
+  std::string upload_value;            // kCreateUpload: the encoded MultipartUpload
+  const PartInfo* part = nullptr;      // kPutPart; the caller's, alive until completion
+  std::string part_value;              // kPutPart: the encoded PartInfo
   std::vector<std::string> gc_keys;    // kGcDone
 
   // Outcome, set by the committer before `done` is fulfilled.
@@ -74,9 +89,33 @@ class BatchBuilder {
   Status putObject(CommitRequest& req);
   Status deleteObject(CommitRequest& req);
   Status gcDone(CommitRequest& req);
+  Status createUpload(CommitRequest& req);
+  Status putPart(CommitRequest& req);
+  Status completeUpload(CommitRequest& req);
+  Status abortUpload(CommitRequest& req);
+
+  // putObject in two steps, shared with completeUpload: checkPut reads (bucket exists,
+  // precondition) and returns the key's current version; stagePut retires it and stages
+  // the new rows, updating the overlay only once nothing can fail any more.
+  Result<std::optional<VersionId>> checkPut(CommitRequest& req, const std::string& object_key);
+  Status stagePut(CommitRequest& req, const std::string& object_key,
+                  const std::optional<VersionId>& current);
 
   Result<bool> bucketExists(const std::string& bucket);
   Result<bool> bucketHasObjects(const std::string& bucket);
+  Result<bool> bucketHasUploads(const std::string& bucket);
+  Result<bool> uploadExists(const std::string& upload_key);
+  Result<bool> uploadIdTaken(const std::string& upload_id);
+  // The upload's parts (overlay applied), keyed by parts key, in part-number order.
+  Result<std::map<std::string, PartInfo>> loadParts(const std::string& upload_id);
+  Result<std::optional<PartInfo>> loadPart(const std::string& part_key);
+  // Enqueues `blobs` (if any) on the GC queue as one entry keyed by (now, version), with
+  // one blobrefs 'g' row per distinct blob version. Returns the gc key used, if any.
+  Result<std::optional<std::string>> enqueueGc(const VersionId& version,
+                                               std::vector<BlobRef> blobs);
+  // Stages the removal of the given parts (rows and blobrefs 'p' rows) and enqueues each
+  // part's blobs whose BlobId `keep` does not use.
+  Status retireParts(const std::map<std::string, PartInfo>& parts, const Manifest* keep);
   Result<std::optional<VersionId>> currentVersion(const std::string& object_key);
   Result<std::optional<Manifest>> loadManifest(const VersionId& version);
   Result<std::string> freeGcKey(const VersionId& version);
@@ -94,6 +133,9 @@ class BatchBuilder {
   std::map<VersionId, const Manifest*> manifests_;               // written in this batch
   std::map<std::string, std::vector<VersionId>> gc_entries_;     // gc key -> blob versions
   std::set<std::string> gc_deleted_;                             // gc keys deleted
+  std::map<std::string, bool> uploads_;                          // upload key -> exists
+  std::map<std::string, bool> upload_ids_;                       // upload id -> taken
+  std::map<std::string, std::optional<PartInfo>> parts_;         // parts key -> row
 };
 
 class CommitQueue {

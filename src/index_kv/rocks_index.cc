@@ -74,7 +74,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
                            rocksdb::ColumnFamilyOptions(db_options));
-  for (const char* name : {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf}) {
+  for (const char* name :
+       {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf, kUploadsCf, kPartsCf}) {
     descriptors.emplace_back(name, resources.columnFamilyOptions());
   }
   std::unique_ptr<RocksIndex> index(new RocksIndex(clock));
@@ -84,7 +85,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   if (!s.ok()) return fail(fromRocks(s, "index: opening " + options.dir));
   index->db_.reset(raw);
   index->cfs_ = ColumnFamilies{index->handles_[1], index->handles_[2], index->handles_[3],
-                               index->handles_[4], index->handles_[5]};
+                               index->handles_[4], index->handles_[5], index->handles_[6],
+                               index->handles_[7]};
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
@@ -240,6 +242,153 @@ Result<bool> RocksIndex::isBlobVersionReferenced(const VersionId& version) {
   if (it->Valid()) return it->key().starts_with(key);
   if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading blob refs"));
   return false;
+}
+
+// ---- multipart uploads ---------------------------------------------------------------
+
+Status RocksIndex::createUpload(const MultipartUpload& upload) {
+  GRANARY_RETURN_IF_ERROR(checkBucketName(upload.bucket));
+  if (upload.key.empty()) return Status::invalidArgument("index: empty object key");
+  if (upload.key.find('\0') != std::string::npos) {
+    return Status::invalidArgument("index: object key contains NUL");
+  }
+  GRANARY_RETURN_IF_ERROR(checkUploadId(upload.upload_id));
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kCreateUpload;
+  req.bucket = upload.bucket;
+  req.key = upload.key;
+  req.upload_id = upload.upload_id;
+  req.upload_value = encodeUpload(upload);
+  return submit(req);
+}
+
+Result<MultipartUpload> RocksIndex::getUpload(std::string_view bucket, std::string_view key,
+                                              std::string_view upload_id) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.uploads,
+                               uploadKey(bucket, key, upload_id), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("no upload " + std::string(upload_id)));
+  if (!s.ok()) return fail(fromRocks(s, "index: reading upload"));
+  return decodeUpload(value);
+}
+
+Result<std::optional<VersionId>> RocksIndex::putPart(std::string_view bucket,
+                                                     std::string_view key,
+                                                     std::string_view upload_id,
+                                                     const PartInfo& part) {
+  if (Status st = checkUploadId(upload_id); !st.isOk()) return fail(st);
+  if (Status st = validatePart(part); !st.isOk()) return fail(st);
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kPutPart;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.upload_id = std::string(upload_id);
+  req.part = &part;
+  req.part_value = encodePart(part);
+  if (Status st = submit(req); !st.isOk()) return fail(st);
+  return req.replaced;
+}
+
+Result<std::vector<PartInfo>> RocksIndex::listParts(std::string_view bucket,
+                                                    std::string_view key,
+                                                    std::string_view upload_id,
+                                                    uint32_t after_part, size_t max_parts) {
+  if (Status st = checkUploadId(upload_id); !st.isOk()) return fail(st);
+  Snapshot snap(db_.get());
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(snap.options(), cfs_.uploads, uploadKey(bucket, key, upload_id), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("no upload " + std::string(upload_id)));
+  if (!s.ok()) return fail(fromRocks(s, "index: reading upload"));
+  std::vector<PartInfo> out;
+  if (after_part == 0xFFFFFFFFu) return out;
+  const std::string end = partsEnd(upload_id);
+  rocksdb::ReadOptions options = snap.options();
+  rocksdb::Slice upper(end);
+  options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.parts));
+  // Part numbers start at 1; partKey(id, 0) is the upload id's owner row.
+  for (it->Seek(partKey(upload_id, std::max<uint32_t>(after_part + 1, 1)));
+       it->Valid() && out.size() < max_parts; it->Next()) {
+    auto part = decodePart(it->value().ToStringView());
+    if (!part) return fail(part.error());
+    out.push_back(std::move(*part));
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading parts"));
+  return out;
+}
+
+Result<ListUploadsResult> RocksIndex::listUploads(std::string_view bucket,
+                                                  const ListUploadsRequest& req) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
+  ListUploadsResult out;
+  const std::string begin = bucketBegin(bucket) + req.prefix;
+  std::string end = prefixSuccessor(begin);  // never empty: begin contains '/'
+  // Start at the later of the prefix and the marker position; rows at or before the
+  // marker (key_marker, upload_id_marker) are skipped below.
+  std::string start = begin;
+  if (!req.key_marker.empty()) {
+    start = std::max(start, uploadKey(bucket, req.key_marker, req.upload_id_marker));
+  }
+  rocksdb::ReadOptions options;  // one iterator: a consistent view
+  rocksdb::Slice upper(end);
+  options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.uploads));
+  for (it->Seek(start); it->Valid(); it->Next()) {
+    auto parts = parseUploadKey(it->key().ToStringView());
+    if (!parts) return fail(parts.error());
+    if (!req.key_marker.empty()) {
+      // S3: an empty upload id marker skips every upload of key_marker.
+      if (parts->key < req.key_marker) continue;
+      if (parts->key == req.key_marker &&
+          (req.upload_id_marker.empty() || parts->upload_id <= req.upload_id_marker)) {
+        continue;
+      }
+    }
+    if (out.uploads.size() == req.max_uploads) {
+      out.truncated = true;
+      break;
+    }
+    auto upload = decodeUpload(it->value().ToStringView());
+    if (!upload) return fail(upload.error());
+    out.uploads.push_back(std::move(*upload));
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: listing uploads"));
+  return out;
+}
+
+Result<std::optional<VersionId>> RocksIndex::completeUpload(std::string_view bucket,
+                                                            std::string_view key,
+                                                            std::string_view upload_id,
+                                                            const Manifest& manifest,
+                                                            Precondition pre) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
+  if (key.empty()) return fail(Status::invalidArgument("index: empty object key"));
+  if (Status st = checkUploadId(upload_id); !st.isOk()) return fail(st);
+  if (Status st = validateManifest(manifest); !st.isOk()) return fail(st);
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kCompleteUpload;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.upload_id = std::string(upload_id);
+  req.pre = pre;
+  req.manifest = &manifest;
+  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
+                                                  manifest.mtime_unix_nanos, manifest.version});
+  req.manifest_value = encodeManifest(manifest);
+  if (Status st = submit(req); !st.isOk()) return fail(st);
+  return req.replaced;
+}
+
+Status RocksIndex::abortUpload(std::string_view bucket, std::string_view key,
+                               std::string_view upload_id) {
+  GRANARY_RETURN_IF_ERROR(checkUploadId(upload_id));
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kAbortUpload;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.upload_id = std::string(upload_id);
+  return submit(req);
 }
 
 }  // namespace granary::index_kv

@@ -40,6 +40,25 @@ class RocksIndex final : public Index {
   Status gcDone(const std::vector<GcEntry>& entries) override;
   Result<bool> isBlobVersionReferenced(const VersionId& version) override;
 
+  Status createUpload(const MultipartUpload& upload) override;
+  Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
+                                    std::string_view upload_id) override;
+  Result<std::optional<VersionId>> putPart(std::string_view bucket, std::string_view key,
+                                           std::string_view upload_id,
+                                           const PartInfo& part) override;
+  Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
+                                          std::string_view upload_id, uint32_t after_part,
+                                          size_t max_parts) override;
+  Result<ListUploadsResult> listUploads(std::string_view bucket,
+                                        const ListUploadsRequest& req) override;
+  Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
+                                                  std::string_view key,
+                                                  std::string_view upload_id,
+                                                  const Manifest& manifest,
+                                                  Precondition pre) override;
+  Status abortUpload(std::string_view bucket, std::string_view key,
+                     std::string_view upload_id) override;
+
   // Group-commit counters: synced batches written and requests committed so far.
   CommitStats commitStats() const { return queue_->stats(); }
 

@@ -72,3 +72,10 @@ def test_aws_cli_ls_recursive_sees_every_key(server, listing_bucket):
     out = server.aws("s3", "ls", "--recursive", f"s3://{name}/").stdout
     listed = [line.split(None, 3)[3] for line in out.splitlines() if line.strip()]
     assert sorted(listed) == keys
+
+
+def test_listing_a_missing_bucket_is_no_such_bucket(s3):
+    import botocore.exceptions
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.list_objects_v2(Bucket="no-such-bucket-for-listing")
+    assert e.value.response["Error"]["Code"] == "NoSuchBucket"

@@ -206,3 +206,47 @@ def test_aws_cli_recursive_rm_uses_delete_objects(server, s3, bucket):
         s3.put_object(Bucket=bucket, Key=f"rr/{i}", Body=b"z")
     server.aws("s3", "rm", "--recursive", f"s3://{bucket}/rr/")
     assert s3.list_objects_v2(Bucket=bucket, Prefix="rr/")["KeyCount"] == 0
+
+
+def test_conditional_get_and_head_follow_s3_precedence(s3, bucket):
+    import datetime
+    put = s3.put_object(Bucket=bucket, Key="cond", Body=b"conditional body")
+    etag = put["ETag"]
+    mtime = s3.head_object(Bucket=bucket, Key="cond")["LastModified"]
+    before = mtime - datetime.timedelta(hours=1)
+    after = mtime + datetime.timedelta(hours=1)
+
+    assert s3.get_object(Bucket=bucket, Key="cond", IfMatch=etag)["Body"].read() == \
+        b"conditional body"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="cond", IfMatch='"0123"')
+    assert http_status(e) == 412 and error_code(e) == "PreconditionFailed"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="cond", IfNoneMatch=etag)
+    assert http_status(e) == 304
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="cond", IfNoneMatch=etag)
+    assert http_status(e) == 304
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="cond", IfModifiedSince=after)
+    assert http_status(e) == 304
+    assert s3.get_object(Bucket=bucket, Key="cond", IfModifiedSince=before)["ContentLength"] == 16
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="cond", IfUnmodifiedSince=before)
+    assert http_status(e) == 412
+    # A passing If-Match wins over a failing If-Unmodified-Since (AWS's documented rule).
+    r = s3.get_object(Bucket=bucket, Key="cond", IfMatch=etag, IfUnmodifiedSince=before)
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
+    # If-None-Match decides alone: no match means 200 even if not modified since.
+    r = s3.get_object(Bucket=bucket, Key="cond", IfNoneMatch='"other"', IfModifiedSince=after)
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+def test_response_header_overrides_on_get(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="ovr", Body=b"x", ContentType="text/plain")
+    r = s3.get_object(Bucket=bucket, Key="ovr", ResponseContentType="application/json",
+                      ResponseContentDisposition="attachment; filename=\"a.json\"",
+                      ResponseCacheControl="max-age=60")
+    assert r["ContentType"] == "application/json"
+    assert r["ContentDisposition"] == "attachment; filename=\"a.json\""
+    assert r["CacheControl"] == "max-age=60"

@@ -4,6 +4,9 @@
 //   objects    bucket "/" key              -> ObjectSummary (CBOR; small: what LIST needs)
 //   manifests  version id (16 bytes)       -> Manifest (CBOR; stripes, inline body)
 //   gc         be64(enqueue ns) + version  -> replaced Manifest's blob list (CBOR)
+//   blobrefs   blob version + tag + referrer -> "still referenced" marks (orphan sweep)
+//   uploads    bucket "/" key "\0" upload id -> MultipartUpload (CBOR)
+//   parts      upload id "/" be32(part)     -> PartInfo (CBOR)
 //
 // Contract:
 //  - Every mutation is durable when it returns ok (one WAL-synced WriteBatch).
@@ -117,6 +120,45 @@ struct GcEntry {
   std::vector<BlobRef> blobs;
 };
 
+// A multipart upload in progress (CreateMultipartUpload .. Complete/Abort).
+struct MultipartUpload {
+  std::string upload_id;  // opaque to clients: the hex of a VersionId minted at creation
+  std::string bucket;
+  std::string key;
+  std::string owner;
+  int64_t initiated_unix_nanos = 0;
+  // Applied to the object at completion (from the CreateMultipartUpload request).
+  std::string content_type;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> headers;
+  bool operator==(const MultipartUpload&) const = default;
+};
+
+// One uploaded part. Its bytes are stripes of blob version `version` (always striped, never
+// inline), exactly like a single PUT's; Complete references those stripes without copying.
+struct PartInfo {
+  uint32_t part_number = 0;  // 1..10000
+  uint64_t size = 0;
+  std::string etag;          // MD5 hex of the part, without quotes
+  int64_t mtime_unix_nanos = 0;
+  VersionId version;
+  std::vector<std::string> drives;    // drive id table
+  std::vector<StripeLayout> stripes;  // blob_version == version
+  bool operator==(const PartInfo&) const = default;
+};
+
+struct ListUploadsRequest {
+  std::string prefix;
+  std::string key_marker;        // exclusive, with upload_id_marker as in S3
+  std::string upload_id_marker;
+  size_t max_uploads = 1000;
+};
+
+struct ListUploadsResult {
+  std::vector<MultipartUpload> uploads;  // ordered by (key, initiation time, upload id)
+  bool truncated = false;
+};
+
 class Index {
  public:
   virtual ~Index() = default;
@@ -125,7 +167,7 @@ class Index {
   virtual Status createBucket(const BucketInfo& bucket) = 0;
   virtual Result<BucketInfo> getBucket(std::string_view name) = 0;
   virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
-  // kNotFound, or kNotEmpty while the bucket holds objects.
+  // kNotFound, or kNotEmpty while the bucket holds objects or multipart uploads.
   virtual Status deleteBucket(std::string_view name) = 0;
 
   // Commits `manifest` as the current version of bucket/key. Returns the version it
@@ -148,9 +190,45 @@ class Index {
   virtual Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos,
                                              size_t limit) = 0;
   virtual Status gcDone(const std::vector<GcEntry>& entries) = 0;
-  // True if blobs of `version` may still be needed: a committed manifest references them
-  // or they wait on the GC queue. Used by the orphan sweep.
+  // True if blobs of `version` may still be needed: a committed manifest references them,
+  // they belong to a part of an upload in progress, or they wait on the GC queue. Used by
+  // the orphan sweep.
   virtual Result<bool> isBlobVersionReferenced(const VersionId& version) = 0;
+
+  // --- Multipart uploads. Every mutation goes through the commit queue like the others.
+  // kNotFound if the bucket does not exist; kAlreadyExists if the upload id is taken.
+  virtual Status createUpload(const MultipartUpload& upload) = 0;
+  // kNotFound if no such upload for bucket/key (S3: NoSuchUpload).
+  virtual Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
+                                            std::string_view upload_id) = 0;
+  // Records a part, replacing a part with the same number (whose blobs go on the GC queue
+  // in the same batch). Returns the replaced part's version. kNotFound if the upload is
+  // gone (completed or aborted meanwhile: the caller then removes the part's blobs).
+  virtual Result<std::optional<VersionId>> putPart(std::string_view bucket, std::string_view key,
+                                                   std::string_view upload_id,
+                                                   const PartInfo& part) = 0;
+  // Parts in part-number order, numbers > `after_part`, at most `max_parts`.
+  virtual Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
+                                                  std::string_view upload_id,
+                                                  uint32_t after_part, size_t max_parts) = 0;
+  virtual Result<ListUploadsResult> listUploads(std::string_view bucket,
+                                                const ListUploadsRequest& req) = 0;
+  // Atomically: checks the upload exists (kNotFound) and `pre` on the key; commits
+  // `manifest` as putObject does (the replaced version's blobs go on the GC queue); removes
+  // the upload and all its part rows; puts the blobs of every part whose version the
+  // manifest's stripes do not reference on the GC queue; records that the manifest
+  // references the part versions it uses. Returns the replaced version of the key.
+  // kInvalidArgument if a stripe uses a part version that is no longer a current part of
+  // the upload (a part was replaced after the caller listed the parts).
+  virtual Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
+                                                          std::string_view key,
+                                                          std::string_view upload_id,
+                                                          const Manifest& manifest,
+                                                          Precondition pre) = 0;
+  // Removes the upload and its parts; every part's blobs go on the GC queue. kNotFound if
+  // no such upload.
+  virtual Status abortUpload(std::string_view bucket, std::string_view key,
+                             std::string_view upload_id) = 0;
 };
 
 struct IndexOptions {
