@@ -153,6 +153,8 @@ int serve(int argc, char** argv) {
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),
       "seconds before an unreferenced blob counts as an orphan")(
+      "access-log", po::value<std::string>()->default_value(""),
+      "file for one JSON line per request ('-' = standard error; default: off)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   po::variables_map vm;
   try {
@@ -209,6 +211,7 @@ int serve(int argc, char** argv) {
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
   gopts.event_loops = static_cast<size_t>(loops);
+  gopts.access_log = vm["access-log"].as<std::string>();
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
   gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
   auto server = gateway::GatewayServer::create(

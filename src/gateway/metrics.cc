@@ -12,6 +12,11 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                    .Name("granary_s3_request_duration_seconds")
                    .Help("S3 request latency by operation")
                    .Register(registry)),
+      in_flight_(prometheus::BuildGauge()
+                     .Name("granary_s3_requests_in_flight")
+                     .Help("S3 requests being served now")
+                     .Register(registry)
+                     .Add({})),
       bytes_in_(prometheus::BuildCounter()
                     .Name("granary_s3_received_bytes_total")
                     .Help("Object payload bytes received")

@@ -18,6 +18,8 @@ class GatewayMetrics {
  public:
   explicit GatewayMetrics(prometheus::Registry& registry);
   void observe(std::string_view op, int status, double seconds);
+  void requestStarted() { in_flight_.Increment(); }
+  void requestFinished() { in_flight_.Decrement(); }
   void bytesIn(uint64_t n) { bytes_in_.Increment(static_cast<double>(n)); }
   void bytesOut(uint64_t n) { bytes_out_.Increment(static_cast<double>(n)); }
   prometheus::Registry& registry() { return registry_; }
@@ -30,6 +32,7 @@ class GatewayMetrics {
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Gauge& in_flight_;
   prometheus::Counter& bytes_in_;
   prometheus::Counter& bytes_out_;
   prometheus::Counter& degraded_stripes_;

@@ -6,8 +6,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "asio.h"
@@ -57,11 +63,13 @@ class BeastBodySource final : public BodySource {
       co_return s3fail(S3ErrorCode::kIncompleteBody,
                        "The request body terminated unexpectedly");
     }
+    bytes_ += n;
     co_return n;
   }
 
   bool done() const override { return parser_.is_done(); }
   bool failed() const { return failed_; }
+  uint64_t bytes() const { return bytes_; }
 
  private:
   beast::tcp_stream& stream_;
@@ -69,6 +77,7 @@ class BeastBodySource final : public BodySource {
   http::request_parser<http::buffer_body>& parser_;
   std::chrono::seconds timeout_;
   bool failed_ = false;
+  uint64_t bytes_ = 0;
 };
 
 void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
@@ -102,8 +111,11 @@ class BeastBodySink final : public BodySink {
     beast::error_code ec;
     co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
     if (ec) co_return Status::ioError("write body: " + ec.message());
+    bytes_ += data.size();
     co_return Status::ok();
   }
+
+  uint64_t bytes() const { return bytes_; }
 
  private:
   beast::tcp_stream& stream_;
@@ -111,6 +123,53 @@ class BeastBodySink final : public BodySink {
   const Clock& clock_;
   std::chrono::seconds timeout_;
   bool keep_alive_;
+  uint64_t bytes_ = 0;
+};
+
+// The access log: one JSON object per line, written with one fwrite under a lock.
+class AccessLog {
+ public:
+  explicit AccessLog(const std::string& path) {
+    if (path.empty()) return;
+    if (path == "-") {
+      file_ = stderr;
+      return;
+    }
+    file_ = std::fopen(path.c_str(), "a");
+    owned_ = file_ != nullptr;
+    if (!file_) log::error("cannot open access log {}: {}", path, std::strerror(errno));
+  }
+  ~AccessLog() {
+    if (owned_) std::fclose(file_);
+  }
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
+  void write(const S3Request& req, std::string_view op, int status, uint64_t bytes_in,
+             uint64_t bytes_out, double seconds, int64_t unix_nanos) {
+    if (!file_) return;
+    nlohmann::json j = {{"time", isoTimestamp(unix_nanos)},
+                        {"request_id", req.request_id},
+                        {"user", req.principal},
+                        {"op", op},
+                        {"method", req.method},
+                        {"bucket", req.bucket},
+                        {"key", req.key},
+                        {"status", status},
+                        {"bytes_in", bytes_in},
+                        {"bytes_out", bytes_out},
+                        {"latency_ms", seconds * 1000.0}};
+    // Keys are client input: replace invalid UTF-8 rather than throw.
+    std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::lock_guard lock(mu_);
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::FILE* file_ = nullptr;
+  bool owned_ = false;
+  std::mutex mu_;
 };
 
 Task<bool> writeResponse(beast::tcp_stream& stream, const S3Request& req, S3Response& r,
@@ -164,7 +223,7 @@ Task<bool> drain(BeastBodySource& body, size_t limit) {
   co_return body.done();
 }
 
-Task<void> session(tcp::socket socket, GatewayContext& ctx) {
+Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
@@ -215,7 +274,9 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx) {
     BeastBodySource body(stream, buffer, parser, io);
     BeastBodySink sink(stream, req, clock, io, keep_alive);
     std::string op;
+    ctx.metrics.requestStarted();
     S3Response res = co_await handleRequest(ctx, req, body, sink, op);
+    ctx.metrics.requestFinished();
 
     bool reuse = keep_alive && !res.close && !body.failed();
     if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20);
@@ -226,6 +287,9 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx) {
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     ctx.metrics.observe(op, res.status, seconds);
+    access_log.write(req, op, res.status, body.bytes(),
+                     res.streamed ? sink.bytes() : res.body.size(), seconds,
+                     clock.nowUnixNanos());
     if (!written || !reuse) break;
   }
   beast::error_code ignored;
@@ -236,7 +300,7 @@ class BeastGatewayServer final : public GatewayServer {
  public:
   BeastGatewayServer(const GatewayOptions& options, GatewayDeps deps,
                      std::unique_ptr<ec::ErasureCode> code)
-      : code_(std::move(code)), ctx_(options, deps, *code_) {
+      : code_(std::move(code)), ctx_(options, deps, *code_), access_log_(options.access_log) {
     ctx_.credentials.add({deps.root.access_key, deps.root.secret_key, /*is_root=*/true});
   }
 
@@ -298,7 +362,7 @@ class BeastGatewayServer final : public GatewayServer {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
-      asio::co_spawn(acceptor.get_executor(), session(std::move(socket), ctx_),
+      asio::co_spawn(acceptor.get_executor(), session(std::move(socket), ctx_, access_log_),
                      [](std::exception_ptr e) {
                        if (!e) return;
                        try {
@@ -312,6 +376,7 @@ class BeastGatewayServer final : public GatewayServer {
 
   std::unique_ptr<ec::ErasureCode> code_;
   GatewayContext ctx_;
+  AccessLog access_log_;
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<tcp::acceptor> acceptors_;
   uint16_t port_ = 0;

@@ -47,6 +47,8 @@ struct GatewayOptions {
   // sweep only deletes unreferenced blobs older than twice this, so it can never delete
   // the fragments of a PUT that may still commit.
   int max_put_seconds = 1800;
+  // One JSON line per request (docs/operations.md); "" = off, "-" = standard error.
+  std::string access_log;
 };
 
 struct RootUser {
