@@ -61,6 +61,16 @@ Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
 // delete_objects.cc
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body);
 
+// multipart.cc
+Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
+                            BodySource& body);
+Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
+                                         const RequestAuth& auth, BodySource& body);
+Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req);
+
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.

@@ -1,355 +1,53 @@
 // PutObject: streams the body (plain or aws-chunked) into stripes, or into the manifest
-// when it is small, verifies the payload hashes, and commits the manifest only after every
-// fragment is durable.
-#include <fmt/core.h>
-
-#include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <cstring>
-
-#include "checksum.h"
-#include "digest.h"
+// when it is small (ingest.h), and commits the manifest only after every fragment is
+// durable and the payload hashes are verified.
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
-#include "granary/common/log.h"
 #include "handlers.h"
+#include "ingest.h"
 
 namespace granary::gateway {
 
-namespace {
-
-constexpr size_t kRawReadSize = 256 * 1024;
-constexpr size_t kMaxUserMetadata = 2 * 1024;  // AWS: 2 KB of x-amz-meta-* names + values
-constexpr size_t kOffloadHashAbove = 256 * 1024;
-
-// The object bytes of a request body: plain, or decoded from aws-chunked framing.
-class PayloadStream {
- public:
-  PayloadStream(BodySource& body, std::unique_ptr<AwsChunkedDecoder> decoder)
-      : body_(body), decoder_(std::move(decoder)) {}
-
-  Task<S3Result<size_t>> read(std::span<uint8_t> out) {
-    if (!decoder_) co_return co_await body_.read(out);
-    while (pos_ == pending_.size()) {
-      pending_.clear();
-      pos_ = 0;
-      if (decoder_->done()) co_return 0;
-      raw_.resize(kRawReadSize);
-      auto n = co_await body_.read({reinterpret_cast<uint8_t*>(raw_.data()), raw_.size()});
-      if (!n) co_return std::unexpected(n.error());
-      if (*n == 0) {
-        co_return s3fail(S3ErrorCode::kIncompleteBody,
-                         "The request body terminated unexpectedly");
-      }
-      auto fed = decoder_->feed(std::string_view(raw_.data(), *n), pending_);
-      if (!fed) co_return std::unexpected(fed.error());
-    }
-    size_t n = std::min(out.size(), pending_.size() - pos_);
-    std::memcpy(out.data(), pending_.data() + pos_, n);
-    pos_ += n;
-    co_return n;
-  }
-
-  // Trailing headers of an aws-chunked body (empty for plain bodies).
-  const std::map<std::string, std::string>& trailers() const {
-    static const std::map<std::string, std::string> kNone;
-    return decoder_ ? decoder_->trailers() : kNone;
-  }
-
-  // Reads until `out` is full or the payload ends.
-  Task<S3Result<size_t>> readFull(std::span<uint8_t> out) {
-    size_t got = 0;
-    while (got < out.size()) {
-      auto n = co_await read(out.subspan(got));
-      if (!n) co_return std::unexpected(n.error());
-      if (*n == 0) break;
-      got += *n;
-    }
-    co_return got;
-  }
-
- private:
-  BodySource& body_;
-  std::unique_ptr<AwsChunkedDecoder> decoder_;
-  std::string raw_;
-  std::string pending_;
-  size_t pos_ = 0;
-};
-
-struct PayloadMode {
-  std::unique_ptr<AwsChunkedDecoder> decoder;
-  std::optional<std::string> expected_sha256;  // hex, for a signed single-chunk payload
-};
-
-S3Result<PayloadMode> payloadMode(const RequestAuth& auth) {
-  PayloadMode mode;
-  std::string_view hash = auth.info ? std::string_view(auth.info->payload_hash) : "";
-  if (hash.empty() || hash == "UNSIGNED-PAYLOAD") return mode;
-  bool signed_chunks = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" ||
-                       hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
-  bool trailer = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" ||
-                 hash == "STREAMING-UNSIGNED-PAYLOAD-TRAILER";
-  if (signed_chunks || trailer) {
-    std::optional<AwsChunkedDecoder::Signing> signing;
-    if (signed_chunks) {
-      signing = AwsChunkedDecoder::Signing{auth.signing_key, auth.info->amz_date,
-                                           auth.info->scope(), auth.info->signature};
-    }
-    mode.decoder = std::make_unique<AwsChunkedDecoder>(std::move(signing), trailer);
-    return mode;
-  }
-  auto raw = fromHex(hash);
-  if (!raw || raw->size() != 32) {
-    return s3fail(S3ErrorCode::kInvalidArgument,
-                  "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-..., or a valid "
-                  "sha256 value.");
-  }
-  std::string lower(hash);
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  mode.expected_sha256 = lower;
-  return mode;
-}
-
-S3Result<uint64_t> payloadSize(const S3Request& req, bool chunked, uint64_t max) {
-  std::optional<uint64_t> size;
-  if (chunked) {
-    if (auto d = req.header("x-amz-decoded-content-length")) {
-      uint64_t v = 0;
-      auto [p, ec] = std::from_chars(d->data(), d->data() + d->size(), v);
-      if (ec == std::errc() && p == d->data() + d->size()) size = v;
-    }
-  } else {
-    size = req.content_length;
-  }
-  if (!size) {
-    return s3fail(S3ErrorCode::kMissingContentLength,
-                  "You must provide the Content-Length HTTP header.");
-  }
-  if (*size > max) {
-    return s3fail(S3ErrorCode::kEntityTooLarge,
-                  "Your proposed upload exceeds the maximum allowed object size.");
-  }
-  return *size;
-}
-
-// Stored system headers; Content-Encoding minus the transfer-only "aws-chunked".
-S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m) {
-  size_t meta_bytes = 0;
-  for (const auto& [name, value] : req.headers) {
-    if (name.starts_with("x-amz-meta-")) {
-      std::string short_name = name.substr(11);
-      meta_bytes += short_name.size() + value.size();
-      m.metadata[short_name] = value;
-    } else if (name == "content-encoding") {
-      std::string kept;
-      size_t start = 0;
-      while (start <= value.size()) {
-        size_t comma = value.find(',', start);
-        std::string part = value.substr(start, comma == std::string::npos ? std::string::npos
-                                                                           : comma - start);
-        part.erase(0, part.find_first_not_of(' '));
-        part.erase(part.find_last_not_of(' ') + 1);
-        if (!part.empty() && part != "aws-chunked") kept += (kept.empty() ? "" : ",") + part;
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-      if (!kept.empty()) m.headers["Content-Encoding"] = kept;
-    } else if (name == "content-disposition") {
-      m.headers["Content-Disposition"] = value;
-    } else if (name == "cache-control") {
-      m.headers["Cache-Control"] = value;
-    } else if (name == "content-language") {
-      m.headers["Content-Language"] = value;
-    } else if (name == "expires") {
-      m.headers["Expires"] = value;
-    }
-  }
-  if (meta_bytes > kMaxUserMetadata) {
-    return s3fail(S3ErrorCode::kMetadataTooLarge,
-                  "Your metadata headers exceed the maximum allowed metadata size.");
-  }
-  m.content_type = std::string(req.header("content-type").value_or("binary/octet-stream"));
-  return {};
-}
-
-// Everything computed over the payload as it streams: the ETag's MD5, the signed payload
-// hash, and the additional checksum the client asked for.
-class Hashes {
- public:
-  Hashes(bool sha256, std::optional<ChecksumAlgorithm> checksum) : md5_(Digest::Kind::kMd5) {
-    if (sha256) sha256_.emplace(Digest::Kind::kSha256);
-    if (checksum) checksum_.emplace(*checksum);
-  }
-  void update(std::span<const uint8_t> data) {
-    md5_.update(data);
-    if (sha256_) sha256_->update(data);
-    if (checksum_) checksum_->update(data);
-  }
-  std::vector<uint8_t> md5() { return md5_.finish(); }
-  std::string sha256Hex() { return sha256_ ? toHex(sha256_->finish()) : std::string(); }
-  std::string checksum() { return checksum_ ? checksum_->value() : std::string(); }
-
- private:
-  Digest md5_;
-  std::optional<Digest> sha256_;
-  std::optional<Checksummer> checksum_;
-};
-
-// The additional checksum's verdict: nullopt when it matches (or none was asked for).
-std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
-                                     const std::string& computed,
-                                     const std::map<std::string, std::string>& trailers) {
-  if (!want) return std::nullopt;
-  std::string expected;
-  if (want->expected) {
-    expected = *want->expected;
-  } else {
-    auto it = trailers.find(checksumHeader(want->algorithm));
-    if (it == trailers.end()) {
-      return S3Error{S3ErrorCode::kInvalidRequest,
-                     "The trailing checksum named by x-amz-trailer was not sent."};
-    }
-    expected = it->second;
-  }
-  if (expected == computed) return std::nullopt;
-  return S3Error{S3ErrorCode::kBadDigest,
-                 "The " + std::string(checksumName(want->algorithm)) +
-                     " you specified did not match the calculated checksum."};
-}
-
-}  // namespace
-
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body) {
-  auto mode = payloadMode(auth);
-  if (!mode) co_return errorResponse(mode.error(), req);
-  const bool chunked = mode->decoder != nullptr;
-  auto size = payloadSize(req, chunked, ctx.options.max_object_size);
-  if (!size) co_return errorResponse(size.error(), req);
-
-  auto checksum = requestedChecksum(req);
-  if (!checksum) co_return errorResponse(checksum.error(), req);
   index_kv::Manifest m;
-  if (auto st = collectMetadata(req, m); !st) co_return errorResponse(st.error(), req);
-  std::optional<std::vector<uint8_t>> content_md5;
-  if (auto cm = req.header("content-md5")) {
-    content_md5 = base64Decode(*cm);
-    if (!content_md5 || content_md5->size() != 16) {
-      co_return errorResponse({S3ErrorCode::kInvalidDigest,
-                               "The Content-MD5 you specified was invalid."},
-                              req);
-    }
-  }
-
-  const auto& clock = ctx.deps.clock;
-  m.version = VersionId::generate(clock, ctx.deps.random);
-  m.ec = ctx.data.code().profile();
-  PayloadStream payload(body, std::move(mode->decoder));
-  Hashes hashes(mode->expected_sha256.has_value(),
-                *checksum ? std::optional((*checksum)->algorithm) : std::nullopt);
-  uint64_t total = 0;
-  std::unique_ptr<ObjectWriter> writer;
-
-  auto failWith = [&](const S3Error& e) -> Task<S3Response> {
-    if (writer) co_await writer->abandon();
-    S3Response res = errorResponse(e, req);
-    res.close = !body.done();
-    co_return res;
+  IngestOptions options;
+  options.allow_inline = true;
+  options.max_size = ctx.options.max_object_size;
+  options.check_headers = [&]() -> std::optional<S3Error> {
+    if (auto st = collectMetadata(req, m); !st) return st.error();
+    return std::nullopt;
   };
+  auto ingested = co_await ingestBody(ctx, req, auth, body, options);
+  if (!ingested) {
+    S3Response res = errorResponse(ingested.error().error, req);
+    res.close = ingested.error().close;
+    co_return res;
+  }
+  IngestResult& in = *ingested;
 
-  if (*size <= ctx.options.inline_threshold) {
-    m.is_inline = true;
-    m.inline_data.resize(*size + 1);  // one spare byte detects an over-long body
-    auto n = co_await payload.readFull(
-        {reinterpret_cast<uint8_t*>(m.inline_data.data()), m.inline_data.size()});
-    if (!n) {
-      S3Error err = n.error();
-      co_return co_await failWith(err);
-    }
-    total = *n;
-    m.inline_data.resize(std::min<uint64_t>(total, *size));
-    hashes.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
-  } else {
-    asio::any_io_executor ex = co_await asio::this_coro::executor;
-    writer = std::make_unique<ObjectWriter>(ctx.data, m.version, req.bucket, req.key, ex);
-    for (;;) {
-      auto buf = writer->buffer();
-      auto n = co_await payload.readFull(buf);
-      if (!n) {
-        S3Error err = n.error();
-        co_return co_await failWith(err);
-      }
-      if (*n == 0) break;
-      total += *n;
-      if (total > *size) break;
-      auto chunk = buf.first(*n);
-      if (chunk.size() > kOffloadHashAbove) {
-        co_await offload(ctx.pool(), [&] {
-          hashes.update(chunk);
-          return 0;
-        });
-      } else {
-        hashes.update(chunk);
-      }
-      Status st = co_await writer->flush(*n);
-      if (!st.isOk()) {
-        S3Error err = fromStatus(st);
-        co_return co_await failWith(err);
-      }
-      if (*n < buf.size()) break;
-    }
-    Status st = co_await writer->finish();
-    if (!st.isOk()) {
-      S3Error err = fromStatus(st);
-      co_return co_await failWith(err);
-    }
-  }
-  ctx.metrics.bytesIn(total);
-  auto md5 = hashes.md5();
-  const std::string computed_checksum = hashes.checksum();
-  std::optional<S3Error> invalid;
-  if (total < *size) {
-    invalid = S3Error{S3ErrorCode::kIncompleteBody,
-                      "You did not provide the number of bytes specified by the "
-                      "Content-Length HTTP header."};
-  } else if (total > *size) {
-    invalid = S3Error{S3ErrorCode::kInvalidRequest,
-                      "The request body is longer than its declared length."};
-  } else if (mode->expected_sha256 && hashes.sha256Hex() != *mode->expected_sha256) {
-    invalid = S3Error{S3ErrorCode::kXAmzContentSHA256Mismatch,
-                      "The provided 'x-amz-content-sha256' header does not match what was "
-                      "computed."};
-  } else if (content_md5 && *content_md5 != md5) {
-    invalid = S3Error{S3ErrorCode::kBadDigest,
-                      "The Content-MD5 you specified did not match what we received."};
-  } else {
-    invalid = checkChecksum(*checksum, computed_checksum, payload.trailers());
-  }
-  const int64_t elapsed_ns = clock.nowUnixNanos() - m.version.createdUnixNanos();
-  if (!invalid && elapsed_ns > int64_t(ctx.options.max_put_seconds) * 1'000'000'000) {
-    invalid = S3Error{S3ErrorCode::kRequestTimeout,
-                      "The upload took longer than the server's maximum PUT duration."};
-  }
-  if (invalid) co_return co_await failWith(*invalid);
-
-  m.size = total;
-  m.etag = toHex(md5);
-  m.mtime_unix_nanos = clock.nowUnixNanos();
-  if (writer) {
-    m.drives = writer->drives();
-    m.stripes = writer->stripes();
-  }
+  m.version = in.version;
+  m.ec = ctx.data.code().profile();
+  m.size = in.size;
+  m.etag = toHex(in.md5);
+  m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  m.is_inline = in.is_inline;
+  m.inline_data = std::move(in.inline_data);
+  m.drives = in.drives;
+  m.stripes = in.stripes;
   auto committed = co_await offload(ctx.pool(), [&] {
     return ctx.index().putObject(req.bucket, req.key, m, index_kv::Precondition::none());
   });
   if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req, committed.error());
-    co_return co_await failWith(err);
+    co_await removeBlobs(ctx, in.drives, in.stripes);
+    S3Response res = errorResponse(err, req);
+    res.close = !body.done();
+    co_return res;
   }
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");
-  if (*checksum) res.set(checksumHeader((*checksum)->algorithm), computed_checksum);
+  if (in.checksum_algorithm) res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
   co_return res;
 }
 

@@ -9,6 +9,7 @@
 
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
+#include "granary/common/log.h"
 #include "granary/placement/cluster_map.h"
 #include "handlers.h"
 #include "s3_xml.h"
@@ -35,6 +36,11 @@ std::optional<std::string_view> S3Request::queryValue(std::string_view name) con
 S3Response errorResponse(const S3Error& error, const S3Request& req) {
   S3Response res;
   res.status = httpStatus(error.code);
+  if (res.status >= 500) {
+    // Server-side failures are ours to explain: keep the cause in the server log.
+    log::warn("{} {} -> {} {}: {} (request {})", req.method, req.path, res.status,
+              errorName(error.code), error.message, req.request_id);
+  }
   if (error.code == S3ErrorCode::kNotModified) return res;
   res.set("Content-Type", "application/xml");
   std::string resource = req.path.empty() ? "/" : req.path;
@@ -49,10 +55,9 @@ namespace {
 constexpr std::array kUnsupportedSubresources = {
     "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification",
-    "object-lock", "ownershipControls", "partNumber", "policy", "policyStatus",
-    "publicAccessBlock", "replication", "requestPayment", "restore", "retention", "select",
-    "tagging", "torrent", "uploadId", "uploads", "versioning", "versions", "website",
-    "attributes"};
+    "object-lock", "ownershipControls", "policy", "policyStatus", "publicAccessBlock",
+    "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent",
+    "versioning", "versions", "website", "attributes"};
 
 bool validUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
@@ -173,6 +178,49 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
 
   const std::string& m = req.method;
+  // Multipart uploads (uploads, uploadId, partNumber); any other use of those
+  // subresources (UploadPartCopy, GET ?partNumber...) is NotImplemented.
+  if (req.hasQuery("uploads") || req.hasQuery("uploadId") || req.hasQuery("partNumber")) {
+    const bool uploads = req.hasQuery("uploads");
+    const bool upload_id = req.hasQuery("uploadId");
+    const bool part_number = req.hasQuery("partNumber");
+    if (!req.bucket.empty() && req.key.empty() && m == "GET" && uploads && !upload_id &&
+        !part_number) {
+      op = "ListMultipartUploads";
+      co_return co_await listMultipartUploads(ctx, req);
+    }
+    if (!req.key.empty() && !uploads) {
+      if (m == "PUT" && upload_id && !req.header("x-amz-copy-source")) {
+        op = "UploadPart";
+        co_return co_await uploadPart(ctx, req, *auth, body);
+      }
+      if (!part_number && upload_id) {
+        if (m == "POST") {
+          op = "CompleteMultipartUpload";
+          co_return co_await completeMultipartUpload(ctx, req, *auth, body);
+        }
+        if (m == "DELETE") {
+          op = "AbortMultipartUpload";
+          co_return co_await abortMultipartUpload(ctx, req);
+        }
+        if (m == "GET") {
+          op = "ListParts";
+          co_return co_await listParts(ctx, req);
+        }
+      }
+    }
+    if (!req.key.empty() && m == "POST" && uploads && !upload_id && !part_number) {
+      op = "CreateMultipartUpload";
+      co_return co_await createMultipartUpload(ctx, req);
+    }
+    op = "Unsupported";
+    co_return errorResponse(
+        {S3ErrorCode::kNotImplemented,
+         m == "PUT" && req.header("x-amz-copy-source") ? "UploadPartCopy is not implemented"
+                                                        : "This multipart request is not "
+                                                          "implemented"},
+        req);
+  }
   if (req.bucket.empty()) {
     if (m == "GET") {
       op = "ListBuckets";

@@ -54,6 +54,14 @@ std::string_view errorName(S3ErrorCode code) {
       return "NoSuchBucket";
     case S3ErrorCode::kNoSuchKey:
       return "NoSuchKey";
+    case S3ErrorCode::kNoSuchUpload:
+      return "NoSuchUpload";
+    case S3ErrorCode::kInvalidPart:
+      return "InvalidPart";
+    case S3ErrorCode::kInvalidPartOrder:
+      return "InvalidPartOrder";
+    case S3ErrorCode::kEntityTooSmall:
+      return "EntityTooSmall";
     case S3ErrorCode::kNotImplemented:
       return "NotImplemented";
     case S3ErrorCode::kPreconditionFailed:
@@ -87,6 +95,7 @@ int httpStatus(S3ErrorCode code) {
       return 403;
     case S3ErrorCode::kNoSuchBucket:
     case S3ErrorCode::kNoSuchKey:
+    case S3ErrorCode::kNoSuchUpload:
       return 404;
     case S3ErrorCode::kBucketNotEmpty:
     case S3ErrorCode::kBucketAlreadyOwnedByYou:
@@ -125,6 +134,9 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kAuthorizationHeaderMalformed:
     case S3ErrorCode::kAuthorizationQueryParametersError:
     case S3ErrorCode::kMissingSecurityHeader:
+    case S3ErrorCode::kInvalidPart:
+    case S3ErrorCode::kInvalidPartOrder:
+    case S3ErrorCode::kEntityTooSmall:
       return 400;
   }
   return 500;

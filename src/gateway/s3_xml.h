@@ -2,6 +2,7 @@
 // library's job, not ours).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,5 +57,45 @@ std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool qui
 // <CreateBucketConfiguration><LocationConstraint>r</LocationConstraint>...: returns the
 // location constraint ("" if absent). Empty body is fine. MalformedXML otherwise.
 S3Result<std::string> parseCreateBucketConfiguration(std::string_view body);
+
+// --- Multipart uploads.
+std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view key,
+                                       std::string_view upload_id);
+
+struct CompletedPart {
+  uint32_t part_number = 0;
+  std::string etag;  // without quotes
+};
+inline constexpr size_t kMaxParts = 10000;
+// <CompleteMultipartUpload><Part><PartNumber>n</PartNumber><ETag>e</ETag></Part>...: the
+// parts in document order. MalformedXML for bad XML, no parts, more than kMaxParts, or a
+// part without a numeric PartNumber or an ETag. Other children (checksums) are ignored.
+S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body);
+
+std::string completeMultipartUploadXml(std::string_view location, std::string_view bucket,
+                                       std::string_view key, std::string_view etag);
+
+struct ListPartsParams {
+  std::string bucket;
+  std::string key;
+  std::string upload_id;
+  std::string owner_id;
+  uint32_t part_number_marker = 0;
+  size_t max_parts = 1000;
+  bool truncated = false;
+};
+std::string listPartsXml(const ListPartsParams& params,
+                         const std::vector<index_kv::PartInfo>& parts);
+
+struct ListUploadsParams {
+  std::string bucket;
+  std::string prefix;
+  std::string key_marker;
+  std::string upload_id_marker;
+  std::string owner_id;
+  size_t max_uploads = 1000;
+};
+std::string listMultipartUploadsXml(const ListUploadsParams& params,
+                                    const index_kv::ListUploadsResult& result);
 
 }  // namespace granary::gateway

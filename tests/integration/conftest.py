@@ -38,9 +38,12 @@ class Server:
 
     def start(self, listen="127.0.0.1:0", timeout=60):
         log = open(self.log_path, "ab")
+        args = list(self.extra_args)
+        if "--access-log" not in args:  # keep one for post-mortems of failed tests
+            args += ["--access-log", self.data_dir.rstrip("/") + ".access.log"]
         self.proc = subprocess.Popen(
             [GRANARY, "serve", "--data", self.data_dir, "--listen", listen,
-             "--event-loops", "2", "--gc-grace", "1", "--gc-interval", "1"] + self.extra_args,
+             "--event-loops", "2", "--gc-grace", "1", "--gc-interval", "1"] + args,
             stdout=subprocess.PIPE, stderr=log, env=self.env)
         banner = {}
         lines = []

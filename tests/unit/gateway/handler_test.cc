@@ -485,8 +485,14 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   CHECK(put.status == 501);
   CHECK(put.code == "NotImplemented");
   CHECK(f.get("/bucket/obj").body == "data");  // not overwritten by the tagging body
-  Reply post = f.send(makeRequest("POST", "/bucket/obj?uploads"));
+  Reply post = f.send(makeRequest("POST", "/bucket/obj?restore"));
   CHECK(post.status == 501);
+  for (const char* target : {"/bucket/obj?partNumber=1", "/bucket?uploadId=x"}) {
+    CAPTURE(target);
+    Reply r = f.get(target);
+    CHECK(r.status == 501);
+    CHECK(r.code == "NotImplemented");
+  }
 }
 
 TEST_CASE("The health endpoint answers 200 without credentials") {
@@ -706,6 +712,125 @@ TEST_CASE("ListObjectsV2 lists committed keys only") {
   CHECK(list.body.find("<Key>b</Key>") != std::string::npos);
   CHECK(list.body.find("<Key>c</Key>") == std::string::npos);
   CHECK(list.body.find("<KeyCount>2</KeyCount>") != std::string::npos);
+}
+
+std::string xmlField(const std::string& xml, const std::string& name) {
+  size_t a = xml.find("<" + name + ">");
+  size_t b = xml.find("</" + name + ">");
+  if (a == std::string::npos || b == std::string::npos) return "";
+  a += name.size() + 2;
+  return xml.substr(a, b - a);
+}
+
+TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges cross parts") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads", {{"content-type", "text/x"}}));
+  REQUIRE(created.status == 200);
+  CHECK(created.op == "CreateMultipartUpload");
+  std::string id = xmlField(created.body, "UploadId");
+  REQUIRE(id.size() == 32);
+
+  std::string p1 = randomString((5u << 20) + 100, 31);  // last stripe partial
+  std::string p2 = randomString(5000, 32);
+  std::vector<std::string> etags;
+  for (int n : {1, 2}) {
+    const std::string& data = n == 1 ? p1 : p2;
+    Reply r = f.send(makeRequest("PUT", "/bucket/mp?partNumber=" + std::to_string(n) +
+                                            "&uploadId=" + id,
+                                 {}, sha256Hex(data)),
+                     data, 64 * 1024);
+    REQUIRE(r.status == 200);
+    CHECK(r.op == "UploadPart");
+    REQUIRE(r.header("ETag") == "\"" + md5Hex(data) + "\"");
+    etags.push_back(*r.header("ETag"));
+  }
+  Reply bad = f.send(makeRequest("PUT", "/bucket/mp?partNumber=0&uploadId=" + id, {},
+                                 sha256Hex("x")),
+                     "x");
+  CHECK(bad.code == "InvalidArgument");
+
+  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                    etags[0] + "</ETag></Part><Part><PartNumber>2</PartNumber><ETag>" +
+                    etags[1] + "</ETag></Part></CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/mp?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  REQUIRE(done.status == 200);
+  CHECK(done.op == "CompleteMultipartUpload");
+  Digest md5s(Digest::Kind::kMd5);
+  for (const std::string& data : {p1, p2}) {
+    Digest d(Digest::Kind::kMd5);
+    d.update(data);
+    md5s.update(std::span<const uint8_t>(d.finish()));
+  }
+  const std::string etag = toHex(md5s.finish()) + "-2";
+  CHECK(xmlField(done.body, "ETag") == "\"" + etag + "\"");
+
+  const std::string all = p1 + p2;
+  Reply got = f.get("/bucket/mp");
+  REQUIRE(got.status == 200);
+  CHECK(got.header("ETag") == "\"" + etag + "\"");
+  CHECK(got.header("Content-Type") == "text/x");
+  CHECK(got.body == all);
+  const uint64_t b = p1.size();
+  Reply range = f.get("/bucket/mp", {{"range", "bytes=" + std::to_string(b - 5000) + "-" +
+                                                   std::to_string(b + 10)}});
+  REQUIRE(range.status == 206);
+  CHECK(range.body == all.substr(b - 5000, 5011));
+
+  // The upload is gone: its id is NoSuchUpload everywhere.
+  CHECK(f.send(makeRequest("DELETE", "/bucket/mp?uploadId=" + id)).code == "NoSuchUpload");
+  CHECK(f.get("/bucket/mp?uploadId=" + id).code == "NoSuchUpload");
+}
+
+TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply created = f.send(makeRequest("POST", "/bucket/k?uploads"));
+  std::string id = xmlField(created.body, "UploadId");
+  std::string small = randomString(2000, 41);
+  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex(small)),
+                      small);
+  REQUIRE(part.status == 200);
+  Reply part2 = f.send(makeRequest("PUT", "/bucket/k?partNumber=2&uploadId=" + id, {},
+                                   sha256Hex(small)),
+                       small);
+  REQUIRE(part2.status == 200);
+  auto complete = [&](const std::string& parts) {
+    std::string xml = "<CompleteMultipartUpload>" + parts + "</CompleteMultipartUpload>";
+    return f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  };
+  auto partXml = [](int n, const std::string& etag) {
+    return "<Part><PartNumber>" + std::to_string(n) + "</PartNumber><ETag>" + etag +
+           "</ETag></Part>";
+  };
+  const std::string etag = *part.header("ETag");
+  CHECK(complete(partXml(2, etag) + partXml(1, etag)).code == "InvalidPartOrder");
+  CHECK(complete(partXml(1, "\"00\"")).code == "InvalidPart");
+  CHECK(complete(partXml(1, etag) + partXml(2, etag)).code == "EntityTooSmall");
+  CHECK(complete("").code == "MalformedXML");
+  const std::string good = "<CompleteMultipartUpload>" + partXml(2, etag) +
+                           "</CompleteMultipartUpload>";
+  CHECK(f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex("other")), good)
+            .code == "XAmzContentSHA256Mismatch");
+  Reply listed = f.get("/bucket/k?uploadId=" + id);
+  CHECK(listed.op == "ListParts");
+  CHECK(listed.body.find("<PartNumber>2</PartNumber>") != std::string::npos);
+  Reply uploads = f.get("/bucket?uploads");
+  CHECK(uploads.op == "ListMultipartUploads");
+  CHECK(xmlField(uploads.body, "UploadId") == id);
+
+  const size_t blobs = f.blobCount();
+  CHECK(blobs > 0);
+  Reply aborted = f.send(makeRequest("DELETE", "/bucket/k?uploadId=" + id));
+  CHECK(aborted.status == 204);
+  CHECK(complete(partXml(1, etag)).code == "NoSuchUpload");
+  CHECK(xmlField(f.get("/bucket?uploads").body, "UploadId").empty());
+  auto due = f.cluster.index().gcDue(f.cluster.clock.nowUnixNanos() + 1, 10);
+  REQUIRE(due.has_value());
+  size_t queued = 0;
+  for (const auto& e : *due) queued += e.blobs.size();
+  CHECK(queued == blobs);
 }
 
 }  // namespace

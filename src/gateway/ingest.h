@@ -1,0 +1,59 @@
+// Body ingestion shared by PutObject and UploadPart: payload mode (plain or aws-chunked),
+// size checks, MD5 / signed SHA-256 / additional checksum computed as the body streams,
+// inline or striped storage through ObjectWriter, verification, and removal of what was
+// written when anything fails. The caller commits the result (or, if its commit fails,
+// removes the blobs with removeBlobs).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checksum.h"
+#include "handlers.h"
+
+namespace granary::gateway {
+
+struct IngestOptions {
+  bool allow_inline = true;  // bodies up to options.inline_threshold stay in memory
+  uint64_t max_size = 0;     // EntityTooLarge above
+  // Runs after the header checks of the payload (mode, size, checksum) and before
+  // Content-MD5's, so a caller's own header validation keeps its place in that order.
+  std::function<std::optional<S3Error>()> check_headers;
+};
+
+struct IngestResult {
+  VersionId version;  // blob version of the stripes (minted at the start of the ingest)
+  uint64_t size = 0;
+  std::vector<uint8_t> md5;  // 16 bytes
+  std::optional<ChecksumAlgorithm> checksum_algorithm;
+  std::string checksum;  // base64, when checksum_algorithm is set
+  bool is_inline = false;
+  std::string inline_data;
+  std::vector<std::string> drives;
+  std::vector<index_kv::StripeLayout> stripes;
+};
+
+struct IngestFailure {
+  S3Error error;
+  bool close = false;  // the body was partly read: the connection cannot be reused
+};
+
+// Nothing of the body is left stored when this fails.
+Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
+                                                            const S3Request& req,
+                                                            const RequestAuth& auth,
+                                                            BodySource& body,
+                                                            const IngestOptions& options);
+
+// Best-effort removal of the blobs of `stripes` (after a commit that failed).
+Task<void> removeBlobs(GatewayContext& ctx, const std::vector<std::string>& drives,
+                       const std::vector<index_kv::StripeLayout>& stripes);
+
+// Stored system headers, x-amz-meta-* and Content-Type of a PUT or CreateMultipartUpload;
+// Content-Encoding minus the transfer-only "aws-chunked". MetadataTooLarge over 2 KB.
+S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m);
+
+}  // namespace granary::gateway

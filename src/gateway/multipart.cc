@@ -1,0 +1,385 @@
+// Multipart uploads: CreateMultipartUpload, UploadPart, CompleteMultipartUpload,
+// AbortMultipartUpload, ListParts and ListMultipartUploads. A part is ingested exactly like
+// a PUT body (ingest.h), always striped, and recorded in the index; Complete builds the
+// object's manifest from the parts' stripes without copying a byte: each stripe keeps its
+// part's blob version, and the parts' drive tables are merged into one.
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+
+#include "digest.h"
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "handlers.h"
+#include "ingest.h"
+#include "s3_xml.h"
+
+namespace granary::gateway {
+
+namespace {
+
+constexpr uint32_t kMaxPartNumber = 10000;
+constexpr uint64_t kMaxPartSize = 5ull << 30;     // AWS: 5 GiB
+constexpr uint64_t kMinPartSize = 5ull << 20;     // AWS: 5 MiB, except the last part
+constexpr size_t kMaxCompleteBody = 2 * 1024 * 1024;  // 10000 parts with checksums
+constexpr size_t kMaxListed = 1000;
+constexpr size_t kPartsPage = 1000;
+
+std::optional<uint64_t> parseUint(std::string_view s) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+S3Error noSuchUpload() {
+  return {S3ErrorCode::kNoSuchUpload,
+          "The specified upload does not exist. The upload ID may be invalid, or the upload "
+          "may have been aborted or completed."};
+}
+
+// The uploadId parameter; one that this gateway cannot have minted is NoSuchUpload.
+S3Result<std::string> uploadIdOf(const S3Request& req) {
+  std::string id(req.queryValue("uploadId").value_or(""));
+  if (!VersionId::fromHex(id)) return std::unexpected(noSuchUpload());
+  return id;
+}
+
+// Index failures of an operation on an upload: kNotFound is NoSuchUpload.
+S3Error uploadError(const Status& st) {
+  if (st.isNotFound()) return noSuchUpload();
+  return fromStatus(st);
+}
+
+// A max-keys style parameter: absent = 1000, above 1000 = 1000.
+S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {
+  auto v = req.queryValue(name);
+  if (!v) return kMaxListed;
+  auto n = parseUint(*v);
+  if (!n) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Provided " + std::string(name) + " not an integer or within integer range");
+  }
+  return static_cast<size_t>(std::min<uint64_t>(*n, kMaxListed));
+}
+
+bool sameEtag(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+S3Response xmlResponse(std::string body) {
+  S3Response res;
+  res.set("Content-Type", "application/xml");
+  res.body = std::move(body);
+  return res;
+}
+
+struct LoadedUpload {
+  index_kv::MultipartUpload upload;
+  std::map<uint32_t, index_kv::PartInfo> parts;
+};
+
+// The manifest of the completed object: `parts` in order, stripes referenced in place.
+S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::MultipartUpload& up,
+                                      const std::vector<const index_kv::PartInfo*>& parts) {
+  index_kv::Manifest m;
+  m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
+  m.ec = ctx.data.code().profile();
+  m.content_type = up.content_type;
+  m.metadata = up.metadata;
+  m.headers = up.headers;
+  Digest md5(Digest::Kind::kMd5);
+  std::map<std::string, uint16_t> drive_index;
+  const S3Error corrupt{S3ErrorCode::kInternalError,
+                        "We encountered an internal error. Please try again."};
+  for (const index_kv::PartInfo* part : parts) {
+    m.size += part->size;
+    auto raw = fromHex(part->etag);
+    if (!raw || raw->size() != 16) return std::unexpected(corrupt);
+    md5.update(std::span<const uint8_t>(*raw));
+    std::vector<uint16_t> remap(part->drives.size());
+    for (size_t d = 0; d < part->drives.size(); ++d) {
+      auto [it, inserted] =
+          drive_index.emplace(part->drives[d], static_cast<uint16_t>(m.drives.size()));
+      if (inserted) {
+        if (m.drives.size() >= 0xffff) return std::unexpected(corrupt);
+        m.drives.push_back(part->drives[d]);
+      }
+      remap[d] = it->second;
+    }
+    for (const auto& stripe : part->stripes) {
+      index_kv::StripeLayout s = stripe;
+      for (auto& d : s.drives) {
+        if (d >= remap.size()) return std::unexpected(corrupt);
+        d = remap[d];
+      }
+      m.stripes.push_back(std::move(s));
+    }
+  }
+  m.etag = toHex(md5.finish()) + "-" + std::to_string(parts.size());
+  m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  return m;
+}
+
+}  // namespace
+
+Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req) {
+  index_kv::Manifest attrs;
+  if (auto st = collectMetadata(req, attrs); !st) co_return errorResponse(st.error(), req);
+  index_kv::MultipartUpload up;
+  up.upload_id = VersionId::generate(ctx.deps.clock, ctx.deps.random).toHex();
+  up.bucket = req.bucket;
+  up.key = req.key;
+  up.owner = req.principal;
+  up.initiated_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  up.content_type = std::move(attrs.content_type);
+  up.metadata = std::move(attrs.metadata);
+  up.headers = std::move(attrs.headers);
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUpload(up); });
+  if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
+  co_return xmlResponse(initiateMultipartUploadXml(req.bucket, req.key, up.upload_id));
+}
+
+Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
+                            BodySource& body) {
+  auto number = parseUint(req.queryValue("partNumber").value_or(""));
+  if (!number || *number < 1 || *number > kMaxPartNumber) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "Part number must be an integer between 1 and 10000, inclusive"},
+                            req);
+  }
+  auto parsed_id = uploadIdOf(req);
+  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
+  const std::string upload_id = std::move(*parsed_id);
+  auto upload = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getUpload(req.bucket, req.key, upload_id);
+  });
+  if (!upload) co_return errorResponse(uploadError(upload.error()), req);
+
+  IngestOptions options;
+  options.allow_inline = false;
+  options.max_size = kMaxPartSize;
+  auto ingested = co_await ingestBody(ctx, req, auth, body, options);
+  if (!ingested) {
+    S3Response res = errorResponse(ingested.error().error, req);
+    res.close = ingested.error().close;
+    co_return res;
+  }
+  IngestResult& in = *ingested;
+
+  index_kv::PartInfo part;
+  part.part_number = static_cast<uint32_t>(*number);
+  part.size = in.size;
+  part.etag = toHex(in.md5);
+  part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  part.version = in.version;
+  part.drives = in.drives;
+  part.stripes = in.stripes;
+  auto recorded = co_await offload(ctx.pool(), [&] {
+    return ctx.index().putPart(req.bucket, req.key, upload_id, part);
+  });
+  if (!recorded) {
+    // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
+    S3Error err = uploadError(recorded.error());
+    co_await removeBlobs(ctx, in.drives, in.stripes);
+    S3Response res = errorResponse(err, req);
+    res.close = !body.done();
+    co_return res;
+  }
+  S3Response res;
+  res.set("ETag", "\"" + part.etag + "\"");
+  if (in.checksum_algorithm) res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
+  co_return res;
+}
+
+Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
+                                         const RequestAuth& auth, BodySource& body) {
+  auto parsed_id = uploadIdOf(req);
+  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
+  const std::string upload_id = std::move(*parsed_id);
+  auto xml = co_await readSmallBody(body, kMaxCompleteBody);
+  if (!xml) co_return errorResponse(xml.error(), req);
+  // A signed payload hash (64 hex digits) must match the body it signed.
+  if (auth.info && auth.info->payload_hash.size() == 64) {
+    Digest sha(Digest::Kind::kSha256);
+    sha.update(*xml);
+    std::string want = auth.info->payload_hash;
+    std::transform(want.begin(), want.end(), want.begin(), ::tolower);
+    if (toHex(sha.finish()) != want) {
+      co_return errorResponse({S3ErrorCode::kXAmzContentSHA256Mismatch,
+                               "The provided 'x-amz-content-sha256' header does not match what "
+                               "was computed."},
+                              req);
+    }
+  }
+  auto listed = parseCompleteMultipartUpload(*xml);
+  if (!listed) co_return errorResponse(listed.error(), req);
+  for (size_t i = 1; i < listed->size(); ++i) {
+    if ((*listed)[i].part_number <= (*listed)[i - 1].part_number) {
+      co_return errorResponse({S3ErrorCode::kInvalidPartOrder,
+                               "The list of parts was not in ascending order. The parts list "
+                               "must be specified in order by part number."},
+                              req);
+    }
+  }
+
+  auto loaded = co_await offload(ctx.pool(), [&]() -> Result<LoadedUpload> {
+    LoadedUpload out;
+    auto up = ctx.index().getUpload(req.bucket, req.key, upload_id);
+    if (!up) return fail(up.error());
+    out.upload = std::move(*up);
+    uint32_t after = 0;
+    for (;;) {
+      auto page = ctx.index().listParts(req.bucket, req.key, upload_id, after, kPartsPage);
+      if (!page) return fail(page.error());
+      if (page->empty()) break;
+      after = page->back().part_number;
+      const bool more = page->size() >= kPartsPage;
+      for (auto& p : *page) {
+        uint32_t n = p.part_number;
+        out.parts.emplace(n, std::move(p));
+      }
+      if (!more) break;
+    }
+    return out;
+  });
+  if (!loaded) co_return errorResponse(uploadError(loaded.error()), req);
+
+  std::vector<const index_kv::PartInfo*> chosen;
+  chosen.reserve(listed->size());
+  for (size_t i = 0; i < listed->size(); ++i) {
+    const CompletedPart& want = (*listed)[i];
+    auto it = loaded->parts.find(want.part_number);
+    if (it == loaded->parts.end() || !sameEtag(it->second.etag, want.etag)) {
+      co_return errorResponse({S3ErrorCode::kInvalidPart,
+                               "One or more of the specified parts could not be found. The part "
+                               "may not have been uploaded, or the specified entity tag may not "
+                               "match the part's entity tag."},
+                              req);
+    }
+    chosen.push_back(&it->second);
+  }
+  for (size_t i = 0; i + 1 < chosen.size(); ++i) {
+    if (chosen[i]->size < kMinPartSize) {
+      co_return errorResponse({S3ErrorCode::kEntityTooSmall,
+                               "Your proposed upload is smaller than the minimum allowed size"},
+                              req);
+    }
+  }
+  auto manifest = assemble(ctx, loaded->upload, chosen);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
+
+  auto committed = co_await offload(ctx.pool(), [&] {
+    return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest,
+                                      index_kv::Precondition::none());
+  });
+  if (!committed) co_return errorResponse(uploadError(committed.error()), req);
+
+  std::string host(req.header("host").value_or("localhost"));
+  std::string location = "http://" + host + req.path;
+  co_return xmlResponse(
+      completeMultipartUploadXml(location, req.bucket, req.key, manifest->etag));
+}
+
+Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {
+  auto parsed_id = uploadIdOf(req);
+  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
+  const std::string upload_id = std::move(*parsed_id);
+  Status st = co_await offload(ctx.pool(), [&] {
+    return ctx.index().abortUpload(req.bucket, req.key, upload_id);
+  });
+  if (!st.isOk()) co_return errorResponse(uploadError(st), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
+}
+
+Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
+  ListPartsParams p;
+  p.bucket = req.bucket;
+  p.key = req.key;
+  auto parsed_id = uploadIdOf(req);
+  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
+  p.upload_id = std::move(*parsed_id);
+  if (auto marker = req.queryValue("part-number-marker")) {
+    auto n = parseUint(*marker);
+    if (!n || *n > kMaxPartNumber) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "Provided part-number-marker not an integer or within integer "
+                               "range"},
+                              req);
+    }
+    p.part_number_marker = static_cast<uint32_t>(*n);
+  }
+  auto max = maxParam(req, "max-parts");
+  if (!max) co_return errorResponse(max.error(), req);
+  p.max_parts = *max;
+
+  struct Page {
+    index_kv::MultipartUpload upload;
+    std::vector<index_kv::PartInfo> parts;
+  };
+  auto page = co_await offload(ctx.pool(), [&]() -> Result<Page> {
+    Page out;
+    auto up = ctx.index().getUpload(req.bucket, req.key, p.upload_id);
+    if (!up) return fail(up.error());
+    out.upload = std::move(*up);
+    auto parts =
+        ctx.index().listParts(req.bucket, req.key, p.upload_id, p.part_number_marker,
+                              p.max_parts + 1);
+    if (!parts) return fail(parts.error());
+    out.parts = std::move(*parts);
+    return out;
+  });
+  if (!page) co_return errorResponse(uploadError(page.error()), req);
+  p.owner_id = page->upload.owner;
+  if (page->parts.size() > p.max_parts) {
+    p.truncated = true;
+    page->parts.resize(p.max_parts);
+  }
+  co_return xmlResponse(listPartsXml(p, page->parts));
+}
+
+Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req) {
+  if (!req.queryValue("delimiter").value_or("").empty()) {
+    co_return errorResponse({S3ErrorCode::kNotImplemented,
+                             "ListMultipartUploads with a delimiter is not implemented"},
+                            req);
+  }
+  ListUploadsParams p;
+  p.bucket = req.bucket;
+  p.prefix = std::string(req.queryValue("prefix").value_or(""));
+  p.key_marker = std::string(req.queryValue("key-marker").value_or(""));
+  // S3 ignores upload-id-marker without key-marker.
+  if (!p.key_marker.empty()) {
+    p.upload_id_marker = std::string(req.queryValue("upload-id-marker").value_or(""));
+  }
+  auto max = maxParam(req, "max-uploads");
+  if (!max) co_return errorResponse(max.error(), req);
+  p.max_uploads = *max;
+
+  index_kv::ListUploadsRequest lr;
+  lr.prefix = p.prefix;
+  lr.key_marker = p.key_marker;
+  lr.upload_id_marker = p.upload_id_marker;
+  lr.max_uploads = p.max_uploads;
+  auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListUploadsResult> {
+    auto bucket = ctx.index().getBucket(req.bucket);
+    if (!bucket) return fail(bucket.error());
+    return ctx.index().listUploads(req.bucket, lr);
+  });
+  if (!result) {
+    co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);
+  }
+  co_return xmlResponse(listMultipartUploadsXml(p, *result));
+}
+
+}  // namespace granary::gateway
