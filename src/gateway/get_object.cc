@@ -37,24 +37,6 @@ bool etagListMatches(std::string_view header, std::string_view etag) {
   return false;
 }
 
-// Conditional GET/HEAD with S3's precedence: a passing If-Match overrides a failing
-// If-Unmodified-Since (200), and If-None-Match, when present, decides alone over
-// If-Modified-Since. Unparseable dates are ignored, as HTTP requires.
-std::optional<int> conditionalStatus(const S3Request& req, const index_kv::Manifest& m) {
-  const int64_t mtime = m.mtime_unix_nanos / 1'000'000'000;
-  if (auto im = req.header("if-match")) {
-    if (!etagListMatches(*im, m.etag)) return 412;
-  } else if (auto ius = req.header("if-unmodified-since")) {
-    if (auto t = parseHttpDate(*ius); t && mtime > *t) return 412;
-  }
-  if (auto inm = req.header("if-none-match")) {
-    if (etagListMatches(*inm, m.etag)) return 304;
-  } else if (auto ims = req.header("if-modified-since")) {
-    if (auto t = parseHttpDate(*ims); t && mtime <= *t) return 304;
-  }
-  return std::nullopt;
-}
-
 // response-* query parameters override response headers on GET (signed requests only;
 // every request reaching a handler is signed).
 void applyResponseOverrides(const S3Request& req, S3Response& res) {
@@ -76,6 +58,25 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
 
 }  // namespace
 
+std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,
+                                      std::string_view prefix) {
+  auto header = [&](std::string_view name) {
+    return req.header(std::string(prefix) + std::string(name));
+  };
+  const int64_t mtime = m.mtime_unix_nanos / 1'000'000'000;
+  if (auto im = header("if-match")) {
+    if (!etagListMatches(*im, m.etag)) return 412;
+  } else if (auto ius = header("if-unmodified-since")) {
+    if (auto t = parseHttpDate(*ius); t && mtime > *t) return 412;
+  }
+  if (auto inm = header("if-none-match")) {
+    if (etagListMatches(*inm, m.etag)) return 304;
+  } else if (auto ims = header("if-modified-since")) {
+    if (auto t = parseHttpDate(*ims); t && mtime <= *t) return 304;
+  }
+  return std::nullopt;
+}
+
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only) {
   auto manifest = co_await offload(ctx.pool(), [&] {
@@ -89,7 +90,7 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 
   S3Response res;
   objectHeaders(m, res);
-  if (auto status = conditionalStatus(req, m)) {
+  if (auto status = evaluateConditions(req, m, "")) {
     if (*status == 412) {
       co_return errorResponse({S3ErrorCode::kPreconditionFailed,
                                "At least one of the pre-conditions you specified did not hold"},

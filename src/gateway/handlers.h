@@ -71,6 +71,18 @@ Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req)
 Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req);
 
+// conditional_write.cc: the Precondition a PutObject / Complete / CopyObject must commit
+// under (If-None-Match: *, If-Match), already checked against the current object.
+Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
+                                                         const S3Request& req);
+// get_object.cc: If-Match / If-None-Match / If-Modified-Since / If-Unmodified-Since
+// (header names after `prefix`, e.g. "x-amz-copy-source-") against `m`, with S3's
+// precedence: 412, 304, or nullopt when the request may proceed.
+std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,
+                                      std::string_view prefix);
+// copy_object.cc
+Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req);
+
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.

@@ -276,11 +276,18 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   }
   auto manifest = assemble(ctx, loaded->upload, chosen);
   if (!manifest) co_return errorResponse(manifest.error(), req);
+  auto precondition = co_await writePrecondition(ctx, req);
+  if (!precondition) co_return errorResponse(precondition.error(), req);
 
   auto committed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest,
-                                      index_kv::Precondition::none());
+    return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
   });
+  if (!committed && committed.error().code() == Status::Code::kInvalidArgument) {
+    // A listed part was replaced while we assembled the manifest (index.h).
+    co_return errorResponse({S3ErrorCode::kInvalidPart,
+                             "A part was replaced while the upload was being completed."},
+                            req);
+  }
   if (!committed) co_return errorResponse(uploadError(committed.error()), req);
 
   std::string host(req.header("host").value_or("localhost"));

@@ -10,6 +10,12 @@ namespace granary::gateway {
 
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body) {
+  auto precondition = co_await writePrecondition(ctx, req);
+  if (!precondition) {
+    S3Response res = errorResponse(precondition.error(), req);
+    res.close = !body.done();
+    co_return res;
+  }
   index_kv::Manifest m;
   IngestOptions options;
   options.allow_inline = true;
@@ -36,7 +42,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   m.drives = in.drives;
   m.stripes = in.stripes;
   auto committed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().putObject(req.bucket, req.key, m, index_kv::Precondition::none());
+    return ctx.index().putObject(req.bucket, req.key, m, *precondition);
   });
   if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req, committed.error());

@@ -260,7 +260,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     if (m == "PUT") {
       if (req.header("x-amz-copy-source")) {
         op = "CopyObject";
-        co_return errorResponse({S3ErrorCode::kNotImplemented, "CopyObject is not implemented yet"}, req);
+        co_return co_await copyObject(ctx, req);
       }
       op = "PutObject";
       co_return co_await putObject(ctx, req, *auth, body);

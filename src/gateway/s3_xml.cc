@@ -110,6 +110,14 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
   return serialize(doc);
 }
 
+std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
+  pugi::xml_document doc;
+  auto r = root(doc, "CopyObjectResult");
+  text(r, "LastModified", isoTimestamp(mtime_unix_nanos));
+  text(r, "ETag", quoted(etag));
+  return serialize(doc);
+}
+
 std::string locationXml(std::string_view region) {
   pugi::xml_document doc;
   auto r = root(doc, "LocationConstraint");

@@ -39,6 +39,8 @@ std::string listObjectsXml(const ListObjectsParams& params, const index_kv::List
 
 std::string locationXml(std::string_view region);
 
+std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos);
+
 struct DeleteObjectsRequest {
   bool quiet = false;
   std::vector<std::string> keys;

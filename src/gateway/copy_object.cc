@@ -1,0 +1,202 @@
+// CopyObject: PUT /bucket/key with x-amz-copy-source. The bytes are read through the normal
+// data path (verified, decoded if degraded) and written as new stripes of the destination
+// version: the copy owns its blobs, so GC of the source can never free them.
+#include <fmt/core.h>
+
+#include <cstring>
+
+#include "digest.h"
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "handlers.h"
+#include "ingest.h"
+#include "s3_xml.h"
+#include "time_format.h"
+#include "uri.h"
+
+namespace granary::gateway {
+
+namespace {
+
+constexpr uint64_t kMaxCopySource = 5ull << 30;  // AWS: CopyObject copies up to 5 GiB
+
+struct CopySource {
+  std::string bucket;
+  std::string key;
+};
+
+S3Result<CopySource> parseCopySource(std::string_view header) {
+  size_t q = header.find('?');
+  if (q != std::string_view::npos) {
+    std::string_view query = header.substr(q + 1);
+    if (query != "versionId=null") {
+      return s3fail(S3ErrorCode::kNotImplemented, "Object versions are not supported");
+    }
+    header = header.substr(0, q);
+  }
+  auto decoded = percentDecode(header, /*plus_is_space=*/false);
+  if (!decoded) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid copy source encoding");
+  std::string_view path = *decoded;
+  if (path.starts_with('/')) path.remove_prefix(1);
+  size_t slash = path.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == path.size()) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Copy Source must mention the source bucket and key: sourcebucket/sourcekey");
+  }
+  return CopySource{std::string(path.substr(0, slash)), std::string(path.substr(slash + 1))};
+}
+
+// Receives the source's bytes from readObjectRange and cuts them into the destination's
+// stripes, hashing each stripe (off the event loop) before it is written.
+class CopySink final : public BodySink {
+ public:
+  CopySink(GatewayContext& ctx, ObjectWriter& writer) : ctx_(ctx), writer_(writer) {}
+
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+
+  Task<Status> write(std::span<const uint8_t> data) override {
+    while (!data.empty()) {
+      auto buf = writer_.buffer();
+      size_t n = std::min(data.size(), buf.size() - used_);
+      std::memcpy(buf.data() + used_, data.data(), n);
+      used_ += n;
+      data = data.subspan(n);
+      if (used_ == buf.size()) {
+        Status st = co_await flush();
+        if (!st.isOk()) co_return st;
+      }
+    }
+    co_return Status::ok();
+  }
+
+  Task<Status> flush() {
+    if (used_ == 0) co_return Status::ok();
+    auto chunk = writer_.buffer().first(used_);
+    co_await offload(ctx_.pool(), [&] {
+      md5_.update(chunk);
+      return 0;
+    });
+    Status st = co_await writer_.flush(used_);
+    used_ = 0;
+    co_return st;
+  }
+
+  std::vector<uint8_t> md5() { return md5_.finish(); }
+
+ private:
+  GatewayContext& ctx_;
+  ObjectWriter& writer_;
+  size_t used_ = 0;
+  Digest md5_{Digest::Kind::kMd5};
+};
+
+}  // namespace
+
+Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
+  auto source = parseCopySource(*req.header("x-amz-copy-source"));
+  if (!source) co_return errorResponse(source.error(), req);
+  std::string directive(req.header("x-amz-metadata-directive").value_or("COPY"));
+  if (directive != "COPY" && directive != "REPLACE") {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "Unknown metadata directive."},
+                            req);
+  }
+  auto src = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getObject(source->bucket, source->key);
+  });
+  if (!src) {
+    S3Request src_req = req;
+    src_req.bucket = source->bucket;
+    src_req.key = source->key;
+    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
+    co_return errorResponse(err, req);
+  }
+  if (auto status = evaluateConditions(req, *src, "x-amz-copy-source-")) {
+    // A failed copy-source condition is 412 whichever header failed.
+    co_return errorResponse({S3ErrorCode::kPreconditionFailed,
+                             "At least one of the pre-conditions you specified did not hold"},
+                            req);
+  }
+  if (src->size > kMaxCopySource) {
+    co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                             "The specified copy source is larger than the maximum allowable "
+                             "size for a copy source: 5368709120"},
+                            req);
+  }
+  const bool same_object = source->bucket == req.bucket && source->key == req.key;
+  if (same_object && directive == "COPY") {
+    co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                             "This copy request is illegal because it is trying to copy an "
+                             "object to itself without changing the object's metadata, storage "
+                             "class, website redirect location or encryption attributes."},
+                            req);
+  }
+  auto precondition = co_await writePrecondition(ctx, req);
+  if (!precondition) co_return errorResponse(precondition.error(), req);
+
+  index_kv::Manifest m;
+  if (directive == "REPLACE") {
+    if (auto st = collectMetadata(req, m); !st) co_return errorResponse(st.error(), req);
+  } else {
+    m.content_type = src->content_type;
+    m.metadata = src->metadata;
+    m.headers = src->headers;
+  }
+  m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
+  m.ec = ctx.data.code().profile();
+  m.size = src->size;
+
+  if (src->is_inline || src->size <= ctx.options.inline_threshold) {
+    m.is_inline = true;
+    if (src->is_inline) {
+      m.inline_data = src->inline_data;
+    } else {
+      // A small striped source (e.g. a small multipart object) becomes inline.
+      std::string bytes;
+      struct StringSink final : BodySink {
+        std::string& out;
+        explicit StringSink(std::string& o) : out(o) {}
+        Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+        Task<Status> write(std::span<const uint8_t> d) override {
+          out.append(reinterpret_cast<const char*>(d.data()), d.size());
+          co_return Status::ok();
+        }
+      } sink(bytes);
+      Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
+      if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
+      m.inline_data = std::move(bytes);
+    }
+    Digest md5(Digest::Kind::kMd5);
+    md5.update(m.inline_data);
+    m.etag = toHex(md5.finish());
+  } else {
+    asio::any_io_executor ex = co_await asio::this_coro::executor;
+    ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex);
+    CopySink sink(ctx, writer);
+    Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
+    if (st.isOk()) st = co_await sink.flush();
+    if (st.isOk()) st = co_await writer.finish();
+    if (!st.isOk()) {
+      co_await writer.abandon();
+      co_return errorResponse(fromStatus(st), req);
+    }
+    m.etag = toHex(sink.md5());
+    m.drives = writer.drives();
+    m.stripes = writer.stripes();
+  }
+  m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  auto committed = co_await offload(ctx.pool(), [&] {
+    return ctx.index().putObject(req.bucket, req.key, m, *precondition);
+  });
+  if (!committed) {
+    S3Error err = co_await objectNotFound(ctx, req, committed.error());
+    co_await removeBlobs(ctx, m.drives, m.stripes);
+    co_return errorResponse(err, req);
+  }
+  S3Response res;
+  res.set("Content-Type", "application/xml");
+  res.body = copyObjectResultXml(m.etag, m.mtime_unix_nanos);
+  co_return res;
+}
+
+}  // namespace granary::gateway
