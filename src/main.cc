@@ -153,6 +153,10 @@ int serve(int argc, char** argv) {
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),
       "seconds before an unreferenced blob counts as an orphan")(
+      "idle-timeout", po::value<int>()->default_value(60),
+      "seconds an idle keep-alive connection or an unfinished request head may wait")(
+      "io-timeout", po::value<int>()->default_value(120),
+      "seconds a request body read or a response write may make no progress")(
       "access-log", po::value<std::string>()->default_value(""),
       "file for one JSON line per request ('-' = standard error; default: off)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
@@ -212,6 +216,8 @@ int serve(int argc, char** argv) {
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
   gopts.event_loops = static_cast<size_t>(loops);
   gopts.access_log = vm["access-log"].as<std::string>();
+  gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
+  gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
   gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
   auto server = gateway::GatewayServer::create(

@@ -1,0 +1,200 @@
+"""Bad and hostile input gets a clear S3 error or a closed connection: never a crash, a
+hang, or a stored partial object. Raw sockets where clients would refuse to misbehave."""
+import os
+import socket
+import time
+import urllib.request
+from urllib.parse import urlsplit
+
+import botocore.exceptions
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from conftest import Server
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def hserver(granary_bin, tmp_path_factory):
+    srv = Server(str(tmp_path_factory.mktemp("hard") / "granary-data"),
+                 extra_args=["--idle-timeout", "2", "--io-timeout", "2"]).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def hs3(hserver):
+    c = hserver.client()
+    c.create_bucket(Bucket="hardening")
+    return c
+
+
+def addr(server):
+    u = urlsplit(server.endpoint)
+    return u.hostname, u.port
+
+
+def healthy(server):
+    with urllib.request.urlopen(server.endpoint + "/_granary/health", timeout=10) as r:
+        return r.status == 200
+
+
+def raw(server, data, read_timeout=10):
+    """Sends raw bytes; returns everything the server sends until it closes (or timeout)."""
+    s = socket.create_connection(addr(server), timeout=read_timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def signed(server, method, path, body=b"", headers=None):
+    """A correctly signed request with an arbitrary body (signed payload)."""
+    req = AWSRequest(method=method, url=server.endpoint + path, data=body,
+                     headers=dict(headers or {}))
+    S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
+                "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    r = urllib.request.Request(prepared.url, data=body if body else None, method=method,
+                               headers=dict(prepared.headers))
+    try:
+        with urllib.request.urlopen(r, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_oversized_request_head_is_431_class_error_and_server_lives(hserver, hs3):
+    head = (b"GET /hardening/k HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 1024) +
+            b"\r\n\r\n")
+    out = raw(hserver, head)
+    assert out.startswith(b"HTTP/1.1 400"), out[:200]
+    assert b"RequestHeaderSectionTooLarge" in out
+    assert healthy(hserver)
+
+
+@pytest.mark.parametrize("junk", [
+    b"HELLO\r\n\r\n",
+    b"GET / HTTP/9.9\r\n\r\n",
+    b"\x00\x01\x02\x03\r\n\r\n",
+    b"PUT /hardening/k HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET /hardening/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+])
+def test_malformed_http_gets_an_error_or_a_close_never_a_crash(hserver, junk):
+    out = raw(hserver, junk)
+    assert out == b"" or out.startswith(b"HTTP/1.1 4"), out[:200]
+    assert healthy(hserver)
+
+
+def test_idle_and_slowloris_connections_are_closed_by_the_server(hserver):
+    start = time.time()
+    assert raw(hserver, b"", read_timeout=15) == b""  # idle: closed after --idle-timeout
+    assert raw(hserver, b"GET / HTTP/1.1\r\nHost: x\r\n", read_timeout=15) == b""
+    assert time.time() - start < 12
+    assert healthy(hserver)
+
+
+def test_stalled_body_times_out_and_nothing_is_stored(hserver, hs3):
+    url = hs3.generate_presigned_url("put_object", Params={"Bucket": "hardening",
+                                                           "Key": "stalled"})
+    u = urlsplit(url)
+    req = (f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+           f"Content-Length: {4 * MiB}\r\n\r\n").encode() + os.urandom(300 * 1024)
+    start = time.time()
+    out = raw(hserver, req, read_timeout=15)
+    assert time.time() - start < 12
+    assert out == b"" or b"RequestTimeout" in out or b"IncompleteBody" in out
+    with pytest.raises(botocore.exceptions.ClientError):
+        hs3.head_object(Bucket="hardening", Key="stalled")
+    assert healthy(hserver)
+
+
+def test_truncated_body_then_close_stores_nothing(hserver, hs3):
+    url = hs3.generate_presigned_url("put_object", Params={"Bucket": "hardening",
+                                                           "Key": "truncated"})
+    u = urlsplit(url)
+    s = socket.create_connection(addr(hserver), timeout=10)
+    s.sendall((f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+               f"Content-Length: {9 * MiB}\r\n\r\n").encode() + os.urandom(5 * MiB))
+    s.close()
+    time.sleep(0.5)
+    with pytest.raises(botocore.exceptions.ClientError):
+        hs3.head_object(Bucket="hardening", Key="truncated")
+    assert healthy(hserver)
+
+
+@pytest.mark.parametrize("path,code", [
+    ("/hardening/nul%00key", b"InvalidArgument"),
+    ("/hardening/bad-utf8-%FF%FE", b"InvalidArgument"),
+    ("/hardening/" + "k" * 1025, b"KeyTooLongError"),
+    ("/hardening/bad%zzescape", b"InvalidArgument"),
+])
+def test_hostile_keys_get_s3_errors(hserver, path, code):
+    status, body = signed(hserver, "PUT", path, b"x")
+    assert status == 400, body
+    assert code in body
+
+
+@pytest.mark.parametrize("method,path", [
+    ("PUT", "/hardening-xml"),                          # CreateBucketConfiguration
+    ("POST", "/hardening?delete"),                      # DeleteObjects
+])
+def test_malformed_xml_bodies_are_malformed_xml(hserver, hs3, method, path):
+    for body in [b"<not-closed>", b"\x00\xff garbage", b"<Delete><Object></Object></Delete>"]:
+        status, out = signed(hserver, method, path, body)
+        assert status == 400, out
+        assert b"MalformedXML" in out, out
+    assert healthy(hserver)
+
+
+def test_complete_multipart_with_malformed_xml(hserver, hs3):
+    up = hs3.create_multipart_upload(Bucket="hardening", Key="mp")
+    status, out = signed(hserver, "POST", f"/hardening/mp?uploadId={up['UploadId']}",
+                         b"<CompleteMultipartUpload><Part>")
+    assert status == 400 and b"MalformedXML" in out
+
+
+def test_oversized_metadata_is_metadata_too_large(hs3):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        hs3.put_object(Bucket="hardening", Key="meta", Body=b"1",
+                       Metadata={"big": "v" * 3000})
+    assert e.value.response["Error"]["Code"] == "MetadataTooLarge"
+
+
+def test_payload_hash_that_is_not_hex_is_rejected(hserver):
+    import sigv4_chunked as sig
+    host = urlsplit(hserver.endpoint).netloc
+    amz_date = sig.amz_now()
+    headers = {"host": host, "x-amz-date": amz_date, "x-amz-content-sha256": "not-a-hash",
+               "content-length": "3"}
+    _, auth = sig.seed_signature("PUT", "/hardening/h", "", headers, "not-a-hash",
+                                 hserver.access_key, hserver.secret_key, amz_date, "us-east-1")
+    headers["Authorization"] = auth
+    r = sig._send(hserver.endpoint, "PUT", "/hardening/h", headers, [b"abc"])
+    assert r.status == 400, r
+    assert b"InvalidArgument" in r.body
+
+
+def test_many_idle_connections_do_not_stop_service(hserver, hs3):
+    socks = [socket.create_connection(addr(hserver), timeout=10) for _ in range(300)]
+    try:
+        hs3.put_object(Bucket="hardening", Key="busy", Body=b"still serving")
+        assert hs3.get_object(Bucket="hardening", Key="busy")["Body"].read() == \
+            b"still serving"
+    finally:
+        for s in socks:
+            s.close()
+    assert healthy(hserver)
