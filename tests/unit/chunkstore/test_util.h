@@ -1,6 +1,8 @@
 // Helpers shared by the chunkstore unit tests: temp dirs, ids, payloads, a store fixture.
 #pragma once
 
+#include "support/temp_dir.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -19,25 +21,7 @@
 
 namespace granary::chunkstore::testing {
 
-// A fresh directory under /tmp, removed with everything in it when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/granary-chunk-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using granary::test_support::TempDir;
 
 inline BlobId makeId(uint64_t n, uint32_t stripe = 0, uint16_t fragment = 0) {
   BlobId id;

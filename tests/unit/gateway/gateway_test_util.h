@@ -3,6 +3,8 @@
 // No Asio here, so the reclaimer test stays a fast-compiling TU.
 #pragma once
 
+#include "support/temp_dir.h"
+
 #include <stdlib.h>
 
 #include <cstdint>
@@ -33,25 +35,7 @@ inline constexpr int64_t kStartUnixSeconds = 1'714'564'800;
 inline constexpr int64_t kStartUnixNanos = kStartUnixSeconds * 1'000'000'000;
 inline constexpr int64_t kSecond = 1'000'000'000;
 
-// A fresh directory under /tmp, removed with everything in it when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/granary-gw-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using granary::test_support::TempDir;
 
 inline std::string randomString(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

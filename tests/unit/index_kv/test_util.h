@@ -2,6 +2,8 @@
 // random source and an open index, plus manifest builders.
 #pragma once
 
+#include "support/temp_dir.h"
+
 #include <catch2/catch.hpp>
 #include <fmt/core.h>
 #include <stdlib.h>
@@ -18,25 +20,7 @@
 
 namespace granary::index_kv::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "granary-index-XXXXXX");
-    char* p = mkdtemp(tmpl.data());
-    REQUIRE(p != nullptr);
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using granary::test_support::TempDir;
 
 inline constexpr int64_t kStartNanos = 1'700'000'000'000'000'000;
 
