@@ -71,4 +71,62 @@ uint64_t crc64nvme(std::span<const uint8_t> data, uint64_t crc) {
   return ~c;
 }
 
+namespace {
+
+// zlib's crc32_combine, generalised to any reflected CRC of `width` bits with the usual
+// all-ones init and final xor (they cancel in the combination). A matrix is `width` columns,
+// each the image of one bit of the CRC register; the register is a GF(2) vector.
+uint64_t gf2Times(const uint64_t* mat, uint64_t vec) {
+  uint64_t sum = 0;
+  while (vec != 0) {
+    if (vec & 1) sum ^= *mat;
+    vec >>= 1;
+    ++mat;
+  }
+  return sum;
+}
+
+void gf2Square(uint64_t* square, const uint64_t* mat, int width) {
+  for (int n = 0; n < width; ++n) square[n] = gf2Times(mat, mat[n]);
+}
+
+uint64_t crcCombine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b, uint64_t poly, int width) {
+  if (len_b == 0) return crc_a;
+  uint64_t even[64];
+  uint64_t odd[64];
+  odd[0] = poly;  // the operator for one zero bit
+  uint64_t row = 1;
+  for (int n = 1; n < width; ++n) {
+    odd[n] = row;
+    row <<= 1;
+  }
+  gf2Square(even, odd, width);  // two zero bits
+  gf2Square(odd, even, width);  // four zero bits
+  // Apply len_b zero bytes to crc_a: square up from one byte, multiply where len_b has a 1.
+  do {
+    gf2Square(even, odd, width);
+    if (len_b & 1) crc_a = gf2Times(even, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+    gf2Square(odd, even, width);
+    if (len_b & 1) crc_a = gf2Times(odd, crc_a);
+    len_b >>= 1;
+  } while (len_b != 0);
+  return crc_a ^ crc_b;
+}
+
+}  // namespace
+
+uint32_t crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return static_cast<uint32_t>(crcCombine(crc_a, crc_b, len_b, 0xEDB88320u, 32));
+}
+
+uint32_t crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return static_cast<uint32_t>(crcCombine(crc_a, crc_b, len_b, 0x82F63B78u, 32));
+}
+
+uint64_t crc64nvmeCombine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b) {
+  return crcCombine(crc_a, crc_b, len_b, kCrc64NvmePoly, 64);
+}
+
 }  // namespace granary::ec

@@ -51,6 +51,87 @@ std::string checksumHeader(ChecksumAlgorithm alg) {
   return "x-amz-checksum-" + lower(info(alg).name);
 }
 
+std::string checksumXmlName(ChecksumAlgorithm alg) {
+  return "Checksum" + std::string(info(alg).name);
+}
+
+size_t checksumSize(ChecksumAlgorithm alg) { return info(alg).bytes; }
+
+bool isCrc(ChecksumAlgorithm alg) {
+  return alg == ChecksumAlgorithm::kCrc32 || alg == ChecksumAlgorithm::kCrc32c ||
+         alg == ChecksumAlgorithm::kCrc64Nvme;
+}
+
+std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name) {
+  for (const auto& a : kAlgorithms) {
+    if (lower(name) == lower(a.name)) return a.alg;
+  }
+  return std::nullopt;
+}
+
+S3Result<std::optional<ChecksumAlgorithm>> sdkChecksumAlgorithm(const S3Request& req) {
+  auto name = req.header("x-amz-sdk-checksum-algorithm");
+  if (!name) return std::optional<ChecksumAlgorithm>();
+  auto alg = checksumFromName(*name);
+  if (!alg) {
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  "Value for x-amz-sdk-checksum-algorithm header is invalid.");
+  }
+  return alg;
+}
+
+namespace {
+
+std::optional<uint64_t> decodeCrc(ChecksumAlgorithm alg, const std::string& b64) {
+  auto raw = base64Decode(b64);
+  if (!raw || raw->size() != info(alg).bytes) return std::nullopt;
+  uint64_t v = 0;
+  for (uint8_t b : *raw) v = (v << 8) | b;
+  return v;
+}
+
+std::string encodeCrc(ChecksumAlgorithm alg, uint64_t v) {
+  size_t n = info(alg).bytes;
+  std::vector<uint8_t> be(n);
+  for (size_t i = 0; i < n; ++i) be[i] = static_cast<uint8_t>(v >> (8 * (n - 1 - i)));
+  return base64Encode(be);
+}
+
+}  // namespace
+
+std::optional<std::string> compositeChecksum(ChecksumAlgorithm alg,
+                                             const std::vector<PartChecksum>& parts) {
+  Checksummer sum(alg);
+  for (const auto& p : parts) {
+    auto raw = base64Decode(p.value);
+    if (!raw || raw->size() != info(alg).bytes) return std::nullopt;
+    sum.update(std::span<const uint8_t>(*raw));
+  }
+  return sum.value() + "-" + std::to_string(parts.size());
+}
+
+std::optional<std::string> combinedCrc(ChecksumAlgorithm alg,
+                                       const std::vector<PartChecksum>& parts) {
+  if (!isCrc(alg)) return std::nullopt;
+  uint64_t crc = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto v = decodeCrc(alg, parts[i].value);
+    if (!v) return std::nullopt;
+    if (i == 0) {
+      crc = *v;
+    } else if (alg == ChecksumAlgorithm::kCrc32) {
+      crc = ec::crc32Combine(static_cast<uint32_t>(crc), static_cast<uint32_t>(*v),
+                             parts[i].size);
+    } else if (alg == ChecksumAlgorithm::kCrc32c) {
+      crc = ec::crc32cCombine(static_cast<uint32_t>(crc), static_cast<uint32_t>(*v),
+                              parts[i].size);
+    } else {
+      crc = ec::crc64nvmeCombine(crc, *v, parts[i].size);
+    }
+  }
+  return encodeCrc(alg, crc);
+}
+
 S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req) {
   std::optional<ChecksumRequest> found;
   for (const auto& [name, value] : req.headers) {

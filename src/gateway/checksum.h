@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "s3_error.h"
 #include "s3_request.h"
@@ -19,6 +20,28 @@ enum class ChecksumAlgorithm { kCrc32, kCrc32c, kCrc64Nvme, kSha1, kSha256 };
 
 std::string_view checksumName(ChecksumAlgorithm alg);    // "CRC32"
 std::string checksumHeader(ChecksumAlgorithm alg);       // "x-amz-checksum-crc32"
+std::string checksumXmlName(ChecksumAlgorithm alg);      // "ChecksumCRC32"
+size_t checksumSize(ChecksumAlgorithm alg);              // bytes of the binary value
+bool isCrc(ChecksumAlgorithm alg);                       // CRC32, CRC32C, CRC64NVME
+// "CRC32" (any case) -> kCrc32; nullopt for anything else.
+std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name);
+
+// The algorithm named by x-amz-sdk-checksum-algorithm, when the request carries no value
+// (the server then computes it). InvalidRequest for an unknown name.
+S3Result<std::optional<ChecksumAlgorithm>> sdkChecksumAlgorithm(const S3Request& req);
+
+// One part's stored checksum (base64) and size, for combining into an object checksum.
+struct PartChecksum {
+  std::string value;
+  uint64_t size = 0;
+};
+// S3's COMPOSITE checksum of a multipart object: base64(alg(concatenated binary part
+// checksums)) + "-" + part count. nullopt if a part value is not valid base64 of the size.
+std::optional<std::string> compositeChecksum(ChecksumAlgorithm alg,
+                                             const std::vector<PartChecksum>& parts);
+// FULL_OBJECT checksum of the concatenated parts from their CRCs (CRC algorithms only).
+std::optional<std::string> combinedCrc(ChecksumAlgorithm alg,
+                                       const std::vector<PartChecksum>& parts);
 
 struct ChecksumRequest {
   ChecksumAlgorithm algorithm;

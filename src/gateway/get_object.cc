@@ -1,5 +1,8 @@
 // GetObject, HeadObject (with Range) and DeleteObject.
+#include <cctype>
+
 #include "granary/common/clock.h"
+#include "checksum.h"
 #include "handlers.h"
 #include "http_range.h"
 #include "time_format.h"
@@ -54,6 +57,17 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
     std::erase_if(res.headers, [&](const auto& h) { return h.first == header; });
     res.set(std::string(header), std::string(*value));
   }
+}
+
+bool asciiIEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -119,6 +133,18 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
     res.set("Content-Range", "bytes " + std::to_string(first) + "-" +
                                  std::to_string(first + length - 1) + "/" +
                                  std::to_string(m.size));
+  }
+  // Additional checksum: only on request, and only when the whole object is returned (S3
+  // sends none when a Range header was given, whatever it covers).
+  if (!m.checksum.empty() && !req.header("range")) {
+    auto mode = req.header("x-amz-checksum-mode");
+    if (mode && asciiIEquals(*mode, "ENABLED")) {
+      if (auto alg = checksumFromName(m.checksum.algorithm)) {
+        res.set(checksumHeader(*alg), m.checksum.value);
+        res.set("x-amz-checksum-type",
+                m.checksum.type.empty() ? std::string("FULL_OBJECT") : m.checksum.type);
+      }
+    }
   }
   if (head_only) {
     Status st = co_await sink.writeHead(res, length);

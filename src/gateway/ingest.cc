@@ -230,6 +230,14 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
 
   auto checksum = requestedChecksum(req);
   if (!checksum) co_return refuse(checksum.error());
+  std::optional<ChecksumAlgorithm> algorithm;
+  if (*checksum) {
+    algorithm = (*checksum)->algorithm;
+  } else {
+    auto sdk = sdkChecksumAlgorithm(req);
+    if (!sdk) co_return refuse(sdk.error());
+    algorithm = *sdk ? *sdk : options.default_checksum;
+  }
   if (options.check_headers) {
     if (auto err = options.check_headers()) co_return refuse(*err);
   }
@@ -245,8 +253,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   IngestResult out;
   out.version = VersionId::generate(clock, ctx.deps.random);
   PayloadStream payload(body, std::move(mode->decoder));
-  Hashes hashes(mode->expected_sha256.has_value(),
-                *checksum ? std::optional((*checksum)->algorithm) : std::nullopt);
+  Hashes hashes(mode->expected_sha256.has_value(), algorithm);
   uint64_t total = 0;
   std::unique_ptr<ObjectWriter> writer;
 
@@ -332,8 +339,8 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   if (invalid) co_return co_await failWith(*invalid);
 
   out.size = total;
-  if (*checksum) {
-    out.checksum_algorithm = (*checksum)->algorithm;
+  if (algorithm) {
+    out.checksum_algorithm = *algorithm;
     out.checksum = computed_checksum;
   }
   if (writer) {

@@ -22,12 +22,17 @@ struct IngestOptions {
   // Runs after the header checks of the payload (mode, size, checksum) and before
   // Content-MD5's, so a caller's own header validation keeps its place in that order.
   std::function<std::optional<S3Error>()> check_headers;
+  // Computed (and returned in IngestResult) when the request sends no checksum value and
+  // no x-amz-sdk-checksum-algorithm: UploadPart passes the upload's algorithm.
+  std::optional<ChecksumAlgorithm> default_checksum;
 };
 
 struct IngestResult {
   VersionId version;  // blob version of the stripes (minted at the start of the ingest)
   uint64_t size = 0;
   std::vector<uint8_t> md5;  // 16 bytes
+  // The verified additional checksum, or the one computed for x-amz-sdk-checksum-algorithm
+  // sent without a value (or options.default_checksum).
   std::optional<ChecksumAlgorithm> checksum_algorithm;
   std::string checksum;  // base64, when checksum_algorithm is set
   bool is_inline = false;

@@ -129,6 +129,57 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
   return m;
 }
 
+// x-amz-checksum-algorithm and x-amz-checksum-type of CreateMultipartUpload, normalised:
+// ("", "") when absent; the type defaults to FULL_OBJECT for CRC64NVME, else COMPOSITE.
+S3Result<std::pair<std::string, std::string>> uploadChecksum(const S3Request& req) {
+  auto alg_header = req.header("x-amz-checksum-algorithm");
+  std::string type(req.header("x-amz-checksum-type").value_or(""));
+  for (auto& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!alg_header) {
+    if (!type.empty()) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "The x-amz-checksum-type header can only be used with the "
+                    "x-amz-checksum-algorithm header.");
+    }
+    return std::pair<std::string, std::string>();
+  }
+  auto alg = checksumFromName(*alg_header);
+  if (!alg) {
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  "Checksum algorithm provided is unsupported. Please try again with any of the "
+                  "valid types: [CRC32, CRC32C, CRC64NVME, SHA1, SHA256]");
+  }
+  if (type.empty()) type = *alg == ChecksumAlgorithm::kCrc64Nvme ? "FULL_OBJECT" : "COMPOSITE";
+  const bool ok = (type == "FULL_OBJECT" && isCrc(*alg)) ||
+                  (type == "COMPOSITE" && *alg != ChecksumAlgorithm::kCrc64Nvme);
+  if (!ok) {
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  "The " + type + " checksum type cannot be used with the " +
+                      std::string(checksumName(*alg)) + " checksum algorithm.");
+  }
+  return std::pair(std::string(checksumName(*alg)), type);
+}
+
+// The completed object's checksum: empty unless the upload named an algorithm and every
+// chosen part carries a checksum of it.
+index_kv::ObjectChecksum objectChecksum(const index_kv::MultipartUpload& up,
+                                        const std::vector<const index_kv::PartInfo*>& parts) {
+  auto alg = checksumFromName(up.checksum_algorithm);
+  if (!alg) return {};
+  std::vector<PartChecksum> sums;
+  sums.reserve(parts.size());
+  for (const index_kv::PartInfo* p : parts) {
+    if (p->checksum.algorithm != up.checksum_algorithm) return {};
+    sums.push_back(PartChecksum{p->checksum.value, p->size});
+  }
+  const bool full = up.checksum_type == "FULL_OBJECT" ||
+                    (up.checksum_type.empty() && *alg == ChecksumAlgorithm::kCrc64Nvme);
+  auto value = full ? combinedCrc(*alg, sums) : compositeChecksum(*alg, sums);
+  if (!value) return {};
+  return index_kv::ObjectChecksum{up.checksum_algorithm, *value,
+                                  full ? "FULL_OBJECT" : "COMPOSITE"};
+}
+
 }  // namespace
 
 Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req) {
@@ -143,9 +194,18 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
   up.content_type = std::move(attrs.content_type);
   up.metadata = std::move(attrs.metadata);
   up.headers = std::move(attrs.headers);
+  auto checksum = uploadChecksum(req);
+  if (!checksum) co_return errorResponse(checksum.error(), req);
+  up.checksum_algorithm = checksum->first;
+  up.checksum_type = checksum->second;
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUpload(up); });
   if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
-  co_return xmlResponse(initiateMultipartUploadXml(req.bucket, req.key, up.upload_id));
+  S3Response res = xmlResponse(initiateMultipartUploadXml(req.bucket, req.key, up.upload_id));
+  if (!up.checksum_algorithm.empty()) {
+    res.set("x-amz-checksum-algorithm", up.checksum_algorithm);
+    res.set("x-amz-checksum-type", up.checksum_type);
+  }
+  co_return res;
 }
 
 Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
@@ -167,6 +227,18 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   IngestOptions options;
   options.allow_inline = false;
   options.max_size = kMaxPartSize;
+  // Parts of an upload created with a checksum algorithm carry that algorithm: computed
+  // when the request sends none, refused when it sends another.
+  options.default_checksum = checksumFromName(upload->checksum_algorithm);
+  options.check_headers = [&]() -> std::optional<S3Error> {
+    if (!options.default_checksum) return std::nullopt;
+    auto sent = requestedChecksum(req);
+    if (!sent || !*sent || (*sent)->algorithm == *options.default_checksum) return std::nullopt;
+    return S3Error{S3ErrorCode::kInvalidRequest,
+                   "Checksum Type mismatch occurred, expected checksum Type: " +
+                       upload->checksum_algorithm + ", actual checksum Type: " +
+                       std::string(checksumName((*sent)->algorithm))};
+  };
   auto ingested = co_await ingestBody(ctx, req, auth, body, options);
   if (!ingested) {
     S3Response res = errorResponse(ingested.error().error, req);
@@ -183,6 +255,10 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   part.version = in.version;
   part.drives = in.drives;
   part.stripes = in.stripes;
+  if (in.checksum_algorithm) {
+    part.checksum = index_kv::ObjectChecksum{std::string(checksumName(*in.checksum_algorithm)),
+                                             in.checksum, "FULL_OBJECT"};
+  }
   auto recorded = co_await offload(ctx.pool(), [&] {
     return ctx.index().putPart(req.bucket, req.key, upload_id, part);
   });
@@ -265,6 +341,17 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
                                "match the part's entity tag."},
                               req);
     }
+    // Checksums listed for the part must be the ones it was uploaded with.
+    const index_kv::ObjectChecksum& stored = it->second.checksum;
+    for (const auto& [name, value] : want.checksums) {
+      if (stored.empty() || stored.algorithm != name || stored.value != value) {
+        co_return errorResponse({S3ErrorCode::kInvalidPart,
+                                 "One or more of the specified parts could not be found. The "
+                                 "part may not have been uploaded, or the specified checksum "
+                                 "may not match the part's checksum."},
+                                req);
+      }
+    }
     chosen.push_back(&it->second);
   }
   for (size_t i = 0; i + 1 < chosen.size(); ++i) {
@@ -276,6 +363,7 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   }
   auto manifest = assemble(ctx, loaded->upload, chosen);
   if (!manifest) co_return errorResponse(manifest.error(), req);
+  manifest->checksum = objectChecksum(loaded->upload, chosen);
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) co_return errorResponse(precondition.error(), req);
 
@@ -293,7 +381,8 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   std::string host(req.header("host").value_or("localhost"));
   std::string location = "http://" + host + req.path;
   co_return xmlResponse(
-      completeMultipartUploadXml(location, req.bucket, req.key, manifest->etag));
+      completeMultipartUploadXml(location, req.bucket, req.key, manifest->etag,
+                                 manifest->checksum));
 }
 
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {

@@ -41,6 +41,10 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   m.inline_data = std::move(in.inline_data);
   m.drives = in.drives;
   m.stripes = in.stripes;
+  if (in.checksum_algorithm) {
+    m.checksum = index_kv::ObjectChecksum{std::string(checksumName(*in.checksum_algorithm)),
+                                          in.checksum, "FULL_OBJECT"};
+  }
   auto committed = co_await offload(ctx.pool(), [&] {
     return ctx.index().putObject(req.bucket, req.key, m, *precondition);
   });
@@ -53,7 +57,10 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   }
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");
-  if (in.checksum_algorithm) res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
+  if (in.checksum_algorithm) {
+    res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
+    res.set("x-amz-checksum-type", "FULL_OBJECT");
+  }
   co_return res;
 }
 

@@ -217,6 +217,12 @@ S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_vi
     if (p.etag.size() >= 2 && p.etag.front() == '"' && p.etag.back() == '"') {
       p.etag = p.etag.substr(1, p.etag.size() - 2);
     }
+    for (auto child : part.children()) {
+      std::string_view name = child.name();
+      if (name.starts_with("Checksum") && name != "ChecksumType" && name.size() > 8) {
+        p.checksums[std::string(name.substr(8))] = child.text().as_string();
+      }
+    }
     parts.push_back(std::move(p));
     if (parts.size() > kMaxParts) return malformed();
   }
@@ -225,13 +231,19 @@ S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_vi
 }
 
 std::string completeMultipartUploadXml(std::string_view location, std::string_view bucket,
-                                       std::string_view key, std::string_view etag) {
+                                       std::string_view key, std::string_view etag,
+                                       const index_kv::ObjectChecksum& checksum) {
   pugi::xml_document doc;
   auto r = root(doc, "CompleteMultipartUploadResult");
   text(r, "Location", location);
   text(r, "Bucket", bucket);
   text(r, "Key", key);
   text(r, "ETag", quoted(etag));
+  if (!checksum.empty()) {
+    const std::string element = "Checksum" + checksum.algorithm;
+    text(r, element.c_str(), checksum.value);
+    text(r, "ChecksumType", checksum.type);
+  }
   return serialize(doc);
 }
 
@@ -257,6 +269,10 @@ std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::P
     text(c, "LastModified", isoTimestamp(part.mtime_unix_nanos));
     text(c, "ETag", quoted(part.etag));
     text(c, "Size", std::to_string(part.size));
+    if (!part.checksum.empty()) {
+      const std::string element = "Checksum" + part.checksum.algorithm;
+      text(c, element.c_str(), part.checksum.value);
+    }
   }
   return serialize(doc);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,15 +68,20 @@ std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view
 struct CompletedPart {
   uint32_t part_number = 0;
   std::string etag;  // without quotes
+  // <ChecksumCRC32>v</ChecksumCRC32>...: algorithm name ("CRC32") -> value as sent.
+  std::map<std::string, std::string> checksums;
 };
 inline constexpr size_t kMaxParts = 10000;
 // <CompleteMultipartUpload><Part><PartNumber>n</PartNumber><ETag>e</ETag></Part>...: the
 // parts in document order. MalformedXML for bad XML, no parts, more than kMaxParts, or a
-// part without a numeric PartNumber or an ETag. Other children (checksums) are ignored.
+// part without a numeric PartNumber or an ETag. Checksum<ALG> children are collected;
+// other children are ignored.
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body);
 
+// With a non-empty `checksum`: Checksum<ALG> and ChecksumType elements.
 std::string completeMultipartUploadXml(std::string_view location, std::string_view bucket,
-                                       std::string_view key, std::string_view etag);
+                                       std::string_view key, std::string_view etag,
+                                       const index_kv::ObjectChecksum& checksum = {});
 
 struct ListPartsParams {
   std::string bucket;

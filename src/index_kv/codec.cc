@@ -133,6 +133,25 @@ std::vector<StripeLayout> asStripes(const Json& j) {
   return out;
 }
 
+// Optional "ck" field: {"a": algorithm, "v": value, "ty": type}. Absent when empty.
+Json checksumToJson(const ObjectChecksum& c) {
+  Json j = Json::object();
+  j["a"] = c.algorithm;
+  j["v"] = c.value;
+  if (!c.type.empty()) j["ty"] = c.type;
+  return j;
+}
+
+ObjectChecksum asChecksum(const Json& j) {
+  if (!j.is_object()) throw DecodeError("checksum is not a map");
+  ObjectChecksum c;
+  c.algorithm = asString(field(j, "a"));
+  c.value = asString(field(j, "v"));
+  if (const Json* f = findField(j, "ty")) c.type = asString(*f);
+  if (c.algorithm.empty()) throw DecodeError("checksum without an algorithm");
+  return c;
+}
+
 std::vector<BlobRef> stripeBlobs(const std::vector<std::string>& drives,
                                  const std::vector<StripeLayout>& stripes) {
   std::vector<BlobRef> out;
@@ -337,6 +356,7 @@ std::string encodeManifest(const Manifest& m) {
   }
   if (!m.drives.empty()) j["dr"] = m.drives;
   if (!m.stripes.empty()) j["st"] = stripesToJson(m.stripes);
+  if (!m.checksum.empty()) j["ck"] = checksumToJson(m.checksum);
   return toCbor(j);
 }
 
@@ -363,6 +383,7 @@ Result<Manifest> decodeManifest(std::string_view value) {
       for (const Json& d : asArray(*f)) m.drives.push_back(asString(d));
     }
     if (const Json* f = findField(j, "st")) m.stripes = asStripes(*f);
+    if (const Json* f = findField(j, "ck")) m.checksum = asChecksum(*f);
     return m;
   });
   if (!decoded) return decoded;
@@ -383,6 +404,8 @@ std::string encodeUpload(const MultipartUpload& u) {
   if (!u.content_type.empty()) j["ct"] = u.content_type;
   if (!u.metadata.empty()) j["md"] = u.metadata;
   if (!u.headers.empty()) j["h"] = u.headers;
+  if (!u.checksum_algorithm.empty()) j["ca"] = u.checksum_algorithm;
+  if (!u.checksum_type.empty()) j["cty"] = u.checksum_type;
   return toCbor(j);
 }
 
@@ -399,6 +422,8 @@ Result<MultipartUpload> decodeUpload(std::string_view value) {
     if (const Json* f = findField(j, "ct")) u.content_type = asString(*f);
     if (const Json* f = findField(j, "md")) u.metadata = asStringMap(*f);
     if (const Json* f = findField(j, "h")) u.headers = asStringMap(*f);
+    if (const Json* f = findField(j, "ca")) u.checksum_algorithm = asString(*f);
+    if (const Json* f = findField(j, "cty")) u.checksum_type = asString(*f);
     return u;
   });
 }
@@ -413,6 +438,7 @@ std::string encodePart(const PartInfo& p) {
   j["v"] = toBinary(p.version);
   if (!p.drives.empty()) j["dr"] = p.drives;
   if (!p.stripes.empty()) j["st"] = stripesToJson(p.stripes);
+  if (!p.checksum.empty()) j["ck"] = checksumToJson(p.checksum);
   return toCbor(j);
 }
 
@@ -430,6 +456,7 @@ Result<PartInfo> decodePart(std::string_view value) {
       for (const Json& d : asArray(*f)) p.drives.push_back(asString(d));
     }
     if (const Json* f = findField(j, "st")) p.stripes = asStripes(*f);
+    if (const Json* f = findField(j, "ck")) p.checksum = asChecksum(*f);
     return p;
   });
   if (!decoded) return decoded;

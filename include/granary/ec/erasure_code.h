@@ -56,4 +56,11 @@ uint32_t crc32(std::span<const uint8_t> data, uint32_t crc = 0);
 // ISA-L 2.30 lacks it; this is a slice-by-8 table implementation. Chains the same way.
 uint64_t crc64nvme(std::span<const uint8_t> data, uint64_t crc = 0);
 
+// CRC of a concatenation from the CRCs of its pieces, as zlib's crc32_combine:
+// combine(crc(a), crc(b), b.size()) == crc(a ++ b). O(log len_b) GF(2) matrix squarings.
+uint32_t crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+uint32_t crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+uint64_t crc64nvmeCombine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b);
+
+
 }  // namespace granary::ec

@@ -59,6 +59,15 @@ struct StripeLayout {
   bool operator==(const StripeLayout&) const = default;
 };
 
+// An S3 additional checksum of an object or a part, as the client sees it.
+struct ObjectChecksum {
+  std::string algorithm;  // "CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"; empty: none
+  std::string value;      // base64 of the big-endian checksum; COMPOSITE ones end in "-<parts>"
+  std::string type;       // "FULL_OBJECT" or "COMPOSITE"
+  bool empty() const { return algorithm.empty(); }
+  bool operator==(const ObjectChecksum&) const = default;
+};
+
 struct Manifest {
   VersionId version;
   uint64_t size = 0;
@@ -72,6 +81,7 @@ struct Manifest {
   std::string inline_data;               // the whole body when is_inline
   std::vector<std::string> drives;       // drive id table
   std::vector<StripeLayout> stripes;     // in object order
+  ObjectChecksum checksum;               // verified or computed at write time; may be empty
   bool operator==(const Manifest&) const = default;
 };
 
@@ -131,6 +141,9 @@ struct MultipartUpload {
   std::string content_type;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> headers;
+  // x-amz-checksum-algorithm / x-amz-checksum-type of the create request ("" when absent).
+  std::string checksum_algorithm;
+  std::string checksum_type;
   bool operator==(const MultipartUpload&) const = default;
 };
 
@@ -144,6 +157,7 @@ struct PartInfo {
   VersionId version;
   std::vector<std::string> drives;    // drive id table
   std::vector<StripeLayout> stripes;  // blob_version == version
+  ObjectChecksum checksum;            // the part's own checksum (type FULL_OBJECT); may be empty
   bool operator==(const PartInfo&) const = default;
 };
 

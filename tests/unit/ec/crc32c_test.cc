@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -75,4 +76,47 @@ TEST_CASE("CRC64-NVME matches its check value and chains at every split point") 
   }
   data[500] ^= 1;
   CHECK(granary::ec::crc64nvme(data) != whole);
+}
+
+TEST_CASE("CRC combine equals the CRC of the concatenation at many splits") {
+  using granary::ec::crc32;
+  using granary::ec::crc32Combine;
+  using granary::ec::crc32cCombine;
+  using granary::ec::crc64nvme;
+  using granary::ec::crc64nvmeCombine;
+  std::vector<uint8_t> data(3000);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& b : data) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  std::span<const uint8_t> all(data);
+  const uint64_t whole64 = crc64nvme(all);
+  const uint32_t whole32 = crc32(all);
+  const uint32_t whole32c = crc32c(all);
+  for (size_t cut = 0; cut <= data.size(); cut += (cut < 70 ? 1 : 37)) {
+    auto a = all.first(cut);
+    auto b = all.subspan(cut);
+    REQUIRE(crc64nvmeCombine(crc64nvme(a), crc64nvme(b), b.size()) == whole64);
+    REQUIRE(crc32Combine(crc32(a), crc32(b), b.size()) == whole32);
+    REQUIRE(crc32cCombine(crc32c(a), crc32c(b), b.size()) == whole32c);
+  }
+  // Many pieces folded left to right, as multipart completion does.
+  uint64_t folded = 0;
+  size_t pos = 0;
+  for (size_t piece = 1; pos < data.size(); piece = piece * 3 + 1) {
+    size_t n = std::min(piece, data.size() - pos);
+    auto p = all.subspan(pos, n);
+    folded = pos == 0 ? crc64nvme(p) : crc64nvmeCombine(folded, crc64nvme(p), n);
+    pos += n;
+  }
+  CHECK(folded == whole64);
+  // Large lengths of zeros: combine with a 5 MiB zero piece.
+  std::vector<uint8_t> zeros(5 << 20, 0);
+  std::vector<uint8_t> cat(data.begin(), data.end());
+  cat.insert(cat.end(), zeros.begin(), zeros.end());
+  CHECK(crc64nvmeCombine(whole64, crc64nvme(zeros), zeros.size()) == crc64nvme(cat));
+  CHECK(crc32Combine(whole32, crc32(zeros), zeros.size()) == crc32(cat));
 }

@@ -53,6 +53,41 @@ TEST_CASE("Manifest encoding round-trips every field") {
   CHECK(*inl_back == inl);
 }
 
+TEST_CASE("Manifest checksums round-trip and are optional") {
+  Manifest m = sampleManifest();
+  m.checksum = ObjectChecksum{"CRC32", "AAAAAA==-2", "COMPOSITE"};
+  auto back = decodeManifest(encodeManifest(m));
+  REQUIRE(back.has_value());
+  CHECK(*back == m);
+  CHECK(back->checksum.type == "COMPOSITE");
+
+  // A manifest without a checksum writes no "ck" field: the bytes stay the old format.
+  Manifest plain = sampleManifest();
+  auto plain_json = nlohmann::json::from_cbor(encodeManifest(plain));
+  CHECK_FALSE(plain_json.contains("ck"));
+
+  // A record written before checksums existed (hand-built, format 1) still decodes.
+  auto v = nlohmann::json::binary(std::vector<uint8_t>(plain.version.bytes.begin(),
+                                                       plain.version.bytes.end()));
+  nlohmann::json old = {{"f", 1}, {"v", v}, {"s", 3}, {"e", "abc"}, {"t", 7},
+                        {"k", 2}, {"m", 1}, {"in", true},
+                        {"d", nlohmann::json::binary(std::vector<uint8_t>{1, 2, 3})}};
+  auto old_back = decodeManifest(cbor(old));
+  REQUIRE(old_back.has_value());
+  CHECK(old_back->checksum.empty());
+  CHECK(old_back->size == 3);
+
+  // A malformed checksum field is corruption, not a crash.
+  old["ck"] = {{"v", "x"}};
+  CHECK(decodeManifest(cbor(old)).error().code() == Status::Code::kCorruption);
+  old["ck"] = "CRC32";
+  CHECK(decodeManifest(cbor(old)).error().code() == Status::Code::kCorruption);
+  old["ck"] = {{"a", "SHA256"}, {"v", "q83vEjRWeJA="}};
+  auto no_type = decodeManifest(cbor(old));
+  REQUIRE(no_type.has_value());
+  CHECK(no_type->checksum == ObjectChecksum{"SHA256", "q83vEjRWeJA=", ""});
+}
+
 TEST_CASE("Bucket, summary and GC values round-trip") {
   BucketInfo b{"bucket", "AKIA", -5};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);

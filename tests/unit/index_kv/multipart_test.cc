@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
 #include <algorithm>
@@ -464,7 +465,7 @@ TEST_CASE("A database made before multipart uploads opens and gains the new colu
   REQUIRE(opened.has_value());
   Index& index = **opened;
   REQUIRE(index.createBucket(BucketInfo{"b", "o", 1}).isOk());
-  MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}};
+  MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}, "", ""};
   REQUIRE(index.createUpload(u).isOk());
   CHECK(*index.getUpload("b", "k", "id1") == u);
 }
@@ -573,6 +574,29 @@ TEST_CASE("Upload and part values round-trip and garbage decodes as kCorruption"
   CHECK(*decodeUpload(encodeUpload(u)) == u);
   PartInfo p = f.newPart(17, 3);
   CHECK(*decodePart(encodePart(p)) == p);
+
+  // Checksum fields round-trip; records without them (the old format) still decode.
+  MultipartUpload uc = u;
+  uc.checksum_algorithm = "CRC64NVME";
+  uc.checksum_type = "FULL_OBJECT";
+  CHECK(*decodeUpload(encodeUpload(uc)) == uc);
+  PartInfo pc = p;
+  pc.checksum = ObjectChecksum{"CRC32C", "yZRlqg==", "FULL_OBJECT"};
+  CHECK(*decodePart(encodePart(pc)) == pc);
+  CHECK(decodePart(encodePart(p))->checksum.empty());
+  nlohmann::json old_upload = {{"f", 1}, {"u", "id"}, {"b", "b"}, {"k", "k"}, {"o", "o"},
+                               {"t", 1}};
+  std::string old_upload_cbor;
+  nlohmann::json::to_cbor(old_upload, old_upload_cbor);
+  auto ou = decodeUpload(old_upload_cbor);
+  REQUIRE(ou.has_value());
+  CHECK(ou->checksum_algorithm.empty());
+  CHECK(ou->checksum_type.empty());
+  auto pj = nlohmann::json::from_cbor(encodePart(p));
+  CHECK_FALSE(pj.contains("ck"));  // what an old writer wrote
+  std::string old_part_cbor;
+  nlohmann::json::to_cbor(pj, old_part_cbor);
+  CHECK(decodePart(old_part_cbor)->checksum.empty());
 
   for (const std::string& bad : {std::string(), std::string("\xff\x00", 2),
                                  std::string("\xa0"), encodeBucket(BucketInfo{"n", "o", 1})}) {

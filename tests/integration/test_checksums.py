@@ -1,0 +1,327 @@
+"""Stored additional checksums (docs/api.md "Checksums"): PutObject stores the verified (or
+x-amz-sdk-checksum-algorithm computed) checksum; GET/HEAD with x-amz-checksum-mode:
+ENABLED return it for the whole object and never for a Range; multipart uploads keep part
+checksums and produce COMPOSITE ("<b64>-N") or FULL_OBJECT (combined CRC) object checksums.
+Debian boto3 1.26 drives most of it (CRC32C/CRC64NVME values computed here and sent as
+headers: it lacks awscrt); the newest boto3 runs clients/boto3_checksums.py."""
+import base64
+import hashlib
+import os
+import subprocess
+import zlib
+
+import botocore.exceptions
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYENV_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
+MiB = 1024 * 1024
+
+
+# --- reference checksums --------------------------------------------------------------
+
+def _table(poly, width):
+    out = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        out.append(c)
+    return out
+
+
+_CRC64 = _table(0x9A6C9329AC4BC9B5, 64)
+_CRC32C = _table(0x82F63B78, 32)
+
+
+def _crc(table, mask, data):
+    c = mask
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ mask
+
+
+def crc64nvme(data):
+    return _crc(_CRC64, (1 << 64) - 1, data)
+
+
+def crc32c(data):
+    return _crc(_CRC32C, 0xFFFFFFFF, data)
+
+
+def raw_checksum(alg, data):
+    if alg == "CRC32":
+        return zlib.crc32(data).to_bytes(4, "big")
+    if alg == "CRC32C":
+        return crc32c(data).to_bytes(4, "big")
+    if alg == "CRC64NVME":
+        return crc64nvme(data).to_bytes(8, "big")
+    return hashlib.new(alg.lower(), data).digest()
+
+
+def b64(alg, data):
+    return base64.b64encode(raw_checksum(alg, data)).decode()
+
+
+ALGS = ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"]
+
+
+def test_reference_checksums_match_published_check_values():
+    assert crc64nvme(b"123456789") == 0xAE8B14860A799888
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+def with_headers(s3, event, headers):
+    """Adds `headers` to the next requests of operation `event` (e.g. "PutObject")."""
+    def add(request, **_):
+        for k, v in headers.items():
+            request.headers[k] = v
+    s3.meta.events.register(f"before-sign.s3.{event}", add)
+    return lambda: s3.meta.events.unregister(f"before-sign.s3.{event}", add)
+
+
+def put_with_checksum(s3, bucket, key, body, alg):
+    if alg in ("CRC32", "SHA1", "SHA256"):
+        return s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm=alg)
+    undo = with_headers(s3, "PutObject", {f"x-amz-checksum-{alg.lower()}": b64(alg, body)})
+    try:
+        return s3.put_object(Bucket=bucket, Key=key, Body=body)
+    finally:
+        undo()
+
+
+def headers_of(resp):
+    return resp["ResponseMetadata"]["HTTPHeaders"]
+
+
+def checksum_headers(resp):
+    return {k: v for k, v in headers_of(resp).items() if k.startswith("x-amz-checksum-")}
+
+
+# --- PutObject / GetObject / HeadObject -----------------------------------------------------
+
+@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("size", [0, 100, 700 * 1024])
+def test_put_stores_checksum_and_full_get_returns_it(s3, bucket, alg, size):
+    body = bytes((i * 31 + size) % 256 for i in range(size))
+    put = put_with_checksum(s3, bucket, "k", body, alg)
+    want = b64(alg, body)
+    assert headers_of(put)[f"x-amz-checksum-{alg.lower()}"] == want
+
+    got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert got["Body"].read() == body
+    assert checksum_headers(got) == {f"x-amz-checksum-{alg.lower()}": want,
+                                     "x-amz-checksum-type": "FULL_OBJECT"}
+    if alg in ("CRC32", "CRC32C", "SHA1", "SHA256"):
+        assert got["Checksum" + alg] == want
+    head = s3.head_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert checksum_headers(head) == checksum_headers(got)
+
+    # Without checksum mode: nothing.
+    plain = s3.get_object(Bucket=bucket, Key="k")
+    assert plain["Body"].read() == body
+    assert checksum_headers(plain) == {}
+    if size:
+        # Ranged GET: never a checksum, even for a range covering the whole object.
+        for rng in ("bytes=0-0", f"bytes=0-{size - 1}", "bytes=0-"):
+            r = s3.get_object(Bucket=bucket, Key="k", Range=rng, ChecksumMode="ENABLED")
+            r["Body"].read()
+            assert checksum_headers(r) == {}, rng
+        hr = s3.head_object(Bucket=bucket, Key="k", Range="bytes=0-", ChecksumMode="ENABLED")
+        assert checksum_headers(hr) == {}
+
+
+@pytest.mark.parametrize("alg", ["CRC32C", "CRC64NVME", "SHA256"])
+def test_sdk_algorithm_without_value_is_computed_and_stored(s3, bucket, alg):
+    body = b"compute me " * 5000
+    undo = with_headers(s3, "PutObject", {"x-amz-sdk-checksum-algorithm": alg})
+    try:
+        put = s3.put_object(Bucket=bucket, Key="k", Body=body)
+    finally:
+        undo()
+    assert headers_of(put)[f"x-amz-checksum-{alg.lower()}"] == b64(alg, body)
+    got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert headers_of(got)[f"x-amz-checksum-{alg.lower()}"] == b64(alg, body)
+
+
+def test_unknown_sdk_algorithm_is_refused(s3, bucket):
+    undo = with_headers(s3, "PutObject", {"x-amz-sdk-checksum-algorithm": "MD4"})
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    finally:
+        undo()
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+
+
+def test_object_without_checksum_returns_none(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"plain")
+    got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert got["Body"].read() == b"plain"
+    assert checksum_headers(got) == {}
+
+
+def test_overwrite_replaces_checksum(s3, bucket):
+    put_with_checksum(s3, bucket, "k", b"one", "SHA256")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"two")
+    got = s3.get_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")
+    assert checksum_headers(got) == {}
+
+
+def test_copy_gets_no_checksum(s3, bucket):
+    put_with_checksum(s3, bucket, "src", b"copied bytes", "CRC32")
+    s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    got = s3.get_object(Bucket=bucket, Key="dst", ChecksumMode="ENABLED")
+    assert got["Body"].read() == b"copied bytes"
+    assert checksum_headers(got) == {}
+
+
+# --- multipart ---------------------------------------------------------------------------
+
+PART1 = bytes(i % 249 for i in range(5 * MiB))
+PART2 = b"second part " * 3000
+
+
+def create(s3, bucket, key, alg, ctype=None):
+    headers = {"x-amz-checksum-algorithm": alg}
+    if ctype:
+        headers["x-amz-checksum-type"] = ctype
+    undo = with_headers(s3, "CreateMultipartUpload", headers)
+    try:
+        up = s3.create_multipart_upload(Bucket=bucket, Key=key)
+    finally:
+        undo()
+    assert headers_of(up)["x-amz-checksum-algorithm"] == alg
+    return up["UploadId"]
+
+
+def upload_parts(s3, bucket, key, upload_id, alg, send_value=True):
+    parts = []
+    for n, data in ((1, PART1), (2, PART2)):
+        undo = with_headers(s3, "UploadPart",
+                            {f"x-amz-checksum-{alg.lower()}": b64(alg, data)} if send_value
+                            else {})
+        try:
+            r = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n,
+                               Body=data)
+        finally:
+            undo()
+        value = headers_of(r)[f"x-amz-checksum-{alg.lower()}"]
+        assert value == b64(alg, data)
+        parts.append({"PartNumber": n, "ETag": r["ETag"], "value": value})
+    return parts
+
+
+@pytest.mark.parametrize("alg", ["CRC32", "CRC32C", "SHA1", "SHA256"])
+def test_multipart_composite_checksum(s3, bucket, alg):
+    upload_id = create(s3, bucket, "mp", alg)
+    parts = upload_parts(s3, bucket, "mp", upload_id, alg)
+    listed = s3.list_parts(Bucket=bucket, Key="mp", UploadId=upload_id)
+    if alg in ("CRC32", "SHA1", "SHA256", "CRC32C"):
+        assert [p.get("Checksum" + alg) for p in listed["Parts"]] == [p["value"] for p in parts]
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp", UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"],
+                                    "Checksum" + alg: p["value"]} for p in parts]})
+    want = base64.b64encode(raw_checksum(
+        alg, raw_checksum(alg, PART1) + raw_checksum(alg, PART2))).decode() + "-2"
+    assert done["Checksum" + alg] == want
+    got = s3.get_object(Bucket=bucket, Key="mp", ChecksumMode="ENABLED")
+    assert got["Body"].read() == PART1 + PART2
+    assert checksum_headers(got) == {f"x-amz-checksum-{alg.lower()}": want,
+                                     "x-amz-checksum-type": "COMPOSITE"}
+    r = s3.get_object(Bucket=bucket, Key="mp", Range="bytes=0-", ChecksumMode="ENABLED")
+    r["Body"].read()
+    assert checksum_headers(r) == {}
+
+
+@pytest.mark.parametrize("alg,ctype", [("CRC64NVME", None), ("CRC32", "FULL_OBJECT"),
+                                       ("CRC32C", "FULL_OBJECT")])
+def test_multipart_full_object_crc(s3, bucket, alg, ctype):
+    upload_id = create(s3, bucket, "mp", alg, ctype)
+    # Parts sent without a value: the upload's algorithm is computed for them.
+    parts = upload_parts(s3, bucket, "mp", upload_id, alg, send_value=False)
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp", UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]}
+                                   for p in parts]})
+    want = b64(alg, PART1 + PART2)
+    if alg != "CRC64NVME":
+        assert done["Checksum" + alg] == want
+    got = s3.get_object(Bucket=bucket, Key="mp", ChecksumMode="ENABLED")
+    assert got["Body"].read() == PART1 + PART2
+    assert checksum_headers(got) == {f"x-amz-checksum-{alg.lower()}": want,
+                                     "x-amz-checksum-type": "FULL_OBJECT"}
+
+
+def test_complete_with_wrong_part_checksum_is_invalid_part(s3, bucket):
+    upload_id = create(s3, bucket, "mp", "CRC32")
+    parts = upload_parts(s3, bucket, "mp", upload_id, "CRC32")
+    for bad in ({"ChecksumCRC32": "AAAAAA=="}, {"ChecksumSHA256": b64("SHA256", PART1)}):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.complete_multipart_upload(
+                Bucket=bucket, Key="mp", UploadId=upload_id,
+                MultipartUpload={"Parts": [dict({"PartNumber": 1, "ETag": parts[0]["ETag"]},
+                                                **bad),
+                                           {"PartNumber": 2, "ETag": parts[1]["ETag"]}]})
+        assert e.value.response["Error"]["Code"] == "InvalidPart"
+    s3.abort_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id)
+
+
+def test_part_with_another_algorithm_is_refused(s3, bucket):
+    upload_id = create(s3, bucket, "mp", "CRC32")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=1, Body=b"x",
+                       ChecksumAlgorithm="SHA256")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    s3.abort_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id)
+
+
+@pytest.mark.parametrize("alg,ctype", [("CRC64NVME", "COMPOSITE"), ("SHA256", "FULL_OBJECT"),
+                                       ("MD5", None)])
+def test_create_with_unsupported_algorithm_or_type_is_refused(s3, bucket, alg, ctype):
+    headers = {"x-amz-checksum-algorithm": alg}
+    if ctype:
+        headers["x-amz-checksum-type"] = ctype
+    undo = with_headers(s3, "CreateMultipartUpload", headers)
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.create_multipart_upload(Bucket=bucket, Key="mp")
+    finally:
+        undo()
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+
+
+def test_multipart_without_algorithm_has_no_object_checksum(s3, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp")
+    r = s3.upload_part(Bucket=bucket, Key="mp", UploadId=up["UploadId"], PartNumber=1,
+                       Body=b"only", ChecksumAlgorithm="CRC32")
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"],
+                                 MultipartUpload={"Parts": [{"PartNumber": 1,
+                                                             "ETag": r["ETag"]}]})
+    got = s3.get_object(Bucket=bucket, Key="mp", ChecksumMode="ENABLED")
+    assert got["Body"].read() == b"only"
+    assert checksum_headers(got) == {}
+
+
+# --- newest boto3 -------------------------------------------------------------------------
+
+def test_newest_boto3_accepts_our_checksums(server):
+    if not os.access(PYENV_PYTHON, os.X_OK):
+        pytest.skip(f"newest-boto3 interpreter {PYENV_PYTHON} is not installed on this machine")
+    probe = subprocess.run([PYENV_PYTHON, "-c", "import boto3; print(boto3.__version__)"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"{PYENV_PYTHON} cannot import boto3: {probe.stderr.strip()[-300:]}")
+    version = probe.stdout.strip()
+    res = subprocess.run(
+        [PYENV_PYTHON, os.path.join(HERE, "clients", "boto3_checksums.py"), server.endpoint,
+         server.access_key, server.secret_key],
+        capture_output=True, text=True, timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"boto3 {version}: ") and last.endswith(" passed"), out
