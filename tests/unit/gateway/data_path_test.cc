@@ -1,6 +1,7 @@
 // The object data path against real chunk stores (POSIX engine, temp dirs): ObjectWriter
 // stripes, encodes and places fragments; readObjectRange reads ranges back, decoding from
 // parity when fragments fail. Faults come from a ChunkClient wrapper.
+#include "run_task.h"
 #include "asio.h"
 
 #include <prometheus/counter.h>
@@ -30,21 +31,6 @@ using testing::TestCluster;
 
 constexpr uint32_t kFragmentLen = 4096;
 constexpr uint64_t kStripe = 4 * kFragmentLen;  // k = 4
-
-template <typename T>
-T runTask(asio::io_context& io, Task<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  REQUIRE(out.has_value());
-  return std::move(*out);
-}
 
 void runVoid(asio::io_context& io, Task<void> task) {
   bool done = false;

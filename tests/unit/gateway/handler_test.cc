@@ -1,6 +1,7 @@
 // handleRequest() driven without sockets: SigV4-signed S3Requests, an in-memory BodySource
 // that feeds the body in small pieces (or ends it early), and a BodySink that records the
 // response. The gateway runs over real chunk stores and a real index in a temp dir.
+#include "run_task.h"
 #include "asio.h"
 
 #include <prometheus/registry.h>
@@ -34,21 +35,6 @@ constexpr uint64_t kInlineThreshold = 1024;
 constexpr uint32_t kFragmentLen = 4096;
 constexpr uint64_t kStripe = 4 * kFragmentLen;
 constexpr uint64_t kStripedSize = 3 * kStripe + 123;
-
-template <typename T>
-T runTask(asio::io_context& io, Task<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  REQUIRE(out.has_value());
-  return std::move(*out);
-}
 
 // Feeds `data` in pieces of at most `piece` bytes. With `end_at`, the body stops there:
 // either with a clean end (read returns 0) or with the error a dropped connection gives.

@@ -1,5 +1,6 @@
 // TaskGroup and offload(): blocking work on a WorkerPool, awaited from a coroutine that
 // runs on an io_context driven by the test thread.
+#include "run_task.h"
 #include "asio.h"
 
 #include <atomic>
@@ -16,22 +17,6 @@
 
 namespace granary::gateway {
 namespace {
-
-// Runs `task` to completion on `io` in this thread and returns its value.
-template <typename T>
-T runTask(asio::io_context& io, Task<T> task) {
-  std::optional<T> out;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
-    error = e;
-    if (!e) out.emplace(std::move(value));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  REQUIRE(out.has_value());
-  return std::move(*out);
-}
 
 struct Observed {
   Status status;
