@@ -159,6 +159,8 @@ int serve(int argc, char** argv) {
       "seconds a request body read or a response write may make no progress")(
       "access-log", po::value<std::string>()->default_value(""),
       "file for one JSON line per request ('-' = standard error; default: off)")(
+      "domain", po::value<std::string>()->default_value(""),
+      "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   po::variables_map vm;
   try {
@@ -216,6 +218,7 @@ int serve(int argc, char** argv) {
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
   gopts.event_loops = static_cast<size_t>(loops);
   gopts.access_log = vm["access-log"].as<std::string>();
+  gopts.virtual_host_domain = vm["domain"].as<std::string>();
   gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "copy_source.h"
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
@@ -15,15 +16,6 @@
 #include "uri.h"
 
 namespace granary::gateway {
-
-namespace {
-
-constexpr uint64_t kMaxCopySource = 5ull << 30;  // AWS: CopyObject copies up to 5 GiB
-
-struct CopySource {
-  std::string bucket;
-  std::string key;
-};
 
 S3Result<CopySource> parseCopySource(std::string_view header) {
   size_t q = header.find('?');
@@ -46,51 +38,33 @@ S3Result<CopySource> parseCopySource(std::string_view header) {
   return CopySource{std::string(path.substr(0, slash)), std::string(path.substr(slash + 1))};
 }
 
-// Receives the source's bytes from readObjectRange and cuts them into the destination's
-// stripes, hashing each stripe (off the event loop) before it is written.
-class CopySink final : public BodySink {
- public:
-  CopySink(GatewayContext& ctx, ObjectWriter& writer) : ctx_(ctx), writer_(writer) {}
-
-  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
-
-  Task<Status> write(std::span<const uint8_t> data) override {
-    while (!data.empty()) {
-      auto buf = writer_.buffer();
-      size_t n = std::min(data.size(), buf.size() - used_);
-      std::memcpy(buf.data() + used_, data.data(), n);
-      used_ += n;
-      data = data.subspan(n);
-      if (used_ == buf.size()) {
-        Status st = co_await flush();
-        if (!st.isOk()) co_return st;
-      }
+Task<Status> CopySink::write(std::span<const uint8_t> data) {
+  size_ += data.size();
+  while (!data.empty()) {
+    auto buf = writer_.buffer();
+    size_t n = std::min(data.size(), buf.size() - used_);
+    std::memcpy(buf.data() + used_, data.data(), n);
+    used_ += n;
+    data = data.subspan(n);
+    if (used_ == buf.size()) {
+      Status st = co_await flush();
+      if (!st.isOk()) co_return st;
     }
-    co_return Status::ok();
   }
+  co_return Status::ok();
+}
 
-  Task<Status> flush() {
-    if (used_ == 0) co_return Status::ok();
-    auto chunk = writer_.buffer().first(used_);
-    co_await offload(ctx_.pool(), [&] {
-      md5_.update(chunk);
-      return 0;
-    });
-    Status st = co_await writer_.flush(used_);
-    used_ = 0;
-    co_return st;
-  }
-
-  std::vector<uint8_t> md5() { return md5_.finish(); }
-
- private:
-  GatewayContext& ctx_;
-  ObjectWriter& writer_;
-  size_t used_ = 0;
-  Digest md5_{Digest::Kind::kMd5};
-};
-
-}  // namespace
+Task<Status> CopySink::flush() {
+  if (used_ == 0) co_return Status::ok();
+  auto chunk = writer_.buffer().first(used_);
+  co_await offload(ctx_.pool(), [&] {
+    md5_.update(chunk);
+    return 0;
+  });
+  Status st = co_await writer_.flush(used_);
+  used_ = 0;
+  co_return st;
+}
 
 Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   auto source = parseCopySource(*req.header("x-amz-copy-source"));

@@ -5,6 +5,7 @@
 #include "checksum.h"
 #include "handlers.h"
 #include "http_range.h"
+#include "s3_xml.h"
 #include "time_format.h"
 #include "uri.h"
 
@@ -173,6 +174,20 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   } else {
     ctx.metrics.bytesOut(length);
   }
+  co_return res;
+}
+
+Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
+  auto manifest = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getObject(req.bucket, req.key);
+  });
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
+    co_return errorResponse(err, req);
+  }
+  S3Response res;
+  res.set("Content-Type", "application/xml");
+  res.body = emptyTaggingXml();
   co_return res;
 }
 

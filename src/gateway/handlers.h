@@ -58,6 +58,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req);
 // delete_objects.cc
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body);
 
@@ -65,6 +66,8 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
 Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                             BodySource& body);
+// UploadPart with x-amz-copy-source (and optional x-amz-copy-source-range).
+Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
                                          const RequestAuth& auth, BodySource& body);
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req);

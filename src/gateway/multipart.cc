@@ -1,6 +1,7 @@
 // Multipart uploads: CreateMultipartUpload, UploadPart, CompleteMultipartUpload,
 // AbortMultipartUpload, ListParts and ListMultipartUploads. A part is ingested exactly like
-// a PUT body (ingest.h), always striped, and recorded in the index; Complete builds the
+// a PUT body (ingest.h), always striped, and recorded in the index (UploadPartCopy writes
+// a byte range of another object as new stripes instead, copy_source.h); Complete builds the
 // object's manifest from the parts' stripes without copying a byte: each stripe keeps its
 // part's blob version, and the parts' drive tables are merged into one.
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <charconv>
 #include <map>
 
+#include "copy_source.h"
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
@@ -180,6 +182,25 @@ index_kv::ObjectChecksum objectChecksum(const index_kv::MultipartUpload& up,
                                   full ? "FULL_OBJECT" : "COMPOSITE"};
 }
 
+// x-amz-copy-source-range "bytes=first-last" (inclusive) against a source of `size`
+// bytes: {first, length}. Absent: the whole source.
+S3Result<std::pair<uint64_t, uint64_t>> copySourceRange(const S3Request& req, uint64_t size) {
+  auto header = req.header("x-amz-copy-source-range");
+  if (!header) return std::pair<uint64_t, uint64_t>(0, size);
+  const S3Error invalid{S3ErrorCode::kInvalidArgument,
+                        "Range specified is not valid for source object of size: " +
+                            std::to_string(size)};
+  std::string_view spec = *header;
+  if (!spec.starts_with("bytes=")) return std::unexpected(invalid);
+  spec.remove_prefix(6);
+  size_t dash = spec.find('-');
+  if (dash == std::string_view::npos) return std::unexpected(invalid);
+  auto first = parseUint(spec.substr(0, dash));
+  auto last = parseUint(spec.substr(dash + 1));
+  if (!first || !last || *first > *last || *last >= size) return std::unexpected(invalid);
+  return std::pair<uint64_t, uint64_t>(*first, *last - *first + 1);
+}
+
 }  // namespace
 
 Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req) {
@@ -274,6 +295,92 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   res.set("ETag", "\"" + part.etag + "\"");
   if (in.checksum_algorithm) res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
   co_return res;
+}
+
+Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
+  auto number = parseUint(req.queryValue("partNumber").value_or(""));
+  if (!number || *number < 1 || *number > kMaxPartNumber) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "Part number must be an integer between 1 and 10000, inclusive"},
+                            req);
+  }
+  auto parsed_id = uploadIdOf(req);
+  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
+  const std::string upload_id = std::move(*parsed_id);
+  auto source = parseCopySource(*req.header("x-amz-copy-source"));
+  if (!source) co_return errorResponse(source.error(), req);
+  auto upload = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getUpload(req.bucket, req.key, upload_id);
+  });
+  if (!upload) co_return errorResponse(uploadError(upload.error()), req);
+  auto src = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getObject(source->bucket, source->key);
+  });
+  if (!src) {
+    S3Request src_req = req;
+    src_req.bucket = source->bucket;
+    src_req.key = source->key;
+    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
+    co_return errorResponse(err, req);
+  }
+  if (auto status = evaluateConditions(req, *src, "x-amz-copy-source-")) {
+    co_return errorResponse({S3ErrorCode::kPreconditionFailed,
+                             "At least one of the pre-conditions you specified did not hold"},
+                            req);
+  }
+  auto range = copySourceRange(req, src->size);
+  if (!range) co_return errorResponse(range.error(), req);
+  const uint64_t first = range->first;
+  const uint64_t length = range->second;
+  if (length > kMaxCopySource) {
+    co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                             "The specified copy source is larger than the maximum allowable "
+                             "size for a copy source: 5368709120"},
+                            req);
+  }
+
+  // Written like an UploadPart body: new stripes of a new blob version, owned by the part.
+  const VersionId version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  ObjectWriter writer(ctx.data, version, req.bucket, req.key, ex);
+  CopySink sink(ctx, writer);
+  Status st = Status::ok();
+  if (src->is_inline) {
+    if (src->inline_data.size() < first + length) {
+      st = Status::corruption("inline data shorter than the object size");
+    } else {
+      auto bytes = std::span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(src->inline_data.data()) + first, length);
+      st = co_await sink.write(bytes);
+    }
+  } else {
+    st = co_await readObjectRange(ctx.data, *src, first, length, sink);
+  }
+  if (st.isOk()) st = co_await sink.flush();
+  if (st.isOk()) st = co_await writer.finish();
+  if (!st.isOk()) {
+    co_await writer.abandon();
+    co_return errorResponse(fromStatus(st), req);
+  }
+
+  index_kv::PartInfo part;
+  part.part_number = static_cast<uint32_t>(*number);
+  part.size = length;
+  part.etag = toHex(sink.md5());
+  part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  part.version = version;
+  part.drives = writer.drives();
+  part.stripes = writer.stripes();
+  auto recorded = co_await offload(ctx.pool(), [&] {
+    return ctx.index().putPart(req.bucket, req.key, upload_id, part);
+  });
+  if (!recorded) {
+    // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
+    S3Error err = uploadError(recorded.error());
+    co_await removeBlobs(ctx, part.drives, part.stripes);
+    co_return errorResponse(err, req);
+  }
+  co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
 }
 
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,

@@ -1,11 +1,13 @@
 // Routing and authentication: turns a parsed request into the handler call. Reserved
-// paths under /_granary/ (health, metrics) are ours; everything else is S3 path-style:
-// /bucket/key?subresource.
+// paths under /_granary/ (health, metrics) are ours; everything else is S3 path-style,
+// /bucket/key?subresource, or virtual-hosted-style when the Host header is
+// <bucket>.<GatewayOptions::virtual_host_domain>: /key?subresource.
 #include <fmt/core.h>
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
@@ -74,8 +76,32 @@ bool validUtf8(std::string_view s) {
   return true;
 }
 
-// Splits the target into bucket, key and query. Errors are S3 errors.
-S3Result<void> parseTarget(S3Request& req) {
+std::string lowerCase(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The bucket named by a virtual-hosted-style Host header ("<bucket>.<domain>", port
+// stripped, any case), or nullopt for a path-style request.
+std::optional<std::string> virtualHostBucket(const S3Request& req, std::string_view domain) {
+  if (domain.empty()) return std::nullopt;
+  auto host_header = req.header("host");
+  if (!host_header) return std::nullopt;
+  std::string_view host = *host_header;
+  if (size_t colon = host.rfind(':');
+      colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
+    host = host.substr(0, colon);  // not inside an IPv6 literal
+  }
+  std::string h = lowerCase(host);
+  std::string suffix = "." + lowerCase(domain);
+  if (h.size() <= suffix.size() || !h.ends_with(suffix)) return std::nullopt;
+  return h.substr(0, h.size() - suffix.size());
+}
+
+// Splits the target into bucket, key and query. Errors are S3 errors. `virtual_host` is
+// set when the bucket came from the Host header (the whole path is then the key).
+S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtual_host) {
   std::string_view target = req.target;
   size_t q = target.find('?');
   req.path = std::string(target.substr(0, q));
@@ -84,14 +110,23 @@ S3Result<void> parseTarget(S3Request& req) {
     return s3fail(S3ErrorCode::kInvalidRequest, "Invalid request target");
   }
   std::string_view rest = std::string_view(req.path).substr(1);
-  size_t slash = rest.find('/');
-  auto bucket = percentDecode(rest.substr(0, slash), false);
-  if (!bucket) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
-  req.bucket = *bucket;
-  if (slash != std::string_view::npos) {
-    auto key = percentDecode(rest.substr(slash + 1), false);
+  auto host_bucket = virtualHostBucket(req, domain);
+  virtual_host = host_bucket.has_value();
+  size_t slash = virtual_host ? std::string_view::npos : rest.find('/');
+  if (virtual_host) {
+    req.bucket = std::move(*host_bucket);
+    auto key = percentDecode(rest, false);
     if (!key) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
     req.key = *key;
+  } else {
+    auto bucket = percentDecode(rest.substr(0, slash), false);
+    if (!bucket) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
+    req.bucket = *bucket;
+    if (slash != std::string_view::npos) {
+      auto key = percentDecode(rest.substr(slash + 1), false);
+      if (!key) return s3fail(S3ErrorCode::kInvalidArgument, "Invalid URI encoding");
+      req.key = *key;
+    }
   }
   if (req.bucket.empty() && slash != std::string_view::npos) {
     return s3fail(S3ErrorCode::kInvalidBucketName, "The specified bucket is not valid.");
@@ -160,13 +195,31 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
 Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
                                BodySink& sink, std::string& op) {
   op = "Unknown";
-  if (auto parsed = parseTarget(req); !parsed) co_return errorResponse(parsed.error(), req);
-  if (req.path.starts_with("/_granary/")) co_return co_await serveInternal(ctx, req, op);
+  bool virtual_host = false;
+  if (auto parsed = parseTarget(req, ctx.options.virtual_host_domain, virtual_host); !parsed) {
+    co_return errorResponse(parsed.error(), req);
+  }
+  if (!virtual_host && req.path.starts_with("/_granary/")) {
+    co_return co_await serveInternal(ctx, req, op);
+  }
 
   auto auth = authenticate(ctx, req);
   if (!auth) {
     op = "Auth";
     co_return errorResponse(auth.error(), req);
+  }
+  // Object tags cannot be set yet, so every object's tag set is empty: GetObjectTagging
+  // answers that (aws-cli asks before every S3-to-S3 copy), and a write that carries tags
+  // is refused rather than silently dropping them.
+  if (!req.key.empty() && req.method == "GET" && req.hasQuery("tagging") &&
+      req.query.size() == 1) {
+    op = "GetObjectTagging";
+    co_return co_await getObjectTagging(ctx, req);
+  }
+  if (!req.key.empty() && req.header("x-amz-tagging")) {
+    op = "Unsupported";
+    co_return errorResponse({S3ErrorCode::kNotImplemented, "Object tagging is not implemented"},
+                            req);
   }
   for (const char* sub : kUnsupportedSubresources) {
     if (req.hasQuery(sub)) {
@@ -179,7 +232,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 
   const std::string& m = req.method;
   // Multipart uploads (uploads, uploadId, partNumber); any other use of those
-  // subresources (UploadPartCopy, GET ?partNumber...) is NotImplemented.
+  // subresources (GET ?partNumber...) is NotImplemented.
   if (req.hasQuery("uploads") || req.hasQuery("uploadId") || req.hasQuery("partNumber")) {
     const bool uploads = req.hasQuery("uploads");
     const bool upload_id = req.hasQuery("uploadId");
@@ -190,7 +243,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       co_return co_await listMultipartUploads(ctx, req);
     }
     if (!req.key.empty() && !uploads) {
-      if (m == "PUT" && upload_id && !req.header("x-amz-copy-source")) {
+      if (m == "PUT" && upload_id && req.header("x-amz-copy-source")) {
+        op = "UploadPartCopy";
+        co_return co_await uploadPartCopy(ctx, req);
+      }
+      if (m == "PUT" && upload_id) {
         op = "UploadPart";
         co_return co_await uploadPart(ctx, req, *auth, body);
       }
@@ -215,11 +272,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
     op = "Unsupported";
     co_return errorResponse(
-        {S3ErrorCode::kNotImplemented,
-         m == "PUT" && req.header("x-amz-copy-source") ? "UploadPartCopy is not implemented"
-                                                        : "This multipart request is not "
-                                                          "implemented"},
-        req);
+        {S3ErrorCode::kNotImplemented, "This multipart request is not implemented"}, req);
   }
   if (req.bucket.empty()) {
     if (m == "GET") {

@@ -118,6 +118,21 @@ std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos)
   return serialize(doc);
 }
 
+std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
+  pugi::xml_document doc;
+  auto r = root(doc, "CopyPartResult");
+  text(r, "LastModified", isoTimestamp(mtime_unix_nanos));
+  text(r, "ETag", quoted(etag));
+  return serialize(doc);
+}
+
+std::string emptyTaggingXml() {
+  pugi::xml_document doc;
+  auto r = root(doc, "Tagging");
+  r.append_child("TagSet");
+  return serialize(doc);
+}
+
 std::string locationXml(std::string_view region) {
   pugi::xml_document doc;
   auto r = root(doc, "LocationConstraint");

@@ -40,7 +40,11 @@ std::string listObjectsXml(const ListObjectsParams& params, const index_kv::List
 
 std::string locationXml(std::string_view region);
 
+// <Tagging><TagSet/></Tagging>: the tag set of every object (tags cannot be set yet).
+std::string emptyTaggingXml();
+
 std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos);
+std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 
 struct DeleteObjectsRequest {
   bool quiet = false;

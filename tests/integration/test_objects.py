@@ -250,3 +250,16 @@ def test_response_header_overrides_on_get(s3, bucket):
     assert r["ContentType"] == "application/json"
     assert r["ContentDisposition"] == "attachment; filename=\"a.json\""
     assert r["CacheControl"] == "max-age=60"
+
+
+def test_object_tag_set_is_empty_and_tagged_writes_are_refused(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="tags", Body=b"1")
+    assert s3.get_object_tagging(Bucket=bucket, Key="tags")["TagSet"] == []
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object_tagging(Bucket=bucket, Key="no-such-key")
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="tagged", Body=b"1", Tagging="a=b")
+    assert error_code(e) == "NotImplemented"
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.head_object(Bucket=bucket, Key="tagged")

@@ -49,6 +49,10 @@ struct GatewayOptions {
   int max_put_seconds = 1800;
   // One JSON line per request (docs/operations.md); "" = off, "-" = standard error.
   std::string access_log;
+  // Virtual-hosted-style addressing: a request whose Host (port stripped, any case) is
+  // "<bucket>.<virtual_host_domain>" names its bucket in the host and its key in the whole
+  // path. "" = path style only; Host == the domain itself stays path style.
+  std::string virtual_host_domain;
 };
 
 struct RootUser {

@@ -161,6 +161,7 @@ struct GatewayFixture {
   GatewayFixture() {
     options.inline_threshold = kInlineThreshold;
     options.fragment_len = kFragmentLen;
+    options.virtual_host_domain = "S3.Test";  // hosts <bucket>.s3.test are virtual-hosted
     GatewayDeps deps{cluster.map,     *cluster.chunks,
                      cluster.index(), cluster.clock,
                      random,          pool,
@@ -460,12 +461,16 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
-  for (const char* target : {"/bucket/obj?tagging", "/bucket?versioning", "/bucket/obj?acl"}) {
+  for (const char* target : {"/bucket/obj?retention", "/bucket?versioning", "/bucket/obj?acl"}) {
     CAPTURE(target);
     Reply r = f.get(target);
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
   }
+  // Tags cannot be set, so reading them answers the (empty) truth.
+  Reply tags = f.get("/bucket/obj?tagging");
+  CHECK(tags.status == 200);
+  CHECK(tags.body.find("<TagSet") != std::string::npos);
   Reply put =
       f.send(makeRequest("PUT", "/bucket/obj?tagging", {}, sha256Hex("<Tagging/>")), "<Tagging/>");
   CHECK(put.status == 501);
@@ -817,6 +822,114 @@ TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
   size_t queued = 0;
   for (const auto& e : *due) queued += e.blobs.size();
   CHECK(queued == blobs);
+}
+
+// A request addressed virtual-hosted-style: Host `host`, the whole path is the key.
+S3Request vhostRequest(std::string method, std::string host, std::string target,
+                       HeaderList extra = {}, std::string payload_hash = "UNSIGNED-PAYLOAD") {
+  S3Request req = makeRequest(std::move(method), std::move(target), std::move(extra),
+                              std::move(payload_hash));
+  req.headers[0].second = std::move(host);
+  return req;
+}
+
+TEST_CASE("Virtual-hosted-style: the bucket comes from the Host header, the path is the key") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data = randomString(kStripedSize, 71);
+  for (std::string host : {"bucket.s3.test:9000", "BUCKET.S3.Test", "bucket.s3.test"}) {
+    CAPTURE(host);
+    Reply put = f.send(vhostRequest("PUT", host, "/dir/a%20b", {}, sha256Hex(data)), data, 777);
+    REQUIRE(put.status == 200);
+    CHECK(put.op == "PutObject");
+    // The same object, path style.
+    Reply path = f.get("/bucket/dir/a%20b");
+    REQUIRE(path.status == 200);
+    CHECK(path.body == data);
+    Reply get = f.send(vhostRequest("GET", host, "/dir/a%20b"));
+    CHECK(get.op == "GetObject");
+    CHECK(get.body == data);
+    Reply head = f.send(vhostRequest("HEAD", host, "/dir/a%20b"));
+    CHECK(head.status == 200);
+    CHECK(head.content_length == data.size());
+    Reply list = f.send(vhostRequest("GET", host, "/?list-type=2&prefix=dir%2F"));
+    CHECK(list.op == "ListObjectsV2");
+    CHECK(xmlField(list.body, "Key") == "dir/a b");
+    Reply del = f.send(vhostRequest("DELETE", host, "/dir/a%20b"));
+    CHECK(del.status == 204);
+    CHECK(f.get("/bucket/dir/a%20b").code == "NoSuchKey");
+  }
+  // A bucket-level request: "/" is the bucket; a missing bucket is NoSuchBucket.
+  CHECK(f.send(vhostRequest("HEAD", "bucket.s3.test", "/")).op == "HeadBucket");
+  CHECK(f.send(vhostRequest("GET", "other.s3.test", "/k")).code == "NoSuchBucket");
+  // "/_granary/..." on a bucket's host is a key, not the reserved endpoint.
+  Reply reserved = f.send(vhostRequest("GET", "bucket.s3.test", "/_granary/health"));
+  CHECK(reserved.code == "NoSuchKey");
+  // The domain itself, and any other host, stay path style.
+  REQUIRE(f.put("obj", "path style").status == 200);
+  CHECK(f.send(vhostRequest("GET", "s3.test:9000", "/bucket/obj")).body == "path style");
+  CHECK(f.send(vhostRequest("GET", "bucket.s3.test.evil", "/bucket/obj")).body == "path style");
+  CHECK(f.send(vhostRequest("GET", "bucket.xs3.test", "/bucket/obj")).body == "path style");
+}
+
+TEST_CASE("UploadPartCopy: ranges of striped and inline sources become new parts") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string big = randomString((11u << 20) + 123, 81);  // two parts of >= 5 MiB
+  const std::string small = randomString(500, 82);
+  REQUIRE(f.put("big", big).status == 200);
+  REQUIRE(f.put("small", small).status == 200);
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads"));
+  const std::string id = xmlField(created.body, "UploadId");
+  REQUIRE(id.size() == 32);
+  auto copy = [&](int n, const std::string& source, HeaderList extra = {},
+                  const std::string& upload = "") {
+    extra.emplace_back("x-amz-copy-source", source);
+    return f.send(makeRequest("PUT", "/bucket/mp?partNumber=" + std::to_string(n) +
+                                         "&uploadId=" + (upload.empty() ? id : upload),
+                              std::move(extra)));
+  };
+  const uint64_t cut = (5u << 20) + 1000;  // inside a stripe of the source
+  const std::string r1 = "bytes=0-" + std::to_string(cut - 1);
+  const std::string r2 = "bytes=" + std::to_string(cut) + "-" + std::to_string(big.size() - 1);
+  const std::string parts[] = {big.substr(0, cut), big.substr(cut), small.substr(10, 100)};
+  const HeaderList ranges[] = {{{"x-amz-copy-source-range", r1}},
+                               {{"x-amz-copy-source-range", r2}},
+                               {{"x-amz-copy-source-range", "bytes=10-109"}}};
+  std::string xml = "<CompleteMultipartUpload>";
+  for (int n = 1; n <= 3; ++n) {
+    Reply r = copy(n, n < 3 ? "/bucket/big" : "bucket/small", ranges[n - 1]);
+    REQUIRE(r.status == 200);
+    CHECK(r.op == "UploadPartCopy");
+    const std::string etag = "\"" + md5Hex(parts[n - 1]) + "\"";
+    CHECK(xmlField(r.body, "ETag") == etag);
+    CHECK_FALSE(xmlField(r.body, "LastModified").empty());
+    xml += "<Part><PartNumber>" + std::to_string(n) + "</PartNumber><ETag>" + etag +
+           "</ETag></Part>";
+  }
+  // Errors: invalid ranges, missing source, failed condition, missing upload.
+  const std::string size = std::to_string(big.size());
+  for (const std::string& range :
+       std::vector<std::string>{"bytes=0-" + size, "bytes=5-4", "bytes=x-1", "0-1", "bytes=3"}) {
+    CAPTURE(range);
+    Reply r = copy(4, "/bucket/big", {{"x-amz-copy-source-range", range}});
+    CHECK(r.code == "InvalidArgument");
+    CHECK(r.body.find("Range specified is not valid for source object of size: " + size) !=
+          std::string::npos);
+  }
+  CHECK(copy(4, "/bucket/nope").code == "NoSuchKey");
+  CHECK(copy(4, "/nobucket/big").code == "NoSuchBucket");
+  CHECK(copy(4, "/bucket/big", {{"x-amz-copy-source-if-match", "\"0000\""}}).status == 412);
+  CHECK(copy(4, "/bucket/big", {}, std::string(32, 'a')).code == "NoSuchUpload");
+  CHECK(copy(0, "/bucket/big").code == "InvalidArgument");
+
+  xml += "</CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/mp?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  REQUIRE(done.status == 200);
+  CHECK(f.get("/bucket/mp").body == parts[0] + parts[1] + parts[2]);
+  // The copy owns its blobs: deleting the source leaves the object readable.
+  REQUIRE(f.send(makeRequest("DELETE", "/bucket/big")).status == 204);
+  CHECK(f.get("/bucket/mp").body == parts[0] + parts[1] + parts[2]);
 }
 
 }  // namespace

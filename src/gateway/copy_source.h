@@ -1,0 +1,51 @@
+// Shared by CopyObject and UploadPartCopy: the x-amz-copy-source header and the sink that
+// turns a source's bytes (from readObjectRange, or an inline source's data) into new
+// stripes of the destination, hashing them as they pass.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "digest.h"
+#include "handlers.h"
+
+namespace granary::gateway {
+
+// AWS: CopyObject copies, and UploadPartCopy copies ranges of, up to 5 GiB.
+inline constexpr uint64_t kMaxCopySource = 5ull << 30;
+
+struct CopySource {
+  std::string bucket;
+  std::string key;
+};
+
+// "/bucket/key" or "bucket/key", percent-encoded, optionally "?versionId=null".
+S3Result<CopySource> parseCopySource(std::string_view header);
+
+// Receives the source's bytes and cuts them into the destination's stripes, hashing each
+// stripe (off the event loop) before it is written. After the last write: flush(), then
+// the writer's finish().
+class CopySink final : public BodySink {
+ public:
+  CopySink(GatewayContext& ctx, ObjectWriter& writer) : ctx_(ctx), writer_(writer) {}
+
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override;
+  // Starts writing the partly filled last stripe, if any.
+  Task<Status> flush();
+
+  uint64_t size() const { return size_; }
+  std::vector<uint8_t> md5() { return md5_.finish(); }
+
+ private:
+  GatewayContext& ctx_;
+  ObjectWriter& writer_;
+  size_t used_ = 0;
+  uint64_t size_ = 0;
+  Digest md5_{Digest::Kind::kMd5};
+};
+
+}  // namespace granary::gateway
