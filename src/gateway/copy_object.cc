@@ -66,6 +66,26 @@ Task<Status> CopySink::flush() {
   co_return st;
 }
 
+Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
+                                                  const CopySource& source) {
+  auto src = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getObject(source.bucket, source.key);
+  });
+  if (!src) {
+    S3Request src_req = req;
+    src_req.bucket = source.bucket;
+    src_req.key = source.key;
+    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
+    co_return std::unexpected(err);
+  }
+  if (evaluateConditions(req, *src, "x-amz-copy-source-")) {
+    // A failed copy-source condition is 412 whichever header failed (AWS).
+    co_return s3fail(S3ErrorCode::kPreconditionFailed,
+                     "At least one of the pre-conditions you specified did not hold");
+  }
+  co_return std::move(*src);
+}
+
 Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   auto source = parseCopySource(*req.header("x-amz-copy-source"));
   if (!source) co_return errorResponse(source.error(), req);
@@ -75,22 +95,8 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
                              "Unknown metadata directive."},
                             req);
   }
-  auto src = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(source->bucket, source->key);
-  });
-  if (!src) {
-    S3Request src_req = req;
-    src_req.bucket = source->bucket;
-    src_req.key = source->key;
-    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
-    co_return errorResponse(err, req);
-  }
-  if (auto status = evaluateConditions(req, *src, "x-amz-copy-source-")) {
-    // A failed copy-source condition is 412 whichever header failed.
-    co_return errorResponse({S3ErrorCode::kPreconditionFailed,
-                             "At least one of the pre-conditions you specified did not hold"},
-                            req);
-  }
+  auto src = co_await loadCopySource(ctx, req, *source);
+  if (!src) co_return errorResponse(src.error(), req);
   if (src->size > kMaxCopySource) {
     co_return errorResponse({S3ErrorCode::kInvalidRequest,
                              "The specified copy source is larger than the maximum allowable "

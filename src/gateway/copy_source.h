@@ -25,6 +25,11 @@ struct CopySource {
 // "/bucket/key" or "bucket/key", percent-encoded, optionally "?versionId=null".
 S3Result<CopySource> parseCopySource(std::string_view header);
 
+// The source object's manifest, after the x-amz-copy-source-if-* conditions: NoSuchKey /
+// NoSuchBucket for a missing source, PreconditionFailed (412) for a failed condition.
+Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
+                                                  const CopySource& source);
+
 // Receives the source's bytes and cuts them into the destination's stripes, hashing each
 // stripe (off the event loop) before it is written. After the last write: flush(), then
 // the writer's finish().

@@ -313,21 +313,8 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
   if (!upload) co_return errorResponse(uploadError(upload.error()), req);
-  auto src = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(source->bucket, source->key);
-  });
-  if (!src) {
-    S3Request src_req = req;
-    src_req.bucket = source->bucket;
-    src_req.key = source->key;
-    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
-    co_return errorResponse(err, req);
-  }
-  if (auto status = evaluateConditions(req, *src, "x-amz-copy-source-")) {
-    co_return errorResponse({S3ErrorCode::kPreconditionFailed,
-                             "At least one of the pre-conditions you specified did not hold"},
-                            req);
-  }
+  auto src = co_await loadCopySource(ctx, req, *source);
+  if (!src) co_return errorResponse(src.error(), req);
   auto range = copySourceRange(req, src->size);
   if (!range) co_return errorResponse(range.error(), req);
   const uint64_t first = range->first;
