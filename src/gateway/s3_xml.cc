@@ -41,6 +41,24 @@ std::string quoted(std::string_view etag) {
   return out;
 }
 
+// The one MalformedXML answer for every request body the gateway parses.
+std::unexpected<S3Error> malformedXml() {
+  return s3fail(S3ErrorCode::kMalformedXML,
+                "The XML you provided was not well-formed or did not validate against our "
+                "published schema");
+}
+
+// Parses `body` into `doc` and returns its root element named `name`, or MalformedXML.
+S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view body,
+                                   const char* name) {
+  if (!doc.load_buffer(body.data(), body.size(), pugi::parse_default, pugi::encoding_utf8)) {
+    return malformedXml();
+  }
+  pugi::xml_node node = doc.child(name);
+  if (!node) return malformedXml();
+  return node;
+}
+
 }  // namespace
 
 std::string errorXml(const S3Error& error, std::string_view resource,
@@ -144,40 +162,26 @@ std::string locationXml(std::string_view region) {
 S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::string();
   pugi::xml_document doc;
-  auto parsed = doc.load_buffer(body.data(), body.size(), pugi::parse_default,
-                                pugi::encoding_utf8);
-  if (!parsed) {
-    return s3fail(S3ErrorCode::kMalformedXML,
-                  "The XML you provided was not well-formed or did not validate against our "
-                  "published schema");
-  }
-  auto cfg = doc.child("CreateBucketConfiguration");
-  if (!cfg) return s3fail(S3ErrorCode::kMalformedXML, "expected CreateBucketConfiguration");
-  return std::string(cfg.child("LocationConstraint").text().as_string());
+  auto cfg = parseRoot(doc, body, "CreateBucketConfiguration");
+  if (!cfg) return std::unexpected(cfg.error());
+  return std::string(cfg->child("LocationConstraint").text().as_string());
 }
 
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
-  auto malformed = [] {
-    return s3fail(S3ErrorCode::kMalformedXML,
-                  "The XML you provided was not well-formed or did not validate against our "
-                  "published schema");
-  };
   pugi::xml_document doc;
-  if (!doc.load_buffer(body.data(), body.size(), pugi::parse_default, pugi::encoding_utf8)) {
-    return malformed();
-  }
-  auto del = doc.child("Delete");
-  if (!del) return malformed();
+  auto root = parseRoot(doc, body, "Delete");
+  if (!root) return std::unexpected(root.error());
+  pugi::xml_node del = *root;
   DeleteObjectsRequest out;
   std::string quiet = del.child("Quiet").text().as_string();
   out.quiet = quiet == "true" || quiet == "True";
   for (auto obj : del.children("Object")) {
     auto key = obj.child("Key");
-    if (!key) return malformed();
+    if (!key) return malformedXml();
     out.keys.emplace_back(key.text().as_string());
-    if (out.keys.size() > kMaxDeleteObjects) return malformed();
+    if (out.keys.size() > kMaxDeleteObjects) return malformedXml();
   }
-  if (out.keys.empty()) return malformed();
+  if (out.keys.empty()) return malformedXml();
   return out;
 }
 
@@ -208,26 +212,19 @@ std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view
 }
 
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body) {
-  auto malformed = [] {
-    return s3fail(S3ErrorCode::kMalformedXML,
-                  "The XML you provided was not well-formed or did not validate against our "
-                  "published schema");
-  };
   pugi::xml_document doc;
-  if (!doc.load_buffer(body.data(), body.size(), pugi::parse_default, pugi::encoding_utf8)) {
-    return malformed();
-  }
-  auto complete = doc.child("CompleteMultipartUpload");
-  if (!complete) return malformed();
+  auto root = parseRoot(doc, body, "CompleteMultipartUpload");
+  if (!root) return std::unexpected(root.error());
+  pugi::xml_node complete = *root;
   std::vector<CompletedPart> parts;
   for (auto part : complete.children("Part")) {
     auto number = part.child("PartNumber");
     auto etag = part.child("ETag");
-    if (!number || !etag) return malformed();
+    if (!number || !etag) return malformedXml();
     std::string n = number.text().as_string();
     CompletedPart p;
     auto [ptr, ec] = std::from_chars(n.data(), n.data() + n.size(), p.part_number);
-    if (n.empty() || ec != std::errc() || ptr != n.data() + n.size()) return malformed();
+    if (n.empty() || ec != std::errc() || ptr != n.data() + n.size()) return malformedXml();
     p.etag = etag.text().as_string();
     if (p.etag.size() >= 2 && p.etag.front() == '"' && p.etag.back() == '"') {
       p.etag = p.etag.substr(1, p.etag.size() - 2);
@@ -239,9 +236,9 @@ S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_vi
       }
     }
     parts.push_back(std::move(p));
-    if (parts.size() > kMaxParts) return malformed();
+    if (parts.size() > kMaxParts) return malformedXml();
   }
-  if (parts.empty()) return malformed();
+  if (parts.empty()) return malformedXml();
   return parts;
 }
 

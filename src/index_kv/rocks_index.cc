@@ -147,6 +147,16 @@ Status RocksIndex::deleteBucket(std::string_view name) {
 
 // ---- objects -------------------------------------------------------------------------
 
+namespace {
+// The encoded rows a manifest commit writes (putObject and completeUpload alike).
+void stageManifest(CommitRequest& req, const Manifest& manifest) {
+  req.manifest = &manifest;
+  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
+                                                  manifest.mtime_unix_nanos, manifest.version});
+  req.manifest_value = encodeManifest(manifest);
+}
+}  // namespace
+
 Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
                                                        std::string_view key,
                                                        const Manifest& manifest,
@@ -159,10 +169,7 @@ Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
   req.bucket = std::string(bucket);
   req.key = std::string(key);
   req.pre = pre;
-  req.manifest = &manifest;
-  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
-                                                  manifest.mtime_unix_nanos, manifest.version});
-  req.manifest_value = encodeManifest(manifest);
+  stageManifest(req, manifest);
   if (Status st = submit(req); !st.isOk()) return fail(st);
   return req.replaced;
 }
@@ -372,10 +379,7 @@ Result<std::optional<VersionId>> RocksIndex::completeUpload(std::string_view buc
   req.key = std::string(key);
   req.upload_id = std::string(upload_id);
   req.pre = pre;
-  req.manifest = &manifest;
-  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
-                                                  manifest.mtime_unix_nanos, manifest.version});
-  req.manifest_value = encodeManifest(manifest);
+  stageManifest(req, manifest);
   if (Status st = submit(req); !st.isOk()) return fail(st);
   return req.replaced;
 }

@@ -17,6 +17,32 @@ from botocore.config import Config
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRANARY = os.environ.get("GRANARY_BIN", os.path.join(REPO, "build", "src", "granary"))
 DEBIAN_AWS = "/usr/bin/aws"
+# The newest boto3 (>= 1.36 checksum behaviour) lives in this interpreter on the project's
+# machines; tests that need it skip, saying why, where it is absent.
+PYENV_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
+CLIENT_SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
+
+
+def run_newest_boto3_script(server, script):
+    """Runs clients/<script> under the newest boto3 against `server`; returns (version,
+    last output line) after asserting that it exited 0 and reported "boto3 <v>: N passed"."""
+    if not os.access(PYENV_PYTHON, os.X_OK):
+        pytest.skip(f"newest-boto3 interpreter {PYENV_PYTHON} is not installed on this machine")
+    probe = subprocess.run([PYENV_PYTHON, "-c", "import boto3; print(boto3.__version__)"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"{PYENV_PYTHON} cannot import boto3: {probe.stderr.strip()[-300:]}")
+    version = probe.stdout.strip()
+    res = subprocess.run(
+        [PYENV_PYTHON, os.path.join(CLIENT_SCRIPTS, script), server.endpoint,
+         server.access_key, server.secret_key],
+        capture_output=True, text=True, timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"boto3 {version}: ") and last.endswith(" passed"), out
+    return version, last
 
 
 class Server:

@@ -7,14 +7,13 @@ headers: it lacks awscrt); the newest boto3 runs clients/boto3_checksums.py."""
 import base64
 import hashlib
 import os
-import subprocess
 import zlib
 
 import botocore.exceptions
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYENV_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
+from conftest import run_newest_boto3_script
+
 MiB = 1024 * 1024
 
 
@@ -309,19 +308,4 @@ def test_multipart_without_algorithm_has_no_object_checksum(s3, bucket):
 # --- newest boto3 -------------------------------------------------------------------------
 
 def test_newest_boto3_accepts_our_checksums(server):
-    if not os.access(PYENV_PYTHON, os.X_OK):
-        pytest.skip(f"newest-boto3 interpreter {PYENV_PYTHON} is not installed on this machine")
-    probe = subprocess.run([PYENV_PYTHON, "-c", "import boto3; print(boto3.__version__)"],
-                           capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"{PYENV_PYTHON} cannot import boto3: {probe.stderr.strip()[-300:]}")
-    version = probe.stdout.strip()
-    res = subprocess.run(
-        [PYENV_PYTHON, os.path.join(HERE, "clients", "boto3_checksums.py"), server.endpoint,
-         server.access_key, server.secret_key],
-        capture_output=True, text=True, timeout=600,
-        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
-    last = res.stdout.strip().splitlines()[-1]
-    assert last.startswith(f"boto3 {version}: ") and last.endswith(" passed"), out
+    run_newest_boto3_script(server, "boto3_checksums.py")

@@ -10,11 +10,10 @@ import botocore.exceptions
 import pytest
 
 import sigv4_chunked as sc
+from conftest import run_newest_boto3_script
 
 MiB = 1024 * 1024
 KiB = 1024
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYENV_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
 PYENV_AWS = "/root/.pyenv/versions/3.11.7/bin/aws"
 S3CMD = "/usr/bin/s3cmd"
 
@@ -178,28 +177,9 @@ def test_put_with_wrong_crc32_header_is_refused(s3, bucket):
 
 # --- newest boto3 (pyenv) ------------------------------------------------------------------
 
-def pyenv_boto3_or_skip():
-    if not os.access(PYENV_PYTHON, os.X_OK):
-        pytest.skip(f"newest-boto3 interpreter {PYENV_PYTHON} is not installed on this machine")
-    probe = subprocess.run([PYENV_PYTHON, "-c", "import boto3; print(boto3.__version__)"],
-                           capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"{PYENV_PYTHON} cannot import boto3: {probe.stderr.strip()[-300:]}")
-    return probe.stdout.strip()
-
-
 def test_newest_boto3_round_trip(server):
-    version = pyenv_boto3_or_skip()
-    res = subprocess.run(
-        [PYENV_PYTHON, os.path.join(HERE, "clients", "boto3_roundtrip.py"), server.endpoint,
-         server.access_key, server.secret_key],
-        capture_output=True, text=True, timeout=600,
-        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
-    last = res.stdout.strip().splitlines()[-1]
-    assert last.startswith(f"boto3 {version}: ") and last.endswith(" passed"), out
-    assert int(last.split(": ")[1].split()[0]) > 50, out
+    _, last = run_newest_boto3_script(server, "boto3_roundtrip.py")
+    assert int(last.split(": ")[1].split()[0]) > 50, last
 
 
 # --- aws-cli v1 (pyenv) --------------------------------------------------------------------
