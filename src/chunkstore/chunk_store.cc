@@ -18,6 +18,7 @@
 #include "aligned_buffer.h"
 #include "blob_format.h"
 #include "extent_set.h"
+#include "group_commit.h"
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
@@ -44,24 +45,41 @@ class ChunkStoreImpl final : public ChunkStore {
         clock_(clock),
         index_(std::move(index)),
         extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
-                 [this](uint32_t next) { return index_->putNextExtent(next); }) {}
+                 [this](uint32_t next) { return index_->putNextExtent(next); },
+                 options.crash_point),
+        commits_([this](std::span<PendingCommit* const> batch) { flushCommits(batch); }) {}
 
   Status init() {
     auto next = index_->nextExtent();
     if (!next) return next.error();
     uint64_t blobs = 0;
     uint64_t bytes = 0;
+    uint64_t disk = 0;
     uint32_t min_next = *next;
+    ExtentSet::LiveRanges live;
     Status st = index_->forEach(std::nullopt, [&](const BlobId&, const IndexRecord& r) {
       ++blobs;
       bytes += r.payload_len;
+      disk += r.diskLen();
+      live[r.extent].emplace_back(r.offset, r.diskLen());
       if (r.extent >= min_next) min_next = r.extent + 1;
       return true;
     });
     if (!st) return st;
     blobs_ = blobs;
     payload_bytes_ = bytes;
-    return extents_.open(min_next);
+    disk_bytes_ = disk;
+    GRANARY_RETURN_IF_ERROR(extents_.open(min_next));
+    // Recovery: whatever a crash left unindexed (written, never committed; or unindexed,
+    // never punched) is freed before the first new write.
+    auto reclaimed = extents_.reclaimOrphans(live);
+    if (!reclaimed) return reclaimed.error();
+    if (reclaimed->extents_removed + reclaimed->ranges_punched > 0) {
+      log::info("{}: reclaimed {} orphan bytes in {} ranges, removed {} empty extents",
+                options_.dir, reclaimed->bytes_punched, reclaimed->ranges_punched,
+                reclaimed->extents_removed);
+    }
+    return Status::ok();
   }
 
   Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) override;
@@ -70,8 +88,19 @@ class ChunkStoreImpl final : public ChunkStore {
   Status remove(const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) override;
   Result<DriveStats> stats() override;
+  bool writable() override;
 
  private:
+  // One put waiting for the group commit of its blob.
+  struct PendingCommit {
+    int fd = -1;
+    uint32_t extent = 0;
+    BlobId id;
+    IndexRecord rec;
+    Status result;
+    bool synced = false;   // the data reached the disk (so the range must not be reused)
+    bool crashed = false;  // a crash point fired: no cleanup, as if the process died
+  };
   // Serializes put and remove of one id (puts of different ids run in parallel), so that
   // two puts of one id cannot both pass the existence check, and counters stay exact.
   class IdClaim {
@@ -99,12 +128,22 @@ class ChunkStoreImpl final : public ChunkStore {
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                       std::span<uint8_t> out);
   void punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len);
+  void flushCommits(std::span<PendingCommit* const> batch);
+  // The test hook (ChunkStoreOptions::crash_point): true = "the process died here".
+  bool crashAt(std::string_view point) const {
+    return options_.crash_point && options_.crash_point(point);
+  }
+  static Status crashed(std::string_view point) {
+    return Status::unavailable(fmt::format("crashed at {}", point));
+  }
+  void noteNoSpace(const Status& st);
 
   const ChunkStoreOptions options_;
   IoEngine& engine_;
   const Clock& clock_;
   std::unique_ptr<RocksIndex> index_;
   ExtentSet extents_;
+  GroupCommit<PendingCommit> commits_;
 
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
@@ -112,6 +151,10 @@ class ChunkStoreImpl final : public ChunkStore {
 
   std::atomic<uint64_t> blobs_{0};
   std::atomic<uint64_t> payload_bytes_{0};
+  std::atomic<uint64_t> disk_bytes_{0};
+  // After an ENOSPC the drive is not writable() until this time (unix nanos) and until
+  // statvfs shows space again.
+  std::atomic<int64_t> full_until_{0};
 };
 
 void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
@@ -121,6 +164,13 @@ void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t 
   if (!st) {
     log::warn("punching {}+{} in {}: {}", offset, len, extents_.path(extent), st.toString());
   }
+}
+
+void ChunkStoreImpl::noteNoSpace(const Status& st) {
+  if (st.code() != Status::Code::kNoSpace) return;
+  constexpr int64_t kFullBackoffNanos = 5'000'000'000;
+  full_until_ = clock_.nowUnixNanos() + kFullBackoffNanos;
+  log::warn("{}: out of space: {}", options_.dir, st.message());
 }
 
 Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> payload) {
@@ -133,28 +183,75 @@ Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> 
   if (existing) return Status::alreadyExists("blob " + desc.id.toString() + " already stored");
   if (!existing.error().isNotFound()) return existing.error();
 
-  // Write order (docs/chunkstore-format.md): data, fdatasync, then the synced index entry.
-  auto alloc = extents_.allocate(blob->bytes.size());
-  if (!alloc) return alloc.error();
   auto failed = [&](const Status& st) {
+    noteNoSpace(st);
     return Status(st.code(), fmt::format("put {}: {}", desc.id.toString(), st.message()),
                   st.retryable());
   };
-  Status st = engine_.pwrite(alloc->fd, blob->bytes.span(), alloc->offset);
-  if (st) st = engine_.fdatasync(alloc->fd);
-  if (!st) {
-    // Nothing points at the range: free it now rather than leave it to the sweep.
+  // Write order (docs/chunkstore-format.md): data; fdatasync; synced index entry. The
+  // last two are shared with concurrent puts (group commit).
+  auto alloc = extents_.allocate(blob->bytes.size());
+  if (!alloc) return failed(alloc.error());
+  if (Status st = engine_.pwrite(alloc->fd, blob->bytes.span(), alloc->offset); !st) {
+    // Nothing points at the range: free it now rather than leave it to recovery.
     punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
     return failed(st);
   }
-  IndexRecord rec{alloc->extent,  alloc->offset,       blob->header_region_len,
-                  payload.size(), options_.block_size, created};
-  // A failed synced write may still have reached the WAL, so the range is left alone: if
-  // the entry did persist the blob is intact, if not the sweep reclaims the orphan.
-  if (st = index_->put(desc.id, rec); !st) return failed(st);
+  if (crashAt("put.after_write")) return crashed("put.after_write");
+  PendingCommit pending;
+  pending.fd = alloc->fd;
+  pending.extent = alloc->extent;
+  pending.id = desc.id;
+  pending.rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
+                            payload.size(), options_.block_size, created};
+  commits_.commit(pending);
+  if (!pending.result) {
+    // Not synced: the range holds garbage nobody points at. Synced but not indexed: a
+    // failed synced write may still have reached the WAL, so the range is left alone; if
+    // the entry did persist the blob is intact, if not recovery reclaims the orphan.
+    if (!pending.synced && !pending.crashed) {
+      punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
+    }
+    return failed(pending.result);
+  }
   ++blobs_;
   payload_bytes_ += payload.size();
+  disk_bytes_ += pending.rec.diskLen();
   return Status::ok();
+}
+
+void ChunkStoreImpl::flushCommits(std::span<PendingCommit* const> batch) {
+  auto finish = [&](const Status& st) {
+    for (PendingCommit* p : batch) p->result = st;
+  };
+  // One fdatasync per extent the batch wrote to (almost always just the active one).
+  std::vector<std::pair<uint32_t, int>> files;
+  for (const PendingCommit* p : batch) {
+    if (std::find(files.begin(), files.end(), std::pair{p->extent, p->fd}) == files.end()) {
+      files.emplace_back(p->extent, p->fd);
+    }
+  }
+  for (const auto& [extent, fd] : files) {
+    if (Status st = engine_.fdatasync(fd); !st) {
+      // After a failed fdatasync the file's cached state is unknown ("fsyncgate"): never
+      // append to it again, and fail every blob of the batch.
+      extents_.retire(extent);
+      finish(st);
+      return;
+    }
+  }
+  for (PendingCommit* p : batch) p->synced = true;
+  auto crash = [&](std::string_view point) {
+    for (PendingCommit* p : batch) p->crashed = true;
+    finish(crashed(point));
+  };
+  if (crashAt("put.after_sync")) return crash("put.after_sync");
+  std::vector<std::pair<BlobId, IndexRecord>> entries;
+  entries.reserve(batch.size());
+  for (const PendingCommit* p : batch) entries.emplace_back(p->id, p->rec);
+  Status st = index_->putBatch(entries);
+  if (st && crashAt("put.after_index")) return crash("put.after_index");
+  finish(st);
 }
 
 Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
@@ -258,6 +355,8 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   GRANARY_RETURN_IF_ERROR(index_->remove(id));
   --blobs_;
   payload_bytes_ -= rec->payload_len;
+  disk_bytes_ -= rec->diskLen();
+  if (crashAt("remove.after_index")) return crashed("remove.after_index");
   punchBestEffort(rec->extent, rec->offset, rec->diskLen());
   return Status::ok();
 }
@@ -281,9 +380,19 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   DriveStats s;
   s.blobs = blobs_.load();
   s.payload_bytes = payload_bytes_.load();
+  s.disk_bytes = disk_bytes_.load();
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   return s;
+}
+
+bool ChunkStoreImpl::writable() {
+  if (clock_.nowUnixNanos() < full_until_.load()) return false;
+  struct statvfs vfs {};
+  if (::statvfs(options_.dir.c_str(), &vfs) != 0) return false;
+  const uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  // Room for at least one large fragment beyond the reserve.
+  return available > options_.reserve_bytes + (8u << 20);
 }
 
 }  // namespace
@@ -303,10 +412,20 @@ Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& opti
   }
   std::error_code ec;
   for (const char* sub : {"/extents", "/index"}) {
+    const bool existed = std::filesystem::exists(options.dir + sub, ec);
     std::filesystem::create_directories(options.dir + sub, ec);
     if (ec) {
       return fail(Status::ioError(
           fmt::format("creating {}{}: {}", options.dir, sub, ec.message())));
+    }
+    if (!existed) {
+      // New directories must survive a power cut before anything is stored in them.
+      for (const std::string& d : {options.dir, std::filesystem::path(options.dir)
+                                                    .parent_path()
+                                                    .string()}) {
+        if (d.empty()) continue;
+        if (Status st = syncDirectory(engine, d); !st) return fail(st);
+      }
     }
   }
   auto index = RocksIndex::open(options.dir + "/index", resources);

@@ -1,7 +1,9 @@
 #include "extent_set.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
@@ -28,11 +30,12 @@ bool parseExtentName(const std::string& name, uint32_t* out) {
 }  // namespace
 
 ExtentSet::ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
-                     PersistNext persist_next)
+                     PersistNext persist_next, CrashPoint crash_point)
     : engine_(engine),
       dir_(std::move(dir)),
       extent_size_(extent_size),
       persist_next_(std::move(persist_next)),
+      crash_point_(std::move(crash_point)),
       direct_io_(direct_io) {}
 
 ExtentSet::~ExtentSet() {
@@ -57,7 +60,9 @@ Status ExtentSet::open(uint32_t min_next) {
   for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end;
        it.increment(ec)) {
     uint32_t n = 0;
-    if (parseExtentName(it->path().filename().string(), &n) && n >= next) {
+    if (!parseExtentName(it->path().filename().string(), &n)) continue;
+    found_.push_back(n);
+    if (n >= next) {
       if (n == UINT32_MAX) return Status::corruption("extent numbers exhausted in " + dir_);
       next = n + 1;
     }
@@ -68,13 +73,12 @@ Status ExtentSet::open(uint32_t min_next) {
   return Status::ok();
 }
 
-Status ExtentSet::syncDir() {
-  // The new extent's directory entry must be durable before an index entry points into it.
-  auto dfd = engine_.open(dir_, O_RDONLY | O_DIRECTORY, 0);
-  if (!dfd) return dfd.error();
-  Status st = engine_.fdatasync(*dfd);
-  Status cst = engine_.close(*dfd);
-  return st.isOk() ? cst : st;
+Status syncDirectory(IoEngine& engine, const std::string& dir) {
+  auto fd = engine.open(dir, O_RDONLY | O_DIRECTORY, 0);
+  if (!fd) return fd.error();
+  Status st = engine.fdatasync(*fd);
+  Status closed = engine.close(*fd);
+  return st.isOk() ? closed : st;
 }
 
 Result<int> ExtentSet::openExtent(uint32_t extent, bool create) {
@@ -115,9 +119,16 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
     uint32_t extent = next_extent_;
     if (Status st = persist_next_(extent + 1); !st) return fail(st);
     next_extent_ = extent + 1;
+    if (crash_point_ && crash_point_("extent.after_persist_next")) {
+      return fail(Status::unavailable("crashed at extent.after_persist_next"));
+    }
     auto fd = openExtent(extent, /*create=*/true);
     if (!fd) return fail(fd.error());
-    if (Status st = syncDir(); !st) return fail(st);
+    if (crash_point_ && crash_point_("extent.after_create")) {
+      return fail(Status::unavailable("crashed at extent.after_create"));
+    }
+    // The new extent's directory entry must be durable before an index entry points into it.
+    if (Status st = syncDirectory(engine_, dir_); !st) return fail(st);
     has_active_ = true;
     active_extent_ = extent;
     active_fd_ = *fd;
@@ -126,6 +137,73 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
   Allocation a{active_extent_, active_fd_, cursor_};
   cursor_ += alignUp(len, kIoAlign);
   return a;
+}
+
+void ExtentSet::retire(uint32_t extent) {
+  std::lock_guard lock(alloc_mu_);
+  if (has_active_ && active_extent_ == extent) has_active_ = false;
+}
+
+Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live) {
+  ReclaimStats stats;
+  for (uint32_t extent : found_) {
+    auto it = live.find(extent);
+    if (it == live.end() || it->second.empty()) {
+      // No live blob: the whole file is orphan bytes. Close our descriptor first.
+      {
+        std::unique_lock lock(fds_mu_);
+        if (auto f = fds_.find(extent); f != fds_.end()) {
+          (void)engine_.close(f->second);
+          fds_.erase(f);
+        }
+      }
+      std::error_code ec;
+      std::filesystem::remove(path(extent), ec);
+      if (ec) return fail(Status::ioError(fmt::format("removing {}: {}", path(extent),
+                                                      ec.message())));
+      ++stats.extents_removed;
+      continue;
+    }
+    auto fd = this->fd(extent);
+    if (!fd) return fail(fd.error());
+    const off_t size = ::lseek(*fd, 0, SEEK_END);
+    if (size < 0) return fail(Status::fromErrno(errno, "lseek " + path(extent)));
+    auto ranges = it->second;
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t pos = 0;
+    auto punchGap = [&](uint64_t begin, uint64_t end) -> Status {
+      // Only the parts of the gap that still hold data (SEEK_DATA/SEEK_HOLE walk).
+      uint64_t at = begin;
+      while (at < end) {
+        off_t data = ::lseek(*fd, static_cast<off_t>(at), SEEK_DATA);
+        if (data < 0) {
+          if (errno == ENXIO) return Status::ok();  // no data past `at`
+          return Status::fromErrno(errno, "SEEK_DATA in " + path(extent));
+        }
+        if (static_cast<uint64_t>(data) >= end) return Status::ok();
+        off_t hole = ::lseek(*fd, data, SEEK_HOLE);
+        if (hole < 0) return Status::fromErrno(errno, "SEEK_HOLE in " + path(extent));
+        uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), end);
+        GRANARY_RETURN_IF_ERROR(
+            engine_.punchHole(*fd, static_cast<uint64_t>(data), stop - data));
+        ++stats.ranges_punched;
+        stats.bytes_punched += stop - data;
+        at = stop;
+      }
+      return Status::ok();
+    };
+    for (const auto& [offset, len] : ranges) {
+      if (offset > pos) {
+        if (Status st = punchGap(pos, offset); !st) return fail(st);
+      }
+      pos = std::max(pos, offset + len);
+    }
+    if (static_cast<uint64_t>(size) > pos) {
+      if (Status st = punchGap(pos, static_cast<uint64_t>(size)); !st) return fail(st);
+    }
+  }
+  found_.clear();
+  return stats;
 }
 
 }  // namespace granary::chunkstore

@@ -14,11 +14,17 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "granary/chunkstore/chunk_store.h"
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/status.h"
 
 namespace granary::chunkstore {
+
+// fsyncs a directory, making the entries created in it durable.
+Status syncDirectory(IoEngine& engine, const std::string& dir);
 
 class ExtentSet {
  public:
@@ -31,8 +37,16 @@ class ExtentSet {
   // before the extent file `next - 1` is created, so a number is never used twice.
   using PersistNext = std::function<Status(uint32_t next)>;
 
+  // Live blob ranges (offset, length) per extent, for orphan reclamation.
+  using LiveRanges = std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>>;
+  struct ReclaimStats {
+    uint64_t extents_removed = 0;  // extent files without a live blob, unlinked
+    uint64_t ranges_punched = 0;   // orphan ranges that still held data
+    uint64_t bytes_punched = 0;
+  };
+
   ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
-            PersistNext persist_next);
+            PersistNext persist_next, CrashPoint crash_point);
   ~ExtentSet();
   ExtentSet(const ExtentSet&) = delete;
   ExtentSet& operator=(const ExtentSet&) = delete;
@@ -43,6 +57,14 @@ class ExtentSet {
   // Reserves `len` (a multiple of kIoAlign) bytes, rolling to a new extent when the active
   // one would grow past extent_size (a blob larger than that gets an extent of its own).
   Result<Allocation> allocate(uint64_t len);
+  // Stops appending to `extent` (after a failed fdatasync its page-cache state is unknown):
+  // the next allocation starts a new extent.
+  void retire(uint32_t extent);
+  // Frees every byte of the extents found by open() that `live` does not cover: unlinks
+  // extents without live blobs, punches the gaps of the others (only where data remains,
+  // found with SEEK_DATA, so a restart does not re-punch old holes). Call before the first
+  // allocation, with nothing else running.
+  Result<ReclaimStats> reclaimOrphans(const LiveRanges& live);
   // The descriptor of an existing extent (opened on first use).
   Result<int> fd(uint32_t extent);
   std::string path(uint32_t extent) const;
@@ -50,12 +72,13 @@ class ExtentSet {
 
  private:
   Result<int> openExtent(uint32_t extent, bool create);
-  Status syncDir();
 
   IoEngine& engine_;
   const std::string dir_;
   const uint64_t extent_size_;
   PersistNext persist_next_;
+  CrashPoint crash_point_;
+  std::vector<uint32_t> found_;  // extents present at open()
 
   mutable std::shared_mutex fds_mu_;
   std::map<uint32_t, int> fds_;

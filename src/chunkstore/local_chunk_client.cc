@@ -50,8 +50,8 @@ Result<DriveStats> LocalChunkClient::stats(std::string_view drive) {
 }
 
 bool LocalChunkClient::writable(std::string_view drive) const {
-  // Later: false when the drive is full or failing.
-  return drives_.contains(drive);
+  auto it = drives_.find(drive);
+  return it != drives_.end() && it->second->writable();
 }
 
 }  // namespace granary::chunkstore

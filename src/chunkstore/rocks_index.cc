@@ -1,6 +1,7 @@
 #include "rocks_index.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include <vector>
 
@@ -85,12 +86,18 @@ Result<IndexRecord> RocksIndex::get(const BlobId& id) {
   return rec;
 }
 
-Status RocksIndex::put(const BlobId& id, const IndexRecord& record) {
-  auto key = id.encode();
-  auto value = encodeIndexRecord(record);
-  rocksdb::Slice v(reinterpret_cast<const char*>(value.data()), value.size());
-  rocksdb::Status s = db_->Put(syncedWrite(), blobs_, slice(key), v);
-  if (!s.ok()) return fromRocks(s, "indexing blob " + id.toString());
+Status RocksIndex::putBatch(std::span<const std::pair<BlobId, IndexRecord>> entries) {
+  rocksdb::WriteBatch batch;
+  for (const auto& [id, record] : entries) {
+    auto key = id.encode();
+    auto value = encodeIndexRecord(record);
+    rocksdb::Slice v(reinterpret_cast<const char*>(value.data()), value.size());
+    if (rocksdb::Status s = batch.Put(blobs_, slice(key), v); !s.ok()) {
+      return fromRocks(s, "indexing blob " + id.toString());
+    }
+  }
+  rocksdb::Status s = db_->Write(syncedWrite(), &batch);
+  if (!s.ok()) return fromRocks(s, fmt::format("indexing {} blobs", entries.size()));
   return Status::ok();
 }
 

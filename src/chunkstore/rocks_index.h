@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
+#include <utility>
 #include <string>
 
 #include "blob_format.h"
@@ -35,7 +37,8 @@ class RocksIndex {
 
   // kNotFound when the blob is not indexed.
   Result<IndexRecord> get(const BlobId& id);
-  Status put(const BlobId& id, const IndexRecord& record);
+  // Indexes every blob of `entries` in one synced WriteBatch (group commit): all or none.
+  Status putBatch(std::span<const std::pair<BlobId, IndexRecord>> entries);
   Status remove(const BlobId& id);
   // Blobs in id order, strictly after `after` when given, until `fn` returns false.
   Status forEach(std::optional<BlobId> after,

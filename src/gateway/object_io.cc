@@ -75,10 +75,21 @@ Task<Status> ObjectWriter::flush(size_t len) {
   // Data fragment j starts at j * fl; zero the padding after the object bytes.
   std::fill(slot.data.begin() + len, slot.data.begin() + uint64_t(profile.k) * fl, 0);
 
+  size_t full = 0;
   auto chosen = placement::chooseDrives(
       dp_.map(), fmt::format("{}:{}", version_.toHex(), stripe), profile.total(),
-      [this](const placement::Drive& d) { return dp_.chunks().writable(d.id); });
-  if (!chosen) co_return chosen.error();
+      [this, &full](const placement::Drive& d) {
+        bool ok = dp_.chunks().writable(d.id);
+        if (!ok) ++full;
+        return ok;
+      });
+  if (!chosen) {
+    if (full > 0) {
+      co_return Status::noSpace(fmt::format("{} drives are full or failing; {}", full,
+                                            chosen.error().message()));
+    }
+    co_return chosen.error();
+  }
 
   index_kv::StripeLayout layout;
   layout.blob_version = version_;

@@ -78,6 +78,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "SignatureDoesNotMatch";
     case S3ErrorCode::kSlowDown:
       return "SlowDown";
+    case S3ErrorCode::kStorageFull:
+      return "XGranaryStorageFull";
     case S3ErrorCode::kXAmzContentSHA256Mismatch:
       return "XAmzContentSHA256Mismatch";
     case S3ErrorCode::kNotModified:
@@ -116,6 +118,8 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kServiceUnavailable:
     case S3ErrorCode::kSlowDown:
       return 503;
+    case S3ErrorCode::kStorageFull:
+      return 507;
     case S3ErrorCode::kMissingContentLength:
       return 411;
     case S3ErrorCode::kRequestTimeout:
@@ -166,10 +170,11 @@ S3Error fromStatus(const Status& status, S3ErrorCode not_found) {
     case Code::kUnavailable:
     case Code::kTimeout:
       return {S3ErrorCode::kServiceUnavailable, "Please reduce your request rate."};
-    // Out of space is a capacity condition the client can retry later (or elsewhere), not a
-    // bug: 503 with a message that says what ran out.
+    // Out of space is a capacity condition, not a bug, and not one a quick retry fixes:
+    // 507 Insufficient Storage (as MinIO answers), with a message that says what ran out.
     case Code::kNoSpace:
-      return {S3ErrorCode::kServiceUnavailable, "insufficient storage: " + status.message()};
+      return {S3ErrorCode::kStorageFull,
+              "Storage backend has reached its minimum free space: " + status.message()};
     case Code::kCorruption:
     case Code::kIoError:
     case Code::kInternal:

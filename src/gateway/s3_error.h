@@ -47,6 +47,7 @@ enum class S3ErrorCode {
   kServiceUnavailable,
   kSignatureDoesNotMatch,
   kSlowDown,
+  kStorageFull,  // no AWS equivalent: MinIO's XMinioStorageFull (507)
   kXAmzContentSHA256Mismatch,
   kNotModified,  // 304, no body
 };

@@ -12,15 +12,21 @@
 //    kAlreadyExists and leaves the first intact.
 //  - read() verifies the CRC32C of every block it touches (only those) and the header;
 //    any mismatch is kCorruption, never data. Absent blob: kNotFound.
+//    Concurrent puts share their syncs (group commit): one fdatasync per touched extent and
+//    one synced RocksDB WriteBatch for every blob written while the previous group synced.
 //  - remove() deletes the index entry (synced), then punches the blob's hole.
+//  - Opening a drive reclaims orphans: extent ranges no index entry covers (a crash between
+//    a blob's write and its index entry, or between an index removal and its punch).
 // Thread safety: every method may be called concurrently from many threads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "granary/common/ids.h"
@@ -55,6 +61,7 @@ struct BlobInfo {
 struct DriveStats {
   uint64_t blobs = 0;
   uint64_t payload_bytes = 0;     // sum of live blob payloads
+  uint64_t disk_bytes = 0;        // sum of live blobs' on-disk lengths (headers, padding)
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
 };
@@ -71,13 +78,24 @@ class ChunkStore {
   // Blobs in id order, strictly after `after` when given; at most `limit`.
   virtual Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) = 0;
   virtual Result<DriveStats> stats() = 0;
+  // Whether new blobs should be placed here: false while the drive is (nearly) full, i.e.
+  // after an ENOSPC until space is seen again, or with less than the reserve free.
+  virtual bool writable() = 0;
 };
+
+// Test hook for crash-consistency tests: called at each named step of the write order
+// (docs/chunkstore-format.md, "Crash points"). Returning true simulates the process dying
+// at that instant: the operation stops without any further I/O or cleanup and fails with
+// kUnavailable. Null in production.
+using CrashPoint = std::function<bool(std::string_view point)>;
 
 struct ChunkStoreOptions {
   std::string dir;                      // the drive's directory (created if missing)
   uint32_t block_size = 4096;           // CRC32C granularity of new blobs
   uint64_t extent_size = 1ull << 30;    // roll over to a new extent file past this size
   bool direct_io = true;                // O_DIRECT (falls back with a warning if refused)
+  uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
+  CrashPoint crash_point;
 };
 
 // Opens (creating if needed) the drive at options.dir. `engine`, `resources` and `clock`

@@ -187,8 +187,9 @@ TEST_CASE("A blob whose extent file vanished reads as kCorruption") {
   StoreFixture f(*engine);
   BlobId id = makeId(1);
   REQUIRE(f.store->put(descriptor(id), randomBytes(100, 1)).isOk());
-  REQUIRE(f.reopen().isOk());
+  f.store.reset();
   REQUIRE(std::filesystem::remove(extentPath(f.options.dir, 0)));
+  REQUIRE(f.reopen().isOk());
   std::vector<uint8_t> out(100);
   CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
 }
@@ -217,4 +218,39 @@ TEST_CASE("Reads racing a remove see the bytes or kNotFound, never kCorruption")
   for (auto& th : readers) th.join();
   CHECK(bad == 0);
   CHECK(f.store->stats()->blobs == 0);
+}
+
+TEST_CASE("A full drive fails puts with kNoSpace, stops taking blobs, and keeps serving reads") {
+  auto real = makeUringEngine();
+  FaultyEngine engine(real.get());
+  StoreFixture f(engine);
+  const auto kept = randomBytes(20'000, 1);
+  REQUIRE(f.store->put(descriptor(makeId(1)), kept).isOk());
+  CHECK(f.store->writable());
+
+  SECTION("ENOSPC on the data write") { engine.write_errno = ENOSPC; }
+  SECTION("ENOSPC on the fdatasync") { engine.sync_errno = ENOSPC; }
+  Status st = f.store->put(descriptor(makeId(2)), randomBytes(20'000, 2));
+  CHECK(st.code() == Status::Code::kNoSpace);
+  CHECK(st.message().find(makeId(2).toString()) != std::string::npos);
+  CHECK_FALSE(f.store->writable());
+  std::vector<uint8_t> out(kept.size());
+  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  CHECK(out == kept);
+  CHECK(f.store->read(makeId(2), 0, out).code() == Status::Code::kNotFound);
+
+  // Space comes back: after the back-off the drive takes blobs again.
+  engine.write_errno = 0;
+  engine.sync_errno = 0;
+  f.clock.advance(6'000'000'000);
+  CHECK(f.store->writable());
+  REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(20'000, 2)).isOk());
+}
+
+TEST_CASE("A drive with less free space than its reserve is not writable") {
+  auto engine = makePosixEngine();
+  ChunkStoreOptions options;
+  options.reserve_bytes = UINT64_MAX / 2;
+  StoreFixture f(*engine, options);
+  CHECK_FALSE(f.store->writable());
 }

@@ -67,8 +67,9 @@ TEST_CASE("fromStatus maps every internal failure to one S3 error") {
   CHECK(fromStatus(Status::unavailable("x")).code == S3ErrorCode::kServiceUnavailable);
   CHECK(fromStatus(Status::timeout("x")).code == S3ErrorCode::kServiceUnavailable);
   S3Error full = fromStatus(Status::noSpace("disk 3"));
-  CHECK(full.code == S3ErrorCode::kServiceUnavailable);
-  CHECK(full.message.find("insufficient storage") != std::string::npos);
+  CHECK(full.code == S3ErrorCode::kStorageFull);
+  CHECK(httpStatus(full.code) == 507);
+  CHECK(full.message.find("disk 3") != std::string::npos);
   CHECK(fromStatus(Status::corruption("crc")).code == S3ErrorCode::kInternalError);
   CHECK(fromStatus(Status::ioError("eio")).code == S3ErrorCode::kInternalError);
   CHECK(fromStatus(Status::internal("bug")).code == S3ErrorCode::kInternalError);

@@ -1,0 +1,165 @@
+// PowerLossEngine: an IoEngine wrapper that remembers everything not yet durable and, on
+// powerLoss(), throws it away, as LevelDB's FaultInjectionTestEnv and RocksDB's
+// FaultInjectionTestFS do. `kill -9` cannot catch a missing fdatasync (the page cache
+// survives it); this can:
+//  - bytes written (or holes punched) since the file's last fdatasync are restored to what
+//    they were before the write (saved at write time), and the file size with them;
+//  - files created since their directory's last fsync are deleted.
+// crash() simulates the process dying: from then on every call fails with EIO (close still
+// releases the descriptor) until powerLoss() has been applied.
+//
+// RocksDB files do not go through the IoEngine: the blob index relies on RocksDB's synced
+// WAL writes, and every index write of the chunk store is synced.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "granary/chunkstore/io_engine.h"
+
+namespace granary::chunkstore::testing {
+
+class PowerLossEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+
+  // Simulates the process dying now.
+  void crash() {
+    std::lock_guard lock(mu_);
+    dead_ = true;
+  }
+
+  // Drops every change not made durable, and revives the engine.
+  void powerLoss() {
+    std::lock_guard lock(mu_);
+    for (auto& [path, undos] : undo_) {
+      int fd = ::open(path.c_str(), O_RDWR);
+      if (fd < 0) continue;  // the file itself is not durable: removed below
+      for (auto it = undos.rbegin(); it != undos.rend(); ++it) {
+        if (!it->old.empty() &&
+            ::pwrite(fd, it->old.data(), it->old.size(), static_cast<off_t>(it->offset)) !=
+                static_cast<ssize_t>(it->old.size())) {
+          throw std::runtime_error("PowerLossEngine: cannot restore " + path);
+        }
+        if (::ftruncate(fd, static_cast<off_t>(it->old_size)) != 0) {
+          throw std::runtime_error("PowerLossEngine: cannot truncate " + path);
+        }
+      }
+      ::fsync(fd);
+      ::close(fd);
+      ++reverted_files_;
+    }
+    undo_.clear();
+    for (const auto& path : unsynced_entries_) {
+      std::filesystem::remove(path);
+      ++removed_files_;
+    }
+    unsynced_entries_.clear();
+    dead_ = false;
+  }
+
+  int revertedFiles() const { return reverted_files_; }
+  int removedFiles() const { return removed_files_; }
+  int syncs() const { return syncs_; }
+
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return fail(Status::ioError("dead: open " + path));
+    const bool existed = std::filesystem::exists(path);
+    auto fd = target_->open(path, flags, mode);
+    if (fd) {
+      paths_[*fd] = path;
+      if (!existed) unsynced_entries_.insert(path);
+    }
+    return fd;
+  }
+  Status close(int fd) override {
+    std::lock_guard lock(mu_);
+    paths_.erase(fd);
+    return target_->close(fd);
+  }
+  Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: pwrite");
+    saveUndo(fd, offset, data.size());
+    return target_->pwrite(fd, data, offset);
+  }
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    if (dead_) return Status::ioError("dead: pread");
+    return target_->pread(fd, out, offset);
+  }
+  Status fdatasync(int fd) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: fdatasync");
+    Status st = target_->fdatasync(fd);
+    if (!st) return st;
+    ++syncs_;
+    const std::string& path = paths_[fd];
+    if (std::filesystem::is_directory(path)) {
+      // Entries of this directory are durable now.
+      for (auto it = unsynced_entries_.begin(); it != unsynced_entries_.end();) {
+        it = std::filesystem::path(*it).parent_path() == std::filesystem::path(path)
+                 ? unsynced_entries_.erase(it)
+                 : std::next(it);
+      }
+    } else {
+      undo_.erase(path);
+    }
+    return st;
+  }
+  Status punchHole(int fd, uint64_t offset, uint64_t len) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: punchHole");
+    saveUndo(fd, offset, len);
+    return target_->punchHole(fd, offset, len);
+  }
+
+ private:
+  struct Undo {
+    uint64_t offset = 0;
+    std::vector<uint8_t> old;  // previous contents of the range (clipped to the file size)
+    uint64_t old_size = 0;     // previous file size
+  };
+
+  void saveUndo(int fd, uint64_t offset, uint64_t len) {
+    const std::string& path = paths_[fd];
+    int rfd = ::open(path.c_str(), O_RDONLY);
+    if (rfd < 0) throw std::runtime_error("PowerLossEngine: cannot open " + path);
+    struct stat st {};
+    ::fstat(rfd, &st);
+    Undo u;
+    u.offset = offset;
+    u.old_size = static_cast<uint64_t>(st.st_size);
+    if (offset < u.old_size) {
+      u.old.resize(std::min<uint64_t>(len, u.old_size - offset));
+      if (::pread(rfd, u.old.data(), u.old.size(), static_cast<off_t>(offset)) !=
+          static_cast<ssize_t>(u.old.size())) {
+        ::close(rfd);
+        throw std::runtime_error("PowerLossEngine: cannot save " + path);
+      }
+    }
+    ::close(rfd);
+    undo_[path].push_back(std::move(u));
+  }
+
+  std::mutex mu_;
+  std::atomic<bool> dead_{false};
+  std::map<int, std::string> paths_;
+  std::map<std::string, std::vector<Undo>> undo_;  // per file, since its last fdatasync
+  std::set<std::string> unsynced_entries_;         // created since their dir's last fsync
+  int reverted_files_ = 0;
+  int removed_files_ = 0;
+  int syncs_ = 0;
+};
+
+}  // namespace granary::chunkstore::testing
