@@ -1,0 +1,41 @@
+#include "granary/common/rate_limiter.h"
+
+#include <algorithm>
+
+namespace granary {
+
+RateLimiter::RateLimiter(uint64_t bytes_per_second, uint64_t burst)
+    : rate_(bytes_per_second),
+      burst_(static_cast<double>(burst)),
+      tokens_(static_cast<double>(burst)),
+      last_(Clock::now()) {}
+
+bool RateLimiter::acquire(uint64_t bytes) {
+  std::unique_lock lock(mu_);
+  if (rate_ == 0) return !stopped_;
+  // Debt is allowed (a request larger than the burst goes through once enough time has
+  // passed to pay for it), so any request size works and the average rate holds.
+  for (;;) {
+    if (stopped_) return false;
+    const auto now = Clock::now();
+    tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() *
+                                             static_cast<double>(rate_));
+    last_ = now;
+    if (tokens_ >= 0) {
+      tokens_ -= static_cast<double>(bytes);
+      return true;
+    }
+    const auto wait = std::chrono::duration<double>(-tokens_ / static_cast<double>(rate_));
+    cv_.wait_for(lock, std::chrono::duration_cast<Clock::duration>(wait));
+  }
+}
+
+void RateLimiter::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace granary

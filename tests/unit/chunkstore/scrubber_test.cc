@@ -1,0 +1,116 @@
+// The scrubber: finds corrupt blobs, keeps to its rate, starts and stops cleanly.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "granary/chunkstore/scrubber.h"
+#include "granary/common/rate_limiter.h"
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::chunkstore;
+using namespace granary::chunkstore::testing;
+
+namespace {
+
+void corruptByte(const std::string& path, uint64_t offset) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  uint8_t b = 0;
+  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  b ^= 0x01;
+  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1);
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("A scrub pass verifies every blob and reports the corrupt one") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  // Blob 1 is the first in extent 0: header at 0, payload from 4096. Blob 2 (600 KB)
+  // needs three scrub pieces.
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100'000, 1)).isOk());
+  REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(600'000, 2)).isOk());
+  REQUIRE(f.store->put(descriptor(makeId(3)), randomBytes(0, 3)).isOk());
+  corruptByte(extentPath(f.options.dir, 0), 4096 + 77'777);
+
+  std::vector<BlobId> reported;
+  ScrubOptions options;
+  options.rate_bytes_per_second = 0;
+  Scrubber scrubber(*f.store, "test drive", options,
+                    [&](const BlobId& id, const Status& st) {
+                      CHECK(st.isCorruption());
+                      reported.push_back(id);
+                    });
+  REQUIRE(scrubber.runPass().isOk());
+  ScrubStats s = scrubber.stats();
+  CHECK(s.passes == 1);
+  CHECK(s.blobs == 2);
+  CHECK(s.corrupt == 1);
+  REQUIRE(s.recent.size() == 1);
+  CHECK(s.recent[0] == makeId(1));
+  CHECK(reported == std::vector<BlobId>{makeId(1)});
+  CHECK(s.bytes >= 600'000);
+}
+
+TEST_CASE("The scrubber keeps to its configured rate") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  for (uint64_t n = 0; n < 8; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(256 * 1024, n)).isOk());
+  }
+  ScrubOptions options;
+  options.rate_bytes_per_second = 4 << 20;  // 2 MiB of blobs: at least ~0.4 s after burst
+  options.piece_bytes = 64 * 1024;
+  Scrubber scrubber(*f.store, "test drive", options);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(scrubber.runPass().isOk());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(scrubber.stats().blobs == 8);
+  // burst = max(piece, rate / 10) = 400 KiB up front, the rest at 4 MiB/s.
+  CHECK(seconds >= 0.35);
+}
+
+TEST_CASE("A running scrubber makes passes and stops promptly") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(10'000, 1)).isOk());
+  ScrubOptions options;
+  options.pass_interval = std::chrono::milliseconds(10);
+  Scrubber scrubber(*f.store, "test drive", options);
+  scrubber.start();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (scrubber.stats().passes < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(scrubber.stats().passes >= 3);
+  const auto stop_start = std::chrono::steady_clock::now();
+  scrubber.stop();
+  CHECK(std::chrono::steady_clock::now() - stop_start < std::chrono::seconds(2));
+}
+
+TEST_CASE("RateLimiter: unlimited never waits; stop releases waiters") {
+  RateLimiter unlimited(0);
+  for (int i = 0; i < 1000; ++i) REQUIRE(unlimited.acquire(1 << 30));
+  RateLimiter slow(1024, 1024);  // 1 KiB/s
+  REQUIRE(slow.acquire(1024));
+  REQUIRE(slow.acquire(1 << 20));  // goes through, leaving a debt of about 17 minutes
+  std::atomic<bool> returned{false};
+  std::atomic<bool> result{true};
+  std::thread waiter([&] {
+    result = slow.acquire(1);  // waits for the debt to be paid
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  slow.stop();
+  waiter.join();
+  CHECK(returned);
+  CHECK_FALSE(result);
+}
