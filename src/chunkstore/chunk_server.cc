@@ -1,0 +1,454 @@
+// The chunk server: the internal HTTP API (docs/internal-api.md) over a ChunkClient.
+// Transport: Beast sessions as C++20 coroutines, one io_context per event-loop thread; one
+// acceptor hands connections round-robin to the loops, and a connection stays on its loop.
+// Requests are authenticated on the loop from their headers alone (an HMAC of ~200 bytes);
+// everything that touches the body or the backend (CRC32C check, ChunkClient call) runs on
+// the WorkerPool as one task per request, so a loop never blocks on a disk.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it under g++ 12
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "granary/chunkstore/chunk_server.h"
+
+#include <condition_variable>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+#include "internal_http.h"
+
+namespace granary::chunkstore {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using namespace internal;
+
+namespace {
+
+template <typename T>
+using Task = asio::awaitable<T>;
+
+constexpr auto kRedirect = [](beast::error_code& ec) {
+  return asio::redirect_error(asio::use_awaitable, ec);
+};
+
+// An unauthenticated request's body up to this size is read and dropped before the 403,
+// so that the client sees the answer rather than a connection reset.
+constexpr uint64_t kMaxDrainBytes = 1 << 20;
+constexpr size_t kDefaultListLimit = 1000;
+
+struct Request {
+  std::string method;
+  std::string target;
+  Headers headers;  // names in lower case
+  std::vector<uint8_t> body;
+  uint32_t declared_crc = 0;
+};
+
+struct Reply {
+  int status = 200;
+  Headers headers;
+  std::string body;
+  uint64_t head_length = 0;  // Content-Length of a HEAD answer
+};
+
+Reply errorReply(const Status& st) {
+  Reply r;
+  r.status = httpStatusFor(st.code());
+  r.headers = {{std::string(kErrorCodeHeader), std::string(codeName(st.code()))},
+               {"content-type", "application/json"}};
+  r.body = errorBody(st);
+  return r;
+}
+
+Reply jsonReply(std::string body) {
+  Reply r;
+  r.headers = {{"content-type", "application/json"}};
+  r.body = std::move(body);
+  return r;
+}
+
+Reply methodNotAllowed(const Request& req) {
+  Reply r = errorReply(Status::invalidArgument("method " + req.method + " not allowed here"));
+  r.status = 405;
+  return r;
+}
+
+bool isQuietClose(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == beast::error::timeout ||
+         ec == asio::error::connection_reset || ec == asio::error::eof ||
+         ec == asio::error::operation_aborted;
+}
+
+class ChunkServerImpl final : public ChunkServer {
+ public:
+  ChunkServerImpl(const ChunkServerOptions& options, ChunkClient& backend, WorkerPool& pool,
+                  const Clock& clock)
+      : options_(options),
+        backend_(backend),
+        pool_(pool),
+        clock_(clock),
+        idle_(std::max(1, options.idle_timeout_seconds)),
+        io_(std::max(1, options.io_timeout_seconds)) {}
+
+  ~ChunkServerImpl() override {
+    stop();
+    // Pool tasks hold a handler that will be posted to a loop: wait for them before the
+    // loops go away.
+    std::unique_lock lock(inflight_mu_);
+    inflight_cv_.wait(lock, [this] { return inflight_ == 0; });
+  }
+
+  Status bind() {
+    size_t loops = options_.event_loops;
+    if (loops == 0) loops = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t i = 0; i < loops; ++i) {
+      auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
+      guards_.emplace_back(ioc.get_executor());
+    }
+    beast::error_code ec;
+    auto address = asio::ip::make_address(options_.listen_host, ec);
+    if (ec) return Status::invalidArgument("bad listen address: " + options_.listen_host);
+    tcp::endpoint ep(address, options_.listen_port);
+    acceptor_ = std::make_unique<tcp::acceptor>(*contexts_[0]);
+    acceptor_->open(ep.protocol(), ec);
+    if (!ec) acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_->bind(ep, ec);
+    if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return Status::ioError("cannot listen on " + options_.listen_host + ":" +
+                             std::to_string(options_.listen_port) + ": " + ec.message());
+    }
+    port_ = acceptor_->local_endpoint().port();
+    return Status::ok();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void run() override {
+    asio::co_spawn(*contexts_[0], acceptLoop(), asio::detached);
+    std::vector<std::jthread> loops;
+    for (auto& ctx : contexts_) loops.emplace_back([&ctx] { ctx->run(); });
+  }  // the jthreads join here, once stop() ends every loop
+
+  void stop() override {
+    for (auto& c : contexts_) c->stop();
+  }
+
+ private:
+  Task<void> acceptLoop() {
+    size_t next = 0;
+    for (;;) {
+      asio::io_context& loop = *contexts_[next++ % contexts_.size()];
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor_->async_accept(loop, kRedirect(ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        log::warn("chunkserver accept: {}", ec.message());
+        continue;
+      }
+      socket.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(loop, session(std::move(socket)), [](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          log::error("chunkserver session ended by exception: {}", ex.what());
+        }
+      });
+    }
+  }
+
+  Task<void> session(tcp::socket socket) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    buffer.reserve(256 * 1024);  // a small buffer means 512-byte recv calls
+    for (;;) {
+      http::request_parser<http::empty_body> head;
+      head.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
+      head.body_limit(options_.max_blob_bytes);
+      stream.expires_after(idle_);
+      beast::error_code ec;
+      co_await http::async_read_header(stream, buffer, head, kRedirect(ec));
+      if (ec) {
+        if (isQuietClose(ec)) break;
+        // Malformed, oversized head or body: answer once, then close.
+        Reply bad = errorReply(Status::invalidArgument("bad request: " + ec.message()));
+        co_await writeReply(stream, false, bad, false);
+        break;
+      }
+      Request req;
+      req.method = std::string(head.get().method_string());
+      req.target = std::string(head.get().target());
+      for (const auto& f : head.get()) {
+        std::string name(f.name_string());
+        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        req.headers.emplace_back(std::move(name), std::string(f.value()));
+      }
+      bool keep_alive = head.get().keep_alive();
+      bool expect_continue = beast::iequals(head.get()[http::field::expect], "100-continue");
+      uint64_t length = head.content_length().value_or(0);
+      bool head_request = req.method == "HEAD";
+
+      Status auth = head.chunked()
+                        ? Status::invalidArgument("chunked request bodies are not supported")
+                        : authenticate(req, length);
+      if (!auth.isOk()) {
+        if (!expect_continue && length > 0 && length <= kMaxDrainBytes) {
+          std::vector<uint8_t> scratch(length);
+          co_await readBody(stream, buffer, head, scratch);
+        }
+        Reply refused = errorReply(auth);
+        co_await writeReply(stream, head_request, refused, false);
+        break;
+      }
+      if (expect_continue) {
+        http::response<http::empty_body> cont{http::status::continue_, 11};
+        stream.expires_after(io_);
+        co_await http::async_write(stream, cont, kRedirect(ec));
+        if (ec) break;
+      }
+      req.body.resize(length);
+      bool body_ok = co_await readBody(stream, buffer, head, req.body);
+      if (!body_ok) break;  // the client went away or stalled; nobody to answer
+
+      std::move_only_function<Reply()> work = [this, &req] { return handle(req); };
+      Reply reply = co_await runOnPool(work);
+      bool written = co_await writeReply(stream, head_request, reply, keep_alive);
+      if (!written || !keep_alive) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+
+  // Reads exactly out.size() body bytes (the Content-Length) into `out`.
+  Task<bool> readBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                      http::request_parser<http::empty_body>& head, std::span<uint8_t> out) {
+    http::request_parser<http::buffer_body> parser{std::move(head)};
+    auto& body = parser.get().body();
+    body.data = out.data();
+    body.size = out.size();
+    while (!parser.is_done()) {
+      stream.expires_after(io_);
+      beast::error_code ec;
+      co_await http::async_read(stream, buffer, parser, kRedirect(ec));
+      if (ec == http::error::need_buffer && body.size > 0) continue;
+      if (ec) co_return false;
+    }
+    co_return true;
+  }
+
+  Task<bool> writeReply(beast::tcp_stream& stream, bool head_request, Reply& r,
+                        bool keep_alive) {
+    http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+    res.set(http::field::server, "granary-chunkserver");
+    for (const auto& [name, value] : r.headers) res.set(name, value);
+    res.keep_alive(keep_alive);
+    stream.expires_after(io_);
+    beast::error_code ec;
+    if (head_request) {
+      res.content_length(r.status == 200 ? r.head_length : r.body.size());
+      http::response_serializer<http::string_body> sr{res};
+      co_await http::async_write_header(stream, sr, kRedirect(ec));
+    } else {
+      res.body() = std::move(r.body);
+      res.prepare_payload();
+      co_await http::async_write(stream, res, kRedirect(ec));
+    }
+    co_return !ec;
+  }
+
+  // Runs `work` on the pool; the coroutine resumes on its own loop. Only raw pointers are
+  // captured in the co_await expression (see the g++ 12 note in gateway/task_group.h).
+  Task<Reply> runOnPool(std::move_only_function<Reply()>& work) {
+    Reply reply;
+    asio::any_io_executor executor = co_await asio::this_coro::executor;
+    ChunkServerImpl* self = this;
+    auto* workp = &work;
+    auto* out = &reply;
+    auto* exp = &executor;
+    co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+        [self, workp, out, exp](auto handler) {
+          {
+            std::lock_guard lock(self->inflight_mu_);
+            ++self->inflight_;
+          }
+          self->pool_.submit([self, workp, out, ex = *exp, h = std::move(handler)]() mutable {
+            *out = (*workp)();
+            asio::post(ex, std::move(h));
+            std::lock_guard lock(self->inflight_mu_);
+            if (--self->inflight_ == 0) self->inflight_cv_.notify_all();
+          });
+        },
+        asio::use_awaitable);
+    co_return reply;
+  }
+
+  Status authenticate(Request& req, uint64_t content_length) const {
+    auto date = findHeader(req.headers, kDateHeader);
+    auto sig = findHeader(req.headers, kSignatureHeader);
+    auto crc_hex = findHeader(req.headers, kCrcHeader);
+    if (!date || !sig || !crc_hex) {
+      return Status::permissionDenied("unsigned request: x-granary-date, x-granary-signature "
+                                      "and x-granary-content-crc32c are required");
+    }
+    auto date_seconds = parseU64(*date);
+    auto crc = parseCrcHex(*crc_hex);
+    if (!date_seconds || *date_seconds > static_cast<uint64_t>(INT64_MAX) || !crc) {
+      return Status::permissionDenied("malformed x-granary-date or x-granary-content-crc32c");
+    }
+    req.declared_crc = *crc;
+    auto [path, query] = splitTarget(req.target);
+    SigningInput in{req.method, path, query, static_cast<int64_t>(*date_seconds),
+                    content_length, *crc};
+    return verifyRequest(options_.cluster_secret, in, *sig,
+                         clock_.nowUnixNanos() / 1'000'000'000);
+  }
+
+  // Runs on the pool: everything that touches the body or the backend.
+  Reply handle(Request& req) {
+    if (ec::crc32c(req.body) != req.declared_crc) {
+      return errorReply(Status::invalidArgument(
+          "request body does not match its x-granary-content-crc32c"));
+    }
+    auto [path, query] = splitTarget(req.target);
+    auto route = parseRoute(path);
+    if (!route) return errorReply(route.error());
+    bool get = req.method == "GET";
+    switch (route->kind) {
+      case Route::Kind::kHealth:
+        return get ? jsonReply(R"({"status":"ok"})") : methodNotAllowed(req);
+      case Route::Kind::kDrives: {
+        if (!get) return methodNotAllowed(req);
+        std::vector<DriveState> drives;
+        for (const auto& id : options_.drives) drives.push_back({id, backend_.writable(id)});
+        return jsonReply(encodeDrives(drives));
+      }
+      case Route::Kind::kStats: {
+        if (!get) return methodNotAllowed(req);
+        auto stats = backend_.stats(route->drive);
+        return stats ? jsonReply(encodeStats(*stats)) : errorReply(stats.error());
+      }
+      case Route::Kind::kBlobList:
+        return get ? listBlobs(route->drive, query) : methodNotAllowed(req);
+      case Route::Kind::kBlob:
+        return blob(req, *route, query);
+    }
+    return errorReply(Status::internal("unhandled route"));
+  }
+
+  Reply listBlobs(const std::string& drive, std::string_view query) {
+    std::optional<BlobId> after;
+    if (auto a = queryParam(query, "after")) {
+      auto id = parseBlobIdHex(*a);
+      if (!id) return errorReply(id.error());
+      after = *id;
+    }
+    size_t limit = kDefaultListLimit;
+    if (auto l = queryParam(query, "limit")) {
+      auto v = parseU64(*l);
+      if (!v) return errorReply(Status::invalidArgument("bad limit"));
+      limit = static_cast<size_t>(std::min<uint64_t>(*v, options_.max_list_limit));
+    }
+    auto blobs = backend_.list(drive, after, limit);
+    return blobs ? jsonReply(encodeBlobList(*blobs)) : errorReply(blobs.error());
+  }
+
+  Reply blob(Request& req, const Route& route, std::string_view query) {
+    if (req.method == "PUT") {
+      auto desc = parseDescriptor(route.id, req.headers);
+      if (!desc) return errorReply(desc.error());
+      Status st = backend_.put(route.drive, *desc, req.body);
+      return st.isOk() ? Reply{} : errorReply(st);
+    }
+    if (req.method == "GET") {
+      auto offset = queryParam(query, "offset");
+      auto length = queryParam(query, "length");
+      auto o = offset ? parseU64(*offset) : std::nullopt;
+      auto n = length ? parseU64(*length) : std::nullopt;
+      if (!o || !n) return errorReply(Status::invalidArgument("offset and length are required"));
+      if (*n > options_.max_blob_bytes) {
+        return errorReply(Status::invalidArgument("length exceeds the server's limit"));
+      }
+      Reply r;
+      r.body.resize(*n);
+      Status st = backend_.read(route.drive, route.id, *o,
+                                {reinterpret_cast<uint8_t*>(r.body.data()), r.body.size()});
+      if (!st.isOk()) return errorReply(st);
+      auto crc = ec::crc32c({reinterpret_cast<const uint8_t*>(r.body.data()), r.body.size()});
+      r.headers = {{std::string(kCrcHeader), crcHex(crc)},
+                   {"content-type", "application/octet-stream"}};
+      return r;
+    }
+    if (req.method == "HEAD") {
+      // ChunkClient has no stat: the first blob after id's predecessor is id, if it exists.
+      auto found = backend_.list(route.drive, predecessor(route.id), 1);
+      if (!found) return errorReply(found.error());
+      if (found->empty() || found->front().id != route.id) {
+        return errorReply(Status::notFound("blob " + route.id.toString() + " not found"));
+      }
+      Reply r;
+      r.head_length = found->front().length;
+      r.headers = {{std::string(kBlobLengthHeader), std::to_string(found->front().length)},
+                   {std::string(kCreatedHeader),
+                    std::to_string(found->front().created_unix_nanos)}};
+      return r;
+    }
+    if (req.method == "DELETE") {
+      Status st = backend_.remove(route.drive, route.id);
+      return st.isOk() ? Reply{} : errorReply(st);
+    }
+    return methodNotAllowed(req);
+  }
+
+  ChunkServerOptions options_;
+  ChunkClient& backend_;
+  WorkerPool& pool_;
+  const Clock& clock_;
+  const std::chrono::seconds idle_;
+  const std::chrono::seconds io_;
+  // Declared before the acceptor: the acceptor must close before its loop is destroyed.
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::unique_ptr<tcp::acceptor> acceptor_;
+  uint16_t port_ = 0;
+  std::mutex inflight_mu_;
+  std::condition_variable inflight_cv_;
+  int inflight_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ChunkServer>> ChunkServer::create(const ChunkServerOptions& options,
+                                                         ChunkClient& backend,
+                                                         WorkerPool& pool, const Clock& clock) {
+  if (options.cluster_secret.empty()) {
+    return fail(Status::invalidArgument("a chunk server needs a cluster secret"));
+  }
+  auto server = std::make_unique<ChunkServerImpl>(options, backend, pool, clock);
+  Status st = server->bind();
+  if (!st.isOk()) return fail(st);
+  return std::unique_ptr<ChunkServer>(std::move(server));
+}
+
+}  // namespace granary::chunkstore

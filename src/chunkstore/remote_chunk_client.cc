@@ -1,0 +1,553 @@
+// RemoteChunkClient: synchronous HTTP/1.1 over pooled keep-alive TCP connections.
+//
+// Beast parses and serializes; the socket is our own non-blocking fd whose every read and
+// write waits with poll() for at most io_timeout. (Asio's synchronous socket calls ignore
+// SO_RCVTIMEO: on EAGAIN they poll() with no timeout, so a hung server would hang us.)
+#include <utility>  // before Asio: Boost 1.74's headers miss it under g++ 12
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "granary/chunkstore/remote_chunk_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "granary/common/clock.h"
+#include "granary/ec/erasure_code.h"
+#include "internal_http.h"
+
+namespace granary::chunkstore {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using namespace internal;
+using Millis = std::chrono::milliseconds;
+
+namespace {
+
+// A connection failure: kUnavailable, retryable unless said otherwise.
+Status connectionFailure(std::string message, bool retryable = true) {
+  return Status(Status::Code::kUnavailable, std::move(message), retryable);
+}
+
+// One TCP connection, usable as a Beast SyncReadStream and SyncWriteStream.
+class Connection {
+ public:
+  static Result<std::unique_ptr<Connection>> open(std::string_view endpoint, Millis connect,
+                                                  Millis io) {
+    size_t colon = endpoint.rfind(':');
+    if (colon == std::string_view::npos) {
+      return fail(Status::invalidArgument("endpoint must be HOST:PORT: " + std::string(endpoint)));
+    }
+    std::string host(endpoint.substr(0, colon));
+    std::string port(endpoint.substr(colon + 1));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0) {
+      return fail(connectionFailure("cannot resolve " + std::string(endpoint) + ": " +
+                                    ::gai_strerror(rc)));
+    }
+    Status last = connectionFailure("no address for " + std::string(endpoint));
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        ai->ai_protocol);
+      if (fd < 0) {
+        last = Status::fromErrno(errno, "socket");
+        continue;
+      }
+      auto conn = std::unique_ptr<Connection>(new Connection(fd, io));
+      last = conn->connectTo(ai->ai_addr, ai->ai_addrlen, connect, endpoint);
+      if (last.isOk()) {
+        ::freeaddrinfo(res);
+        return conn;
+      }
+    }
+    ::freeaddrinfo(res);
+    return fail(last);
+  }
+
+  ~Connection() { ::close(fd_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // A pooled connection may be reused only if the server has not closed it (nothing to
+  // read, no hang-up) and no stray bytes are buffered.
+  bool reusable() const {
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    return buffer.size() == 0 && ::poll(&p, 1, 0) == 0;
+  }
+
+  template <typename MutableBuffers>
+  size_t read_some(const MutableBuffers& buffers, beast::error_code& ec) {
+    iovec iov[16];
+    int n = fill(buffers, iov);
+    for (;;) {
+      ssize_t r = ::readv(fd_, iov, n);
+      if (r > 0) {
+        ec = {};
+        return static_cast<size_t>(r);
+      }
+      if (r == 0) {
+        ec = asio::error::eof;
+        return 0;
+      }
+      if (!retryOrWait(POLLIN, ec)) return 0;
+    }
+  }
+
+  template <typename ConstBuffers>
+  size_t write_some(const ConstBuffers& buffers, beast::error_code& ec) {
+    iovec iov[16];
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(fill(buffers, iov));
+    for (;;) {
+      ssize_t r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (r >= 0) {
+        ec = {};
+        bytes_sent += static_cast<uint64_t>(r);
+        return static_cast<size_t>(r);
+      }
+      if (!retryOrWait(POLLOUT, ec)) return 0;
+    }
+  }
+
+  // The throwing overloads the stream concepts require (we only call the others).
+  template <typename Buffers>
+  size_t read_some(const Buffers& buffers) {
+    return orThrow([&](beast::error_code& ec) { return read_some(buffers, ec); });
+  }
+  template <typename Buffers>
+  size_t write_some(const Buffers& buffers) {
+    return orThrow([&](beast::error_code& ec) { return write_some(buffers, ec); });
+  }
+
+  beast::flat_buffer buffer;
+  uint64_t bytes_sent = 0;  // of the current request
+
+ private:
+  Connection(int fd, Millis io) : fd_(fd), io_(io) { buffer.reserve(256 * 1024); }
+
+  Status connectTo(const sockaddr* addr, socklen_t len, Millis timeout,
+                   std::string_view endpoint) {
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::string where = " " + std::string(endpoint);
+    if (::connect(fd_, addr, len) == 0) return Status::ok();
+    if (errno != EINPROGRESS) return connectionFailure(std::strerror(errno) + where);
+    pollfd p{fd_, POLLOUT, 0};
+    int r = 0;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return connectionFailure("connect timeout" + where, /*retryable=*/false);
+    int err = 0;
+    socklen_t elen = sizeof err;
+    if (r < 0 || ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+    if (err != 0) return connectionFailure(std::strerror(err) + where);
+    return Status::ok();
+  }
+
+  template <typename F>
+  static size_t orThrow(F op) {
+    beast::error_code ec;
+    size_t n = op(ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+
+  template <typename Buffers>
+  static int fill(const Buffers& buffers, iovec (&iov)[16]) {
+    int n = 0;
+    for (auto it = asio::buffer_sequence_begin(buffers);
+         it != asio::buffer_sequence_end(buffers) && n < 16; ++it) {
+      asio::const_buffer b(*it);
+      if (b.size() == 0) continue;
+      iov[n].iov_base = const_cast<void*>(b.data());
+      iov[n].iov_len = b.size();
+      ++n;
+    }
+    return n;
+  }
+
+  // After a failed call: true to try again (EINTR, or the fd became ready in time).
+  bool retryOrWait(short events, beast::error_code& ec) {
+    int err = errno;
+    if (err == EINTR) return true;
+    if (err != EAGAIN && err != EWOULDBLOCK) {
+      ec = beast::error_code(err, boost::system::system_category());
+      return false;
+    }
+    pollfd p{fd_, events, 0};
+    int r = 0;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(io_.count()));
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) {
+      ec = beast::error::timeout;
+      return false;
+    }
+    if (r < 0) {
+      ec = beast::error_code(errno, boost::system::system_category());
+      return false;
+    }
+    return true;  // ready, or an error condition the next call reports
+  }
+
+  int fd_;
+  Millis io_;
+};
+
+struct Call {
+  http::verb verb = http::verb::get;
+  std::string path;   // encoded
+  std::string query;  // raw, "" for none
+  Headers headers;
+  std::span<const uint8_t> body;
+  std::span<uint8_t> read_into;  // a 200 answer's body goes here and must fill it exactly
+  bool idempotent = true;
+};
+
+struct Answer {
+  int status = 0;
+  Headers headers;  // the x-granary-* ones, names in lower case
+  std::string body;
+
+  bool ok() const { return status >= 200 && status < 300; }
+  Status error() const {
+    return statusFromError(status, findHeader(headers, kErrorCodeHeader), body);
+  }
+};
+
+beast::string_view bsv(std::string_view s) { return {s.data(), s.size()}; }
+
+Status transportFailure(const beast::error_code& ec, std::string_view what) {
+  if (ec == beast::error::timeout) {
+    return Status::timeout("chunk server did not answer in time (" + std::string(what) + ")");
+  }
+  return connectionFailure(std::string(what) + ": " + ec.message());
+}
+
+}  // namespace
+
+struct RemoteChunkClient::Impl {
+  // Per endpoint: idle keep-alive connections and the cached drive list.
+  struct Endpoint {
+    std::mutex mu;
+    std::vector<std::unique_ptr<Connection>> idle;
+    std::map<std::string, bool, std::less<>> writable;
+    int64_t next_refresh_nanos = 0;
+    bool refreshing = false;
+  };
+
+  Impl(std::map<std::string, std::string, std::less<>> d, std::string s,
+       RemoteChunkClientOptions o, const Clock& c)
+      : drives(std::move(d)), secret(std::move(s)), options(o), clock(c) {}
+
+  Endpoint& endpointState(std::string_view endpoint) {
+    std::lock_guard lock(endpoints_mu);
+    auto it = endpoints.find(endpoint);
+    if (it == endpoints.end()) {
+      it = endpoints.emplace(std::string(endpoint), std::make_unique<Endpoint>()).first;
+    }
+    return *it->second;
+  }
+
+  // A pooled connection still open, or a new one.
+  Result<std::unique_ptr<Connection>> acquire(std::string_view endpoint) {
+    Endpoint& p = endpointState(endpoint);
+    {
+      std::lock_guard lock(p.mu);
+      while (!p.idle.empty()) {
+        auto conn = std::move(p.idle.back());
+        p.idle.pop_back();
+        if (conn->reusable()) return conn;
+      }
+    }
+    auto conn = Connection::open(endpoint, options.connect_timeout, options.io_timeout);
+    if (conn) ++connections_opened;
+    return conn;
+  }
+
+  void release(std::string_view endpoint, std::unique_ptr<Connection> conn) {
+    Endpoint& p = endpointState(endpoint);
+    std::lock_guard lock(p.mu);
+    if (p.idle.size() < options.max_idle_per_endpoint) p.idle.push_back(std::move(conn));
+  }
+
+  // Sends `call` on `conn` and reads the answer. kUnavailable and kTimeout are connection
+  // failures; `keep` says whether the connection may be pooled again.
+  Status exchange(Connection& conn, std::string_view endpoint, const Call& call,
+                  Answer& answer, bool& keep) {
+    keep = false;
+    conn.bytes_sent = 0;
+    std::string target = call.path;
+    if (!call.query.empty()) target += "?" + call.query;
+    uint32_t crc = ec::crc32c(call.body);
+    int64_t date = clock.nowUnixNanos() / 1'000'000'000;
+    std::string method(http::to_string(call.verb));
+    SigningInput in{method, call.path, call.query, date, call.body.size(), crc};
+
+    http::request<http::buffer_body> req{call.verb, target, 11};
+    req.set(http::field::host, bsv(endpoint));
+    req.set(bsv(kDateHeader), std::to_string(date));
+    req.set(bsv(kCrcHeader), crcHex(crc));
+    req.set(bsv(kSignatureHeader), signRequest(secret, in));
+    for (const auto& [name, value] : call.headers) req.set(name, value);
+    req.body().data = const_cast<uint8_t*>(call.body.data());
+    req.body().size = call.body.size();
+    req.body().more = false;
+    req.content_length(call.body.size());
+    req.keep_alive(true);
+    beast::error_code ec;
+    http::write(conn, req, ec);
+    if (ec) return transportFailure(ec, "send");
+
+    http::response_parser<http::empty_body> head;
+    head.body_limit(options.max_response_bytes);
+    head.skip(call.verb == http::verb::head);
+    http::read_header(conn, conn.buffer, head, ec);
+    if (ec) return transportFailure(ec, "receive");
+    answer.status = static_cast<int>(head.get().result_int());
+    for (const auto& f : head.get()) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (name.starts_with("x-granary-")) answer.headers.emplace_back(name, std::string(f.value().data(), f.value().size()));
+    }
+    bool keep_alive = head.get().keep_alive();
+    if (call.verb == http::verb::head) {
+      keep = keep_alive;
+      return Status::ok();
+    }
+    if (answer.ok() && !call.read_into.empty()) {
+      if (head.content_length() != call.read_into.size()) {
+        return Status::ioError("chunk server sent a body of unexpected length");
+      }
+      http::response_parser<http::buffer_body> parser{std::move(head)};
+      auto& body = parser.get().body();
+      body.data = call.read_into.data();
+      body.size = call.read_into.size();
+      while (!parser.is_done()) {
+        http::read(conn, conn.buffer, parser, ec);
+        if (ec == http::error::need_buffer && body.size > 0) continue;
+        if (ec) return transportFailure(ec, "receive body");
+      }
+      auto sent_crc = findHeader(answer.headers, kCrcHeader);
+      if (sent_crc && parseCrcHex(*sent_crc) != ec::crc32c(call.read_into)) {
+        return connectionFailure("response body failed its CRC32C");
+      }
+    } else {
+      http::response_parser<http::string_body> parser{std::move(head)};
+      http::read(conn, conn.buffer, parser, ec);
+      if (ec) return transportFailure(ec, "receive body");
+      answer.body = std::move(parser.get().body());
+    }
+    keep = keep_alive;
+    return Status::ok();
+  }
+
+  // One call with retries; a non-2xx answer is returned as an Answer, not a Status.
+  Result<Answer> execute(std::string_view endpoint, const Call& call) {
+    Status last;
+    for (int attempt = 0; attempt <= options.retries; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(options.retry_backoff * (1 << (attempt - 1)));
+      auto conn = acquire(endpoint);
+      if (!conn) {
+        last = conn.error();
+        if (!last.retryable()) break;
+        continue;
+      }
+      Answer answer;
+      bool keep = false;
+      Status st = exchange(**conn, endpoint, call, answer, keep);
+      if (st.isOk()) {
+        if (keep) release(endpoint, std::move(*conn));
+        return answer;
+      }
+      bool nothing_sent = (*conn)->bytes_sent == 0;
+      if (st.code() != Status::Code::kUnavailable) return fail(st);  // timeout, protocol
+      last = st;
+      if (!call.idempotent && !nothing_sent) {
+        return fail(connectionFailure("connection to " + std::string(endpoint) +
+                                          " failed after the request was sent (outcome "
+                                          "unknown): " + st.message(),
+                                      false));
+      }
+    }
+    return fail(last);
+  }
+
+  Result<std::string_view> endpointOf(std::string_view drive) const {
+    auto it = drives.find(drive);
+    if (it == drives.end()) {
+      return fail(Status::notFound("unknown drive '" + std::string(drive) + "'"));
+    }
+    return std::string_view(it->second);
+  }
+
+  // execute() on the drive's endpoint, with a non-2xx answer turned into its Status.
+  Result<Answer> call(std::string_view drive, const Call& c) {
+    auto endpoint = endpointOf(drive);
+    if (!endpoint) return fail(endpoint.error());
+    auto answer = execute(*endpoint, c);
+    if (answer && !answer->ok()) return fail(answer->error());
+    return answer;
+  }
+
+  Result<std::vector<DriveState>> fetchDrives(std::string_view endpoint) {
+    Call c;
+    c.path = drivesPath();
+    auto answer = execute(endpoint, c);
+    if (!answer) return fail(answer.error());
+    if (!answer->ok()) return fail(answer->error());
+    return decodeDrives(answer->body);
+  }
+
+  // Fetches the endpoint's drive list unless another thread is at it or it is fresh.
+  void refreshDrives(std::string_view endpoint, Endpoint& cache) {
+    int64_t now = clock.monotonicNanos();
+    {
+      std::lock_guard lock(cache.mu);
+      if (cache.refreshing || now < cache.next_refresh_nanos) return;
+      cache.refreshing = true;
+      cache.next_refresh_nanos =
+          now + std::chrono::duration_cast<std::chrono::nanoseconds>(options.drive_list_refresh)
+                    .count();
+    }
+    auto list = fetchDrives(endpoint);
+    std::lock_guard lock(cache.mu);
+    cache.refreshing = false;
+    if (!list) return;  // keep what we knew
+    cache.writable.clear();
+    for (const auto& d : *list) cache.writable[d.id] = d.writable;
+  }
+
+  const std::map<std::string, std::string, std::less<>> drives;
+  const std::string secret;
+  const RemoteChunkClientOptions options;
+  const Clock& clock;
+  std::mutex endpoints_mu;  // guards the map, not the Endpoints
+  std::map<std::string, std::unique_ptr<Endpoint>, std::less<>> endpoints;
+  std::atomic<uint64_t> connections_opened{0};
+};
+
+RemoteChunkClient::RemoteChunkClient(std::map<std::string, std::string, std::less<>> drives,
+                                     std::string cluster_secret,
+                                     RemoteChunkClientOptions options, const Clock& clock)
+    : impl_(std::make_unique<Impl>(std::move(drives), std::move(cluster_secret), options,
+                                   clock)) {}
+
+RemoteChunkClient::~RemoteChunkClient() = default;
+
+Status RemoteChunkClient::put(std::string_view drive, const BlobDescriptor& desc,
+                              std::span<const uint8_t> payload) {
+  Call c;
+  c.verb = http::verb::put;
+  c.path = blobPath(drive, desc.id);
+  c.headers = descriptorHeaders(desc);
+  c.body = payload;
+  c.idempotent = false;
+  auto answer = impl_->call(drive, c);
+  return answer ? Status::ok() : answer.error();
+}
+
+Status RemoteChunkClient::read(std::string_view drive, const BlobId& id, uint64_t offset,
+                               std::span<uint8_t> out) {
+  Call c;
+  c.path = blobPath(drive, id);
+  c.query = "length=" + std::to_string(out.size()) + "&offset=" + std::to_string(offset);
+  c.read_into = out;
+  auto answer = impl_->call(drive, c);
+  return answer ? Status::ok() : answer.error();
+}
+
+Status RemoteChunkClient::remove(std::string_view drive, const BlobId& id) {
+  Call c;
+  c.verb = http::verb::delete_;
+  c.path = blobPath(drive, id);
+  auto answer = impl_->call(drive, c);
+  return answer ? Status::ok() : answer.error();
+}
+
+Result<std::vector<BlobInfo>> RemoteChunkClient::list(std::string_view drive,
+                                                      std::optional<BlobId> after,
+                                                      size_t limit) {
+  Call c;
+  c.path = blobListPath(drive);
+  if (after) c.query = "after=" + blobIdHex(*after) + "&";
+  c.query += "limit=" + std::to_string(limit);
+  auto answer = impl_->call(drive, c);
+  if (!answer) return fail(answer.error());
+  return decodeBlobList(answer->body);
+}
+
+Result<DriveStats> RemoteChunkClient::stats(std::string_view drive) {
+  Call c;
+  c.path = statsPath(drive);
+  auto answer = impl_->call(drive, c);
+  if (!answer) return fail(answer.error());
+  return decodeStats(answer->body);
+}
+
+Result<BlobInfo> RemoteChunkClient::stat(std::string_view drive, const BlobId& id) {
+  Call c;
+  c.verb = http::verb::head;
+  c.path = blobPath(drive, id);
+  auto answer = impl_->call(drive, c);
+  if (!answer) return fail(answer.error());
+  auto length = findHeader(answer->headers, kBlobLengthHeader);
+  auto created = findHeader(answer->headers, kCreatedHeader);
+  auto l = length ? parseU64(*length) : std::nullopt;
+  auto t = created ? parseU64(*created) : std::nullopt;
+  if (!l || !t) return fail(Status::ioError("chunk server sent a malformed stat answer"));
+  return BlobInfo{id, *l, static_cast<int64_t>(*t)};
+}
+
+bool RemoteChunkClient::writable(std::string_view drive) const {
+  auto endpoint = impl_->endpointOf(drive);
+  if (!endpoint) return false;
+  auto& cache = impl_->endpointState(*endpoint);
+  impl_->refreshDrives(*endpoint, cache);
+  std::lock_guard lock(cache.mu);
+  auto it = cache.writable.find(drive);
+  return it == cache.writable.end() || it->second;
+}
+
+Result<std::vector<DriveState>> RemoteChunkClient::drives(std::string_view endpoint) {
+  return impl_->fetchDrives(endpoint);
+}
+
+Status RemoteChunkClient::health(std::string_view endpoint) {
+  Call c;
+  c.path = healthPath();
+  auto answer = impl_->execute(endpoint, c);
+  if (!answer) return answer.error();
+  return answer->ok() ? Status::ok() : answer->error();
+}
+
+uint64_t RemoteChunkClient::connectionsOpened() const { return impl_->connections_opened; }
+
+}  // namespace granary::chunkstore

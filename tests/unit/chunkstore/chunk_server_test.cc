@@ -1,0 +1,551 @@
+// ChunkServer + RemoteChunkClient over real loopback sockets, on real ChunkStores.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/chunkstore/chunk_server.h"
+#include "granary/chunkstore/remote_chunk_client.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+#include "internal_http.h"
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::chunkstore;
+using namespace granary::chunkstore::testing;
+using Code = Status::Code;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr char kSecret[] = "test-cluster-secret";
+
+// Forwards to the real drives; a test can make the next call fail with a chosen Status,
+// make reads hang, mark drives unwritable, and see the last descriptor put.
+class ScriptedClient final : public ChunkClient {
+ public:
+  explicit ScriptedClient(ChunkClient& target) : target_(target) {}
+
+  Status put(std::string_view drive, const BlobDescriptor& desc,
+             std::span<const uint8_t> payload) override {
+    {
+      std::lock_guard lock(mu_);
+      last_put_ = desc;
+    }
+    if (auto e = takeError()) return *e;
+    return target_.put(drive, desc, payload);
+  }
+  Status read(std::string_view drive, const BlobId& id, uint64_t offset,
+              std::span<uint8_t> out) override {
+    if (auto e = takeError()) return *e;
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(read_delay_ms.load()), [&] { return released_; });
+    lock.unlock();
+    return target_.read(drive, id, offset, out);
+  }
+  Status remove(std::string_view drive, const BlobId& id) override {
+    if (auto e = takeError()) return *e;
+    return target_.remove(drive, id);
+  }
+  Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
+                                     size_t limit) override {
+    if (auto e = takeError()) return fail(*e);
+    return target_.list(drive, after, limit);
+  }
+  Result<DriveStats> stats(std::string_view drive) override {
+    if (auto e = takeError()) return fail(*e);
+    return target_.stats(drive);
+  }
+  bool writable(std::string_view drive) const override {
+    std::lock_guard lock(mu_);
+    return drive != unwritable_ && target_.writable(drive);
+  }
+
+  void failNext(Status st) {
+    std::lock_guard lock(mu_);
+    next_error_ = std::move(st);
+  }
+  void releaseReads() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+  void setUnwritable(std::string drive) {
+    std::lock_guard lock(mu_);
+    unwritable_ = std::move(drive);
+  }
+  BlobDescriptor lastPut() const {
+    std::lock_guard lock(mu_);
+    return last_put_;
+  }
+
+  std::atomic<int> read_delay_ms{0};
+
+ private:
+  std::optional<Status> takeError() {
+    std::lock_guard lock(mu_);
+    return std::exchange(next_error_, std::nullopt);
+  }
+  ChunkClient& target_;
+  mutable std::mutex mu_;
+  std::string unwritable_;
+  BlobDescriptor last_put_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  std::optional<Status> next_error_;
+};
+
+// Flips a bit of every block read while armed, as a failing disk would.
+class BitRotEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    Status st = target_->pread(fd, out, offset);
+    if (st.isOk() && armed && out.size() > 100) out[out.size() - 1] ^= 0x40;
+    return st;
+  }
+  std::atomic<bool> armed{false};
+};
+
+// Two drives (d0, d1) behind a ScriptedClient, served by a ChunkServer on 127.0.0.1:0.
+struct Cluster {
+  explicit Cluster(ChunkServerOptions opts = {}) : engine(makeUringEngine()), faults(engine.get()) {
+    std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives;
+    for (std::string name : {"d0", "d1"}) {
+      ChunkStoreOptions so;
+      so.dir = dir.path() + "/" + name;
+      so.direct_io = false;  // the bit-rot wrapper must see every read hit the engine
+      auto s = openChunkStore(so, faults, resources, store_clock);
+      if (!s) throw std::runtime_error(s.error().toString());
+      drives.emplace(name, std::move(*s));
+    }
+    local = std::make_unique<LocalChunkClient>(std::move(drives));
+    scripted = std::make_unique<ScriptedClient>(*local);
+    opts.cluster_secret = kSecret;
+    opts.drives = {"d0", "d1"};
+    options = opts;
+    start();
+  }
+  ~Cluster() { stop(); }
+
+  void start() {
+    auto s = ChunkServer::create(options, *scripted, pool, clock);
+    if (!s) throw std::runtime_error(s.error().toString());
+    server = std::move(*s);
+    options.listen_port = server->port();  // a restart reuses it
+    thread = std::thread([this] { server->run(); });
+  }
+  void stop() {
+    if (!server) return;
+    scripted->releaseReads();
+    server->stop();
+    thread.join();
+    server.reset();
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(options.listen_port); }
+
+  std::unique_ptr<RemoteChunkClient> client(RemoteChunkClientOptions o = {},
+                                            std::string secret = kSecret,
+                                            const Clock* c = nullptr) {
+    std::map<std::string, std::string, std::less<>> map = {
+        {"d0", endpoint()}, {"d1", endpoint()}, {"d9", endpoint()}};
+    return std::make_unique<RemoteChunkClient>(std::move(map), std::move(secret), o,
+                                               c ? *c : clock);
+  }
+
+  TempDir dir;
+  std::unique_ptr<IoEngine> engine;
+  BitRotEngine faults;
+  RocksResources resources{RocksBudget{8 << 20, 8 << 20}};
+  ManualClock store_clock{1'700'000'000'000'000'000};
+  SystemClock clock;
+  std::unique_ptr<LocalChunkClient> local;
+  std::unique_ptr<ScriptedClient> scripted;
+  WorkerPool pool{4, "cs-test"};
+  ChunkServerOptions options;
+  std::unique_ptr<ChunkServer> server;
+  std::thread thread;
+};
+
+// Sends raw bytes to the server and reads until it closes; returns the status code (0 if
+// none) and the whole response text.
+std::pair<int, std::string> rawExchange(uint16_t port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    response.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  int status = response.size() > 12 ? std::atoi(response.substr(9, 3).c_str()) : 0;
+  return {status, response};
+}
+
+// A signed PUT of `sent` whose signature and CRC header were made for `signed_body`
+// (and whose CRC header may claim `claimed_crc_of`).
+std::string rawPut(const BlobId& id, std::string_view signed_body, std::string_view sent,
+                   std::string_view claimed_crc_of) {
+  std::string path = internal::blobPath("d0", id);
+  auto bytes = [](std::string_view s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  internal::SigningInput in{"PUT", path, "", now, signed_body.size(),
+                            ec::crc32c(bytes(signed_body))};
+  std::string req = "PUT " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (const auto& [n, v] : internal::descriptorHeaders(descriptor(id))) {
+    req += n + ": " + v + "\r\n";
+  }
+  req += "x-granary-date: " + std::to_string(now) + "\r\n";
+  req += "x-granary-content-crc32c: " + internal::crcHex(ec::crc32c(bytes(claimed_crc_of))) +
+         "\r\n";
+  req += "x-granary-signature: " + internal::signRequest(kSecret, in) + "\r\n";
+  req += "Content-Length: " + std::to_string(sent.size()) + "\r\n\r\n";
+  req += sent;
+  return req;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, list, stats, remove") {
+  Cluster c;
+  auto client = c.client();
+  REQUIRE(client->health(c.endpoint()).isOk());
+
+  std::vector<std::pair<BlobId, std::vector<uint8_t>>> blobs;
+  for (uint64_t i = 0; i < 3; ++i) {
+    blobs.emplace_back(makeId(i + 1), randomBytes(i == 0 ? 1 : 5000 + i * 150'000, i));
+  }
+  for (auto& [id, data] : blobs) REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  BlobDescriptor odd = descriptor(makeId(99));
+  odd.bucket = "b\xff%2F with space";
+  odd.key = std::string("dir/\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87+&?=\n\r\0end", 27);
+  odd.ec = {10, 4};
+  odd.stripe_data_len = 123456789012ull;
+  REQUIRE(client->put("d1", odd, std::vector<uint8_t>(10, 7)).isOk());
+  BlobDescriptor got = c.scripted->lastPut();
+  CHECK(got.id == odd.id);
+  CHECK(got.bucket == odd.bucket);
+  CHECK(got.key == odd.key);
+  CHECK(got.ec.k == 10);
+  CHECK(got.ec.m == 4);
+  CHECK(got.stripe_data_len == odd.stripe_data_len);
+
+  for (auto& [id, data] : blobs) {
+    std::vector<uint8_t> all(data.size());
+    REQUIRE(client->read("d0", id, 0, all).isOk());
+    CHECK(all == data);
+    size_t off = data.size() / 3, len = data.size() - off - data.size() / 5;
+    std::vector<uint8_t> part(len);
+    REQUIRE(client->read("d0", id, off, part).isOk());
+    CHECK(std::equal(part.begin(), part.end(), data.begin() + static_cast<ptrdiff_t>(off)));
+    std::vector<uint8_t> last(1);
+    REQUIRE(client->read("d0", id, data.size() - 1, last).isOk());
+    CHECK(last[0] == data.back());
+    auto info = client->stat("d0", id);
+    REQUIRE(info.has_value());
+    CHECK(info->id == id);
+    CHECK(info->length == data.size());
+  }
+
+  auto local_list = c.local->list("d0", std::nullopt, 100);
+  auto remote_list = client->list("d0", std::nullopt, 100);
+  REQUIRE(remote_list.has_value());
+  REQUIRE(remote_list->size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK((*remote_list)[i].id == (*local_list)[i].id);
+    CHECK((*remote_list)[i].length == (*local_list)[i].length);
+    CHECK((*remote_list)[i].created_unix_nanos == (*local_list)[i].created_unix_nanos);
+  }
+  auto page = client->list("d0", (*remote_list)[0].id, 1);
+  REQUIRE(page.has_value());
+  REQUIRE(page->size() == 1);
+  CHECK((*page)[0].id == (*remote_list)[1].id);
+
+  auto stats = client->stats("d0");
+  REQUIRE(stats.has_value());
+  CHECK(stats->blobs == 3);
+  CHECK(stats->payload_bytes == blobs[0].second.size() + blobs[1].second.size() +
+                                    blobs[2].second.size());
+  auto local_stats = c.local->stats("d0");
+  CHECK(stats->disk_bytes == local_stats->disk_bytes);
+  CHECK(stats->disk_bytes > stats->payload_bytes);
+  CHECK(stats->capacity_bytes == local_stats->capacity_bytes);
+  CHECK(stats->capacity_bytes > 0);
+
+  auto drives = client->drives(c.endpoint());
+  REQUIRE(drives.has_value());
+  REQUIRE(drives->size() == 2);
+  CHECK((*drives)[0].id == "d0");
+  CHECK((*drives)[1].writable);
+
+  const auto& [id0, data0] = blobs[1];
+  std::vector<uint8_t> past(10);
+  CHECK(client->read("d0", id0, data0.size() - 5, past).code() == Code::kInvalidArgument);
+  CHECK(client->read("d1", id0, 0, past).code() == Code::kNotFound);
+  CHECK(client->stat("d1", id0).error().code() == Code::kNotFound);
+  CHECK(client->put("d0", descriptor(id0), data0).code() == Code::kAlreadyExists);
+  REQUIRE(client->remove("d0", id0).isOk());
+  CHECK(client->read("d0", id0, 0, past).code() == Code::kNotFound);
+  CHECK(client->stat("d0", id0).error().code() == Code::kNotFound);
+  CHECK(client->remove("d0", id0).code() == Code::kNotFound);
+  CHECK(client->stats("d0")->blobs == 2);
+
+  // d9 is in the client's map but not served; "nope" is in neither.
+  CHECK(client->read("d9", id0, 0, past).code() == Code::kNotFound);
+  CHECK(client->stats("d9").error().code() == Code::kNotFound);
+  CHECK(client->read("nope", id0, 0, past).code() == Code::kNotFound);
+  CHECK_FALSE(client->writable("nope"));
+  // Keep-alive: all of the above went over one pooled connection.
+  CHECK(client->connectionsOpened() == 1);
+}
+
+TEST_CASE("writable() follows the server's drive list, refreshed at most every interval") {
+  Cluster c;
+  RemoteChunkClientOptions o;
+  o.drive_list_refresh = 0ms;
+  auto fresh = c.client(o);
+  o.drive_list_refresh = 1h;
+  auto cached = c.client(o);
+  CHECK(fresh->writable("d1"));
+  CHECK(cached->writable("d1"));
+  c.scripted->setUnwritable("d1");
+  CHECK_FALSE(fresh->writable("d1"));
+  CHECK(fresh->writable("d0"));
+  CHECK(cached->writable("d1"));  // still the list fetched an hour "ago"
+  CHECK(fresh->writable("d9"));   // not in the server's list: unknown, so true
+}
+
+TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
+  Cluster c;
+  auto client = c.client();
+  BlobId id = makeId(7);
+  auto data = randomBytes(3000, 7);
+  REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  std::vector<uint8_t> out(100);
+  for (int code = 1; code <= static_cast<int>(Code::kInternal); ++code) {
+    auto want = static_cast<Code>(code);
+    std::string message = "injected " + std::string(codeName(want)) + " \"quoted\" \xd0\xba\n";
+    INFO(codeName(want));
+    auto check = [&](const Status& got, bool has_message = true) {
+      CHECK(got.code() == want);
+      if (!has_message) return;
+      CHECK(got.message() == message);
+      CHECK(got.retryable() == (want == Code::kUnavailable || want == Code::kTimeout));
+    };
+    auto inject = [&] {
+      c.scripted->failNext(Status(want, message, want == Code::kUnavailable ||
+                                                     want == Code::kTimeout));
+    };
+    inject();
+    check(client->put("d0", descriptor(makeId(1000 + static_cast<uint64_t>(code))), data));
+    inject();
+    check(client->read("d0", id, 0, out));
+    inject();
+    check(client->remove("d0", id));
+    inject();
+    check(client->list("d0", std::nullopt, 10).error());
+    inject();
+    check(client->stats("d0").error());
+    inject();  // HEAD answers carry no body: the code comes from the header
+    check(client->stat("d0", id).error(), /*has_message=*/false);
+  }
+  std::vector<uint8_t> back(data.size());
+  REQUIRE(client->read("d0", id, 0, back).isOk());  // nothing above got through
+  CHECK(back == data);
+}
+
+TEST_CASE("A block that rots on disk reads as kCorruption through the server") {
+  Cluster c;
+  auto client = c.client();
+  BlobId id = makeId(3);
+  auto data = randomBytes(5 * 4096, 3);
+  REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  std::vector<uint8_t> out(data.size());
+  REQUIRE(client->read("d0", id, 0, out).isOk());
+  c.faults.armed = true;
+  Status st = client->read("d0", id, 0, out);
+  CHECK(st.code() == Code::kCorruption);
+  c.faults.armed = false;
+  REQUIRE(client->read("d0", id, 0, out).isOk());
+  CHECK(out == data);
+}
+
+TEST_CASE("Requests without a valid signature are refused with 403 and change nothing") {
+  Cluster c;
+  BlobId id = makeId(11);
+  auto data = randomBytes(6000, 11);
+
+  auto wrong = c.client({}, "not-the-secret");
+  CHECK(wrong->put("d0", descriptor(id), data).code() == Code::kPermissionDenied);
+  std::vector<uint8_t> out(10);
+  CHECK(wrong->read("d0", id, 0, out).code() == Code::kPermissionDenied);
+  CHECK(wrong->stat("d0", id).error().code() == Code::kPermissionDenied);
+  CHECK(wrong->health(c.endpoint()).code() == Code::kPermissionDenied);
+  CHECK(c.local->stats("d0")->blobs == 0);
+
+  ManualClock late(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch() - 16min)
+                       .count());
+  CHECK(c.client({}, kSecret, &late)->health(c.endpoint()).code() == Code::kPermissionDenied);
+  late.advance(std::chrono::nanoseconds(2min).count());  // 14 minutes behind: tolerated
+  CHECK(c.client({}, kSecret, &late)->health(c.endpoint()).isOk());
+
+  auto [status, text] = rawExchange(
+      c.options.listen_port,
+      "GET /internal/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  CHECK(status == 403);
+  CHECK(text.find("\"code\":\"PermissionDenied\"") != std::string::npos);
+
+  std::string unsigned_put = "PUT " + internal::blobPath("d0", id) +
+                             " HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd";
+  CHECK(rawExchange(c.options.listen_port, unsigned_put).first == 403);
+  CHECK(c.local->stats("d0")->blobs == 0);
+}
+
+TEST_CASE("A body that does not match its signed CRC32C is refused and not stored") {
+  Cluster c;
+  BlobId id = makeId(12);
+  std::string good(5000, 'g');
+  std::string evil = good;
+  evil[1234] = 'e';
+  // Signed for `good`, body swapped: the CRC check fails.
+  CHECK(rawExchange(c.options.listen_port, rawPut(id, good, evil, good)).first == 400);
+  // CRC header rewritten to match the swapped body: the signature check fails.
+  CHECK(rawExchange(c.options.listen_port, rawPut(id, good, evil, evil)).first == 403);
+  CHECK(c.local->stats("d0")->blobs == 0);
+  // The well-formed request is accepted, so the two refusals were for the tampering.
+  CHECK(rawExchange(c.options.listen_port, rawPut(id, good, good, good)).first == 200);
+  CHECK(c.local->stats("d0")->blobs == 1);
+}
+
+TEST_CASE("A stopped server is kUnavailable, quickly") {
+  Cluster c;
+  auto client = c.client();
+  BlobId id = makeId(5);
+  auto data = randomBytes(100, 5);
+  REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  c.stop();
+  auto started = std::chrono::steady_clock::now();
+  std::vector<uint8_t> out(data.size());
+  CHECK(client->read("d0", id, 0, out).code() == Code::kUnavailable);
+  CHECK(client->put("d0", descriptor(makeId(6)), data).code() == Code::kUnavailable);
+  CHECK(client->stats("d0").error().code() == Code::kUnavailable);
+  CHECK(secondsSince(started) < 1.0);
+  // And back when it is.
+  c.start();
+  REQUIRE(client->read("d0", id, 0, out).isOk());
+  CHECK(out == data);
+}
+
+TEST_CASE("A pooled connection the server closed while idle is replaced transparently") {
+  ChunkServerOptions o;
+  o.idle_timeout_seconds = 1;
+  Cluster c(o);
+  RemoteChunkClientOptions co;
+  co.retries = 0;  // the dead connection must be noticed before use, not retried after
+  auto client = c.client(co);
+  auto data = randomBytes(2000, 1);
+  REQUIRE(client->put("d0", descriptor(makeId(1)), data).isOk());
+  CHECK(client->connectionsOpened() == 1);
+  std::this_thread::sleep_for(1500ms);  // the server's idle timeout closes it
+  REQUIRE(client->put("d0", descriptor(makeId(2)), data).isOk());
+  std::vector<uint8_t> out(data.size());
+  REQUIRE(client->read("d0", makeId(2), 0, out).isOk());
+  CHECK(client->connectionsOpened() == 2);
+}
+
+TEST_CASE("A server that stops answering hits the client's I/O timeout") {
+  RemoteChunkClientOptions co;
+  co.io_timeout = 300ms;
+
+  SECTION("a chunk server whose disk hangs") {
+    Cluster c;
+    auto client = c.client(co);
+    BlobId id = makeId(8);
+    auto data = randomBytes(100, 8);
+    REQUIRE(client->put("d0", descriptor(id), data).isOk());
+    c.scripted->read_delay_ms = 10'000;
+    auto started = std::chrono::steady_clock::now();
+    std::vector<uint8_t> out(data.size());
+    CHECK(client->read("d0", id, 0, out).code() == Code::kTimeout);
+    double took = secondsSince(started);
+    CHECK(took >= 0.29);
+    CHECK(took < 1.5);  // timeouts are not retried
+  }
+  SECTION("a socket that listens but never reads or answers") {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    SystemClock clock;
+    RemoteChunkClient client({{"d0", endpoint}}, kSecret, co, clock);
+    auto started = std::chrono::steady_clock::now();
+    CHECK(client.put("d0", descriptor(makeId(1)), randomBytes(100, 1)).code() ==
+          Code::kTimeout);
+    CHECK(client.stats("d0").error().code() == Code::kTimeout);
+    CHECK(secondsSince(started) < 2.0);
+    ::close(fd);
+  }
+}
+
+TEST_CASE("Many threads share one client and its connection pool") {
+  Cluster c;
+  RemoteChunkClientOptions co;
+  co.max_idle_per_endpoint = 4;
+  auto client = c.client(co);
+  constexpr int kThreads = 8, kPerThread = 40;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        uint64_t n = static_cast<uint64_t>(t * 1000 + i);
+        auto data = randomBytes(100 + n % 9000, n);
+        std::string drive = n % 2 ? "d1" : "d0";
+        std::vector<uint8_t> out(data.size());
+        if (!client->put(drive, descriptor(makeId(n)), data).isOk() ||
+            !client->read(drive, makeId(n), 0, out).isOk() || out != data) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(c.local->stats("d0")->blobs + c.local->stats("d1")->blobs == kThreads * kPerThread);
+  CHECK(client->connectionsOpened() <= 2 * kThreads);  // reused, not one per request
+}
