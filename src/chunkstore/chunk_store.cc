@@ -100,6 +100,7 @@ class ChunkStoreImpl final : public ChunkStore {
     Status result;
     bool synced = false;   // the data reached the disk (so the range must not be reused)
     bool crashed = false;  // a crash point fired: no cleanup, as if the process died
+    bool done = false;     // set by GroupCommit
   };
   // Serializes put and remove of one id (puts of different ids run in parallel), so that
   // two puts of one id cannot both pass the existence check, and counters stay exact.
@@ -152,6 +153,7 @@ class ChunkStoreImpl final : public ChunkStore {
   std::atomic<uint64_t> blobs_{0};
   std::atomic<uint64_t> payload_bytes_{0};
   std::atomic<uint64_t> disk_bytes_{0};
+  std::atomic<uint64_t> committed_puts_{0};
   // After an ENOSPC the drive is not writable() until this time (unix nanos) and until
   // statvfs shows space again.
   std::atomic<int64_t> full_until_{0};
@@ -215,6 +217,7 @@ Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> 
     return failed(pending.result);
   }
   ++blobs_;
+  ++committed_puts_;
   payload_bytes_ += payload.size();
   disk_bytes_ += pending.rec.diskLen();
   return Status::ok();
@@ -381,6 +384,8 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.blobs = blobs_.load();
   s.payload_bytes = payload_bytes_.load();
   s.disk_bytes = disk_bytes_.load();
+  s.commit_batches = commits_.batches();
+  s.committed_puts = committed_puts_.load();
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   return s;

@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <utility>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -28,22 +29,21 @@ class GroupCommit {
   explicit GroupCommit(Flush flush) : flush_(std::move(flush)) {}
 
   // Returns once `request` has been flushed (by this thread or by another leader).
+  // Request must have a `bool done` member, false on entry.
   void commit(Request& request) {
     std::unique_lock lock(mu_);
-    const uint64_t ticket = next_ticket_++;
     queue_.push_back(&request);
-    while (flushed_through_ <= ticket) {
-      if (!flushing_) {
+    while (!request.done) {
+      if (!flushing_ && !queue_.empty()) {
         flushing_ = true;
         std::vector<Request*> batch;
         batch.swap(queue_);
-        const uint64_t last = next_ticket_;  // every ticket below this is in `batch`
         lock.unlock();
         flush_(batch);
         lock.lock();
         flushing_ = false;
-        flushed_through_ = last;
         ++batches_;
+        for (Request* r : batch) r->done = true;
         cv_.notify_all();
       } else {
         cv_.wait(lock);
@@ -61,10 +61,8 @@ class GroupCommit {
   Flush flush_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Request*> queue_;   // requests waiting for the next batch
-  uint64_t next_ticket_ = 0;      // tickets are handed out in queue order
-  uint64_t flushed_through_ = 0;  // every ticket below this has been flushed
-  bool flushing_ = false;
+  std::vector<Request*> queue_;  // requests waiting for the next batch
+  bool flushing_ = false;        // a leader is flushing a batch now
   uint64_t batches_ = 0;
 };
 

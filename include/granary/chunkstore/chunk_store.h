@@ -62,6 +62,8 @@ struct DriveStats {
   uint64_t blobs = 0;
   uint64_t payload_bytes = 0;     // sum of live blob payloads
   uint64_t disk_bytes = 0;        // sum of live blobs' on-disk lengths (headers, padding)
+  uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
+  uint64_t committed_puts = 0;    // puts those batches made durable
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
 };

@@ -2,9 +2,9 @@
 // CRC32C (through ChunkStore::read), and reports the corrupt ones, so silent corruption is
 // found before a client needs the data (and, with repair, fixed from parity).
 //
-// Foreground first: the scrubber runs on its own thread at idle CPU and I/O priority and
-// never reads faster than its RateLimiter allows, in pieces of `piece_bytes`, so a client
-// read waits behind at most one small scrub read. After a full pass it sleeps
+// Foreground first: the scrubber runs on its own thread at the lowest best-effort I/O
+// priority and never reads faster than its RateLimiter allows, in pieces of `piece_bytes`,
+// so a client read waits behind at most one small scrub read. After a full pass it sleeps
 // `pass_interval` before the next.
 //
 // Thread safety: stats() may be called from any thread while the scrubber runs.

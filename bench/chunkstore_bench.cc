@@ -1,0 +1,314 @@
+// chunkstore_bench: one drive's ChunkStore against the same disk's raw figures from fio,
+// measured in the same run, printed as ratios.
+//
+//   seq-write   1 MiB blob puts from --qd threads (each put durable: group commit)
+//               vs fio io_uring direct=1 1 MiB writes at iodepth --qd with one fdatasync
+//               per N writes, N = the store's measured puts per group commit
+//   seq-read    1 MiB blob reads (CRC-verified) vs fio 1 MiB reads, iodepth --qd
+//   rand-read   4 KiB blob reads of random blobs vs fio 4 KiB random reads, iodepth --qd
+//   scrub       rand-read again with the scrubber running at --scrub-rate: p99 ratio and
+//               the scrubber's achieved rate
+//
+// Usage: chunkstore_bench [--dir D] [--engine io_uring|posix] [--qd 32] [--write-mib 2048]
+//                         [--small-blobs 100000] [--seconds 10] [--scrub-rate-mib 50]
+//                         [--no-fio]
+// --dir must be on the disk to measure; the bench removes what it creates there.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "granary/chunkstore/chunk_store.h"
+#include "granary/chunkstore/io_engine.h"
+#include "granary/chunkstore/scrubber.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/common/rocks_resources.h"
+
+using namespace granary;
+using namespace granary::chunkstore;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string dir = "./bench-data/chunkstore";
+  std::string engine = "io_uring";
+  int qd = 32;
+  uint64_t write_mib = 2048;
+  uint64_t small_blobs = 100'000;
+  double seconds = 10;
+  uint64_t scrub_rate_mib = 50;
+  bool fio = true;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "chunkstore_bench: %s\nusage: chunkstore_bench [--dir D] [--engine io_uring|posix]"
+               " [--qd N] [--write-mib N] [--small-blobs N] [--seconds S] [--scrub-rate-mib N]"
+               " [--no-fio]\n",
+               why);
+  std::exit(2);
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value for " + k).c_str());
+      return argv[++i];
+    };
+    if (k == "--dir") a.dir = value();
+    else if (k == "--engine") a.engine = value();
+    else if (k == "--qd") a.qd = std::stoi(value());
+    else if (k == "--write-mib") a.write_mib = std::stoull(value());
+    else if (k == "--small-blobs") a.small_blobs = std::stoull(value());
+    else if (k == "--seconds") a.seconds = std::stod(value());
+    else if (k == "--scrub-rate-mib") a.scrub_rate_mib = std::stoull(value());
+    else if (k == "--no-fio") a.fio = false;
+    else usage(("unknown argument " + k).c_str());
+  }
+  if (a.qd < 1 || a.write_mib < 1 || a.small_blobs < 1 || a.seconds <= 0) usage("bad value");
+  return a;
+}
+
+BlobId blobId(uint64_t n) {
+  BlobId id;
+  for (int i = 0; i < 8; ++i) id.version.bytes[8 + i] = static_cast<uint8_t>(n >> (56 - 8 * i));
+  id.version.bytes[0] = 0xB0;
+  return id;
+}
+
+BlobDescriptor descriptor(uint64_t n) {
+  BlobDescriptor d;
+  d.id = blobId(n);
+  d.ec = {4, 2};
+  d.stripe_data_len = 4 << 20;
+  d.bucket = "bench";
+  d.key = fmt::format("blob-{}", n);
+  return d;
+}
+
+double secondsSince(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// Runs `fn(thread, next)` on `threads` threads, handing out 0..count-1; returns seconds.
+template <typename Fn>
+double parallelFor(int threads, uint64_t count, Fn fn) {
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  auto start = SteadyClock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (uint64_t i; (i = next.fetch_add(1)) < count && !failed;) {
+        Status st = fn(i);
+        if (!st) {
+          std::fprintf(stderr, "chunkstore_bench: %s\n", st.toString().c_str());
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (failed) std::exit(1);
+  return secondsSince(start);
+}
+
+struct Latencies {
+  uint64_t ops = 0;
+  double seconds = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+};
+
+// Random 4 KiB blob reads from `threads` threads for `seconds`.
+Latencies randomReads(ChunkStore& store, int threads, uint64_t first, uint64_t count,
+                      double seconds) {
+  std::vector<std::vector<float>> lat(threads);
+  std::atomic<bool> failed{false};
+  auto start = SteadyClock::now();
+  auto deadline = start + std::chrono::duration<double>(seconds);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 1);
+      std::vector<uint8_t> buf(4096);
+      lat[t].reserve(1 << 20);
+      while (SteadyClock::now() < deadline && !failed) {
+        uint64_t n = first + rng() % count;
+        auto t0 = SteadyClock::now();
+        Status st = store.read(blobId(n), 0, buf);
+        if (!st) {
+          std::fprintf(stderr, "chunkstore_bench: %s\n", st.toString().c_str());
+          failed = true;
+        }
+        lat[t].push_back(static_cast<float>(secondsSince(t0) * 1e6));
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (failed) std::exit(1);
+  Latencies out;
+  out.seconds = secondsSince(start);
+  std::vector<float> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  out.ops = all.size();
+  if (!all.empty()) {
+    std::sort(all.begin(), all.end());
+    out.p50_us = all[all.size() / 2];
+    out.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  }
+  return out;
+}
+
+// Runs fio with JSON output and returns its first job.
+nlohmann::json runFio(const std::string& args) {
+  std::string cmd = "fio --output-format=json " + args + " 2>/dev/null";
+  std::printf("  $ fio %s\n", args.c_str());
+  std::fflush(stdout);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) usage("cannot run fio");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (::pclose(p) != 0) usage("fio failed (is it installed? scripts/install-deps.sh)");
+  // fio may print notes before the JSON document.
+  auto brace = out.find('{');
+  if (brace == std::string::npos) usage("fio printed no JSON");
+  return nlohmann::json::parse(out.substr(brace))["jobs"][0];
+}
+
+void row(const char* what, double mine, double fio, const char* unit, double goal) {
+  if (fio > 0) {
+    std::printf("  %-28s %10.1f %-6s fio %10.1f   ratio %.2f (goal >= %.1f)\n", what, mine, unit,
+                fio, mine / fio, goal);
+  } else {
+    std::printf("  %-28s %10.1f %s\n", what, mine, unit);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parseArgs(argc, argv);
+  log::setLevel(log::Level::kWarn);
+  namespace fs = std::filesystem;
+  const std::string drive = args.dir + "/drive";
+  const std::string fio_dir = args.dir + "/fio";
+  fs::remove_all(args.dir);
+  fs::create_directories(fio_dir);
+
+  auto engine = args.engine == "posix" ? makePosixEngine() : makeUringEngine();
+  RocksResources resources(RocksBudget{256 << 20, 64 << 20});
+  SystemClock clock;
+  ChunkStoreOptions options;
+  options.dir = drive;
+  auto opened = openChunkStore(options, *engine, resources, clock);
+  if (!opened) usage(opened.error().toString().c_str());
+  ChunkStore& store = **opened;
+
+  const uint64_t big = args.write_mib;  // 1 MiB blobs
+  std::printf("chunkstore_bench: dir %s, engine %s, %d threads (queue depth), %llu x 1 MiB "
+              "blobs, %llu x 4 KiB blobs, %.0f s random reads, %u cores\n",
+              args.dir.c_str(), std::string(engine->name()).c_str(), args.qd,
+              static_cast<unsigned long long>(big),
+              static_cast<unsigned long long>(args.small_blobs), args.seconds,
+              std::thread::hardware_concurrency());
+
+  std::vector<uint8_t> payload(1 << 20);
+  std::mt19937_64 rng(42);
+  for (auto& b : payload) b = static_cast<uint8_t>(rng());
+
+  // 1. Sequential 1 MiB writes.
+  auto before = store.stats();
+  double wsec = parallelFor(args.qd, big, [&](uint64_t i) {
+    return store.put(descriptor(i), payload);
+  });
+  auto after = store.stats();
+  const double write_mibs = double(big) / wsec;
+  const double puts_per_sync =
+      double(after->committed_puts - before->committed_puts) /
+      double(std::max<uint64_t>(1, after->commit_batches - before->commit_batches));
+
+  // 2. Sequential 1 MiB reads (every block CRC-verified).
+  std::vector<std::vector<uint8_t>> bufs(args.qd, std::vector<uint8_t>(1 << 20));
+  std::atomic<int> slot{0};
+  thread_local int my_slot = -1;
+  double rsec = parallelFor(args.qd, big, [&](uint64_t i) {
+    if (my_slot < 0) my_slot = slot.fetch_add(1);
+    return store.read(blobId(i), 0, bufs[my_slot]);
+  });
+  const double read_mibs = double(big) / rsec;
+
+  // 3. 4 KiB blobs, then random reads of them.
+  std::vector<uint8_t> small(4096);
+  for (auto& b : small) b = static_cast<uint8_t>(rng());
+  const uint64_t first_small = 1ull << 40;
+  double ssec = parallelFor(args.qd, args.small_blobs, [&](uint64_t i) {
+    return store.put(descriptor(first_small + i), small);
+  });
+  Latencies quiet = randomReads(store, args.qd, first_small, args.small_blobs, args.seconds);
+
+  // 4. The same with the scrubber running.
+  ScrubOptions so;
+  so.rate_bytes_per_second = args.scrub_rate_mib << 20;
+  so.pass_interval = std::chrono::milliseconds(0);
+  Scrubber scrubber(store, "bench", so);
+  scrubber.start();
+  Latencies scrubbed = randomReads(store, args.qd, first_small, args.small_blobs, args.seconds);
+  const double scrub_mibs = double(scrubber.stats().bytes) / double(1 << 20) / args.seconds;
+  scrubber.stop();
+
+  double fio_write = 0, fio_read = 0, fio_iops = 0, fio_p99 = 0;
+  int fsync_every = std::max(1, static_cast<int>(puts_per_sync + 0.5));
+  if (args.fio) {
+    std::printf("fio on the same disk (same run):\n");
+    const std::string common = fmt::format(
+        "--directory={} --filename=fio.dat --ioengine=io_uring --direct=1 --iodepth={} "
+        "--size={}M",
+        fio_dir, args.qd, big);
+    auto w = runFio(fmt::format("--name=seqwrite {} --rw=write --bs=1M --fdatasync={}", common,
+                                fsync_every));
+    fio_write = w["write"]["bw_bytes"].get<double>() / (1 << 20);
+    auto r = runFio(fmt::format("--name=seqread {} --rw=read --bs=1M", common));
+    fio_read = r["read"]["bw_bytes"].get<double>() / (1 << 20);
+    auto rr = runFio(fmt::format("--name=randread {} --rw=randread --bs=4k --time_based "
+                                 "--runtime={}",
+                                 common, static_cast<int>(args.seconds)));
+    fio_iops = rr["read"]["iops"].get<double>();
+    fio_p99 = rr["read"]["clat_ns"]["percentile"]["99.000000"].get<double>() / 1e3;
+  }
+
+  std::printf("results:\n");
+  row("seq write 1 MiB (MiB/s)", write_mibs, fio_write, "MiB/s", 0.8);
+  std::printf("  %-28s %10.1f puts per fdatasync (fio: --fdatasync=%d)\n", "group commit",
+              puts_per_sync, fsync_every);
+  row("seq read 1 MiB (MiB/s)", read_mibs, fio_read, "MiB/s", 0.9);
+  row("4 KiB blob put (puts/s)", double(args.small_blobs) / ssec, 0, "", 0);
+  row("rand read 4 KiB (IOPS)", double(quiet.ops) / quiet.seconds, fio_iops, "IOPS", 0.7);
+  std::printf("  %-28s p50 %.0f us, p99 %.0f us (fio p99 %.0f us)\n", "rand read latency",
+              quiet.p50_us, quiet.p99_us, fio_p99);
+  std::printf("  %-28s %.0f IOPS, p99 %.0f us = %.2fx the quiet p99 (goal <= 1.5x); scrubbed "
+              "%.1f MiB/s (configured %llu)\n",
+              "rand read + scrubber", double(scrubbed.ops) / scrubbed.seconds, scrubbed.p99_us,
+              scrubbed.p99_us / std::max(1.0, quiet.p99_us), scrub_mibs,
+              static_cast<unsigned long long>(args.scrub_rate_mib));
+  opened->reset();
+  fs::remove_all(args.dir);
+  return 0;
+}
