@@ -47,7 +47,8 @@ class ChunkStoreImpl final : public ChunkStore {
         extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
                  [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
-        commits_([this](std::span<PendingCommit* const> batch) { flushCommits(batch); }) {}
+        commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
+                 [this](std::span<PendingCommit* const> b) { indexCommits(b); }) {}
 
   Status init() {
     auto next = index_->nextExtent();
@@ -100,7 +101,8 @@ class ChunkStoreImpl final : public ChunkStore {
     Status result;
     bool synced = false;   // the data reached the disk (so the range must not be reused)
     bool crashed = false;  // a crash point fired: no cleanup, as if the process died
-    bool done = false;     // set by GroupCommit
+    bool ok_after_sync = false;  // GroupCommit: go on to the index stage
+    bool done = false;           // GroupCommit: both stages over
   };
   // Serializes put and remove of one id (puts of different ids run in parallel), so that
   // two puts of one id cannot both pass the existence check, and counters stay exact.
@@ -129,7 +131,9 @@ class ChunkStoreImpl final : public ChunkStore {
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                       std::span<uint8_t> out);
   void punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len);
-  void flushCommits(std::span<PendingCommit* const> batch);
+  // The two stages of the group commit (group_commit.h).
+  void syncCommits(std::span<PendingCommit* const> batch);
+  void indexCommits(std::span<PendingCommit* const> batch);
   // The test hook (ChunkStoreOptions::crash_point): true = "the process died here".
   bool crashAt(std::string_view point) const {
     return options_.crash_point && options_.crash_point(point);
@@ -223,10 +227,7 @@ Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> 
   return Status::ok();
 }
 
-void ChunkStoreImpl::flushCommits(std::span<PendingCommit* const> batch) {
-  auto finish = [&](const Status& st) {
-    for (PendingCommit* p : batch) p->result = st;
-  };
+void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
   // One fdatasync per extent the batch wrote to (almost always just the active one).
   std::vector<std::pair<uint32_t, int>> files;
   for (const PendingCommit* p : batch) {
@@ -239,22 +240,33 @@ void ChunkStoreImpl::flushCommits(std::span<PendingCommit* const> batch) {
       // After a failed fdatasync the file's cached state is unknown ("fsyncgate"): never
       // append to it again, and fail every blob of the batch.
       extents_.retire(extent);
-      finish(st);
+      for (PendingCommit* p : batch) p->result = st;
       return;
     }
   }
-  for (PendingCommit* p : batch) p->synced = true;
-  auto crash = [&](std::string_view point) {
-    for (PendingCommit* p : batch) p->crashed = true;
-    finish(crashed(point));
-  };
-  if (crashAt("put.after_sync")) return crash("put.after_sync");
+  if (crashAt("put.after_sync")) {
+    for (PendingCommit* p : batch) {
+      p->crashed = true;
+      p->result = crashed("put.after_sync");
+    }
+    return;
+  }
+  for (PendingCommit* p : batch) {
+    p->synced = true;
+    p->ok_after_sync = true;
+  }
+}
+
+void ChunkStoreImpl::indexCommits(std::span<PendingCommit* const> batch) {
   std::vector<std::pair<BlobId, IndexRecord>> entries;
   entries.reserve(batch.size());
   for (const PendingCommit* p : batch) entries.emplace_back(p->id, p->rec);
   Status st = index_->putBatch(entries);
-  if (st && crashAt("put.after_index")) return crash("put.after_index");
-  finish(st);
+  const bool crash = st && crashAt("put.after_index");
+  for (PendingCommit* p : batch) {
+    p->crashed = crash;
+    p->result = crash ? crashed("put.after_index") : st;
+  }
 }
 
 Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
