@@ -46,7 +46,24 @@ Result<std::vector<BlobInfo>> LocalChunkClient::list(std::string_view drive,
 Result<DriveStats> LocalChunkClient::stats(std::string_view drive) {
   auto store = find(drive);
   if (!store) return fail(store.error());
-  return (*store)->stats();
+  auto stats = (*store)->stats();
+  if (!stats) return stats;
+  if (auto it = scrubbers_.find(drive); it != scrubbers_.end()) {
+    ScrubStats scrub = it->second->stats();
+    stats->scrub_passes = scrub.passes;
+    stats->scrubbed_bytes = scrub.bytes;
+    stats->corrupt_blobs = scrub.corrupt;
+  }
+  return stats;
+}
+
+void LocalChunkClient::startScrubbers(const ScrubOptions& per_drive) {
+  for (auto& [id, store] : drives_) {
+    if (scrubbers_.contains(id)) continue;
+    auto scrubber = std::make_unique<Scrubber>(*store, "drive " + id, per_drive);
+    scrubber->start();
+    scrubbers_.emplace(id, std::move(scrubber));
+  }
 }
 
 bool LocalChunkClient::writable(std::string_view drive) const {

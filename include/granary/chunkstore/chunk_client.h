@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "granary/chunkstore/chunk_store.h"
+#include "granary/chunkstore/scrubber.h"
 
 namespace granary::chunkstore {
 
@@ -47,9 +48,15 @@ class LocalChunkClient final : public ChunkClient {
   Result<DriveStats> stats(std::string_view drive) override;
   bool writable(std::string_view drive) const override;
 
+  // Starts a background Scrubber on every drive, each with `per_drive` options; their
+  // progress and findings appear in stats(). Call once, before serving.
+  void startScrubbers(const ScrubOptions& per_drive);
+
  private:
   Result<ChunkStore*> find(std::string_view drive) const;
   std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives_;
+  // Declared after drives_: destroyed (stopped) first.
+  std::map<std::string, std::unique_ptr<Scrubber>, std::less<>> scrubbers_;
 };
 
 }  // namespace granary::chunkstore

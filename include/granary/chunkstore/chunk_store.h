@@ -64,6 +64,10 @@ struct DriveStats {
   uint64_t disk_bytes = 0;        // sum of live blobs' on-disk lengths (headers, padding)
   uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
   uint64_t committed_puts = 0;    // puts those batches made durable
+  // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).
+  uint64_t scrub_passes = 0;
+  uint64_t scrubbed_bytes = 0;
+  uint64_t corrupt_blobs = 0;     // found by the scrubber since start
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
 };

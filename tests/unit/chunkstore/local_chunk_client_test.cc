@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include "granary/chunkstore/chunk_client.h"
+#include <cstdio>
+#include <thread>
+
 #include "test_util.h"
 
 using namespace granary;
@@ -40,4 +43,43 @@ TEST_CASE("The local chunk client routes by drive id and refuses unknown drives"
   CHECK(client.stats("nope").error().code() == Status::Code::kNotFound);
   REQUIRE(client.remove("d1", id).isOk());
   CHECK(client.read("d1", id, 0, out).code() == Status::Code::kNotFound);
+}
+
+TEST_CASE("Scrubbers started by the local chunk client report through stats()") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  RocksResources resources(RocksBudget{8 << 20, 8 << 20});
+  ManualClock clock(1000);
+  std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives;
+  ChunkStoreOptions opts;
+  opts.dir = dir.path() + "/d0";
+  auto s = openChunkStore(opts, *engine, resources, clock);
+  REQUIRE(s.has_value());
+  REQUIRE((*s)->put(descriptor(makeId(1)), randomBytes(50'000, 1)).isOk());
+  REQUIRE((*s)->put(descriptor(makeId(2)), randomBytes(50'000, 2)).isOk());
+  drives.emplace("d0", std::move(*s));
+  // Corrupt blob 1's payload (first blob of extent 0: payload at 4096).
+  {
+    std::string path = extentPath(opts.dir, 0);
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    REQUIRE(f != nullptr);
+    std::fseek(f, 4096 + 10, SEEK_SET);
+    const int byte = std::fgetc(f);
+    std::fseek(f, 4096 + 10, SEEK_SET);
+    std::fputc(byte ^ 0xFF, f);
+    std::fclose(f);
+  }
+  LocalChunkClient client(std::move(drives));
+  ScrubOptions scrub;
+  scrub.pass_interval = std::chrono::milliseconds(20);
+  client.startScrubbers(scrub);
+  DriveStats stats;
+  for (int i = 0; i < 500; ++i) {
+    stats = *client.stats("d0");
+    if (stats.scrub_passes >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(stats.scrub_passes >= 1);
+  CHECK(stats.corrupt_blobs >= 1);
+  CHECK(stats.scrubbed_bytes >= 50'000);
 }
