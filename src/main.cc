@@ -1,5 +1,6 @@
 // granary: one binary, subcommands. `serve` runs everything in one process (the embedded
 // default): gateway, index and the chunk-store drives as directories under --data.
+// `chunkserver` serves drive directories to gateways on other machines.
 #include <fcntl.h>
 #include <prometheus/registry.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "granary/chunkstore/chunk_client.h"
+#include "granary/chunkstore/chunk_server.h"
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
@@ -136,6 +138,80 @@ std::pair<std::string, uint16_t> parseListen(const std::string& listen) {
   return {host, static_cast<uint16_t>(port)};
 }
 
+using Stores = std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>>;
+
+// Opens every (drive id, directory) drive; dies if one cannot be opened.
+Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
+                  chunkstore::IoEngine& engine, RocksResources& rocks, const Clock& clock) {
+  Stores stores;
+  for (const auto& [id, dir] : drives) {
+    chunkstore::ChunkStoreOptions co;
+    co.dir = dir.string();
+    auto store = chunkstore::openChunkStore(co, engine, rocks, clock);
+    if (!store) die("cannot open drive " + id + ": " + store.error().toString());
+    stores.emplace(id, std::move(*store));
+  }
+  return stores;
+}
+
+// Parses a subcommand's options; false if --help was asked for (and printed).
+bool parseOptions(const po::options_description& opts, int argc, char** argv,
+                  po::variables_map& vm) {
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::ostringstream s;
+    s << opts;
+    die(std::string(e.what()) + "\n" + s.str());
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return false;
+  }
+  std::string level = vm["log-level"].as<std::string>();
+  log::setLevel(level == "debug" ? log::Level::kDebug : level == "warn" ? log::Level::kWarn
+                : level == "error" ? log::Level::kError : log::Level::kInfo);
+  return true;
+}
+
+// SIGINT and SIGTERM are handled by one thread with sigwait, so no other thread is
+// interrupted: block them in every thread before any is started.
+sigset_t blockStopSignals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return sigs;
+}
+
+// Calls run() (which blocks until stop()) and stop() on the first SIGINT or SIGTERM.
+template <typename Server>
+void runUntilSignal(const sigset_t& sigs, Server& server) {
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log::info("signal {}: shutting down", sig);
+    server.stop();
+  });
+  server.run();
+  // Unblock the signal thread if run() ended for another reason.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+}
+
+// --workers: blocking-I/O threads; 0 picks enough to keep many drives busy.
+size_t workerThreads(int requested) {
+  size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return requested > 0 ? static_cast<size_t>(requested) : std::max<size_t>(16, 8 * cores);
+}
+
+std::string urlHost(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 int serve(int argc, char** argv) {
   po::options_description opts("granary serve options");
   std::string data_dir, listen;
@@ -163,27 +239,9 @@ int serve(int argc, char** argv) {
       "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const std::exception& e) {
-    die(std::string(e.what()) + "\n" + [&] { std::ostringstream s; s << opts; return s.str(); }());
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  std::string level = vm["log-level"].as<std::string>();
-  log::setLevel(level == "debug" ? log::Level::kDebug : level == "warn" ? log::Level::kWarn
-                : level == "error" ? log::Level::kError : log::Level::kInfo);
+  if (!parseOptions(opts, argc, argv, vm)) return 0;
 
-  // Signals are handled by one thread with sigwait, so no other thread is interrupted.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = blockStopSignals();
 
   fs::path data(data_dir);
   std::error_code fec;
@@ -197,21 +255,13 @@ int serve(int argc, char** argv) {
   RocksResources rocks;
   auto engine = chunkstore::makeUringEngine();
 
-  std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>> stores;
-  for (const auto& d : map.drives) {
-    chunkstore::ChunkStoreOptions co;
-    co.dir = (data / d.path).string();
-    auto store = chunkstore::openChunkStore(co, *engine, rocks, clock);
-    if (!store) die("cannot open drive " + d.id + ": " + store.error().toString());
-    stores.emplace(d.id, std::move(*store));
-  }
-  chunkstore::LocalChunkClient chunks(std::move(stores));
+  std::vector<std::pair<std::string, fs::path>> drive_dirs;
+  for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
+  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
   auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
 
-  size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  auto pool = std::make_unique<WorkerPool>(
-      workers > 0 ? static_cast<size_t>(workers) : std::max<size_t>(16, 8 * cores), "granary-io");
+  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
   prometheus::Registry registry;
 
   gateway::GatewayOptions gopts;
@@ -234,9 +284,8 @@ int serve(int argc, char** argv) {
   gateway::Reclaimer reclaimer(**index, chunks, map, clock, ropts);
   reclaimer.start();
 
-  std::string host = gopts.listen_host.find(':') != std::string::npos
-                         ? "[" + gopts.listen_host + "]" : gopts.listen_host;
-  std::string endpoint = fmt::format("http://{}:{}", host, (*server)->port());
+  std::string endpoint =
+      fmt::format("http://{}:{}", urlHost(gopts.listen_host), (*server)->port());
   std::printf(
       "Granary is serving S3 at %s\n"
       "  data:        %s (%zu drives, EC %d+%d, io engine %s)\n"
@@ -248,18 +297,95 @@ int serve(int argc, char** argv) {
       root.access_key.c_str(), root.secret_key.c_str(), endpoint.c_str());
   std::fflush(stdout);
 
-  std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    log::info("signal {}: shutting down", sig);
-    (*server)->stop();
-  });
-  (*server)->run();
-  // Unblock the signal thread if run() ended for another reason.
-  pthread_kill(signal_thread.native_handle(), SIGTERM);
-  signal_thread.join();
+  runUntilSignal(sigs, **server);
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
+  server->reset();
+  return 0;
+}
+
+// `--dir [ID=]PATH`: the drive id is ID when given, else the directory's last component.
+std::pair<std::string, fs::path> parseDriveArg(const std::string& arg) {
+  size_t eq = arg.find('=');
+  if (eq != std::string::npos && eq > 0 && arg.substr(0, eq).find('/') == std::string::npos) {
+    return {arg.substr(0, eq), fs::path(arg.substr(eq + 1))};
+  }
+  fs::path p = fs::path(arg).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string id = p.filename().string();
+  if (id.empty() || id == "." || id == "..") die("cannot name a drive after '" + arg + "': use ID=PATH");
+  return {id, fs::path(arg)};
+}
+
+// `granary chunkserver`: serves local drive directories to remote gateways over the
+// internal API (docs/internal-api.md).
+int chunkserver(int argc, char** argv) {
+  po::options_description opts("granary chunkserver options");
+  std::vector<std::string> dirs;
+  std::string listen, secret;
+  int loops = 0, workers = 0;
+  opts.add_options()("help,h", "show this help")(
+      "dir", po::value(&dirs)->composing(),
+      "drive directory as [ID=]PATH, repeatable; ID defaults to the directory's name")(
+      "listen", po::value(&listen), "HOST:PORT to serve on (port 0 picks a free port)")(
+      "cluster-secret", po::value(&secret),
+      "secret shared by the cluster (default: $GRANARY_CLUSTER_SECRET; required)")(
+      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
+      "workers", po::value(&workers)->default_value(0), "blocking-I/O worker threads (0: auto)")(
+      "idle-timeout", po::value<int>()->default_value(60),
+      "seconds an idle keep-alive connection or an unfinished request head may wait")(
+      "io-timeout", po::value<int>()->default_value(30),
+      "seconds a request body read or a response write may make no progress")(
+      "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  po::variables_map vm;
+  if (!parseOptions(opts, argc, argv, vm)) return 0;
+  if (dirs.empty()) die("chunkserver needs at least one --dir");
+  if (listen.empty()) die("chunkserver needs --listen HOST:PORT");
+  if (secret.empty()) {
+    const char* env = std::getenv("GRANARY_CLUSTER_SECRET");
+    if (env) secret = env;
+  }
+  if (secret.empty()) {
+    die("refusing to start without a cluster secret (--cluster-secret or "
+        "GRANARY_CLUSTER_SECRET)");
+  }
+  std::vector<std::pair<std::string, fs::path>> drive_dirs;
+  chunkstore::ChunkServerOptions copts;
+  for (const auto& arg : dirs) {
+    auto drive = parseDriveArg(arg);
+    for (const auto& [id, dir] : drive_dirs) {
+      if (id == drive.first) die("two --dir options name drive '" + id + "'");
+    }
+    copts.drives.push_back(drive.first);
+    drive_dirs.push_back(std::move(drive));
+  }
+
+  sigset_t sigs = blockStopSignals();
+  SystemClock clock;
+  RocksResources rocks;
+  auto engine = chunkstore::makeUringEngine();
+  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
+  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
+
+  std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
+  copts.event_loops = static_cast<size_t>(loops);
+  copts.cluster_secret = secret;
+  copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
+  copts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
+  auto server = chunkstore::ChunkServer::create(copts, chunks, *pool, clock);
+  if (!server) die(server.error().toString());
+
+  std::string drives_text;
+  for (const auto& [id, dir] : drive_dirs) {
+    drives_text += fmt::format("{}{}={}", drives_text.empty() ? "" : ", ", id, dir.string());
+  }
+  std::printf("Granary chunkserver listening at http://%s:%u\n  drives: %s (io engine %s)\n",
+              urlHost(copts.listen_host).c_str(), static_cast<unsigned>((*server)->port()),
+              drives_text.c_str(), std::string(engine->name()).c_str());
+  std::fflush(stdout);
+
+  runUntilSignal(sigs, **server);
+  pool.reset();  // finish blocking work before the server that waits for it goes away
   server->reset();
   return 0;
 }
@@ -267,7 +393,8 @@ int serve(int argc, char** argv) {
 void usage() {
   std::cout << "usage: granary <command> [options]\n\n"
                "commands:\n"
-               "  serve    all-in-one S3 store (gateway, index, chunk-store drives)\n"
+               "  serve        all-in-one S3 store (gateway, index, chunk-store drives)\n"
+               "  chunkserver  serve drive directories to remote gateways (internal API)\n"
                "\nRun 'granary <command> --help' for the options of a command.\n";
 }
 
@@ -280,6 +407,7 @@ int main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   if (cmd == "serve") return serve(argc - 1, argv + 1);
+  if (cmd == "chunkserver") return chunkserver(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

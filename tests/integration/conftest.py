@@ -45,32 +45,16 @@ def run_newest_boto3_script(server, script):
     return version, last
 
 
-class Server:
-    """One granary serve process. start() waits for its banner and parses it."""
+class _Process:
+    """A granary subprocess that prints a banner on stdout once it serves."""
 
-    def __init__(self, data_dir, extra_args=(), env=None):
-        self.data_dir = data_dir
-        self.extra_args = list(extra_args)
-        self.env = dict(os.environ)
-        self.env.pop("GRANARY_ROOT_USER", None)
-        self.env.pop("GRANARY_ROOT_PASSWORD", None)
-        if env:
-            self.env.update(env)
-        self.proc = None
-        self.endpoint = None
-        self.access_key = None
-        self.secret_key = None
-        self.log_path = data_dir.rstrip("/") + ".log"
+    proc = None
 
-    def start(self, listen="127.0.0.1:0", timeout=60):
-        log = open(self.log_path, "ab")
-        args = list(self.extra_args)
-        if "--access-log" not in args:  # keep one for post-mortems of failed tests
-            args += ["--access-log", self.data_dir.rstrip("/") + ".access.log"]
-        self.proc = subprocess.Popen(
-            [GRANARY, "serve", "--data", self.data_dir, "--listen", listen,
-             "--event-loops", "2", "--gc-grace", "1", "--gc-interval", "1"] + args,
-            stdout=subprocess.PIPE, stderr=log, env=self.env)
+    def _launch(self, argv, env, log_path, parse_line, timeout):
+        """Starts argv and feeds each stdout line to parse_line(line, banner) until it
+        returns True; returns the banner dict, or raises with the process's log."""
+        log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, env=env)
         banner = {}
         lines = []
 
@@ -78,30 +62,19 @@ class Server:
             for raw in self.proc.stdout:
                 line = raw.decode()
                 lines.append(line)
-                m = re.search(r"serving S3 at (http://\S+)", line)
-                if m:
-                    banner["endpoint"] = m.group(1)
-                m = re.search(r"access key:\s+(\S+)", line)
-                if m:
-                    banner["access"] = m.group(1)
-                m = re.search(r"secret key:\s+(\S+)", line)
-                if m:
-                    banner["secret"] = m.group(1)
-                if line.startswith("Try:"):
+                if parse_line(line, banner):
+                    banner["done"] = True
                     return
 
         reader = threading.Thread(target=read_banner, daemon=True)
         reader.start()
         reader.join(timeout)
-        if "secret" not in banner:
+        if "done" not in banner:
             self.kill()
-            with open(self.log_path, "rb") as f:
+            with open(log_path, "rb") as f:
                 err = f.read().decode(errors="replace")[-4000:]
-            raise RuntimeError(f"granary did not start: stdout={lines!r} log={err}")
-        self.endpoint = banner["endpoint"]
-        self.access_key = banner["access"]
-        self.secret_key = banner["secret"]
-        return self
+            raise RuntimeError(f"{argv[:2]} did not start: stdout={lines!r} log={err}")
+        return banner
 
     def stop(self, timeout=30):
         if self.proc and self.proc.poll() is None:
@@ -118,6 +91,49 @@ class Server:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+class Server(_Process):
+    """One granary serve process. start() waits for its banner and parses it."""
+
+    def __init__(self, data_dir, extra_args=(), env=None):
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ)
+        self.env.pop("GRANARY_ROOT_USER", None)
+        self.env.pop("GRANARY_ROOT_PASSWORD", None)
+        if env:
+            self.env.update(env)
+        self.endpoint = None
+        self.access_key = None
+        self.secret_key = None
+        self.log_path = data_dir.rstrip("/") + ".log"
+
+    def start(self, listen="127.0.0.1:0", timeout=60):
+        args = list(self.extra_args)
+        if "--access-log" not in args:  # keep one for post-mortems of failed tests
+            args += ["--access-log", self.data_dir.rstrip("/") + ".access.log"]
+
+        def parse(line, banner):
+            for key, pattern in (("endpoint", r"serving S3 at (http://\S+)"),
+                                 ("access", r"access key:\s+(\S+)"),
+                                 ("secret", r"secret key:\s+(\S+)")):
+                m = re.search(pattern, line)
+                if m:
+                    banner[key] = m.group(1)
+            return line.startswith("Try:")
+
+        banner = self._launch(
+            [GRANARY, "serve", "--data", self.data_dir, "--listen", listen,
+             "--event-loops", "2", "--gc-grace", "1", "--gc-interval", "1"] + args,
+            self.env, self.log_path, parse, timeout)
+        if "secret" not in banner:
+            self.kill()
+            raise RuntimeError(f"granary serve printed no credentials: {banner!r}")
+        self.endpoint = banner["endpoint"]
+        self.access_key = banner["access"]
+        self.secret_key = banner["secret"]
+        return self
 
     def client(self, secret=None, access=None, **config):
         cfg = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
@@ -177,3 +193,53 @@ def bucket(s3):
     name = "t-" + uuid.uuid4().hex[:16]
     s3.create_bucket(Bucket=name)
     return name
+
+
+CHUNK_LOAD = os.environ.get("GRANARY_CHUNK_LOAD",
+                            os.path.join(REPO, "build", "tests", "tools", "granary_chunk_load"))
+
+
+class ChunkServer(_Process):
+    """One `granary chunkserver` over drive directories; start() waits for its banner.
+    `address` is HOST:PORT, `endpoint` the http:// URL."""
+
+    def __init__(self, drive_dirs, secret="test-cluster-secret", extra_args=(), log_path=None):
+        self.drive_dirs = list(drive_dirs)
+        self.secret = secret
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ)
+        self.env.pop("GRANARY_CLUSTER_SECRET", None)
+        if secret is not None:
+            self.env["GRANARY_CLUSTER_SECRET"] = secret
+        self.log_path = log_path or self.drive_dirs[0].rstrip("/") + ".chunkserver.log"
+        self.address = None
+        self.endpoint = None
+
+    def argv(self, listen):
+        args = [GRANARY, "chunkserver", "--listen", listen, "--event-loops", "1"]
+        for d in self.drive_dirs:
+            args += ["--dir", d]
+        return args + self.extra_args
+
+    def start(self, listen="127.0.0.1:0", timeout=60):
+        def parse(line, banner):
+            m = re.search(r"chunkserver listening at http://(\S+)", line)
+            if m:
+                banner["address"] = m.group(1)
+            return "address" in banner
+
+        banner = self._launch(self.argv(listen), self.env, self.log_path, parse, timeout)
+        self.address = banner["address"]
+        self.endpoint = "http://" + self.address
+        return self
+
+    def restart(self, timeout=60):
+        """Starts again on the same address (after stop() or kill())."""
+        return self.start(listen=self.address, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def chunk_load_bin():
+    if not os.access(CHUNK_LOAD, os.X_OK):
+        raise RuntimeError(f"granary_chunk_load not found at {CHUNK_LOAD}; build first")
+    return CHUNK_LOAD
