@@ -42,33 +42,45 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Help("Data bytes erasure coded on PUT")
                          .Register(registry)
                          .Add({})),
-      drive_blobs_(prometheus::BuildGauge()
-                       .Name("granary_drive_blobs")
-                       .Help("Blobs (fragments) stored on a drive")
-                       .Register(registry)),
-      drive_payload_(prometheus::BuildGauge()
-                         .Name("granary_drive_payload_bytes")
-                         .Help("Payload bytes of the blobs stored on a drive")
-                         .Register(registry)),
-      drive_capacity_(prometheus::BuildGauge()
-                          .Name("granary_drive_capacity_bytes")
-                          .Help("Size of the file system holding a drive")
-                          .Register(registry)),
-      drive_available_(prometheus::BuildGauge()
-                           .Name("granary_drive_available_bytes")
-                           .Help("Free space of the file system holding a drive")
-                           .Register(registry)) {}
+      drives_{
+          DriveGauge{"granary_drive_blobs", "Blobs (fragments) stored on a drive",
+                     &chunkstore::DriveStats::blobs},
+          DriveGauge{"granary_drive_payload_bytes", "Payload bytes of the blobs on a drive",
+                     &chunkstore::DriveStats::payload_bytes},
+          DriveGauge{"granary_drive_disk_bytes",
+                     "Bytes the live blobs of a drive occupy on disk (headers, padding)",
+                     &chunkstore::DriveStats::disk_bytes},
+          DriveGauge{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
+                     &chunkstore::DriveStats::capacity_bytes},
+          DriveGauge{"granary_drive_available_bytes",
+                     "Free space of the file system holding a drive",
+                     &chunkstore::DriveStats::available_bytes},
+          DriveGauge{"granary_drive_group_commits",
+                     "Group commits (one data sync + one index sync) since the drive opened",
+                     &chunkstore::DriveStats::commit_batches},
+          DriveGauge{"granary_drive_committed_puts",
+                     "Blob puts made durable since the drive opened",
+                     &chunkstore::DriveStats::committed_puts},
+          DriveGauge{"granary_drive_scrub_passes", "Completed scrub passes over a drive",
+                     &chunkstore::DriveStats::scrub_passes},
+          DriveGauge{"granary_drive_scrubbed_bytes", "Payload bytes verified by the scrubber",
+                     &chunkstore::DriveStats::scrubbed_bytes},
+          DriveGauge{"granary_drive_corrupt_blobs", "Corrupt blobs found by the scrubber",
+                     &chunkstore::DriveStats::corrupt_blobs},
+      } {
+  for (auto& g : drives_) {
+    g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
+  }
+}
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
   return {degraded_stripes_, fragment_errors_, encoded_bytes_};
 }
 
-void GatewayMetrics::setDrive(const std::string& drive, uint64_t blobs, uint64_t payload_bytes,
-                              uint64_t capacity_bytes, uint64_t available_bytes) {
-  drive_blobs_.Add({{"drive", drive}}).Set(static_cast<double>(blobs));
-  drive_payload_.Add({{"drive", drive}}).Set(static_cast<double>(payload_bytes));
-  drive_capacity_.Add({{"drive", drive}}).Set(static_cast<double>(capacity_bytes));
-  drive_available_.Add({{"drive", drive}}).Set(static_cast<double>(available_bytes));
+void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveStats& stats) {
+  for (auto& g : drives_) {
+    g.family->Add({{"drive", drive}}).Set(static_cast<double>(stats.*g.field));
+  }
 }
 
 void GatewayMetrics::observe(std::string_view op, int status, double seconds) {

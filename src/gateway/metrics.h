@@ -9,6 +9,9 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "granary/chunkstore/chunk_store.h"
 
 #include "object_io.h"
 
@@ -25,8 +28,7 @@ class GatewayMetrics {
   prometheus::Registry& registry() { return registry_; }
   DataPathCounters dataPathCounters();
   // Per-drive gauges, refreshed from ChunkClient::stats before each scrape.
-  void setDrive(const std::string& drive, uint64_t blobs, uint64_t payload_bytes,
-                uint64_t capacity_bytes, uint64_t available_bytes);
+  void setDrive(const std::string& drive, const chunkstore::DriveStats& stats);
 
  private:
   prometheus::Registry& registry_;
@@ -38,10 +40,14 @@ class GatewayMetrics {
   prometheus::Counter& degraded_stripes_;
   prometheus::Counter& fragment_errors_;
   prometheus::Counter& encoded_bytes_;
-  prometheus::Family<prometheus::Gauge>& drive_blobs_;
-  prometheus::Family<prometheus::Gauge>& drive_payload_;
-  prometheus::Family<prometheus::Gauge>& drive_capacity_;
-  prometheus::Family<prometheus::Gauge>& drive_available_;
+  // One gauge family per DriveStats field.
+  struct DriveGauge {
+    const char* name;
+    const char* help;
+    uint64_t chunkstore::DriveStats::*field;
+    prometheus::Family<prometheus::Gauge>* family = nullptr;
+  };
+  std::vector<DriveGauge> drives_;
 };
 
 }  // namespace granary::gateway

@@ -174,8 +174,7 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
     co_await offload(ctx.pool(), [&] {
       for (const auto& d : ctx.deps.map.drives) {
         if (auto st = ctx.deps.chunks.stats(d.id)) {
-          ctx.metrics.setDrive(d.id, st->blobs, st->payload_bytes, st->capacity_bytes,
-                               st->available_bytes);
+          ctx.metrics.setDrive(d.id, *st);
         }
       }
       return 0;
