@@ -336,23 +336,35 @@ Result<std::vector<BlobInfo>> decodeBlobList(std::string_view json) {
   });
 }
 
+namespace {
+// Every DriveStats field on the wire, by name: encode and decode share this one table.
+constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
+    {"blobs", &DriveStats::blobs},
+    {"payload_bytes", &DriveStats::payload_bytes},
+    {"disk_bytes", &DriveStats::disk_bytes},
+    {"commit_batches", &DriveStats::commit_batches},
+    {"committed_puts", &DriveStats::committed_puts},
+    {"scrub_passes", &DriveStats::scrub_passes},
+    {"scrubbed_bytes", &DriveStats::scrubbed_bytes},
+    {"corrupt_blobs", &DriveStats::corrupt_blobs},
+    {"capacity_bytes", &DriveStats::capacity_bytes},
+    {"available_bytes", &DriveStats::available_bytes},
+};
+// A field added to DriveStats must be added to the table (and to docs/internal-api.md).
+static_assert(sizeof(DriveStats) == std::size(kStatsFields) * sizeof(uint64_t));
+}  // namespace
+
 std::string encodeStats(const DriveStats& s) {
-  return nlohmann::json{{"blobs", s.blobs},
-                        {"payload_bytes", s.payload_bytes},
-                        {"disk_bytes", s.disk_bytes},
-                        {"capacity_bytes", s.capacity_bytes},
-                        {"available_bytes", s.available_bytes}}
-      .dump();
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, field] : kStatsFields) j[name] = s.*field;
+  return j.dump();
 }
 
 Result<DriveStats> decodeStats(std::string_view json) {
   return fromJson<DriveStats>(json, [](const nlohmann::json& j) {
     DriveStats s;
-    s.blobs = j.at("blobs").get<uint64_t>();
-    s.payload_bytes = j.at("payload_bytes").get<uint64_t>();
-    s.disk_bytes = j.at("disk_bytes").get<uint64_t>();
-    s.capacity_bytes = j.at("capacity_bytes").get<uint64_t>();
-    s.available_bytes = j.at("available_bytes").get<uint64_t>();
+    // A field an older server does not send stays 0.
+    for (const auto& [name, field] : kStatsFields) s.*field = j.value(name, uint64_t{0});
     return s;
   });
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -297,6 +298,9 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
                                     blobs[2].second.size());
   auto local_stats = c.local->stats("d0");
   CHECK(stats->disk_bytes == local_stats->disk_bytes);
+  CHECK(stats->committed_puts == local_stats->committed_puts);
+  CHECK(stats->committed_puts >= 3);
+  CHECK(stats->commit_batches == local_stats->commit_batches);
   CHECK(stats->disk_bytes > stats->payload_bytes);
   CHECK(stats->capacity_bytes == local_stats->capacity_bytes);
   CHECK(stats->capacity_bytes > 0);
@@ -548,4 +552,48 @@ TEST_CASE("Many threads share one client and its connection pool") {
   CHECK(failures == 0);
   CHECK(c.local->stats("d0")->blobs + c.local->stats("d1")->blobs == kThreads * kPerThread);
   CHECK(client->connectionsOpened() <= 2 * kThreads);  // reused, not one per request
+}
+
+TEST_CASE("The internal API's wire helpers round-trip what they encode") {
+  DriveStats s;
+  s.blobs = 1;
+  s.payload_bytes = 2;
+  s.disk_bytes = 3;
+  s.commit_batches = 4;
+  s.committed_puts = 5;
+  s.scrub_passes = 6;
+  s.scrubbed_bytes = 7;
+  s.corrupt_blobs = 8;
+  s.capacity_bytes = 9;
+  s.available_bytes = UINT64_MAX;
+  auto back = internal::decodeStats(internal::encodeStats(s));
+  REQUIRE(back.has_value());
+  CHECK(std::memcmp(&*back, &s, sizeof s) == 0);
+  CHECK(internal::decodeStats("{\"blobs\": 5}")->blobs == 5);  // an older server's answer
+  CHECK(internal::decodeStats("not json").error().code() == Code::kIoError);
+
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  std::string encoded = internal::percentEncode(all);
+  CHECK(encoded.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                  "0123456789-._~%") == std::string::npos);
+  CHECK(internal::percentDecode(encoded) == all);
+  CHECK_FALSE(internal::percentDecode("%4").has_value());
+  CHECK_FALSE(internal::percentDecode("%zz").has_value());
+
+  BlobId id = makeId(42, 7, 0);
+  auto prev = internal::predecessor(id);
+  REQUIRE(prev.has_value());
+  CHECK(*prev < id);
+  CHECK(prev->stripe == 6);
+  CHECK(prev->fragment == 0xFFFF);
+  CHECK_FALSE(internal::predecessor(BlobId{}).has_value());
+  CHECK(internal::parseBlobIdHex(internal::blobIdHex(id)) == id);
+
+  CHECK(internal::canonicalQuery("offset=5&length=2&&after=x") == "after=x&length=2&offset=5");
+  CHECK(internal::parseRoute("/internal/v1/drives/d%2F0/blobs/" + internal::blobIdHex(id))
+            ->drive == "d/0");
+  CHECK(internal::parseRoute("/internal/v2/health").error().code() == Code::kInvalidArgument);
+  CHECK(internal::parseRoute("/internal/v1/drives/d0/blobs/abc").error().code() ==
+        Code::kInvalidArgument);
 }
