@@ -248,7 +248,8 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
   for (auto& [id, data] : blobs) REQUIRE(client->put("d0", descriptor(id), data).isOk());
   BlobDescriptor odd = descriptor(makeId(99));
   odd.bucket = "b\xff%2F with space";
-  odd.key = std::string("dir/\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87+&?=\n\r\0end", 27);
+  static constexpr char kOddKey[] = "dir/\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87+&?=\n\r\0end";
+  odd.key = std::string(kOddKey, sizeof kOddKey - 1);  // with its NUL byte
   odd.ec = {10, 4};
   odd.stripe_data_len = 123456789012ull;
   REQUIRE(client->put("d1", odd, std::vector<uint8_t>(10, 7)).isOk());
