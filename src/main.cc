@@ -23,6 +23,7 @@
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/chunkstore/chunk_server.h"
 #include "granary/chunkstore/io_engine.h"
+#include "granary/chunkstore/scrubber.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
 #include "granary/common/random.h"
@@ -154,6 +155,30 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
   return stores;
 }
 
+// Scrubbing options shared by `serve` and `chunkserver`.
+void addScrubOptions(po::options_description& opts) {
+  opts.add_options()("scrub-rate", po::value<double>()->default_value(50),
+                     "MB/s the scrubber may read, for all drives of this process together "
+                     "(0: no scrubbing)")(
+      "scrub-interval", po::value<double>()->default_value(24),
+      "hours between the end of one scrub pass over a drive and the next");
+}
+
+// Starts one scrubber per drive, sharing --scrub-rate evenly (the drives of one process
+// usually share a disk in the embedded setup).
+void startScrubbing(chunkstore::LocalChunkClient& chunks, size_t drives,
+                    const po::variables_map& vm) {
+  const double rate = vm["scrub-rate"].as<double>();
+  const double hours = vm["scrub-interval"].as<double>();
+  if (rate < 0 || hours < 0) die("--scrub-rate and --scrub-interval must be >= 0");
+  if (rate == 0 || drives == 0) return;
+  chunkstore::ScrubOptions so;
+  so.rate_bytes_per_second = std::max<uint64_t>(1, static_cast<uint64_t>(rate * 1e6 / drives));
+  so.pass_interval = std::chrono::milliseconds(static_cast<int64_t>(hours * 3600e3));
+  chunks.startScrubbers(so);
+  log::info("scrubbing {} drives at {} MB/s in all, a pass every {} h", drives, rate, hours);
+}
+
 // Parses a subcommand's options; false if --help was asked for (and printed).
 bool parseOptions(const po::options_description& opts, int argc, char** argv,
                   po::variables_map& vm) {
@@ -238,6 +263,7 @@ int serve(int argc, char** argv) {
       "domain", po::value<std::string>()->default_value(""),
       "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  addScrubOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
 
@@ -258,6 +284,7 @@ int serve(int argc, char** argv) {
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
   chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
+  startScrubbing(chunks, drive_dirs.size(), vm);
   auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
 
@@ -337,6 +364,7 @@ int chunkserver(int argc, char** argv) {
       "io-timeout", po::value<int>()->default_value(30),
       "seconds a request body read or a response write may make no progress")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  addScrubOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   if (dirs.empty()) die("chunkserver needs at least one --dir");
@@ -365,6 +393,7 @@ int chunkserver(int argc, char** argv) {
   RocksResources rocks;
   auto engine = chunkstore::makeUringEngine();
   chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
+  startScrubbing(chunks, drive_dirs.size(), vm);
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 
   std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);

@@ -401,17 +401,12 @@ class ChunkServerImpl final : public ChunkServer {
       return r;
     }
     if (req.method == "HEAD") {
-      // ChunkClient has no stat: the first blob after id's predecessor is id, if it exists.
-      auto found = backend_.list(route.drive, predecessor(route.id), 1);
+      auto found = backend_.stat(route.drive, route.id);
       if (!found) return errorReply(found.error());
-      if (found->empty() || found->front().id != route.id) {
-        return errorReply(Status::notFound("blob " + route.id.toString() + " not found"));
-      }
       Reply r;
-      r.head_length = found->front().length;
-      r.headers = {{std::string(kBlobLengthHeader), std::to_string(found->front().length)},
-                   {std::string(kCreatedHeader),
-                    std::to_string(found->front().created_unix_nanos)}};
+      r.head_length = found->length;
+      r.headers = {{std::string(kBlobLengthHeader), std::to_string(found->length)},
+                   {std::string(kCreatedHeader), std::to_string(found->created_unix_nanos)}};
       return r;
     }
     if (req.method == "DELETE") {

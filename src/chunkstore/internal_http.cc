@@ -385,18 +385,4 @@ Result<std::vector<DriveState>> decodeDrives(std::string_view json) {
   });
 }
 
-std::optional<BlobId> predecessor(const BlobId& id) {
-  auto enc = id.encode();
-  // Big-endian decrement: borrow through trailing zero bytes.
-  for (size_t i = enc.size(); i-- > 0;) {
-    if (enc[i] != 0) {
-      --enc[i];
-      auto prev = BlobId::decode(enc);
-      return prev ? std::optional<BlobId>(*prev) : std::nullopt;
-    }
-    enc[i] = 0xFF;
-  }
-  return std::nullopt;  // the all-zero id has no predecessor
-}
-
 }  // namespace granary::chunkstore::internal

@@ -117,8 +117,5 @@ Result<DriveStats> decodeStats(std::string_view json);
 std::string encodeDrives(const std::vector<DriveState>& drives);
 Result<std::vector<DriveState>> decodeDrives(std::string_view json);
 
-// The greatest id strictly before `id`, or nullopt for the all-zero id: the server
-// answers HEAD (stat) with ChunkClient::list(predecessor(id), 1).
-std::optional<BlobId> predecessor(const BlobId& id);
 
 }  // namespace granary::chunkstore::internal

@@ -35,6 +35,12 @@ Status LocalChunkClient::remove(std::string_view drive, const BlobId& id) {
   return (*store)->remove(id);
 }
 
+Result<BlobInfo> LocalChunkClient::stat(std::string_view drive, const BlobId& id) {
+  auto store = find(drive);
+  if (!store) return fail(store.error());
+  return (*store)->stat(id);
+}
+
 Result<std::vector<BlobInfo>> LocalChunkClient::list(std::string_view drive,
                                                      std::optional<BlobId> after,
                                                      size_t limit) {

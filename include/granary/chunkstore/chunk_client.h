@@ -27,6 +27,7 @@ class ChunkClient {
   virtual Status read(std::string_view drive, const BlobId& id, uint64_t offset,
                       std::span<uint8_t> out) = 0;
   virtual Status remove(std::string_view drive, const BlobId& id) = 0;
+  virtual Result<BlobInfo> stat(std::string_view drive, const BlobId& id) = 0;
   virtual Result<std::vector<BlobInfo>> list(std::string_view drive,
                                              std::optional<BlobId> after, size_t limit) = 0;
   virtual Result<DriveStats> stats(std::string_view drive) = 0;
@@ -43,6 +44,7 @@ class LocalChunkClient final : public ChunkClient {
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override;
   Status remove(std::string_view drive, const BlobId& id) override;
+  Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override;
   Result<DriveStats> stats(std::string_view drive) override;

@@ -68,14 +68,13 @@ class RemoteChunkClient final : public ChunkClient {
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override;
   Status remove(std::string_view drive, const BlobId& id) override;
+  Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override;
   Result<DriveStats> stats(std::string_view drive) override;
   // From the cached drive list of the drive's server; true when not known (yet).
   bool writable(std::string_view drive) const override;
 
-  // Beyond ChunkClient: one blob's length and creation time (HEAD).
-  Result<BlobInfo> stat(std::string_view drive, const BlobId& id);
   // The drives a server serves, and whether it answers at all.
   Result<std::vector<DriveState>> drives(std::string_view endpoint);
   Status health(std::string_view endpoint);

@@ -79,6 +79,9 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     if (auto f = fault(remove_faults_, drive)) return *f;
     return target_.remove(drive, id);
   }
+  Result<chunkstore::BlobInfo> stat(std::string_view drive, const BlobId& id) override {
+    return target_.stat(drive, id);
+  }
   Result<std::vector<chunkstore::BlobInfo>> list(std::string_view drive,
                                                  std::optional<BlobId> after,
                                                  size_t limit) override {
