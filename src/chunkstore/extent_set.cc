@@ -199,7 +199,13 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
       pos = std::max(pos, offset + len);
     }
     if (static_cast<uint64_t>(size) > pos) {
-      if (Status st = punchGap(pos, static_cast<uint64_t>(size)); !st) return fail(st);
+      // The tail after the last live blob is cut off rather than punched: a torn write can
+      // leave a partial last block, which a punch would only zero, not free.
+      if (::ftruncate(*fd, static_cast<off_t>(pos)) != 0) {
+        return fail(Status::fromErrno(errno, "truncating " + path(extent)));
+      }
+      ++stats.ranges_punched;
+      stats.bytes_punched += static_cast<uint64_t>(size) - pos;
     }
   }
   found_.clear();

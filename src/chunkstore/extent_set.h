@@ -61,9 +61,9 @@ class ExtentSet {
   // the next allocation starts a new extent.
   void retire(uint32_t extent);
   // Frees every byte of the extents found by open() that `live` does not cover: unlinks
-  // extents without live blobs, punches the gaps of the others (only where data remains,
-  // found with SEEK_DATA, so a restart does not re-punch old holes). Call before the first
-  // allocation, with nothing else running.
+  // extents without live blobs, truncates the others after their last live blob and
+  // punches their gaps (only where data remains, found with SEEK_DATA, so a restart does
+  // not re-punch old holes). Call before the first allocation, with nothing else running.
   Result<ReclaimStats> reclaimOrphans(const LiveRanges& live);
   // The descriptor of an existing extent (opened on first use).
   Result<int> fd(uint32_t extent);

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,8 +43,13 @@ class FaultyEngine final : public IoEngineWrapper {
     if (sync_errno != 0) return Status::fromErrno(sync_errno, "injected fdatasync fault");
     return target_->fdatasync(fd);
   }
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    if (read_errno != 0) return Status::fromErrno(read_errno, "injected pread fault");
+    return target_->pread(fd, out, offset);
+  }
   std::atomic<int> write_errno{0};
   std::atomic<int> sync_errno{0};
+  std::atomic<int> read_errno{0};
 };
 
 // The first blob of a fresh store sits at offset 0 of extent 0; a small blob's header
@@ -253,4 +260,50 @@ TEST_CASE("A drive with less free space than its reserve is not writable") {
   options.reserve_bytes = UINT64_MAX / 2;
   StoreFixture f(*engine, options);
   CHECK_FALSE(f.store->writable());
+}
+
+TEST_CASE("A read that fails with EIO is an error, never data") {
+  auto base = makeUringEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  const auto data = randomBytes(30'000, 1);
+  REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
+  engine.read_errno = EIO;
+  std::vector<uint8_t> out(data.size(), 0);
+  Status st = f.store->read(makeId(1), 0, out);
+  CHECK(st.code() == Status::Code::kIoError);
+  CHECK(std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0; }));
+  engine.read_errno = 0;
+  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  CHECK(out == data);
+}
+
+TEST_CASE("A short write (file size limit) fails the put and leaves nothing readable") {
+  // RLIMIT_FSIZE makes a write that crosses the limit short, and the engine's retry of
+  // the rest fail with EFBIG: a real short write, through each engine.
+  auto engine = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
+  ChunkStoreOptions options;
+  StoreFixture f(*engine, options);
+  const auto first = randomBytes(600 * 1024, 1);
+  REQUIRE(f.store->put(descriptor(makeId(1)), first).isOk());
+  struct rlimit old {};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limited = old;
+  limited.rlim_cur = 1 << 20;  // the next blob would end past 1 MiB
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  Status st = f.store->put(descriptor(makeId(2)), randomBytes(600 * 1024, 2));
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+  ::signal(SIGXFSZ, old_handler);
+  INFO(st.toString());
+  CHECK_FALSE(st.isOk());
+  std::vector<uint8_t> out(first.size());
+  CHECK(f.store->read(makeId(2), 0, std::span<uint8_t>(out.data(), 10)).code() ==
+        Status::Code::kNotFound);
+  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  CHECK(out == first);
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->read(makeId(2), 0, std::span<uint8_t>(out.data(), 10)).code() ==
+        Status::Code::kNotFound);
+  REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(600 * 1024, 2)).isOk());
 }

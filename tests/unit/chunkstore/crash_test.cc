@@ -7,6 +7,8 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <random>
 #include <thread>
 
 #include "power_loss_engine.h"
@@ -27,13 +29,22 @@ int64_t extentBytes(const std::string& drive_dir) {
   return total;
 }
 
-// The store's own idea of its live bytes must match the filesystem's.
+// The store's own idea of its live bytes must match the filesystem's: exactly, but for
+// the filesystem's own metadata (an ext4 extent-tree block for a file fragmented by many
+// holes counts in st_blocks too): at most two blocks per extent file.
 void checkSpaceMatchesDisk(StoreFixture& f) {
   auto stats = f.store->stats();
   REQUIRE(stats);
-  INFO("store disk_bytes " << stats->disk_bytes << ", extents allocate "
-                           << extentBytes(f.options.dir));
-  CHECK(extentBytes(f.options.dir) == static_cast<int64_t>(stats->disk_bytes));
+  int64_t files = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(f.options.dir + "/extents")) {
+    ++files;
+  }
+  const int64_t allocated = extentBytes(f.options.dir);
+  const int64_t live = static_cast<int64_t>(stats->disk_bytes);
+  INFO("store disk_bytes " << live << ", " << files << " extents allocate " << allocated);
+  CHECK(allocated >= live);
+  CHECK(allocated <= live + files * 2 * 4096);
 }
 
 void checkReadsBack(ChunkStore& store, const std::map<uint64_t, std::vector<uint8_t>>& blobs) {
@@ -268,4 +279,68 @@ TEST_CASE("Opening a drive reclaims orphan bytes and empty extents; space matche
   // Extent 0 held blobs 1-5 only (all removed): it is gone.
   CHECK_FALSE(std::filesystem::exists(extentPath(f.options.dir, 0)));
   checkReadsBack(*f.store, kept);
+}
+
+TEST_CASE("Power cuts at random moments under concurrent puts and removes, with torn writes") {
+  // Each round: 6 threads put (and some remove) blobs until the "power" fails at a random
+  // moment; unsynced writes are torn at random 512-byte boundaries. After the restart
+  // every acknowledged blob reads back exactly, every listed blob reads back verified,
+  // and the drive holds no orphan bytes.
+  auto real = makeUringEngine();
+  PowerLossEngine engine(real.get());
+  StoreFixture f(engine);
+  std::mutex mu;
+  std::map<uint64_t, std::vector<uint8_t>> acked;  // guarded by mu
+  std::mt19937_64 rng(20261122);
+  uint64_t next_id = 1;
+  for (int round = 0; round < 12; ++round) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t) {
+      const uint64_t base = next_id + static_cast<uint64_t>(t) * 100'000;
+      threads.emplace_back([&, base, t] {
+        for (uint64_t i = 0; !stop; ++i) {
+          const uint64_t n = base + i;
+          auto data = randomBytes(1 + (n * 7919) % 70'000, n);
+          if (f.store->put(descriptor(makeId(n)), data).isOk()) {
+            std::lock_guard lock(mu);
+            acked[n] = std::move(data);
+          }
+          if (t == 0 && i % 5 == 4) {  // remove one acknowledged blob now and then
+            uint64_t victim = 0;
+            {
+              std::lock_guard lock(mu);
+              if (!acked.empty()) victim = acked.begin()->first;
+            }
+            if (victim != 0 && f.store->remove(makeId(victim)).isOk()) {
+              std::lock_guard lock(mu);
+              acked.erase(victim);
+            }
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 80));
+    engine.crash();
+    stop = true;
+    for (auto& t : threads) t.join();
+    next_id += 6 * 100'000;
+    engine.powerLoss(/*torn=*/true, rng());
+    f.store.reset();
+    REQUIRE(f.reopen().isOk());
+
+    INFO("round " << round << ", " << acked.size() << " acknowledged blobs");
+    checkReadsBack(*f.store, acked);
+    auto listed = f.store->list(std::nullopt, 1'000'000);
+    REQUIRE(listed);
+    for (const BlobInfo& b : *listed) {
+      std::vector<uint8_t> out(b.length);
+      Status st = f.store->read(b.id, 0, out);
+      INFO(st.toString());
+      REQUIRE(st.isOk());  // indexed => whole and verified, acknowledged or not
+    }
+    // Blobs indexed but never acknowledged (crash after the index write) count as live.
+    CHECK(listed->size() >= acked.size());
+    checkSpaceMatchesDisk(f);
+  }
 }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -39,19 +40,29 @@ class PowerLossEngine final : public IoEngineWrapper {
     dead_ = true;
   }
 
-  // Drops every change not made durable, and revives the engine.
-  void powerLoss() {
+  // Drops every change not made durable, and revives the engine. With `torn`, each
+  // unsynced write keeps a prefix of its new bytes (a multiple of 512, chosen from
+  // `seed`), as a power cut in the middle of a large write leaves it.
+  void powerLoss(bool torn = false, uint64_t seed = 1) {
     std::lock_guard lock(mu_);
     for (auto& [path, undos] : undo_) {
       int fd = ::open(path.c_str(), O_RDWR);
       if (fd < 0) continue;  // the file itself is not durable: removed below
       for (auto it = undos.rbegin(); it != undos.rend(); ++it) {
-        if (!it->old.empty() &&
-            ::pwrite(fd, it->old.data(), it->old.size(), static_cast<off_t>(it->offset)) !=
-                static_cast<ssize_t>(it->old.size())) {
+        uint64_t keep = 0;  // bytes of the new data that survive
+        if (torn && it->new_len > 0) {
+          seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+          keep = ((seed >> 33) % (it->new_len / 512 + 1)) * 512;
+        }
+        if (keep < it->old.size() &&
+            ::pwrite(fd, it->old.data() + keep, it->old.size() - keep,
+                     static_cast<off_t>(it->offset + keep)) !=
+                static_cast<ssize_t>(it->old.size() - keep)) {
           throw std::runtime_error("PowerLossEngine: cannot restore " + path);
         }
-        if (::ftruncate(fd, static_cast<off_t>(it->old_size)) != 0) {
+        const uint64_t size = std::max(it->old_size, std::min(it->offset + keep,
+                                                               it->offset + it->new_len));
+        if (::ftruncate(fd, static_cast<off_t>(keep > 0 ? size : it->old_size)) != 0) {
           throw std::runtime_error("PowerLossEngine: cannot truncate " + path);
         }
       }
@@ -129,6 +140,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     uint64_t offset = 0;
     std::vector<uint8_t> old;  // previous contents of the range (clipped to the file size)
     uint64_t old_size = 0;     // previous file size
+    uint64_t new_len = 0;      // bytes the change covered
   };
 
   void saveUndo(int fd, uint64_t offset, uint64_t len) {
@@ -139,6 +151,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     ::fstat(rfd, &st);
     Undo u;
     u.offset = offset;
+    u.new_len = len;
     u.old_size = static_cast<uint64_t>(st.st_size);
     if (offset < u.old_size) {
       u.old.resize(std::min<uint64_t>(len, u.old_size - offset));
