@@ -293,6 +293,7 @@ int serve(int argc, char** argv) {
 
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
+  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
   gopts.event_loops = static_cast<size_t>(loops);
   gopts.access_log = vm["access-log"].as<std::string>();
   gopts.virtual_host_domain = vm["domain"].as<std::string>();
@@ -397,6 +398,7 @@ int chunkserver(int argc, char** argv) {
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 
   std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
+  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
   copts.event_loops = static_cast<size_t>(loops);
   copts.cluster_secret = secret;
   copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());

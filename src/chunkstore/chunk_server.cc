@@ -15,6 +15,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
@@ -165,6 +166,9 @@ class ChunkServerImpl final : public ChunkServer {
       if (ec) {
         if (ec == asio::error::operation_aborted) co_return;
         log::warn("chunkserver accept: {}", ec.message());
+        // EMFILE/ENFILE leave the connection in the backlog: retrying at once would spin.
+        asio::steady_timer pause(acceptor_->get_executor(), std::chrono::milliseconds(100));
+        co_await pause.async_wait(kRedirect(ec));
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
@@ -241,7 +245,8 @@ class ChunkServerImpl final : public ChunkServer {
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
 
-  // Reads exactly out.size() body bytes (the Content-Length) into `out`.
+  // Reads exactly out.size() body bytes (the Content-Length) into `out`. The I/O timeout
+  // bounds each read_some, i.e. a stall, not the whole transfer.
   Task<bool> readBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
                       http::request_parser<http::empty_body>& head, std::span<uint8_t> out) {
     http::request_parser<http::buffer_body> parser{std::move(head)};
@@ -251,7 +256,7 @@ class ChunkServerImpl final : public ChunkServer {
     while (!parser.is_done()) {
       stream.expires_after(io_);
       beast::error_code ec;
-      co_await http::async_read(stream, buffer, parser, kRedirect(ec));
+      co_await http::async_read_some(stream, buffer, parser, kRedirect(ec));
       if (ec == http::error::need_buffer && body.size > 0) continue;
       if (ec) co_return false;
     }
@@ -264,16 +269,21 @@ class ChunkServerImpl final : public ChunkServer {
     res.set(http::field::server, "granary-chunkserver");
     for (const auto& [name, value] : r.headers) res.set(name, value);
     res.keep_alive(keep_alive);
-    stream.expires_after(io_);
     beast::error_code ec;
     if (head_request) {
       res.content_length(r.status == 200 ? r.head_length : r.body.size());
       http::response_serializer<http::string_body> sr{res};
+      stream.expires_after(io_);
       co_await http::async_write_header(stream, sr, kRedirect(ec));
-    } else {
-      res.body() = std::move(r.body);
-      res.prepare_payload();
-      co_await http::async_write(stream, res, kRedirect(ec));
+      co_return !ec;
+    }
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    // The I/O timeout bounds each write_some (a stalled reader), not the whole body.
+    http::response_serializer<http::string_body> sr{res};
+    while (!ec && !sr.is_done()) {
+      stream.expires_after(io_);
+      co_await http::async_write_some(stream, sr, kRedirect(ec));
     }
     co_return !ec;
   }
@@ -294,7 +304,13 @@ class ChunkServerImpl final : public ChunkServer {
             ++self->inflight_;
           }
           self->pool_.submit([self, workp, out, ex = *exp, h = std::move(handler)]() mutable {
-            *out = (*workp)();
+            // An exception must neither kill the pool thread (std::terminate) nor leave the
+            // session waiting forever: it becomes a 500.
+            try {
+              *out = (*workp)();
+            } catch (const std::exception& e) {
+              *out = errorReply(Status::internal(std::string("chunkserver: ") + e.what()));
+            }
             asio::post(ex, std::move(h));
             std::lock_guard lock(self->inflight_mu_);
             if (--self->inflight_ == 0) self->inflight_cv_.notify_all();
@@ -320,7 +336,10 @@ class ChunkServerImpl final : public ChunkServer {
     req.declared_crc = *crc;
     auto [path, query] = splitTarget(req.target);
     SigningInput in{req.method, path, query, static_cast<int64_t>(*date_seconds),
-                    content_length, *crc};
+                    content_length, *crc, {}};
+    for (const auto& [name, value] : req.headers) {
+      if (isSignedHeader(name)) in.headers.emplace_back(name, value);
+    }
     return verifyRequest(options_.cluster_secret, in, *sig,
                          clock_.nowUnixNanos() / 1'000'000'000);
   }

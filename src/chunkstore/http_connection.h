@@ -89,6 +89,8 @@ class Connection {
 
   // A pooled connection may be reused only if the server has not closed it (nothing to
   // read, no hang-up) and no stray bytes are buffered.
+  std::chrono::steady_clock::time_point idle_since;  // when it was last pooled
+
   bool reusable() const {
     pollfd p{fd_, POLLIN | POLLRDHUP, 0};
     return buffer.size() == 0 && ::poll(&p, 1, 0) == 0;

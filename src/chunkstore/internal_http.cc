@@ -202,11 +202,21 @@ std::string signRequest(std::string_view secret, const SigningInput& in) {
   to_sign.append(std::to_string(in.date_seconds)).append("\n");
   to_sign.append(std::to_string(in.content_length)).append("\n");
   to_sign.append(crcHex(in.body_crc32c));
+  auto headers = in.headers;
+  std::sort(headers.begin(), headers.end());
+  for (const auto& [name, value] : headers) {
+    to_sign.append("\n").append(name).append(":").append(value);
+  }
   uint8_t mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(to_sign.data()), to_sign.size(), mac, &len);
   return toHex({mac, len});
+}
+
+bool isSignedHeader(std::string_view name) {
+  return name.starts_with("x-granary-") && name != kDateHeader && name != kCrcHeader &&
+         name != kSignatureHeader;
 }
 
 Status verifyRequest(std::string_view secret, const SigningInput& in,
@@ -272,7 +282,10 @@ Status statusFromError(int http_status, std::optional<std::string_view> code_hea
     // No usable body (HEAD, or not from a chunk server): the header or status decides.
   }
   if (!code || *code == Status::Code::kOk) {
-    code = http_status == 404   ? Status::Code::kNotFound
+    // Without our error code the answer is not from a chunk server's handler (a proxy, or
+    // another service on that port): a bare 404 must not read as "blob not found", which
+    // would make a gateway treat a live fragment as lost.
+    code = http_status == 404   ? Status::Code::kUnavailable
            : http_status == 403 ? Status::Code::kPermissionDenied
            : http_status == 503 ? Status::Code::kUnavailable
            : http_status < 500  ? Status::Code::kInvalidArgument

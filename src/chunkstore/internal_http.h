@@ -82,7 +82,12 @@ struct SigningInput {
   int64_t date_seconds = 0;
   uint64_t content_length = 0;
   uint32_t body_crc32c = 0;
+  // The other x-granary-* request headers (lower-case names), e.g. a PUT's descriptor.
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
 };
+// Whether a request header is one SigningInput::headers carries (x-granary-*, but not the
+// date, CRC and signature headers themselves).
+bool isSignedHeader(std::string_view lower_case_name);
 // Query parameters ("a=b" segments) sorted bytewise and joined with '&'.
 std::string canonicalQuery(std::string_view raw_query);
 std::string crcHex(uint32_t crc);  // 8 lower-case hex digits

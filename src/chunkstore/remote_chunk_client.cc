@@ -85,10 +85,15 @@ struct RemoteChunkClient::Impl {
     Endpoint& p = endpointState(endpoint);
     {
       std::lock_guard lock(p.mu);
+      const auto now = std::chrono::steady_clock::now();
       while (!p.idle.empty()) {
         auto conn = std::move(p.idle.back());
         p.idle.pop_back();
-        if (conn->reusable()) return conn;
+        // Well before the server's idle timeout (60 s by default) could close it under us
+        // mid-request, which would make a PUT's outcome unknown.
+        if (now - conn->idle_since < options.max_idle_age) {
+          if (conn->reusable()) return conn;
+        }
       }
     }
     auto conn = Connection::open(endpoint, options.connect_timeout, options.io_timeout);
@@ -99,6 +104,7 @@ struct RemoteChunkClient::Impl {
   void release(std::string_view endpoint, std::unique_ptr<Connection> conn) {
     Endpoint& p = endpointState(endpoint);
     std::lock_guard lock(p.mu);
+    conn->idle_since = std::chrono::steady_clock::now();
     if (p.idle.size() < options.max_idle_per_endpoint) p.idle.push_back(std::move(conn));
   }
 
@@ -113,7 +119,10 @@ struct RemoteChunkClient::Impl {
     uint32_t crc = ec::crc32c(call.body);
     int64_t date = clock.nowUnixNanos() / 1'000'000'000;
     std::string method(http::to_string(call.verb));
-    SigningInput in{method, call.path, call.query, date, call.body.size(), crc};
+    SigningInput in{method, call.path, call.query, date, call.body.size(), crc, {}};
+    for (const auto& [name, value] : call.headers) {
+      if (isSignedHeader(name)) in.headers.emplace_back(name, value);
+    }
 
     http::request<http::buffer_body> req{call.verb, target, 11};
     req.set(http::field::host, bsv(endpoint));
@@ -160,8 +169,9 @@ struct RemoteChunkClient::Impl {
         if (ec) return transportFailure(ec, "receive body");
       }
       auto sent_crc = findHeader(answer.headers, kCrcHeader);
-      if (sent_crc && parseCrcHex(*sent_crc) != ec::crc32c(call.read_into)) {
-        return connectionFailure("response body failed its CRC32C");
+      if (!sent_crc || parseCrcHex(*sent_crc) != ec::crc32c(call.read_into)) {
+        return connectionFailure(sent_crc ? "response body failed its CRC32C"
+                                          : "response body without x-granary-content-crc32c");
       }
     } else {
       http::response_parser<http::string_body> parser{std::move(head)};

@@ -17,12 +17,15 @@ SECRET = "chunkserver-integration-secret"
 BLOB = "18ea719287adb79e000000000000002a" + "00000003" + "0001"  # 22 bytes: version, stripe, fragment
 
 
-def sign(method, path, query, body, secret=SECRET, date=None):
+def sign(method, path, query, body, secret=SECRET, date=None, headers=None):
     """Headers for a request, as docs/internal-api.md specifies."""
     date = int(time.time()) if date is None else date
     crc = "%08x" % crc32c(body)
     canonical_query = "&".join(sorted(s for s in query.split("&") if s))
     to_sign = "\n".join([method, path, canonical_query, str(date), str(len(body)), crc])
+    for name, value in sorted((k.lower(), v) for k, v in (headers or {}).items()
+                              if k.lower().startswith("x-granary-")):
+        to_sign += "\n" + name + ":" + value
     signature = hmac.new(secret.encode(), to_sign.encode(), hashlib.sha256).hexdigest()
     return {"x-granary-date": str(date), "x-granary-content-crc32c": crc,
             "x-granary-signature": signature}
@@ -30,7 +33,7 @@ def sign(method, path, query, body, secret=SECRET, date=None):
 
 def call(server, method, path, query="", body=b"", headers=None, **sign_args):
     h = dict(headers or {})
-    h.update(sign(method, path, query, body, **sign_args))
+    h.update(sign(method, path, query, body, headers=h, **sign_args))
     url = server.endpoint + path + ("?" + query if query else "")
     return requests.request(method, url, data=body, headers=h, timeout=10)
 
@@ -87,11 +90,18 @@ def test_bad_signatures_and_stale_dates_are_refused(chunkserver):
     h = sign("GET", "/internal/v1/drives", "", b"")
     assert requests.get(chunkserver.endpoint + path, headers=h, timeout=10).status_code == 403
     # Nor for another body: the CRC header is signed, and the body must match it.
-    h = sign("PUT", blob_path(), "", b"a" * 100)
+    h = sign("PUT", blob_path(), "", b"a" * 100, headers=DESCRIPTOR)
     h.update(DESCRIPTOR)
     r = requests.put(chunkserver.endpoint + blob_path(), data=b"b" * 100, headers=h, timeout=10)
     assert r.status_code == 400
     assert "crc32c" in r.json()["message"].lower()
+    assert call(chunkserver, "HEAD", blob_path()).status_code == 404
+    # Nor for another descriptor: the x-granary-* headers are signed too.
+    h = sign("PUT", blob_path(), "", b"a" * 100, headers=DESCRIPTOR)
+    h.update(DESCRIPTOR)
+    h["x-granary-key"] = "someone%20else"
+    r = requests.put(chunkserver.endpoint + blob_path(), data=b"a" * 100, headers=h, timeout=10)
+    assert r.status_code == 403
     assert call(chunkserver, "HEAD", blob_path()).status_code == 404
 
 

@@ -47,6 +47,9 @@ struct RemoteChunkClientOptions {
   int retries = 2;                              // extra attempts after the first
   std::chrono::milliseconds retry_backoff{10};  // doubled for each further attempt
   size_t max_idle_per_endpoint = 16;            // pooled keep-alive connections
+  // A pooled connection idle longer is closed, not reused: keep it well under the
+  // server's --idle-timeout so the server never closes one as a request goes out.
+  std::chrono::milliseconds max_idle_age{20000};
   // writable() answers from a cached drive list refreshed at most this often.
   std::chrono::milliseconds drive_list_refresh{3000};
   uint64_t max_response_bytes = 256ull << 20;   // JSON and error bodies

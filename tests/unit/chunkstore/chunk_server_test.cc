@@ -11,6 +11,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <stdexcept>
 #include <thread>
 
 #include "granary/chunkstore/chunk_client.h"
@@ -80,6 +82,10 @@ class ScriptedClient final : public ChunkClient {
     std::lock_guard lock(mu_);
     next_error_ = std::move(st);
   }
+  void throwNext() {
+    std::lock_guard lock(mu_);
+    throw_next_ = true;
+  }
   void releaseReads() {
     std::lock_guard lock(mu_);
     released_ = true;
@@ -100,11 +106,13 @@ class ScriptedClient final : public ChunkClient {
  private:
   std::optional<Status> takeError() {
     std::lock_guard lock(mu_);
+    if (std::exchange(throw_next_, false)) throw std::runtime_error("backend exploded");
     return std::exchange(next_error_, std::nullopt);
   }
   ChunkClient& target_;
   mutable std::mutex mu_;
   std::string unwritable_;
+  bool throw_next_ = false;
   BlobDescriptor last_put_;
   std::condition_variable cv_;
   bool released_ = false;
@@ -219,10 +227,12 @@ std::string rawPut(const BlobId& id, std::string_view signed_body, std::string_v
   };
   int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto descriptor_headers = internal::descriptorHeaders(descriptor(id));
   internal::SigningInput in{"PUT", path, "", now, signed_body.size(),
-                            ec::crc32c(bytes(signed_body))};
+                            ec::crc32c(bytes(signed_body)), {}};
   std::string req = "PUT " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  for (const auto& [n, v] : internal::descriptorHeaders(descriptor(id))) {
+  for (const auto& [n, v] : descriptor_headers) {
+    in.headers.emplace_back(n, v);
     req += n + ": " + v + "\r\n";
   }
   req += "x-granary-date: " + std::to_string(now) + "\r\n";
@@ -390,6 +400,33 @@ TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
   std::vector<uint8_t> back(data.size());
   REQUIRE(client->read("d0", id, 0, back).isOk());  // nothing above got through
   CHECK(back == data);
+}
+
+TEST_CASE("A backend that throws gives kInternal, and the server keeps serving") {
+  Cluster c;
+  auto client = c.client();
+  BlobId id = makeId(8);
+  auto data = randomBytes(3000, 8);
+  REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  std::vector<uint8_t> out(data.size());
+  c.scripted->throwNext();
+  Status st = client->read("d0", id, 0, out);
+  CHECK(st.code() == Code::kInternal);
+  CHECK(st.message().find("backend exploded") != std::string::npos);
+  REQUIRE(client->read("d0", id, 0, out).isOk());
+  CHECK(out == data);
+}
+
+TEST_CASE("An error answer not from a chunk server is never kNotFound") {
+  // A bare 404 (a proxy, another service on the port) must not make a gateway believe a
+  // fragment is gone; with the chunk server's own code header it is kNotFound.
+  CHECK(internal::statusFromError(404, std::nullopt, "").code() == Code::kUnavailable);
+  CHECK(internal::statusFromError(404, std::nullopt, "<html>Not Found</html>").code() ==
+        Code::kUnavailable);
+  CHECK(internal::statusFromError(404, "NotFound", "").code() == Code::kNotFound);
+  CHECK(internal::statusFromError(404, std::nullopt,
+                                  R"({"code":"NotFound","message":"m"})").code() ==
+        Code::kNotFound);
 }
 
 TEST_CASE("A block that rots on disk reads as kCorruption through the server") {
