@@ -18,27 +18,53 @@ inline constexpr uint64_t kIoAlign = 4096;
 inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 inline constexpr uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; }
 
+namespace detail {
+// One recently freed buffer per thread, reused by the next allocation it fits: a blob
+// put or read allocates and frees a ~1 MiB buffer each time, and glibc serves those with
+// mmap/munmap, whose page faults and TLB shootdowns grow with the core count.
+struct ThreadBufferCache {
+  static constexpr size_t kMaxBytes = 4u << 20;  // bounds idle memory per thread
+  uint8_t* data = nullptr;
+  size_t capacity = 0;
+  ~ThreadBufferCache() { std::free(data); }
+};
+inline thread_local ThreadBufferCache t_buffer_cache;
+}  // namespace detail
+
 class AlignedBuffer {
  public:
+  enum class Fill { kZero, kUninitialized };
+
   AlignedBuffer() = default;
-  // Allocates alignUp(size, kIoAlign) zeroed bytes; check valid() (allocation may fail).
-  explicit AlignedBuffer(size_t size) {
+  // alignUp(size, kIoAlign) bytes, zeroed unless kUninitialized (for buffers that a read
+  // fills completely); check valid() (allocation may fail).
+  explicit AlignedBuffer(size_t size, Fill fill = Fill::kZero) {
     size_t cap = alignUp(size, kIoAlign);
     if (cap == 0) return;
-    void* p = nullptr;
-    if (posix_memalign(&p, kIoAlign, cap) != 0) return;
-    std::memset(p, 0, cap);
-    data_ = static_cast<uint8_t*>(p);
+    auto& cache = detail::t_buffer_cache;
+    if (cache.data != nullptr && cache.capacity >= cap && cache.capacity / 2 <= cap) {
+      data_ = std::exchange(cache.data, nullptr);
+      capacity_ = std::exchange(cache.capacity, 0);
+    } else {
+      void* p = nullptr;
+      if (posix_memalign(&p, kIoAlign, cap) != 0) return;
+      data_ = static_cast<uint8_t*>(p);
+      capacity_ = cap;
+    }
     size_ = cap;
+    if (fill == Fill::kZero) std::memset(data_, 0, cap);
   }
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { release(); }
   AlignedBuffer(AlignedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        capacity_(std::exchange(o.capacity_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     if (this != &o) {
-      std::free(data_);
+      release();
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      capacity_ = std::exchange(o.capacity_, 0);
     }
     return *this;
   }
@@ -53,8 +79,24 @@ class AlignedBuffer {
   std::span<const uint8_t> span() const { return {data_, size_}; }
 
  private:
+  // Keeps the larger of this buffer and the thread's cached one (within the bound).
+  void release() {
+    if (data_ == nullptr) return;
+    auto& cache = detail::t_buffer_cache;
+    if (capacity_ <= detail::ThreadBufferCache::kMaxBytes && capacity_ > cache.capacity) {
+      std::free(cache.data);
+      cache.data = data_;
+      cache.capacity = capacity_;
+    } else {
+      std::free(data_);
+    }
+    data_ = nullptr;
+    size_ = capacity_ = 0;
+  }
+
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  size_t capacity_ = 0;  // of the allocation, which may exceed size_ when reused
 };
 
 }  // namespace granary::chunkstore

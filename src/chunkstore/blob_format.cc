@@ -51,13 +51,18 @@ Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8
   }
   EncodedBlob blob;
   blob.header_region_len = static_cast<uint32_t>(region_len);
-  blob.bytes = AlignedBuffer(region_len + alignUp(payload_len, kIoAlign));
+  blob.bytes = AlignedBuffer(region_len + alignUp(payload_len, kIoAlign),
+                             AlignedBuffer::Fill::kUninitialized);
   if (!blob.bytes.valid()) {
     return fail(Status::unavailable(
         fmt::format("cannot allocate {} bytes for a blob", region_len + payload_len)));
   }
 
-  uint8_t* h = blob.bytes.data();  // zero-filled: flags and padding stay 0
+  uint8_t* h = blob.bytes.data();
+  // Zero what is not written below: the header region (flags, padding) and the payload's
+  // padding to kIoAlign. The payload itself is copied over.
+  std::memset(h, 0, region_len);
+  std::memset(h + region_len + payload_len, 0, blob.bytes.size() - region_len - payload_len);
   std::memcpy(h, kBlobMagic.data(), kBlobMagic.size());
   putLe(h + kOffVersion, kBlobFormatVersion, 2);
   putLe(h + kOffRegionLen, region_len, 4);

@@ -322,7 +322,7 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
   // Header and payload in one I/O when the payload bytes are close to the header.
   const bool merged = disk_begin - payload_start <= kMergeReadGap;
   const uint64_t header_io = merged ? disk_end - rec.offset : rec.header_region_len;
-  AlignedBuffer head(header_io);
+  AlignedBuffer head(header_io, AlignedBuffer::Fill::kUninitialized);
   if (!head.valid()) return Status::unavailable("out of memory for a read buffer");
   GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, head.span().first(header_io), rec.offset));
   auto hdr = decodeHeader(head.span().first(rec.header_region_len));
@@ -337,7 +337,7 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
   if (merged) {
     data = head.data() + rec.header_region_len + first * bs;
   } else {
-    body = AlignedBuffer(disk_end - disk_begin);
+    body = AlignedBuffer(disk_end - disk_begin, AlignedBuffer::Fill::kUninitialized);
     if (!body.valid()) return Status::unavailable("out of memory for a read buffer");
     GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, body.span().first(disk_end - disk_begin),
                                           disk_begin));
