@@ -23,6 +23,7 @@
 
 #include "granary/chunkstore/chunk_server.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <limits>
@@ -55,7 +56,8 @@ constexpr auto kRedirect = [](beast::error_code& ec) {
 
 // An unauthenticated request's body up to this size is read and dropped before the 403,
 // so that the client sees the answer rather than a connection reset.
-constexpr uint64_t kMaxDrainBytes = 1 << 20;
+constexpr uint64_t kMaxDrainBytes = 64 << 10;  // body of a refused request read and dropped
+constexpr size_t kSessionBufferBytes = 256 << 10;
 constexpr size_t kDefaultListLimit = 1000;
 
 struct Request {
@@ -171,6 +173,13 @@ class ChunkServerImpl final : public ChunkServer {
         co_await pause.async_wait(kRedirect(ec));
         continue;
       }
+      if (connections_.load() >= options_.max_connections) {
+        // Over the cap: close at once rather than let memory grow with connections.
+        log::warn("chunkserver: {} connections open, refusing another", connections_.load());
+        socket.close(ec);
+        continue;
+      }
+      ++connections_;
       socket.set_option(tcp::no_delay(true), ec);
       asio::co_spawn(loop, session(std::move(socket)), [](std::exception_ptr e) {
         if (!e) return;
@@ -184,9 +193,13 @@ class ChunkServerImpl final : public ChunkServer {
   }
 
   Task<void> session(tcp::socket socket) {
+    // Counted from accept (acceptLoop) to the end of the session.
+    struct Slot {
+      std::atomic<size_t>& n;
+      ~Slot() { --n; }
+    } slot{connections_};
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
-    buffer.reserve(256 * 1024);  // a small buffer means 512-byte recv calls
     for (;;) {
       http::request_parser<http::empty_body> head;
       head.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
@@ -226,6 +239,9 @@ class ChunkServerImpl final : public ChunkServer {
         co_await writeReply(stream, head_request, refused, false);
         break;
       }
+      // Memory for fast body reads only once a request proved it knows the secret (a
+      // small buffer means 512-byte recv calls).
+      if (buffer.capacity() < kSessionBufferBytes) buffer.reserve(kSessionBufferBytes);
       if (expect_continue) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
         stream.expires_after(io_);
@@ -447,6 +463,7 @@ class ChunkServerImpl final : public ChunkServer {
   std::unique_ptr<tcp::acceptor> acceptor_;
   uint16_t port_ = 0;
   std::mutex inflight_mu_;
+  std::atomic<size_t> connections_{0};  // sessions open now (max_connections)
   std::condition_variable inflight_cv_;
   int inflight_ = 0;
 };

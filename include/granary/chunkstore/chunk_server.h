@@ -42,6 +42,7 @@ struct ChunkServerOptions {
   size_t max_header_bytes = 16 * 1024;
   uint64_t max_blob_bytes = 64ull << 20;  // largest PUT body and GET range
   size_t max_list_limit = 10000;          // blobs per list response
+  size_t max_connections = 1024;          // more are closed at accept
 };
 
 class ChunkServer {

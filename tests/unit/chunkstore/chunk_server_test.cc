@@ -193,7 +193,8 @@ struct Cluster {
 
 // Sends raw bytes to the server and reads until it closes; returns the status code (0 if
 // none) and the whole response text.
-std::pair<int, std::string> rawExchange(uint16_t port, const std::string& request) {
+// An open, idle TCP connection to the server on loopback.
+int openConnection(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   sockaddr_in addr{};
@@ -203,6 +204,11 @@ std::pair<int, std::string> rawExchange(uint16_t port, const std::string& reques
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::pair<int, std::string> rawExchange(uint16_t port, const std::string& request) {
+  int fd = openConnection(port);
   REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(request.size()));
   std::string response;
@@ -400,6 +406,24 @@ TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
   std::vector<uint8_t> back(data.size());
   REQUIRE(client->read("d0", id, 0, back).isOk());  // nothing above got through
   CHECK(back == data);
+}
+
+TEST_CASE("Connections beyond max_connections are closed at accept; freed slots are reused") {
+  ChunkServerOptions opts;
+  opts.max_connections = 2;
+  Cluster c(opts);
+  int a = openConnection(c.options.listen_port);
+  int b = openConnection(c.options.listen_port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both accepted
+  int over = openConnection(c.options.listen_port);
+  char byte = 0;
+  CHECK(::recv(over, &byte, 1, 0) == 0);  // closed by the server, without an answer
+  ::close(over);
+  ::close(a);
+  ::close(b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // sessions ended
+  auto client = c.client();
+  CHECK(client->stats("d0").has_value());
 }
 
 TEST_CASE("A backend that throws gives kInternal, and the server keeps serving") {
