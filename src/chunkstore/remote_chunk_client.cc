@@ -7,7 +7,9 @@
 #include "granary/chunkstore/remote_chunk_client.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "granary/common/clock.h"
@@ -70,6 +72,15 @@ struct RemoteChunkClient::Impl {
   Impl(std::map<std::string, std::string, std::less<>> d, std::string s,
        RemoteChunkClientOptions o, const Clock& c)
       : drives(std::move(d)), secret(std::move(s)), options(o), clock(c) {}
+
+  ~Impl() {
+    {
+      std::lock_guard lock(refresh_mu);
+      refresh_stop = true;
+    }
+    refresh_cv.notify_all();
+    if (refresher.joinable()) refresher.join();
+  }
 
   Endpoint& endpointState(std::string_view endpoint) {
     std::lock_guard lock(endpoints_mu);
@@ -240,7 +251,9 @@ struct RemoteChunkClient::Impl {
     return decodeDrives(answer->body);
   }
 
-  // Fetches the endpoint's drive list unless another thread is at it or it is fresh.
+  // Asks the background refresher for the endpoint's drive list unless a refresh is
+  // pending or the list is fresh. Never waits on the network: writable() is called from
+  // placement on event-loop threads, and a hung server must not stall them.
   void refreshDrives(std::string_view endpoint, Endpoint& cache) {
     int64_t now = clock.monotonicNanos();
     {
@@ -251,12 +264,31 @@ struct RemoteChunkClient::Impl {
           now + std::chrono::duration_cast<std::chrono::nanoseconds>(options.drive_list_refresh)
                     .count();
     }
-    auto list = fetchDrives(endpoint);
-    std::lock_guard lock(cache.mu);
-    cache.refreshing = false;
-    if (!list) return;  // keep what we knew
-    cache.writable.clear();
-    for (const auto& d : *list) cache.writable[d.id] = d.writable;
+    std::lock_guard lock(refresh_mu);
+    refresh_wanted.emplace(endpoint);
+    if (!refresher.joinable()) refresher = std::thread([this] { refreshLoop(); });
+    refresh_cv.notify_one();
+  }
+
+  void refreshLoop() {
+    std::unique_lock lock(refresh_mu);
+    for (;;) {
+      refresh_cv.wait(lock, [&] { return refresh_stop || !refresh_wanted.empty(); });
+      if (refresh_stop) return;
+      std::string endpoint = std::move(refresh_wanted.extract(refresh_wanted.begin()).value());
+      lock.unlock();
+      auto list = fetchDrives(endpoint);
+      Endpoint& cache = endpointState(endpoint);
+      {
+        std::lock_guard cache_lock(cache.mu);
+        cache.refreshing = false;
+        if (list) {  // on failure keep what we knew
+          cache.writable.clear();
+          for (const auto& d : *list) cache.writable[d.id] = d.writable;
+        }
+      }
+      lock.lock();
+    }
   }
 
   const std::map<std::string, std::string, std::less<>> drives;
@@ -266,6 +298,12 @@ struct RemoteChunkClient::Impl {
   std::mutex endpoints_mu;  // guards the map, not the Endpoints
   std::map<std::string, std::unique_ptr<Endpoint>, std::less<>> endpoints;
   std::atomic<uint64_t> connections_opened{0};
+
+  std::mutex refresh_mu;
+  std::condition_variable refresh_cv;
+  std::set<std::string> refresh_wanted;  // endpoints whose drive list is wanted
+  bool refresh_stop = false;
+  std::thread refresher;  // started on the first refresh; last member: joined first
 };
 
 RemoteChunkClient::RemoteChunkClient(std::map<std::string, std::string, std::less<>> drives,

@@ -193,6 +193,21 @@ struct Cluster {
 
 // Sends raw bytes to the server and reads until it closes; returns the status code (0 if
 // none) and the whole response text.
+// A loopback socket that accepts connections (in the kernel) but never reads or answers:
+// its descriptor and "127.0.0.1:PORT".
+std::pair<int, std::string> silentListener() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  return {fd, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port))};
+}
+
 // An open, idle TCP connection to the server on loopback.
 int openConnection(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -360,13 +375,33 @@ TEST_CASE("writable() follows the server's drive list, refreshed at most every i
   auto fresh = c.client(o);
   o.drive_list_refresh = 1h;
   auto cached = c.client(o);
+  // writable() never waits for the network: the lists arrive in the background.
+  auto eventually = [](auto&& condition) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!condition() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return condition();
+  };
   CHECK(fresh->writable("d1"));
   CHECK(cached->writable("d1"));
+  std::this_thread::sleep_for(100ms);  // both first lists fetched
   c.scripted->setUnwritable("d1");
-  CHECK_FALSE(fresh->writable("d1"));
+  CHECK(eventually([&] { return !fresh->writable("d1"); }));
   CHECK(fresh->writable("d0"));
+  std::this_thread::sleep_for(100ms);
   CHECK(cached->writable("d1"));  // still the list fetched an hour "ago"
   CHECK(fresh->writable("d9"));   // not in the server's list: unknown, so true
+
+  // A server that accepts but never answers does not stall writable().
+  auto [listener, hung_endpoint] = silentListener();
+  RemoteChunkClientOptions hung_opts;
+  hung_opts.io_timeout = 2s;
+  RemoteChunkClient hung({{"h0", hung_endpoint}}, kSecret, hung_opts, c.clock);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(hung.writable("h0"));
+  CHECK(std::chrono::steady_clock::now() - start < 500ms);
+  ::close(listener);
 }
 
 TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
@@ -572,15 +607,7 @@ TEST_CASE("A server that stops answering hits the client's I/O timeout") {
     CHECK(took < 1.5);  // timeouts are not retried
   }
   SECTION("a socket that listens but never reads or answers") {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd, 4) == 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    auto [fd, endpoint] = silentListener();
     SystemClock clock;
     RemoteChunkClient client({{"d0", endpoint}}, kSecret, co, clock);
     auto started = std::chrono::steady_clock::now();
