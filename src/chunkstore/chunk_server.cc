@@ -23,6 +23,8 @@
 
 #include "granary/chunkstore/chunk_server.h"
 
+#include <fmt/core.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -402,8 +404,13 @@ class ChunkServerImpl final : public ChunkServer {
     size_t limit = kDefaultListLimit;
     if (auto l = queryParam(query, "limit")) {
       auto v = parseU64(*l);
-      if (!v) return errorReply(Status::invalidArgument("bad limit"));
-      limit = static_cast<size_t>(std::min<uint64_t>(*v, options_.max_list_limit));
+      // Over the cap is an error, not a silently short page: callers stop paging at the
+      // first page shorter than the limit they asked for.
+      if (!v || *v > options_.max_list_limit) {
+        return errorReply(Status::invalidArgument(
+            fmt::format("limit must be a number <= {}", options_.max_list_limit)));
+      }
+      limit = static_cast<size_t>(*v);
     }
     auto blobs = backend_.list(drive, after, limit);
     return blobs ? jsonReply(encodeBlobList(*blobs)) : errorReply(blobs.error());

@@ -155,16 +155,24 @@ class Connection {
     if (::connect(fd_, addr, len) == 0) return Status::ok();
     if (errno != EINPROGRESS) return connectionFailure(std::strerror(errno) + where);
     pollfd p{fd_, POLLOUT, 0};
-    int r = 0;
-    do {
-      r = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    } while (r < 0 && errno == EINTR);
+    int r = pollFor(p, timeout);
     if (r == 0) return connectionFailure("connect timeout" + where, /*retryable=*/false);
     int err = 0;
     socklen_t elen = sizeof err;
     if (r < 0 || ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
     if (err != 0) return connectionFailure(std::strerror(err) + where);
     return Status::ok();
+  }
+
+  // poll(2) on one descriptor for at most `timeout` in all: an EINTR resumes with the time
+  // left, not a fresh timeout.
+  static int pollFor(pollfd& p, Millis timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+      int r = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (r >= 0 || errno != EINTR) return r;
+    }
   }
 
   template <typename F>
@@ -198,10 +206,7 @@ class Connection {
       return false;
     }
     pollfd p{fd_, events, 0};
-    int r = 0;
-    do {
-      r = ::poll(&p, 1, static_cast<int>(io_.count()));
-    } while (r < 0 && errno == EINTR);
+    int r = pollFor(p, io_);
     if (r == 0) {
       ec = boost::beast::error::timeout;
       return false;

@@ -347,13 +347,24 @@ Status RemoteChunkClient::remove(std::string_view drive, const BlobId& id) {
 Result<std::vector<BlobInfo>> RemoteChunkClient::list(std::string_view drive,
                                                       std::optional<BlobId> after,
                                                       size_t limit) {
-  Call c;
-  c.path = blobListPath(drive);
-  if (after) c.query = "after=" + blobIdHex(*after) + "&";
-  c.query += "limit=" + std::to_string(limit);
-  auto answer = impl_->call(drive, c);
-  if (!answer) return fail(answer.error());
-  return decodeBlobList(answer->body);
+  // Larger requests go out as several pages, each well under any server's cap, so the
+  // result holds `limit` blobs unless the drive has no more.
+  std::vector<BlobInfo> out;
+  while (out.size() < limit) {
+    const size_t want = std::min(limit - out.size(), std::max<size_t>(1, impl_->options.list_page));
+    Call c;
+    c.path = blobListPath(drive);
+    if (after) c.query = "after=" + blobIdHex(*after) + "&";
+    c.query += "limit=" + std::to_string(want);
+    auto answer = impl_->call(drive, c);
+    if (!answer) return fail(answer.error());
+    auto page = decodeBlobList(answer->body);
+    if (!page) return page;
+    out.insert(out.end(), page->begin(), page->end());
+    if (page->size() < want) break;
+    after = out.back().id;
+  }
+  return out;
 }
 
 Result<DriveStats> RemoteChunkClient::stats(std::string_view drive) {

@@ -53,6 +53,7 @@ struct RemoteChunkClientOptions {
   // writable() answers from a cached drive list refreshed at most this often.
   std::chrono::milliseconds drive_list_refresh{3000};
   uint64_t max_response_bytes = 256ull << 20;   // JSON and error bodies
+  size_t list_page = 1000;  // blobs per list request; list() pages up to its limit
 };
 
 class RemoteChunkClient final : public ChunkClient {
