@@ -19,18 +19,6 @@ using namespace granary::chunkstore::testing;
 
 namespace {
 
-// Flips one bit of an extent file with plain syscalls, behind the store's back.
-void flipBit(const std::string& path, uint64_t offset) {
-  int fd = ::open(path.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  uint8_t b = 0;
-  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1);
-  b ^= 0x10;
-  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1);
-  REQUIRE(::fsync(fd) == 0);
-  ::close(fd);
-}
-
 // Fails pwrite or fdatasync of extent files with a chosen errno while armed.
 class FaultyEngine final : public IoEngineWrapper {
  public:

@@ -1,9 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "granary/chunkstore/chunk_client.h"
-#include <cstdio>
 #include <thread>
 
+#include "granary/chunkstore/chunk_client.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -47,28 +46,12 @@ TEST_CASE("The local chunk client routes by drive id and refuses unknown drives"
 
 TEST_CASE("Scrubbers started by the local chunk client report through stats()") {
   auto engine = makeUringEngine();
-  TempDir dir;
-  RocksResources resources(RocksBudget{8 << 20, 8 << 20});
-  ManualClock clock(1000);
+  StoreFixture f(*engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(50'000, 1)).isOk());
+  REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(50'000, 2)).isOk());
+  flipBit(extentPath(f.options.dir, 0), 4096 + 10);  // blob 1's payload (first in extent 0)
   std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives;
-  ChunkStoreOptions opts;
-  opts.dir = dir.path() + "/d0";
-  auto s = openChunkStore(opts, *engine, resources, clock);
-  REQUIRE(s.has_value());
-  REQUIRE((*s)->put(descriptor(makeId(1)), randomBytes(50'000, 1)).isOk());
-  REQUIRE((*s)->put(descriptor(makeId(2)), randomBytes(50'000, 2)).isOk());
-  drives.emplace("d0", std::move(*s));
-  // Corrupt blob 1's payload (first blob of extent 0: payload at 4096).
-  {
-    std::string path = extentPath(opts.dir, 0);
-    FILE* f = std::fopen(path.c_str(), "r+b");
-    REQUIRE(f != nullptr);
-    std::fseek(f, 4096 + 10, SEEK_SET);
-    const int byte = std::fgetc(f);
-    std::fseek(f, 4096 + 10, SEEK_SET);
-    std::fputc(byte ^ 0xFF, f);
-    std::fclose(f);
-  }
+  drives.emplace("d0", std::move(f.store));
   LocalChunkClient client(std::move(drives));
   ScrubOptions scrub;
   scrub.pass_interval = std::chrono::milliseconds(20);

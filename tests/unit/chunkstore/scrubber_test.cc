@@ -1,9 +1,6 @@
 // The scrubber: finds corrupt blobs, keeps to its rate, starts and stops cleanly.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -16,20 +13,6 @@ using namespace granary;
 using namespace granary::chunkstore;
 using namespace granary::chunkstore::testing;
 
-namespace {
-
-void corruptByte(const std::string& path, uint64_t offset) {
-  int fd = ::open(path.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  uint8_t b = 0;
-  REQUIRE(::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1);
-  b ^= 0x01;
-  REQUIRE(::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1);
-  ::close(fd);
-}
-
-}  // namespace
-
 TEST_CASE("A scrub pass verifies every blob and reports the corrupt one") {
   auto engine = makePosixEngine();
   StoreFixture f(*engine);
@@ -38,7 +21,7 @@ TEST_CASE("A scrub pass verifies every blob and reports the corrupt one") {
   REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100'000, 1)).isOk());
   REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(600'000, 2)).isOk());
   REQUIRE(f.store->put(descriptor(makeId(3)), randomBytes(0, 3)).isOk());
-  corruptByte(extentPath(f.options.dir, 0), 4096 + 77'777);
+  flipBit(extentPath(f.options.dir, 0), 4096 + 77'777);
 
   std::vector<BlobId> reported;
   ScrubOptions options;

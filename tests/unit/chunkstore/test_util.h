@@ -3,7 +3,9 @@
 
 #include "support/temp_dir.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -61,6 +63,18 @@ inline std::string extentPath(const std::string& dir, uint32_t extent) {
   char buf[16];
   snprintf(buf, sizeof buf, "%08x.ext", extent);
   return dir + "/extents/" + buf;
+}
+
+// Flips one bit of a file (an extent) with plain syscalls, behind the store's back.
+inline void flipBit(const std::string& path, uint64_t offset) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) throw std::runtime_error("flipBit: cannot open " + path);
+  uint8_t b = 0;
+  bool ok = ::pread(fd, &b, 1, static_cast<off_t>(offset)) == 1;
+  b ^= 0x10;
+  ok = ok && ::pwrite(fd, &b, 1, static_cast<off_t>(offset)) == 1 && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("flipBit: cannot rewrite " + path);
 }
 
 inline int64_t allocatedBytes(const std::string& path) {
