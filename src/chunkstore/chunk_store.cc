@@ -161,6 +161,9 @@ class ChunkStoreImpl final : public ChunkStore {
   // After an ENOSPC the drive is not writable() until this time (unix nanos) and until
   // statvfs shows space again.
   std::atomic<int64_t> full_until_{0};
+  // writable()'s cached free-space verdict and when it expires (unix nanos).
+  std::atomic<bool> space_ok_{false};
+  std::atomic<int64_t> space_checked_until_{0};
 };
 
 void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
@@ -404,12 +407,21 @@ Result<DriveStats> ChunkStoreImpl::stats() {
 }
 
 bool ChunkStoreImpl::writable() {
-  if (clock_.nowUnixNanos() < full_until_.load()) return false;
-  struct statvfs vfs {};
-  if (::statvfs(options_.dir.c_str(), &vfs) != 0) return false;
-  const uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  // Room for at least one large fragment beyond the reserve.
-  return available > options_.reserve_bytes + (8u << 20);
+  const int64_t now = clock_.nowUnixNanos();
+  if (now < full_until_.load()) return false;
+  // Placement asks for every stripe, on event-loop threads: statvfs at most once a second.
+  if (now >= space_checked_until_.load()) {
+    struct statvfs vfs {};
+    bool ok = false;
+    if (::statvfs(options_.dir.c_str(), &vfs) == 0) {
+      const uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+      // Room for at least one large fragment beyond the reserve.
+      ok = available > options_.reserve_bytes + (8u << 20);
+    }
+    space_ok_ = ok;
+    space_checked_until_ = now + 1'000'000'000;
+  }
+  return space_ok_.load();
 }
 
 }  // namespace
