@@ -51,12 +51,6 @@ std::string checksumHeader(ChecksumAlgorithm alg) {
   return "x-amz-checksum-" + lower(info(alg).name);
 }
 
-std::string checksumXmlName(ChecksumAlgorithm alg) {
-  return "Checksum" + std::string(info(alg).name);
-}
-
-size_t checksumSize(ChecksumAlgorithm alg) { return info(alg).bytes; }
-
 bool isCrc(ChecksumAlgorithm alg) {
   return alg == ChecksumAlgorithm::kCrc32 || alg == ChecksumAlgorithm::kCrc32c ||
          alg == ChecksumAlgorithm::kCrc64Nvme;

@@ -20,8 +20,6 @@ enum class ChecksumAlgorithm { kCrc32, kCrc32c, kCrc64Nvme, kSha1, kSha256 };
 
 std::string_view checksumName(ChecksumAlgorithm alg);    // "CRC32"
 std::string checksumHeader(ChecksumAlgorithm alg);       // "x-amz-checksum-crc32"
-std::string checksumXmlName(ChecksumAlgorithm alg);      // "ChecksumCRC32"
-size_t checksumSize(ChecksumAlgorithm alg);              // bytes of the binary value
 bool isCrc(ChecksumAlgorithm alg);                       // CRC32, CRC32C, CRC64NVME
 // "CRC32" (any case) -> kCrc32; nullopt for anything else.
 std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name);

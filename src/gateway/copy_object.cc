@@ -39,7 +39,6 @@ S3Result<CopySource> parseCopySource(std::string_view header) {
 }
 
 Task<Status> CopySink::write(std::span<const uint8_t> data) {
-  size_ += data.size();
   while (!data.empty()) {
     auto buf = writer_.buffer();
     size_t n = std::min(data.size(), buf.size() - used_);

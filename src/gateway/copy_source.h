@@ -42,14 +42,12 @@ class CopySink final : public BodySink {
   // Starts writing the partly filled last stripe, if any.
   Task<Status> flush();
 
-  uint64_t size() const { return size_; }
   std::vector<uint8_t> md5() { return md5_.finish(); }
 
  private:
   GatewayContext& ctx_;
   ObjectWriter& writer_;
   size_t used_ = 0;
-  uint64_t size_ = 0;
   Digest md5_{Digest::Kind::kMd5};
 };
 

@@ -60,17 +60,6 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
   }
 }
 
-bool asciiIEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,

@@ -236,7 +236,17 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   } else {
     auto sdk = sdkChecksumAlgorithm(req);
     if (!sdk) co_return refuse(sdk.error());
-    algorithm = *sdk ? *sdk : options.default_checksum;
+    algorithm = *sdk;
+  }
+  if (options.required_checksum) {
+    if (!algorithm) {
+      algorithm = options.required_checksum;
+    } else if (*algorithm != *options.required_checksum) {
+      co_return refuse({S3ErrorCode::kInvalidRequest,
+                        "Checksum Type mismatch occurred, expected checksum Type: " +
+                            std::string(checksumName(*options.required_checksum)) +
+                            ", actual checksum Type: " + std::string(checksumName(*algorithm))});
+    }
   }
   if (options.check_headers) {
     if (auto err = options.check_headers()) co_return refuse(*err);

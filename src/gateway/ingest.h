@@ -22,9 +22,10 @@ struct IngestOptions {
   // Runs after the header checks of the payload (mode, size, checksum) and before
   // Content-MD5's, so a caller's own header validation keeps its place in that order.
   std::function<std::optional<S3Error>()> check_headers;
-  // Computed (and returned in IngestResult) when the request sends no checksum value and
-  // no x-amz-sdk-checksum-algorithm: UploadPart passes the upload's algorithm.
-  std::optional<ChecksumAlgorithm> default_checksum;
+  // The additional checksum every body must carry (UploadPart: the upload's algorithm):
+  // computed when the request names none, InvalidRequest when it names another, by value
+  // or by x-amz-sdk-checksum-algorithm.
+  std::optional<ChecksumAlgorithm> required_checksum;
 };
 
 struct IngestResult {
@@ -32,7 +33,7 @@ struct IngestResult {
   uint64_t size = 0;
   std::vector<uint8_t> md5;  // 16 bytes
   // The verified additional checksum, or the one computed for x-amz-sdk-checksum-algorithm
-  // sent without a value (or options.default_checksum).
+  // sent without a value (or options.required_checksum).
   std::optional<ChecksumAlgorithm> checksum_algorithm;
   std::string checksum;  // base64, when checksum_algorithm is set
   bool is_inline = false;

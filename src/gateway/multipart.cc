@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "ingest.h"
 #include "s3_xml.h"
+#include "uri.h"
 
 namespace granary::gateway {
 
@@ -48,6 +49,22 @@ S3Result<std::string> uploadIdOf(const S3Request& req) {
   return id;
 }
 
+// UploadPart's and UploadPartCopy's target: partNumber (1..10000) and uploadId.
+struct PartTarget {
+  uint32_t number = 0;
+  std::string upload_id;
+};
+S3Result<PartTarget> partTargetOf(const S3Request& req) {
+  auto number = parseUint(req.queryValue("partNumber").value_or(""));
+  if (!number || *number < 1 || *number > kMaxPartNumber) {
+    return std::unexpected(S3Error{S3ErrorCode::kInvalidArgument,
+                                   "Part number must be an integer between 1 and 10000, inclusive"});
+  }
+  auto id = uploadIdOf(req);
+  if (!id) return std::unexpected(id.error());
+  return PartTarget{static_cast<uint32_t>(*number), std::move(*id)};
+}
+
 // Index failures of an operation on an upload: kNotFound is NoSuchUpload.
 S3Error uploadError(const Status& st) {
   if (st.isNotFound()) return noSuchUpload();
@@ -64,17 +81,6 @@ S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {
                   "Provided " + std::string(name) + " not an integer or within integer range");
   }
   return static_cast<size_t>(std::min<uint64_t>(*n, kMaxListed));
-}
-
-bool sameEtag(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 S3Response xmlResponse(std::string body) {
@@ -231,15 +237,10 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
 
 Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                             BodySource& body) {
-  auto number = parseUint(req.queryValue("partNumber").value_or(""));
-  if (!number || *number < 1 || *number > kMaxPartNumber) {
-    co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                             "Part number must be an integer between 1 and 10000, inclusive"},
-                            req);
-  }
-  auto parsed_id = uploadIdOf(req);
-  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
-  const std::string upload_id = std::move(*parsed_id);
+  auto target = partTargetOf(req);
+  if (!target) co_return errorResponse(target.error(), req);
+  const uint32_t number = target->number;
+  const std::string upload_id = std::move(target->upload_id);
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
@@ -248,18 +249,8 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   IngestOptions options;
   options.allow_inline = false;
   options.max_size = kMaxPartSize;
-  // Parts of an upload created with a checksum algorithm carry that algorithm: computed
-  // when the request sends none, refused when it sends another.
-  options.default_checksum = checksumFromName(upload->checksum_algorithm);
-  options.check_headers = [&]() -> std::optional<S3Error> {
-    if (!options.default_checksum) return std::nullopt;
-    auto sent = requestedChecksum(req);
-    if (!sent || !*sent || (*sent)->algorithm == *options.default_checksum) return std::nullopt;
-    return S3Error{S3ErrorCode::kInvalidRequest,
-                   "Checksum Type mismatch occurred, expected checksum Type: " +
-                       upload->checksum_algorithm + ", actual checksum Type: " +
-                       std::string(checksumName((*sent)->algorithm))};
-  };
+  // Parts of an upload created with a checksum algorithm carry that algorithm.
+  options.required_checksum = checksumFromName(upload->checksum_algorithm);
   auto ingested = co_await ingestBody(ctx, req, auth, body, options);
   if (!ingested) {
     S3Response res = errorResponse(ingested.error().error, req);
@@ -269,7 +260,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   IngestResult& in = *ingested;
 
   index_kv::PartInfo part;
-  part.part_number = static_cast<uint32_t>(*number);
+  part.part_number = number;
   part.size = in.size;
   part.etag = toHex(in.md5);
   part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
@@ -298,15 +289,10 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
 }
 
 Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
-  auto number = parseUint(req.queryValue("partNumber").value_or(""));
-  if (!number || *number < 1 || *number > kMaxPartNumber) {
-    co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                             "Part number must be an integer between 1 and 10000, inclusive"},
-                            req);
-  }
-  auto parsed_id = uploadIdOf(req);
-  if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
-  const std::string upload_id = std::move(*parsed_id);
+  auto target = partTargetOf(req);
+  if (!target) co_return errorResponse(target.error(), req);
+  const uint32_t number = target->number;
+  const std::string upload_id = std::move(target->upload_id);
   auto source = parseCopySource(*req.header("x-amz-copy-source"));
   if (!source) co_return errorResponse(source.error(), req);
   auto upload = co_await offload(ctx.pool(), [&] {
@@ -351,7 +337,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   }
 
   index_kv::PartInfo part;
-  part.part_number = static_cast<uint32_t>(*number);
+  part.part_number = number;
   part.size = length;
   part.etag = toHex(sink.md5());
   part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
@@ -428,7 +414,7 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   for (size_t i = 0; i < listed->size(); ++i) {
     const CompletedPart& want = (*listed)[i];
     auto it = loaded->parts.find(want.part_number);
-    if (it == loaded->parts.end() || !sameEtag(it->second.etag, want.etag)) {
+    if (it == loaded->parts.end() || !asciiIEquals(it->second.etag, want.etag)) {
       co_return errorResponse({S3ErrorCode::kInvalidPart,
                                "One or more of the specified parts could not be found. The part "
                                "may not have been uploaded, or the specified entity tag may not "

@@ -18,7 +18,6 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   }
   index_kv::Manifest m;
   IngestOptions options;
-  options.allow_inline = true;
   options.max_size = ctx.options.max_object_size;
   options.check_headers = [&]() -> std::optional<S3Error> {
     if (auto st = collectMetadata(req, m); !st) return st.error();

@@ -104,7 +104,6 @@ struct ListUploadsParams {
   std::string prefix;
   std::string key_marker;
   std::string upload_id_marker;
-  std::string owner_id;
   size_t max_uploads = 1000;
 };
 std::string listMultipartUploadsXml(const ListUploadsParams& params,

@@ -1,5 +1,8 @@
 #include "uri.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "granary/common/hex.h"
 
 namespace granary::gateway {
@@ -106,6 +109,13 @@ std::string_view trimSpaces(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+bool asciiIEquals(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  });
 }
 
 }  // namespace granary::gateway

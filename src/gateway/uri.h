@@ -15,6 +15,8 @@ namespace granary::gateway {
 
 // Strips leading and trailing spaces and tabs (header values, chunk extensions).
 std::string_view trimSpaces(std::string_view s);
+// ASCII case-insensitive equality (header values, ETags' hex digits).
+bool asciiIEquals(std::string_view a, std::string_view b);
 
 // Decodes %XX escapes (either hex case). nullopt when a '%' is not followed by two hex
 // digits. `plus_is_space`: '+' decodes to ' ' (form and query encoding), else stays '+'.

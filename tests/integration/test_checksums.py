@@ -275,6 +275,15 @@ def test_part_with_another_algorithm_is_refused(s3, bucket):
         s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=1, Body=b"x",
                        ChecksumAlgorithm="SHA256")
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    # Naming another algorithm without a value (the server would compute it) is refused too.
+    undo = with_headers(s3, "UploadPart", {"x-amz-sdk-checksum-algorithm": "SHA256"})
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=1, Body=b"x")
+    finally:
+        undo()
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert "expected checksum Type: CRC32" in e.value.response["Error"]["Message"]
     s3.abort_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id)
 
 
