@@ -29,6 +29,8 @@
 #include <condition_variable>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <span>
 #include <mutex>
 #include <thread>
 
@@ -66,7 +68,9 @@ struct Request {
   std::string method;
   std::string target;
   Headers headers;  // names in lower case
-  std::vector<uint8_t> body;
+  // The body, read straight into storage that is not zero-filled first (up to 64 MiB).
+  std::unique_ptr<uint8_t[]> body_storage;
+  std::span<uint8_t> body;
   uint32_t declared_crc = 0;
 };
 
@@ -250,7 +254,8 @@ class ChunkServerImpl final : public ChunkServer {
         co_await http::async_write(stream, cont, kRedirect(ec));
         if (ec) break;
       }
-      req.body.resize(length);
+      req.body_storage = std::make_unique_for_overwrite<uint8_t[]>(length);
+      req.body = {req.body_storage.get(), length};
       bool body_ok = co_await readBody(stream, buffer, head, req.body);
       if (!body_ok) break;  // the client went away or stalled; nobody to answer
 
@@ -433,7 +438,10 @@ class ChunkServerImpl final : public ChunkServer {
         return errorReply(Status::invalidArgument("length exceeds the server's limit"));
       }
       Reply r;
-      r.body.resize(*n);
+      // The read fills it, so skip the zero-fill. (g++ 12's libstdc++ passes the capacity,
+      // not the requested size, to the callback: return the size we asked for.)
+      const size_t want = static_cast<size_t>(*n);
+      r.body.resize_and_overwrite(want, [want](char*, size_t) { return want; });
       Status st = backend_.read(route.drive, route.id, *o,
                                 {reinterpret_cast<uint8_t*>(r.body.data()), r.body.size()});
       if (!st.isOk()) return errorReply(st);

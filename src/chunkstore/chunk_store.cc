@@ -99,10 +99,11 @@ class ChunkStoreImpl final : public ChunkStore {
     BlobId id;
     IndexRecord rec;
     Status result;
-    bool synced = false;   // the data reached the disk (so the range must not be reused)
     bool crashed = false;  // a crash point fired: no cleanup, as if the process died
-    bool ok_after_sync = false;  // GroupCommit: go on to the index stage
-    bool done = false;           // GroupCommit: both stages over
+    // GroupCommit: the data reached the disk, go on to the index stage (and never reuse
+    // the range: an index entry may point at it).
+    bool ok_after_sync = false;
+    bool done = false;  // GroupCommit: both stages over
   };
   // Serializes put and remove of one id (puts of different ids run in parallel), so that
   // two puts of one id cannot both pass the existence check, and counters stay exact.
@@ -218,7 +219,7 @@ Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> 
     // Not synced: the range holds garbage nobody points at. Synced but not indexed: a
     // failed synced write may still have reached the WAL, so the range is left alone; if
     // the entry did persist the blob is intact, if not recovery reclaims the orphan.
-    if (!pending.synced && !pending.crashed) {
+    if (!pending.ok_after_sync && !pending.crashed) {
       punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
     }
     return failed(pending.result);
@@ -254,10 +255,7 @@ void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
     }
     return;
   }
-  for (PendingCommit* p : batch) {
-    p->synced = true;
-    p->ok_after_sync = true;
-  }
+  for (PendingCommit* p : batch) p->ok_after_sync = true;
 }
 
 void ChunkStoreImpl::indexCommits(std::span<PendingCommit* const> batch) {

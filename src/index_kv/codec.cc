@@ -272,9 +272,8 @@ Status checkUploadId(std::string_view upload_id) {
 
 std::string partKey(std::string_view upload_id, uint32_t part_number) {
   std::string out = partsBegin(upload_id);
-  uint8_t be[4] = {static_cast<uint8_t>(part_number >> 24),
-                   static_cast<uint8_t>(part_number >> 16),
-                   static_cast<uint8_t>(part_number >> 8), static_cast<uint8_t>(part_number)};
+  uint8_t be[4];
+  putBe32(be, part_number);
   out.append(reinterpret_cast<const char*>(be), 4);
   return out;
 }

@@ -39,7 +39,6 @@ Result<GcKeyParts> parseGcKey(std::string_view key);
 // bytes means that version's blobs are still referenced.
 inline constexpr char kBlobRefManifestTag = 'm';  // + owning manifest version (16 bytes)
 inline constexpr char kBlobRefGcTag = 'g';        // + gc queue key (24 bytes)
-std::string blobRefManifestKey(const VersionId& blob_version, const VersionId& owner);
 inline constexpr char kBlobRefPartTag = 'p';      // + parts key (upload id "/" be32 part)
 std::string blobRefManifestKey(const VersionId& blob_version, const VersionId& owner);
 std::string blobRefGcKey(const VersionId& blob_version, std::string_view gc_key);

@@ -22,7 +22,6 @@ class RateLimiter {
   bool acquire(uint64_t bytes);
   // Wakes every waiter; later acquire() calls return false.
   void stop();
-  uint64_t rate() const { return rate_; }
 
  private:
   using Clock = std::chrono::steady_clock;
