@@ -6,19 +6,10 @@
 
 using namespace granary;
 using namespace granary::index_kv;
+using granary::index_kv::testing::allGc;
 using granary::index_kv::testing::expectedBlobs;
 using granary::index_kv::testing::IndexFixture;
 using Code = Status::Code;
-
-namespace {
-
-std::vector<GcEntry> allGc(Index& index) {
-  auto due = index.gcDue(std::numeric_limits<int64_t>::max(), 1'000'000);
-  REQUIRE(due.has_value());
-  return *due;
-}
-
-}  // namespace
 
 // ---- buckets -------------------------------------------------------------------------
 

@@ -13,16 +13,12 @@
 
 using namespace granary;
 using namespace granary::index_kv;
+using granary::index_kv::testing::allGc;
+using granary::index_kv::testing::expectedBlobs;
 using granary::index_kv::testing::IndexFixture;
 using Code = Status::Code;
 
 namespace {
-
-std::vector<GcEntry> allGc(Index& index) {
-  auto due = index.gcDue(std::numeric_limits<int64_t>::max(), 1'000'000);
-  REQUIRE(due.has_value());
-  return *due;
-}
 
 std::set<BlobId> gcBlobIds(Index& index) {
   std::set<BlobId> out;
@@ -67,19 +63,9 @@ struct MultipartFixture : IndexFixture {
     p.version = newVersion();
     p.etag = fmt::format("part-{}-{}", number, p.version.toHex().substr(0, 8));
     p.mtime_unix_nanos = clock.nowUnixNanos();
-    for (int d = 0; d < 8; ++d) p.drives.push_back(fmt::format("d{}", d));
-    for (uint32_t s = 0; s < stripes; ++s) {
-      StripeLayout layout;
-      layout.blob_version = p.version;
-      layout.blob_stripe = s;
-      layout.data_len = 4u << 20;
-      layout.fragment_len = 1u << 20;
-      for (uint16_t i = 0; i < 6; ++i) {
-        layout.drives.push_back(static_cast<uint16_t>((s + i + number) % 8));
-      }
-      p.stripes.push_back(layout);
-      p.size += layout.data_len;
-    }
+    p.drives = eightDrives();
+    p.stripes = stripeLayouts(p.version, stripes, number);
+    p.size = uint64_t{stripes} * (4u << 20);
     return p;
   }
 
@@ -241,7 +227,7 @@ TEST_CASE("Replacing a part enqueues the old part's blobs and returns its versio
   auto gc = allGc(*f.index);
   REQUIRE(gc.size() == 1);
   CHECK(gc[0].version == old.version);
-  CHECK(gc[0].blobs == partBlobs(old));
+  CHECK(gc[0].blobs == expectedBlobs(old));
   CHECK(*f.index->listParts("b", "k", u.upload_id, 0, 10) == std::vector<PartInfo>{fresh});
   // The old version stays referenced until its GC entry is done.
   CHECK(referenced(*f.index, old.version));
@@ -287,8 +273,8 @@ TEST_CASE("Completing with unused parts enqueues exactly those parts' blobs") {
   std::set<VersionId> versions;
   for (const GcEntry& e : gc) versions.insert(e.version);
   CHECK(versions == std::set<VersionId>{p2.version, p4.version});
-  std::set<BlobId> want = idsOf(partBlobs(p2));
-  for (const BlobId& id : idsOf(partBlobs(p4))) want.insert(id);
+  std::set<BlobId> want = idsOf(expectedBlobs(p2));
+  for (const BlobId& id : idsOf(expectedBlobs(p4))) want.insert(id);
   CHECK(gcBlobIds(*f.index) == want);
 
   auto got = f.index->getObject("b", "k");
@@ -311,8 +297,8 @@ TEST_CASE("Completing over an existing object reclaims the old object but not th
   REQUIRE(done.has_value());
   CHECK(*done == std::optional<VersionId>(old.version));
   std::set<BlobId> gc = gcBlobIds(*f.index);
-  CHECK(gc == idsOf(manifestBlobs(old)));
-  for (const BlobRef& b : manifestBlobs(m)) CHECK_FALSE(gc.contains(b.id));
+  CHECK(gc == idsOf(expectedBlobs(old)));
+  for (const BlobRef& b : expectedBlobs(m)) CHECK_FALSE(gc.contains(b.id));
   REQUIRE(f.index->gcDone(allGc(*f.index)).isOk());
   CHECK_FALSE(referenced(*f.index, old.version));
   CHECK(referenced(*f.index, p1.version));
@@ -332,7 +318,7 @@ TEST_CASE("Overwriting a completed object with a manifest reusing its parts keep
   second.stripes.pop_back();  // drops p2's last stripe
   REQUIRE(f.index->putObject("b", "k", second, Precondition::none()));
   std::set<BlobId> gc = gcBlobIds(*f.index);
-  for (const BlobRef& b : manifestBlobs(second)) CHECK_FALSE(gc.contains(b.id));
+  for (const BlobRef& b : expectedBlobs(second)) CHECK_FALSE(gc.contains(b.id));
   CHECK(gc.size() == 6);  // the dropped stripe's k + m fragments
 }
 
@@ -374,7 +360,7 @@ TEST_CASE("Deleting a completed object enqueues the part blobs it used") {
   REQUIRE(f.index->completeUpload("b", "k", u.upload_id, m, Precondition::none()));
   CHECK(allGc(*f.index).empty());
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()));
-  CHECK(gcBlobIds(*f.index) == idsOf(manifestBlobs(m)));
+  CHECK(gcBlobIds(*f.index) == idsOf(expectedBlobs(m)));
   CHECK(referenced(*f.index, p1.version));
   REQUIRE(f.index->gcDone(allGc(*f.index)).isOk());
   CHECK_FALSE(referenced(*f.index, p1.version));
@@ -390,8 +376,8 @@ TEST_CASE("Aborting an upload enqueues every part's blobs and removes it") {
   PartInfo p1 = f.putPart(u, 1);
   PartInfo p2 = f.putPart(u, 2, 3);
   REQUIRE(f.index->abortUpload("b", "k", u.upload_id).isOk());
-  std::set<BlobId> want = idsOf(partBlobs(p1));
-  for (const BlobId& id : idsOf(partBlobs(p2))) want.insert(id);
+  std::set<BlobId> want = idsOf(expectedBlobs(p1));
+  for (const BlobId& id : idsOf(expectedBlobs(p2))) want.insert(id);
   CHECK(gcBlobIds(*f.index) == want);
   CHECK(f.index->getUpload("b", "k", u.upload_id).error().code() == Code::kNotFound);
   CHECK(f.index->abortUpload("b", "k", u.upload_id).code() == Code::kNotFound);
@@ -534,19 +520,19 @@ TEST_CASE("Complete, putPart and abort racing: one of complete/abort wins, no bl
     // Every blob of every recorded part is either in the current manifest or on the GC
     // queue, never both; parts whose putPart failed are the caller's to remove.
     std::set<BlobId> live;
-    if (auto obj = f.index->getObject("b", key)) live = idsOf(manifestBlobs(*obj));
+    if (auto obj = f.index->getObject("b", key)) live = idsOf(expectedBlobs(*obj));
     std::set<BlobId> gc = gcBlobIds(*f.index);
     std::vector<const PartInfo*> recorded{&p1, &p2, &p3};
     if (put4) recorded.push_back(&p4);
     if (put2b) recorded.push_back(&p2b);
     for (const PartInfo* p : recorded) {
-      for (const BlobRef& blob : partBlobs(*p)) {
+      for (const BlobRef& blob : expectedBlobs(*p)) {
         CHECK(live.contains(blob.id) != gc.contains(blob.id));
       }
     }
     for (auto [r, p] : {std::pair{&put4, &p4}, std::pair{&put2b, &p2b}}) {
       if (*r) continue;
-      for (const BlobRef& blob : partBlobs(*p)) {
+      for (const BlobRef& blob : expectedBlobs(*p)) {
         CHECK_FALSE(live.contains(blob.id));
         CHECK_FALSE(gc.contains(blob.id));
       }

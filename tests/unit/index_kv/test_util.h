@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -68,30 +69,62 @@ struct IndexFixture {
     m.ec = ec::EcProfile{4, 2};
     m.etag = fmt::format("striped-{}", m.version.toHex().substr(0, 8));
     m.mtime_unix_nanos = clock.nowUnixNanos();
-    for (int d = 0; d < 8; ++d) m.drives.push_back(fmt::format("d{}", d));
+    m.drives = eightDrives();
+    m.stripes = stripeLayouts(m.version, stripes, 0);
+    m.size = uint64_t{stripes} * (4u << 20);
+    return m;
+  }
+
+  static std::vector<std::string> eightDrives() {
+    std::vector<std::string> out;
+    for (int d = 0; d < 8; ++d) out.push_back(fmt::format("d{}", d));
+    return out;
+  }
+
+  // `stripes` full 4+2 stripes of `version` over d0..d7, fragment i of stripe s on drive
+  // (s + i + rotate) % 8.
+  static std::vector<StripeLayout> stripeLayouts(const VersionId& version, uint32_t stripes,
+                                                 uint32_t rotate) {
+    std::vector<StripeLayout> out;
     for (uint32_t s = 0; s < stripes; ++s) {
       StripeLayout layout;
-      layout.blob_version = m.version;
+      layout.blob_version = version;
       layout.blob_stripe = s;
       layout.data_len = 4u << 20;
       layout.fragment_len = 1u << 20;
-      for (uint16_t i = 0; i < 6; ++i) layout.drives.push_back(static_cast<uint16_t>((s + i) % 8));
-      m.stripes.push_back(layout);
-      m.size += layout.data_len;
+      for (uint16_t i = 0; i < 6; ++i) {
+        layout.drives.push_back(static_cast<uint16_t>((s + i + rotate) % 8));
+      }
+      out.push_back(layout);
     }
-    return m;
+    return out;
   }
 };
 
 // The BlobRefs a striped manifest owns, as the GC queue must list them.
-inline std::vector<BlobRef> expectedBlobs(const Manifest& m) {
+// Every GC queue entry, due or not.
+inline std::vector<GcEntry> allGc(Index& index) {
+  auto due = index.gcDue(std::numeric_limits<int64_t>::max(), 1'000'000);
+  REQUIRE(due.has_value());
+  return *due;
+}
+
+// Every fragment of every stripe, computed here rather than by the code under test.
+inline std::vector<BlobRef> expectedBlobs(const std::vector<std::string>& drives,
+                                          const std::vector<StripeLayout>& stripes) {
   std::vector<BlobRef> out;
-  for (const StripeLayout& s : m.stripes) {
+  for (const StripeLayout& s : stripes) {
     for (uint16_t i = 0; i < s.drives.size(); ++i) {
-      out.push_back(BlobRef{m.drives[s.drives[i]], BlobId{s.blob_version, s.blob_stripe, i}});
+      out.push_back(BlobRef{drives[s.drives[i]], BlobId{s.blob_version, s.blob_stripe, i}});
     }
   }
   return out;
+}
+inline std::vector<BlobRef> expectedBlobs(const Manifest& m) {
+  return expectedBlobs(m.drives, m.stripes);
+}
+inline std::vector<BlobRef> expectedBlobs(const PartInfo& p) {
+  return expectedBlobs(p.drives, p.stripes);
 }
 
 }  // namespace granary::index_kv::testing
