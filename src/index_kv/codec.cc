@@ -102,6 +102,29 @@ const Json& asArray(const Json& j) {
   return j;
 }
 
+Json recordInfoToJson(const RecordIndexInfo& r) {
+  Json j = Json::object();
+  j["st"] = r.status;
+  if (!r.format.empty()) j["f"] = r.format;
+  if (!r.message.empty()) j["msg"] = r.message;
+  if (!r.set.isZero()) j["set"] = toBinary(r.set);
+  j["n"] = r.rows;
+  j["nb"] = r.row_bytes;
+  return j;
+}
+
+RecordIndexInfo asRecordInfo(const Json& j) {
+  if (!j.is_object()) throw DecodeError("expected a map");
+  RecordIndexInfo r;
+  r.status = asString(field(j, "st"));
+  if (const Json* f = findField(j, "f")) r.format = asString(*f);
+  if (const Json* f = findField(j, "msg")) r.message = asString(*f);
+  if (const Json* f = findField(j, "set")) r.set = asVersion(*f);
+  r.rows = asU64(field(j, "n"));
+  r.row_bytes = asU64(field(j, "nb"));
+  return r;
+}
+
 Json stripesToJson(const std::vector<StripeLayout>& stripes) {
   Json out = Json::array();
   for (const StripeLayout& s : stripes) {
@@ -321,6 +344,7 @@ std::string encodeSummary(const ObjectSummary& summary) {
   j["e"] = summary.etag;
   j["t"] = summary.mtime_unix_nanos;
   j["v"] = toBinary(summary.version);
+  if (!summary.record_set.isZero()) j["rs"] = toBinary(summary.record_set);
   return toCbor(j);
 }
 
@@ -333,6 +357,7 @@ Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value
     s.etag = asString(field(j, "e"));
     s.mtime_unix_nanos = asI64(field(j, "t"));
     s.version = asVersion(field(j, "v"));
+    if (const Json* f = findField(j, "rs")) s.record_set = asVersion(*f);
     return s;
   });
 }
@@ -356,6 +381,7 @@ std::string encodeManifest(const Manifest& m) {
   if (!m.drives.empty()) j["dr"] = m.drives;
   if (!m.stripes.empty()) j["st"] = stripesToJson(m.stripes);
   if (!m.checksum.empty()) j["ck"] = checksumToJson(m.checksum);
+  if (!m.records.status.empty()) j["ri"] = recordInfoToJson(m.records);
   return toCbor(j);
 }
 
@@ -383,6 +409,7 @@ Result<Manifest> decodeManifest(std::string_view value) {
     }
     if (const Json* f = findField(j, "st")) m.stripes = asStripes(*f);
     if (const Json* f = findField(j, "ck")) m.checksum = asChecksum(*f);
+    if (const Json* f = findField(j, "ri")) m.records = asRecordInfo(*f);
     return m;
   });
   if (!decoded) return decoded;
@@ -405,6 +432,8 @@ std::string encodeUpload(const MultipartUpload& u) {
   if (!u.headers.empty()) j["h"] = u.headers;
   if (!u.checksum_algorithm.empty()) j["ca"] = u.checksum_algorithm;
   if (!u.checksum_type.empty()) j["cty"] = u.checksum_type;
+  if (!u.index_format.empty()) j["ix"] = u.index_format;
+  if (!u.index_key.empty()) j["ik"] = u.index_key;
   return toCbor(j);
 }
 
@@ -423,6 +452,8 @@ Result<MultipartUpload> decodeUpload(std::string_view value) {
     if (const Json* f = findField(j, "h")) u.headers = asStringMap(*f);
     if (const Json* f = findField(j, "ca")) u.checksum_algorithm = asString(*f);
     if (const Json* f = findField(j, "cty")) u.checksum_type = asString(*f);
+    if (const Json* f = findField(j, "ix")) u.index_format = asString(*f);
+    if (const Json* f = findField(j, "ik")) u.index_key = asString(*f);
     return u;
   });
 }

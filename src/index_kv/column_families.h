@@ -17,6 +17,10 @@ inline constexpr const char* kGcCf = "gc";
 inline constexpr const char* kBlobRefsCf = "blobrefs";
 inline constexpr const char* kUploadsCf = "uploads";
 inline constexpr const char* kPartsCf = "parts";
+inline constexpr const char* kRecordsCf = "records";
+inline constexpr const char* kRecordSetsCf = "record_sets";
+inline constexpr const char* kRecordOrderCf = "record_order";
+inline constexpr const char* kRecordGcCf = "record_gc";
 
 // Handles owned by the index; valid while its DB is open.
 struct ColumnFamilies {
@@ -27,6 +31,10 @@ struct ColumnFamilies {
   rocksdb::ColumnFamilyHandle* blobrefs = nullptr;
   rocksdb::ColumnFamilyHandle* uploads = nullptr;
   rocksdb::ColumnFamilyHandle* parts = nullptr;
+  rocksdb::ColumnFamilyHandle* records = nullptr;
+  rocksdb::ColumnFamilyHandle* record_sets = nullptr;
+  rocksdb::ColumnFamilyHandle* record_order = nullptr;
+  rocksdb::ColumnFamilyHandle* record_gc = nullptr;
 };
 
 // Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain

@@ -39,6 +39,9 @@ void BatchBuilder::apply(CommitRequest& req) {
       case CommitRequest::Kind::kPutPart: st = putPart(req); break;
       case CommitRequest::Kind::kCompleteUpload: st = completeUpload(req); break;
       case CommitRequest::Kind::kAbortUpload: st = abortUpload(req); break;
+      case CommitRequest::Kind::kAttachRecords: st = attachRecords(req); break;
+      case CommitRequest::Kind::kAbandonRecords: st = abandonRecords(req); break;
+      case CommitRequest::Kind::kRecordGcDone: st = recordGcDone(req); break;
     }
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
@@ -137,6 +140,11 @@ Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_ver
     return std::optional<std::string>();
   }
   const Manifest& m = **old;
+  // The old version's record rows become invisible with this commit (the new summary no
+  // longer names their set); mark the set dead so its rows are removed.
+  if (!m.records.set.isZero() && (keep == nullptr || keep->records.set != m.records.set)) {
+    if (Status st = markRecordSetDead(m.records.set); !st.isOk()) return fail(st);
+  }
   for (const VersionId& bv : foreignBlobVersions(m)) {
     GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.blobrefs, blobRefManifestKey(bv, m.version)));
   }
@@ -228,6 +236,12 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
 Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
                               const std::optional<VersionId>& current) {
   const Manifest& m = *req.manifest;
+  if (!m.records.set.isZero()) {
+    // A record set swept as an orphan (or abandoned) must not be published.
+    auto alive = recordSetAlive(m.records.set);
+    if (!alive) return alive.error();
+    if (!*alive) return Status::preconditionFailed("index: the object's record set is gone");
+  }
   // Old rows are removed before the new ones are written, so a same-version rewrite
   // ends with the new rows in place. retire() never reclaims a blob `m` uses.
   if (current.has_value()) {

@@ -42,6 +42,9 @@ struct CommitRequest {
     kPutPart,
     kCompleteUpload,
     kAbortUpload,
+    kAttachRecords,
+    kAbandonRecords,
+    kRecordGcDone,
   };
   Kind kind = Kind::kCreateBucket;
   std::string bucket;     // every kind but kGcDone
@@ -59,10 +62,18 @@ struct CommitRequest {
   const PartInfo* part = nullptr;      // kPutPart; the caller's, alive until completion
   std::string part_value;              // kPutPart: the encoded PartInfo
   std::vector<std::string> gc_keys;    // kGcDone
+  // kAttachRecords: the container version and the rows to publish; kAbandonRecords and
+  // kRecordGcDone: record_info.set. kRecordGcDone: the record_gc value seen when the
+  // removal started (a set re-marked dead since then is kept for another pass).
+  VersionId container_version;
+  RecordIndexInfo record_info;
+  std::string record_gc_value;
 
   // Outcome, set by the committer before `done` is fulfilled.
   Status status;
   std::optional<VersionId> replaced;
+  RecordIndexInfo record_result;  // kAttachRecords: the container's record index after it
+  std::string record_lost;        // kAttachRecords: why the set could not be attached
   std::promise<void> done;
 };
 
@@ -93,6 +104,13 @@ class BatchBuilder {
   Status putPart(CommitRequest& req);
   Status completeUpload(CommitRequest& req);
   Status abortUpload(CommitRequest& req);
+  Status attachRecords(CommitRequest& req);
+  Status abandonRecords(CommitRequest& req);
+  Status recordGcDone(CommitRequest& req);
+  // Stages "set is dead" (record_gc row) unless already staged in this batch.
+  Status markRecordSetDead(const VersionId& set);
+  // False if the set is dead, or has no record_sets row (never written or removed).
+  Result<bool> recordSetAlive(const VersionId& set);
 
   // putObject in two steps, shared with completeUpload: checkPut reads (bucket exists,
   // precondition) and returns the key's current version; stagePut retires it and stages
@@ -136,6 +154,8 @@ class BatchBuilder {
   std::map<std::string, bool> uploads_;                          // upload key -> exists
   std::map<std::string, bool> upload_ids_;                       // upload id -> taken
   std::map<std::string, std::optional<PartInfo>> parts_;         // parts key -> row
+  std::set<VersionId> dead_sets_;                                // record sets marked dead
+  std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch
 };
 
 class CommitQueue {

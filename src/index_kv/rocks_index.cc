@@ -75,7 +75,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
                            rocksdb::ColumnFamilyOptions(db_options));
   for (const char* name :
-       {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf, kUploadsCf, kPartsCf}) {
+       {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf, kUploadsCf, kPartsCf,
+        kRecordsCf, kRecordSetsCf, kRecordOrderCf, kRecordGcCf}) {
     descriptors.emplace_back(name, resources.columnFamilyOptions());
   }
   std::unique_ptr<RocksIndex> index(new RocksIndex(clock));
@@ -86,7 +87,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   index->db_.reset(raw);
   index->cfs_ = ColumnFamilies{index->handles_[1], index->handles_[2], index->handles_[3],
                                index->handles_[4], index->handles_[5], index->handles_[6],
-                               index->handles_[7]};
+                               index->handles_[7], index->handles_[8], index->handles_[9],
+                               index->handles_[10], index->handles_[11]};
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
@@ -152,7 +154,8 @@ namespace {
 void stageManifest(CommitRequest& req, const Manifest& manifest) {
   req.manifest = &manifest;
   req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
-                                                  manifest.mtime_unix_nanos, manifest.version});
+                                                  manifest.mtime_unix_nanos, manifest.version,
+                                                  manifest.records.set});
   req.manifest_value = encodeManifest(manifest);
 }
 }  // namespace

@@ -59,12 +59,29 @@ class RocksIndex final : public Index {
   Status abortUpload(std::string_view bucket, std::string_view key,
                      std::string_view upload_id) override;
 
+  Status putRecordRows(std::string_view bucket, std::string_view container, const VersionId& set,
+                       const std::vector<RecordRow>& rows) override;
+  Result<RecordIndexInfo> attachRecords(std::string_view bucket, std::string_view container,
+                                        const VersionId& version,
+                                        const RecordIndexInfo& info) override;
+  Status abandonRecords(const VersionId& set) override;
+  Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) override;
+  Result<std::vector<RecordRow>> setRecords(const VersionId& set,
+                                            std::optional<uint64_t> after_offset,
+                                            size_t limit) override;
+  Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
+                                             int64_t orphan_before_unix_nanos) override;
+
   // Group-commit counters: synced batches written and requests committed so far.
   CommitStats commitStats() const { return queue_->stats(); }
 
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
   Status submit(CommitRequest& req);
+  // collectRecordGarbage's two halves.
+  Status markOrphanSets(int64_t orphan_before_unix_nanos);
+  Status removeDeadSet(const VersionId& set, const std::string& gc_value, size_t& budget,
+                       RecordGcStats& stats);
 
   const Clock& clock_;
   std::unique_ptr<rocksdb::DB> db_;

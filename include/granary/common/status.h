@@ -88,3 +88,10 @@ inline std::unexpected<Status> fail(Status s) { return std::unexpected<Status>(s
     ::granary::Status _st = (expr);              \
     if (!_st.isOk()) return _st;                 \
   } while (0)
+
+// The same, in functions returning Result<T>.
+#define GRANARY_RETURN_IF_ERROR_RESULT(expr)              \
+  do {                                                    \
+    ::granary::Status _st = (expr);                       \
+    if (!_st.isOk()) return ::granary::fail(std::move(_st)); \
+  } while (0)

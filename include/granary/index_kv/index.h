@@ -7,6 +7,16 @@
 //   blobrefs   blob version + tag + referrer -> "still referenced" marks (orphan sweep)
 //   uploads    bucket "/" key "\0" upload id -> MultipartUpload (CBOR)
 //   parts      upload id "/" be32(part)     -> PartInfo (CBOR)
+//   records       bucket "/" record key "\0" container key "\0" set + be64(offset) -> row
+//   record_sets   record set id (16)        -> RecordSetMeta (which container, since when)
+//   record_order  set + be64(offset)        -> record key (a set's rows in container order)
+//   record_gc     set                       -> be64(enqueue ns): dead sets to remove
+//
+// Record index (docs/record-index.md): the rows of a container hang off a *record set*, an
+// id minted per indexing run and named by the container's manifest. A row is visible only
+// while the container's current manifest names its set, so overwriting or deleting the
+// container hides all its rows in the same commit, however many there are; the dead set's
+// rows are removed later, in bounded batches, by collectRecordGarbage().
 //
 // Contract:
 //  - Every mutation is durable when it returns ok (one WAL-synced WriteBatch).
@@ -68,6 +78,17 @@ struct ObjectChecksum {
   bool operator==(const ObjectChecksum&) const = default;
 };
 
+// The record index of a container version (docs/record-index.md).
+struct RecordIndexInfo {
+  std::string format;   // "tar", "warc", "warc.gz"; empty when never indexed
+  std::string status;   // "indexed", "not-indexable", "malformed"; empty: not asked for
+  std::string message;  // why not indexed (or a warning)
+  VersionId set;        // the record set holding the rows (zero unless status "indexed")
+  uint64_t rows = 0;
+  uint64_t row_bytes = 0;  // bytes of keys and values the rows occupy in the index
+  bool operator==(const RecordIndexInfo&) const = default;
+};
+
 struct Manifest {
   VersionId version;
   uint64_t size = 0;
@@ -82,6 +103,7 @@ struct Manifest {
   std::vector<std::string> drives;       // drive id table
   std::vector<StripeLayout> stripes;     // in object order
   ObjectChecksum checksum;               // verified or computed at write time; may be empty
+  RecordIndexInfo records;               // the container's record index, if any
   bool operator==(const Manifest&) const = default;
 };
 
@@ -91,6 +113,49 @@ struct ObjectSummary {
   std::string etag;
   int64_t mtime_unix_nanos = 0;
   VersionId version;
+  VersionId record_set;  // = the manifest's records.set (zero: no visible rows)
+};
+
+// One record of a container: where its unit lies in the container version.
+struct RecordRow {
+  std::string key;        // record key (tar member name, WARC-Target-URI, ...); no NUL
+  std::string container;  // the container's object key
+  VersionId set;          // the record set the row belongs to
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t crc32c = 0;    // of container bytes [offset, offset + length)
+  std::string type;       // WARC-Type; empty for tar members
+  bool operator==(const RecordRow&) const = default;
+};
+
+// A visible row plus what the reader needs about its container.
+struct RecordLocation {
+  RecordRow row;
+  VersionId container_version;
+  int64_t container_mtime_unix_nanos = 0;
+};
+
+struct RecordQuery {
+  // Exactly one of: `key` (every location of that record key) or `prefix` (record keys
+  // starting with it; empty prefix: all).
+  std::optional<std::string> key;
+  std::string prefix;
+  std::string container;   // only rows of this container (empty: any)
+  std::string type;        // WARC rows must have this type (empty: any); untyped rows pass
+  std::string start_after; // an opaque position from a previous page (RecordPage::next)
+  size_t limit = 1000;
+  size_t max_examined = 100000;  // rows looked at (visible or not) before a page ends early
+};
+
+struct RecordPage {
+  std::vector<RecordLocation> records;  // in (record key, container, set, offset) order
+  bool truncated = false;
+  std::string next;  // when truncated: pass as start_after
+};
+
+struct RecordGcStats {
+  uint64_t rows_removed = 0;
+  uint64_t sets_removed = 0;
 };
 
 struct ListRequest {
@@ -144,6 +209,10 @@ struct MultipartUpload {
   // x-amz-checksum-algorithm / x-amz-checksum-type of the create request ("" when absent).
   std::string checksum_algorithm;
   std::string checksum_type;
+  // Record indexing asked for at creation (x-granary-index, x-granary-index-key): done at
+  // completion. Empty: none.
+  std::string index_format;
+  std::string index_key;
   bool operator==(const MultipartUpload&) const = default;
 };
 
@@ -243,6 +312,36 @@ class Index {
   // no such upload.
   virtual Status abortUpload(std::string_view bucket, std::string_view key,
                              std::string_view upload_id) = 0;
+
+  // --- Record index (docs/record-index.md).
+  // Stores rows of record set `set` for container bucket/`container` (each row's
+  // container and set fields must match). Rows stay invisible until a manifest naming the
+  // set is committed (putObject/completeUpload with manifest.records.set, or
+  // attachRecords). Not synced on its own: the commit that publishes the set syncs the
+  // WAL, which holds these writes before it. kInvalidArgument for a key with NUL or empty.
+  virtual Status putRecordRows(std::string_view bucket, std::string_view container,
+                               const VersionId& set, const std::vector<RecordRow>& rows) = 0;
+  // Publishes (more) rows of `set` for the container's current version `version`: sets
+  // manifest.records to `info` (status "indexed", info.set == set) if the version has no
+  // set yet, or adds info.rows/row_bytes if it already names `set`. kPreconditionFailed if
+  // `version` is no longer current or names another set; the set is then marked dead.
+  virtual Result<RecordIndexInfo> attachRecords(std::string_view bucket,
+                                                std::string_view container,
+                                                const VersionId& version,
+                                                const RecordIndexInfo& info) = 0;
+  // Marks a set dead (an indexing run that failed or lost its commit): its rows go.
+  virtual Status abandonRecords(const VersionId& set) = 0;
+  // Visible rows matching `query`.
+  virtual Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) = 0;
+  // Rows of one set in container order, offsets > after_offset (or all when nullopt).
+  virtual Result<std::vector<RecordRow>> setRecords(const VersionId& set,
+                                                    std::optional<uint64_t> after_offset,
+                                                    size_t limit) = 0;
+  // Removes rows of dead sets, at most `max_rows` rows per call, in batches; and marks
+  // dead the sets older than `orphan_before_unix_nanos` that no manifest names (an
+  // indexing run that crashed before its commit).
+  virtual Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
+                                                     int64_t orphan_before_unix_nanos) = 0;
 };
 
 struct IndexOptions {

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "index_kv/codec.h"
+#include "index_kv/record_codec.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -93,7 +94,7 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
 
   Manifest m = sampleManifest();
-  ObjectSummary s{"", 99, "etag", 42, m.version};
+  ObjectSummary s{"", 99, "etag", 42, m.version, VersionId{}};
   auto sb = decodeSummary("some/key", encodeSummary(s));
   REQUIRE(sb.has_value());
   CHECK(sb->key == "some/key");
@@ -106,6 +107,54 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(blobs.size() == 6);
   CHECK(blobs[3] == BlobRef{"n3/d0", BlobId{m.stripes[1].blob_version, 7, 0}});
   CHECK(decodeGcBlobs(encodeGcBlobs(blobs)).value() == blobs);
+}
+
+TEST_CASE("Record index fields and keys round-trip") {
+  Manifest m = sampleManifest();
+  m.records = RecordIndexInfo{"warc.gz", "indexed", "", m.version, 12, 3456};
+  CHECK(decodeManifest(encodeManifest(m)).value() == m);
+  m.records = RecordIndexInfo{"tar", "malformed", "truncated at byte 1024", VersionId{}, 0, 0};
+  CHECK(decodeManifest(encodeManifest(m)).value() == m);
+
+  ObjectSummary s{"", 1, "e", 2, m.version, m.stripes[1].blob_version};
+  CHECK(decodeSummary("k", encodeSummary(s))->record_set == s.record_set);
+
+  MultipartUpload u;
+  u.upload_id = "u1";
+  u.bucket = "b";
+  u.key = "k";
+  u.index_format = "tar";
+  u.index_key = "record-id";
+  CHECK(decodeUpload(encodeUpload(u)).value() == u);
+
+  const std::string row_key =
+      recordRowKey("bucket", "http://a/b?c", "crawl/x.warc.gz", m.version, 0x0102030405ull);
+  CHECK(row_key.starts_with(recordKeyPrefix("bucket", "http://a/b?c")));
+  CHECK(row_key.starts_with(recordContainerPrefix("bucket", "http://a/b?c", "crawl/x.warc.gz")));
+  auto parts = parseRecordRowKey(row_key, 6);
+  REQUIRE(parts.has_value());
+  CHECK(parts->record_key == "http://a/b?c");
+  CHECK(parts->container == "crawl/x.warc.gz");
+  CHECK(parts->set == m.version);
+  CHECK(parts->offset == 0x0102030405ull);
+  // Keys sort by record key first: "a" and all its rows before "a!" (NUL < '!').
+  CHECK(recordRowKey("b", "a", "zzz", m.version, 99) < recordRowKey("b", "a!", "a", m.version, 0));
+  CHECK_FALSE(parseRecordRowKey("bucket/short", 6).has_value());
+
+  RecordRow row{"k", "c", m.version, 5, 77, 0xDEADBEEF, "response"};
+  RecordRow back;
+  REQUIRE(decodeRecordValue(encodeRecordValue(row), back).isOk());
+  CHECK(back.length == 77);
+  CHECK(back.crc32c == 0xDEADBEEF);
+  CHECK(back.type == "response");
+  CHECK(decodeRecordValue("short", back).code() == Status::Code::kCorruption);
+
+  RecordSetMeta meta{"b", "c.tar", 123};
+  auto mb = decodeRecordSetMeta(encodeRecordSetMeta(meta));
+  REQUIRE(mb.has_value());
+  CHECK(mb->container == "c.tar");
+  CHECK(mb->touched_unix_nanos == 123);
+  CHECK_FALSE(decodeRecordSetMeta("\xff").has_value());
 }
 
 TEST_CASE("Decoding garbage or truncated bytes returns kCorruption and never crashes") {

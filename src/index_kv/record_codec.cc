@@ -1,0 +1,107 @@
+// Encodings of the record index: see record_codec.h and docs/index-format.md.
+#include "index_kv/record_codec.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "granary/common/hex.h"
+
+namespace granary::index_kv {
+
+std::string recordKeyPrefix(std::string_view bucket, std::string_view record_key) {
+  std::string out;
+  out.reserve(bucket.size() + record_key.size() + 2);
+  out.append(bucket).push_back('/');
+  out.append(record_key).push_back('\0');
+  return out;
+}
+
+std::string recordContainerPrefix(std::string_view bucket, std::string_view record_key,
+                                  std::string_view container) {
+  std::string out = recordKeyPrefix(bucket, record_key);
+  out.append(container).push_back('\0');
+  return out;
+}
+
+std::string recordRowKey(std::string_view bucket, std::string_view record_key,
+                         std::string_view container, const VersionId& set, uint64_t offset) {
+  std::string out = recordContainerPrefix(bucket, record_key, container);
+  out.append(reinterpret_cast<const char*>(set.bytes.data()), set.bytes.size());
+  uint8_t be[8];
+  putBe64(be, offset);
+  out.append(reinterpret_cast<const char*>(be), 8);
+  return out;
+}
+
+Result<RecordKeyParts> parseRecordRowKey(std::string_view row_key, size_t bucket_len) {
+  if (row_key.size() < bucket_len + 1 + 1 + kRecordKeyTail) {
+    return fail(Status::corruption("index: record row key too short"));
+  }
+  std::string_view rest = row_key.substr(bucket_len + 1);
+  size_t nul = rest.find('\0');
+  const size_t tail_at = rest.size() - (16 + 8);
+  if (nul == std::string_view::npos || nul >= tail_at || rest[tail_at - 1] != '\0') {
+    return fail(Status::corruption("index: bad record row key"));
+  }
+  RecordKeyParts parts;
+  parts.record_key = rest.substr(0, nul);
+  parts.container = rest.substr(nul + 1, tail_at - 1 - (nul + 1));
+  const auto* tail = reinterpret_cast<const uint8_t*>(rest.data() + tail_at);
+  std::copy(tail, tail + 16, parts.set.bytes.begin());
+  parts.offset = getBe64(tail + 16);
+  return parts;
+}
+
+std::string encodeRecordValue(const RecordRow& row) {
+  std::string out(12, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  putBe64(p, row.length);
+  putBe32(p + 8, row.crc32c);
+  out.append(row.type);
+  return out;
+}
+
+Status decodeRecordValue(std::string_view value, RecordRow& row) {
+  if (value.size() < 12) return Status::corruption("index: record value too short");
+  const auto* p = reinterpret_cast<const uint8_t*>(value.data());
+  row.length = getBe64(p);
+  row.crc32c = getBe32(p + 8);
+  row.type = std::string(value.substr(12));
+  return Status::ok();
+}
+
+std::string recordOrderKey(const VersionId& set, uint64_t offset) {
+  std::string out(reinterpret_cast<const char*>(set.bytes.data()), set.bytes.size());
+  uint8_t be[8];
+  putBe64(be, offset);
+  out.append(reinterpret_cast<const char*>(be), 8);
+  return out;
+}
+
+std::string encodeRecordSetMeta(const RecordSetMeta& meta) {
+  nlohmann::json j = nlohmann::json::object();
+  j["b"] = meta.bucket;
+  j["c"] = meta.container;
+  j["t"] = meta.touched_unix_nanos;
+  std::string out;
+  nlohmann::json::to_cbor(j, out);
+  return out;
+}
+
+Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value) {
+  nlohmann::json j = nlohmann::json::from_cbor(value.begin(), value.end(), true, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return fail(Status::corruption("index: record set value is not a CBOR map"));
+  }
+  auto b = j.find("b");
+  auto c = j.find("c");
+  auto t = j.find("t");
+  if (b == j.end() || !b->is_string() || c == j.end() || !c->is_string() || t == j.end() ||
+      !t->is_number_integer()) {
+    return fail(Status::corruption("index: bad record set value"));
+  }
+  return RecordSetMeta{b->get<std::string>(), c->get<std::string>(), t->get<int64_t>()};
+}
+
+}  // namespace granary::index_kv

@@ -1,0 +1,340 @@
+// RocksIndex: the record index (docs/record-index.md; formats in docs/index-format.md).
+// Row writes and the removal of dead sets' rows go straight to RocksDB without a sync:
+// rows are invisible until a commit through the CommitQueue names their set, and that
+// synced commit makes every earlier WAL write durable with it. Removal is idempotent and
+// its record_gc entry is only dropped (through the queue) once all rows are gone.
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <map>
+
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "granary/common/log.h"
+#include "index_kv/codec.h"
+#include "index_kv/record_codec.h"
+#include "index_kv/rocks_index.h"
+
+namespace granary::index_kv {
+namespace {
+
+constexpr size_t kMaxRecordKey = 8192;
+constexpr size_t kRemoveBatch = 2048;
+
+Status checkRecordKey(std::string_view key) {
+  if (key.empty()) return Status::invalidArgument("record key is empty");
+  if (key.size() > kMaxRecordKey) return Status::invalidArgument("record key is over 8 KiB");
+  if (key.find('\0') != std::string_view::npos) {
+    return Status::invalidArgument("record key contains NUL");
+  }
+  return Status::ok();
+}
+
+Status checkContainer(std::string_view bucket, std::string_view container) {
+  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
+    return Status::invalidArgument("index: bad bucket name");
+  }
+  if (container.empty() || container.find('\0') != std::string_view::npos) {
+    return Status::invalidArgument("index: bad container key");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view container,
+                                 const VersionId& set, const std::vector<RecordRow>& rows) {
+  GRANARY_RETURN_IF_ERROR(checkContainer(bucket, container));
+  if (set.isZero()) return Status::invalidArgument("index: record set id is zero");
+  rocksdb::WriteBatch batch;
+  const std::string set_key = versionKey(set);
+  auto put = [&](rocksdb::ColumnFamilyHandle* cf, const rocksdb::Slice& k,
+                 const rocksdb::Slice& v) {
+    return fromRocks(batch.Put(cf, k, v), "index: staging record rows");
+  };
+  GRANARY_RETURN_IF_ERROR(put(cfs_.record_sets, set_key,
+                              encodeRecordSetMeta({std::string(bucket), std::string(container),
+                                                   clock_.nowUnixNanos()})));
+  for (const RecordRow& row : rows) {
+    GRANARY_RETURN_IF_ERROR(checkRecordKey(row.key));
+    if (row.container != container || row.set != set) {
+      return Status::invalidArgument("index: record row of another container or set");
+    }
+    GRANARY_RETURN_IF_ERROR(put(cfs_.records,
+                                recordRowKey(bucket, row.key, container, set, row.offset),
+                                encodeRecordValue(row)));
+    GRANARY_RETURN_IF_ERROR(put(cfs_.record_order, recordOrderKey(set, row.offset), row.key));
+  }
+  rocksdb::WriteOptions options;
+  options.sync = false;
+  return fromRocks(db_->Write(options, &batch), "index: writing record rows");
+}
+
+Result<RecordIndexInfo> RocksIndex::attachRecords(std::string_view bucket,
+                                                  std::string_view container,
+                                                  const VersionId& version,
+                                                  const RecordIndexInfo& info) {
+  GRANARY_RETURN_IF_ERROR_RESULT(checkContainer(bucket, container));
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kAttachRecords;
+  req.bucket = std::string(bucket);
+  req.key = std::string(container);
+  req.container_version = version;
+  req.record_info = info;
+  if (Status st = submit(req); !st.isOk()) return fail(st);
+  if (!req.record_lost.empty()) return fail(Status::preconditionFailed(req.record_lost));
+  return req.record_result;
+}
+
+Status RocksIndex::abandonRecords(const VersionId& set) {
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kAbandonRecords;
+  req.record_info.set = set;
+  return submit(req);
+}
+
+Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const RecordQuery& q) {
+  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
+    return fail(Status::invalidArgument("index: bad bucket name"));
+  }
+  std::string begin;
+  if (q.key) {
+    GRANARY_RETURN_IF_ERROR_RESULT(checkRecordKey(*q.key));
+    begin = q.container.empty() ? recordKeyPrefix(bucket, *q.key)
+                                : recordContainerPrefix(bucket, *q.key, q.container);
+  } else {
+    begin = std::string(bucket) + "/" + q.prefix;
+  }
+  const std::string end = prefixSuccessor(begin);
+  const std::string bucket_prefix = std::string(bucket) + "/";
+  std::string seek = begin;
+  if (!q.start_after.empty()) {
+    std::string after = bucket_prefix + q.start_after;
+    if (after > seek) seek = std::move(after);
+  }
+
+  rocksdb::ReadOptions options;
+  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+  options.snapshot = snapshot;
+  rocksdb::Slice upper(end);
+  if (!end.empty()) options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.records));
+  struct Container {
+    bool visible_set = false;
+    VersionId set;
+    VersionId version;
+    int64_t mtime = 0;
+  };
+  std::map<std::string, Container, std::less<>> containers;
+  auto containerOf = [&](std::string_view name) -> Result<const Container*> {
+    if (auto found = containers.find(name); found != containers.end()) return &found->second;
+    Container c;
+    std::string value;
+    rocksdb::Status s = db_->Get(options, cfs_.objects, objectKey(bucket, name), &value);
+    if (s.ok()) {
+      auto summary = decodeSummary(name, value);
+      if (!summary) return fail(summary.error());
+      c.visible_set = !summary->record_set.isZero();
+      c.set = summary->record_set;
+      c.version = summary->version;
+      c.mtime = summary->mtime_unix_nanos;
+    } else if (!s.IsNotFound()) {
+      return fail(fromRocks(s, "index: reading container"));
+    }
+    return &containers.emplace(std::string(name), c).first->second;
+  };
+
+  RecordPage page;
+  size_t examined = 0;
+  Status error;
+  for (it->Seek(seek); it->Valid(); it->Next()) {
+    std::string_view row_key = it->key().ToStringView();
+    if (!q.start_after.empty() && row_key == bucket_prefix + q.start_after) continue;
+    if (page.records.size() >= q.limit || examined >= q.max_examined) {
+      page.truncated = true;
+      break;
+    }
+    ++examined;
+    page.next = std::string(row_key.substr(bucket_prefix.size()));
+    auto parts = parseRecordRowKey(row_key, bucket.size());
+    if (!parts) {
+      log::warn("index: skipping bad record row: {}", parts.error().toString());
+      continue;
+    }
+    if (!q.container.empty() && parts->container != q.container) continue;
+    RecordRow row;
+    if (Status st = decodeRecordValue(it->value().ToStringView(), row); !st.isOk()) {
+      log::warn("index: skipping bad record row: {}", st.toString());
+      continue;
+    }
+    if (!q.type.empty() && !row.type.empty() && row.type != q.type) continue;
+    auto c = containerOf(parts->container);
+    if (!c) {
+      error = c.error();
+      break;
+    }
+    if (!(*c)->visible_set || (*c)->set != parts->set) continue;
+    row.key = std::string(parts->record_key);
+    row.container = std::string(parts->container);
+    row.set = parts->set;
+    row.offset = parts->offset;
+    page.records.push_back(RecordLocation{std::move(row), (*c)->version, (*c)->mtime});
+  }
+  if (error.isOk() && !it->status().ok()) error = fromRocks(it->status(), "index: listing records");
+  it.reset();
+  db_->ReleaseSnapshot(snapshot);
+  if (!error.isOk()) return fail(error);
+  if (!page.truncated) page.next.clear();
+  return page;
+}
+
+Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
+                                                      std::optional<uint64_t> after_offset,
+                                                      size_t limit) {
+  std::vector<RecordRow> out;
+  std::string meta_value;
+  rocksdb::ReadOptions options;
+  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+  options.snapshot = snapshot;
+  struct Release {
+    rocksdb::DB* db;
+    const rocksdb::Snapshot* s;
+    ~Release() { db->ReleaseSnapshot(s); }
+  } release{db_.get(), snapshot};
+  rocksdb::Status s = db_->Get(options, cfs_.record_sets, versionKey(set), &meta_value);
+  if (s.IsNotFound()) return out;
+  if (!s.ok()) return fail(fromRocks(s, "index: reading record set"));
+  auto meta = decodeRecordSetMeta(meta_value);
+  if (!meta) return fail(meta.error());
+  const std::string begin = versionKey(set);
+  const std::string end = prefixSuccessor(begin);
+  rocksdb::Slice upper(end);
+  options.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.record_order));
+  if (after_offset) {
+    if (*after_offset == UINT64_MAX) return out;
+    it->Seek(recordOrderKey(set, *after_offset + 1));
+  } else {
+    it->Seek(begin);
+  }
+  for (; it->Valid() && out.size() < limit; it->Next()) {
+    std::string_view k = it->key().ToStringView();
+    if (k.size() != 24) return fail(Status::corruption("index: bad record order key"));
+    RecordRow row;
+    row.key = it->value().ToString();
+    row.container = meta->container;
+    row.set = set;
+    row.offset = getBe64(reinterpret_cast<const uint8_t*>(k.data() + 16));
+    std::string value;
+    s = db_->Get(options, cfs_.records,
+                 recordRowKey(meta->bucket, row.key, row.container, set, row.offset), &value);
+    if (s.IsNotFound()) continue;  // being removed
+    if (!s.ok()) return fail(fromRocks(s, "index: reading record row"));
+    GRANARY_RETURN_IF_ERROR_RESULT(decodeRecordValue(value, row));
+    out.push_back(std::move(row));
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: listing record set"));
+  return out;
+}
+
+Status RocksIndex::markOrphanSets(int64_t orphan_before_unix_nanos) {
+  std::vector<std::pair<VersionId, RecordSetMeta>> stale;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), cfs_.record_sets));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto set = parseVersionKey(it->key().ToStringView());
+      auto meta = decodeRecordSetMeta(it->value().ToStringView());
+      if (!set || !meta) {
+        log::warn("index: unreadable record set row");
+        continue;
+      }
+      if (meta->touched_unix_nanos < orphan_before_unix_nanos) {
+        stale.emplace_back(*set, std::move(*meta));
+      }
+    }
+    if (!it->status().ok()) return fromRocks(it->status(), "index: listing record sets");
+  }
+  for (const auto& [set, meta] : stale) {
+    // Checked again on the committer, where no commit can name the set in between.
+    CommitRequest req;
+    req.kind = CommitRequest::Kind::kAbandonRecords;
+    req.record_info.set = set;
+    req.bucket = meta.bucket;
+    req.key = meta.container;
+    GRANARY_RETURN_IF_ERROR(submit(req));
+  }
+  return Status::ok();
+}
+
+Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_value,
+                                 size_t& budget, RecordGcStats& stats) {
+  const std::string set_key = versionKey(set);
+  std::string meta_value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, set_key, &meta_value);
+  if (!s.ok() && !s.IsNotFound()) return fromRocks(s, "index: reading record set");
+  if (s.ok()) {
+    auto meta = decodeRecordSetMeta(meta_value);
+    if (!meta) return meta.error();
+    const std::string end = prefixSuccessor(set_key);
+    for (;;) {
+      rocksdb::ReadOptions options;
+      rocksdb::Slice upper(end);
+      options.iterate_upper_bound = &upper;
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.record_order));
+      rocksdb::WriteBatch batch;
+      size_t n = 0;
+      for (it->Seek(set_key); it->Valid() && n < kRemoveBatch && n < budget; it->Next(), ++n) {
+        std::string_view k = it->key().ToStringView();
+        if (k.size() != 24) return Status::corruption("index: bad record order key");
+        const uint64_t offset = getBe64(reinterpret_cast<const uint8_t*>(k.data() + 16));
+        (void)batch.Delete(cfs_.records, recordRowKey(meta->bucket, it->value().ToStringView(),
+                                                      meta->container, set, offset));
+        (void)batch.Delete(cfs_.record_order, k);
+      }
+      const bool more = it->Valid();
+      if (!it->status().ok()) return fromRocks(it->status(), "index: listing record set");
+      it.reset();
+      if (n > 0) {
+        GRANARY_RETURN_IF_ERROR(
+            fromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "index: removing records"));
+        stats.rows_removed += n;
+        budget -= n;
+      }
+      if (!more) break;
+      if (budget == 0) return Status::ok();  // the rest next time
+    }
+  }
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kRecordGcDone;
+  req.record_info.set = set;
+  req.record_gc_value = gc_value;
+  GRANARY_RETURN_IF_ERROR(submit(req));
+  ++stats.sets_removed;
+  return Status::ok();
+}
+
+Result<RecordGcStats> RocksIndex::collectRecordGarbage(size_t max_rows,
+                                                       int64_t orphan_before_unix_nanos) {
+  GRANARY_RETURN_IF_ERROR_RESULT(markOrphanSets(orphan_before_unix_nanos));
+  std::vector<std::pair<VersionId, std::string>> dead;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.record_gc));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto set = parseVersionKey(it->key().ToStringView());
+      if (!set) continue;
+      dead.emplace_back(*set, it->value().ToString());
+    }
+    if (!it->status().ok()) return fail(fromRocks(it->status(), "index: listing record gc"));
+  }
+  RecordGcStats stats;
+  size_t budget = max_rows;
+  for (const auto& [set, value] : dead) {
+    if (budget == 0) break;
+    GRANARY_RETURN_IF_ERROR_RESULT(removeDeadSet(set, value, budget, stats));
+  }
+  return stats;
+}
+
+}  // namespace granary::index_kv

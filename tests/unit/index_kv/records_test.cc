@@ -1,0 +1,338 @@
+// The record index: rows hang off a record set named by the container's manifest.
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <set>
+
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::index_kv;
+using granary::index_kv::testing::IndexFixture;
+using Code = Status::Code;
+
+namespace {
+
+// `n` rows of `container` in set `set`: keys "rec/00000".. at offsets 1000*i.
+std::vector<RecordRow> makeRows(const std::string& container, const VersionId& set, int n,
+                                const std::string& type = "", int first = 0) {
+  std::vector<RecordRow> rows;
+  for (int i = first; i < first + n; ++i) {
+    rows.push_back(RecordRow{fmt::format("rec/{:05}", i), container, set, uint64_t(i) * 1000,
+                             100 + uint64_t(i), 0xC0000000u + uint32_t(i), type});
+  }
+  return rows;
+}
+
+RecordIndexInfo indexed(const VersionId& set, uint64_t rows) {
+  return RecordIndexInfo{"tar", "indexed", "", set, rows, rows * 40};
+}
+
+std::vector<RecordRow> rowsOf(const RecordPage& page) {
+  std::vector<RecordRow> out;
+  for (const RecordLocation& l : page.records) out.push_back(l.row);
+  return out;
+}
+
+// Every visible row with `prefix`, fetched `page_size` at a time.
+std::vector<RecordRow> listAll(Index& index, const std::string& bucket, RecordQuery q,
+                               size_t page_size, size_t* pages = nullptr) {
+  std::vector<RecordRow> out;
+  q.limit = page_size;
+  size_t n = 0;
+  for (;;) {
+    auto page = index.listRecords(bucket, q);
+    REQUIRE(page.has_value());
+    ++n;
+    for (auto& r : rowsOf(*page)) out.push_back(r);
+    if (!page->truncated) break;
+    REQUIRE(!page->next.empty());
+    q.start_after = page->next;
+    REQUIRE(n < 100000);
+  }
+  if (pages) *pages = n;
+  return out;
+}
+
+// Rows of `set` still stored, visible or not.
+size_t storedRows(Index& index, const VersionId& set) {
+  auto rows = index.setRecords(set, std::nullopt, 1u << 30);
+  REQUIRE(rows.has_value());
+  return rows->size();
+}
+
+}  // namespace
+
+TEST_CASE("Record rows are invisible until a manifest naming their set is committed") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId set = f.newVersion();
+  auto rows = makeRows("shard.tar", set, 50);
+  REQUIRE(f.index->putRecordRows("b", "shard.tar", set, rows).isOk());
+
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 1000).empty());
+
+  Manifest m = f.inlineManifest("container bytes");
+  m.records = indexed(set, rows.size());
+  REQUIRE(f.index->putObject("b", "shard.tar", m, Precondition::none()).has_value());
+  CHECK(listAll(*f.index, "b", all, 1000) == rows);
+  CHECK(f.index->getObject("b", "shard.tar")->records == m.records);
+
+  // Survives a reopen (the manifest's record info and the rows).
+  f.reopen();
+  CHECK(listAll(*f.index, "b", all, 1000) == rows);
+  CHECK(f.index->getObject("b", "shard.tar")->records == m.records);
+}
+
+TEST_CASE("Record listing pages by key prefix, and exact-key lookups list every location") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId s1 = f.newVersion();
+  const VersionId s2 = f.newVersion();
+  auto r1 = makeRows("a.tar", s1, 120);
+  auto r2 = makeRows("b.tar", s2, 30, "", 100);  // rec/00100.. overlap a.tar's last 20 keys
+  REQUIRE(f.index->putRecordRows("b", "a.tar", s1, r1).isOk());
+  REQUIRE(f.index->putRecordRows("b", "b.tar", s2, r2).isOk());
+  Manifest ma = f.inlineManifest("a");
+  ma.records = indexed(s1, r1.size());
+  Manifest mb = f.inlineManifest("b");
+  mb.records = indexed(s2, r2.size());
+  REQUIRE(f.index->putObject("b", "a.tar", ma, Precondition::none()).has_value());
+  REQUIRE(f.index->putObject("b", "b.tar", mb, Precondition::none()).has_value());
+
+  std::vector<RecordRow> expected = r1;
+  expected.insert(expected.end(), r2.begin(), r2.end());
+  std::sort(expected.begin(), expected.end(), [](const RecordRow& x, const RecordRow& y) {
+    return std::tie(x.key, x.container) < std::tie(y.key, y.container);
+  });
+  size_t pages = 0;
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 7, &pages) == expected);
+  CHECK(pages == (expected.size() + 6) / 7);
+
+  RecordQuery prefix;
+  prefix.prefix = "rec/0011";
+  auto got = listAll(*f.index, "b", prefix, 3);
+  CHECK(got.size() == 20);  // rec/00110..00119 in both containers
+  for (const RecordRow& r : got) CHECK(r.key.starts_with("rec/0011"));
+
+  RecordQuery exact;
+  exact.key = "rec/00105";
+  auto both = f.index->listRecords("b", exact);
+  REQUIRE(both.has_value());
+  REQUIRE(both->records.size() == 2);
+  CHECK(both->records[0].row.container == "a.tar");
+  CHECK(both->records[1].row.container == "b.tar");
+  CHECK(both->records[1].container_version == mb.version);
+  CHECK(both->records[1].container_mtime_unix_nanos == mb.mtime_unix_nanos);
+
+  exact.container = "b.tar";
+  auto one = f.index->listRecords("b", exact);
+  REQUIRE(one->records.size() == 1);
+  CHECK(one->records[0].row == r2[5]);
+
+  // An exact key is not a prefix: "rec/0010" matches nothing.
+  RecordQuery none;
+  none.key = "rec/0010";
+  CHECK(f.index->listRecords("b", none)->records.empty());
+  // Other buckets see nothing.
+  f.makeBucket("c");
+  CHECK(listAll(*f.index, "c", all, 10).empty());
+}
+
+TEST_CASE("The type filter applies to typed (WARC) rows only") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId s1 = f.newVersion();
+  std::vector<RecordRow> rows = makeRows("crawl.warc.gz", s1, 2, "request");
+  auto responses = makeRows("crawl.warc.gz", s1, 2, "response", 2);
+  for (auto& r : responses) r.key = rows[&r - &responses[0]].key;  // same URLs
+  rows.insert(rows.end(), responses.begin(), responses.end());
+  REQUIRE(f.index->putRecordRows("b", "crawl.warc.gz", s1, rows).isOk());
+  Manifest m = f.inlineManifest("w");
+  m.records = indexed(s1, rows.size());
+  REQUIRE(f.index->putObject("b", "crawl.warc.gz", m, Precondition::none()).has_value());
+  const VersionId s2 = f.newVersion();
+  auto tar_rows = makeRows("t.tar", s2, 1);
+  REQUIRE(f.index->putRecordRows("b", "t.tar", s2, tar_rows).isOk());
+  Manifest t = f.inlineManifest("t");
+  t.records = indexed(s2, 1);
+  REQUIRE(f.index->putObject("b", "t.tar", t, Precondition::none()).has_value());
+
+  RecordQuery q;
+  q.key = "rec/00000";
+  q.type = "response";
+  auto page = f.index->listRecords("b", q);
+  REQUIRE(page->records.size() == 2);  // the WARC response and the untyped tar member
+  CHECK(page->records[0].row.type == "response");
+  CHECK(page->records[1].row.container == "t.tar");
+  q.type.clear();
+  CHECK(f.index->listRecords("b", q)->records.size() == 3);
+}
+
+TEST_CASE("Overwriting or deleting a container hides its rows at once; GC removes them") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId s1 = f.newVersion();
+  auto rows = makeRows("c.tar", s1, 5000);
+  REQUIRE(f.index->putRecordRows("b", "c.tar", s1, rows).isOk());
+  Manifest m = f.inlineManifest("v1");
+  m.records = indexed(s1, rows.size());
+  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+
+  RecordQuery all;
+  bool deleting = GENERATE(false, true);
+  if (deleting) {
+    REQUIRE(f.index->deleteObject("b", "c.tar", Precondition::none()).has_value());
+  } else {
+    Manifest plain = f.inlineManifest("v2, not indexed");
+    REQUIRE(f.index->putObject("b", "c.tar", plain, Precondition::none()).has_value());
+  }
+  CHECK(listAll(*f.index, "b", all, 1000).empty());
+  CHECK(storedRows(*f.index, s1) == 5000);
+
+  // Removal is bounded per call.
+  auto gc = f.index->collectRecordGarbage(3000, 0);
+  REQUIRE(gc.has_value());
+  CHECK(gc->rows_removed == 3000);
+  CHECK(gc->sets_removed == 0);
+  CHECK(storedRows(*f.index, s1) == 2000);
+  gc = f.index->collectRecordGarbage(3000, 0);
+  REQUIRE(gc.has_value());
+  CHECK(gc->rows_removed == 2000);
+  CHECK(gc->sets_removed == 1);
+  CHECK(storedRows(*f.index, s1) == 0);
+  gc = f.index->collectRecordGarbage(3000, 0);
+  CHECK(gc->rows_removed == 0);
+  CHECK(gc->sets_removed == 0);
+}
+
+TEST_CASE("A rewrite that keeps the record set keeps the rows") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId s1 = f.newVersion();
+  auto rows = makeRows("c.tar", s1, 10);
+  REQUIRE(f.index->putRecordRows("b", "c.tar", s1, rows).isOk());
+  Manifest m = f.inlineManifest("v1");
+  m.records = indexed(s1, rows.size());
+  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+  Manifest same = m;  // same version rewritten in place (e.g. metadata)
+  same.content_type = "application/x-tar";
+  REQUIRE(f.index->putObject("b", "c.tar", same, Precondition::mustMatch(m.version)).has_value());
+  (void)f.index->collectRecordGarbage(1000, 0);
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 100) == rows);
+}
+
+TEST_CASE("attachRecords publishes rows on the current version, in several calls") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("plain container");
+  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+  const VersionId set = f.newVersion();
+  auto first = makeRows("c.tar", set, 10);
+  auto second = makeRows("c.tar", set, 10, "", 10);
+  REQUIRE(f.index->putRecordRows("b", "c.tar", set, first).isOk());
+  auto info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
+  REQUIRE(info.has_value());
+  CHECK(info->rows == 10);
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 100) == first);
+
+  REQUIRE(f.index->putRecordRows("b", "c.tar", set, second).isOk());
+  info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
+  REQUIRE(info.has_value());
+  CHECK(info->rows == 20);
+  CHECK(info->row_bytes == 800);
+  CHECK(listAll(*f.index, "b", all, 100).size() == 20);
+  CHECK(f.index->getObject("b", "c.tar")->records.rows == 20);
+  CHECK(f.index->getObject("b", "c.tar")->version == m.version);
+}
+
+TEST_CASE("attachRecords to a replaced version fails and the set's rows are removed") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("v1");
+  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+  Manifest m2 = f.inlineManifest("v2");
+  REQUIRE(f.index->putObject("b", "c.tar", m2, Precondition::none()).has_value());
+  const VersionId set = f.newVersion();
+  REQUIRE(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 10)).isOk());
+  auto info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
+  REQUIRE_FALSE(info.has_value());
+  CHECK(info.error().code() == Code::kPreconditionFailed);
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 100).empty());
+  auto gc = f.index->collectRecordGarbage(1000, 0);
+  CHECK(gc->rows_removed == 10);
+  CHECK(storedRows(*f.index, set) == 0);
+  // A dead set cannot be published by a later commit either.
+  Manifest m3 = f.inlineManifest("v3");
+  m3.records = indexed(set, 10);
+  auto put = f.index->putObject("b", "c.tar", m3, Precondition::none());
+  REQUIRE_FALSE(put.has_value());
+  CHECK(put.error().code() == Code::kPreconditionFailed);
+}
+
+TEST_CASE("Abandoned and orphaned record sets are removed; named ones are kept") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId abandoned = f.newVersion();
+  const VersionId orphan = f.newVersion();
+  const VersionId named = f.newVersion();
+  REQUIRE(f.index->putRecordRows("b", "x.tar", abandoned, makeRows("x.tar", abandoned, 3)).isOk());
+  REQUIRE(f.index->putRecordRows("b", "y.tar", orphan, makeRows("y.tar", orphan, 4)).isOk());
+  REQUIRE(f.index->putRecordRows("b", "z.tar", named, makeRows("z.tar", named, 5)).isOk());
+  Manifest z = f.inlineManifest("z");
+  z.records = indexed(named, 5);
+  REQUIRE(f.index->putObject("b", "z.tar", z, Precondition::none()).has_value());
+  REQUIRE(f.index->abandonRecords(abandoned).isOk());
+
+  // Young sets are not orphans yet (an upload may still be indexing).
+  auto gc = f.index->collectRecordGarbage(1000, f.clock.nowUnixNanos() - 1'000'000'000);
+  CHECK(gc->rows_removed == 3);
+  CHECK(storedRows(*f.index, orphan) == 4);
+  f.clock.advance(2'000'000'000);
+  gc = f.index->collectRecordGarbage(1000, f.clock.nowUnixNanos() - 1'000'000'000);
+  CHECK(gc->rows_removed == 4);
+  CHECK(storedRows(*f.index, orphan) == 0);
+  CHECK(storedRows(*f.index, named) == 5);
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 100).size() == 5);
+}
+
+TEST_CASE("Listing stops early after max_examined invisible rows and resumes") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId hidden = f.newVersion();
+  REQUIRE(f.index->putRecordRows("b", "h.tar", hidden, makeRows("h.tar", hidden, 300)).isOk());
+  const VersionId shown = f.newVersion();
+  auto rows = makeRows("s.tar", shown, 3, "", 400);
+  REQUIRE(f.index->putRecordRows("b", "s.tar", shown, rows).isOk());
+  Manifest s = f.inlineManifest("s");
+  s.records = indexed(shown, 3);
+  REQUIRE(f.index->putObject("b", "s.tar", s, Precondition::none()).has_value());
+  RecordQuery q;
+  q.max_examined = 100;
+  auto page = f.index->listRecords("b", q);
+  REQUIRE(page.has_value());
+  CHECK(page->records.empty());
+  CHECK(page->truncated);
+  CHECK(listAll(*f.index, "b", q, 10) == rows);
+}
+
+TEST_CASE("Bad record rows are refused") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId set = f.newVersion();
+  auto rows = makeRows("c.tar", set, 1);
+  rows[0].key = std::string("a\0b", 3);
+  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  rows[0].key = "";
+  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  rows = makeRows("other.tar", set, 1);
+  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  CHECK(f.index->putRecordRows("b", "c.tar", VersionId{}, {}).code() == Code::kInvalidArgument);
+}
