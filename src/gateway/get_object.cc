@@ -4,6 +4,7 @@
 #include "granary/common/clock.h"
 #include "checksum.h"
 #include "handlers.h"
+#include "records.h"
 #include "http_range.h"
 #include "s3_xml.h"
 #include "time_format.h"
@@ -20,6 +21,7 @@ void objectHeaders(const index_kv::Manifest& m, S3Response& res) {
   res.set("Content-Type", m.content_type.empty() ? "binary/octet-stream" : m.content_type);
   for (const auto& [name, value] : m.headers) res.set(name, value);
   for (const auto& [name, value] : m.metadata) res.set("x-amz-meta-" + name, value);
+  setRecordIndexHeaders(res, m.records);
 }
 
 // True if `header` (an If-Match / If-None-Match list) names `etag`, or is "*".

@@ -86,6 +86,17 @@ std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Mani
 // copy_object.cc
 Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req);
 
+// record_handlers.cc: the record index API (docs/record-index.md).
+Task<S3Response> getRecord(GatewayContext& ctx, const S3Request& req, BodySink& sink,
+                           bool head_only);
+Task<S3Response> listRecords(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, BodySource& body,
+                                 BodySink& sink);
+Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req);
+// GET / PUT / DELETE ?record-index: the bucket's default indexing of uploads.
+Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, BodySource& body);
+
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.

@@ -283,8 +283,15 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     }
     total = *n;
     out.inline_data.resize(std::min<uint64_t>(total, *size));
-    hashes.update(
-        {reinterpret_cast<const uint8_t*>(out.inline_data.data()), out.inline_data.size()});
+    std::span<const uint8_t> all{reinterpret_cast<const uint8_t*>(out.inline_data.data()),
+                                 out.inline_data.size()};
+    hashes.update(all);
+    if (options.observe) {
+      co_await offload(ctx.pool(), [&] {
+        options.observe(all);
+        return 0;
+      });
+    }
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     writer = std::make_unique<ObjectWriter>(ctx.data, out.version, req.bucket, req.key, ex);
@@ -299,9 +306,10 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       total += *n;
       if (total > *size) break;
       auto chunk = buf.first(*n);
-      if (chunk.size() > kOffloadHashAbove) {
+      if (chunk.size() > kOffloadHashAbove || options.observe) {
         co_await offload(ctx.pool(), [&] {
           hashes.update(chunk);
+          if (options.observe) options.observe(chunk);
           return 0;
         });
       } else {

@@ -26,6 +26,9 @@ struct IngestOptions {
   // computed when the request names none, InvalidRequest when it names another, by value
   // or by x-amz-sdk-checksum-algorithm.
   std::optional<ChecksumAlgorithm> required_checksum;
+  // Sees every body byte once, in order, on the worker pool (it may block): the record
+  // indexer of a PUT that asked for one. Not called for bytes after a failure.
+  std::function<void(std::span<const uint8_t>)> observe;
 };
 
 struct IngestResult {

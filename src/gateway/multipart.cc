@@ -15,6 +15,7 @@
 #include "granary/common/hex.h"
 #include "handlers.h"
 #include "ingest.h"
+#include "records.h"
 #include "s3_xml.h"
 #include "uri.h"
 
@@ -225,6 +226,12 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
   if (!checksum) co_return errorResponse(checksum.error(), req);
   up.checksum_algorithm = checksum->first;
   up.checksum_type = checksum->second;
+  auto index_request = co_await resolveIndexRequest(ctx, req);
+  if (!index_request) co_return errorResponse(index_request.error(), req);
+  if (*index_request) {
+    up.index_format = (*index_request)->format_name;
+    up.index_key = (*index_request)->key_name;
+  }
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUpload(up); });
   if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
   S3Response res = xmlResponse(initiateMultipartUploadXml(req.bucket, req.key, up.upload_id));
@@ -447,9 +454,22 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) co_return errorResponse(precondition.error(), req);
 
+  // Indexing reads the parts once, in order, before the commit that makes the rows visible
+  // with the object (docs/record-index.md: Complete waits for it).
+  std::unique_ptr<RecordIndexer> indexer;
+  if (auto index_request = indexRequestOf(loaded->upload)) {
+    indexer = co_await indexStoredObject(ctx, req.bucket, req.key, *manifest, *index_request,
+                                         manifest->records);
+  }
   auto committed = co_await offload(ctx.pool(), [&] {
     return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
   });
+  if (!committed && indexer) {
+    co_await offload(ctx.pool(), [&] {
+      indexer->abandon();
+      return 0;
+    });
+  }
   if (!committed && committed.error().code() == Status::Code::kInvalidArgument) {
     // A listed part was replaced while we assembled the manifest (index.h).
     co_return errorResponse({S3ErrorCode::kInvalidPart,
@@ -460,9 +480,10 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
 
   std::string host(req.header("host").value_or("localhost"));
   std::string location = "http://" + host + req.path;
-  co_return xmlResponse(
-      completeMultipartUploadXml(location, req.bucket, req.key, manifest->etag,
-                                 manifest->checksum));
+  S3Response res = xmlResponse(completeMultipartUploadXml(location, req.bucket, req.key,
+                                                          manifest->etag, manifest->checksum));
+  setRecordIndexHeaders(res, manifest->records);
+  co_return res;
 }
 
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {

@@ -5,6 +5,7 @@
 #include "granary/common/hex.h"
 #include "handlers.h"
 #include "ingest.h"
+#include "records.h"
 
 namespace granary::gateway {
 
@@ -12,12 +13,21 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
                            BodySource& body) {
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) {
-    S3Response res = errorResponse(precondition.error(), req);
-    res.close = !body.done();
-    co_return res;
+    co_return errorResponse(precondition.error(), req, body);
+  }
+  auto index_request = co_await resolveIndexRequest(ctx, req);
+  if (!index_request) {
+    co_return errorResponse(index_request.error(), req, body);
+  }
+  std::unique_ptr<RecordIndexer> indexer;
+  if (*index_request && !(*index_request)->format_name.empty()) {
+    indexer = std::make_unique<RecordIndexer>(
+        ctx.index(), req.bucket, req.key, VersionId::generate(ctx.deps.clock, ctx.deps.random),
+        **index_request);
   }
   index_kv::Manifest m;
   IngestOptions options;
+  if (indexer) options.observe = [&](std::span<const uint8_t> data) { indexer->feed(data); };
   options.max_size = ctx.options.max_object_size;
   options.check_headers = [&]() -> std::optional<S3Error> {
     if (auto st = collectMetadata(req, m); !st) return st.error();
@@ -25,6 +35,10 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   };
   auto ingested = co_await ingestBody(ctx, req, auth, body, options);
   if (!ingested) {
+    if (indexer) co_await offload(ctx.pool(), [&] {
+      indexer->abandon();
+      return 0;
+    });
     S3Response res = errorResponse(ingested.error().error, req);
     res.close = ingested.error().close;
     co_return res;
@@ -44,10 +58,15 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     m.checksum = index_kv::ObjectChecksum{std::string(checksumName(*in.checksum_algorithm)),
                                           in.checksum, "FULL_OBJECT"};
   }
+  if (indexer) m.records = co_await offload(ctx.pool(), [&] { return indexer->finish(); });
   auto committed = co_await offload(ctx.pool(), [&] {
     return ctx.index().putObject(req.bucket, req.key, m, *precondition);
   });
   if (!committed) {
+    if (indexer) co_await offload(ctx.pool(), [&] {
+      indexer->abandon();
+      return 0;
+    });
     S3Error err = co_await objectNotFound(ctx, req, committed.error());
     co_await removeBlobs(ctx, in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
@@ -56,6 +75,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   }
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");
+  setRecordIndexHeaders(res, m.records);
   if (in.checksum_algorithm) {
     res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
     res.set("x-amz-checksum-type", "FULL_OBJECT");

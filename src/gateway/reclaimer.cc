@@ -112,6 +112,15 @@ void Reclaimer::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
+  std::lock_guard pass(pass_mu_);
+  const int64_t orphan_before =
+      sweep ? clock_.nowUnixNanos() -
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(options_.orphan_grace).count()
+            : 0;
+  return index_.collectRecordGarbage(200000, orphan_before);
+}
+
 void Reclaimer::loop() {
   auto next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
   std::unique_lock lock(mu_);
@@ -120,7 +129,11 @@ void Reclaimer::loop() {
     if (stopping_) break;
     lock.unlock();
     if (auto r = collectGarbage(); !r) log::warn("gc pass failed: {}", r.error().toString());
-    if (std::chrono::steady_clock::now() >= next_sweep) {
+    const bool sweep = std::chrono::steady_clock::now() >= next_sweep;
+    if (auto r = collectRecords(sweep); !r) {
+      log::warn("record gc pass failed: {}", r.error().toString());
+    }
+    if (sweep) {
       if (auto r = sweepOrphans(); !r) log::warn("sweep failed: {}", r.error().toString());
       next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
     }

@@ -35,6 +35,12 @@ std::optional<std::string_view> S3Request::queryValue(std::string_view name) con
   return std::nullopt;
 }
 
+S3Response errorResponse(const S3Error& error, const S3Request& req, const BodySource& body) {
+  S3Response res = errorResponse(error, req);
+  res.close = !body.done();
+  return res;
+}
+
 S3Response errorResponse(const S3Error& error, const S3Request& req) {
   S3Response res;
   res.status = httpStatus(error.code);
@@ -272,6 +278,40 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     op = "Unsupported";
     co_return errorResponse(
         {S3ErrorCode::kNotImplemented, "This multipart request is not implemented"}, req);
+  }
+  if (!req.bucket.empty() &&
+      (req.hasQuery("record") || req.hasQuery("records") || req.hasQuery("records-batch") ||
+       req.hasQuery("record-index"))) {
+    // The record index (docs/record-index.md).
+    if (req.key.empty() && req.hasQuery("record-index") &&
+        (m == "GET" || m == "PUT" || m == "DELETE")) {
+      op = m == "GET" ? "GetBucketRecordIndex"
+                      : (m == "PUT" ? "PutBucketRecordIndex" : "DeleteBucketRecordIndex");
+      co_return co_await bucketRecordIndex(ctx, req, body);
+    }
+    if (req.key.empty() && req.hasQuery("record") && (m == "GET" || m == "HEAD")) {
+      op = m == "GET" ? "GetRecord" : "HeadRecord";
+      co_return co_await getRecord(ctx, req, sink, m == "HEAD");
+    }
+    if (req.key.empty() && req.hasQuery("records") && m == "GET") {
+      op = "ListRecords";
+      co_return co_await listRecords(ctx, req);
+    }
+    if (req.key.empty() && req.hasQuery("records-batch") && m == "POST") {
+      op = "BatchGetRecords";
+      co_return co_await batchGetRecords(ctx, req, body, sink);
+    }
+    if (!req.key.empty() && req.hasQuery("records") && m == "POST") {
+      op = "PutRecordRows";
+      co_return co_await putRecordRows(ctx, req, body);
+    }
+    if (!req.key.empty() && req.hasQuery("records") && m == "GET") {
+      op = "ListContainerRecords";
+      co_return co_await listContainerRecords(ctx, req);
+    }
+    op = "Unsupported";
+    co_return errorResponse(
+        {S3ErrorCode::kNotImplemented, "This record index request is not implemented"}, req);
   }
   if (req.bucket.empty()) {
     if (m == "GET") {

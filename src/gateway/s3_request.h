@@ -66,11 +66,18 @@ class BodySource {
 class BodySink {
  public:
   virtual ~BodySink() = default;
-  // Sends status and headers with a Content-Length of `content_length`.
+  // Length unknown when the head goes out: the body is sent with chunked transfer coding
+  // and must end with finish().
+  static constexpr uint64_t kUnknownLength = UINT64_MAX;
+  // Sends status and headers with a Content-Length of `content_length` (or chunked).
   virtual Task<Status> writeHead(const S3Response& head, uint64_t content_length) = 0;
   virtual Task<Status> write(std::span<const uint8_t> data) = 0;
+  // Ends a chunked body (a no-op for a body with a Content-Length).
+  virtual Task<Status> finish() { co_return Status::ok(); }
 };
 
 S3Response errorResponse(const S3Error& error, const S3Request& req);
+// The same for a request whose body may be partly unread: the connection closes after it.
+S3Response errorResponse(const S3Error& error, const S3Request& req, const BodySource& body);
 
 }  // namespace granary::gateway

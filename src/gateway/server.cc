@@ -96,7 +96,12 @@ class BeastBodySink final : public BodySink {
     http::response<http::empty_body> res{static_cast<http::status>(head.status), 11};
     commonHeaders(res, req_, clock_);
     for (const auto& [name, value] : head.headers) res.set(name, value);
-    res.content_length(content_length);
+    chunked_ = content_length == kUnknownLength;
+    if (chunked_) {
+      res.chunked(true);
+    } else {
+      res.content_length(content_length);
+    }
     res.keep_alive(keep_alive_);
     http::response_serializer<http::empty_body> sr{res};
     stream_.expires_after(timeout_);
@@ -107,11 +112,26 @@ class BeastBodySink final : public BodySink {
   }
 
   Task<Status> write(std::span<const uint8_t> data) override {
+    if (data.empty()) co_return Status::ok();  // an empty chunk would end a chunked body
     stream_.expires_after(timeout_);
     beast::error_code ec;
-    co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
+    if (chunked_) {
+      co_await asio::async_write(
+          stream_, http::make_chunk(asio::buffer(data.data(), data.size())), kRedirect(ec));
+    } else {
+      co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
+    }
     if (ec) co_return Status::ioError("write body: " + ec.message());
     bytes_ += data.size();
+    co_return Status::ok();
+  }
+
+  Task<Status> finish() override {
+    if (!chunked_) co_return Status::ok();
+    stream_.expires_after(timeout_);
+    beast::error_code ec;
+    co_await asio::async_write(stream_, http::make_chunk_last(), kRedirect(ec));
+    if (ec) co_return Status::ioError("write body: " + ec.message());
     co_return Status::ok();
   }
 
@@ -123,6 +143,7 @@ class BeastBodySink final : public BodySink {
   const Clock& clock_;
   std::chrono::seconds timeout_;
   bool keep_alive_;
+  bool chunked_ = false;
   uint64_t bytes_ = 0;
 };
 

@@ -324,6 +324,8 @@ std::string encodeBucket(const BucketInfo& bucket) {
   j["n"] = bucket.name;
   j["o"] = bucket.owner;
   j["c"] = bucket.created_unix_nanos;
+  if (!bucket.index_format.empty()) j["ix"] = bucket.index_format;
+  if (!bucket.index_key.empty()) j["ik"] = bucket.index_key;
   return toCbor(j);
 }
 
@@ -334,6 +336,8 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
     b.name = asString(field(j, "n"));
     b.owner = asString(field(j, "o"));
     b.created_unix_nanos = asI64(field(j, "c"));
+    if (const Json* f = findField(j, "ix")) b.index_format = asString(*f);
+    if (const Json* f = findField(j, "ik")) b.index_key = asString(*f);
     return b;
   });
 }

@@ -31,6 +31,7 @@ void BatchBuilder::apply(CommitRequest& req) {
   try {
     switch (req.kind) {
       case CommitRequest::Kind::kCreateBucket: st = createBucket(req); break;
+      case CommitRequest::Kind::kUpdateBucket: st = updateBucket(req); break;
       case CommitRequest::Kind::kDeleteBucket: st = deleteBucket(req); break;
       case CommitRequest::Kind::kPutObject: st = putObject(req); break;
       case CommitRequest::Kind::kDeleteObject: st = deleteObject(req); break;
@@ -185,6 +186,22 @@ Status BatchBuilder::createBucket(CommitRequest& req) {
   if (*exists) return Status::alreadyExists("bucket " + req.bucket + " exists");
   GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, req.bucket_value));
   buckets_[req.bucket] = true;
+  return Status::ok();
+}
+
+Status BatchBuilder::updateBucket(CommitRequest& req) {
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.buckets, req.bucket, &value);
+  if (!s.ok()) return fromRocks(s, "index: reading bucket");
+  auto current = decodeBucket(value);
+  if (!current) return current.error();
+  BucketInfo updated = *req.bucket_info;
+  updated.owner = current->owner;
+  updated.created_unix_nanos = current->created_unix_nanos;
+  GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, encodeBucket(updated)));
   return Status::ok();
 }
 

@@ -34,6 +34,7 @@ namespace granary::index_kv {
 struct CommitRequest {
   enum class Kind {
     kCreateBucket,
+    kUpdateBucket,
     kDeleteBucket,
     kPutObject,
     kDeleteObject,
@@ -51,6 +52,8 @@ struct CommitRequest {
   std::string key;        // kPutObject, kDeleteObject and the upload kinds
   std::string upload_id;  // the upload kinds
   Precondition pre;       // kPutObject, kDeleteObject, kCompleteUpload
+  // kCreateBucket, kUpdateBucket: the encoded BucketInfo (kUpdateBucket: `bucket_info`).
+  std::optional<BucketInfo> bucket_info;
   // kCreateBucket: the encoded BucketInfo. kPutObject: the encoded summary and manifest
   // (encoded by the caller's thread so the committer only does I/O).
   std::string bucket_value;
@@ -96,6 +99,7 @@ class BatchBuilder {
 
  private:
   Status createBucket(CommitRequest& req);
+  Status updateBucket(CommitRequest& req);
   Status deleteBucket(CommitRequest& req);
   Status putObject(CommitRequest& req);
   Status deleteObject(CommitRequest& req);

@@ -119,6 +119,15 @@ Status RocksIndex::createBucket(const BucketInfo& bucket) {
   return submit(req);
 }
 
+Status RocksIndex::updateBucket(const BucketInfo& bucket) {
+  GRANARY_RETURN_IF_ERROR(checkBucketName(bucket.name));
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kUpdateBucket;
+  req.bucket = bucket.name;
+  req.bucket_info = bucket;
+  return submit(req);
+}
+
 Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
   std::string value;
   rocksdb::Status s =

@@ -25,6 +25,7 @@ class RocksIndex final : public Index {
   Status createBucket(const BucketInfo& bucket) override;
   Result<BucketInfo> getBucket(std::string_view name) override;
   Result<std::vector<BucketInfo>> listBuckets() override;
+  Status updateBucket(const BucketInfo& bucket) override;
   Status deleteBucket(std::string_view name) override;
 
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,

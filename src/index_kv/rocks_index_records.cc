@@ -317,7 +317,9 @@ Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_val
 
 Result<RecordGcStats> RocksIndex::collectRecordGarbage(size_t max_rows,
                                                        int64_t orphan_before_unix_nanos) {
-  GRANARY_RETURN_IF_ERROR_RESULT(markOrphanSets(orphan_before_unix_nanos));
+  if (orphan_before_unix_nanos > 0) {
+    GRANARY_RETURN_IF_ERROR_RESULT(markOrphanSets(orphan_before_unix_nanos));
+  }
   std::vector<std::pair<VersionId, std::string>> dead;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.record_gc));

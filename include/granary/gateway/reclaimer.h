@@ -25,6 +25,7 @@ class ChunkClient;
 }
 namespace granary::index_kv {
 class Index;
+struct RecordGcStats;
 }
 namespace granary::placement {
 struct ClusterMap;
@@ -52,6 +53,10 @@ class Reclaimer {
 
   Result<ReclaimStats> collectGarbage();
   Result<ReclaimStats> sweepOrphans();
+  // Removes the record-index rows of dead record sets (overwritten or deleted containers),
+  // a bounded number per call; with `sweep`, first marks dead the sets of indexing runs
+  // that never committed and are older than orphan_grace.
+  Result<index_kv::RecordGcStats> collectRecords(bool sweep);
 
   void start();
   void stop();

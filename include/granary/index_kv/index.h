@@ -55,6 +55,10 @@ struct BucketInfo {
   std::string name;
   std::string owner;  // access key id of the owner
   int64_t created_unix_nanos = 0;
+  // Record indexing of every PUT / multipart upload that does not say otherwise
+  // (x-granary-index values; empty: off). docs/record-index.md.
+  std::string index_format;
+  std::string index_key;
   bool operator==(const BucketInfo&) const = default;
 };
 
@@ -250,6 +254,8 @@ class Index {
   virtual Status createBucket(const BucketInfo& bucket) = 0;
   virtual Result<BucketInfo> getBucket(std::string_view name) = 0;
   virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
+  // Replaces a bucket's settings (owner and creation time are kept). kNotFound.
+  virtual Status updateBucket(const BucketInfo& bucket) = 0;
   // kNotFound, or kNotEmpty while the bucket holds objects or multipart uploads.
   virtual Status deleteBucket(std::string_view name) = 0;
 
@@ -339,7 +345,8 @@ class Index {
                                                     size_t limit) = 0;
   // Removes rows of dead sets, at most `max_rows` rows per call, in batches; and marks
   // dead the sets older than `orphan_before_unix_nanos` that no manifest names (an
-  // indexing run that crashed before its commit).
+  // indexing run that crashed before its commit); orphan_before_unix_nanos <= 0 skips
+  // that scan of every set.
   virtual Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                                      int64_t orphan_before_unix_nanos) = 0;
 };

@@ -90,7 +90,7 @@ TEST_CASE("Manifest checksums round-trip and are optional") {
 }
 
 TEST_CASE("Bucket, summary and GC values round-trip") {
-  BucketInfo b{"bucket", "AKIA", -5};
+  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id"};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
 
   Manifest m = sampleManifest();

@@ -15,8 +15,8 @@ using Code = Status::Code;
 
 TEST_CASE("Buckets can be created, read, listed and deleted") {
   IndexFixture f;
-  BucketInfo a{"alpha", "alice", 11};
-  BucketInfo b{"beta", "bob", 22};
+  BucketInfo a{"alpha", "alice", 11, "", ""};
+  BucketInfo b{"beta", "bob", 22, "", ""};
   REQUIRE(f.index->createBucket(b).isOk());
   REQUIRE(f.index->createBucket(a).isOk());
   auto got = f.index->getBucket("alpha");
@@ -30,17 +30,31 @@ TEST_CASE("Buckets can be created, read, listed and deleted") {
   CHECK(f.index->listBuckets()->size() == 1);
 }
 
+TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creation time") {
+  IndexFixture f;
+  f.makeBucket("b");
+  BucketInfo want{"b", "intruder", 1, "tar", "uri"};
+  REQUIRE(f.index->updateBucket(want).isOk());
+  auto got = f.index->getBucket("b");
+  REQUIRE(got.has_value());
+  CHECK(got->owner == "owner");
+  CHECK(got->created_unix_nanos == testing::kStartNanos);
+  CHECK(got->index_format == "tar");
+  CHECK(got->index_key == "uri");
+  CHECK(f.index->updateBucket(BucketInfo{"nope", "o", 1, "", ""}).code() == Code::kNotFound);
+}
+
 TEST_CASE("Creating a bucket that exists fails with kAlreadyExists") {
   IndexFixture f;
   f.makeBucket("b");
-  CHECK(f.index->createBucket(BucketInfo{"b", "other", 1}).code() == Code::kAlreadyExists);
+  CHECK(f.index->createBucket(BucketInfo{"b", "other", 1, "", ""}).code() == Code::kAlreadyExists);
   CHECK(f.index->getBucket("b")->owner == "owner");
 }
 
 TEST_CASE("Bucket names that are empty or contain '/' are rejected") {
   IndexFixture f;
-  CHECK(f.index->createBucket(BucketInfo{"", "o", 1}).code() == Code::kInvalidArgument);
-  CHECK(f.index->createBucket(BucketInfo{"a/b", "o", 1}).code() == Code::kInvalidArgument);
+  CHECK(f.index->createBucket(BucketInfo{"", "o", 1, "", ""}).code() == Code::kInvalidArgument);
+  CHECK(f.index->createBucket(BucketInfo{"a/b", "o", 1, "", ""}).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("Deleting a bucket that holds objects fails with kNotEmpty until it is emptied") {

@@ -42,7 +42,7 @@ struct IndexFixture {
   }
 
   void makeBucket(const std::string& name) {
-    REQUIRE(index->createBucket(BucketInfo{name, "owner", clock.nowUnixNanos()}).isOk());
+    REQUIRE(index->createBucket(BucketInfo{name, "owner", clock.nowUnixNanos(), "", ""}).isOk());
   }
 
   VersionId newVersion() {

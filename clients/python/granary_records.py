@@ -1,0 +1,237 @@
+"""Client for Granary's record index (docs/record-index.md), signed with botocore's SigV4.
+
+    from granary_records import RecordClient
+    rc = RecordClient("http://127.0.0.1:9000", "ACCESS", "SECRET")
+    rc.put_container("data", "shard-000.tar", open("shard-000.tar", "rb").read())
+    body = rc.get_record("data", "sample0001.jpg")
+    for header, body in rc.batch_get("data", ["a.txt", "b.txt"]):
+        ...
+
+Uploads of big containers (multipart) go through boto3 with `index_uploads(client)`, which
+adds x-granary-index to PutObject and CreateMultipartUpload.
+"""
+import json
+import urllib.parse
+
+import urllib3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+
+class RecordError(Exception):
+    """An S3 error response: status, AWS error code and message."""
+
+    def __init__(self, status, code, message):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _quote(s):
+    return urllib.parse.quote(s, safe="-_.~")
+
+
+def _error_of(resp):
+    code, message = "", resp.data[:500].decode("utf-8", "replace")
+    try:
+        import xml.etree.ElementTree as ET
+        root = ET.fromstring(resp.data)
+        code = root.findtext("Code") or ""
+        message = root.findtext("Message") or message
+    except Exception:
+        pass
+    return RecordError(resp.status, code, message)
+
+
+def index_uploads(s3_client, index="auto", index_key=None):
+    """Makes a boto3 S3 client ask for record indexing on every PutObject and
+    CreateMultipartUpload (upload_file / put_object)."""
+
+    def add(request, **_):
+        request.headers["x-granary-index"] = index
+        if index_key:
+            request.headers["x-granary-index-key"] = index_key
+
+    for op in ("PutObject", "CreateMultipartUpload"):
+        s3_client.meta.events.register(f"before-sign.s3.{op}", add)
+    return s3_client
+
+
+class RecordClient:
+    def __init__(self, endpoint_url, access_key, secret_key, region="us-east-1", timeout=60):
+        self.endpoint = endpoint_url.rstrip("/")
+        self.credentials = Credentials(access_key, secret_key)
+        self.region = region
+        self.http = urllib3.PoolManager(num_pools=4, maxsize=16,
+                                        timeout=urllib3.Timeout(connect=10, read=timeout),
+                                        retries=False)
+
+    @classmethod
+    def from_boto3(cls, s3_client):
+        creds = s3_client._request_signer._credentials.get_frozen_credentials()
+        return cls(s3_client.meta.endpoint_url, creds.access_key, creds.secret_key,
+                   s3_client.meta.region_name or "us-east-1")
+
+    # ---- transport ---------------------------------------------------------------------
+    def _request(self, method, bucket, key="", query=(), body=b"", headers=None,
+                 preload=True):
+        path = "/" + _quote(bucket) + ("/" + urllib.parse.quote(key, safe="/-_.~") if key else "")
+        qs = "&".join(_quote(k) + ("=" + _quote(str(v)) if v is not None else "")
+                      for k, v in query)
+        url = self.endpoint + path + ("?" + qs if qs else "")
+        req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+        S3SigV4Auth(self.credentials, "s3", self.region).add_auth(req)
+        resp = self.http.request(method, url, body=body or None, headers=dict(req.headers.items()),
+                                 preload_content=preload)
+        if resp.status >= 300:
+            if not preload:
+                resp.read()
+            raise _error_of(resp)
+        return resp
+
+    # ---- writes ------------------------------------------------------------------------
+    def put_container(self, bucket, key, data, index="auto", index_key=None):
+        """Single PUT of a container with indexing; returns the record-index headers."""
+        headers = {"x-granary-index": index}
+        if index_key:
+            headers["x-granary-index-key"] = index_key
+        resp = self._request("PUT", bucket, key, body=data, headers=headers)
+        return {k.lower(): v for k, v in resp.headers.items() if k.lower().startswith("x-granary-")}
+
+    def set_bucket_index(self, bucket, index="auto", index_key=None):
+        """Makes every upload to `bucket` indexed (index="off" stops it)."""
+        body = {"index": index}
+        if index_key:
+            body["index_key"] = index_key
+        return json.loads(self._request("PUT", bucket, "", [("record-index", None)],
+                                        json.dumps(body).encode()).data)
+
+    def get_bucket_index(self, bucket):
+        return json.loads(self._request("GET", bucket, "", [("record-index", None)]).data)
+
+    def insert_rows(self, bucket, container, rows, format=None):
+        """Batch insert of externally built rows: dicts with key, offset, length and
+        optionally type and crc32c (hex)."""
+        body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        query = [("records", None)] + ([("format", format)] if format else [])
+        return json.loads(self._request("POST", bucket, container, query, body).data)
+
+    # ---- reads -------------------------------------------------------------------------
+    def _record_query(self, key, container, type, raw):
+        q = [("record", None), ("key", key)]
+        if container:
+            q.append(("container", container))
+        if type is not None:
+            q.append(("type", type))
+        if raw:
+            q.append(("raw", "1"))
+        return q
+
+    def get_record(self, bucket, key, container=None, type=None, raw=False, with_location=False):
+        resp = self._request("GET", bucket, "", self._record_query(key, container, type, raw))
+        if with_location:
+            return resp.data, _location(resp.headers)
+        return resp.data
+
+    def head_record(self, bucket, key, container=None, type=None, raw=False):
+        resp = self._request("HEAD", bucket, "", self._record_query(key, container, type, raw))
+        loc = _location(resp.headers)
+        loc["size"] = int(resp.headers["Content-Length"])
+        return loc
+
+    def list_records(self, bucket, prefix=None, key=None, container=None, type=None,
+                     page_size=None):
+        """Every visible location, following continuation tokens."""
+        token = None
+        while True:
+            q = [("records", None)]
+            if prefix is not None:
+                q.append(("prefix", prefix))
+            if key is not None:
+                q.append(("key", key))
+            if container:
+                q.append(("container", container))
+            if type is not None:
+                q.append(("type", type))
+            if page_size:
+                q.append(("max-records", page_size))
+            if token:
+                q.append(("continuation-token", token))
+            page = json.loads(self._request("GET", bucket, "", q).data)
+            yield from page["records"]
+            if not page["is_truncated"]:
+                return
+            token = page["next_continuation_token"]
+
+    def container_records(self, bucket, container, page_size=1000):
+        """Rows of one container in offset order."""
+        after = None
+        while True:
+            q = [("records", None), ("max-records", page_size)]
+            if after is not None:
+                q.append(("after", after))
+            page = json.loads(self._request("GET", bucket, container, q).data)
+            yield from page["records"]
+            if not page["is_truncated"]:
+                return
+            after = page["next_after"]
+
+    def batch_get(self, bucket, records, type="response", raw=False):
+        """Yields (header, body) per requested record, in order. `records`: keys, or
+        dicts {"key": ..., "container": ...}. A failed record has header["status"] != 200
+        and an empty body. Raises if the stream ends early."""
+        body = json.dumps({"records": list(records), "type": type, "raw": raw}).encode()
+        resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)
+        try:
+            reader = _FrameReader(resp)
+            while True:
+                header = json.loads(reader.line())
+                if header.get("end"):
+                    return
+                yield header, reader.exactly(header["size"])
+        finally:
+            resp.release_conn()
+
+
+def _location(headers):
+    h = {k.lower(): v for k, v in headers.items()}
+    out = {
+        "container": h.get("x-granary-record-container"),
+        "offset": int(h["x-granary-record-offset"]),
+        "length": int(h["x-granary-record-length"]),
+        "crc32c": h.get("x-granary-record-crc32c"),
+        "container_version": h.get("x-granary-record-container-version"),
+    }
+    if "x-granary-record-type" in h:
+        out["type"] = h["x-granary-record-type"]
+    return out
+
+
+class _FrameReader:
+    def __init__(self, resp):
+        self.resp = resp
+        self.buf = bytearray()
+
+    def _fill(self):
+        chunk = self.resp.read(1 << 16)
+        if not chunk:
+            raise RecordError(0, "Truncated", "record stream ended early")
+        self.buf += chunk
+
+    def line(self):
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                out = bytes(self.buf[:i])
+                del self.buf[:i + 1]
+                return out
+            self._fill()
+
+    def exactly(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out

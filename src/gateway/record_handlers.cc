@@ -1,0 +1,473 @@
+// The record index's HTTP API (docs/record-index.md): record GET/HEAD by key, listing by
+// key prefix, streamed batch GET, batch insert of externally built rows, and the rows of
+// one container in order. Authentication and errors are the S3 API's.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+
+#include "digest.h"
+#include "granary/common/clock.h"
+#include "granary/ec/erasure_code.h"
+#include "handlers.h"
+#include "records.h"
+
+namespace granary::gateway {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr size_t kMaxBatchGet = 10000;
+constexpr size_t kMaxBatchGetBody = 8u << 20;
+constexpr size_t kMaxInsertBody = 64u << 20;
+constexpr size_t kInsertChunk = 8192;
+
+S3Response jsonResponse(const Json& j) {
+  S3Response res;
+  res.set("Content-Type", "application/json");
+  res.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  res.body.push_back('\n');
+  return res;
+}
+
+std::string crcHex(uint32_t crc) { return fmt::format("{:08x}", crc); }
+
+Json locationJson(const index_kv::RecordLocation& l) {
+  Json j = Json::object();
+  j["key"] = l.row.key;
+  j["container"] = l.row.container;
+  j["offset"] = l.row.offset;
+  j["length"] = l.row.length;
+  j["crc32c"] = crcHex(l.row.crc32c);
+  if (!l.row.type.empty()) j["type"] = l.row.type;
+  j["container_version"] = l.container_version.toHex();
+  return j;
+}
+
+void locationHeaders(S3Response& res, const index_kv::RecordLocation& l) {
+  res.set("x-granary-record-container", l.row.container);
+  res.set("x-granary-record-offset", std::to_string(l.row.offset));
+  res.set("x-granary-record-length", std::to_string(l.row.length));
+  res.set("x-granary-record-crc32c", crcHex(l.row.crc32c));
+  res.set("x-granary-record-container-version", l.container_version.toHex());
+  if (!l.row.type.empty()) res.set("x-granary-record-type", l.row.type);
+}
+
+std::string contentTypeOf(const RecordData& d, bool raw) {
+  if (d.format == "warc") return "application/warc";
+  if (d.format == "warc.gz") return raw ? "application/gzip" : "application/warc";
+  return "application/octet-stream";
+}
+
+bool truthy(std::optional<std::string_view> v) {
+  return v && (v->empty() || *v == "1" || *v == "true");
+}
+
+S3Result<size_t> maxRecordsOf(const S3Request& req, size_t dflt, size_t cap) {
+  auto v = req.queryValue("max-records");
+  if (!v) return dflt;
+  size_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || p != v->data() + v->size()) {
+    return s3fail(S3ErrorCode::kInvalidArgument, "max-records must be an integer");
+  }
+  return std::clamp<size_t>(n, 1, cap);
+}
+
+Task<std::optional<S3Error>> checkBucket(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b) co_return fromStatus(b.error(), S3ErrorCode::kNoSuchBucket);
+  co_return std::nullopt;
+}
+
+RecordSelector selectorOf(const S3Request& req) {
+  RecordSelector s;
+  s.key = std::string(req.queryValue("key").value_or(""));
+  s.container = std::string(req.queryValue("container").value_or(""));
+  if (auto t = req.queryValue("type")) s.type = std::string(*t);
+  s.raw = truthy(req.queryValue("raw"));
+  return s;
+}
+
+}  // namespace
+
+Task<S3Response> getRecord(GatewayContext& ctx, const S3Request& req, BodySink& sink,
+                           bool head_only) {
+  RecordSelector selector = selectorOf(req);
+  if (selector.key.empty()) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument, "The key parameter is required."}, req);
+  }
+  if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
+  auto record = co_await readRecord(ctx, req.bucket, selector);
+  if (!record) co_return errorResponse(record.error(), req);
+  S3Response res;
+  res.set("Content-Type", contentTypeOf(*record, selector.raw));
+  locationHeaders(res, record->location);
+  if (head_only) {
+    res.streamed = true;
+    Status st = co_await sink.writeHead(res, record->body.size());
+    if (!st.isOk()) res.close = true;
+    co_return res;
+  }
+  res.streamed = true;
+  Status st = co_await sink.writeHead(res, record->body.size());
+  if (st.isOk()) {
+    st = co_await sink.write({reinterpret_cast<const uint8_t*>(record->body.data()),
+                              record->body.size()});
+  }
+  if (!st.isOk()) res.close = true;
+  ctx.metrics.bytesOut(record->body.size());
+  co_return res;
+}
+
+Task<S3Response> listRecords(GatewayContext& ctx, const S3Request& req) {
+  index_kv::RecordQuery q;
+  if (auto k = req.queryValue("key")) {
+    if (req.queryValue("prefix")) {
+      co_return errorResponse(
+          {S3ErrorCode::kInvalidArgument, "Give either key or prefix, not both."}, req);
+    }
+    q.key = std::string(*k);
+    if (q.key->empty()) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument, "The key parameter is empty."}, req);
+    }
+  }
+  q.prefix = std::string(req.queryValue("prefix").value_or(""));
+  q.container = std::string(req.queryValue("container").value_or(""));
+  q.type = std::string(req.queryValue("type").value_or(""));
+  if (q.type == "*") q.type.clear();
+  auto max = maxRecordsOf(req, 1000, 1000);
+  if (!max) co_return errorResponse(max.error(), req);
+  q.limit = *max;
+  if (auto token = req.queryValue("continuation-token")) {
+    auto raw = base64Decode(*token);
+    if (!raw || raw->empty()) {
+      co_return errorResponse(
+          {S3ErrorCode::kInvalidArgument, "The continuation token provided is incorrect"}, req);
+    }
+    q.start_after.assign(raw->begin(), raw->end());
+  }
+  if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
+  auto page = co_await offload(ctx.pool(), [&] { return ctx.index().listRecords(req.bucket, q); });
+  if (!page) co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
+  Json out = Json::object();
+  out["bucket"] = req.bucket;
+  Json records = Json::array();
+  for (const auto& l : page->records) records.push_back(locationJson(l));
+  out["records"] = std::move(records);
+  out["is_truncated"] = page->truncated;
+  if (page->truncated) {
+    out["next_continuation_token"] = base64Encode(
+        {reinterpret_cast<const uint8_t*>(page->next.data()), page->next.size()});
+  }
+  co_return jsonResponse(out);
+}
+
+Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, BodySource& body,
+                                 BodySink& sink) {
+  auto text = co_await readSmallBody(body, kMaxBatchGetBody);
+  if (!text) {
+    co_return errorResponse(text.error(), req, body);
+  }
+  Json j = Json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array()) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "The body must be a JSON object with a \"records\" array."},
+                            req);
+  }
+  std::string type = "response";
+  bool raw = false;
+  if (auto it = j.find("type"); it != j.end()) {
+    if (!it->is_string()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "type must be a string"}, req);
+    type = it->get<std::string>();
+  }
+  if (auto it = j.find("raw"); it != j.end()) {
+    if (!it->is_boolean()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "raw must be a boolean"}, req);
+    raw = it->get<bool>();
+  }
+  std::vector<RecordSelector> wanted;
+  for (const Json& e : j["records"]) {
+    RecordSelector s;
+    s.type = type;
+    s.raw = raw;
+    if (e.is_string()) {
+      s.key = e.get<std::string>();
+    } else if (e.is_object() && e.contains("key") && e["key"].is_string()) {
+      s.key = e["key"].get<std::string>();
+      if (auto c = e.find("container"); c != e.end()) {
+        if (!c->is_string()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "container must be a string"}, req);
+        s.container = c->get<std::string>();
+      }
+    } else {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "Each record is a key string or {\"key\": ..., \"container\": ...}."},
+                              req);
+    }
+    if (s.key.empty()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "A record key is empty."}, req);
+    wanted.push_back(std::move(s));
+  }
+  if (wanted.size() > kMaxBatchGet) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             fmt::format("At most {} records per batch.", kMaxBatchGet)},
+                            req);
+  }
+  if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
+
+  S3Response res;
+  res.set("Content-Type", "application/x-granary-records");
+  res.streamed = true;
+  Status st = co_await sink.writeHead(res, BodySink::kUnknownLength);
+  size_t errors = 0;
+  uint64_t sent = 0;
+  for (size_t i = 0; i < wanted.size() && st.isOk(); ++i) {
+    auto record = co_await readRecord(ctx, req.bucket, wanted[i]);
+    Json head = Json::object();
+    head["index"] = i;
+    head["key"] = wanted[i].key;
+    std::string frame;
+    if (record) {
+      Json loc = locationJson(record->location);
+      head["status"] = 200;
+      for (auto it = loc.begin(); it != loc.end(); ++it) {
+        if (it.key() != "key") head[it.key()] = it.value();
+      }
+      head["size"] = record->body.size();
+      frame = head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+      frame += record->body;
+      sent += record->body.size();
+    } else {
+      ++errors;
+      head["status"] = httpStatus(record.error().code);
+      head["code"] = std::string(errorName(record.error().code));
+      head["message"] = record.error().message;
+      head["size"] = 0;
+      frame = head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    }
+    st = co_await sink.write({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()});
+  }
+  if (st.isOk()) {
+    Json end = Json::object();
+    end["end"] = true;
+    end["records"] = wanted.size();
+    end["errors"] = errors;
+    std::string frame = end.dump() + "\n";
+    st = co_await sink.write({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()});
+  }
+  if (st.isOk()) st = co_await sink.finish();
+  if (!st.isOk()) res.close = true;
+  ctx.metrics.bytesOut(sent);
+  co_return res;
+}
+
+Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  auto text = co_await readSmallBody(body, kMaxInsertBody);
+  if (!text) {
+    co_return errorResponse(text.error(), req, body);
+  }
+  std::string format = std::string(req.queryValue("format").value_or(""));
+  if (!format.empty() && format != "tar" && format != "warc" && format != "warc.gz" &&
+      format != "raw") {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument, "format must be tar, warc, warc.gz or raw"}, req);
+  }
+  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(req.bucket, req.key); });
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
+    co_return errorResponse(err, req);
+  }
+  // Parse and validate every row before writing any.
+  struct Pending {
+    index_kv::RecordRow row;
+    bool has_crc = false;
+  };
+  std::vector<Pending> rows;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text->size();) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) nl = text->size();
+    std::string_view line(text->data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    auto bad = [&](std::string why) {
+      return errorResponse({S3ErrorCode::kInvalidArgument, fmt::format("Row on line {}: {}", line_no, why)}, req);
+    };
+    Json r = Json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) co_return bad("not a JSON object");
+    auto key = r.find("key");
+    auto off = r.find("offset");
+    auto len = r.find("length");
+    if (key == r.end() || !key->is_string()) co_return bad("key must be a string");
+    if (off == r.end() || !off->is_number_unsigned()) co_return bad("offset must be a non-negative integer");
+    if (len == r.end() || !len->is_number_unsigned()) co_return bad("length must be a non-negative integer");
+    Pending p;
+    p.row.key = key->get<std::string>();
+    p.row.offset = off->get<uint64_t>();
+    p.row.length = len->get<uint64_t>();
+    p.row.container = req.key;
+    if (p.row.key.empty() || p.row.key.size() > 8192 || p.row.key.find('\0') != std::string::npos) {
+      co_return bad("key must be 1 to 8192 bytes without NUL");
+    }
+    if (p.row.offset > manifest->size || p.row.length > manifest->size - p.row.offset) {
+      co_return bad(fmt::format("bytes {}+{} lie outside the container ({} bytes)", p.row.offset,
+                                p.row.length, manifest->size));
+    }
+    if (auto t = r.find("type"); t != r.end()) {
+      if (!t->is_string()) co_return bad("type must be a string");
+      p.row.type = t->get<std::string>();
+    }
+    if (auto c = r.find("crc32c"); c != r.end()) {
+      std::string hex = c->is_string() ? c->get<std::string>() : "";
+      uint32_t v = 0;
+      auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+      if (hex.empty() || hex.size() > 8 || ec != std::errc() || ptr != hex.data() + hex.size()) {
+        co_return bad("crc32c must be 1 to 8 hex digits");
+      }
+      p.row.crc32c = v;
+      p.has_crc = true;
+    }
+    rows.push_back(std::move(p));
+  }
+  if (rows.empty()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "No rows in the body."}, req);
+
+  // Rows without a CRC32C get one computed from the container's bytes.
+  for (Pending& p : rows) {
+    if (p.has_crc) continue;
+    if (p.row.length > kMaxRecordBytes) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               fmt::format("Record {} is over {} bytes: give its crc32c.", p.row.key, kMaxRecordBytes)},
+                              req);
+    }
+    auto bytes = co_await readObjectBytes(ctx, *manifest, p.row.offset, p.row.length);
+    if (!bytes) co_return errorResponse(bytes.error(), req);
+    p.row.crc32c = ec::crc32c({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
+  }
+
+  const VersionId set = manifest->records.set.isZero()
+                            ? VersionId::generate(ctx.deps.clock, ctx.deps.random)
+                            : manifest->records.set;
+  index_kv::RecordIndexInfo add;
+  add.status = "indexed";
+  add.set = set;
+  add.format = !manifest->records.format.empty() ? manifest->records.format
+                                                 : (format.empty() ? "raw" : format);
+  auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::RecordIndexInfo> {
+    std::vector<index_kv::RecordRow> chunk;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      index_kv::RecordRow& r = rows[i].row;
+      r.set = set;
+      add.row_bytes += 2 * r.key.size() + req.bucket.size() + req.key.size() + 2 * 24 + 14 +
+                       r.type.size();
+      chunk.push_back(std::move(r));
+      if (chunk.size() == kInsertChunk || i + 1 == rows.size()) {
+        Status st = ctx.index().putRecordRows(req.bucket, req.key, set, chunk);
+        if (!st.isOk()) {
+          (void)ctx.index().abandonRecords(set);
+          return fail(st);
+        }
+        chunk.clear();
+      }
+    }
+    add.rows = rows.size();
+    return ctx.index().attachRecords(req.bucket, req.key, manifest->version, add);
+  });
+  if (!result) {
+    if (result.error().code() == Status::Code::kPreconditionFailed) {
+      co_return errorResponse({S3ErrorCode::kPreconditionFailed,
+                               "The container was replaced while its rows were inserted."},
+                              req);
+    }
+    co_return errorResponse(fromStatus(result.error()), req);
+  }
+  Json out = Json::object();
+  out["inserted"] = rows.size();
+  out["rows"] = result->rows;
+  out["container_version"] = manifest->version.toHex();
+  co_return jsonResponse(out);
+}
+
+Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!bucket) {
+    co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req, body);
+  }
+  if (req.method == "PUT" || req.method == "DELETE") {
+    index_kv::BucketInfo updated = *bucket;
+    updated.index_format.clear();
+    updated.index_key.clear();
+    if (req.method == "PUT") {
+      auto text = co_await readSmallBody(body, 64 * 1024);
+      if (!text) {
+        co_return errorResponse(text.error(), req, body);
+      }
+      Json j = Json::parse(*text, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("index") || !j["index"].is_string() ||
+          (j.contains("index_key") && !j["index_key"].is_string())) {
+        co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                                 "The body must be {\"index\": \"auto\"|\"tar\"|\"warc\"|"
+                                 "\"warc.gz\"|\"off\", \"index_key\": \"uri\"|\"record-id\"}."},
+                                req);
+      }
+      std::optional<std::string> key;
+      if (j.contains("index_key")) key = j["index_key"].get<std::string>();
+      auto parsed = indexRequestOf(j["index"].get<std::string>(),
+                                   key ? std::optional<std::string_view>(*key) : std::nullopt);
+      if (!parsed) co_return errorResponse(parsed.error(), req);
+      updated.index_format = (*parsed)->format_name;
+      updated.index_key = (*parsed)->key_name;
+    }
+    Status st = co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(updated); });
+    if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
+    *bucket = updated;
+  }
+  Json out = Json::object();
+  out["bucket"] = bucket->name;
+  out["index"] = bucket->index_format.empty() ? "off" : bucket->index_format;
+  out["index_key"] = bucket->index_key.empty() ? "uri" : bucket->index_key;
+  co_return jsonResponse(out);
+}
+
+Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req) {
+  auto max = maxRecordsOf(req, 1000, 10000);
+  if (!max) co_return errorResponse(max.error(), req);
+  std::optional<uint64_t> after;
+  if (auto a = req.queryValue("after")) {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(a->data(), a->data() + a->size(), v);
+    if (ec != std::errc() || p != a->data() + a->size()) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument, "after must be an offset"}, req);
+    }
+    after = v;
+  }
+  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(req.bucket, req.key); });
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
+    co_return errorResponse(err, req);
+  }
+  std::vector<index_kv::RecordRow> rows;
+  if (!manifest->records.set.isZero()) {
+    auto got = co_await offload(ctx.pool(), [&] {
+      return ctx.index().setRecords(manifest->records.set, after, *max + 1);
+    });
+    if (!got) co_return errorResponse(fromStatus(got.error()), req);
+    rows = std::move(*got);
+  }
+  const bool truncated = rows.size() > *max;
+  if (truncated) rows.resize(*max);
+  Json out = Json::object();
+  out["container"] = req.key;
+  out["container_version"] = manifest->version.toHex();
+  out["format"] = manifest->records.format;
+  out["status"] = manifest->records.status;
+  if (!manifest->records.message.empty()) out["message"] = manifest->records.message;
+  Json records = Json::array();
+  for (index_kv::RecordRow& r : rows) {
+    records.push_back(locationJson(index_kv::RecordLocation{std::move(r), manifest->version,
+                                                            manifest->mtime_unix_nanos}));
+  }
+  out["records"] = std::move(records);
+  out["is_truncated"] = truncated;
+  if (truncated) out["next_after"] = out["records"].back()["offset"];
+  co_return jsonResponse(out);
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,342 @@
+// The record index in the gateway: streaming indexing and verified record reads.
+// See records.h and docs/record-index.md.
+#include "records.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "granary/common/log.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary::gateway {
+namespace {
+
+using index_kv::ContainerFormat;
+using index_kv::RecordIndexInfo;
+
+// Rows written to the index per batch while a container streams in.
+constexpr size_t kFlushRows = 8192;
+// A warc.gz member inflating to more than this is not served inflated.
+constexpr size_t kMaxInflated = 256u << 20;
+
+std::optional<std::string_view> headerOrQuery(const S3Request& req, std::string_view name) {
+  if (auto h = req.header(name)) return h;
+  return req.queryValue(name);
+}
+
+// Collects object bytes into a string (records are small and verified before sending).
+class StringSink final : public BodySink {
+ public:
+  explicit StringSink(std::string& out) : out_(out) {}
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    out_.append(reinterpret_cast<const char*>(data.data()), data.size());
+    co_return Status::ok();
+  }
+
+ private:
+  std::string& out_;
+};
+
+}  // namespace
+
+S3Result<std::optional<IndexRequest>> indexRequestOf(const S3Request& req) {
+  auto format = headerOrQuery(req, "x-granary-index");
+  auto key = headerOrQuery(req, "x-granary-index-key");
+  if (!format) {
+    if (key) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "x-granary-index-key needs x-granary-index");
+    }
+    return std::optional<IndexRequest>();
+  }
+  return indexRequestOf(*format, key);
+}
+
+Task<S3Result<std::optional<IndexRequest>>> resolveIndexRequest(GatewayContext& ctx,
+                                                                const S3Request& req) {
+  auto own = indexRequestOf(req);
+  if (!own || *own) co_return own;
+  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!bucket || bucket->index_format.empty()) co_return std::optional<IndexRequest>();
+  co_return indexRequestOf(bucket->index_format,
+                           bucket->index_key.empty()
+                               ? std::nullopt
+                               : std::optional<std::string_view>(bucket->index_key));
+}
+
+S3Result<std::optional<IndexRequest>> indexRequestOf(std::string_view format_name,
+                                                     std::optional<std::string_view> key) {
+  std::optional<std::string_view> format(format_name);
+  IndexRequest out;
+  if (*format == "off") return std::optional<IndexRequest>(std::move(out));
+  auto f = index_kv::parseContainerFormat(*format);
+  if (!f) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "x-granary-index must be auto, tar, warc, warc.gz or off");
+  }
+  out.format = *f;
+  out.format_name = std::string(*format);
+  if (key) {
+    auto k = index_kv::parseWarcKey(*key);
+    if (!k) return s3fail(S3ErrorCode::kInvalidArgument, "x-granary-index-key must be uri or record-id");
+    out.warc_key = *k;
+    out.key_name = std::string(*key);
+  }
+  return std::optional<IndexRequest>(std::move(out));
+}
+
+std::optional<IndexRequest> indexRequestOf(const index_kv::MultipartUpload& upload) {
+  if (upload.index_format.empty()) return std::nullopt;
+  IndexRequest out;
+  out.format = index_kv::parseContainerFormat(upload.index_format).value_or(ContainerFormat::kAuto);
+  out.format_name = upload.index_format;
+  if (!upload.index_key.empty()) {
+    out.warc_key = index_kv::parseWarcKey(upload.index_key).value_or(index_kv::WarcKey::kTargetUri);
+    out.key_name = upload.index_key;
+  }
+  return out;
+}
+
+namespace {
+index_kv::ParserOptions parserOptions(const IndexRequest& request) {
+  index_kv::ParserOptions o;
+  o.format = request.format;
+  o.warc_key = request.warc_key;
+  return o;
+}
+}  // namespace
+
+RecordIndexer::RecordIndexer(index_kv::Index& index, std::string bucket, std::string container,
+                             VersionId set, const IndexRequest& request)
+    : index_(index),
+      bucket_(std::move(bucket)),
+      container_(std::move(container)),
+      set_(set),
+      parser_(parserOptions(request)) {}
+
+RecordIndexer::~RecordIndexer() = default;
+
+void RecordIndexer::feed(std::span<const uint8_t> data) {
+  if (!error_.isOk() || !write_error_.isOk()) return;
+  error_ = parser_.feed(data, parsed_);
+  if (parsed_.size() >= kFlushRows) flush();
+}
+
+void RecordIndexer::flush() {
+  if (parsed_.empty() || !write_error_.isOk()) return;
+  std::vector<index_kv::RecordRow> rows;
+  rows.reserve(parsed_.size());
+  for (index_kv::ParsedRecord& p : parsed_) {
+    if (p.key.empty() || p.key.find('\0') != std::string::npos || p.key.size() > 8192) {
+      continue;  // not addressable (documented): the record stays in the container
+    }
+    row_bytes_ += 2 * p.key.size() + bucket_.size() + container_.size() + 2 * 24 + 14 +
+                  p.type.size();
+    rows.push_back(index_kv::RecordRow{std::move(p.key), container_, set_, p.offset, p.length,
+                                       p.crc32c, std::move(p.type)});
+  }
+  parsed_.clear();
+  if (rows.empty()) return;
+  wrote_ = true;
+  write_error_ = index_.putRecordRows(bucket_, container_, set_, rows);
+  if (write_error_.isOk()) rows_ += rows.size();
+}
+
+RecordIndexInfo RecordIndexer::finish() {
+  if (error_.isOk()) error_ = parser_.finish(parsed_);
+  if (error_.isOk()) flush();
+  RecordIndexInfo info;
+  const ContainerFormat format = parser_.format();
+  if (format != ContainerFormat::kAuto) info.format = std::string(index_kv::containerFormatName(format));
+  if (error_.isOk() && write_error_.isOk()) {
+    info.status = "indexed";
+    info.rows = rows_;
+    info.row_bytes = row_bytes_;
+    if (rows_ > 0) info.set = set_;
+    return info;
+  }
+  if (!error_.isOk()) {
+    info.status = index_kv::isNotIndexable(error_) ? "not-indexable" : "malformed";
+    info.message = error_.message();
+  } else {
+    info.status = "failed";
+    info.message = "the index refused the rows: " + write_error_.message();
+    log::warn("record index of {}/{} failed: {}", bucket_, container_, write_error_.toString());
+  }
+  abandon();
+  return info;
+}
+
+void RecordIndexer::abandon() {
+  if (!wrote_) return;
+  wrote_ = false;
+  if (Status st = index_.abandonRecords(set_); !st.isOk()) {
+    // The orphan sweep removes them later.
+    log::warn("abandoning record set {}: {}", set_.toHex(), st.toString());
+  }
+}
+
+namespace {
+// Feeds an object's bytes to an indexer, on the worker pool, as readObjectRange delivers.
+class IndexingSink final : public BodySink {
+ public:
+  IndexingSink(WorkerPool& pool, RecordIndexer& indexer) : pool_(pool), indexer_(indexer) {}
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    co_await offload(pool_, [&] {
+      indexer_.feed(data);
+      return 0;
+    });
+    co_return Status::ok();
+  }
+
+ private:
+  WorkerPool& pool_;
+  RecordIndexer& indexer_;
+};
+}  // namespace
+
+Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
+                                                       const std::string& bucket,
+                                                       const std::string& key,
+                                                       const index_kv::Manifest& manifest,
+                                                       const IndexRequest& request,
+                                                       RecordIndexInfo& info) {
+  auto indexer = std::make_unique<RecordIndexer>(
+      ctx.index(), bucket, key, VersionId::generate(ctx.deps.clock, ctx.deps.random), request);
+  Status st;
+  if (manifest.is_inline) {
+    co_await offload(ctx.pool(), [&] {
+      indexer->feed({reinterpret_cast<const uint8_t*>(manifest.inline_data.data()),
+                     manifest.inline_data.size()});
+      return 0;
+    });
+  } else if (manifest.size > 0) {
+    IndexingSink sink(ctx.pool(), *indexer);
+    st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
+  }
+  if (!st.isOk()) {
+    co_await offload(ctx.pool(), [&] {
+      indexer->abandon();
+      return 0;
+    });
+    info = RecordIndexInfo{};
+    info.status = "failed";
+    info.message = "reading the object to index it failed: " + st.message();
+    co_return indexer;
+  }
+  info = co_await offload(ctx.pool(), [&] { return indexer->finish(); });
+  co_return indexer;
+}
+
+void setRecordIndexHeaders(S3Response& res, const RecordIndexInfo& info) {
+  if (info.status.empty()) return;
+  res.set("x-granary-record-index", info.status);
+  if (!info.format.empty()) res.set("x-granary-record-format", info.format);
+  if (info.status == "indexed") res.set("x-granary-record-count", std::to_string(info.rows));
+  if (!info.message.empty()) {
+    // Header values must stay one printable line.
+    std::string msg = info.message.substr(0, 300);
+    std::replace_if(msg.begin(), msg.end(), [](char c) { return c < 0x20 || c == 0x7f; }, ' ');
+    res.set("x-granary-record-index-message", msg);
+  }
+}
+
+Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
+                                            const index_kv::Manifest& manifest,
+                                            uint64_t offset, uint64_t length) {
+  if (offset > manifest.size || length > manifest.size - offset) {
+    co_return s3fail(S3ErrorCode::kInternalError, "The byte range lies outside the object.");
+  }
+  std::string bytes;
+  if (manifest.is_inline) {
+    bytes = manifest.inline_data.substr(offset, length);
+  } else {
+    bytes.reserve(length);
+    StringSink sink(bytes);
+    Status st = co_await readObjectRange(ctx.data, manifest, offset, length, sink);
+    if (!st.isOk()) co_return std::unexpected(fromStatus(st));
+  }
+  co_return bytes;
+}
+
+Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
+                                        const index_kv::RecordLocation& loc, bool raw) {
+  const index_kv::RecordRow& row = loc.row;
+  if (row.length > kMaxRecordBytes) {
+    co_return s3fail(S3ErrorCode::kInvalidRequest,
+                     fmt::format("The record is {} bytes, over the {} byte limit of record reads; "
+                                 "read bytes {}-{} of the container with a ranged GET.",
+                                 row.length, kMaxRecordBytes, row.offset,
+                                 row.offset + row.length - 1));
+  }
+  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, row.container); });
+  if (!manifest || manifest->version != loc.container_version || manifest->records.set != row.set) {
+    if (manifest || manifest.error().isNotFound()) {
+      co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
+    }
+    co_return std::unexpected(fromStatus(manifest.error()));
+  }
+  RecordData out;
+  out.location = loc;
+  out.format = manifest->records.format;
+  auto read = co_await readObjectBytes(ctx, *manifest, row.offset, row.length);
+  if (!read) co_return std::unexpected(read.error());
+  std::string bytes = std::move(*read);
+  const uint32_t crc =
+      ec::crc32c({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (bytes.size() != row.length || crc != row.crc32c) {
+    log::error("record {} in {}/{} at {}: CRC32C {:08x}, index says {:08x}", row.key, bucket,
+               row.container, row.offset, crc, row.crc32c);
+    co_return s3fail(S3ErrorCode::kInternalError,
+                     "The record's bytes do not match the CRC32C in its index row.");
+  }
+  if (out.format == "warc.gz" && !raw) {
+    auto inflated = co_await offload(ctx.pool(), [&] {
+      return index_kv::inflateGzipMember(
+          {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kMaxInflated);
+    });
+    if (!inflated) {
+      co_return s3fail(S3ErrorCode::kInternalError,
+                       "The record's gzip member does not inflate: " + inflated.error().message());
+    }
+    out.body = std::move(*inflated);
+  } else {
+    out.body = std::move(bytes);
+  }
+  co_return out;
+}
+
+Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
+                                      const RecordSelector& selector) {
+  index_kv::RecordQuery q;
+  q.key = selector.key;
+  q.container = selector.container;
+  q.type = selector.type == "*" ? std::string() : selector.type;
+  q.limit = 1000;
+  auto best = co_await offload(ctx.pool(), [&]() -> Result<std::optional<index_kv::RecordLocation>> {
+    std::optional<index_kv::RecordLocation> newest;
+    for (int pages = 0; pages < 100; ++pages) {
+      auto page = ctx.index().listRecords(bucket, q);
+      if (!page) return fail(page.error());
+      for (index_kv::RecordLocation& l : page->records) {
+        if (!newest || std::tie(l.container_mtime_unix_nanos, l.row.offset) >=
+                           std::tie(newest->container_mtime_unix_nanos, newest->row.offset)) {
+          newest = std::move(l);
+        }
+      }
+      if (!page->truncated) break;
+      q.start_after = page->next;
+    }
+    return newest;
+  });
+  if (!best) co_return std::unexpected(fromStatus(best.error(), S3ErrorCode::kNoSuchBucket));
+  if (!best->has_value()) {
+    co_return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");
+  }
+  co_return co_await readRecordAt(ctx, bucket, **best, selector.raw);
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,116 @@
+// The record index in the gateway (docs/record-index.md): indexing a container while its
+// bytes stream in (RecordIndexer), and reading one record back, verified (readRecord).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "granary/index_kv/container_parser.h"
+#include "granary/index_kv/index.h"
+#include "handlers.h"
+
+namespace granary::gateway {
+
+// What a PUT / CreateMultipartUpload asked for: x-granary-index (auto, tar, warc,
+// warc.gz) and x-granary-index-key (uri, record-id; WARC only), as headers or query
+// parameters of the same names.
+struct IndexRequest {
+  index_kv::ContainerFormat format = index_kv::ContainerFormat::kAuto;
+  index_kv::WarcKey warc_key = index_kv::WarcKey::kTargetUri;
+  std::string format_name;  // as stored on a multipart upload
+  std::string key_name;
+};
+// From a request's own x-granary-index (nullopt: it says nothing; "off": an empty
+// format_name) or a bucket's stored setting. InvalidArgument for a bad value.
+S3Result<std::optional<IndexRequest>> indexRequestOf(const S3Request& req);
+S3Result<std::optional<IndexRequest>> indexRequestOf(std::string_view format,
+                                                     std::optional<std::string_view> key);
+// What a PUT / CreateMultipartUpload indexes: the request's choice, else its bucket's.
+Task<S3Result<std::optional<IndexRequest>>> resolveIndexRequest(GatewayContext& ctx,
+                                                                const S3Request& req);
+// From a multipart upload's stored index_format / index_key.
+std::optional<IndexRequest> indexRequestOf(const index_kv::MultipartUpload& upload);
+
+// Parses a container as its bytes go by and writes its rows, invisible, in batches.
+// feed() and finish() block (parsing, RocksDB): call them on the worker pool, in order,
+// from one task at a time.
+class RecordIndexer {
+ public:
+  RecordIndexer(index_kv::Index& index, std::string bucket, std::string container,
+                VersionId set, const IndexRequest& request);
+  ~RecordIndexer();
+
+  void feed(std::span<const uint8_t> data);
+  // The container's RecordIndexInfo for its manifest: "indexed" (naming the set when it
+  // has rows) or "malformed" / "not-indexable" with the reason, in which case rows
+  // written so far are abandoned.
+  index_kv::RecordIndexInfo finish();
+  // The manifest naming the set was not committed: abandon the rows written.
+  void abandon();
+
+ private:
+  void flush();
+
+  index_kv::Index& index_;
+  std::string bucket_;
+  std::string container_;
+  VersionId set_;
+  index_kv::ContainerParser parser_;
+  std::vector<index_kv::ParsedRecord> parsed_;
+  Status error_;             // a parse error (the container is kept, unindexed)
+  Status write_error_;       // the index refused the rows
+  bool wrote_ = false;       // some rows (or the set's row) reached the index
+  uint64_t rows_ = 0;
+  uint64_t row_bytes_ = 0;
+};
+
+// Indexes an object stored under `manifest` (a multipart upload being completed) by
+// reading its bytes once, in order. Sets `info` for the manifest; returns the indexer so
+// the caller can abandon its rows if the commit fails.
+Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
+                                                       const std::string& bucket,
+                                                       const std::string& key,
+                                                       const index_kv::Manifest& manifest,
+                                                       const IndexRequest& request,
+                                                       index_kv::RecordIndexInfo& info);
+
+// Response headers describing an object's record index (HEAD/GET object, PUT, Complete).
+void setRecordIndexHeaders(S3Response& res, const index_kv::RecordIndexInfo& info);
+
+// A visible record and its verified bytes.
+struct RecordData {
+  index_kv::RecordLocation location;
+  std::string format;  // the container's records.format
+  std::string body;    // the unit's bytes; inflated for warc.gz unless raw
+};
+
+struct RecordSelector {
+  std::string key;
+  std::string container;      // empty: the newest location among all containers
+  std::string type = "response";  // WARC rows; "*" or empty: any
+  bool raw = false;           // warc.gz: the gzip member as stored
+};
+
+// Finds the newest visible location of a record (newest container, then the last
+// occurrence in it), reads its bytes from the container version named by the row,
+// verifies the CRC32C and inflates a warc.gz member unless raw. NoSuchKey when there is
+// no such record; InternalError on a CRC mismatch.
+Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
+                                      const RecordSelector& selector);
+// The same for a known location (batch reads after one listing).
+Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
+                                        const index_kv::RecordLocation& location, bool raw);
+
+// Object bytes [offset, offset + length) of `manifest` (inline or striped) in memory.
+Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
+                                            const index_kv::Manifest& manifest,
+                                            uint64_t offset, uint64_t length);
+
+// Largest record readRecord serves (it buffers the record to verify it before sending).
+inline constexpr uint64_t kMaxRecordBytes = 64ull << 20;
+
+}  // namespace granary::gateway

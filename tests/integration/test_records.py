@@ -1,0 +1,360 @@
+"""The record index end to end (docs/record-index.md): containers uploaded with indexing
+through boto3 and aws-cli-sized multipart uploads, records read back by key with the
+Python client (clients/python), against real tar and WARC files."""
+import gzip
+import io
+import json
+import os
+import random
+import sys
+import tarfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
+from granary_records import RecordClient, RecordError, index_uploads  # noqa: E402
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
+
+
+def sample_file(*parts):
+    path = os.path.join(TESTDATA, *parts)
+    if not os.path.exists(path):
+        raise RuntimeError(f"test data {path} is missing")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def rc(server):
+    return RecordClient(server.endpoint, server.access_key, server.secret_key)
+
+
+def tar_members(data):
+    """{name: bytes} of the regular files of a tar, by Python's tarfile."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        for m in tf.getmembers():
+            if m.isfile():
+                out[m.name] = tf.extractfile(m).read()
+    return out
+
+
+def make_tar(n, seed=7):
+    """A tar of n small files, some with names over 100 bytes (GNU long names and pax
+    headers) and pax attributes; returns (bytes, {name: content})."""
+    rng = random.Random(seed)
+    buf = io.BytesIO()
+    files = {}
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for i in range(n):
+            if i % 10 == 0:
+                name = f"deep/{'d' * 120}/sample{i:06d}.txt"  # > 100 bytes: pax path
+            else:
+                name = f"shard/sample{i:06d}.{['jpg', 'cls', 'json'][i % 3]}"
+            content = rng.randbytes(rng.randint(0, 3000))
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            if i % 7 == 0:
+                info.pax_headers = {"comment": "x" * 50}
+            tf.addfile(info, io.BytesIO(content))
+            files[name] = content
+    return buf.getvalue(), files
+
+
+def make_warc_gz(n, seed=11):
+    """A .warc.gz of n response records (one gzip member per record, as Common Crawl
+    writes them) plus a request record for every tenth URL; returns (bytes, {uri: record})."""
+    rng = random.Random(seed)
+    out = io.BytesIO()
+    records = {}
+    for i in range(n):
+        uri = f"http://example.org/page/{i}?q={rng.randint(0, 1 << 30)}"
+        payload = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" + rng.randbytes(rng.randint(10, 2000))
+        types = ["response"] + (["request"] if i % 10 == 0 else [])
+        for t in types:
+            block = payload if t == "response" else b"GET / HTTP/1.1\r\nHost: example.org\r\n\r\n"
+            head = (f"WARC/1.0\r\nWARC-Type: {t}\r\nWARC-Target-URI: {uri}\r\n"
+                    f"WARC-Record-ID: <urn:uuid:{i:08d}-{t}>\r\n"
+                    f"Content-Type: application/http\r\nContent-Length: {len(block)}\r\n\r\n")
+            rec = head.encode() + block + b"\r\n\r\n"
+            if t == "response":
+                records[uri] = rec
+            out.write(gzip.compress(rec, compresslevel=6))
+    return out.getvalue(), records
+
+
+def test_tendata_tar_single_put_indexes_every_member(s3, rc, bucket):
+    data = sample_file("webdataset", "tendata.tar")
+    hdrs = rc.put_container(bucket, "tendata.tar", data)
+    members = tar_members(data)
+    assert hdrs["x-granary-record-index"] == "indexed"
+    assert hdrs["x-granary-record-format"] == "tar"
+    assert int(hdrs["x-granary-record-count"]) == len(members) == 100
+    for name, content in members.items():
+        assert rc.get_record(bucket, name) == content, name
+    head = s3.head_object(Bucket=bucket, Key="tendata.tar")
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"] == "100"
+    # The object itself is unchanged.
+    assert s3.get_object(Bucket=bucket, Key="tendata.tar")["Body"].read() == data
+
+
+def test_ten_thousand_member_tar_multipart_upload_is_indexed_at_complete(server, s3, rc, bucket,
+                                                                         tmp_path):
+    data, files = make_tar(10000)
+    assert len(data) > 16 << 20  # boto3 uploads it as a multipart upload
+    path = tmp_path / "big.tar"
+    path.write_bytes(data)
+    client = index_uploads(server.client())
+    client.upload_file(str(path), bucket, "big.tar")
+    head = s3.head_object(Bucket=bucket, Key="big.tar")
+    h = head["ResponseMetadata"]["HTTPHeaders"]
+    assert head["ETag"].strip('"').endswith("-" + str(-(-len(data) // (8 << 20))))  # multipart
+    assert h["x-granary-record-index"] == "indexed"
+    assert int(h["x-granary-record-count"]) == 10000
+
+    # Every record by key, in one streamed batch, equals the source bytes.
+    names = sorted(files)
+    got = list(rc.batch_get(bucket, names))
+    assert [hdr["key"] for hdr, _ in got] == names
+    for hdr, body in got:
+        assert hdr["status"] == 200, hdr
+        assert body == files[hdr["key"]], hdr["key"]
+    # Single GETs of a sample agree, and list agrees with batch-get's locations.
+    for name in random.Random(3).sample(names, 200):
+        body, loc = rc.get_record(bucket, name, with_location=True)
+        assert body == files[name]
+        assert loc["container"] == "big.tar"
+    listed = {r["key"]: r for r in rc.list_records(bucket, page_size=997)}
+    assert sorted(listed) == names
+    for hdr, _ in got:
+        assert (listed[hdr["key"]]["offset"], listed[hdr["key"]]["length"]) == \
+            (hdr["offset"], hdr["length"])
+    # A ranged GET of the container at a row's location gives the same bytes.
+    r = listed[names[1234]]
+    rng = f"bytes={r['offset']}-{r['offset'] + r['length'] - 1}"
+    assert s3.get_object(Bucket=bucket, Key="big.tar", Range=rng)["Body"].read() == \
+        files[names[1234]]
+    # Prefix listing (pax long names).
+    deep = list(rc.list_records(bucket, prefix="deep/"))
+    assert len(deep) == 1000
+    assert all(len(d["key"]) > 100 for d in deep)
+    # The container's rows in offset order.
+    ordered = list(rc.container_records(bucket, "big.tar", page_size=3000))
+    assert len(ordered) == 10000
+    assert [o["offset"] for o in ordered] == sorted(o["offset"] for o in ordered)
+
+
+def test_warc_gz_of_a_thousand_records_serves_inflated_and_raw_records(rc, bucket):
+    data, records = make_warc_gz(1000)
+    hdrs = rc.put_container(bucket, "crawl/CC-0001.warc.gz", data)
+    assert hdrs["x-granary-record-index"] == "indexed"
+    assert hdrs["x-granary-record-format"] == "warc.gz"
+    assert int(hdrs["x-granary-record-count"]) == 1100  # responses + every tenth request
+    uris = sorted(records)
+    got = list(rc.batch_get(bucket, uris))
+    assert len(got) == 1000
+    for hdr, body in got:
+        assert hdr["status"] == 200 and hdr["type"] == "response"
+        assert body == records[hdr["key"]]
+    for uri in uris[:50]:
+        assert rc.get_record(bucket, uri) == records[uri]
+        raw = rc.get_record(bucket, uri, raw=True)
+        assert raw[:2] == b"\x1f\x8b" and gzip.decompress(raw) == records[uri]
+    # Default lookups are for the response; other types on request.
+    first = [u for u in uris if u.startswith("http://example.org/page/0?")][0]
+    req = rc.get_record(bucket, first, type="request")
+    assert req.startswith(b"WARC/1.0\r\nWARC-Type: request\r\n")
+    locations = list(rc.list_records(bucket, key=first))
+    assert sorted(loc["type"] for loc in locations) == ["request", "response"]
+    second = [u for u in uris if u.startswith("http://example.org/page/1?")][0]
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, second, type="request")  # no request record for it
+    assert e.value.status == 404 and e.value.code == "NoSuchKey"
+
+
+def test_real_warc_files_index_like_a_cdx(rc, bucket):
+    # Plain WARC: the record bytes; warc.gz: one gzip member per record, inflated.
+    plain = sample_file("warc", "example.warc")
+    hdrs = rc.put_container(bucket, "example.warc", plain)
+    assert hdrs["x-granary-record-index"] == "indexed"
+    assert hdrs["x-granary-record-format"] == "warc"
+    body, loc = rc.get_record(bucket, "http://example.com/", with_location=True,
+                              container="example.warc")
+    assert body.startswith(b"WARC/1.0\r\n") and b"WARC-Type: response" in body
+    assert body.endswith(b"\r\n\r\n")
+    assert plain[loc["offset"]:loc["offset"] + loc["length"]] == body
+
+    gz = sample_file("warc", "example.warc.gz")
+    hdrs = rc.put_container(bucket, "example.warc.gz", gz)
+    assert hdrs["x-granary-record-format"] == "warc.gz"
+    body, loc = rc.get_record(bucket, "http://example.com/", container="example.warc.gz",
+                              with_location=True)
+    member = gz[loc["offset"]:loc["offset"] + loc["length"]]
+    assert gzip.decompress(member) == body
+    assert b"WARC-Type: response" in body
+    # The same URL is in both containers: a GET by key alone returns the newest.
+    assert rc.head_record(bucket, "http://example.com/")["container"] == "example.warc.gz"
+    # Keys by WARC-Record-ID on request.
+    hdrs = rc.put_container(bucket, "by-id.warc.gz", gz, index_key="record-id")
+    assert int(hdrs["x-granary-record-count"]) >= 4
+    ids = [r["key"] for r in rc.list_records(bucket, prefix="<urn:uuid:")]
+    assert ids and all(i.startswith("<urn:uuid:") for i in ids)
+    # wget's and other real crawlers' files index too.
+    for name in ("example-wget-bad-target-uri.warc.gz", "post-test.warc.gz",
+                 "example-resource.warc.gz", "example-iana.org-chunked.warc",
+                 "example-space-in-target-uri.warc.gz"):
+        hdrs = rc.put_container(bucket, name, sample_file("warc", name))
+        assert hdrs["x-granary-record-index"] == "indexed", (name, hdrs)
+        rows = list(rc.container_records(bucket, name))
+        assert len(rows) == int(hdrs["x-granary-record-count"]) > 0, name
+        for row in rows[:5]:
+            body = rc.get_record(bucket, row["key"], container=name, type=row.get("type", "*"))
+            assert body.startswith(b"WARC/1."), name
+
+
+@pytest.mark.parametrize("name,content,status", [
+    ("trunc.warc", ("warc", "example-trunc.warc"), "malformed"),
+    ("bad.warc.gz", ("warc", "example-bad-non-chunked.warc.gz"), "not-indexable"),
+    ("sample.tgz", ("webdataset", "sample.tgz"), "not-indexable"),
+    ("short.tar", None, "malformed"),
+    ("noise.bin", b"this is neither a tar nor a WARC file" * 100, "not-indexable"),
+])
+def test_bad_containers_are_stored_plainly_with_no_rows(s3, rc, bucket, name, content, status):
+    if content is None:
+        data = sample_file("webdataset", "tendata.tar")[:50000]  # cut inside a member
+    elif isinstance(content, tuple):
+        data = sample_file(*content)
+    else:
+        data = content
+    hdrs = rc.put_container(bucket, name, data)
+    assert hdrs["x-granary-record-index"] == status, hdrs
+    assert "x-granary-record-index-message" in hdrs
+    assert s3.get_object(Bucket=bucket, Key=name)["Body"].read() == data
+    assert list(rc.list_records(bucket, prefix="")) == []
+    assert list(rc.container_records(bucket, name)) == []
+
+
+def test_overwrite_and_delete_clear_rows(s3, rc, bucket):
+    data = sample_file("webdataset", "tendata.tar")
+    rc.put_container(bucket, "s.tar", data)
+    names = sorted(tar_members(data))
+    assert len(list(rc.list_records(bucket))) == 100
+    # Overwrite with a different tar: only its rows are visible, at once.
+    other, files = make_tar(30, seed=99)
+    rc.put_container(bucket, "s.tar", other)
+    listed = sorted(r["key"] for r in rc.list_records(bucket))
+    assert listed == sorted(files)
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, names[0])
+    assert e.value.code == "NoSuchKey"
+    # Overwrite without indexing: no rows.
+    s3.put_object(Bucket=bucket, Key="s.tar", Body=other)
+    assert list(rc.list_records(bucket)) == []
+    rc.put_container(bucket, "s.tar", data)
+    assert len(list(rc.list_records(bucket))) == 100
+    s3.delete_object(Bucket=bucket, Key="s.tar")
+    assert list(rc.list_records(bucket)) == []
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, names[0])
+    assert e.value.status == 404
+
+
+def test_batch_get_reports_a_status_per_record(rc, bucket):
+    data = sample_file("webdataset", "tendata.tar")
+    rc.put_container(bucket, "s.tar", data)
+    files = tar_members(data)
+    names = sorted(files)
+    asked = [names[0], "no/such/record", {"key": names[1], "container": "s.tar"},
+             {"key": names[2], "container": "other.tar"}]
+    got = list(rc.batch_get(bucket, asked))
+    assert [h["status"] for h, _ in got] == [200, 404, 200, 404]
+    assert got[0][1] == files[names[0]] and got[2][1] == files[names[1]]
+    assert got[1][0]["code"] == "NoSuchKey" and got[1][1] == b""
+
+
+def test_batch_insert_of_external_rows(s3, rc, bucket):
+    # A container stored without indexing, rows built by the client (a CDX-like list).
+    parts = [b"alpha record", b"", b"gamma" * 1000]
+    blob = b"HEADER" + b"".join(parts)
+    s3.put_object(Bucket=bucket, Key="packed.bin", Body=blob)
+    rows, off = [], 6
+    for i, p in enumerate(parts):
+        rows.append({"key": f"doc/{i}", "offset": off, "length": len(p)})
+        off += len(p)
+    out = rc.insert_rows(bucket, "packed.bin", rows)
+    assert out["inserted"] == 3 and out["rows"] == 3
+    for i, p in enumerate(parts):
+        assert rc.get_record(bucket, f"doc/{i}") == p
+    # More rows later add to the same set.
+    out = rc.insert_rows(bucket, "packed.bin", [{"key": "whole", "offset": 0, "length": len(blob)}])
+    assert out["rows"] == 4
+    assert rc.get_record(bucket, "whole") == blob
+    # Rows are validated against the container's size; nothing is inserted on error.
+    with pytest.raises(RecordError) as e:
+        rc.insert_rows(bucket, "packed.bin", [{"key": "ok", "offset": 0, "length": 1},
+                                              {"key": "bad", "offset": len(blob), "length": 1}])
+    assert e.value.status == 400 and e.value.code == "InvalidArgument"
+    assert "line 2" in e.value.message
+    assert [r["key"] for r in rc.list_records(bucket, prefix="ok")] == []
+    with pytest.raises(RecordError) as e:
+        rc.insert_rows(bucket, "missing.bin", rows)
+    assert e.value.code == "NoSuchKey"
+    # A wrong client CRC32C is caught when the record is read.
+    rc.insert_rows(bucket, "packed.bin", [{"key": "lie", "offset": 0, "length": 4,
+                                           "crc32c": "12345678"}])
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, "lie")
+    assert e.value.status == 500
+
+
+def test_record_requests_are_authenticated_and_validated(server, rc, bucket):
+    bad = RecordClient(server.endpoint, server.access_key, "wrong-secret")
+    with pytest.raises(RecordError) as e:
+        list(bad.list_records(bucket))
+    assert e.value.status == 403 and e.value.code == "SignatureDoesNotMatch"
+    import urllib3
+    resp = urllib3.PoolManager().request("GET", f"{server.endpoint}/{bucket}?records")
+    assert resp.status == 403 and b"<Code>AccessDenied</Code>" in resp.data
+    with pytest.raises(RecordError) as e:
+        rc.put_container(bucket, "x.tar", b"x", index="zip")
+    assert e.value.status == 400 and e.value.code == "InvalidArgument"
+    with pytest.raises(RecordError) as e:
+        list(rc.list_records("no-such-bucket-here"))
+    assert e.value.code == "NoSuchBucket"
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, "")
+    assert e.value.code == "InvalidArgument"
+    with pytest.raises(RecordError) as e:
+        list(rc.list_records(bucket, prefix="a", key="b"))
+    assert e.value.code == "InvalidArgument"
+
+
+def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket, tmp_path):
+    assert rc.get_bucket_index(bucket)["index"] == "off"
+    assert rc.set_bucket_index(bucket, "auto")["index"] == "auto"
+    data, files = make_tar(6000, seed=5)
+    assert len(data) > 8 << 20  # aws-cli's multipart threshold
+    path = tmp_path / "shard-000000.tar"
+    path.write_bytes(data)
+    server.aws("s3", "cp", str(path), f"s3://{bucket}/shards/shard-000000.tar")
+    head = s3.head_object(Bucket=bucket, Key="shards/shard-000000.tar")
+    assert "-" in head["ETag"]  # it was a multipart upload
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"] == "6000"
+    for name in random.Random(1).sample(sorted(files), 100):
+        assert rc.get_record(bucket, name) == files[name]
+    # A request can opt out; "off" clears the default.
+    s3.put_object(Bucket=bucket, Key="plain.tar", Body=sample_file("webdataset", "tendata.tar"))
+    assert "x-granary-record-index" in s3.head_object(
+        Bucket=bucket, Key="plain.tar")["ResponseMetadata"]["HTTPHeaders"]
+    hdrs = rc.put_container(bucket, "optout.tar", sample_file("webdataset", "tendata.tar"),
+                            index="off")
+    assert "x-granary-record-index" not in hdrs
+    rc.set_bucket_index(bucket, "off")
+    s3.put_object(Bucket=bucket, Key="plain2.tar", Body=b"x")
+    assert "x-granary-record-index" not in s3.head_object(
+        Bucket=bucket, Key="plain2.tar")["ResponseMetadata"]["HTTPHeaders"]
+    with pytest.raises(RecordError) as e:
+        rc.set_bucket_index(bucket, "zip")
+    assert e.value.code == "InvalidArgument"
