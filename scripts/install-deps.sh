@@ -12,7 +12,7 @@ BUILD_PKGS=(
 )
 TEST_PKGS=(
   python3 python3-pytest python3-boto3 python3-requests
-  awscli s3cmd curl procps prometheus fio
+  awscli s3cmd curl procps prometheus fio python3-torch
 )
 
 want=()

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <map>
 
 #include "digest.h"
 #include "granary/common/clock.h"
@@ -213,6 +214,37 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   }
   if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
 
+  // Every lookup in one pass on the pool, and each container's manifest fetched once.
+  using Found = Result<std::optional<index_kv::RecordLocation>>;
+  std::vector<Found> found;
+  std::map<std::string, Result<index_kv::Manifest>> manifests;
+  co_await offload(ctx.pool(), [&] {
+    found.reserve(wanted.size());
+    for (const RecordSelector& s : wanted) {
+      found.push_back(findRecord(ctx.index(), req.bucket, s));
+      if (found.back() && found.back()->has_value()) {
+        const std::string& c = (*found.back())->row.container;
+        if (!manifests.contains(c)) manifests.emplace(c, ctx.index().getObject(req.bucket, c));
+      }
+    }
+    return 0;
+  });
+  auto readOne = [&](size_t i) -> Task<S3Result<RecordData>> {
+    if (!found[i]) co_return std::unexpected(fromStatus(found[i].error(), S3ErrorCode::kNoSuchBucket));
+    if (!found[i]->has_value()) {
+      co_return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");
+    }
+    const index_kv::RecordLocation& loc = **found[i];
+    const auto& m = manifests.at(loc.row.container);
+    if (!m) {
+      if (m.error().isNotFound()) {
+        co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
+      }
+      co_return std::unexpected(fromStatus(m.error()));
+    }
+    co_return co_await readRecordAt(ctx, req.bucket, loc, wanted[i].raw, &*m);
+  };
+
   S3Response res;
   res.set("Content-Type", "application/x-granary-records");
   res.streamed = true;
@@ -220,7 +252,7 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   size_t errors = 0;
   uint64_t sent = 0;
   for (size_t i = 0; i < wanted.size() && st.isOk(); ++i) {
-    auto record = co_await readRecord(ctx, req.bucket, wanted[i]);
+    auto record = co_await readOne(i);
     Json head = Json::object();
     head["index"] = i;
     head["key"] = wanted[i].key;

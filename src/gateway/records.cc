@@ -263,7 +263,8 @@ Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
 }
 
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
-                                        const index_kv::RecordLocation& loc, bool raw) {
+                                        const index_kv::RecordLocation& loc, bool raw,
+                                        const index_kv::Manifest* known) {
   const index_kv::RecordRow& row = loc.row;
   if (row.length > kMaxRecordBytes) {
     co_return s3fail(S3ErrorCode::kInvalidRequest,
@@ -272,17 +273,28 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
                                  row.length, kMaxRecordBytes, row.offset,
                                  row.offset + row.length - 1));
   }
-  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, row.container); });
-  if (!manifest || manifest->version != loc.container_version || manifest->records.set != row.set) {
+  Result<index_kv::Manifest> fetched = fail(Status::notFound(""));
+  if (known == nullptr) {
+    fetched = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, row.container); });
+  }
+  const Result<index_kv::Manifest>& manifest = fetched;
+  if (known != nullptr) {
+    // Reused from the batch: same checks, no copy.
+    if (known->version != loc.container_version || known->records.set != row.set) {
+      co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
+    }
+  } else if (!manifest || manifest->version != loc.container_version ||
+             manifest->records.set != row.set) {
     if (manifest || manifest.error().isNotFound()) {
       co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
     }
     co_return std::unexpected(fromStatus(manifest.error()));
   }
+  const index_kv::Manifest& m = known != nullptr ? *known : *manifest;
   RecordData out;
   out.location = loc;
-  out.format = manifest->records.format;
-  auto read = co_await readObjectBytes(ctx, *manifest, row.offset, row.length);
+  out.format = m.records.format;
+  auto read = co_await readObjectBytes(ctx, m, row.offset, row.length);
   if (!read) co_return std::unexpected(read.error());
   std::string bytes = std::move(*read);
   const uint32_t crc =
@@ -309,29 +321,33 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   co_return out;
 }
 
-Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
-                                      const RecordSelector& selector) {
+Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& index,
+                                                           const std::string& bucket,
+                                                           const RecordSelector& selector) {
   index_kv::RecordQuery q;
   q.key = selector.key;
   q.container = selector.container;
   q.type = selector.type == "*" ? std::string() : selector.type;
   q.limit = 1000;
-  auto best = co_await offload(ctx.pool(), [&]() -> Result<std::optional<index_kv::RecordLocation>> {
-    std::optional<index_kv::RecordLocation> newest;
-    for (int pages = 0; pages < 100; ++pages) {
-      auto page = ctx.index().listRecords(bucket, q);
-      if (!page) return fail(page.error());
-      for (index_kv::RecordLocation& l : page->records) {
-        if (!newest || std::tie(l.container_mtime_unix_nanos, l.row.offset) >=
-                           std::tie(newest->container_mtime_unix_nanos, newest->row.offset)) {
-          newest = std::move(l);
-        }
+  std::optional<index_kv::RecordLocation> newest;
+  for (int pages = 0; pages < 100; ++pages) {
+    auto page = index.listRecords(bucket, q);
+    if (!page) return fail(page.error());
+    for (index_kv::RecordLocation& l : page->records) {
+      if (!newest || std::tie(l.container_mtime_unix_nanos, l.row.offset) >=
+                         std::tie(newest->container_mtime_unix_nanos, newest->row.offset)) {
+        newest = std::move(l);
       }
-      if (!page->truncated) break;
-      q.start_after = page->next;
     }
-    return newest;
-  });
+    if (!page->truncated) break;
+    q.start_after = page->next;
+  }
+  return newest;
+}
+
+Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
+                                      const RecordSelector& selector) {
+  auto best = co_await offload(ctx.pool(), [&] { return findRecord(ctx.index(), bucket, selector); });
   if (!best) co_return std::unexpected(fromStatus(best.error(), S3ErrorCode::kNoSuchBucket));
   if (!best->has_value()) {
     co_return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");

@@ -101,9 +101,16 @@ struct RecordSelector {
 // no such record; InternalError on a CRC mismatch.
 Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
                                       const RecordSelector& selector);
-// The same for a known location (batch reads after one listing).
+// The newest visible location of a record (blocking: call on the worker pool). nullopt
+// when there is none.
+Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& index,
+                                                           const std::string& bucket,
+                                                           const RecordSelector& selector);
+// Reads a known location. `manifest`, if given, is the container's current manifest
+// (a batch reuses it across its records); otherwise it is fetched.
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
-                                        const index_kv::RecordLocation& location, bool raw);
+                                        const index_kv::RecordLocation& location, bool raw,
+                                        const index_kv::Manifest* manifest = nullptr);
 
 // Object bytes [offset, offset + length) of `manifest` (inline or striped) in memory.
 Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,

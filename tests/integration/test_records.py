@@ -358,3 +358,42 @@ def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket
     with pytest.raises(RecordError) as e:
         rc.set_bucket_index(bucket, "zip")
     assert e.value.code == "InvalidArgument"
+
+
+def test_pytorch_iterable_dataset_streams_shuffled_samples(server, rc, bucket):
+    import torch  # noqa: F401  python3-torch, installed by scripts/install-deps.sh
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python",
+                                    "examples"))
+    from torch_records import RecordShardDataset
+    from torch.utils.data import DataLoader
+
+    expected = {}
+    shards = []
+    for s in range(4):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+            for i in range(50):
+                key = f"s{s}/{i:06d}"
+                for field, content in (("jpg", os.urandom(100 + i)), ("cls", str(i % 7).encode())):
+                    info = tarfile.TarInfo(f"{key}.{field}")
+                    info.size = len(content)
+                    tf.addfile(info, io.BytesIO(content))
+                    expected.setdefault(key, {})[field] = content
+        name = f"shards/shard-{s:06d}.tar"
+        rc.put_container(bucket, name, buf.getvalue())
+        shards.append(name)
+    ds = RecordShardDataset(server.endpoint, server.access_key, server.secret_key, bucket,
+                            shards, shuffle_buffer=64, batch=32, seed=1)
+    orders = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        got = list(DataLoader(ds, batch_size=None, num_workers=2))
+        assert len(got) == 200
+        for sample in got:
+            assert sample["jpg"] == expected[sample["__key__"]]["jpg"]
+            assert sample["cls"] == expected[sample["__key__"]]["cls"]
+        keys = [s["__key__"] for s in got]
+        assert sorted(keys) == sorted(expected)
+        orders.append(keys)
+    assert orders[0] != sorted(orders[0])  # shuffled
+    assert orders[0] != orders[1]          # reshuffled per epoch

@@ -1,0 +1,112 @@
+"""A PyTorch IterableDataset over tar shards stored in Granary with a record index
+(docs/record-index.md): each worker walks its share of the shards, lists a shard's rows in
+container order, fetches them with streamed batch gets, groups WebDataset members into
+samples ("000123.jpg" + "000123.cls" -> {"__key__": "000123", "jpg": ..., "cls": ...}) and
+shuffles samples through a buffer. Shards are reshuffled every epoch.
+
+    python3 torch_records.py http://127.0.0.1:9000 ACCESS SECRET bucket shards/
+"""
+import os
+import random
+import sys
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from granary_records import RecordClient  # noqa: E402
+
+
+def _split_name(name):
+    """WebDataset convention: the sample key is the path up to the first dot of the
+    basename, the field is what follows ("a/b/000123.seg.png" -> "a/b/000123", "seg.png")."""
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    if dot < 0:
+        return name, ""
+    return name[:dot], name[dot + 1:]
+
+
+class RecordShardDataset(IterableDataset):
+    def __init__(self, endpoint, access_key, secret_key, bucket, shards, shuffle_buffer=1000,
+                 batch=256, seed=0, group_samples=True):
+        super().__init__()
+        self.conn = (endpoint, access_key, secret_key)
+        self.bucket = bucket
+        self.shards = list(shards)
+        self.shuffle_buffer = shuffle_buffer
+        self.batch = batch
+        self.seed = seed
+        self.epoch = 0
+        self.group_samples = group_samples
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def _records(self, client, shard):
+        """(name, bytes) of every record of one shard, in container order."""
+        rows = list(client.container_records(self.bucket, shard))
+        for i in range(0, len(rows), self.batch):
+            want = [{"key": r["key"], "container": shard} for r in rows[i:i + self.batch]]
+            for header, body in client.batch_get(self.bucket, want, type="*"):
+                if header["status"] != 200:
+                    raise IOError(f"{shard}: {header['key']}: {header.get('code')} "
+                                  f"{header.get('message')}")
+                yield header["key"], body
+
+    def _samples(self, client, shard):
+        if not self.group_samples:
+            for name, body in self._records(client, shard):
+                yield {"__key__": name, "__shard__": shard, "data": body}
+            return
+        current = None
+        for name, body in self._records(client, shard):
+            key, field = _split_name(name)
+            if current is not None and current["__key__"] != key:
+                yield current
+                current = None
+            if current is None:
+                current = {"__key__": key, "__shard__": shard}
+            current[field] = body
+        if current is not None:
+            yield current
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        rng = random.Random(hash((self.seed, self.epoch)))
+        shards = self.shards[:]
+        rng.shuffle(shards)  # the same order in every worker, then split
+        mine = shards[worker::workers]
+        rng = random.Random(hash((self.seed, self.epoch, worker)))
+        client = RecordClient(*self.conn)
+        buffer = []
+        for shard in mine:
+            for sample in self._samples(client, shard):
+                if len(buffer) < self.shuffle_buffer:
+                    buffer.append(sample)
+                    continue
+                i = rng.randrange(len(buffer))
+                buffer[i], sample = sample, buffer[i]
+                yield sample
+        rng.shuffle(buffer)
+        yield from buffer
+
+
+def main():
+    endpoint, access, secret, bucket, prefix = sys.argv[1:6]
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access,
+                      aws_secret_access_key=secret, region_name="us-east-1")
+    shards = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix) for o in page.get("Contents", [])]
+    ds = RecordShardDataset(endpoint, access, secret, bucket, shards)
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    n = 0
+    for sample in loader:
+        n += 1
+    print(f"{n} samples from {len(shards)} shards")
+
+
+if __name__ == "__main__":
+    main()
