@@ -275,15 +275,14 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
 
 }  // namespace
 
-Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink) {
-  if (length == 0) co_return Status::ok();
-  auto ex = co_await asio::this_coro::executor;
-  // Stripe slices covering the range, in order.
-  struct Slice {
-    const index_kv::StripeLayout* s;
-    uint64_t first, length;
-  };
+namespace {
+// The stripe slices covering object bytes [first, first + length), in order.
+struct Slice {
+  const index_kv::StripeLayout* s;
+  uint64_t first, length;
+};
+Result<std::vector<Slice>> slicesOf(const index_kv::Manifest& manifest, uint64_t first,
+                                    uint64_t length) {
   std::vector<Slice> slices;
   uint64_t pos = 0, end = first + length;
   for (const auto& s : manifest.stripes) {
@@ -292,14 +291,45 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       uint64_t lo = std::max(first, pos), hi = std::min(end, s_end);
       if (uint64_t(manifest.ec.k) * s.fragment_len < s.data_len ||
           s.drives.size() != static_cast<size_t>(manifest.ec.total())) {
-        co_return Status::corruption("manifest stripe layout is inconsistent");
+        return fail(Status::corruption("manifest stripe layout is inconsistent"));
       }
       slices.push_back({&s, lo - pos, hi - lo});
     }
     pos = s_end;
     if (pos >= end) break;
   }
-  if (pos < end) co_return Status::corruption("manifest stripes shorter than the object");
+  if (pos < end) return fail(Status::corruption("manifest stripes shorter than the object"));
+  return slices;
+}
+}  // namespace
+
+Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
+                       uint64_t length, uint8_t* out) {
+  if (length == 0) return Status::ok();
+  auto slices = slicesOf(manifest, first, length);
+  if (!slices) return slices.error();
+  for (const Slice& sl : *slices) {
+    const uint64_t fl = sl.s->fragment_len;
+    for (uint64_t at = sl.first; at < sl.first + sl.length;) {
+      const uint64_t j = at / fl;
+      const uint64_t n = std::min(sl.first + sl.length, (j + 1) * fl) - at;
+      GRANARY_RETURN_IF_ERROR(dp.chunks().read(manifest.drives[sl.s->drives[j]],
+                                               blobOf(*sl.s, static_cast<int>(j)), at - j * fl,
+                                               {out, n}));
+      out += n;
+      at += n;
+    }
+  }
+  return Status::ok();
+}
+
+Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
+                             uint64_t length, BodySink& sink) {
+  if (length == 0) co_return Status::ok();
+  auto ex = co_await asio::this_coro::executor;
+  auto sliced = slicesOf(manifest, first, length);
+  if (!sliced) co_return sliced.error();
+  const std::vector<Slice>& slices = *sliced;
 
   // Keep one stripe read in flight ahead of the one being sent.
   std::unique_ptr<StripeRead> next;

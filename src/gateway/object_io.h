@@ -100,6 +100,13 @@ class ObjectWriter {
   std::vector<index_kv::StripeLayout> stripes_;
 };
 
+// Blocking (call it on the worker pool): object bytes [first, first + length) of a
+// striped manifest, read from the data fragments only, into `out` (length bytes). Any
+// fragment failure fails the call; the caller then uses readObjectRange, which decodes
+// from parity. For many small ranges read concurrently (record batch gets).
+Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
+                       uint64_t length, uint8_t* out);
+
 // Streams object bytes [first, first + length) of a striped manifest into `sink`
 // (whose head must already be written).
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,

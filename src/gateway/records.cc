@@ -296,29 +296,32 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   out.format = m.records.format;
   auto read = co_await readObjectBytes(ctx, m, row.offset, row.length);
   if (!read) co_return std::unexpected(read.error());
-  std::string bytes = std::move(*read);
+  auto body = co_await offload(ctx.pool(), [&] {
+    return recordBody(bucket, row, out.format, std::move(*read), raw);
+  });
+  if (!body) co_return std::unexpected(body.error());
+  out.body = std::move(*body);
+  co_return out;
+}
+
+S3Result<std::string> recordBody(const std::string& bucket, const index_kv::RecordRow& row,
+                                 const std::string& format, std::string bytes, bool raw) {
   const uint32_t crc =
       ec::crc32c({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   if (bytes.size() != row.length || crc != row.crc32c) {
     log::error("record {} in {}/{} at {}: CRC32C {:08x}, index says {:08x}", row.key, bucket,
                row.container, row.offset, crc, row.crc32c);
-    co_return s3fail(S3ErrorCode::kInternalError,
-                     "The record's bytes do not match the CRC32C in its index row.");
+    return s3fail(S3ErrorCode::kInternalError,
+                  "The record's bytes do not match the CRC32C in its index row.");
   }
-  if (out.format == "warc.gz" && !raw) {
-    auto inflated = co_await offload(ctx.pool(), [&] {
-      return index_kv::inflateGzipMember(
-          {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kMaxInflated);
-    });
-    if (!inflated) {
-      co_return s3fail(S3ErrorCode::kInternalError,
-                       "The record's gzip member does not inflate: " + inflated.error().message());
-    }
-    out.body = std::move(*inflated);
-  } else {
-    out.body = std::move(bytes);
+  if (format != "warc.gz" || raw) return bytes;
+  auto inflated = index_kv::inflateGzipMember(
+      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kMaxInflated);
+  if (!inflated) {
+    return s3fail(S3ErrorCode::kInternalError,
+                  "The record's gzip member does not inflate: " + inflated.error().message());
   }
-  co_return out;
+  return std::move(*inflated);
 }
 
 Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& index,

@@ -112,6 +112,11 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
                                         const index_kv::RecordLocation& location, bool raw,
                                         const index_kv::Manifest* manifest = nullptr);
 
+// Blocking: verifies a record's container bytes against its row's CRC32C and inflates a
+// warc.gz member unless `raw`; the body to send.
+S3Result<std::string> recordBody(const std::string& bucket, const index_kv::RecordRow& row,
+                                 const std::string& format, std::string bytes, bool raw);
+
 // Object bytes [offset, offset + length) of `manifest` (inline or striped) in memory.
 Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
                                             const index_kv::Manifest& manifest,
