@@ -67,7 +67,20 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      &chunkstore::DriveStats::scrubbed_bytes},
           DriveGauge{"granary_drive_corrupt_blobs", "Corrupt blobs found by the scrubber",
                      &chunkstore::DriveStats::corrupt_blobs},
-      } {
+      },
+      record_index_(prometheus::BuildGauge()
+                        .Name("granary_record_index")
+                        .Help("Record index size (RocksDB estimates): rows, bytes, sets, dead_sets")
+                        .Register(registry)),
+      containers_indexed_(prometheus::BuildCounter()
+                              .Name("granary_record_containers_total")
+                              .Help("Uploads that asked for a record index, by outcome")
+                              .Register(registry)),
+      records_indexed_(prometheus::BuildCounter()
+                           .Name("granary_records_indexed_total")
+                           .Help("Record rows published by indexed uploads")
+                           .Register(registry)
+                           .Add({})) {
   for (auto& g : drives_) {
     g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
   }
@@ -81,6 +94,19 @@ void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveS
   for (auto& g : drives_) {
     g.family->Add({{"drive", drive}}).Set(static_cast<double>(stats.*g.field));
   }
+}
+
+void GatewayMetrics::setRecordIndex(const index_kv::RecordIndexStats& stats) {
+  record_index_.Add({{"what", "rows"}}).Set(static_cast<double>(stats.rows));
+  record_index_.Add({{"what", "bytes"}}).Set(static_cast<double>(stats.bytes));
+  record_index_.Add({{"what", "sets"}}).Set(static_cast<double>(stats.sets));
+  record_index_.Add({{"what", "dead_sets"}}).Set(static_cast<double>(stats.dead_sets));
+}
+
+void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {
+  if (info.status.empty()) return;
+  containers_indexed_.Add({{"status", info.status}}).Increment();
+  records_indexed_.Increment(static_cast<double>(info.rows));
 }
 
 void GatewayMetrics::observe(std::string_view op, int status, double seconds) {

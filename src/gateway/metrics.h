@@ -29,6 +29,9 @@ class GatewayMetrics {
   DataPathCounters dataPathCounters();
   // Per-drive gauges, refreshed from ChunkClient::stats before each scrape.
   void setDrive(const std::string& drive, const chunkstore::DriveStats& stats);
+  // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
+  void setRecordIndex(const index_kv::RecordIndexStats& stats);
+  void containerIndexed(const index_kv::RecordIndexInfo& info);
 
  private:
   prometheus::Registry& registry_;
@@ -48,6 +51,9 @@ class GatewayMetrics {
     prometheus::Family<prometheus::Gauge>* family = nullptr;
   };
   std::vector<DriveGauge> drives_;
+  prometheus::Family<prometheus::Gauge>& record_index_;
+  prometheus::Family<prometheus::Counter>& containers_indexed_;
+  prometheus::Counter& records_indexed_;
 };
 
 }  // namespace granary::gateway

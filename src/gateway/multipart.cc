@@ -483,6 +483,7 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   S3Response res = xmlResponse(completeMultipartUploadXml(location, req.bucket, req.key,
                                                           manifest->etag, manifest->checksum));
   setRecordIndexHeaders(res, manifest->records);
+  ctx.metrics.containerIndexed(manifest->records);
   co_return res;
 }
 

@@ -76,6 +76,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   S3Response res;
   res.set("ETag", "\"" + m.etag + "\"");
   setRecordIndexHeaders(res, m.records);
+  ctx.metrics.containerIndexed(m.records);
   if (in.checksum_algorithm) {
     res.set(checksumHeader(*in.checksum_algorithm), in.checksum);
     res.set("x-amz-checksum-type", "FULL_OBJECT");

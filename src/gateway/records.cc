@@ -235,7 +235,10 @@ void setRecordIndexHeaders(S3Response& res, const RecordIndexInfo& info) {
   if (info.status.empty()) return;
   res.set("x-granary-record-index", info.status);
   if (!info.format.empty()) res.set("x-granary-record-format", info.format);
-  if (info.status == "indexed") res.set("x-granary-record-count", std::to_string(info.rows));
+  if (info.status == "indexed") {
+    res.set("x-granary-record-count", std::to_string(info.rows));
+    res.set("x-granary-record-index-bytes", std::to_string(info.row_bytes));
+  }
   if (!info.message.empty()) {
     // Header values must stay one printable line.
     std::string msg = info.message.substr(0, 300);

@@ -183,6 +183,7 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
           ctx.metrics.setDrive(d.id, *st);
         }
       }
+      ctx.metrics.setRecordIndex(ctx.index().recordIndexStats());
       return 0;
     });
     res.set("Content-Type", "text/plain; version=0.0.4");

@@ -72,6 +72,7 @@ class RocksIndex final : public Index {
                                             size_t limit) override;
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                              int64_t orphan_before_unix_nanos) override;
+  RecordIndexStats recordIndexStats() override;
 
   // Group-commit counters: synced batches written and requests committed so far.
   CommitStats commitStats() const { return queue_->stats(); }

@@ -339,4 +339,20 @@ Result<RecordGcStats> RocksIndex::collectRecordGarbage(size_t max_rows,
   return stats;
 }
 
+RecordIndexStats RocksIndex::recordIndexStats() {
+  auto prop = [&](rocksdb::ColumnFamilyHandle* cf, const char* name) {
+    uint64_t v = 0;
+    return db_->GetIntProperty(cf, name, &v) ? v : 0;
+  };
+  RecordIndexStats s;
+  s.rows = prop(cfs_.records, "rocksdb.estimate-num-keys");
+  for (auto* cf : {cfs_.records, cfs_.record_order, cfs_.record_sets, cfs_.record_gc}) {
+    s.bytes += prop(cf, "rocksdb.estimate-live-data-size") +
+               prop(cf, "rocksdb.cur-size-all-mem-tables");
+  }
+  s.sets = prop(cfs_.record_sets, "rocksdb.estimate-num-keys");
+  s.dead_sets = prop(cfs_.record_gc, "rocksdb.estimate-num-keys");
+  return s;
+}
+
 }  // namespace granary::index_kv

@@ -85,7 +85,7 @@ def make_warc_gz(n, seed=11):
     return out.getvalue(), records
 
 
-def test_tendata_tar_single_put_indexes_every_member(s3, rc, bucket):
+def test_tendata_tar_single_put_indexes_every_member(server, s3, rc, bucket):
     data = sample_file("webdataset", "tendata.tar")
     hdrs = rc.put_container(bucket, "tendata.tar", data)
     members = tar_members(data)
@@ -96,6 +96,13 @@ def test_tendata_tar_single_put_indexes_every_member(s3, rc, bucket):
         assert rc.get_record(bucket, name) == content, name
     head = s3.head_object(Bucket=bucket, Key="tendata.tar")
     assert head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"] == "100"
+    # Rows are counted and sized per container, and in the metrics.
+    assert int(head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-index-bytes"]) > 100 * 50
+    import urllib3
+    metrics = urllib3.PoolManager().request("GET", f"{server.endpoint}/_granary/metrics").data.decode()
+    assert 'granary_record_containers_total{status="indexed"}' in metrics
+    rows = [l for l in metrics.splitlines() if l.startswith('granary_record_index{what="rows"}')]
+    assert rows and float(rows[0].split()[-1]) >= 100
     # The object itself is unchanged.
     assert s3.get_object(Bucket=bucket, Key="tendata.tar")["Body"].read() == data
 

@@ -157,6 +157,14 @@ struct RecordPage {
   std::string next;  // when truncated: pass as start_after
 };
 
+// Size of the record index (RocksDB estimates: cheap, approximate).
+struct RecordIndexStats {
+  uint64_t rows = 0;        // rows stored, visible or waiting for removal
+  uint64_t bytes = 0;       // bytes of the record column families (SST + memtables)
+  uint64_t sets = 0;        // record sets (indexed container versions and runs in progress)
+  uint64_t dead_sets = 0;   // sets waiting for their rows to be removed
+};
+
 struct RecordGcStats {
   uint64_t rows_removed = 0;
   uint64_t sets_removed = 0;
@@ -349,6 +357,7 @@ class Index {
   // that scan of every set.
   virtual Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                                      int64_t orphan_before_unix_nanos) = 0;
+  virtual RecordIndexStats recordIndexStats() = 0;
 };
 
 struct IndexOptions {
