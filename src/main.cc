@@ -1,6 +1,7 @@
 // granary: one binary, subcommands. `serve` runs everything in one process (the embedded
 // default): gateway, index and the chunk-store drives as directories under --data.
-// `chunkserver` serves drive directories to gateways on other machines.
+// `chunkserver` serves drive directories to gateways on other machines. `records` is a client
+// of the record index (docs/record-index.md, "CLI").
 #include <fcntl.h>
 #include <prometheus/registry.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include "granary/gateway/reclaimer.h"
 #include "granary/index_kv/index.h"
 #include "granary/placement/cluster_map.h"
+#include "records_cli.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -426,6 +428,7 @@ void usage() {
                "commands:\n"
                "  serve        all-in-one S3 store (gateway, index, chunk-store drives)\n"
                "  chunkserver  serve drive directories to remote gateways (internal API)\n"
+               "  records      get, list and batch-get indexed records; upload containers\n"
                "\nRun 'granary <command> --help' for the options of a command.\n";
 }
 
@@ -439,6 +442,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "serve") return serve(argc - 1, argv + 1);
   if (cmd == "chunkserver") return chunkserver(argc - 1, argv + 1);
+  if (cmd == "records") return cli::records(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

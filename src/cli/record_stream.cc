@@ -1,0 +1,95 @@
+// Output files and the records-batch frame reader (record_stream.h).
+#include "record_stream.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <utility>
+
+namespace granary::cli {
+namespace {
+
+constexpr size_t kMaxFrameLine = size_t{1} << 20;  // a header line (keys are <= 8 KiB)
+
+}  // namespace
+
+Output::Output(std::string path) : path_(std::move(path)) {}
+
+Output::~Output() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+Status Output::open() {
+  if (path_.empty() || file_ != nullptr) return Status::ok();
+  file_ = std::fopen(path_.c_str(), "wb");
+  return file_ != nullptr ? Status::ok() : Status::fromErrno(errno, "cannot create " + path_);
+}
+
+Status Output::write(std::string_view bytes) {
+  if (discarded_) return Status::internal("write to a discarded output " + path_);
+  if (Status st = open(); !st) return st;
+  FILE* f = path_.empty() ? stdout : file_;
+  if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+    return Status::ioError("cannot write " + (path_.empty() ? "standard output" : path_));
+  }
+  return Status::ok();
+}
+
+Status Output::finish() {
+  if (discarded_) return Status::ok();
+  if (Status st = open(); !st) return st;
+  FILE* f = path_.empty() ? stdout : file_;
+  bool ok = std::fflush(f) == 0;
+  if (file_ != nullptr) {
+    ok = std::fclose(file_) == 0 && ok;
+    file_ = nullptr;
+  }
+  return ok ? Status::ok() : Status::ioError("cannot write " + path_);
+}
+
+void Output::discard() {
+  discarded_ = true;
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+}
+
+FrameReader::FrameReader(HeaderFn on_header, DataFn on_data)
+    : on_header_(std::move(on_header)), on_data_(std::move(on_data)) {}
+
+Status FrameReader::feed(std::string_view in) {
+  while (!in.empty()) {
+    if (ended_) return Status::corruption("bytes after the end of the record stream");
+    if (remaining_ > 0) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, in.size()));
+      if (Status st = on_data_(in.substr(0, n)); !st) return st;
+      remaining_ -= n;
+      in.remove_prefix(n);
+      continue;
+    }
+    size_t nl = in.find('\n');
+    line_.append(in.substr(0, nl));
+    if (line_.size() > kMaxFrameLine) return Status::corruption("record header line too long");
+    if (nl == std::string_view::npos) return Status::ok();
+    in.remove_prefix(nl + 1);
+    std::string line = std::move(line_);
+    line_.clear();
+    nlohmann::json header = nlohmann::json::parse(line, nullptr, false);
+    if (header.is_discarded() || !header.is_object()) {
+      return Status::corruption("a record header is not a JSON object");
+    }
+    if (header.contains("end") && header["end"] == true) {
+      ended_ = true;
+    } else if (header.contains("size") && header["size"].is_number_unsigned()) {
+      remaining_ = header["size"].get<uint64_t>();
+    } else {
+      return Status::corruption("a record header has no size");
+    }
+    if (Status st = on_header_(header, line); !st) return st;
+  }
+  return Status::ok();
+}
+
+}  // namespace granary::cli
