@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
     m.mtime_unix_nanos = clock.nowUnixNanos();
     m.is_inline = true;
     m.records = RecordIndexInfo{"tar", "indexed", "", VersionId::generate(clock, random), 0, 0};
+    if (Status st = index.createRecordSet("bench", container, m.records.set); !st.isOk()) {
+      fmt::print(stderr, "createRecordSet: {}\n", st.toString());
+      return 1;
+    }
     const uint64_t first = c * 10000;
     const uint64_t last = std::min(rows, first + 10000);
     std::vector<RecordRow> batch;

@@ -464,8 +464,17 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   auto committed = co_await offload(ctx.pool(), [&] {
     return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
   });
-  if (!committed && indexer) {
-    co_await offload(ctx.pool(), [&] {
+  if (!committed) {
+    if (auto plain = retryWithoutRecords(manifest->records, committed.error())) {
+      manifest->records = *plain;  // a swept record set: store the object unindexed
+      committed = co_await offload(ctx.pool(), [&] {
+        return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest,
+                                          *precondition);
+      });
+    }
+  }
+  if (indexer && (!committed || manifest->records.set.isZero())) {
+    co_await offload(ctx.pool(), [&] {  // rows no commit published
       indexer->abandon();
       return 0;
     });

@@ -23,7 +23,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   if (*index_request && !(*index_request)->format_name.empty()) {
     indexer = std::make_unique<RecordIndexer>(
         ctx.index(), req.bucket, req.key, VersionId::generate(ctx.deps.clock, ctx.deps.random),
-        **index_request);
+        **index_request, std::chrono::seconds(ctx.options.max_put_seconds));
   }
   index_kv::Manifest m;
   IngestOptions options;
@@ -63,10 +63,22 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     return ctx.index().putObject(req.bucket, req.key, m, *precondition);
   });
   if (!committed) {
-    if (indexer) co_await offload(ctx.pool(), [&] {
+    if (auto plain = retryWithoutRecords(m.records, committed.error())) {
+      // A swept record set is refused, not the upload: store the object unindexed (if
+      // the request's own precondition failed, it fails again, as it should).
+      m.records = *plain;
+      committed = co_await offload(ctx.pool(), [&] {
+        return ctx.index().putObject(req.bucket, req.key, m, *precondition);
+      });
+    }
+  }
+  if (indexer && (!committed || m.records.set.isZero())) {
+    co_await offload(ctx.pool(), [&] {  // rows no commit published
       indexer->abandon();
       return 0;
     });
+  }
+  if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req, committed.error());
     co_await removeBlobs(ctx, in.drives, in.stripes);
     S3Response res = errorResponse(err, req);

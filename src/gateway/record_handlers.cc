@@ -22,6 +22,7 @@ constexpr size_t kMaxBatchGet = 10000;
 constexpr size_t kMaxBatchGetBody = 8u << 20;
 constexpr size_t kMaxInsertBody = 64u << 20;
 constexpr size_t kInsertChunk = 8192;
+constexpr uint64_t kMaxInsertCrcBytes = 1ull << 30;
 
 S3Response jsonResponse(const Json& j) {
   S3Response res;
@@ -29,6 +30,12 @@ S3Response jsonResponse(const Json& j) {
   res.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
   res.body.push_back('\n');
   return res;
+}
+
+// readSmallBody's "too large" is an XML error; JSON bodies say what they are.
+S3Error bodyError(const S3Error& e, size_t limit) {
+  if (e.code != S3ErrorCode::kMalformedXML) return e;
+  return {S3ErrorCode::kInvalidArgument, fmt::format("The request body is over {} bytes.", limit)};
 }
 
 std::string crcHex(uint32_t crc) { return fmt::format("{:08x}", crc); }
@@ -112,10 +119,7 @@ Task<S3Response> getRecord(GatewayContext& ctx, const S3Request& req, BodySink& 
   }
   res.streamed = true;
   Status st = co_await sink.writeHead(res, record->body.size());
-  if (st.isOk()) {
-    st = co_await sink.write({reinterpret_cast<const uint8_t*>(record->body.data()),
-                              record->body.size()});
-  }
+  if (st.isOk()) st = co_await writeInPieces(sink, record->body);
   if (!st.isOk()) res.close = true;
   ctx.metrics.bytesOut(record->body.size());
   co_return res;
@@ -167,9 +171,7 @@ Task<S3Response> listRecords(GatewayContext& ctx, const S3Request& req) {
 Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, BodySource& body,
                                  BodySink& sink) {
   auto text = co_await readSmallBody(body, kMaxBatchGetBody);
-  if (!text) {
-    co_return errorResponse(text.error(), req, body);
-  }
+  if (!text) co_return errorResponse(bodyError(text.error(), kMaxBatchGetBody), req, body);
   Json j = Json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array()) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,
@@ -248,14 +250,28 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     }
     return &*m;
   };
-  // Records are read kReadWindow at a time, concurrently on the worker pool, straight from
-  // their data fragments (small reads are latency-bound: this overlaps them). A record
-  // whose direct read fails is read again through readRecordAt, which decodes from parity.
+  // Records are read a window at a time (up to kReadWindow records and kWindowBytes of
+  // stored bytes), concurrently on the worker pool, straight from their data fragments:
+  // small reads are latency-bound, this overlaps them. A record whose direct read fails is
+  // read again through readRecordAt, which decodes from parity. warc.gz members are
+  // inflated one at a time as they are sent, so memory stays bounded.
   constexpr size_t kReadWindow = 32;
+  constexpr uint64_t kWindowBytes = 32ull << 20;
   struct Fetched {
-    std::optional<S3Result<std::string>> body;  // nullopt: take the slow path
+    std::optional<S3Result<std::string>> body;  // verified stored bytes; nullopt: slow path
   };
   std::vector<Fetched> window;
+  auto windowEnd = [&](size_t begin) {
+    size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < wanted.size() && end - begin < kReadWindow) {
+      const uint64_t len = (found[end] && found[end]->has_value()) ? (*found[end])->row.length : 0;
+      if (end > begin && bytes + len > kWindowBytes) break;
+      bytes += len;
+      ++end;
+    }
+    return end;
+  };
   auto fetchWindow = [&](size_t begin, size_t end) -> Task<void> {
     window.assign(end - begin, Fetched{});
     asio::any_io_executor ex = co_await asio::this_coro::executor;
@@ -282,14 +298,20 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
           }
         }
         window[i - begin].body = recordBody(req.bucket, r, m->records.format, std::move(bytes),
-                                            wanted[i].raw);
+                                            /*raw=*/true);
         return Status::ok();
       });
     }
     (void)co_await group.wait();
   };
   auto readOne = [&](size_t i, size_t begin) -> Task<S3Result<std::string>> {
-    if (window[i - begin].body) co_return std::move(*window[i - begin].body);
+    if (window[i - begin].body) {
+      S3Result<std::string> stored = std::move(*window[i - begin].body);
+      if (!stored || wanted[i].raw || (*manifestOf(i))->records.format != "warc.gz") {
+        co_return stored;
+      }
+      co_return co_await offload(ctx.pool(), [&] { return inflateRecord(*stored); });
+    }
     auto m = manifestOf(i);
     if (!m) co_return std::unexpected(m.error());
     auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, *m);
@@ -303,9 +325,13 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   Status st = co_await sink.writeHead(res, BodySink::kUnknownLength);
   size_t errors = 0;
   uint64_t sent = 0;
+  size_t begin = 0, end = 0;
   for (size_t i = 0; i < wanted.size() && st.isOk(); ++i) {
-    const size_t begin = i - i % kReadWindow;
-    if (i == begin) co_await fetchWindow(begin, std::min(wanted.size(), begin + kReadWindow));
+    if (i == end) {
+      begin = i;
+      end = windowEnd(begin);
+      co_await fetchWindow(begin, end);
+    }
     auto record = co_await readOne(i, begin);
     Json head = Json::object();
     head["index"] = i;
@@ -319,7 +345,13 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       }
       head["size"] = record->size();
       frame = head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-      frame += *record;
+      if (record->size() <= 64 * 1024) {
+        frame += *record;  // small records: one write with their header
+      } else {
+        st = co_await sink.write({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()});
+        if (st.isOk()) st = co_await writeInPieces(sink, *record);
+        frame.clear();
+      }
       sent += record->size();
     } else {
       ++errors;
@@ -329,7 +361,9 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       head["size"] = 0;
       frame = head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
     }
-    st = co_await sink.write({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()});
+    if (st.isOk() && !frame.empty()) {
+      st = co_await sink.write({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()});
+    }
   }
   if (st.isOk()) {
     Json end = Json::object();
@@ -345,11 +379,74 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   co_return res;
 }
 
+namespace {
+
+struct PendingRow {
+  index_kv::RecordRow row;
+  bool has_crc = false;
+};
+
+// Parses and validates a batch insert body (JSON lines) against a container of
+// `container_size` bytes. Blocking (up to 64 MiB of JSON): run it on the pool.
+S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::string& container,
+                                            uint64_t container_size) {
+  std::vector<PendingRow> rows;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    auto bad = [&](std::string why) {
+      return s3fail(S3ErrorCode::kInvalidArgument, fmt::format("Row on line {}: {}", line_no, why));
+    };
+    Json r = Json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) return bad("not a JSON object");
+    auto key = r.find("key");
+    auto off = r.find("offset");
+    auto len = r.find("length");
+    if (key == r.end() || !key->is_string()) return bad("key must be a string");
+    if (off == r.end() || !off->is_number_unsigned()) return bad("offset must be a non-negative integer");
+    if (len == r.end() || !len->is_number_unsigned()) return bad("length must be a non-negative integer");
+    PendingRow p;
+    p.row.key = key->get<std::string>();
+    p.row.offset = off->get<uint64_t>();
+    p.row.length = len->get<uint64_t>();
+    p.row.container = container;
+    if (p.row.key.empty() || p.row.key.size() > 8192 || p.row.key.find('\0') != std::string::npos) {
+      return bad("key must be 1 to 8192 bytes without NUL");
+    }
+    if (p.row.offset > container_size || p.row.length > container_size - p.row.offset) {
+      return bad(fmt::format("bytes {}+{} lie outside the container ({} bytes)", p.row.offset,
+                             p.row.length, container_size));
+    }
+    if (auto t = r.find("type"); t != r.end()) {
+      if (!t->is_string()) return bad("type must be a string");
+      p.row.type = t->get<std::string>();
+    }
+    if (auto c = r.find("crc32c"); c != r.end()) {
+      std::string hex = c->is_string() ? c->get<std::string>() : "";
+      uint32_t v = 0;
+      auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+      if (hex.empty() || hex.size() > 8 || ec != std::errc() || ptr != hex.data() + hex.size()) {
+        return bad("crc32c must be 1 to 8 hex digits");
+      }
+      p.row.crc32c = v;
+      p.has_crc = true;
+    }
+    rows.push_back(std::move(p));
+  }
+  if (rows.empty()) return s3fail(S3ErrorCode::kInvalidArgument, "No rows in the body.");
+  return rows;
+}
+
+}  // namespace
+
 Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySource& body) {
   auto text = co_await readSmallBody(body, kMaxInsertBody);
-  if (!text) {
-    co_return errorResponse(text.error(), req, body);
-  }
+  if (!text) co_return errorResponse(bodyError(text.error(), kMaxInsertBody), req, body);
   std::string format = std::string(req.queryValue("format").value_or(""));
   if (!format.empty() && format != "tar" && format != "warc" && format != "warc.gz" &&
       format != "raw") {
@@ -360,83 +457,46 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
     S3Error err = co_await objectNotFound(ctx, req, manifest.error());
     co_return errorResponse(err, req);
   }
-  // Parse and validate every row before writing any.
-  struct Pending {
-    index_kv::RecordRow row;
-    bool has_crc = false;
-  };
-  std::vector<Pending> rows;
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < text->size();) {
-    size_t nl = text->find('\n', pos);
-    if (nl == std::string::npos) nl = text->size();
-    std::string_view line(text->data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    auto bad = [&](std::string why) {
-      return errorResponse({S3ErrorCode::kInvalidArgument, fmt::format("Row on line {}: {}", line_no, why)}, req);
-    };
-    Json r = Json::parse(line, nullptr, false);
-    if (r.is_discarded() || !r.is_object()) co_return bad("not a JSON object");
-    auto key = r.find("key");
-    auto off = r.find("offset");
-    auto len = r.find("length");
-    if (key == r.end() || !key->is_string()) co_return bad("key must be a string");
-    if (off == r.end() || !off->is_number_unsigned()) co_return bad("offset must be a non-negative integer");
-    if (len == r.end() || !len->is_number_unsigned()) co_return bad("length must be a non-negative integer");
-    Pending p;
-    p.row.key = key->get<std::string>();
-    p.row.offset = off->get<uint64_t>();
-    p.row.length = len->get<uint64_t>();
-    p.row.container = req.key;
-    if (p.row.key.empty() || p.row.key.size() > 8192 || p.row.key.find('\0') != std::string::npos) {
-      co_return bad("key must be 1 to 8192 bytes without NUL");
-    }
-    if (p.row.offset > manifest->size || p.row.length > manifest->size - p.row.offset) {
-      co_return bad(fmt::format("bytes {}+{} lie outside the container ({} bytes)", p.row.offset,
-                                p.row.length, manifest->size));
-    }
-    if (auto t = r.find("type"); t != r.end()) {
-      if (!t->is_string()) co_return bad("type must be a string");
-      p.row.type = t->get<std::string>();
-    }
-    if (auto c = r.find("crc32c"); c != r.end()) {
-      std::string hex = c->is_string() ? c->get<std::string>() : "";
-      uint32_t v = 0;
-      auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
-      if (hex.empty() || hex.size() > 8 || ec != std::errc() || ptr != hex.data() + hex.size()) {
-        co_return bad("crc32c must be 1 to 8 hex digits");
-      }
-      p.row.crc32c = v;
-      p.has_crc = true;
-    }
-    rows.push_back(std::move(p));
-  }
-  if (rows.empty()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "No rows in the body."}, req);
+  // Every row is validated before any is written.
+  auto parsed = co_await offload(ctx.pool(), [&] { return parseRows(*text, req.key, manifest->size); });
+  if (!parsed) co_return errorResponse(parsed.error(), req);
+  std::vector<PendingRow>& rows = *parsed;
 
-  // Rows without a CRC32C get one computed from the container's bytes.
-  for (Pending& p : rows) {
+  // Rows without a CRC32C get one computed from the container's bytes (bounded per request).
+  uint64_t to_read = 0;
+  for (const PendingRow& p : rows) {
+    if (!p.has_crc) to_read += p.row.length;
+  }
+  if (to_read > kMaxInsertCrcBytes) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             fmt::format("The rows without crc32c cover {} bytes, over the {} "
+                                         "a request may make the server read: give crc32c.",
+                                         to_read, kMaxInsertCrcBytes)},
+                            req);
+  }
+  for (PendingRow& p : rows) {
     if (p.has_crc) continue;
-    if (p.row.length > kMaxRecordBytes) {
-      co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                               fmt::format("Record {} is over {} bytes: give its crc32c.", p.row.key, kMaxRecordBytes)},
-                              req);
-    }
     auto bytes = co_await readObjectBytes(ctx, *manifest, p.row.offset, p.row.length);
     if (!bytes) co_return errorResponse(bytes.error(), req);
-    p.row.crc32c = ec::crc32c({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
+    p.row.crc32c = co_await offload(ctx.pool(), [&] {
+      return ec::crc32c({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
+    });
   }
 
-  const VersionId set = manifest->records.set.isZero()
-                            ? VersionId::generate(ctx.deps.clock, ctx.deps.random)
-                            : manifest->records.set;
+  const bool new_set = manifest->records.set.isZero();
+  const VersionId set = new_set ? VersionId::generate(ctx.deps.clock, ctx.deps.random)
+                                : manifest->records.set;
   index_kv::RecordIndexInfo add;
   add.status = "indexed";
   add.set = set;
   add.format = !manifest->records.format.empty() ? manifest->records.format
                                                  : (format.empty() ? "raw" : format);
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::RecordIndexInfo> {
+    if (new_set) {
+      if (Status st = ctx.index().createRecordSet(req.bucket, req.key, set); !st.isOk()) {
+        return fail(st);
+      }
+    }
     std::vector<index_kv::RecordRow> chunk;
     for (size_t i = 0; i < rows.size(); ++i) {
       index_kv::RecordRow& r = rows[i].row;
@@ -447,7 +507,9 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
       if (chunk.size() == kInsertChunk || i + 1 == rows.size()) {
         Status st = ctx.index().putRecordRows(req.bucket, req.key, set, chunk);
         if (!st.isOk()) {
-          (void)ctx.index().abandonRecords(set);
+          // A set of our own goes; the container's published set stays (the rows written
+          // so far are visible, and counted only when a later insert attaches).
+          if (new_set) (void)ctx.index().abandonRecords(set);
           return fail(st);
         }
         chunk.clear();
@@ -459,7 +521,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   if (!result) {
     if (result.error().code() == Status::Code::kPreconditionFailed) {
       co_return errorResponse({S3ErrorCode::kPreconditionFailed,
-                               "The container was replaced while its rows were inserted."},
+                               "The container was replaced, or indexed by another request, "
+                               "while its rows were inserted: retry."},
                               req);
     }
     co_return errorResponse(fromStatus(result.error()), req);
@@ -482,9 +545,7 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
     updated.index_key.clear();
     if (req.method == "PUT") {
       auto text = co_await readSmallBody(body, 64 * 1024);
-      if (!text) {
-        co_return errorResponse(text.error(), req, body);
-      }
+      if (!text) co_return errorResponse(bodyError(text.error(), 64 * 1024), req, body);
       Json j = Json::parse(*text, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("index") || !j["index"].is_string() ||
           (j.contains("index_key") && !j["index_key"].is_string())) {

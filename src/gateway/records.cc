@@ -15,10 +15,11 @@ namespace {
 using index_kv::ContainerFormat;
 using index_kv::RecordIndexInfo;
 
-// Rows written to the index per batch while a container streams in.
+// Rows written to the index per batch while a container streams in, at most.
 constexpr size_t kFlushRows = 8192;
+constexpr size_t kFlushBytes = 8u << 20;
 // A warc.gz member inflating to more than this is not served inflated.
-constexpr size_t kMaxInflated = 256u << 20;
+constexpr size_t kMaxInflated = kMaxRecordBytes;
 
 std::optional<std::string_view> headerOrQuery(const S3Request& req, std::string_view name) {
   if (auto h = req.header(name)) return h;
@@ -109,38 +110,67 @@ index_kv::ParserOptions parserOptions(const IndexRequest& request) {
 }  // namespace
 
 RecordIndexer::RecordIndexer(index_kv::Index& index, std::string bucket, std::string container,
-                             VersionId set, const IndexRequest& request)
+                             VersionId set, const IndexRequest& request,
+                             std::chrono::seconds max_duration)
     : index_(index),
       bucket_(std::move(bucket)),
       container_(std::move(container)),
       set_(set),
-      parser_(parserOptions(request)) {}
+      parser_(parserOptions(request)),
+      deadline_(std::chrono::steady_clock::now() + max_duration),
+      last_write_(std::chrono::steady_clock::now()) {}
 
 RecordIndexer::~RecordIndexer() = default;
 
+bool RecordIndexer::stopped() const { return !error_.isOk() || !write_error_.isOk(); }
+
 void RecordIndexer::feed(std::span<const uint8_t> data) {
-  if (!error_.isOk() || !write_error_.isOk()) return;
+  if (stopped()) return;
+  const size_t before = parsed_.size();
   error_ = parser_.feed(data, parsed_);
-  if (parsed_.size() >= kFlushRows) flush();
+  // Keys that cannot be rows go at once, so a container of huge names holds no memory.
+  for (size_t i = before; i < parsed_.size(); ++i) {
+    const std::string& key = parsed_[i].key;
+    if (key.empty() || key.find('\0') != std::string::npos || key.size() > 8192) {
+      parsed_[i].key.clear();  // skipped by flush: not addressable (documented)
+      continue;
+    }
+    parsed_bytes_ += key.size() + parsed_[i].type.size();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now > deadline_) {
+    write_error_ = Status::timeout("indexing took longer than the server's maximum PUT duration");
+    return;
+  }
+  // Flush by count, by bytes, and at least every minute so the set's last-write time
+  // keeps it from looking like an orphan.
+  if (parsed_.size() >= kFlushRows || parsed_bytes_ >= kFlushBytes ||
+      (wrote_ && now - last_write_ > std::chrono::seconds(60))) {
+    flush();
+  }
 }
 
 void RecordIndexer::flush() {
-  if (parsed_.empty() || !write_error_.isOk()) return;
+  if (!write_error_.isOk()) return;
   std::vector<index_kv::RecordRow> rows;
   rows.reserve(parsed_.size());
   for (index_kv::ParsedRecord& p : parsed_) {
-    if (p.key.empty() || p.key.find('\0') != std::string::npos || p.key.size() > 8192) {
-      continue;  // not addressable (documented): the record stays in the container
-    }
+    if (p.key.empty()) continue;
     row_bytes_ += 2 * p.key.size() + bucket_.size() + container_.size() + 2 * 24 + 14 +
                   p.type.size();
     rows.push_back(index_kv::RecordRow{std::move(p.key), container_, set_, p.offset, p.length,
                                        p.crc32c, std::move(p.type)});
   }
   parsed_.clear();
-  if (rows.empty()) return;
-  wrote_ = true;
+  parsed_bytes_ = 0;
+  if (rows.empty() && !wrote_) return;
+  if (!wrote_) {
+    write_error_ = index_.createRecordSet(bucket_, container_, set_);
+    if (!write_error_.isOk()) return;
+    wrote_ = true;
+  }
   write_error_ = index_.putRecordRows(bucket_, container_, set_, rows);
+  last_write_ = std::chrono::steady_clock::now();
   if (write_error_.isOk()) rows_ += rows.size();
 }
 
@@ -162,7 +192,7 @@ RecordIndexInfo RecordIndexer::finish() {
     info.message = error_.message();
   } else {
     info.status = "failed";
-    info.message = "the index refused the rows: " + write_error_.message();
+    info.message = "indexing failed: " + write_error_.message();
     log::warn("record index of {}/{} failed: {}", bucket_, container_, write_error_.toString());
   }
   abandon();
@@ -189,6 +219,8 @@ class IndexingSink final : public BodySink {
       indexer_.feed(data);
       return 0;
     });
+    // Stop reading the object once the outcome is known (not a container, malformed...).
+    if (indexer_.stopped()) co_return Status::unavailable("indexing stopped");
     co_return Status::ok();
   }
 
@@ -205,7 +237,8 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
                                                        const IndexRequest& request,
                                                        RecordIndexInfo& info) {
   auto indexer = std::make_unique<RecordIndexer>(
-      ctx.index(), bucket, key, VersionId::generate(ctx.deps.clock, ctx.deps.random), request);
+      ctx.index(), bucket, key, VersionId::generate(ctx.deps.clock, ctx.deps.random), request,
+      std::chrono::seconds(ctx.options.max_put_seconds));
   Status st;
   if (manifest.is_inline) {
     co_await offload(ctx.pool(), [&] {
@@ -217,7 +250,7 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
     IndexingSink sink(ctx.pool(), *indexer);
     st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
   }
-  if (!st.isOk()) {
+  if (!st.isOk() && !indexer->stopped()) {
     co_await offload(ctx.pool(), [&] {
       indexer->abandon();
       return 0;
@@ -229,6 +262,18 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
   }
   info = co_await offload(ctx.pool(), [&] { return indexer->finish(); });
   co_return indexer;
+}
+
+std::optional<RecordIndexInfo> retryWithoutRecords(const RecordIndexInfo& info,
+                                                   const Status& commit_error) {
+  if (info.set.isZero() || commit_error.code() != Status::Code::kPreconditionFailed) {
+    return std::nullopt;
+  }
+  RecordIndexInfo out;
+  out.format = info.format;
+  out.status = "failed";
+  out.message = "the rows were removed before the commit (indexing ran too long)";
+  return out;
 }
 
 void setRecordIndexHeaders(S3Response& res, const RecordIndexInfo& info) {
@@ -318,13 +363,28 @@ S3Result<std::string> recordBody(const std::string& bucket, const index_kv::Reco
                   "The record's bytes do not match the CRC32C in its index row.");
   }
   if (format != "warc.gz" || raw) return bytes;
+  return inflateRecord(bytes);
+}
+
+S3Result<std::string> inflateRecord(std::string_view member) {
   auto inflated = index_kv::inflateGzipMember(
-      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kMaxInflated);
+      {reinterpret_cast<const uint8_t*>(member.data()), member.size()}, kMaxInflated);
   if (!inflated) {
     return s3fail(S3ErrorCode::kInternalError,
-                  "The record's gzip member does not inflate: " + inflated.error().message());
+                  "The record's gzip member does not inflate to at most 64 MiB: " +
+                      inflated.error().message());
   }
   return std::move(*inflated);
+}
+
+Task<Status> writeInPieces(BodySink& sink, std::string_view data) {
+  constexpr size_t kPiece = 1u << 20;  // each piece gets the sink's own write deadline
+  for (size_t at = 0; at < data.size(); at += kPiece) {
+    const size_t n = std::min(kPiece, data.size() - at);
+    Status st = co_await sink.write({reinterpret_cast<const uint8_t*>(data.data()) + at, n});
+    if (!st.isOk()) co_return st;
+  }
+  co_return Status::ok();
 }
 
 Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& index,
@@ -336,7 +396,11 @@ Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& inde
   q.type = selector.type == "*" ? std::string() : selector.type;
   q.limit = 1000;
   std::optional<index_kv::RecordLocation> newest;
-  for (int pages = 0; pages < 100; ++pages) {
+  for (int pages = 0;; ++pages) {
+    if (pages == 10) {
+      return fail(Status::invalidArgument(
+          "The record key has too many locations to pick the newest: name its container."));
+    }
     auto page = index.listRecords(bucket, q);
     if (!page) return fail(page.error());
     for (index_kv::RecordLocation& l : page->records) {

@@ -2,6 +2,7 @@
 // bytes stream in (RecordIndexer), and reading one record back, verified (readRecord).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -40,11 +41,15 @@ std::optional<IndexRequest> indexRequestOf(const index_kv::MultipartUpload& uplo
 // from one task at a time.
 class RecordIndexer {
  public:
+  // Indexing that runs past `max_duration` stops with status "failed" (an indexing run
+  // must publish well before the orphan sweep would take its rows).
   RecordIndexer(index_kv::Index& index, std::string bucket, std::string container,
-                VersionId set, const IndexRequest& request);
+                VersionId set, const IndexRequest& request, std::chrono::seconds max_duration);
   ~RecordIndexer();
 
   void feed(std::span<const uint8_t> data);
+  // The outcome is known before the end: more bytes change nothing.
+  bool stopped() const;
   // The container's RecordIndexInfo for its manifest: "indexed" (naming the set when it
   // has rows) or "malformed" / "not-indexable" with the reason, in which case rows
   // written so far are abandoned.
@@ -63,7 +68,10 @@ class RecordIndexer {
   std::vector<index_kv::ParsedRecord> parsed_;
   Status error_;             // a parse error (the container is kept, unindexed)
   Status write_error_;       // the index refused the rows
-  bool wrote_ = false;       // some rows (or the set's row) reached the index
+  bool wrote_ = false;       // the set was created in the index
+  size_t parsed_bytes_ = 0;  // key and type bytes waiting in parsed_
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point last_write_;
   uint64_t rows_ = 0;
   uint64_t row_bytes_ = 0;
 };
@@ -77,6 +85,13 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
                                                        const index_kv::Manifest& manifest,
                                                        const IndexRequest& request,
                                                        index_kv::RecordIndexInfo& info);
+
+// After a commit naming the indexer's set failed with kPreconditionFailed: the set may
+// have been swept (it is refused then), or the request's own precondition failed. Either
+// way the rows are abandoned; returns the record info to retry the commit with (the
+// object stored unindexed), or nullopt when there was no set to blame.
+std::optional<index_kv::RecordIndexInfo> retryWithoutRecords(const index_kv::RecordIndexInfo& info,
+                                                             const Status& commit_error);
 
 // Response headers describing an object's record index (HEAD/GET object, PUT, Complete).
 void setRecordIndexHeaders(S3Response& res, const index_kv::RecordIndexInfo& info);
@@ -116,6 +131,11 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
 // warc.gz member unless `raw`; the body to send.
 S3Result<std::string> recordBody(const std::string& bucket, const index_kv::RecordRow& row,
                                  const std::string& format, std::string bytes, bool raw);
+
+// Blocking: a verified warc.gz member, inflated (at most kMaxRecordBytes).
+S3Result<std::string> inflateRecord(std::string_view member);
+// Writes a body in 1 MiB pieces, so a slow client's deadline applies per piece.
+Task<Status> writeInPieces(BodySink& sink, std::string_view data);
 
 // Object bytes [offset, offset + length) of `manifest` (inline or striped) in memory.
 Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,

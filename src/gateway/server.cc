@@ -116,8 +116,9 @@ class BeastBodySink final : public BodySink {
     stream_.expires_after(timeout_);
     beast::error_code ec;
     if (chunked_) {
-      co_await asio::async_write(
-          stream_, http::make_chunk(asio::buffer(data.data(), data.size())), kRedirect(ec));
+      // A named chunk: g++ 12 may destroy temporaries of a co_await expression twice.
+      auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
+      co_await asio::async_write(stream_, chunk, kRedirect(ec));
     } else {
       co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
     }
@@ -130,7 +131,8 @@ class BeastBodySink final : public BodySink {
     if (!chunked_) co_return Status::ok();
     stream_.expires_after(timeout_);
     beast::error_code ec;
-    co_await asio::async_write(stream_, http::make_chunk_last(), kRedirect(ec));
+    auto last = http::make_chunk_last();
+    co_await asio::async_write(stream_, last, kRedirect(ec));
     if (ec) co_return Status::ioError("write body: " + ec.message());
     co_return Status::ok();
   }

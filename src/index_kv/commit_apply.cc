@@ -27,6 +27,7 @@ Status validBucketName(std::string_view bucket) {
 void BatchBuilder::apply(CommitRequest& req) {
   req.replaced.reset();
   batch_.SetSavePoint();
+  const std::set<VersionId> dead_before = dead_sets_;
   Status st;
   try {
     switch (req.kind) {
@@ -51,6 +52,7 @@ void BatchBuilder::apply(CommitRequest& req) {
     (void)batch_.PopSavePoint();
   } else {
     (void)batch_.RollbackToSavePoint();
+    dead_sets_ = dead_before;
     req.replaced.reset();
   }
   req.status = std::move(st);

@@ -71,12 +71,19 @@ Status decodeRecordValue(std::string_view value, RecordRow& row) {
   return Status::ok();
 }
 
-std::string recordOrderKey(const VersionId& set, uint64_t offset) {
+std::string recordOrderKey(const VersionId& set, uint64_t offset, std::string_view record_key) {
   std::string out(reinterpret_cast<const char*>(set.bytes.data()), set.bytes.size());
   uint8_t be[8];
   putBe64(be, offset);
   out.append(reinterpret_cast<const char*>(be), 8);
+  out.append(record_key);
   return out;
+}
+
+Result<RecordOrderParts> parseRecordOrderKey(std::string_view key) {
+  if (key.size() <= 24) return fail(Status::corruption("index: bad record order key"));
+  return RecordOrderParts{getBe64(reinterpret_cast<const uint8_t*>(key.data() + 16)),
+                          key.substr(24)};
 }
 
 std::string encodeRecordSetMeta(const RecordSetMeta& meta) {

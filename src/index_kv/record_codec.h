@@ -37,8 +37,14 @@ std::string encodeRecordValue(const RecordRow& row);
 // Fills length, crc32c, type of `row`.
 Status decodeRecordValue(std::string_view value, RecordRow& row);
 
-// record_order CF: set (16) be64(offset) -> record key.
-std::string recordOrderKey(const VersionId& set, uint64_t offset);
+// record_order CF: set (16) be64(offset) record key -> empty. The record key is part of the
+// key so two rows at one offset (inserted under two keys) both stay listed and removable.
+std::string recordOrderKey(const VersionId& set, uint64_t offset, std::string_view record_key = {});
+struct RecordOrderParts {
+  uint64_t offset = 0;
+  std::string_view record_key;
+};
+Result<RecordOrderParts> parseRecordOrderKey(std::string_view key);
 
 // record_sets CF: set (16) -> CBOR {b: bucket, c: container, t: last write unix nanos}.
 struct RecordSetMeta {

@@ -60,6 +60,8 @@ class RocksIndex final : public Index {
   Status abortUpload(std::string_view bucket, std::string_view key,
                      std::string_view upload_id) override;
 
+  Status createRecordSet(std::string_view bucket, std::string_view container,
+                         const VersionId& set) override;
   Status putRecordRows(std::string_view bucket, std::string_view container, const VersionId& set,
                        const std::vector<RecordRow>& rows) override;
   Result<RecordIndexInfo> attachRecords(std::string_view bucket, std::string_view container,

@@ -43,10 +43,44 @@ Status checkContainer(std::string_view bucket, std::string_view container) {
 
 }  // namespace
 
+Status RocksIndex::createRecordSet(std::string_view bucket, std::string_view container,
+                                   const VersionId& set) {
+  GRANARY_RETURN_IF_ERROR(checkContainer(bucket, container));
+  if (set.isZero()) return Status::invalidArgument("index: record set id is zero");
+  const std::string set_key = versionKey(set);
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, set_key, &value);
+  if (s.ok()) return Status::alreadyExists("index: record set exists");
+  if (!s.IsNotFound()) return fromRocks(s, "index: reading record set");
+  rocksdb::WriteOptions options;
+  options.sync = false;
+  return fromRocks(db_->Put(options, cfs_.record_sets, set_key,
+                            encodeRecordSetMeta({std::string(bucket), std::string(container),
+                                                 clock_.nowUnixNanos()})),
+                   "index: creating record set");
+}
+
 Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view container,
                                  const VersionId& set, const std::vector<RecordRow>& rows) {
   GRANARY_RETURN_IF_ERROR(checkContainer(bucket, container));
   if (set.isZero()) return Status::invalidArgument("index: record set id is zero");
+  {
+    // Only into a live set: one swept as an orphan (an indexing run that stalled past the
+    // orphan grace) must not come back with some of its rows already removed.
+    const std::string key = versionKey(set);
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_gc, key, &value);
+    if (s.ok()) return Status::preconditionFailed("index: the record set is dead");
+    if (!s.IsNotFound()) return fromRocks(s, "index: reading record gc");
+    s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, key, &value);
+    if (s.IsNotFound()) return Status::preconditionFailed("index: no such record set");
+    if (!s.ok()) return fromRocks(s, "index: reading record set");
+    auto meta = decodeRecordSetMeta(value);
+    if (!meta) return meta.error();
+    if (meta->bucket != bucket || meta->container != container) {
+      return Status::invalidArgument("index: the record set belongs to another container");
+    }
+  }
   rocksdb::WriteBatch batch;
   const std::string set_key = versionKey(set);
   auto put = [&](rocksdb::ColumnFamilyHandle* cf, const rocksdb::Slice& k,
@@ -64,7 +98,8 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
     GRANARY_RETURN_IF_ERROR(put(cfs_.records,
                                 recordRowKey(bucket, row.key, container, set, row.offset),
                                 encodeRecordValue(row)));
-    GRANARY_RETURN_IF_ERROR(put(cfs_.record_order, recordOrderKey(set, row.offset), row.key));
+    GRANARY_RETURN_IF_ERROR(
+        put(cfs_.record_order, recordOrderKey(set, row.offset, row.key), rocksdb::Slice()));
   }
   rocksdb::WriteOptions options;
   options.sync = false;
@@ -219,13 +254,13 @@ Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
     it->Seek(begin);
   }
   for (; it->Valid() && out.size() < limit; it->Next()) {
-    std::string_view k = it->key().ToStringView();
-    if (k.size() != 24) return fail(Status::corruption("index: bad record order key"));
+    auto parts = parseRecordOrderKey(it->key().ToStringView());
+    if (!parts) return fail(parts.error());
     RecordRow row;
-    row.key = it->value().ToString();
+    row.key = std::string(parts->record_key);
     row.container = meta->container;
     row.set = set;
-    row.offset = getBe64(reinterpret_cast<const uint8_t*>(k.data() + 16));
+    row.offset = parts->offset;
     std::string value;
     s = db_->Get(options, cfs_.records,
                  recordRowKey(meta->bucket, row.key, row.container, set, row.offset), &value);
@@ -239,6 +274,8 @@ Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
 }
 
 Status RocksIndex::markOrphanSets(int64_t orphan_before_unix_nanos) {
+  // Stale sets that their container's current version names are published, not orphans:
+  // filtered here with a read, so only candidates cost a trip through the committer.
   std::vector<std::pair<VersionId, RecordSetMeta>> stale;
   {
     std::unique_ptr<rocksdb::Iterator> it(
@@ -250,9 +287,17 @@ Status RocksIndex::markOrphanSets(int64_t orphan_before_unix_nanos) {
         log::warn("index: unreadable record set row");
         continue;
       }
-      if (meta->touched_unix_nanos < orphan_before_unix_nanos) {
-        stale.emplace_back(*set, std::move(*meta));
+      if (meta->touched_unix_nanos >= orphan_before_unix_nanos) continue;
+      std::string summary_value;
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.objects,
+                                   objectKey(meta->bucket, meta->container), &summary_value);
+      if (s.ok()) {
+        auto summary = decodeSummary(meta->container, summary_value);
+        if (summary && summary->record_set == *set) continue;
+      } else if (!s.IsNotFound()) {
+        return fromRocks(s, "index: reading container");
       }
+      stale.emplace_back(*set, std::move(*meta));
     }
     if (!it->status().ok()) return fromRocks(it->status(), "index: listing record sets");
   }
@@ -287,10 +332,10 @@ Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_val
       size_t n = 0;
       for (it->Seek(set_key); it->Valid() && n < kRemoveBatch && n < budget; it->Next(), ++n) {
         std::string_view k = it->key().ToStringView();
-        if (k.size() != 24) return Status::corruption("index: bad record order key");
-        const uint64_t offset = getBe64(reinterpret_cast<const uint8_t*>(k.data() + 16));
-        (void)batch.Delete(cfs_.records, recordRowKey(meta->bucket, it->value().ToStringView(),
-                                                      meta->container, set, offset));
+        auto parts = parseRecordOrderKey(k);
+        if (!parts) return parts.error();
+        (void)batch.Delete(cfs_.records, recordRowKey(meta->bucket, parts->record_key,
+                                                      meta->container, set, parts->offset));
         (void)batch.Delete(cfs_.record_order, k);
       }
       const bool more = it->Valid();

@@ -487,3 +487,45 @@ def test_kill9_mid_indexing_keeps_every_acknowledged_record(granary_bin, tmp_pat
             assert int(head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"]) == count
     finally:
         srv2.stop()
+
+
+def test_large_members_and_mixed_sizes_in_batch_and_single_gets(server, rc, bucket, tmp_path):
+    rng = random.Random(17)
+    files = {}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for i, size in enumerate([3 << 20, 10, 70000, 0, 5 << 20, 1, 65536, 65537]):
+            name = f"mixed/{i:02d}-" + "n" * (150 if i % 2 else 5)  # GNU long names too
+            content = rng.randbytes(size)
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tf.addfile(info, io.BytesIO(content))
+            files[name] = content
+    data = buf.getvalue()
+    path = tmp_path / "mixed.tar"
+    path.write_bytes(data)
+    client = index_uploads(server.client())
+    client.upload_file(str(path), bucket, "mixed.tar")  # > 8 MiB: multipart, indexed at Complete
+    names = sorted(files)
+    got = list(rc.batch_get(bucket, names * 3))  # windows split by bytes, repeated records
+    assert len(got) == 3 * len(names)
+    for hdr, body in got:
+        assert hdr["status"] == 200 and body == files[hdr["key"]], hdr["key"]
+    for name in names:
+        assert rc.get_record(bucket, name) == files[name]
+    # More rows for an indexed container go into its own set.
+    out = rc.insert_rows(bucket, "mixed.tar", [{"key": "alias/big", "offset": got[0][0]["offset"],
+                                                "length": got[0][0]["length"]}])
+    assert out["rows"] == len(names) + 1
+    assert rc.get_record(bucket, "alias/big") == files[got[0][0]["key"]]
+
+
+def test_multipart_upload_of_a_non_container_stops_indexing_early(server, s3, rc, bucket,
+                                                                  tmp_path):
+    rc.set_bucket_index(bucket, "auto")
+    path = tmp_path / "noise.bin"
+    path.write_bytes(os.urandom(20 << 20))
+    server.aws("s3", "cp", str(path), f"s3://{bucket}/noise.bin")
+    h = s3.head_object(Bucket=bucket, Key="noise.bin")["ResponseMetadata"]["HTTPHeaders"]
+    assert h["x-granary-record-index"] == "not-indexable"
+    assert s3.get_object(Bucket=bucket, Key="noise.bin")["Body"].read() == path.read_bytes()

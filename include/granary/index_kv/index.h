@@ -328,11 +328,17 @@ class Index {
                              std::string_view upload_id) = 0;
 
   // --- Record index (docs/record-index.md).
-  // Stores rows of record set `set` for container bucket/`container` (each row's
-  // container and set fields must match). Rows stay invisible until a manifest naming the
-  // set is committed (putObject/completeUpload with manifest.records.set, or
-  // attachRecords). Not synced on its own: the commit that publishes the set syncs the
-  // WAL, which holds these writes before it. kInvalidArgument for a key with NUL or empty.
+  // Creates an empty record set for container bucket/`container` (a fresh id per
+  // indexing run); kAlreadyExists if the id is taken.
+  virtual Status createRecordSet(std::string_view bucket, std::string_view container,
+                                 const VersionId& set) = 0;
+  // Stores rows of record set `set`, created by createRecordSet for this container (each
+  // row's container and set fields must match); refreshes the set's last-write time, which
+  // the orphan sweep reads. Rows stay invisible until a manifest naming the set is
+  // committed (putObject/completeUpload with manifest.records.set, or attachRecords). Not
+  // synced on its own: the commit that publishes the set syncs the WAL, which holds these
+  // writes before it. kInvalidArgument for a key with NUL or empty; kPreconditionFailed
+  // if the set is dead or gone (swept as an orphan).
   virtual Status putRecordRows(std::string_view bucket, std::string_view container,
                                const VersionId& set, const std::vector<RecordRow>& rows) = 0;
   // Publishes (more) rows of `set` for the container's current version `version`: sets

@@ -35,6 +35,14 @@ std::vector<RecordRow> rowsOf(const RecordPage& page) {
   return out;
 }
 
+// Creates the set on first use (as an indexing run does), then stores the rows.
+Status putRows(Index& index, const std::string& bucket, const std::string& container,
+               const VersionId& set, const std::vector<RecordRow>& rows) {
+  Status created = index.createRecordSet(bucket, container, set);
+  if (!created.isOk() && created.code() != Status::Code::kAlreadyExists) return created;
+  return index.putRecordRows(bucket, container, set, rows);
+}
+
 // Every visible row with `prefix`, fetched `page_size` at a time.
 std::vector<RecordRow> listAll(Index& index, const std::string& bucket, RecordQuery q,
                                size_t page_size, size_t* pages = nullptr) {
@@ -69,7 +77,7 @@ TEST_CASE("Record rows are invisible until a manifest naming their set is commit
   f.makeBucket("b");
   const VersionId set = f.newVersion();
   auto rows = makeRows("shard.tar", set, 50);
-  REQUIRE(f.index->putRecordRows("b", "shard.tar", set, rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "shard.tar", set, rows).isOk());
 
   RecordQuery all;
   CHECK(listAll(*f.index, "b", all, 1000).empty());
@@ -93,8 +101,8 @@ TEST_CASE("Record listing pages by key prefix, and exact-key lookups list every 
   const VersionId s2 = f.newVersion();
   auto r1 = makeRows("a.tar", s1, 120);
   auto r2 = makeRows("b.tar", s2, 30, "", 100);  // rec/00100.. overlap a.tar's last 20 keys
-  REQUIRE(f.index->putRecordRows("b", "a.tar", s1, r1).isOk());
-  REQUIRE(f.index->putRecordRows("b", "b.tar", s2, r2).isOk());
+  REQUIRE(putRows(*f.index, "b", "a.tar", s1, r1).isOk());
+  REQUIRE(putRows(*f.index, "b", "b.tar", s2, r2).isOk());
   Manifest ma = f.inlineManifest("a");
   ma.records = indexed(s1, r1.size());
   Manifest mb = f.inlineManifest("b");
@@ -150,13 +158,13 @@ TEST_CASE("The type filter applies to typed (WARC) rows only") {
   auto responses = makeRows("crawl.warc.gz", s1, 2, "response", 2);
   for (auto& r : responses) r.key = rows[&r - &responses[0]].key;  // same URLs
   rows.insert(rows.end(), responses.begin(), responses.end());
-  REQUIRE(f.index->putRecordRows("b", "crawl.warc.gz", s1, rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "crawl.warc.gz", s1, rows).isOk());
   Manifest m = f.inlineManifest("w");
   m.records = indexed(s1, rows.size());
   REQUIRE(f.index->putObject("b", "crawl.warc.gz", m, Precondition::none()).has_value());
   const VersionId s2 = f.newVersion();
   auto tar_rows = makeRows("t.tar", s2, 1);
-  REQUIRE(f.index->putRecordRows("b", "t.tar", s2, tar_rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "t.tar", s2, tar_rows).isOk());
   Manifest t = f.inlineManifest("t");
   t.records = indexed(s2, 1);
   REQUIRE(f.index->putObject("b", "t.tar", t, Precondition::none()).has_value());
@@ -177,7 +185,7 @@ TEST_CASE("Overwriting or deleting a container hides its rows at once; GC remove
   f.makeBucket("b");
   const VersionId s1 = f.newVersion();
   auto rows = makeRows("c.tar", s1, 5000);
-  REQUIRE(f.index->putRecordRows("b", "c.tar", s1, rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "c.tar", s1, rows).isOk());
   Manifest m = f.inlineManifest("v1");
   m.records = indexed(s1, rows.size());
   REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
@@ -214,7 +222,7 @@ TEST_CASE("A rewrite that keeps the record set keeps the rows") {
   f.makeBucket("b");
   const VersionId s1 = f.newVersion();
   auto rows = makeRows("c.tar", s1, 10);
-  REQUIRE(f.index->putRecordRows("b", "c.tar", s1, rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "c.tar", s1, rows).isOk());
   Manifest m = f.inlineManifest("v1");
   m.records = indexed(s1, rows.size());
   REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
@@ -234,14 +242,14 @@ TEST_CASE("attachRecords publishes rows on the current version, in several calls
   const VersionId set = f.newVersion();
   auto first = makeRows("c.tar", set, 10);
   auto second = makeRows("c.tar", set, 10, "", 10);
-  REQUIRE(f.index->putRecordRows("b", "c.tar", set, first).isOk());
+  REQUIRE(putRows(*f.index, "b", "c.tar", set, first).isOk());
   auto info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
   REQUIRE(info.has_value());
   CHECK(info->rows == 10);
   RecordQuery all;
   CHECK(listAll(*f.index, "b", all, 100) == first);
 
-  REQUIRE(f.index->putRecordRows("b", "c.tar", set, second).isOk());
+  REQUIRE(putRows(*f.index, "b", "c.tar", set, second).isOk());
   info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
   REQUIRE(info.has_value());
   CHECK(info->rows == 20);
@@ -259,7 +267,7 @@ TEST_CASE("attachRecords to a replaced version fails and the set's rows are remo
   Manifest m2 = f.inlineManifest("v2");
   REQUIRE(f.index->putObject("b", "c.tar", m2, Precondition::none()).has_value());
   const VersionId set = f.newVersion();
-  REQUIRE(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 10)).isOk());
+  REQUIRE(putRows(*f.index, "b", "c.tar", set, makeRows("c.tar", set, 10)).isOk());
   auto info = f.index->attachRecords("b", "c.tar", m.version, indexed(set, 10));
   REQUIRE_FALSE(info.has_value());
   CHECK(info.error().code() == Code::kPreconditionFailed);
@@ -282,9 +290,9 @@ TEST_CASE("Abandoned and orphaned record sets are removed; named ones are kept")
   const VersionId abandoned = f.newVersion();
   const VersionId orphan = f.newVersion();
   const VersionId named = f.newVersion();
-  REQUIRE(f.index->putRecordRows("b", "x.tar", abandoned, makeRows("x.tar", abandoned, 3)).isOk());
-  REQUIRE(f.index->putRecordRows("b", "y.tar", orphan, makeRows("y.tar", orphan, 4)).isOk());
-  REQUIRE(f.index->putRecordRows("b", "z.tar", named, makeRows("z.tar", named, 5)).isOk());
+  REQUIRE(putRows(*f.index, "b", "x.tar", abandoned, makeRows("x.tar", abandoned, 3)).isOk());
+  REQUIRE(putRows(*f.index, "b", "y.tar", orphan, makeRows("y.tar", orphan, 4)).isOk());
+  REQUIRE(putRows(*f.index, "b", "z.tar", named, makeRows("z.tar", named, 5)).isOk());
   Manifest z = f.inlineManifest("z");
   z.records = indexed(named, 5);
   REQUIRE(f.index->putObject("b", "z.tar", z, Precondition::none()).has_value());
@@ -307,10 +315,10 @@ TEST_CASE("Listing stops early after max_examined invisible rows and resumes") {
   IndexFixture f;
   f.makeBucket("b");
   const VersionId hidden = f.newVersion();
-  REQUIRE(f.index->putRecordRows("b", "h.tar", hidden, makeRows("h.tar", hidden, 300)).isOk());
+  REQUIRE(putRows(*f.index, "b", "h.tar", hidden, makeRows("h.tar", hidden, 300)).isOk());
   const VersionId shown = f.newVersion();
   auto rows = makeRows("s.tar", shown, 3, "", 400);
-  REQUIRE(f.index->putRecordRows("b", "s.tar", shown, rows).isOk());
+  REQUIRE(putRows(*f.index, "b", "s.tar", shown, rows).isOk());
   Manifest s = f.inlineManifest("s");
   s.records = indexed(shown, 3);
   REQUIRE(f.index->putObject("b", "s.tar", s, Precondition::none()).has_value());
@@ -323,16 +331,63 @@ TEST_CASE("Listing stops early after max_examined invisible rows and resumes") {
   CHECK(listAll(*f.index, "b", q, 10) == rows);
 }
 
+TEST_CASE("Rows go only into a live set: never created, dead or removed sets refuse them") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId set = f.newVersion();
+  CHECK(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 1)).code() ==
+        Code::kPreconditionFailed);
+  REQUIRE(f.index->createRecordSet("b", "c.tar", set).isOk());
+  CHECK(f.index->createRecordSet("b", "c.tar", set).code() == Code::kAlreadyExists);
+  CHECK(f.index->putRecordRows("b", "other.tar", set, makeRows("other.tar", set, 1)).code() ==
+        Code::kInvalidArgument);
+  REQUIRE(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 5)).isOk());
+  // Swept as an orphan (a stalled indexing run) and collected: it cannot come back with
+  // its early rows gone, neither by more rows nor by a commit naming it.
+  f.clock.advance(10'000'000'000);
+  auto gc = f.index->collectRecordGarbage(1000, f.clock.nowUnixNanos() - 1'000'000'000);
+  REQUIRE(gc.has_value());
+  CHECK(gc->rows_removed == 5);
+  CHECK(gc->sets_removed == 1);
+  CHECK(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 5, "", 5)).code() ==
+        Code::kPreconditionFailed);
+  Manifest m = f.inlineManifest("c");
+  m.records = indexed(set, 10);
+  CHECK(f.index->putObject("b", "c.tar", m, Precondition::none()).error().code() ==
+        Code::kPreconditionFailed);
+  CHECK(storedRows(*f.index, set) == 0);
+}
+
+TEST_CASE("Two rows at one offset under two keys are both listed and both removed") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId set = f.newVersion();
+  std::vector<RecordRow> rows = makeRows("c.warc", set, 1, "response");
+  rows.push_back(rows[0]);
+  rows[1].key = "<urn:uuid:1>";  // the same record by URI and by record id
+  REQUIRE(putRows(*f.index, "b", "c.warc", set, rows).isOk());
+  Manifest m = f.inlineManifest("c");
+  m.records = indexed(set, 2);
+  REQUIRE(f.index->putObject("b", "c.warc", m, Precondition::none()).has_value());
+  CHECK(storedRows(*f.index, set) == 2);
+  RecordQuery all;
+  CHECK(listAll(*f.index, "b", all, 10).size() == 2);
+  REQUIRE(f.index->deleteObject("b", "c.warc", Precondition::none()).has_value());
+  auto gc = f.index->collectRecordGarbage(1000, 0);
+  CHECK(gc->rows_removed == 2);
+  CHECK(storedRows(*f.index, set) == 0);
+}
+
 TEST_CASE("Bad record rows are refused") {
   IndexFixture f;
   f.makeBucket("b");
   const VersionId set = f.newVersion();
   auto rows = makeRows("c.tar", set, 1);
   rows[0].key = std::string("a\0b", 3);
-  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  CHECK(putRows(*f.index, "b", "c.tar", set, rows).code() == Code::kInvalidArgument);
   rows[0].key = "";
-  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  CHECK(putRows(*f.index, "b", "c.tar", set, rows).code() == Code::kInvalidArgument);
   rows = makeRows("other.tar", set, 1);
-  CHECK(f.index->putRecordRows("b", "c.tar", set, rows).code() == Code::kInvalidArgument);
-  CHECK(f.index->putRecordRows("b", "c.tar", VersionId{}, {}).code() == Code::kInvalidArgument);
+  CHECK(putRows(*f.index, "b", "c.tar", set, rows).code() == Code::kInvalidArgument);
+  CHECK(putRows(*f.index, "b", "c.tar", VersionId{}, {}).code() == Code::kInvalidArgument);
 }
