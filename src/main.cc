@@ -429,6 +429,7 @@ void usage() {
                "  serve        all-in-one S3 store (gateway, index, chunk-store drives)\n"
                "  chunkserver  serve drive directories to remote gateways (internal API)\n"
                "  records      get, list and batch-get indexed records; upload containers\n"
+               "  admin        operator views over the admin API (stats)\n"
                "\nRun 'granary <command> --help' for the options of a command.\n";
 }
 
@@ -443,6 +444,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(argc - 1, argv + 1);
   if (cmd == "chunkserver") return chunkserver(argc - 1, argv + 1);
   if (cmd == "records") return cli::records(argc - 1, argv + 1);
+  if (cmd == "admin") return cli::admin(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -394,13 +395,29 @@ constexpr Verb kVerbs[] = {
      runStats},
 };
 
-void usage(FILE* to) {
-  std::fprintf(to, "usage: granary records <verb> [options]\n\nverbs:\n");
-  for (const Verb& v : kVerbs) {
+int runAdminStats(const Invocation& inv) {
+  S3Request req;
+  req.bucket = "_granary";
+  req.key = "admin/stats";
+  auto res = inv.call(req);
+  if (!res) return kFailed;
+  std::fputs(res->body.c_str(), stdout);
+  return kOk;
+}
+
+constexpr Verb kAdminVerbs[] = {
+    {"stats", "", "buckets, drives and the record index's rows and bytes (root only)", 0, 0,
+     noOptions, runAdminStats},
+};
+
+void usage(FILE* to, std::string_view tool, std::span<const Verb> verbs) {
+  std::fprintf(to, "usage: granary %s <verb> [options]\n\nverbs:\n", std::string(tool).c_str());
+  for (const Verb& v : verbs) {
     std::string line = std::string(v.name) + " " + std::string(v.synopsis);
     std::fprintf(to, "  %-45s %s\n", line.c_str(), std::string(v.summary).c_str());
   }
-  std::fprintf(to, "\nRun 'granary records <verb> --help' for the options of a verb.\n");
+  std::fprintf(to, "\nRun 'granary %s <verb> --help' for the options of a verb.\n",
+               std::string(tool).c_str());
 }
 
 std::string envOr(const char* name, std::string fallback) {
@@ -410,22 +427,25 @@ std::string envOr(const char* name, std::string fallback) {
 
 }  // namespace
 
-int records(int argc, char** argv) {
+namespace {
+
+int runVerbs(std::string_view tool, std::span<const Verb> verbs, int argc, char** argv) {
+  const std::string prefix = "granary " + std::string(tool);
   std::string_view verb_name = argc > 1 ? argv[1] : "";
   if (verb_name.empty() || verb_name == "--help" || verb_name == "-h" || verb_name == "help") {
-    usage(verb_name.empty() ? stderr : stdout);
+    usage(verb_name.empty() ? stderr : stdout, tool, verbs);
     return verb_name.empty() ? kUsage : kOk;
   }
   const Verb* verb = nullptr;
-  for (const Verb& v : kVerbs) {
+  for (const Verb& v : verbs) {
     if (v.name == verb_name) verb = &v;
   }
   if (verb == nullptr) {
-    std::fprintf(stderr, "granary records: unknown verb '%s'\n", argv[1]);
-    usage(stderr);
+    std::fprintf(stderr, "%s: unknown verb '%s'\n", prefix.c_str(), argv[1]);
+    usage(stderr, tool, verbs);
     return kUsage;
   }
-  po::options_description visible("granary records " + std::string(verb->name) + " " +
+  po::options_description visible(prefix + " " + std::string(verb->name) + " " +
                                   std::string(verb->synopsis) + " [options]");
   visible.add_options()("help,h", "show this help")(
       "endpoint", po::value<std::string>(),
@@ -447,7 +467,7 @@ int records(int argc, char** argv) {
               vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "granary records " << verb->name << ": " << e.what() << "\n" << visible;
+    std::cerr << prefix << " " << verb->name << ": " << e.what() << "\n" << visible;
     return kUsage;
   }
   if (vm.count("help")) {
@@ -457,7 +477,7 @@ int records(int argc, char** argv) {
   std::vector<std::string> args;
   if (vm.count("args")) args = vm["args"].as<std::vector<std::string>>();
   if (args.size() < verb->min_args || args.size() > verb->max_args) {
-    std::cerr << "granary records " << verb->name << ": expected " << verb->synopsis << "\n"
+    std::cerr << prefix << " " << verb->name << ": expected " << verb->synopsis << "\n"
               << visible;
     return kUsage;
   }
@@ -468,7 +488,7 @@ int records(int argc, char** argv) {
   auto endpoint =
       parseEndpoint(opt_or_env("endpoint", "GRANARY_ENDPOINT", "http://127.0.0.1:9000"));
   if (!endpoint) {
-    std::fprintf(stderr, "granary records: %s\n", endpoint.error().message().c_str());
+    std::fprintf(stderr, "%s: %s\n", prefix.c_str(), endpoint.error().message().c_str());
     return kUsage;
   }
   S3Credentials creds{opt_or_env("access-key", "AWS_ACCESS_KEY_ID", ""),
@@ -476,13 +496,14 @@ int records(int argc, char** argv) {
                       vm["region"].as<std::string>()};
   if (creds.access_key.empty() || creds.secret_key.empty()) {
     std::fprintf(stderr,
-                 "granary records: no credentials (--access-key/--secret-key or "
-                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)\n");
+                 "%s: no credentials (--access-key/--secret-key or "
+                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)\n",
+                 prefix.c_str());
     return kUsage;
   }
   const int timeout = vm["timeout"].as<int>();
   if (timeout <= 0) {
-    std::fprintf(stderr, "granary records: --timeout must be > 0\n");
+    std::fprintf(stderr, "%s: --timeout must be > 0\n", prefix.c_str());
     return kUsage;
   }
   S3Client client(std::move(*endpoint), std::move(creds), std::chrono::seconds(timeout));
@@ -491,5 +512,11 @@ int records(int argc, char** argv) {
   if (std::fflush(stdout) != 0 && rc == kOk) return failWith("cannot write standard output");
   return rc;
 }
+
+}  // namespace
+
+int records(int argc, char** argv) { return runVerbs("records", kVerbs, argc, argv); }
+
+int admin(int argc, char** argv) { return runVerbs("admin", kAdminVerbs, argc, argv); }
 
 }  // namespace granary::cli

@@ -9,4 +9,8 @@ namespace granary::cli {
 // error.
 int records(int argc, char** argv);
 
+// `granary admin ...`: operator verbs over the admin API (/_granary/admin/, root only;
+// docs/operations.md). Same options and exit statuses.
+int admin(int argc, char** argv);
+
 }  // namespace granary::cli

@@ -97,6 +97,9 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
 // GET / PUT / DELETE ?record-index: the bucket's default indexing of uploads.
 Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, BodySource& body);
 
+// admin.cc: /_granary/admin/ requests of an authenticated root user.
+Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::string& op);
+
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.

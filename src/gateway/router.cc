@@ -205,6 +205,19 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   if (auto parsed = parseTarget(req, ctx.options.virtual_host_domain, virtual_host); !parsed) {
     co_return errorResponse(parsed.error(), req);
   }
+  if (!virtual_host && req.path.starts_with("/_granary/admin/")) {
+    auto admin_auth = authenticate(ctx, req);
+    if (!admin_auth) {
+      op = "Auth";
+      co_return errorResponse(admin_auth.error(), req);
+    }
+    auto user = ctx.credentials.find(req.principal);
+    if (!user || !user->is_root) {
+      op = "Admin";
+      co_return errorResponse({S3ErrorCode::kAccessDenied, "Access Denied"}, req);
+    }
+    co_return co_await adminRequest(ctx, req, op);
+  }
   if (!virtual_host && req.path.starts_with("/_granary/")) {
     co_return co_await serveInternal(ctx, req, op);
   }

@@ -529,3 +529,28 @@ def test_multipart_upload_of_a_non_container_stops_indexing_early(server, s3, rc
     h = s3.head_object(Bucket=bucket, Key="noise.bin")["ResponseMetadata"]["HTTPHeaders"]
     assert h["x-granary-record-index"] == "not-indexable"
     assert s3.get_object(Bucket=bucket, Key="noise.bin")["Body"].read() == path.read_bytes()
+
+
+def test_admin_stats_counts_record_index_rows(server, rc, bucket):
+    import json as _json
+    import subprocess
+    import urllib3
+    from conftest import GRANARY
+    rc.put_container(bucket, "s.tar", sample_file("webdataset", "tendata.tar"))
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=server.access_key,
+               AWS_SECRET_ACCESS_KEY=server.secret_key, GRANARY_ENDPOINT=server.endpoint)
+    res = subprocess.run([GRANARY, "admin", "stats"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    stats = _json.loads(res.stdout)
+    assert stats["record_index"]["rows"] >= 100
+    assert stats["record_index"]["bytes"] > 0
+    assert stats["buckets"] >= 1 and len(stats["drives"]) == 6
+    assert all(d["capacity_bytes"] > 0 for d in stats["drives"])
+    # Root only, signed: a wrong key or no signature is refused.
+    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
+    res = subprocess.run([GRANARY, "admin", "stats"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 1 and "SignatureDoesNotMatch" in res.stderr
+    resp = urllib3.PoolManager().request("GET", f"{server.endpoint}/_granary/admin/stats")
+    assert resp.status == 403 and b"<Code>AccessDenied</Code>" in resp.data
