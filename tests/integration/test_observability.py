@@ -62,23 +62,94 @@ def test_promtool_accepts_the_metrics_endpoint(server, s3, bucket):
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
 
 
-def test_real_prometheus_scrapes_granary_and_sees_known_traffic(server, s3, bucket, tmp_path):
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_prometheus(server, tmp_path):
+    """A real Prometheus (Debian package) on loopback with the shipped docker/prometheus.yml,
+    pointed at `server` and scraping every second. Returns (process, port)."""
     import subprocess
-    import time
-    import urllib.parse
     port = free_port()
     host_port = server.endpoint.split("//", 1)[1]
+    shipped = open(os.path.join(REPO, "docker", "prometheus.yml")).read()
+    assert "'127.0.0.1:9000'" in shipped and "scrape_interval: 15s" in shipped
     config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: granary\n"
-        "    metrics_path: /_granary/metrics\n"
-        f"    static_configs:\n      - targets: ['{host_port}']\n")
+    config.write_text(shipped.replace("'127.0.0.1:9000'", f"'{host_port}'")
+                      .replace("scrape_interval: 15s", "scrape_interval: 1s"))
     prom = subprocess.Popen(
         ["/usr/bin/prometheus", f"--config.file={config}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    return prom, port
+
+
+def prom_query(port, query):
+    import urllib.parse
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    return json.loads(urllib.request.urlopen(url, timeout=5).read())
+
+
+def test_grafana_dashboard_queries_are_valid_promql_over_real_metrics(server, s3, bucket,
+                                                                      tmp_path):
+    """Every query of docker/grafana/granary.json is evaluated by a real Prometheus scraping
+    a real granary: valid PromQL, over metric names the server exports; the traffic panels
+    return data after known traffic."""
+    import re
+    import time
+    dash = json.load(open(os.path.join(REPO, "docker", "grafana", "granary.json")))
+    assert dash["uid"] and dash["title"] and dash["schemaVersion"] >= 30
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    # One indexed upload, so the record-index families have samples too.
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+    from granary_records import RecordClient
+    RecordClient(server.endpoint, server.access_key, server.secret_key).put_container(
+        bucket, "dash.tar",
+        open(os.path.join(REPO, "tests", "testdata", "webdataset", "tendata.tar"), "rb").read())
+    text = urllib.request.urlopen(server.endpoint + "/_granary/metrics", timeout=10).read().decode()
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+                if line and not line.startswith("#")}
+    for e in exprs:
+        for name in re.findall(r"granary_[a-z0-9_]+", e):
+            assert name in exported, f"dashboard uses {name}, which granary does not export"
+    prom, port = start_prometheus(server, tmp_path)
+    try:
+        for i in range(20):
+            s3.put_object(Bucket=bucket, Key=f"dash-{i}", Body=os.urandom(200 * 1024))
+            s3.get_object(Bucket=bucket, Key=f"dash-{i}")["Body"].read()
+        # Wait for two scrapes after the traffic, so rates have two points.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                r = prom_query(port, 'count_over_time(granary_s3_requests_in_flight[1m])')
+                if r["data"]["result"] and float(r["data"]["result"][0]["value"][1]) >= 3:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        for _ in range(3):
+            s3.list_objects_v2(Bucket=bucket)
+        time.sleep(2.5)
+        results = {}
+        for e in exprs:
+            q = e.replace("$__rate_interval", "1m").replace('job=~"$job"', 'job=~".+"')
+            r = prom_query(port, q)
+            assert r["status"] == "success", (e, r)
+            results[e] = r["data"]["result"]
+        with_data = [e for e in exprs if results[e]]
+        for must in ("granary_s3_requests_total", "granary_s3_request_duration_seconds_bucket",
+                     "granary_drive_capacity_bytes", "granary_s3_received_bytes_total"):
+            assert any(must in e for e in with_data), f"no panel over {must} returned data"
+    finally:
+        prom.terminate()
+        prom.wait(30)
+
+
+def test_real_prometheus_scrapes_granary_and_sees_known_traffic(server, s3, bucket, tmp_path):
+    import time
+    import urllib.parse
+    prom, port = start_prometheus(server, tmp_path)
     try:
         for i in range(7):
             s3.put_object(Bucket=bucket, Key=f"prom-{i}", Body=b"x")
