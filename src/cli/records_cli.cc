@@ -325,7 +325,8 @@ int runStats(const Invocation& inv) {
   if (!res) return kFailed;
   printHeaders(*res, "content-length");
   for (const char* name : {"x-granary-record-index", "x-granary-record-format",
-                           "x-granary-record-count", "x-granary-record-index-message"}) {
+                           "x-granary-record-count", "x-granary-record-index-bytes",
+                           "x-granary-record-index-message"}) {
     if (auto v = res->header(name)) std::printf("%s: %s\n", name, std::string(*v).c_str());
   }
   return kOk;
