@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -140,62 +139,57 @@ uint64_t maxRecords(const Invocation& inv) {
   return inv.has("max") ? inv.vm["max"].as<uint64_t>() : std::numeric_limits<uint64_t>::max();
 }
 
+// Prints the records of every page of `base` (up to --max), following the page's cursor:
+// `cursor` is the answer's field naming the next page, sent back as query parameter
+// `param` (a string token, or a number).
+int printPages(const Invocation& inv, const S3Request& base, const char* cursor,
+               const char* param) {
+  const uint64_t max = maxRecords(inv);
+  uint64_t printed = 0;
+  std::optional<std::string> next;
+  while (printed < max) {
+    S3Request req = base;
+    req.query.emplace_back("max-records", std::to_string(std::min(kPageSize, max - printed)));
+    if (next) req.query.emplace_back(param, *next);
+    auto res = inv.call(req);
+    if (!res) return kFailed;
+    auto page = parseJson(res->body);
+    auto n = page ? printRecords(*page, max - printed) : std::nullopt;
+    if (!n) return failWith("unexpected answer: " + res->body.substr(0, 300));
+    printed += *n;
+    if (!(*page)["is_truncated"].is_boolean() || !(*page)["is_truncated"].get<bool>()) break;
+    const auto& c = (*page)[cursor];
+    if (c.is_string()) {
+      next = c.get<std::string>();
+    } else if (c.is_number_unsigned()) {
+      next = std::to_string(c.get<uint64_t>());
+    } else {
+      return failWith(std::string("a truncated page without ") + cursor);
+    }
+  }
+  return kOk;
+}
+
 int runList(const Invocation& inv) {
   if (inv.has("prefix") && inv.has("key")) {
     std::fprintf(stderr, "granary records list: --prefix and --key exclude each other\n");
     return kUsage;
   }
-  const uint64_t max = maxRecords(inv);
-  uint64_t printed = 0;
-  std::optional<std::string> token;
-  while (printed < max) {
-    S3Request req;
-    req.bucket = inv.args[0];
-    req.query = {{"records", std::nullopt}};
-    for (const char* name : {"prefix", "key", "container", "type"}) {
-      if (inv.has(name)) req.query.emplace_back(name, inv.opt(name));
-    }
-    req.query.emplace_back("max-records", std::to_string(std::min(kPageSize, max - printed)));
-    if (token) req.query.emplace_back("continuation-token", *token);
-    auto res = inv.call(req);
-    if (!res) return kFailed;
-    auto page = parseJson(res->body);
-    auto n = page ? printRecords(*page, max - printed) : std::nullopt;
-    if (!n) return failWith("unexpected answer: " + res->body.substr(0, 300));
-    printed += *n;
-    if (!(*page)["is_truncated"].is_boolean() || !(*page)["is_truncated"].get<bool>()) break;
-    if (!(*page)["next_continuation_token"].is_string()) {
-      return failWith("a truncated page without next_continuation_token");
-    }
-    token = (*page)["next_continuation_token"].get<std::string>();
+  S3Request req;
+  req.bucket = inv.args[0];
+  req.query = {{"records", std::nullopt}};
+  for (const char* name : {"prefix", "key", "container", "type"}) {
+    if (inv.has(name)) req.query.emplace_back(name, inv.opt(name));
   }
-  return kOk;
+  return printPages(inv, req, "next_continuation_token", "continuation-token");
 }
 
 int runRows(const Invocation& inv) {
-  const uint64_t max = maxRecords(inv);
-  uint64_t printed = 0;
-  std::optional<uint64_t> after;
-  while (printed < max) {
-    S3Request req;
-    req.bucket = inv.args[0];
-    req.key = inv.args[1];
-    req.query = {{"records", std::nullopt},
-                 {"max-records", std::to_string(std::min(kPageSize, max - printed))}};
-    if (after) req.query.emplace_back("after", std::to_string(*after));
-    auto res = inv.call(req);
-    if (!res) return kFailed;
-    auto page = parseJson(res->body);
-    auto n = page ? printRecords(*page, max - printed) : std::nullopt;
-    if (!n) return failWith("unexpected answer: " + res->body.substr(0, 300));
-    printed += *n;
-    if (!(*page)["is_truncated"].is_boolean() || !(*page)["is_truncated"].get<bool>()) break;
-    if (!(*page)["next_after"].is_number_unsigned()) {
-      return failWith("a truncated page without next_after");
-    }
-    after = (*page)["next_after"].get<uint64_t>();
-  }
-  return kOk;
+  S3Request req;
+  req.bucket = inv.args[0];
+  req.key = inv.args[1];
+  req.query = {{"records", std::nullopt}};
+  return printPages(inv, req, "next_after", "after");
 }
 
 int runPut(const Invocation& inv) {

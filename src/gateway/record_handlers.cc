@@ -238,17 +238,7 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");
     }
     const index_kv::RecordLocation& loc = **found[i];
-    const auto& m = manifests.at(loc.row.container);
-    if (!m) {
-      if (m.error().isNotFound()) {
-        return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
-      }
-      return std::unexpected(fromStatus(m.error()));
-    }
-    if (m->version != loc.container_version || m->records.set != loc.row.set) {
-      return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
-    }
-    return &*m;
+    return currentContainer(loc, manifests.at(loc.row.container));
   };
   // Records are read a window at a time (up to kReadWindow records and kWindowBytes of
   // stored bytes), concurrently on the worker pool, straight from their data fragments:
@@ -314,7 +304,7 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     }
     auto m = manifestOf(i);
     if (!m) co_return std::unexpected(m.error());
-    auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, *m);
+    auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, **m);
     if (!record) co_return std::unexpected(record.error());
     co_return std::move(record->body);
   };
@@ -415,7 +405,7 @@ S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::st
     p.row.offset = off->get<uint64_t>();
     p.row.length = len->get<uint64_t>();
     p.row.container = container;
-    if (p.row.key.empty() || p.row.key.size() > 8192 || p.row.key.find('\0') != std::string::npos) {
+    if (!index_kv::checkRecordKey(p.row.key).isOk()) {
       return bad("key must be 1 to 8192 bytes without NUL");
     }
     if (p.row.offset > container_size || p.row.length > container_size - p.row.offset) {
@@ -501,8 +491,7 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
     for (size_t i = 0; i < rows.size(); ++i) {
       index_kv::RecordRow& r = rows[i].row;
       r.set = set;
-      add.row_bytes += 2 * r.key.size() + req.bucket.size() + req.key.size() + 2 * 24 + 14 +
-                       r.type.size();
+      add.row_bytes += index_kv::recordRowBytes(req.bucket, r);
       chunk.push_back(std::move(r));
       if (chunk.size() == kInsertChunk || i + 1 == rows.size()) {
         Status st = ctx.index().putRecordRows(req.bucket, req.key, set, chunk);

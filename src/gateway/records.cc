@@ -69,16 +69,15 @@ Task<S3Result<std::optional<IndexRequest>>> resolveIndexRequest(GatewayContext& 
 
 S3Result<std::optional<IndexRequest>> indexRequestOf(std::string_view format_name,
                                                      std::optional<std::string_view> key) {
-  std::optional<std::string_view> format(format_name);
   IndexRequest out;
-  if (*format == "off") return std::optional<IndexRequest>(std::move(out));
-  auto f = index_kv::parseContainerFormat(*format);
+  if (format_name == "off") return std::optional<IndexRequest>(std::move(out));
+  auto f = index_kv::parseContainerFormat(format_name);
   if (!f) {
     return s3fail(S3ErrorCode::kInvalidArgument,
                   "x-granary-index must be auto, tar, warc, warc.gz or off");
   }
   out.format = *f;
-  out.format_name = std::string(*format);
+  out.format_name = std::string(format_name);
   if (key) {
     auto k = index_kv::parseWarcKey(*key);
     if (!k) return s3fail(S3ErrorCode::kInvalidArgument, "x-granary-index-key must be uri or record-id");
@@ -131,7 +130,7 @@ void RecordIndexer::feed(std::span<const uint8_t> data) {
   // Keys that cannot be rows go at once, so a container of huge names holds no memory.
   for (size_t i = before; i < parsed_.size(); ++i) {
     const std::string& key = parsed_[i].key;
-    if (key.empty() || key.find('\0') != std::string::npos || key.size() > 8192) {
+    if (!index_kv::checkRecordKey(key).isOk()) {
       parsed_[i].key.clear();  // skipped by flush: not addressable (documented)
       continue;
     }
@@ -156,10 +155,9 @@ void RecordIndexer::flush() {
   rows.reserve(parsed_.size());
   for (index_kv::ParsedRecord& p : parsed_) {
     if (p.key.empty()) continue;
-    row_bytes_ += 2 * p.key.size() + bucket_.size() + container_.size() + 2 * 24 + 14 +
-                  p.type.size();
     rows.push_back(index_kv::RecordRow{std::move(p.key), container_, set_, p.offset, p.length,
                                        p.crc32c, std::move(p.type)});
+    row_bytes_ += index_kv::recordRowBytes(bucket_, rows.back());
   }
   parsed_.clear();
   parsed_bytes_ = 0;
@@ -310,9 +308,21 @@ Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
   co_return bytes;
 }
 
+S3Result<const index_kv::Manifest*> currentContainer(const index_kv::RecordLocation& loc,
+                                                     const Result<index_kv::Manifest>& manifest) {
+  if (!manifest && !manifest.error().isNotFound()) {
+    return std::unexpected(fromStatus(manifest.error()));
+  }
+  if (!manifest || manifest->version != loc.container_version ||
+      manifest->records.set != loc.row.set) {
+    return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
+  }
+  return &*manifest;
+}
+
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
                                         const index_kv::RecordLocation& loc, bool raw,
-                                        const index_kv::Manifest* known) {
+                                        const index_kv::Manifest& m) {
   const index_kv::RecordRow& row = loc.row;
   if (row.length > kMaxRecordBytes) {
     co_return s3fail(S3ErrorCode::kInvalidRequest,
@@ -321,24 +331,6 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
                                  row.length, kMaxRecordBytes, row.offset,
                                  row.offset + row.length - 1));
   }
-  Result<index_kv::Manifest> fetched = fail(Status::notFound(""));
-  if (known == nullptr) {
-    fetched = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, row.container); });
-  }
-  const Result<index_kv::Manifest>& manifest = fetched;
-  if (known != nullptr) {
-    // Reused from the batch: same checks, no copy.
-    if (known->version != loc.container_version || known->records.set != row.set) {
-      co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
-    }
-  } else if (!manifest || manifest->version != loc.container_version ||
-             manifest->records.set != row.set) {
-    if (manifest || manifest.error().isNotFound()) {
-      co_return s3fail(S3ErrorCode::kNoSuchKey, "The record's container was replaced or deleted.");
-    }
-    co_return std::unexpected(fromStatus(manifest.error()));
-  }
-  const index_kv::Manifest& m = known != nullptr ? *known : *manifest;
   RecordData out;
   out.location = loc;
   out.format = m.records.format;
@@ -422,7 +414,12 @@ Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bu
   if (!best->has_value()) {
     co_return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");
   }
-  co_return co_await readRecordAt(ctx, bucket, **best, selector.raw);
+  const index_kv::RecordLocation& loc = **best;
+  auto manifest =
+      co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, loc.row.container); });
+  auto m = currentContainer(loc, manifest);
+  if (!m) co_return std::unexpected(m.error());
+  co_return co_await readRecordAt(ctx, bucket, loc, selector.raw, **m);
 }
 
 }  // namespace granary::gateway

@@ -121,11 +121,15 @@ Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bu
 Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& index,
                                                            const std::string& bucket,
                                                            const RecordSelector& selector);
-// Reads a known location. `manifest`, if given, is the container's current manifest
-// (a batch reuses it across its records); otherwise it is fetched.
+// The container manifest `manifest` (getObject of the row's container) if it is still the
+// version that holds `location`'s rows; NoSuchKey if it was replaced or deleted since.
+S3Result<const index_kv::Manifest*> currentContainer(const index_kv::RecordLocation& location,
+                                                     const Result<index_kv::Manifest>& manifest);
+// Reads a known location from its container's manifest (checked by currentContainer; a
+// batch reuses one manifest across its records).
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
                                         const index_kv::RecordLocation& location, bool raw,
-                                        const index_kv::Manifest* manifest = nullptr);
+                                        const index_kv::Manifest& manifest);
 
 // Blocking: verifies a record's container bytes against its row's CRC32C and inflates a
 // warc.gz member unless `raw`; the body to send.

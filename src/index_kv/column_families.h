@@ -37,6 +37,28 @@ struct ColumnFamilies {
   rocksdb::ColumnFamilyHandle* record_gc = nullptr;
 };
 
+// kInvalidArgument unless the bucket name is non-empty and free of '/' (the key layouts
+// rely on it).
+Status checkBucketName(std::string_view bucket);
+
+// A consistent view for reads that touch more than one row.
+class Snapshot {
+ public:
+  explicit Snapshot(rocksdb::DB* db) : db_(db), snapshot_(db->GetSnapshot()) {
+    options_.snapshot = snapshot_;
+  }
+  ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  const rocksdb::ReadOptions& options() const { return options_; }
+  rocksdb::ReadOptions& options() { return options_; }
+
+ private:
+  rocksdb::DB* db_;
+  const rocksdb::Snapshot* snapshot_;
+  rocksdb::ReadOptions options_;
+};
+
 // Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain
 // (retryable kUnavailable); anything else is kInternal.
 Status fromRocks(const rocksdb::Status& s, std::string_view context);

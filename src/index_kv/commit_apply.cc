@@ -13,17 +13,6 @@
 #include "index_kv/commit_staging.h"
 
 namespace granary::index_kv {
-namespace {
-
-Status validBucketName(std::string_view bucket) {
-  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
-    return Status::invalidArgument("index: bad bucket name");
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
 void BatchBuilder::apply(CommitRequest& req) {
   req.replaced.reset();
   batch_.SetSavePoint();
@@ -182,7 +171,7 @@ Result<std::optional<std::string>> BatchBuilder::enqueueGc(const VersionId& vers
 }
 
 Status BatchBuilder::createBucket(CommitRequest& req) {
-  GRANARY_RETURN_IF_ERROR(validBucketName(req.bucket));
+  GRANARY_RETURN_IF_ERROR(checkBucketName(req.bucket));
   auto exists = bucketExists(req.bucket);
   if (!exists) return exists.error();
   if (*exists) return Status::alreadyExists("bucket " + req.bucket + " exists");

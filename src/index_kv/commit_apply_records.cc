@@ -23,14 +23,9 @@ Status BatchBuilder::markRecordSetDead(const VersionId& set) {
 
 Result<bool> BatchBuilder::recordSetAlive(const VersionId& set) {
   if (dead_sets_.contains(set)) return false;
-  std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_gc, versionKey(set), &value);
-  if (s.ok()) return false;
-  if (!s.IsNotFound()) return fail(fromRocks(s, "index: reading record gc"));
-  s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, versionKey(set), &value);
-  if (s.IsNotFound()) return false;  // never written, or already removed
-  if (!s.ok()) return fail(fromRocks(s, "index: reading record set"));
-  return true;
+  auto live = readLiveRecordSet(db_, cfs_, set);
+  if (!live) return fail(live.error());
+  return live->has_value();
 }
 
 Status BatchBuilder::attachRecords(CommitRequest& req) {

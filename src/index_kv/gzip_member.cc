@@ -203,18 +203,20 @@ GzipMemberInflater::Step GzipMemberInflater::step(std::span<const uint8_t> in,
 Result<std::string> inflateGzipMember(std::span<const uint8_t> member, size_t max_out) {
   GzipMemberInflater inflater;
   std::string out;
-  // Grow geometrically but never beyond max_out + 1 (one byte more proves "too big").
+  // Never beyond max_out + 1 bytes (one byte more proves "too big"). The trailer's ISIZE
+  // (the size mod 2^32, untrusted) sizes the buffer once; doubling covers a wrong one.
   const size_t cap = max_out == SIZE_MAX ? max_out : max_out + 1;
+  size_t hint = 64 * 1024;
+  if (member.size() >= 18) {
+    const uint8_t* t = member.data() + member.size() - 4;
+    hint = (size_t{t[0]} | size_t{t[1]} << 8 | size_t{t[2]} << 16 | size_t{t[3]} << 24) + 1;
+  }
+  out.resize(std::min(cap, std::max<size_t>(hint, 4096)));
   size_t used = 0;
   size_t pos = 0;
   while (true) {
-    if (used == out.size()) {
-      if (out.size() >= cap) {
-        return fail(Status::invalidArgument(
-            fmt::format("gzip member inflates to more than {} bytes", max_out)));
-      }
-      out.resize(std::min(cap, std::max<size_t>(out.size() * 2, 64 * 1024)));
-    }
+    // used == cap cannot happen here: used > max_out returned below.
+    if (used == out.size()) out.resize(std::min(cap, out.size() * 2));
     auto st = inflater.step(member.subspan(pos),
                             std::span<uint8_t>(reinterpret_cast<uint8_t*>(out.data()) + used,
                                                out.size() - used));

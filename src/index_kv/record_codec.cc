@@ -6,8 +6,26 @@
 #include <algorithm>
 
 #include "granary/common/hex.h"
+#include "index_kv/codec.h"
 
 namespace granary::index_kv {
+
+Status checkRecordKey(std::string_view key) {
+  if (key.empty()) return Status::invalidArgument("record key is empty");
+  if (key.size() > kMaxRecordKey) return Status::invalidArgument("record key is over 8 KiB");
+  if (key.find('\0') != std::string_view::npos) {
+    return Status::invalidArgument("record key contains NUL");
+  }
+  return Status::ok();
+}
+
+uint64_t recordRowBytes(std::string_view bucket, const RecordRow& row) {
+  const uint64_t row_key = bucket.size() + 1 + row.key.size() + 1 + row.container.size() +
+                           kRecordKeyTail;
+  const uint64_t value = 12 + row.type.size();
+  const uint64_t order_key = 24 + row.key.size();
+  return row_key + value + order_key;
+}
 
 std::string recordKeyPrefix(std::string_view bucket, std::string_view record_key) {
   std::string out;
@@ -109,6 +127,22 @@ Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value) {
     return fail(Status::corruption("index: bad record set value"));
   }
   return RecordSetMeta{b->get<std::string>(), c->get<std::string>(), t->get<int64_t>()};
+}
+
+Result<std::optional<RecordSetMeta>> readLiveRecordSet(rocksdb::DB* db,
+                                                       const ColumnFamilies& cfs,
+                                                       const VersionId& set) {
+  const std::string key = versionKey(set);
+  std::string value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), cfs.record_gc, key, &value);
+  if (s.ok()) return std::optional<RecordSetMeta>();
+  if (!s.IsNotFound()) return fail(fromRocks(s, "index: reading record gc"));
+  s = db->Get(rocksdb::ReadOptions(), cfs.record_sets, key, &value);
+  if (s.IsNotFound()) return std::optional<RecordSetMeta>();
+  if (!s.ok()) return fail(fromRocks(s, "index: reading record set"));
+  auto meta = decodeRecordSetMeta(value);
+  if (!meta) return fail(meta.error());
+  return std::optional<RecordSetMeta>(std::move(*meta));
 }
 
 }  // namespace granary::index_kv

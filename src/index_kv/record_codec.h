@@ -1,5 +1,5 @@
 // Key and value encodings of the record index's column families (docs/index-format.md,
-// "Record index"). Decoders return kCorruption on bad bytes and never throw.
+// "Record index"), and the liveness read of a record set. Decoders return kCorruption on bad bytes and never throw.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "granary/common/ids.h"
 #include "granary/common/status.h"
 #include "granary/index_kv/index.h"
+#include "index_kv/column_families.h"
 
 namespace granary::index_kv {
 
@@ -54,5 +55,11 @@ struct RecordSetMeta {
 };
 std::string encodeRecordSetMeta(const RecordSetMeta& meta);
 Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value);
+
+// The one read that says whether a set is live: its record_sets row, or nullopt when the
+// set is dead (a record_gc row) or has none (never created, or removed).
+Result<std::optional<RecordSetMeta>> readLiveRecordSet(rocksdb::DB* db,
+                                                       const ColumnFamilies& cfs,
+                                                       const VersionId& set);
 
 }  // namespace granary::index_kv

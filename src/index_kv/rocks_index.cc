@@ -14,33 +14,12 @@
 #include "index_kv/listing.h"
 
 namespace granary::index_kv {
-namespace {
-
 Status checkBucketName(std::string_view bucket) {
   if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
     return Status::invalidArgument("index: bad bucket name");
   }
   return Status::ok();
 }
-
-// A consistent view for reads that touch more than one row.
-class Snapshot {
- public:
-  explicit Snapshot(rocksdb::DB* db) : db_(db), snapshot_(db->GetSnapshot()) {
-    options_.snapshot = snapshot_;
-  }
-  ~Snapshot() { db_->ReleaseSnapshot(snapshot_); }
-  Snapshot(const Snapshot&) = delete;
-  Snapshot& operator=(const Snapshot&) = delete;
-  const rocksdb::ReadOptions& options() const { return options_; }
-
- private:
-  rocksdb::DB* db_;
-  const rocksdb::Snapshot* snapshot_;
-  rocksdb::ReadOptions options_;
-};
-
-}  // namespace
 
 Status fromRocks(const rocksdb::Status& s, std::string_view context) {
   std::string message = std::string(context) + ": " + s.ToString();

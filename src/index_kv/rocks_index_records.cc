@@ -19,22 +19,10 @@
 namespace granary::index_kv {
 namespace {
 
-constexpr size_t kMaxRecordKey = 8192;
 constexpr size_t kRemoveBatch = 2048;
 
-Status checkRecordKey(std::string_view key) {
-  if (key.empty()) return Status::invalidArgument("record key is empty");
-  if (key.size() > kMaxRecordKey) return Status::invalidArgument("record key is over 8 KiB");
-  if (key.find('\0') != std::string_view::npos) {
-    return Status::invalidArgument("record key contains NUL");
-  }
-  return Status::ok();
-}
-
 Status checkContainer(std::string_view bucket, std::string_view container) {
-  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
-    return Status::invalidArgument("index: bad bucket name");
-  }
+  GRANARY_RETURN_IF_ERROR(checkBucketName(bucket));
   if (container.empty() || container.find('\0') != std::string_view::npos) {
     return Status::invalidArgument("index: bad container key");
   }
@@ -64,22 +52,13 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
                                  const VersionId& set, const std::vector<RecordRow>& rows) {
   GRANARY_RETURN_IF_ERROR(checkContainer(bucket, container));
   if (set.isZero()) return Status::invalidArgument("index: record set id is zero");
-  {
-    // Only into a live set: one swept as an orphan (an indexing run that stalled past the
-    // orphan grace) must not come back with some of its rows already removed.
-    const std::string key = versionKey(set);
-    std::string value;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_gc, key, &value);
-    if (s.ok()) return Status::preconditionFailed("index: the record set is dead");
-    if (!s.IsNotFound()) return fromRocks(s, "index: reading record gc");
-    s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, key, &value);
-    if (s.IsNotFound()) return Status::preconditionFailed("index: no such record set");
-    if (!s.ok()) return fromRocks(s, "index: reading record set");
-    auto meta = decodeRecordSetMeta(value);
-    if (!meta) return meta.error();
-    if (meta->bucket != bucket || meta->container != container) {
-      return Status::invalidArgument("index: the record set belongs to another container");
-    }
+  // Only into a live set: one swept as an orphan (an indexing run that stalled past the
+  // orphan grace) must not come back with some of its rows already removed.
+  auto live = readLiveRecordSet(db_.get(), cfs_, set);
+  if (!live) return live.error();
+  if (!live->has_value()) return Status::preconditionFailed("index: the record set is dead or gone");
+  if ((*live)->bucket != bucket || (*live)->container != container) {
+    return Status::invalidArgument("index: the record set belongs to another container");
   }
   rocksdb::WriteBatch batch;
   const std::string set_key = versionKey(set);
@@ -91,7 +70,7 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
                               encodeRecordSetMeta({std::string(bucket), std::string(container),
                                                    clock_.nowUnixNanos()})));
   for (const RecordRow& row : rows) {
-    GRANARY_RETURN_IF_ERROR(checkRecordKey(row.key));
+    GRANARY_RETURN_IF_ERROR(checkRecordKey(row.key));  // index.h
     if (row.container != container || row.set != set) {
       return Status::invalidArgument("index: record row of another container or set");
     }
@@ -130,9 +109,7 @@ Status RocksIndex::abandonRecords(const VersionId& set) {
 }
 
 Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const RecordQuery& q) {
-  if (bucket.empty() || bucket.find('/') != std::string_view::npos) {
-    return fail(Status::invalidArgument("index: bad bucket name"));
-  }
+  GRANARY_RETURN_IF_ERROR_RESULT(checkBucketName(bucket));
   std::string begin;
   if (q.key) {
     GRANARY_RETURN_IF_ERROR_RESULT(checkRecordKey(*q.key));
@@ -143,21 +120,17 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
   }
   const std::string end = prefixSuccessor(begin);
   const std::string bucket_prefix = std::string(bucket) + "/";
-  std::string seek = begin;
-  if (!q.start_after.empty()) {
-    std::string after = bucket_prefix + q.start_after;
-    if (after > seek) seek = std::move(after);
-  }
+  const std::string start_after =
+      q.start_after.empty() ? std::string() : bucket_prefix + q.start_after;
+  const std::string& seek = start_after > begin ? start_after : begin;
 
-  rocksdb::ReadOptions options;
-  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
-  options.snapshot = snapshot;
+  Snapshot snap(db_.get());
+  rocksdb::ReadOptions& options = snap.options();
   rocksdb::Slice upper(end);
   if (!end.empty()) options.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.records));
   struct Container {
-    bool visible_set = false;
-    VersionId set;
+    VersionId set;  // zero: no visible rows
     VersionId version;
     int64_t mtime = 0;
   };
@@ -170,7 +143,6 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
     if (s.ok()) {
       auto summary = decodeSummary(name, value);
       if (!summary) return fail(summary.error());
-      c.visible_set = !summary->record_set.isZero();
       c.set = summary->record_set;
       c.version = summary->version;
       c.mtime = summary->mtime_unix_nanos;
@@ -185,13 +157,13 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
   Status error;
   for (it->Seek(seek); it->Valid(); it->Next()) {
     std::string_view row_key = it->key().ToStringView();
-    if (!q.start_after.empty() && row_key == bucket_prefix + q.start_after) continue;
+    if (row_key == start_after) continue;
     if (page.records.size() >= q.limit || examined >= q.max_examined) {
       page.truncated = true;
       break;
     }
     ++examined;
-    page.next = std::string(row_key.substr(bucket_prefix.size()));
+    page.next.assign(row_key.substr(bucket_prefix.size()));
     auto parts = parseRecordRowKey(row_key, bucket.size());
     if (!parts) {
       log::warn("index: skipping bad record row: {}", parts.error().toString());
@@ -209,7 +181,7 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
       error = c.error();
       break;
     }
-    if (!(*c)->visible_set || (*c)->set != parts->set) continue;
+    if ((*c)->set.isZero() || (*c)->set != parts->set) continue;
     row.key = std::string(parts->record_key);
     row.container = std::string(parts->container);
     row.set = parts->set;
@@ -217,8 +189,6 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
     page.records.push_back(RecordLocation{std::move(row), (*c)->version, (*c)->mtime});
   }
   if (error.isOk() && !it->status().ok()) error = fromRocks(it->status(), "index: listing records");
-  it.reset();
-  db_->ReleaseSnapshot(snapshot);
   if (!error.isOk()) return fail(error);
   if (!page.truncated) page.next.clear();
   return page;
@@ -229,14 +199,8 @@ Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
                                                       size_t limit) {
   std::vector<RecordRow> out;
   std::string meta_value;
-  rocksdb::ReadOptions options;
-  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
-  options.snapshot = snapshot;
-  struct Release {
-    rocksdb::DB* db;
-    const rocksdb::Snapshot* s;
-    ~Release() { db->ReleaseSnapshot(s); }
-  } release{db_.get(), snapshot};
+  Snapshot snap(db_.get());
+  rocksdb::ReadOptions& options = snap.options();
   rocksdb::Status s = db_->Get(options, cfs_.record_sets, versionKey(set), &meta_value);
   if (s.IsNotFound()) return out;
   if (!s.ok()) return fail(fromRocks(s, "index: reading record set"));

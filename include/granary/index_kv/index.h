@@ -132,6 +132,15 @@ struct RecordRow {
   bool operator==(const RecordRow&) const = default;
 };
 
+// Record keys are 1..kMaxRecordKey bytes without NUL (the row key layout needs it);
+// kInvalidArgument otherwise. Writers of rows (indexers, batch insert) check with this.
+inline constexpr size_t kMaxRecordKey = 8192;
+Status checkRecordKey(std::string_view key);
+
+// Bytes one row occupies in the index's record column families (keys and values, before
+// compression): what RecordIndexInfo::row_bytes adds up.
+uint64_t recordRowBytes(std::string_view bucket, const RecordRow& row);
+
 // A visible row plus what the reader needs about its container.
 struct RecordLocation {
   RecordRow row;
