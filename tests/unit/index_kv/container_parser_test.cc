@@ -136,11 +136,11 @@ void checkFile(const Bytes& data, const std::string& expected_name, ContainerFor
     CHECK(o.rows == want);
     CHECK(o.format == format);
     CHECK(o.fed == data.size());
-  }
-  // The rows' own CRCs match the bytes they point at.
-  for (const auto& r : want) {
-    REQUIRE(r.offset + r.length <= data.size());
-    CHECK(ec::crc32c(std::span(data).subspan(r.offset, r.length)) == r.crc32c);
+    // The parsed rows' CRCs match the bytes they point at (the parser's, not the fixture's).
+    for (const auto& r : o.rows) {
+      REQUIRE(r.offset + r.length <= data.size());
+      CHECK(ec::crc32c(std::span(data).subspan(r.offset, r.length)) == r.crc32c);
+    }
   }
 }
 
@@ -252,8 +252,10 @@ TEST_CASE("WebDataset tar shards give one row per regular member, as Python's ta
 TEST_CASE("Pax path (300 chars), GNU long names, links and directories follow tarfile") {
   checkFile(fixture("synthetic_pax.tar"), "synthetic_pax.tar", ContainerFormat::kTar);
   checkFile(fixture("synthetic_gnu.tar"), "synthetic_gnu.tar", ContainerFormat::kTar);
-  auto rows = expected("synthetic_pax.tar");
-  CHECK(rows[0].key.size() == 300);
+  Outcome pax = parseAllWays(fixture("synthetic_pax.tar"));
+  REQUIRE(pax.status.isOk());
+  REQUIRE_FALSE(pax.rows.empty());
+  CHECK(pax.rows[0].key.size() == 300);  // the parser took the pax path, not the ustar name
 }
 
 TEST_CASE("A gzip-compressed tar is not indexable in auto mode and malformed when named") {

@@ -43,6 +43,17 @@ Status putRows(Index& index, const std::string& bucket, const std::string& conta
   return index.putRecordRows(bucket, container, set, rows);
 }
 
+// Stores `rows` in `set` and commits an inline container naming the set: what an indexed
+// PUT does. Returns the committed manifest.
+Manifest publish(IndexFixture& f, const std::string& container, const VersionId& set,
+                 const std::vector<RecordRow>& rows) {
+  REQUIRE(putRows(*f.index, "b", container, set, rows).isOk());
+  Manifest m = f.inlineManifest(container);
+  m.records = indexed(set, rows.size());
+  REQUIRE(f.index->putObject("b", container, m, Precondition::none()).has_value());
+  return m;
+}
+
 // Every visible row with `prefix`, fetched `page_size` at a time.
 std::vector<RecordRow> listAll(Index& index, const std::string& bucket, RecordQuery q,
                                size_t page_size, size_t* pages = nullptr) {
@@ -101,14 +112,8 @@ TEST_CASE("Record listing pages by key prefix, and exact-key lookups list every 
   const VersionId s2 = f.newVersion();
   auto r1 = makeRows("a.tar", s1, 120);
   auto r2 = makeRows("b.tar", s2, 30, "", 100);  // rec/00100.. overlap a.tar's last 20 keys
-  REQUIRE(putRows(*f.index, "b", "a.tar", s1, r1).isOk());
-  REQUIRE(putRows(*f.index, "b", "b.tar", s2, r2).isOk());
-  Manifest ma = f.inlineManifest("a");
-  ma.records = indexed(s1, r1.size());
-  Manifest mb = f.inlineManifest("b");
-  mb.records = indexed(s2, r2.size());
-  REQUIRE(f.index->putObject("b", "a.tar", ma, Precondition::none()).has_value());
-  REQUIRE(f.index->putObject("b", "b.tar", mb, Precondition::none()).has_value());
+  publish(f, "a.tar", s1, r1);
+  const Manifest mb = publish(f, "b.tar", s2, r2);
 
   std::vector<RecordRow> expected = r1;
   expected.insert(expected.end(), r2.begin(), r2.end());
@@ -158,16 +163,9 @@ TEST_CASE("The type filter applies to typed (WARC) rows only") {
   auto responses = makeRows("crawl.warc.gz", s1, 2, "response", 2);
   for (auto& r : responses) r.key = rows[&r - &responses[0]].key;  // same URLs
   rows.insert(rows.end(), responses.begin(), responses.end());
-  REQUIRE(putRows(*f.index, "b", "crawl.warc.gz", s1, rows).isOk());
-  Manifest m = f.inlineManifest("w");
-  m.records = indexed(s1, rows.size());
-  REQUIRE(f.index->putObject("b", "crawl.warc.gz", m, Precondition::none()).has_value());
+  publish(f, "crawl.warc.gz", s1, rows);
   const VersionId s2 = f.newVersion();
-  auto tar_rows = makeRows("t.tar", s2, 1);
-  REQUIRE(putRows(*f.index, "b", "t.tar", s2, tar_rows).isOk());
-  Manifest t = f.inlineManifest("t");
-  t.records = indexed(s2, 1);
-  REQUIRE(f.index->putObject("b", "t.tar", t, Precondition::none()).has_value());
+  publish(f, "t.tar", s2, makeRows("t.tar", s2, 1));
 
   RecordQuery q;
   q.key = "rec/00000";
@@ -184,11 +182,7 @@ TEST_CASE("Overwriting or deleting a container hides its rows at once; GC remove
   IndexFixture f;
   f.makeBucket("b");
   const VersionId s1 = f.newVersion();
-  auto rows = makeRows("c.tar", s1, 5000);
-  REQUIRE(putRows(*f.index, "b", "c.tar", s1, rows).isOk());
-  Manifest m = f.inlineManifest("v1");
-  m.records = indexed(s1, rows.size());
-  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+  publish(f, "c.tar", s1, makeRows("c.tar", s1, 5000));
 
   RecordQuery all;
   bool deleting = GENERATE(false, true);
@@ -222,10 +216,7 @@ TEST_CASE("A rewrite that keeps the record set keeps the rows") {
   f.makeBucket("b");
   const VersionId s1 = f.newVersion();
   auto rows = makeRows("c.tar", s1, 10);
-  REQUIRE(putRows(*f.index, "b", "c.tar", s1, rows).isOk());
-  Manifest m = f.inlineManifest("v1");
-  m.records = indexed(s1, rows.size());
-  REQUIRE(f.index->putObject("b", "c.tar", m, Precondition::none()).has_value());
+  const Manifest m = publish(f, "c.tar", s1, rows);
   Manifest same = m;  // same version rewritten in place (e.g. metadata)
   same.content_type = "application/x-tar";
   REQUIRE(f.index->putObject("b", "c.tar", same, Precondition::mustMatch(m.version)).has_value());
@@ -292,10 +283,7 @@ TEST_CASE("Abandoned and orphaned record sets are removed; named ones are kept")
   const VersionId named = f.newVersion();
   REQUIRE(putRows(*f.index, "b", "x.tar", abandoned, makeRows("x.tar", abandoned, 3)).isOk());
   REQUIRE(putRows(*f.index, "b", "y.tar", orphan, makeRows("y.tar", orphan, 4)).isOk());
-  REQUIRE(putRows(*f.index, "b", "z.tar", named, makeRows("z.tar", named, 5)).isOk());
-  Manifest z = f.inlineManifest("z");
-  z.records = indexed(named, 5);
-  REQUIRE(f.index->putObject("b", "z.tar", z, Precondition::none()).has_value());
+  publish(f, "z.tar", named, makeRows("z.tar", named, 5));
   REQUIRE(f.index->abandonRecords(abandoned).isOk());
 
   // Young sets are not orphans yet (an upload may still be indexing).
@@ -318,10 +306,7 @@ TEST_CASE("Listing stops early after max_examined invisible rows and resumes") {
   REQUIRE(putRows(*f.index, "b", "h.tar", hidden, makeRows("h.tar", hidden, 300)).isOk());
   const VersionId shown = f.newVersion();
   auto rows = makeRows("s.tar", shown, 3, "", 400);
-  REQUIRE(putRows(*f.index, "b", "s.tar", shown, rows).isOk());
-  Manifest s = f.inlineManifest("s");
-  s.records = indexed(shown, 3);
-  REQUIRE(f.index->putObject("b", "s.tar", s, Precondition::none()).has_value());
+  publish(f, "s.tar", shown, rows);
   RecordQuery q;
   q.max_examined = 100;
   auto page = f.index->listRecords("b", q);
@@ -365,10 +350,7 @@ TEST_CASE("Two rows at one offset under two keys are both listed and both remove
   std::vector<RecordRow> rows = makeRows("c.warc", set, 1, "response");
   rows.push_back(rows[0]);
   rows[1].key = "<urn:uuid:1>";  // the same record by URI and by record id
-  REQUIRE(putRows(*f.index, "b", "c.warc", set, rows).isOk());
-  Manifest m = f.inlineManifest("c");
-  m.records = indexed(set, 2);
-  REQUIRE(f.index->putObject("b", "c.warc", m, Precondition::none()).has_value());
+  publish(f, "c.warc", set, rows);
   CHECK(storedRows(*f.index, set) == 2);
   RecordQuery all;
   CHECK(listAll(*f.index, "b", all, 10).size() == 2);
