@@ -6,14 +6,19 @@
 //   lookup   --lookups exact-key lookups (listRecords with a key, the record GET's
 //            lookup) of random existing keys from --threads threads: p50, p99, ops/s
 //   prefix   listing pages of 1000 rows by key prefix: rows/s
+//   parse    ContainerParser over an in-memory tar of --parse-mib MiB (64 KiB members),
+//            fed in 1 MiB pieces as an upload streams: MB/s
 //
 // Usage: record_bench [--dir D] [--rows 10000000] [--lookups 200000] [--threads 4]
+//                     [--parse-mib 512]
 // --dir must be on the disk to measure; the bench removes what it creates there.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <span>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -26,6 +31,8 @@
 #include "granary/common/ids.h"
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
+#include "granary/ec/erasure_code.h"
+#include "granary/index_kv/container_parser.h"
 #include "granary/index_kv/index.h"
 
 using namespace granary;
@@ -42,6 +49,37 @@ std::string keyOf(uint64_t i) {
   return fmt::format("train/shard-{:06}/sample-{:09}.{}", i / 10000, i, kExt[i % 4]);
 }
 
+// A ustar tar of `mib` MiB of 64 KiB members named "m/<n>.bin".
+std::vector<uint8_t> makeTar(uint64_t mib) {
+  constexpr size_t kMember = 64 * 1024;
+  std::vector<uint8_t> out;
+  out.reserve(mib * (1u << 20) + mib * 16 * 512 + 1024);
+  std::mt19937_64 rng(1);
+  for (uint64_t n = 0; n < mib * 16; ++n) {
+    uint8_t h[512] = {};
+    const std::string name = fmt::format("m/{:09}.bin", n);
+    std::copy(name.begin(), name.end(), h);
+    std::snprintf(reinterpret_cast<char*>(h + 100), 8, "%07o", 0644);
+    std::snprintf(reinterpret_cast<char*>(h + 124), 12, "%011o", unsigned(kMember));
+    std::snprintf(reinterpret_cast<char*>(h + 136), 12, "%011o", 0u);
+    h[156] = '0';
+    std::copy_n("ustar\0" "00", 8, h + 257);
+    std::fill(h + 148, h + 156, ' ');
+    unsigned sum = 0;
+    for (uint8_t b : h) sum += b;
+    std::snprintf(reinterpret_cast<char*>(h + 148), 8, "%06o", sum);
+    out.insert(out.end(), h, h + 512);
+    const size_t at = out.size();
+    out.resize(at + kMember);
+    for (size_t i = at; i < out.size(); i += 8) {
+      const uint64_t v = rng();
+      std::memcpy(out.data() + i, &v, 8);
+    }
+  }
+  out.resize(out.size() + 1024, 0);  // end-of-archive marker
+  return out;
+}
+
 uint64_t dirBytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
@@ -56,6 +94,7 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/granary-record-bench";
   uint64_t rows = 10'000'000;
   uint64_t lookups = 200'000;
+  uint64_t parse_mib = 512;
   int threads = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -63,6 +102,7 @@ int main(int argc, char** argv) {
     else if (a == "--rows") rows = std::stoull(argv[i + 1]);
     else if (a == "--lookups") lookups = std::stoull(argv[i + 1]);
     else if (a == "--threads") threads = std::stoi(argv[i + 1]);
+    else if (a == "--parse-mib") parse_mib = std::stoull(argv[i + 1]);
     else {
       fmt::print(stderr, "unknown option {}\n", a);
       return 2;
@@ -171,6 +211,25 @@ int main(int argc, char** argv) {
   const double list_s = seconds(Clk::now() - t0);
   fmt::print("prefix   {:>12} rows  {:8.2f} s  {:>10.0f} rows/s (pages of 1000)\n", listed, list_s,
              listed / list_s);
+  // ---- parse: the indexer's own cost per byte of an upload (tar; CRC32C of every member).
+  const std::vector<uint8_t> tar = makeTar(parse_mib);
+  ContainerParser parser(ParserOptions{});
+  std::vector<ParsedRecord> parsed;
+  t0 = Clk::now();
+  Status pst;
+  for (size_t at = 0; at < tar.size() && pst.isOk(); at += 1u << 20) {
+    pst = parser.feed(std::span(tar).subspan(at, std::min<size_t>(1u << 20, tar.size() - at)),
+                      parsed);
+  }
+  if (pst.isOk()) pst = parser.finish(parsed);
+  const double parse_s = seconds(Clk::now() - t0);
+  if (!pst.isOk() || parsed.size() != parse_mib * 16) {
+    fmt::print(stderr, "parse: {} ({} rows)\n", pst.toString(), parsed.size());
+    return 1;
+  }
+  fmt::print("parse    {:>12} MiB   {:8.2f} s  {:>10.0f} MB/s ({} tar members of 64 KiB)\n",
+             parse_mib, parse_s, tar.size() / parse_s / 1e6, parsed.size());
+
   opened->reset();
   std::filesystem::remove_all(dir);
   return misses.load() == 0 ? 0 : 1;
