@@ -265,7 +265,8 @@ std::string requestTarget(const S3Request& req) {
 
 std::string authorization(std::string_view method, std::string_view target,
                           const HeaderList& headers, std::string_view payload_hash,
-                          std::string_view amz_date, const S3Credentials& creds) {
+                          std::string_view amz_date, const S3Credentials& creds,
+                          gateway::SigningKeyCache* keys) {
   gateway::HttpRequestView view{method, target, headers};
   gateway::AuthInfo auth;
   auth.access_key = creds.access_key;
@@ -280,7 +281,8 @@ std::string authorization(std::string_view method, std::string_view target,
                             auth.signed_headers.end());
   // The same canonicalisation the gateway verifies with (sigv4.cc).
   std::string to_sign = gateway::stringToSign(auth, gateway::canonicalRequest(view, auth));
-  auto key = gateway::deriveSigningKey(creds.secret_key, auth.date, auth.region, auth.service);
+  auto key = keys ? keys->get(creds.secret_key, auth.date, auth.region, auth.service)
+                  : gateway::deriveSigningKey(creds.secret_key, auth.date, auth.region, auth.service);
   std::string signed_list;
   for (const auto& name : auth.signed_headers) {
     signed_list += (signed_list.empty() ? "" : ";") + name;

@@ -22,6 +22,10 @@
 
 #include "granary/common/status.h"
 
+namespace granary::gateway {
+class SigningKeyCache;
+}
+
 namespace granary::cli {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -71,9 +75,12 @@ std::string requestTarget(const S3Request& req);
 
 // The Authorization header value for a request whose headers (lower-case names) already
 // include host, x-amz-date and x-amz-content-sha256. Every header in `headers` is signed.
+// `keys`: a cache of derived signing keys for callers that sign many requests (a load
+// generator); nullptr derives the key each time.
 std::string authorization(std::string_view method, std::string_view target,
                           const HeaderList& headers, std::string_view payload_hash,
-                          std::string_view amz_date, const S3Credentials& creds);
+                          std::string_view amz_date, const S3Credentials& creds,
+                          gateway::SigningKeyCache* keys = nullptr);
 
 // "yyyymmddThhmmssZ" for a point in time (UTC).
 std::string amzDate(std::chrono::system_clock::time_point t);
