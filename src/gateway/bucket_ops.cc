@@ -125,6 +125,12 @@ Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
   co_return xmlResponse(locationXml(ctx.options.region));
 }
 
+Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,
+                                              std::string_view key) {
+  if (auto hit = ctx.index().getObjectFromMemory(bucket, key)) co_return std::move(*hit);
+  co_return co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, key); });
+}
+
 Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st) {
   if (!st.isNotFound()) co_return fromStatus(st);
   auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });

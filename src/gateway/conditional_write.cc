@@ -24,9 +24,7 @@ Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
     co_return s3fail(S3ErrorCode::kNotImplemented,
                      "Conditional writes support only If-None-Match: *");
   }
-  auto current = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(req.bucket, req.key);
-  });
+  auto current = co_await lookupObject(ctx, req.bucket, req.key);
   if (!current && !current.error().isNotFound()) co_return std::unexpected(fromStatus(current.error()));
   if (if_match) {
     if (!current) {

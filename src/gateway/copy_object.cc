@@ -67,9 +67,7 @@ Task<Status> CopySink::flush() {
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
                                                   const CopySource& source) {
-  auto src = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(source.bucket, source.key);
-  });
+  auto src = co_await lookupObject(ctx, source.bucket, source.key);
   if (!src) {
     S3Request src_req = req;
     src_req.bucket = source.bucket;

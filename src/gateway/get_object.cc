@@ -85,9 +85,7 @@ std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Mani
 
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only) {
-  auto manifest = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(req.bucket, req.key);
-  });
+  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
   if (!manifest) {
     S3Error err = co_await objectNotFound(ctx, req, manifest.error());
     co_return errorResponse(err, req);
@@ -169,9 +167,7 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 }
 
 Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
-  auto manifest = co_await offload(ctx.pool(), [&] {
-    return ctx.index().getObject(req.bucket, req.key);
-  });
+  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
   if (!manifest) {
     S3Error err = co_await objectNotFound(ctx, req, manifest.error());
     co_return errorResponse(err, req);

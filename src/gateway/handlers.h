@@ -102,6 +102,10 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::st
 
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
+// The current manifest of bucket/key: from memory on the event loop when the index can
+// answer without I/O, else on a worker thread.
+Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,
+                                              std::string_view key);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.
 Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st);
 

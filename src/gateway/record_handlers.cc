@@ -442,7 +442,7 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
       format != "raw") {
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "format must be tar, warc, warc.gz or raw"}, req);
   }
-  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(req.bucket, req.key); });
+  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
   if (!manifest) {
     S3Error err = co_await objectNotFound(ctx, req, manifest.error());
     co_return errorResponse(err, req);
@@ -574,7 +574,7 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
     }
     after = v;
   }
-  auto manifest = co_await offload(ctx.pool(), [&] { return ctx.index().getObject(req.bucket, req.key); });
+  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
   if (!manifest) {
     S3Error err = co_await objectNotFound(ctx, req, manifest.error());
     co_return errorResponse(err, req);

@@ -69,11 +69,15 @@ class BodySink {
   // Length unknown when the head goes out: the body is sent with chunked transfer coding
   // and must end with finish().
   static constexpr uint64_t kUnknownLength = UINT64_MAX;
-  // Sends status and headers with a Content-Length of `content_length` (or chunked).
+  // Sends status and headers with a Content-Length of `content_length` (or chunked). A sink
+  // may hold the head back and send it with the first body bytes (one write, one TCP
+  // segment for a small object); flush() sends a head still held.
   virtual Task<Status> writeHead(const S3Response& head, uint64_t content_length) = 0;
   virtual Task<Status> write(std::span<const uint8_t> data) = 0;
   // Ends a chunked body (a no-op for a body with a Content-Length).
   virtual Task<Status> finish() { co_return Status::ok(); }
+  // Sends whatever is held back; the server calls it after every streamed response.
+  virtual Task<Status> flush() { co_return Status::ok(); }
 };
 
 S3Response errorResponse(const S3Error& error, const S3Request& req);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -103,24 +104,38 @@ class BeastBodySink final : public BodySink {
       res.content_length(content_length);
     }
     res.keep_alive(keep_alive_);
+    // Serialised now, sent with the first body bytes (or by flush()).
     http::response_serializer<http::empty_body> sr{res};
-    stream_.expires_after(timeout_);
+    sr.split(true);
     beast::error_code ec;
-    co_await http::async_write_header(stream_, sr, kRedirect(ec));
-    if (ec) co_return Status::ioError("write header: " + ec.message());
+    head_.clear();
+    while (!ec && !sr.is_header_done()) {
+      sr.next(ec, [&](beast::error_code&, const auto& buffers) {
+        for (auto b : beast::buffers_range_ref(buffers)) {
+          head_.append(static_cast<const char*>(b.data()), b.size());
+        }
+        sr.consume(beast::buffer_bytes(buffers));
+      });
+    }
+    if (ec) co_return Status::internal("serialising the response head: " + ec.message());
     co_return Status::ok();
   }
 
   Task<Status> write(std::span<const uint8_t> data) override {
     if (data.empty()) co_return Status::ok();  // an empty chunk would end a chunked body
-    stream_.expires_after(timeout_);
     beast::error_code ec;
     if (chunked_) {
+      if (Status st = co_await flush(); !st.isOk()) co_return st;
+      stream_.expires_after(timeout_);
       // A named chunk: g++ 12 may destroy temporaries of a co_await expression twice.
       auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
       co_await asio::async_write(stream_, chunk, kRedirect(ec));
     } else {
-      co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kRedirect(ec));
+      stream_.expires_after(timeout_);
+      std::array<asio::const_buffer, 2> buffers{asio::buffer(head_),
+                                                asio::buffer(data.data(), data.size())};
+      co_await asio::async_write(stream_, buffers, kRedirect(ec));
+      head_.clear();
     }
     if (ec) co_return Status::ioError("write body: " + ec.message());
     bytes_ += data.size();
@@ -128,12 +143,23 @@ class BeastBodySink final : public BodySink {
   }
 
   Task<Status> finish() override {
+    if (Status st = co_await flush(); !st.isOk()) co_return st;
     if (!chunked_) co_return Status::ok();
     stream_.expires_after(timeout_);
     beast::error_code ec;
     auto last = http::make_chunk_last();
     co_await asio::async_write(stream_, last, kRedirect(ec));
     if (ec) co_return Status::ioError("write body: " + ec.message());
+    co_return Status::ok();
+  }
+
+  Task<Status> flush() override {
+    if (head_.empty()) co_return Status::ok();
+    stream_.expires_after(timeout_);
+    beast::error_code ec;
+    co_await asio::async_write(stream_, asio::buffer(head_), kRedirect(ec));
+    head_.clear();
+    if (ec) co_return Status::ioError("write header: " + ec.message());
     co_return Status::ok();
   }
 
@@ -146,6 +172,7 @@ class BeastBodySink final : public BodySink {
   std::chrono::seconds timeout_;
   bool keep_alive_;
   bool chunked_ = false;
+  std::string head_;  // a serialised head not sent yet
   uint64_t bytes_ = 0;
 };
 
@@ -306,6 +333,8 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
     bool written = true;
     if (!res.streamed) {
       written = co_await writeResponse(stream, req, res, clock, reuse, io);
+    } else {
+      written = (co_await sink.flush()).isOk();
     }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "granary/common/hex.h"
@@ -20,9 +21,10 @@ struct DecodeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-Json toBinary(std::string_view bytes) {
-  return Json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
-}
+// An inline manifest value: tag, be32 body length, body, CBOR map. A CBOR map's first byte
+// is 0xA0-0xBF, so the tag's 0x00 tells the two layouts apart.
+constexpr char kInlineFrameTag[2] = {'\0', 'I'};
+constexpr size_t kInlineFrameHeader = 6;
 
 Json toBinary(const VersionId& v) {
   return Json::binary(std::vector<uint8_t>(v.bytes.begin(), v.bytes.end()));
@@ -378,18 +380,43 @@ std::string encodeManifest(const Manifest& m) {
   if (!m.headers.empty()) j["h"] = m.headers;
   j["k"] = m.ec.k;
   j["m"] = m.ec.m;
-  if (m.is_inline) {
-    j["in"] = true;
-    j["d"] = toBinary(m.inline_data);
-  }
+  if (m.is_inline) j["in"] = true;
   if (!m.drives.empty()) j["dr"] = m.drives;
   if (!m.stripes.empty()) j["st"] = stripesToJson(m.stripes);
   if (!m.checksum.empty()) j["ck"] = checksumToJson(m.checksum);
   if (!m.records.status.empty()) j["ri"] = recordInfoToJson(m.records);
-  return toCbor(j);
+  if (!m.is_inline) return toCbor(j);
+  // An inline body goes before the map as raw bytes, not as a CBOR byte string: the CBOR
+  // reader copies byte strings one byte at a time, which made decoding a 4 KiB object's
+  // manifest cost more than reading it (docs/index-format.md, "Manifests").
+  if (m.inline_data.size() > std::numeric_limits<uint32_t>::max()) {
+    throw std::length_error("inline body too large");
+  }
+  std::string out;
+  out.reserve(kInlineFrameHeader + m.inline_data.size() + 256);
+  out.push_back(kInlineFrameTag[0]);
+  out.push_back(kInlineFrameTag[1]);
+  const auto n = static_cast<uint32_t>(m.inline_data.size());
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xFF));
+  out += m.inline_data;
+  Json::to_cbor(j, out);
+  return out;
 }
 
 Result<Manifest> decodeManifest(std::string_view value) {
+  std::optional<std::string_view> framed_inline;
+  if (value.size() >= 2 && value[0] == kInlineFrameTag[0]) {
+    if (value[1] != kInlineFrameTag[1] || value.size() < kInlineFrameHeader) {
+      return fail(Status::corruption("index: bad manifest value: bad inline frame"));
+    }
+    uint32_t n = 0;
+    for (size_t i = 2; i < kInlineFrameHeader; ++i) n = (n << 8) | static_cast<uint8_t>(value[i]);
+    if (value.size() - kInlineFrameHeader < n) {
+      return fail(Status::corruption("index: bad manifest value: inline frame past the end"));
+    }
+    framed_inline = value.substr(kInlineFrameHeader, n);
+    value.remove_prefix(kInlineFrameHeader + n);
+  }
   auto decoded = guarded<Manifest>("manifest", [&] {
     Json j = parseCbor(value);
     if (asU64(field(j, "f")) != 1) throw DecodeError("unknown manifest format version");
@@ -407,7 +434,11 @@ Result<Manifest> decodeManifest(std::string_view value) {
       if (!f->is_boolean()) throw DecodeError("expected a boolean");
       m.is_inline = f->get<bool>();
     }
-    if (const Json* f = findField(j, "d")) m.inline_data = asBytes(*f);
+    if (const Json* f = findField(j, "d")) m.inline_data = asBytes(*f);  // written before the frame
+    if (framed_inline) {
+      if (!m.is_inline) throw DecodeError("an inline frame on a manifest that is not inline");
+      m.inline_data = std::string(*framed_inline);
+    }
     if (const Json* f = findField(j, "dr")) {
       for (const Json& d : asArray(*f)) m.drives.push_back(asString(d));
     }

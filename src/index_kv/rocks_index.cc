@@ -165,21 +165,41 @@ Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
   return req.replaced;
 }
 
-Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {
-  Snapshot snap(db_.get());
+namespace {
+
+// Both reads of a lookup from one snapshot; with kBlockCacheTier a read that would need a
+// file returns Incomplete.
+std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamilies& cfs,
+                                             std::string_view bucket, std::string_view key,
+                                             rocksdb::ReadTier tier) {
+  Snapshot snap(db);
+  rocksdb::ReadOptions options = snap.options();
+  options.read_tier = tier;
   std::string value;
-  rocksdb::Status s =
-      db_->Get(snap.options(), cfs_.objects, objectKey(bucket, key), &value);
+  rocksdb::Status s = db->Get(options, cfs.objects, objectKey(bucket, key), &value);
+  if (s.IsIncomplete()) return std::nullopt;
   if (s.IsNotFound()) return fail(Status::notFound("no such key"));
   if (!s.ok()) return fail(fromRocks(s, "index: reading object"));
   auto summary = decodeSummary(key, value);
   if (!summary) return fail(summary.error());
-  s = db_->Get(snap.options(), cfs_.manifests, versionKey(summary->version), &value);
+  s = db->Get(options, cfs.manifests, versionKey(summary->version), &value);
+  if (s.IsIncomplete()) return std::nullopt;
   if (s.IsNotFound()) {
     return fail(Status::notFound("no manifest for version " + summary->version.toHex()));
   }
   if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
   return decodeManifest(value);
+}
+
+}  // namespace
+
+Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {
+  return *readManifest(db_.get(), cfs_, bucket, key, rocksdb::kReadAllTier);
+}
+
+std::optional<Result<Manifest>> RocksIndex::getObjectFromMemory(std::string_view bucket,
+                                                                std::string_view key) {
+  return readManifest(db_.get(), cfs_, bucket, key, rocksdb::kBlockCacheTier);
 }
 
 Result<std::optional<VersionId>> RocksIndex::deleteObject(std::string_view bucket,

@@ -32,6 +32,8 @@ class RocksIndex final : public Index {
                                              const Manifest& manifest,
                                              Precondition pre) override;
   Result<Manifest> getObject(std::string_view bucket, std::string_view key) override;
+  std::optional<Result<Manifest>> getObjectFromMemory(std::string_view bucket,
+                                                      std::string_view key) override;
   Result<std::optional<VersionId>> deleteObject(std::string_view bucket, std::string_view key,
                                                 Precondition pre) override;
   Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) override;

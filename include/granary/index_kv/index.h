@@ -285,6 +285,14 @@ class Index {
                                                      Precondition pre) = 0;
   // kNotFound if the bucket or the key does not exist.
   virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
+  // getObject's answer if it can be had without blocking on I/O (from memory: RocksDB's
+  // memtables and block cache), nullopt if finding it would read a file. Event loops call
+  // this first and hand only misses to a worker thread: a hot lookup then costs no thread
+  // hop. The default never answers.
+  virtual std::optional<Result<Manifest>> getObjectFromMemory(std::string_view /*bucket*/,
+                                                              std::string_view /*key*/) {
+    return std::nullopt;
+  }
   // Removes the key; returns the removed version (nullopt if the key did not exist: S3
   // DELETE of a missing key succeeds). kNotFound if the bucket does not exist.
   virtual Result<std::optional<VersionId>> deleteObject(std::string_view bucket,

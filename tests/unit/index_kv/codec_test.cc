@@ -54,6 +54,36 @@ TEST_CASE("Manifest encoding round-trips every field") {
   CHECK(*inl_back == inl);
 }
 
+TEST_CASE("Inline bodies sit before the CBOR map, and the older layout still decodes") {
+  Manifest m = sampleManifest();
+  m.stripes.clear();
+  m.drives.clear();
+  m.is_inline = true;
+  m.inline_data = std::string(4096, 'x') + std::string("\0\xA5", 2);
+  const std::string value = encodeManifest(m);
+  REQUIRE(value.size() > 6 + m.inline_data.size());
+  CHECK(value.substr(0, 2) == std::string("\0I", 2));
+  CHECK(value.substr(6, m.inline_data.size()) == m.inline_data);
+  CHECK(decodeManifest(value).value() == m);
+
+  // Values written before the frame existed: the body as the CBOR byte string "d".
+  nlohmann::json j = nlohmann::json::from_cbor(value.substr(6 + m.inline_data.size()));
+  j["d"] = nlohmann::json::binary(std::vector<uint8_t>(m.inline_data.begin(), m.inline_data.end()));
+  CHECK(decodeManifest(cbor(j)).value() == m);
+
+  // A frame cut short, a wrong tag, a frame on a manifest that is not inline: corruption.
+  for (size_t cut : {1ul, 3ul, 6ul, 100ul, 4102ul}) {
+    INFO(cut);
+    CHECK(decodeManifest(value.substr(0, cut)).error().isCorruption());
+  }
+  std::string bad_tag = value;
+  bad_tag[1] = 'J';
+  CHECK(decodeManifest(bad_tag).error().isCorruption());
+  Manifest plain = sampleManifest();
+  std::string framed_plain = value.substr(0, 6 + m.inline_data.size()) + encodeManifest(plain);
+  CHECK(decodeManifest(framed_plain).error().isCorruption());
+}
+
 TEST_CASE("Manifest checksums round-trip and are optional") {
   Manifest m = sampleManifest();
   m.checksum = ObjectChecksum{"CRC32", "AAAAAA==-2", "COMPOSITE"};
@@ -181,6 +211,21 @@ TEST_CASE("Decoding garbage or truncated bytes returns kCorruption and never cra
     if (!g) CHECK(g.error().code() == Status::Code::kCorruption);
   }
   CHECK(decodeManifest("").error().code() == Status::Code::kCorruption);
+  Manifest inl = sampleManifest();
+  inl.stripes.clear();
+  inl.is_inline = true;
+  inl.inline_data = std::string(300, 'q');
+  const std::string framed = encodeManifest(inl);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes = framed;
+    if (i % 2) {
+      bytes = bytes.substr(0, rng() % bytes.size());
+    } else {
+      bytes[rng() % bytes.size()] ^= static_cast<char>(1 + rng() % 255);
+    }
+    auto m = decodeManifest(bytes);
+    if (!m) CHECK(m.error().code() == Status::Code::kCorruption);
+  }
   CHECK(decodeManifest(good.substr(0, good.size() - 1)).error().code() ==
         Status::Code::kCorruption);
 }
