@@ -6,7 +6,6 @@
 #include <numeric>
 #include <random>
 
-#include <openssl/sha.h>
 
 namespace granary::bench {
 
@@ -55,11 +54,15 @@ Payload::Payload(size_t pattern_bytes, uint64_t seed) : pattern_(pattern_bytes) 
 }
 
 uint64_t Payload::seedFor(std::string_view key) const {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
-  uint64_t v = 0;
-  std::memcpy(&v, digest, sizeof v);
-  return v % pattern_.size();
+  // FNV-1a, then a splitmix64 finaliser: fixed (any build of the bench agrees), and cheap.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h % pattern_.size();
 }
 
 bool Payload::matches(uint64_t seed, uint64_t offset, std::span<const char> data) const {

@@ -50,25 +50,36 @@ EVP_MAC* hmacMac() {
   return mac;
 }
 
+// One HMAC-SHA256 context per thread, its digest set once: naming the digest on every
+// init made OpenSSL fetch it again each time. EVP_MAC_init with a new key re-keys it.
+EVP_MAC_CTX* threadHmacContext() {
+  struct Holder {
+    EVP_MAC_CTX* ctx = nullptr;
+    Holder() {
+      ctx = EVP_MAC_CTX_new(hmacMac());
+      if (ctx == nullptr) cryptoFailure("EVP_MAC_CTX_new");
+      char digest[] = "SHA256";
+      OSSL_PARAM params[] = {
+          OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+          OSSL_PARAM_construct_end(),
+      };
+      if (EVP_MAC_CTX_set_params(ctx, params) != 1) cryptoFailure("HMAC digest");
+    }
+    ~Holder() { EVP_MAC_CTX_free(ctx); }
+  };
+  thread_local Holder holder;
+  return holder.ctx;
+}
+
 std::array<uint8_t, 32> hmacSha256(std::span<const uint8_t> key, std::string_view data) {
   std::array<uint8_t, 32> out{};
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(hmacMac());
-  if (ctx == nullptr) {
-    cryptoFailure("EVP_MAC_CTX_new");
-  }
-  char digest[] = "SHA256";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_end(),
-  };
+  EVP_MAC_CTX* ctx = threadHmacContext();
   size_t len = 0;
-  if (EVP_MAC_init(ctx, key.data(), key.size(), params) != 1 ||
+  if (EVP_MAC_init(ctx, key.data(), key.size(), nullptr) != 1 ||
       EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(data.data()), data.size()) != 1 ||
       EVP_MAC_final(ctx, out.data(), &len, out.size()) != 1 || len != out.size()) {
-    EVP_MAC_CTX_free(ctx);
     cryptoFailure("HMAC-SHA256");
   }
-  EVP_MAC_CTX_free(ctx);
   return out;
 }
 
