@@ -4,6 +4,7 @@
 // of the record index (docs/record-index.md, "CLI").
 #include <fcntl.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,6 +158,21 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
   return stores;
 }
 
+// The /_granary/metrics bearer token, shared by `serve` and `chunkserver`.
+void addMetricsOptions(po::options_description& opts) {
+  opts.add_options()("metrics-token", po::value<std::string>()->default_value(""),
+                     "require 'Authorization: Bearer TOKEN' on /_granary/metrics "
+                     "(default: $GRANARY_METRICS_TOKEN; empty: open)");
+}
+
+std::string metricsToken(const po::variables_map& vm) {
+  std::string token = vm["metrics-token"].as<std::string>();
+  if (token.empty()) {
+    if (const char* env = std::getenv("GRANARY_METRICS_TOKEN")) token = env;
+  }
+  return token;
+}
+
 // Scrubbing options shared by `serve` and `chunkserver`.
 void addScrubOptions(po::options_description& opts) {
   opts.add_options()("scrub-rate", po::value<double>()->default_value(50),
@@ -266,6 +282,7 @@ int serve(int argc, char** argv) {
       "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addScrubOptions(opts);
+  addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
 
@@ -281,7 +298,8 @@ int serve(int argc, char** argv) {
   auto map = loadOrCreateMap(data, drives, k, m);
   auto root = rootUser(data, random);
   RocksResources rocks;
-  auto engine = chunkstore::makeUringEngine();
+  prometheus::Registry registry;
+  auto engine = chunkstore::makeMeteredEngine(chunkstore::makeUringEngine(), registry);
 
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
@@ -289,9 +307,9 @@ int serve(int argc, char** argv) {
   startScrubbing(chunks, drive_dirs.size(), vm);
   auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
+  *index = index_kv::makeMeteredIndex(std::move(*index), registry);
 
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
-  prometheus::Registry registry;
 
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
@@ -299,6 +317,7 @@ int serve(int argc, char** argv) {
   gopts.event_loops = static_cast<size_t>(loops);
   gopts.access_log = vm["access-log"].as<std::string>();
   gopts.virtual_host_domain = vm["domain"].as<std::string>();
+  gopts.metrics_token = metricsToken(vm);
   gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
@@ -368,6 +387,7 @@ int chunkserver(int argc, char** argv) {
       "seconds a request body read or a response write may make no progress")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addScrubOptions(opts);
+  addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   if (dirs.empty()) die("chunkserver needs at least one --dir");
@@ -394,7 +414,8 @@ int chunkserver(int argc, char** argv) {
   sigset_t sigs = blockStopSignals();
   SystemClock clock;
   RocksResources rocks;
-  auto engine = chunkstore::makeUringEngine();
+  prometheus::Registry registry;
+  auto engine = chunkstore::makeMeteredEngine(chunkstore::makeUringEngine(), registry);
   chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
   startScrubbing(chunks, drive_dirs.size(), vm);
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
@@ -405,6 +426,10 @@ int chunkserver(int argc, char** argv) {
   copts.cluster_secret = secret;
   copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   copts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
+  copts.metrics_token = metricsToken(vm);
+  copts.render_metrics = [&registry] {
+    return prometheus::TextSerializer().Serialize(registry.Collect());
+  };
   auto server = chunkstore::ChunkServer::create(copts, chunks, *pool, clock);
   if (!server) die(server.error().toString());
 

@@ -39,6 +39,7 @@
 #include "granary/common/log.h"
 #include "granary/common/worker_pool.h"
 #include "granary/ec/erasure_code.h"
+#include "granary/common/bearer_token.h"
 #include "internal_http.h"
 
 namespace granary::chunkstore {
@@ -232,6 +233,12 @@ class ChunkServerImpl final : public ChunkServer {
       bool expect_continue = beast::iequals(head.get()[http::field::expect], "100-continue");
       uint64_t length = head.content_length().value_or(0);
       bool head_request = req.method == "HEAD";
+      if (options_.render_metrics && req.method == "GET" &&
+          splitTarget(req.target).first == "/_granary/metrics" && length == 0) {
+        Reply metrics = metricsReply(req);
+        if (!co_await writeReply(stream, false, metrics, keep_alive) || !keep_alive) break;
+        continue;
+      }
 
       Status auth = head.chunked()
                         ? Status::invalidArgument("chunked request bodies are not supported")
@@ -365,6 +372,21 @@ class ChunkServerImpl final : public ChunkServer {
     }
     return verifyRequest(options_.cluster_secret, in, *sig,
                          clock_.nowUnixNanos() / 1'000'000'000);
+  }
+
+  Reply metricsReply(const Request& req) {
+    std::optional<std::string_view> auth;
+    for (const auto& [name, value] : req.headers) {
+      if (name == "authorization") auth = value;
+    }
+    if (!bearerTokenAccepted(auth, options_.metrics_token)) {
+      return errorReply(Status::permissionDenied("metrics need Authorization: Bearer <token>"));
+    }
+    Reply r;
+    r.status = 200;
+    r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
+    r.body = options_.render_metrics();
+    return r;
   }
 
   // Runs on the pool: everything that touches the body or the backend.

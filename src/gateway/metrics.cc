@@ -42,6 +42,17 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Help("Data bytes erasure coded on PUT")
                          .Register(registry)
                          .Add({})),
+      decoded_bytes_(prometheus::BuildCounter()
+                         .Name("granary_ec_decoded_bytes_total")
+                         .Help("Stripe bytes rebuilt from parity on read (degraded reads)")
+                         .Register(registry)
+                         .Add({})),
+      crc_failures_(prometheus::BuildCounter()
+                        .Name("granary_crc_failures_total")
+                        .Help("Fragment reads refused because the stored bytes failed their "
+                              "CRC32C (or header) check")
+                        .Register(registry)
+                        .Add({})),
       drives_{
           DriveGauge{"granary_drive_blobs", "Blobs (fragments) stored on a drive",
                      &chunkstore::DriveStats::blobs},
@@ -80,14 +91,18 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                            .Name("granary_records_indexed_total")
                            .Help("Record rows published by indexed uploads")
                            .Register(registry)
-                           .Add({})) {
+                           .Add({})),
+      index_storage_(prometheus::BuildGauge()
+                         .Name("granary_index_storage_bytes")
+                         .Help("Index size (RocksDB): sst files, memtables, live data estimate")
+                         .Register(registry)) {
   for (auto& g : drives_) {
     g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
   }
 }
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
-  return {degraded_stripes_, fragment_errors_, encoded_bytes_};
+  return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_};
 }
 
 void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveStats& stats) {
@@ -101,6 +116,12 @@ void GatewayMetrics::setRecordIndex(const index_kv::RecordIndexStats& stats) {
   record_index_.Add({{"what", "bytes"}}).Set(static_cast<double>(stats.bytes));
   record_index_.Add({{"what", "sets"}}).Set(static_cast<double>(stats.sets));
   record_index_.Add({{"what", "dead_sets"}}).Set(static_cast<double>(stats.dead_sets));
+}
+
+void GatewayMetrics::setIndexStorage(const index_kv::IndexStorageStats& stats) {
+  index_storage_.Add({{"what", "sst"}}).Set(static_cast<double>(stats.sst_bytes));
+  index_storage_.Add({{"what", "memtable"}}).Set(static_cast<double>(stats.memtable_bytes));
+  index_storage_.Add({{"what", "live_data"}}).Set(static_cast<double>(stats.live_data_bytes));
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

@@ -31,6 +31,7 @@ class GatewayMetrics {
   void setDrive(const std::string& drive, const chunkstore::DriveStats& stats);
   // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
   void setRecordIndex(const index_kv::RecordIndexStats& stats);
+  void setIndexStorage(const index_kv::IndexStorageStats& stats);
   void containerIndexed(const index_kv::RecordIndexInfo& info);
 
  private:
@@ -43,6 +44,8 @@ class GatewayMetrics {
   prometheus::Counter& degraded_stripes_;
   prometheus::Counter& fragment_errors_;
   prometheus::Counter& encoded_bytes_;
+  prometheus::Counter& decoded_bytes_;
+  prometheus::Counter& crc_failures_;
   // One gauge family per DriveStats field.
   struct DriveGauge {
     const char* name;
@@ -54,6 +57,7 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Gauge>& record_index_;
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;
+  prometheus::Family<prometheus::Gauge>& index_storage_;
 };
 
 }  // namespace granary::gateway

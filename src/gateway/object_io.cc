@@ -233,6 +233,7 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     ptrs[j] = frags.data() + uint64_t(j) * fl;
     if (!present[j] && !(j < k && failed_data[j])) {
       dp.counters().fragment_errors.Increment();
+      if ((*ok)[j].isCorruption()) dp.counters().crc_failures.Increment();
       log::warn("fragment {} on {}: {}", blobOf(s, j).toString(), m.drives[s.drives[j]],
                 (*ok)[j].toString());
     }
@@ -248,6 +249,7 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   });
   if (!st.isOk()) co_return st;
   dp.counters().degraded_stripes.Increment();
+  dp.counters().decoded_bytes.Increment(static_cast<double>(uint64_t(k) * fl));
   std::memcpy(r.out.data(), frags.data() + r.first, r.length);
   co_return Status::ok();
 }
@@ -264,6 +266,7 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
       failed[j0 + i] = true;
       any = true;
       dp.counters().fragment_errors.Increment();
+      if (st.isCorruption()) dp.counters().crc_failures.Increment();
       log::warn("fragment {} on {}: {}; decoding from parity",
                 blobOf(*r.layout, j0 + static_cast<int>(i)).toString(),
                 m.drives[r.layout->drives[j0 + i]], st.toString());

@@ -36,6 +36,8 @@ struct DataPathCounters {
   prometheus::Counter& degraded_stripes;  // stripes decoded from parity on read
   prometheus::Counter& fragment_errors;   // fragment reads that failed (any reason)
   prometheus::Counter& encoded_bytes;     // data bytes erasure coded
+  prometheus::Counter& decoded_bytes;     // stripe bytes rebuilt from parity
+  prometheus::Counter& crc_failures;      // fragment reads that failed verification
 };
 
 class DataPath {

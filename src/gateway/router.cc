@@ -13,6 +13,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
 #include "granary/placement/cluster_map.h"
+#include "granary/common/bearer_token.h"
 #include "handlers.h"
 #include "s3_xml.h"
 #include "uri.h"
@@ -177,6 +178,10 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
     res.body = "ok\n";
   } else if (req.path == "/_granary/metrics") {
     op = "Metrics";
+    if (!bearerTokenAccepted(req.header("authorization"), ctx.options.metrics_token)) {
+      co_return errorResponse({S3ErrorCode::kAccessDenied,
+                               "Metrics need Authorization: Bearer <token>"}, req);
+    }
     co_await offload(ctx.pool(), [&] {
       for (const auto& d : ctx.deps.map.drives) {
         if (auto st = ctx.deps.chunks.stats(d.id)) {
@@ -184,6 +189,7 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
         }
       }
       ctx.metrics.setRecordIndex(ctx.index().recordIndexStats());
+      ctx.metrics.setIndexStorage(ctx.index().storageStats());
       return 0;
     });
     res.set("Content-Type", "text/plain; version=0.0.4");

@@ -77,6 +77,7 @@ class RocksIndex final : public Index {
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                              int64_t orphan_before_unix_nanos) override;
   RecordIndexStats recordIndexStats() override;
+  IndexStorageStats storageStats() override;
 
   // Group-commit counters: synced batches written and requests committed so far.
   CommitStats commitStats() const { return queue_->stats(); }

@@ -364,4 +364,16 @@ RecordIndexStats RocksIndex::recordIndexStats() {
   return s;
 }
 
+IndexStorageStats RocksIndex::storageStats() {
+  auto total = [&](const char* name) {
+    uint64_t v = 0;
+    return db_->GetAggregatedIntProperty(name, &v) ? v : 0;
+  };
+  IndexStorageStats s;
+  s.sst_bytes = total("rocksdb.total-sst-files-size");
+  s.memtable_bytes = total("rocksdb.cur-size-all-mem-tables");
+  s.live_data_bytes = total("rocksdb.estimate-live-data-size");
+  return s;
+}
+
 }  // namespace granary::index_kv

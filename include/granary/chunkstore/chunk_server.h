@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct ChunkServerOptions {
   uint64_t max_blob_bytes = 64ull << 20;  // largest PUT body and GET range
   size_t max_list_limit = 10000;          // blobs per list response
   size_t max_connections = 1024;          // more are closed at accept
+  // When set, GET /_granary/metrics answers with its text (Prometheus exposition format),
+  // without the cluster HMAC; with `metrics_token` set it needs "Authorization: Bearer
+  // <token>" instead.
+  std::function<std::string()> render_metrics;
+  std::string metrics_token;
 };
 
 class ChunkServer {

@@ -19,6 +19,10 @@
 
 #include "granary/common/status.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace granary::chunkstore {
 
 class IoEngine {
@@ -41,6 +45,13 @@ class IoEngine {
 // and returns the POSIX engine instead.
 std::unique_ptr<IoEngine> makeUringEngine();
 std::unique_ptr<IoEngine> makePosixEngine();
+
+// Wraps `inner` so that every read, write, fdatasync and hole punch is counted in
+// `registry`: granary_io_operations_total, granary_io_bytes_total, granary_io_errors_total
+// and the granary_io_duration_seconds histogram, each labelled op=read|write|fdatasync|
+// punch_hole (docs/operations.md, "Metrics"). Adds one steady-clock read per call.
+std::unique_ptr<IoEngine> makeMeteredEngine(std::unique_ptr<IoEngine> inner,
+                                            prometheus::Registry& registry);
 
 // Forwards every call to `target` (not owned). Subclass and override one call to inject
 // a fault.

@@ -53,6 +53,10 @@ struct GatewayOptions {
   // "<bucket>.<virtual_host_domain>" names its bucket in the host and its key in the whole
   // path. "" = path style only; Host == the domain itself stays path style.
   std::string virtual_host_domain;
+  // When set, /_granary/metrics needs "Authorization: Bearer <metrics_token>"
+  // (AccessDenied without it); empty: open, as Prometheus scrapes usually are on a
+  // private network.
+  std::string metrics_token;
 };
 
 struct RootUser {

@@ -49,6 +49,10 @@ class Clock;
 class RocksResources;
 }  // namespace granary
 
+namespace prometheus {
+class Registry;
+}
+
 namespace granary::index_kv {
 
 struct BucketInfo {
@@ -167,6 +171,13 @@ struct RecordPage {
 };
 
 // Size of the record index (RocksDB estimates: cheap, approximate).
+// What the index occupies (RocksDB estimates), for the metrics endpoint.
+struct IndexStorageStats {
+  uint64_t sst_bytes = 0;        // table files on disk, all column families
+  uint64_t memtable_bytes = 0;   // memtables in memory
+  uint64_t live_data_bytes = 0;  // estimate of the live data in them
+};
+
 struct RecordIndexStats {
   uint64_t rows = 0;        // rows stored, visible or waiting for removal
   uint64_t bytes = 0;       // bytes of the record column families (SST + memtables)
@@ -381,7 +392,15 @@ class Index {
   virtual Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                                      int64_t orphan_before_unix_nanos) = 0;
   virtual RecordIndexStats recordIndexStats() = 0;
+  virtual IndexStorageStats storageStats() { return {}; }
 };
+
+// Wraps `inner` so that every call is counted in `registry`:
+// granary_index_operations_total{op}, granary_index_errors_total{op} (failures other than
+// kNotFound and kPreconditionFailed, which are answers) and the
+// granary_index_operation_duration_seconds{op} histogram.
+std::unique_ptr<Index> makeMeteredIndex(std::unique_ptr<Index> inner,
+                                        prometheus::Registry& registry);
 
 struct IndexOptions {
   std::string dir;

@@ -80,6 +80,16 @@ struct Counters {
                                      .Help("encoded")
                                      .Register(registry)
                                      .Add({});
+  prometheus::Counter& decoded = prometheus::BuildCounter()
+                                     .Name("test_decoded_bytes_total")
+                                     .Help("decoded")
+                                     .Register(registry)
+                                     .Add({});
+  prometheus::Counter& crc_failures = prometheus::BuildCounter()
+                                          .Name("test_crc_failures_total")
+                                          .Help("crc")
+                                          .Register(registry)
+                                          .Add({});
 };
 
 // Fills the writer's buffer stripe by stripe from `data`, then finishes. Stops at the
@@ -109,7 +119,8 @@ struct DataPathFixture {
       : cluster(drives),
         code(std::move(*ec::ErasureCode::create({4, 2}))),
         dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
-           DataPathCounters{counters.degraded, counters.fragment_errors, counters.encoded}) {}
+           DataPathCounters{counters.degraded, counters.fragment_errors, counters.encoded,
+                            counters.decoded, counters.crc_failures}) {}
 
   // Writes `data` as a new version and returns its manifest (REQUIREs success).
   index_kv::Manifest write(const std::string& data) {
@@ -301,6 +312,11 @@ TEST_CASE("GET survives m = 2 failed drives: one corrupt, one with I/O errors") 
   CHECK(got == data);
   CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {corrupt, broken}));
   CHECK(f.counters.degraded.Value() >= 1);
+  // Every decoded stripe rebuilt k fragments' worth of data; only the corrupt drive's
+  // failures count as CRC failures, the I/O errors do not.
+  CHECK(f.counters.decoded.Value() == f.counters.degraded.Value() * 4 * kFragmentLen);
+  CHECK(f.counters.crc_failures.Value() >= 1);
+  CHECK(f.counters.crc_failures.Value() < f.counters.fragment_errors.Value());
   auto [rst, range] = f.read(m, kStripe - 10, 20);
   REQUIRE(rst.isOk());
   CHECK(range == data.substr(kStripe - 10, 20));
