@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package Granary needs to build, test and benchmark.
 # Idempotent and non-interactive: packages already present are skipped by apt.
+# --bench adds what bench/s3_bench.sh compares against (nginx, iperf3); the test suite
+# does not need them.
 set -euo pipefail
 
 BUILD_PKGS=(
@@ -15,8 +17,11 @@ TEST_PKGS=(
   awscli s3cmd curl procps prometheus fio python3-torch
 )
 
+BENCH_PKGS=()
+if [[ ${1:-} == --bench ]]; then BENCH_PKGS=(nginx-light iperf3); fi
+
 want=()
-for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"; do
+for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${BENCH_PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     want+=("$p")
   fi
@@ -28,5 +33,9 @@ if ((${#want[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"
+  # Debian starts nginx as a service on install; the benchmark runs its own.
+  if [[ " ${want[*]} " == *" nginx-light "* ]]; then
+    $SUDO service nginx stop >/dev/null 2>&1 || $SUDO pkill -x nginx || true
+  fi
 fi
 echo "install-deps: all packages present"

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       ("count", po::value(&count), "shorthand: stop after this many operations")
       ("run-id", po::value(&cfg.run_id), "key prefix root (default: a fresh one)")
       ("json", po::value(&json_path), "write the results as JSON here")
+      ("no-create-bucket", "do not create the bucket (it exists, or the endpoint only serves GETs)")
       ("quiet", "no live progress line");
   po::variables_map vm;
   try {
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
   cfg.duration_s = orDie(parseSeconds(duration));
   cfg.threads = threads ? threads : std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
   cfg.progress = !vm.count("quiet");
+  cfg.create_bucket = !vm.count("no-create-bucket");
   if (cfg.run_id.empty()) {
     cfg.run_id = fmt::format("gb-{:x}-{}", std::chrono::system_clock::now().time_since_epoch().count() / 1000000, getpid());
   }

@@ -610,13 +610,15 @@ Result<RunResult> run(RunConfig cfg) {
   }
 
   // The bucket: created unless it exists and is ours.
-  Request mb;
-  mb.method = "PUT";
-  mb.target = bucketPath(cfg);
-  Reply made = oneExchange(sh, mb);
-  if (!made.error.empty() ||
-      (made.status != 200 && cli::parseErrorBody(made.body).code != "BucketAlreadyOwnedByYou")) {
-    return fail(Status::unavailable(describe("creating bucket " + cfg.bucket, made)));
+  if (cfg.create_bucket) {
+    Request mb;
+    mb.method = "PUT";
+    mb.target = bucketPath(cfg);
+    Reply made = oneExchange(sh, mb);
+    if (!made.error.empty() ||
+        (made.status != 200 && cli::parseErrorBody(made.body).code != "BucketAlreadyOwnedByYou")) {
+      return fail(Status::unavailable(describe("creating bucket " + cfg.bucket, made)));
+    }
   }
 
   std::vector<std::unique_ptr<WorkloadRun>> runs;

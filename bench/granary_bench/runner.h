@@ -26,6 +26,7 @@ struct RunConfig {
   double timeout_s = 120;        // per network operation
   unsigned prepare_concurrency = 32;
   bool progress = true;          // a live line on stderr every second
+  bool create_bucket = true;     // false: the bucket exists (or the endpoint is not S3)
   std::vector<WorkloadSpec> workloads;
 };
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# s3_bench.sh [SECONDS]: the S3 figures of docs/benchmarks.md, measured on this machine in
+# one run, next to its raw limits: fio on the same disk, loopback TCP (iperf3), and nginx
+# serving the same bytes from files, driven by the same client (granary-bench).
+# Starts its own `granary serve` (data under ./bench-data/s3) and nginx, and stops both.
+# Needs a build (build/) and `bash scripts/install-deps.sh --bench` (nginx, iperf3).
+# SECONDS: the length of each measured phase (default 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-10}
+bench=build/bench/granary-bench
+granary=build/src/granary
+root=$(pwd)/bench-data/s3
+for tool in "$bench" "$granary"; do
+  [[ -x $tool ]] || { echo "s3_bench: build first ($tool missing)"; exit 1; }
+done
+for tool in nginx iperf3 fio; do
+  command -v "$tool" >/dev/null || PATH=$PATH:/usr/sbin
+  command -v "$tool" >/dev/null || { echo "s3_bench: $tool missing: bash scripts/install-deps.sh --bench"; exit 1; }
+done
+
+rm -rf "$root" && mkdir -p "$root"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -f $root/nginx.pid ]] && kill "$(cat "$root/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+export GRANARY_ROOT_USER=s3bench GRANARY_ROOT_PASSWORD=s3bench-secret-key
+export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
+"$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 \
+  >"$root/granary.log" 2>&1 &
+pids+=($!)
+gpid=$!
+for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
+ep=http://127.0.0.1:9190
+
+echo "== machine: $(nproc) cores, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+echo "== raw limits"
+iperf3 -s -p 5299 -1 >/dev/null 2>&1 &
+sleep 0.5
+iperf3 -c 127.0.0.1 -p 5299 -t 5 -J | python3 -c '
+import json, sys; j = json.load(sys.stdin)
+print("loopback TCP (iperf3, 1 stream): %.0f MB/s" % (j["end"]["sum_received"]["bits_per_second"] / 8e6))'
+fio_one() {  # fio_one LABEL ARGS...: MB/s or IOPS
+  local label=$1; shift
+  fio --output-format=json --directory="$root" --size=1g --runtime="$secs" --time_based \
+    --ioengine=io_uring --direct=1 "$@" 2>/dev/null | python3 -c '
+import json, sys; j = json.load(sys.stdin)["jobs"][0]
+rw = j["write"] if j["write"]["io_bytes"] else j["read"]
+print("%-52s %8.0f MB/s %8.0f IOPS" % (sys.argv[1], rw["bw_bytes"] / 1e6, rw["iops"]))' "$label"
+}
+fio_one "fio 1 MiB write, qd 32, fdatasync every 32" --name=w --rw=write --bs=1m --iodepth=32 --fdatasync=32
+fio_one "fio 1 MiB read, qd 32" --name=r --rw=read --bs=1m --iodepth=32
+fio_one "fio 4 KiB write+fdatasync, qd 1" --name=s --rw=write --bs=4k --iodepth=1 --fdatasync=1
+rm -f "$root"/w.* "$root"/r.* "$root"/s.*
+
+run() {  # run LABEL granary-bench-args...
+  echo "== $1"; shift
+  "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
+}
+run "4 KiB GET, 32 connections" --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000
+run "4 KiB PUT, 32 connections" --threads 1 --op put --size 4KiB --concurrency 32 --objects 10000
+run "1 MiB GET, 16 connections" --op get --size 1MiB --concurrency 16 --objects 64
+run "1 MiB PUT, 16 connections" --op put --size 1MiB --concurrency 16 --objects 256
+run "64 MiB GET, 4 connections" --op get --size 64MiB --concurrency 4 --objects 8
+run "64 MiB PUT, 4 connections" --op put --size 64MiB --concurrency 4 --objects 8
+run "loader alone: 64 KiB-4 MiB ranged GETs of 64 MiB shards" \
+  --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no
+run "checkpoint alone: 256 MiB PUTs" --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+run "loader while checkpointing" \
+  --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,prepare=skip \
+  --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+
+# nginx serving the same bytes from files, read by the same client.
+mkdir -p "$root/www/granary-bench"
+run "files for nginx (1 MiB and 64 MiB objects, kept)" \
+  --workload name=n1,op=put,size=1MiB,objects=64,count=64,prefix=nginx1m/,cleanup=no,concurrency=8 \
+  --workload name=n64,op=put,size=64MiB,objects=8,count=8,prefix=nginx64m/,cleanup=no,concurrency=4 >/dev/null
+/usr/bin/python3 - "$ep" "$root/www/granary-bench" <<'EOF'
+import os, sys, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}))
+for prefix in ("nginx1m/", "nginx64m/"):
+    for o in s3.list_objects_v2(Bucket="granary-bench", Prefix=prefix)["Contents"]:
+        path = os.path.join(sys.argv[2], o["Key"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        s3.download_file("granary-bench", o["Key"], path)
+EOF
+cat >"$root/nginx.conf" <<EOF
+worker_processes $(nproc);
+pid $root/nginx.pid;
+error_log $root/nginx-error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  server { listen 127.0.0.1:9191; root $root/www; }
+}
+EOF
+nginx -c "$root/nginx.conf" -p "$root"
+sleep 0.5
+EP=http://127.0.0.1:9191 run "nginx: 1 MiB GET, 16 connections" --no-create-bucket \
+  --workload name=nginx,op=get,size=1MiB,objects=64,prefix=nginx1m/,prepare=skip,cleanup=no,concurrency=16
+EP=http://127.0.0.1:9191 run "nginx: 64 MiB GET, 4 connections" --no-create-bucket \
+  --workload name=nginx,op=get,size=64MiB,objects=8,prefix=nginx64m/,prepare=skip,cleanup=no,concurrency=4
+
+# Resident memory of granary serve under 256 concurrent 64 MiB GET streams.
+echo "== 256 concurrent 64 MiB GET streams: granary serve resident memory"
+"$bench" --endpoint "$ep" --quiet --duration "${secs}s" --op get --size 64MiB --concurrency 256 \
+  --objects 8 | sed -n '/^workload/,$p' &
+bpid=$!
+peak=0
+while kill -0 $bpid 2>/dev/null; do
+  rss=$(awk '/VmRSS/ {print $2}' /proc/$gpid/status)
+  ((rss > peak)) && peak=$rss
+  sleep 0.2
+done
+echo "peak VmRSS during the run: $((peak / 1024)) MiB (VmHWM since start: $(awk '/VmHWM/ {print int($2/1024)}' /proc/$gpid/status) MiB)"
+
+run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 --objects "$LIST_KEYS"
