@@ -396,8 +396,9 @@ std::string encodeManifest(const Manifest& m) {
   out.reserve(kInlineFrameHeader + m.inline_data.size() + 256);
   out.push_back(kInlineFrameTag[0]);
   out.push_back(kInlineFrameTag[1]);
-  const auto n = static_cast<uint32_t>(m.inline_data.size());
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xFF));
+  uint8_t len[4];
+  putBe32(len, static_cast<uint32_t>(m.inline_data.size()));
+  out.append(reinterpret_cast<const char*>(len), sizeof len);
   out += m.inline_data;
   Json::to_cbor(j, out);
   return out;
@@ -409,8 +410,7 @@ Result<Manifest> decodeManifest(std::string_view value) {
     if (value[1] != kInlineFrameTag[1] || value.size() < kInlineFrameHeader) {
       return fail(Status::corruption("index: bad manifest value: bad inline frame"));
     }
-    uint32_t n = 0;
-    for (size_t i = 2; i < kInlineFrameHeader; ++i) n = (n << 8) | static_cast<uint8_t>(value[i]);
+    const uint32_t n = getBe32(reinterpret_cast<const uint8_t*>(value.data()) + 2);
     if (value.size() - kInlineFrameHeader < n) {
       return fail(Status::corruption("index: bad manifest value: inline frame past the end"));
     }

@@ -16,7 +16,7 @@ namespace granary::index_kv {
 void BatchBuilder::apply(CommitRequest& req) {
   req.replaced.reset();
   batch_.SetSavePoint();
-  const std::set<VersionId> dead_before = dead_sets_;
+  dead_added_.clear();
   Status st;
   try {
     switch (req.kind) {
@@ -41,7 +41,7 @@ void BatchBuilder::apply(CommitRequest& req) {
     (void)batch_.PopSavePoint();
   } else {
     (void)batch_.RollbackToSavePoint();
-    dead_sets_ = dead_before;
+    for (const VersionId& set : dead_added_) dead_sets_.erase(set);
     req.replaced.reset();
   }
   req.status = std::move(st);
@@ -49,13 +49,19 @@ void BatchBuilder::apply(CommitRequest& req) {
 
 // ---- overlay-aware reads -------------------------------------------------------------
 
-Result<bool> BatchBuilder::bucketExists(const std::string& bucket) {
+Result<std::optional<std::string>> BatchBuilder::bucketValue(const std::string& bucket) {
   if (auto it = buckets_.find(bucket); it != buckets_.end()) return it->second;
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.buckets, bucket, &value);
-  if (s.IsNotFound()) return false;
+  if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return fail(fromRocks(s, "index: reading bucket"));
-  return true;
+  return std::optional<std::string>(std::move(value));
+}
+
+Result<bool> BatchBuilder::bucketExists(const std::string& bucket) {
+  auto value = bucketValue(bucket);
+  if (!value) return fail(value.error());
+  return value->has_value();
 }
 
 Result<bool> BatchBuilder::bucketHasObjects(const std::string& bucket) {
@@ -176,23 +182,24 @@ Status BatchBuilder::createBucket(CommitRequest& req) {
   if (!exists) return exists.error();
   if (*exists) return Status::alreadyExists("bucket " + req.bucket + " exists");
   GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, req.bucket_value));
-  buckets_[req.bucket] = true;
+  buckets_[req.bucket] = req.bucket_value;
   return Status::ok();
 }
 
 Status BatchBuilder::updateBucket(CommitRequest& req) {
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
-  std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.buckets, req.bucket, &value);
-  if (!s.ok()) return fromRocks(s, "index: reading bucket");
-  auto current = decodeBucket(value);
+  // One read, through this batch's own writes: a bucket created earlier in the batch is
+  // updatable.
+  auto value = bucketValue(req.bucket);
+  if (!value) return value.error();
+  if (!value->has_value()) return Status::notFound("no bucket " + req.bucket);
+  auto current = decodeBucket(**value);
   if (!current) return current.error();
   BucketInfo updated = *req.bucket_info;
   updated.owner = current->owner;
   updated.created_unix_nanos = current->created_unix_nanos;
-  GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, encodeBucket(updated)));
+  std::string encoded = encodeBucket(updated);
+  GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, encoded));
+  buckets_[req.bucket] = std::move(encoded);
   return Status::ok();
 }
 
@@ -209,7 +216,7 @@ Status BatchBuilder::deleteBucket(CommitRequest& req) {
     return Status::notEmpty("bucket " + req.bucket + " has multipart uploads in progress");
   }
   GRANARY_STAGE(batch_.Delete(cfs_.buckets, req.bucket));
-  buckets_[req.bucket] = false;
+  buckets_[req.bucket] = std::nullopt;
   return Status::ok();
 }
 

@@ -18,6 +18,7 @@ Status BatchBuilder::markRecordSetDead(const VersionId& set) {
   GRANARY_STAGE(batch_.Put(cfs_.record_gc, versionKey(set),
                            rocksdb::Slice(reinterpret_cast<const char*>(be), 8)));
   dead_sets_.insert(set);
+  dead_added_.push_back(set);
   return Status::ok();
 }
 

@@ -124,6 +124,8 @@ class BatchBuilder {
                   const std::optional<VersionId>& current);
 
   Result<bool> bucketExists(const std::string& bucket);
+  // The bucket's value (nullopt: no such bucket), this batch's writes included.
+  Result<std::optional<std::string>> bucketValue(const std::string& bucket);
   Result<bool> bucketHasObjects(const std::string& bucket);
   Result<bool> bucketHasUploads(const std::string& bucket);
   Result<bool> uploadExists(const std::string& upload_key);
@@ -150,7 +152,8 @@ class BatchBuilder {
   const Clock& clock_;
   rocksdb::WriteBatch batch_;
   // Overlay: effects of the requests already staged in this batch.
-  std::map<std::string, bool> buckets_;                          // name -> exists
+  // name -> the bucket's value as this batch leaves it (nullopt: deleted)
+  std::map<std::string, std::optional<std::string>> buckets_;
   std::map<std::string, std::optional<VersionId>> objects_;      // object key -> current
   std::map<VersionId, const Manifest*> manifests_;               // written in this batch
   std::map<std::string, std::vector<VersionId>> gc_entries_;     // gc key -> blob versions
@@ -159,6 +162,7 @@ class BatchBuilder {
   std::map<std::string, bool> upload_ids_;                       // upload id -> taken
   std::map<std::string, std::optional<PartInfo>> parts_;         // parts key -> row
   std::set<VersionId> dead_sets_;                                // record sets marked dead
+  std::vector<VersionId> dead_added_;  // by the request being applied (undone on failure)
   std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch
 };
 

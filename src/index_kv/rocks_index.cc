@@ -175,26 +175,30 @@ std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamili
   Snapshot snap(db);
   rocksdb::ReadOptions options = snap.options();
   options.read_tier = tier;
-  std::string value;
+  // Pinned values: decoded in place, not copied out of the memtable or block cache first.
+  rocksdb::PinnableSlice value;
   rocksdb::Status s = db->Get(options, cfs.objects, objectKey(bucket, key), &value);
   if (s.IsIncomplete()) return std::nullopt;
   if (s.IsNotFound()) return fail(Status::notFound("no such key"));
   if (!s.ok()) return fail(fromRocks(s, "index: reading object"));
-  auto summary = decodeSummary(key, value);
+  auto summary = decodeSummary(key, value.ToStringView());
   if (!summary) return fail(summary.error());
+  value.Reset();
   s = db->Get(options, cfs.manifests, versionKey(summary->version), &value);
   if (s.IsIncomplete()) return std::nullopt;
   if (s.IsNotFound()) {
     return fail(Status::notFound("no manifest for version " + summary->version.toHex()));
   }
   if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
-  return decodeManifest(value);
+  return decodeManifest(value.ToStringView());
 }
 
 }  // namespace
 
 Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {
-  return *readManifest(db_.get(), cfs_, bucket, key, rocksdb::kReadAllTier);
+  auto r = readManifest(db_.get(), cfs_, bucket, key, rocksdb::kReadAllTier);
+  if (!r) return fail(Status::internal("index: a full-tier read returned Incomplete"));
+  return std::move(*r);
 }
 
 std::optional<Result<Manifest>> RocksIndex::getObjectFromMemory(std::string_view bucket,

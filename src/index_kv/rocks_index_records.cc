@@ -170,18 +170,19 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
       continue;
     }
     if (!q.container.empty() && parts->container != q.container) continue;
-    RecordRow row;
-    if (Status st = decodeRecordValue(it->value().ToStringView(), row); !st.isOk()) {
-      log::warn("index: skipping bad record row: {}", st.toString());
-      continue;
-    }
-    if (!q.type.empty() && !row.type.empty() && row.type != q.type) continue;
+    // Visibility first (from the key alone): invisible rows are not decoded.
     auto c = containerOf(parts->container);
     if (!c) {
       error = c.error();
       break;
     }
     if ((*c)->set.isZero() || (*c)->set != parts->set) continue;
+    RecordRow row;
+    if (Status st = decodeRecordValue(it->value().ToStringView(), row); !st.isOk()) {
+      log::warn("index: skipping bad record row: {}", st.toString());
+      continue;
+    }
+    if (!q.type.empty() && !row.type.empty() && row.type != q.type) continue;
     row.key = std::string(parts->record_key);
     row.container = std::string(parts->container);
     row.set = parts->set;
@@ -287,6 +288,9 @@ Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_val
     auto meta = decodeRecordSetMeta(meta_value);
     if (!meta) return meta.error();
     const std::string end = prefixSuccessor(set_key);
+    // Each pass resumes after the last key it deleted: seeking from the set's start again
+    // would walk over every deletion marker of the passes before.
+    std::string resume = set_key;
     for (;;) {
       rocksdb::ReadOptions options;
       rocksdb::Slice upper(end);
@@ -294,8 +298,10 @@ Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_val
       std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.record_order));
       rocksdb::WriteBatch batch;
       size_t n = 0;
-      for (it->Seek(set_key); it->Valid() && n < kRemoveBatch && n < budget; it->Next(), ++n) {
+      for (it->Seek(resume); it->Valid() && n < kRemoveBatch && n < budget; it->Next(), ++n) {
         std::string_view k = it->key().ToStringView();
+        resume.assign(k);
+        resume.push_back('\0');  // the smallest key after k
         auto parts = parseRecordOrderKey(k);
         if (!parts) return parts.error();
         (void)batch.Delete(cfs_.records, recordRowKey(meta->bucket, parts->record_key,
