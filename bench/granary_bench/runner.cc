@@ -309,6 +309,7 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
     }
   }
   uint64_t put_index = 0;
+  uint64_t range_len = 0;
   switch (op) {
     case Op::kPut: {
       put_index = w.next_put.fetch_add(1);
@@ -336,7 +337,7 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
       req.response = Request::Body::kVerify;
       req.verify_seed = sh.payload.seedFor(key);
       req.verify_offset = off;
-      out.bytes = len;  // expected
+      range_len = len;
       break;
     }
     case Op::kDelete: {
@@ -390,9 +391,10 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
       }
       break;
     case Op::kRange:
-      out.ok = reply.status == 206 && reply.body_bytes == out.bytes;
+      out.ok = reply.status == 206 && reply.body_bytes == range_len;
+      out.bytes = reply.body_bytes;
       if (reply.status == 206 && !out.ok) {
-        out.error = fmt::format("{}: {} bytes, expected {}", what, reply.body_bytes, out.bytes);
+        out.error = fmt::format("{}: {} bytes, expected {}", what, reply.body_bytes, range_len);
       }
       break;
     case Op::kHead:
@@ -562,8 +564,8 @@ uint64_t cleanup(Shared& sh, const std::vector<CleanupRange>& ranges, std::vecto
       req.extra.emplace_back("content-md5", contentMd5(*req.text));
       req.response = Request::Body::kCollect;
       Reply reply = co_await conn.exchange(req);
-      size_t errs = reply.body.find("<Error>") != std::string::npos;
-      if (!reply.error.empty() || reply.status != 200 || errs) {
+      const bool key_errors = reply.body.find("<Error>") != std::string::npos;
+      if (!reply.error.empty() || reply.status != 200 || key_errors) {
         failed += batches[b].last - batches[b].first;
         std::lock_guard lock(mu);
         if (errors.size() < kMaxErrorSamples) errors.push_back(describe("cleanup", reply));
@@ -629,22 +631,16 @@ Result<RunResult> run(RunConfig cfg) {
 
   // Prepare: PUT objects [0, objects) of each workload that reads them.
   std::vector<WorkloadSpec> prep_specs;
+  prep_specs.reserve(runs.size());  // WorkloadRun keeps a reference to its spec
   std::vector<std::unique_ptr<WorkloadRun>> preps;
   for (const auto& w : runs) {
     if (!w->spec.needsObjects() || !w->spec.prepare) continue;
-    WorkloadSpec p;
+    WorkloadSpec& p = prep_specs.emplace_back();
     p.name = w->spec.name + ".prepare";
     p.op = Op::kPut;
     p.size = w->spec.op == Op::kList ? 0 : w->spec.size;
     p.count = w->spec.objects;
-    prep_specs.push_back(p);
-  }
-  {
-    size_t j = 0;
-    for (const auto& w : runs) {
-      if (!w->spec.needsObjects() || !w->spec.prepare) continue;
-      preps.push_back(std::make_unique<WorkloadRun>(prep_specs[j++], w->prefix));
-    }
+    preps.push_back(std::make_unique<WorkloadRun>(p, w->prefix));
   }
   if (!preps.empty()) {
     auto t0 = Clock::now();

@@ -1,5 +1,6 @@
 // Encodings: see docs/index-format.md.
 #include "index_kv/codec.h"
+#include "index_kv/record_codec.h"
 
 #include <nlohmann/json.hpp>
 
@@ -610,6 +611,21 @@ std::vector<VersionId> foreignBlobVersions(const Manifest& m) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+std::string encodeRecordSetMeta(const RecordSetMeta& meta) {
+  Json j = Json::object();
+  j["b"] = meta.bucket;
+  j["c"] = meta.container;
+  j["t"] = meta.touched_unix_nanos;
+  return toCbor(j);
+}
+
+Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value) {
+  return guarded<RecordSetMeta>("record set", [&] {
+    Json j = parseCbor(value);
+    return RecordSetMeta{asString(field(j, "b")), asString(field(j, "c")), asI64(field(j, "t"))};
+  });
 }
 
 }  // namespace granary::index_kv

@@ -1,8 +1,6 @@
 // Encodings of the record index: see record_codec.h and docs/index-format.md.
 #include "index_kv/record_codec.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 
 #include "granary/common/hex.h"
@@ -102,31 +100,6 @@ Result<RecordOrderParts> parseRecordOrderKey(std::string_view key) {
   if (key.size() <= 24) return fail(Status::corruption("index: bad record order key"));
   return RecordOrderParts{getBe64(reinterpret_cast<const uint8_t*>(key.data() + 16)),
                           key.substr(24)};
-}
-
-std::string encodeRecordSetMeta(const RecordSetMeta& meta) {
-  nlohmann::json j = nlohmann::json::object();
-  j["b"] = meta.bucket;
-  j["c"] = meta.container;
-  j["t"] = meta.touched_unix_nanos;
-  std::string out;
-  nlohmann::json::to_cbor(j, out);
-  return out;
-}
-
-Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value) {
-  nlohmann::json j = nlohmann::json::from_cbor(value.begin(), value.end(), true, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return fail(Status::corruption("index: record set value is not a CBOR map"));
-  }
-  auto b = j.find("b");
-  auto c = j.find("c");
-  auto t = j.find("t");
-  if (b == j.end() || !b->is_string() || c == j.end() || !c->is_string() || t == j.end() ||
-      !t->is_number_integer()) {
-    return fail(Status::corruption("index: bad record set value"));
-  }
-  return RecordSetMeta{b->get<std::string>(), c->get<std::string>(), t->get<int64_t>()};
 }
 
 Result<std::optional<RecordSetMeta>> readLiveRecordSet(rocksdb::DB* db,

@@ -53,6 +53,7 @@ struct RecordSetMeta {
   std::string container;
   int64_t touched_unix_nanos = 0;
 };
+// CBOR, like every other index value: defined in codec.cc next to them.
 std::string encodeRecordSetMeta(const RecordSetMeta& meta);
 Result<RecordSetMeta> decodeRecordSetMeta(std::string_view value);
 

@@ -185,6 +185,9 @@ TEST_CASE("Record index fields and keys round-trip") {
   CHECK(mb->container == "c.tar");
   CHECK(mb->touched_unix_nanos == 123);
   CHECK_FALSE(decodeRecordSetMeta("\xff").has_value());
+  // A touch time past INT64_MAX is refused, not wrapped to a negative time.
+  nlohmann::json huge = {{"b", "b"}, {"c", "c.tar"}, {"t", uint64_t{1} << 63}};
+  CHECK(decodeRecordSetMeta(cbor(huge)).error().isCorruption());
 }
 
 TEST_CASE("Decoding garbage or truncated bytes returns kCorruption and never crashes") {
