@@ -129,19 +129,9 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
       m.inline_data = src->inline_data;
     } else {
       // A small striped source (e.g. a small multipart object) becomes inline.
-      std::string bytes;
-      struct StringSink final : BodySink {
-        std::string& out;
-        explicit StringSink(std::string& o) : out(o) {}
-        Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
-        Task<Status> write(std::span<const uint8_t> d) override {
-          out.append(reinterpret_cast<const char*>(d.data()), d.size());
-          co_return Status::ok();
-        }
-      } sink(bytes);
-      Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
-      if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
-      m.inline_data = std::move(bytes);
+      auto bytes = co_await readObjectBytes(ctx.data, *src, 0, src->size);
+      if (!bytes) co_return errorResponse(fromStatus(bytes.error()), req);
+      m.inline_data = std::move(*bytes);
     }
     Digest md5(Digest::Kind::kMd5);
     md5.update(m.inline_data);

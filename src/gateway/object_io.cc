@@ -356,4 +356,41 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   co_return Status::ok();
 }
 
+namespace {
+
+class StringSink final : public BodySink {
+ public:
+  explicit StringSink(std::string& out) : out_(out) {}
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    out_.append(reinterpret_cast<const char*>(data.data()), data.size());
+    co_return Status::ok();
+  }
+
+ private:
+  std::string& out_;
+};
+
+}  // namespace
+
+Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,
+                                          uint64_t first, uint64_t length) {
+  if (first > manifest.size || length > manifest.size - first) {
+    co_return fail(Status::internal("the byte range lies outside the object"));
+  }
+  std::string bytes;
+  if (manifest.is_inline) {
+    if (manifest.inline_data.size() < first + length) {
+      co_return fail(Status::corruption("inline body shorter than the object size"));
+    }
+    bytes = manifest.inline_data.substr(first, length);
+  } else {
+    bytes.reserve(length);
+    StringSink sink(bytes);
+    Status st = co_await readObjectRange(dp, manifest, first, length, sink);
+    if (!st.isOk()) co_return fail(st);
+  }
+  co_return bytes;
+}
+
 }  // namespace granary::gateway

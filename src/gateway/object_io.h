@@ -114,4 +114,10 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                              uint64_t length, BodySink& sink);
 
+// Object bytes [first, first + length) of `manifest` (inline or striped) in memory, for
+// small reads (records, small copies); kInternal if the range is past the end (callers
+// check ranges first: this one would be a stale row or a bug).
+Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,
+                                          uint64_t first, uint64_t length);
+
 }  // namespace granary::gateway

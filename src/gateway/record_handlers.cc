@@ -466,8 +466,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   }
   for (PendingRow& p : rows) {
     if (p.has_crc) continue;
-    auto bytes = co_await readObjectBytes(ctx, *manifest, p.row.offset, p.row.length);
-    if (!bytes) co_return errorResponse(bytes.error(), req);
+    auto bytes = co_await readObjectBytes(ctx.data, *manifest, p.row.offset, p.row.length);
+    if (!bytes) co_return errorResponse(fromStatus(bytes.error()), req);
     p.row.crc32c = co_await offload(ctx.pool(), [&] {
       return ec::crc32c({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
     });

@@ -26,20 +26,6 @@ std::optional<std::string_view> headerOrQuery(const S3Request& req, std::string_
   return req.queryValue(name);
 }
 
-// Collects object bytes into a string (records are small and verified before sending).
-class StringSink final : public BodySink {
- public:
-  explicit StringSink(std::string& out) : out_(out) {}
-  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
-  Task<Status> write(std::span<const uint8_t> data) override {
-    out_.append(reinterpret_cast<const char*>(data.data()), data.size());
-    co_return Status::ok();
-  }
-
- private:
-  std::string& out_;
-};
-
 }  // namespace
 
 S3Result<std::optional<IndexRequest>> indexRequestOf(const S3Request& req) {
@@ -237,17 +223,9 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
   auto indexer = std::make_unique<RecordIndexer>(
       ctx.index(), bucket, key, VersionId::generate(ctx.deps.clock, ctx.deps.random), request,
       std::chrono::seconds(ctx.options.max_put_seconds));
-  Status st;
-  if (manifest.is_inline) {
-    co_await offload(ctx.pool(), [&] {
-      indexer->feed({reinterpret_cast<const uint8_t*>(manifest.inline_data.data()),
-                     manifest.inline_data.size()});
-      return 0;
-    });
-  } else if (manifest.size > 0) {
-    IndexingSink sink(ctx.pool(), *indexer);
-    st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
-  }
+  // Its one caller is CompleteMultipartUpload, whose manifests are always striped.
+  IndexingSink sink(ctx.pool(), *indexer);
+  Status st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
   if (!st.isOk() && !indexer->stopped()) {
     co_await offload(ctx.pool(), [&] {
       indexer->abandon();
@@ -290,24 +268,6 @@ void setRecordIndexHeaders(S3Response& res, const RecordIndexInfo& info) {
   }
 }
 
-Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
-                                            const index_kv::Manifest& manifest,
-                                            uint64_t offset, uint64_t length) {
-  if (offset > manifest.size || length > manifest.size - offset) {
-    co_return s3fail(S3ErrorCode::kInternalError, "The byte range lies outside the object.");
-  }
-  std::string bytes;
-  if (manifest.is_inline) {
-    bytes = manifest.inline_data.substr(offset, length);
-  } else {
-    bytes.reserve(length);
-    StringSink sink(bytes);
-    Status st = co_await readObjectRange(ctx.data, manifest, offset, length, sink);
-    if (!st.isOk()) co_return std::unexpected(fromStatus(st));
-  }
-  co_return bytes;
-}
-
 S3Result<const index_kv::Manifest*> currentContainer(const index_kv::RecordLocation& loc,
                                                      const Result<index_kv::Manifest>& manifest) {
   if (!manifest && !manifest.error().isNotFound()) {
@@ -334,8 +294,8 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   RecordData out;
   out.location = loc;
   out.format = m.records.format;
-  auto read = co_await readObjectBytes(ctx, m, row.offset, row.length);
-  if (!read) co_return std::unexpected(read.error());
+  auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length);
+  if (!read) co_return std::unexpected(fromStatus(read.error()));
   auto body = co_await offload(ctx.pool(), [&] {
     return recordBody(bucket, row, out.format, std::move(*read), raw);
   });
@@ -415,8 +375,7 @@ Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bu
     co_return s3fail(S3ErrorCode::kNoSuchKey, "The specified record does not exist.");
   }
   const index_kv::RecordLocation& loc = **best;
-  auto manifest =
-      co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, loc.row.container); });
+  auto manifest = co_await lookupObject(ctx, bucket, loc.row.container);
   auto m = currentContainer(loc, manifest);
   if (!m) co_return std::unexpected(m.error());
   co_return co_await readRecordAt(ctx, bucket, loc, selector.raw, **m);

@@ -76,7 +76,7 @@ class RecordIndexer {
   uint64_t row_bytes_ = 0;
 };
 
-// Indexes an object stored under `manifest` (a multipart upload being completed) by
+// Indexes an object stored under a striped `manifest` (a multipart upload being completed) by
 // reading its bytes once, in order. Sets `info` for the manifest; returns the indexer so
 // the caller can abandon its rows if the commit fails.
 Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
@@ -140,11 +140,6 @@ S3Result<std::string> recordBody(const std::string& bucket, const index_kv::Reco
 S3Result<std::string> inflateRecord(std::string_view member);
 // Writes a body in 1 MiB pieces, so a slow client's deadline applies per piece.
 Task<Status> writeInPieces(BodySink& sink, std::string_view data);
-
-// Object bytes [offset, offset + length) of `manifest` (inline or striped) in memory.
-Task<S3Result<std::string>> readObjectBytes(GatewayContext& ctx,
-                                            const index_kv::Manifest& manifest,
-                                            uint64_t offset, uint64_t length);
 
 // Largest record readRecord serves (it buffers the record to verify it before sending).
 inline constexpr uint64_t kMaxRecordBytes = 64ull << 20;

@@ -125,11 +125,13 @@ class BeastBodySink final : public BodySink {
     if (data.empty()) co_return Status::ok();  // an empty chunk would end a chunked body
     beast::error_code ec;
     if (chunked_) {
-      if (Status st = co_await flush(); !st.isOk()) co_return st;
       stream_.expires_after(timeout_);
       // A named chunk: g++ 12 may destroy temporaries of a co_await expression twice.
       auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
-      co_await asio::async_write(stream_, chunk, kRedirect(ec));
+      // The held head (empty after the first write) goes out with the first chunk.
+      auto buffers = beast::buffers_cat(asio::buffer(head_), chunk);
+      co_await asio::async_write(stream_, buffers, kRedirect(ec));
+      head_.clear();
     } else {
       stream_.expires_after(timeout_);
       std::array<asio::const_buffer, 2> buffers{asio::buffer(head_),
