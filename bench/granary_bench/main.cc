@@ -56,7 +56,7 @@ nlohmann::json latencyJson(const LatencySummary& l) {
 
 int main(int argc, char** argv) {
   RunConfig cfg;
-  std::string endpoint, duration, size, range, json_path, single_op;
+  std::string endpoint, duration, size, range, json_path, single_op, run_id;
   std::vector<std::string> workload_specs;
   unsigned concurrency = 8;
   uint64_t objects = 0, count = 0;
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       ("concurrency", po::value(&concurrency)->default_value(8), "shorthand: connections")
       ("objects", po::value(&objects), "shorthand: objects to prepare (or keys to cycle for put)")
       ("count", po::value(&count), "shorthand: stop after this many operations")
-      ("run-id", po::value(&cfg.run_id), "key prefix root (default: a fresh one)")
+      ("run-id", po::value(&run_id), "key prefix root (default: a fresh one)")
       ("json", po::value(&json_path), "write the results as JSON here")
       ("no-create-bucket", "do not create the bucket (it exists, or the endpoint only serves GETs)")
       ("quiet", "no live progress line");
@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
   cfg.threads = threads ? threads : std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
   cfg.progress = !vm.count("quiet");
   cfg.create_bucket = !vm.count("no-create-bucket");
-  if (cfg.run_id.empty()) {
-    cfg.run_id = fmt::format("gb-{:x}-{}", std::chrono::system_clock::now().time_since_epoch().count() / 1000000, getpid());
+  if (run_id.empty()) {
+    run_id = fmt::format("gb-{:x}-{}", std::chrono::system_clock::now().time_since_epoch().count() / 1000000, getpid());
   }
   if (!single_op.empty()) {
     if (!workload_specs.empty()) die("--op and --workload do not mix");
@@ -124,12 +124,12 @@ int main(int argc, char** argv) {
     for (const auto& other : cfg.workloads) {
       if (other.name == spec->name) die("two workloads named " + spec->name);
     }
-    if (spec->prefix.empty()) spec->prefix = cfg.run_id + "/" + spec->name + "/";
+    if (spec->prefix.empty()) spec->prefix = run_id + "/" + spec->name + "/";
     cfg.workloads.push_back(std::move(*spec));
   }
 
   std::printf("granary-bench: endpoint %s, bucket %s, %u threads, duration %.1fs, run %s\n",
-              endpoint.c_str(), cfg.bucket.c_str(), cfg.threads, cfg.duration_s, cfg.run_id.c_str());
+              endpoint.c_str(), cfg.bucket.c_str(), cfg.threads, cfg.duration_s, run_id.c_str());
   for (const auto& w : cfg.workloads) std::printf("  workload %s\n", w.describe().c_str());
   std::fflush(stdout);
 

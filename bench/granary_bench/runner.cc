@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "sigv4.h"
-#include "uri.h"
 
 namespace granary::bench {
 namespace {
@@ -101,21 +100,17 @@ class Connection {
       open_ = true;
     }
 
-    const std::string date = cli::amzDate(std::chrono::system_clock::now());
     const std::string payload_hash =
         r.text ? gateway::sha256Hex(*r.text) : std::string("UNSIGNED-PAYLOAD");
-    cli::HeaderList headers{{"host", shared_.cfg.endpoint.host_header}};
-    headers.insert(headers.end(), r.extra.begin(), r.extra.end());
-    headers.emplace_back("x-amz-content-sha256", payload_hash);
-    headers.emplace_back("x-amz-date", date);
     http::request<http::buffer_body> req;
     req.version(11);
     req.method_string(beast::string_view(r.method.data(), r.method.size()));
     req.target(r.target);
-    for (const auto& [name, value] : headers) req.set(name, value);
-    req.set(http::field::authorization,
-            cli::authorization(r.method, r.target, headers, payload_hash, date,
-                               shared_.cfg.creds, &shared_.keys));
+    for (const auto& [name, value] :
+         cli::signedHeaders(r.method, r.target, shared_.cfg.endpoint.host_header, r.extra,
+                            payload_hash, shared_.cfg.creds, &shared_.keys)) {
+      req.set(name, value);
+    }
     req.set(http::field::user_agent, "granary-bench");
     const uint64_t len = r.text ? r.text->size() : r.body_len;
     if (len > 0 || r.method == "PUT" || r.method == "POST") req.content_length(len);
@@ -231,7 +226,7 @@ std::string describe(std::string_view what, const Reply& reply) {
 
 // The state of one workload while it runs.
 struct WorkloadRun {
-  WorkloadRun(const WorkloadSpec& s, std::string p) : spec(s), prefix(std::move(p)) {
+  explicit WorkloadRun(const WorkloadSpec& s) : spec(s) {
     for (const MixEntry& e : spec.mix) {
       mix_total += e.weight;
       mix_bounds.push_back(mix_total);
@@ -241,7 +236,6 @@ struct WorkloadRun {
   }
 
   const WorkloadSpec& spec;
-  std::string prefix;
   std::vector<unsigned> mix_bounds;
   unsigned mix_total = 0;
   uint64_t put_start = 0;
@@ -286,10 +280,18 @@ struct ListState {
   uint64_t pass_keys = 0;
 };
 
-std::string bucketPath(const RunConfig& cfg) { return "/" + gateway::uriEncode(cfg.bucket, true); }
+std::string bucketPath(const RunConfig& cfg, std::vector<std::pair<std::string, std::optional<std::string>>> query = {}) {
+  cli::S3Request r;
+  r.bucket = cfg.bucket;
+  r.query = std::move(query);
+  return cli::requestTarget(r);
+}
 
 std::string objectPath(const RunConfig& cfg, const std::string& key) {
-  return bucketPath(cfg) + "/" + gateway::uriEncode(key, false);
+  cli::S3Request r;
+  r.bucket = cfg.bucket;
+  r.key = key;
+  return cli::requestTarget(r);
 }
 
 asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& w,
@@ -304,7 +306,7 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
     if (w.deletable.empty()) {
       op = out.op = Op::kPut;
     } else {
-      key = objectKey(w.prefix, w.deletable.front());
+      key = objectKey(w.spec.prefix, w.deletable.front());
       w.deletable.pop_front();
     }
   }
@@ -313,7 +315,7 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
   switch (op) {
     case Op::kPut: {
       put_index = w.next_put.fetch_add(1);
-      key = objectKey(w.prefix, spec.op && spec.objects ? put_index % spec.objects : put_index);
+      key = objectKey(w.spec.prefix, spec.op && spec.objects ? put_index % spec.objects : put_index);
       req.method = "PUT";
       req.body_len = spec.size;
       req.body_seed = sh.payload.seedFor(key);
@@ -321,14 +323,14 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
     }
     case Op::kGet:
     case Op::kHead: {
-      key = objectKey(w.prefix, rng() % spec.objects);
+      key = objectKey(w.spec.prefix, rng() % spec.objects);
       req.method = op == Op::kGet ? "GET" : "HEAD";
       req.response = Request::Body::kVerify;
       req.verify_seed = sh.payload.seedFor(key);
       break;
     }
     case Op::kRange: {
-      key = objectKey(w.prefix, rng() % spec.objects);
+      key = objectKey(w.spec.prefix, rng() % spec.objects);
       uint64_t hi = std::min(spec.range_max, spec.size);
       uint64_t len = spec.range_min + rng() % (hi - spec.range_min + 1);
       uint64_t off = rng() % (spec.size - len + 1);
@@ -348,20 +350,17 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
           out.skip = true;
           co_return out;
         }
-        key = objectKey(w.prefix, i);
+        key = objectKey(w.spec.prefix, i);
       }
       req.method = "DELETE";
       break;
     }
     case Op::kList: {
-      cli::S3Request lr;
-      lr.bucket = sh.cfg.bucket;
-      lr.query = {{"list-type", "2"},
-                  {"max-keys", std::to_string(spec.list_page)},
-                  {"prefix", w.prefix}};
-      if (!list.token.empty()) lr.query.emplace_back("continuation-token", list.token);
+      std::vector<std::pair<std::string, std::optional<std::string>>> query = {
+          {"list-type", "2"}, {"max-keys", std::to_string(spec.list_page)}, {"prefix", w.spec.prefix}};
+      if (!list.token.empty()) query.emplace_back("continuation-token", list.token);
       req.method = "GET";
-      req.target = cli::requestTarget(lr);
+      req.target = bucketPath(sh.cfg, std::move(query));
       req.response = Request::Body::kCollect;
       break;
     }
@@ -369,7 +368,7 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
   if (req.target.empty()) req.target = objectPath(sh.cfg, key);
 
   Reply reply = co_await conn.exchange(req);
-  const std::string what = fmt::format("{} {}", opName(op), key.empty() ? w.prefix : key);
+  const std::string what = fmt::format("{} {}", opName(op), key.empty() ? w.spec.prefix : key);
   if (!reply.error.empty()) {
     out.error = describe(what, reply);
     co_return out;
@@ -559,7 +558,7 @@ uint64_t cleanup(Shared& sh, const std::vector<CleanupRange>& ranges, std::vecto
     for (size_t b; (b = next.fetch_add(1)) < batches.size();) {
       Request req;
       req.method = "POST";
-      req.target = bucketPath(sh.cfg) + "?delete";
+      req.target = bucketPath(sh.cfg, {{"delete", std::nullopt}});
       req.text = deleteObjectsBody(*batches[b].prefix, batches[b].first, batches[b].last);
       req.extra.emplace_back("content-md5", contentMd5(*req.text));
       req.response = Request::Body::kCollect;
@@ -625,8 +624,10 @@ Result<RunResult> run(RunConfig cfg) {
 
   std::vector<std::unique_ptr<WorkloadRun>> runs;
   for (const WorkloadSpec& spec : cfg.workloads) {
-    std::string prefix = spec.prefix.empty() ? cfg.run_id + "/" + spec.name + "/" : spec.prefix;
-    runs.push_back(std::make_unique<WorkloadRun>(spec, prefix));
+    if (spec.prefix.empty()) {
+      return fail(Status::invalidArgument("workload " + spec.name + " has no key prefix"));
+    }
+    runs.push_back(std::make_unique<WorkloadRun>(spec));
   }
 
   // Prepare: PUT objects [0, objects) of each workload that reads them.
@@ -640,7 +641,8 @@ Result<RunResult> run(RunConfig cfg) {
     p.op = Op::kPut;
     p.size = w->spec.op == Op::kList ? 0 : w->spec.size;
     p.count = w->spec.objects;
-    preps.push_back(std::make_unique<WorkloadRun>(p, w->prefix));
+    p.prefix = w->spec.prefix;
+    preps.push_back(std::make_unique<WorkloadRun>(p));
   }
   if (!preps.empty()) {
     auto t0 = Clock::now();
@@ -700,10 +702,10 @@ Result<RunResult> run(RunConfig cfg) {
   std::vector<CleanupRange> ranges;
   for (auto& w : runs) {
     if (!w->spec.cleanup) continue;
-    if (w->spec.needsObjects() && w->spec.prepare) ranges.push_back({w->prefix, 0, w->spec.objects});
+    if (w->spec.needsObjects() && w->spec.prepare) ranges.push_back({w->spec.prefix, 0, w->spec.objects});
     uint64_t put_end = w->next_put.load();
     if (w->spec.op == Op::kPut && w->spec.objects) put_end = std::min(put_end, w->spec.objects);
-    if (put_end > w->put_start) ranges.push_back({w->prefix, w->put_start, put_end});
+    if (put_end > w->put_start) ranges.push_back({w->spec.prefix, w->put_start, put_end});
   }
   std::vector<std::string> cleanup_errors;
   uint64_t not_deleted = ranges.empty() ? 0 : cleanup(sh, ranges, cleanup_errors);
@@ -716,7 +718,6 @@ Result<RunResult> run(RunConfig cfg) {
   for (auto& w : runs) {
     WorkloadResult r;
     r.spec = w->spec;
-    r.spec.prefix = w->prefix;
     r.stats = std::move(w->stats);
     r.seconds = std::chrono::duration<double>(w->end - w->start).count();
     r.error_samples = std::move(w->errors);

@@ -20,14 +20,13 @@ struct RunConfig {
   cli::Endpoint endpoint;
   cli::S3Credentials creds;
   std::string bucket = "granary-bench";
-  std::string run_id;            // default prefix root
   double duration_s = 30;
   unsigned threads = 1;
   double timeout_s = 120;        // per network operation
   unsigned prepare_concurrency = 32;
   bool progress = true;          // a live line on stderr every second
   bool create_bucket = true;     // false: the bucket exists (or the endpoint is not S3)
-  std::vector<WorkloadSpec> workloads;
+  std::vector<WorkloadSpec> workloads;  // each with its key prefix set
 };
 
 struct WorkloadResult {

@@ -74,9 +74,7 @@ Status FrameReader::feed(std::string_view in) {
     if (line_.size() > kMaxFrameLine) return Status::corruption("record header line too long");
     if (nl == std::string_view::npos) return Status::ok();
     in.remove_prefix(nl + 1);
-    std::string line = std::move(line_);
-    line_.clear();
-    nlohmann::json header = nlohmann::json::parse(line, nullptr, false);
+    nlohmann::json header = nlohmann::json::parse(line_, nullptr, false);
     if (header.is_discarded() || !header.is_object()) {
       return Status::corruption("a record header is not a JSON object");
     }
@@ -87,7 +85,9 @@ Status FrameReader::feed(std::string_view in) {
     } else {
       return Status::corruption("a record header has no size");
     }
-    if (Status st = on_header_(header, line); !st) return st;
+    Status st = on_header_(header, line_);
+    line_.clear();  // keeps its buffer for the next header
+    if (!st) return st;
   }
   return Status::ok();
 }

@@ -291,6 +291,20 @@ std::string authorization(std::string_view method, std::string_view target,
          ", SignedHeaders=" + signed_list + ", Signature=" + gateway::hmacSha256Hex(key, to_sign);
 }
 
+HeaderList signedHeaders(std::string_view method, std::string_view target,
+                         std::string_view host_header, const HeaderList& extra,
+                         std::string_view payload_hash, const S3Credentials& creds,
+                         gateway::SigningKeyCache* keys) {
+  const std::string date = amzDate(std::chrono::system_clock::now());
+  HeaderList headers{{"host", std::string(host_header)}};
+  headers.insert(headers.end(), extra.begin(), extra.end());
+  headers.emplace_back("x-amz-content-sha256", std::string(payload_hash));
+  headers.emplace_back("x-amz-date", date);
+  std::string auth = authorization(method, target, headers, payload_hash, date, creds, keys);
+  headers.emplace_back("Authorization", std::move(auth));  // the usual spelling on the wire
+  return headers;
+}
+
 std::string amzDate(std::chrono::system_clock::time_point t) {
   std::time_t secs = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
@@ -337,21 +351,19 @@ Result<S3Response> S3Client::send(const S3Request& req, const BodySink& sink, ui
   }
 
   const std::string target = requestTarget(req);
-  const std::string date = amzDate(std::chrono::system_clock::now());
   const std::string payload_hash =
       req.body_file ? std::string("UNSIGNED-PAYLOAD") : gateway::sha256Hex(req.body);
-  HeaderList headers{{"host", endpoint_.host_header}};
-  for (const auto& [name, value] : req.headers) headers.emplace_back(lower(name), value);
-  headers.emplace_back("x-amz-content-sha256", payload_hash);
-  headers.emplace_back("x-amz-date", date);
-  std::string auth = authorization(req.method, target, headers, payload_hash, date, creds_);
+  HeaderList extra;
+  for (const auto& [name, value] : req.headers) extra.emplace_back(lower(name), value);
 
   http::request<http::empty_body> head;
   head.version(11);
   head.method_string(req.method);
   head.target(target);
-  for (const auto& [name, value] : headers) head.set(name, value);
-  head.set(http::field::authorization, auth);
+  for (const auto& [name, value] :
+       signedHeaders(req.method, target, endpoint_.host_header, extra, payload_hash, creds_)) {
+    head.set(name, value);
+  }
   head.set(http::field::user_agent, "granary-cli");
   if (body_size > 0 || req.method == "PUT" || req.method == "POST") {
     head.content_length(body_size);

@@ -82,6 +82,13 @@ std::string authorization(std::string_view method, std::string_view target,
                           std::string_view amz_date, const S3Credentials& creds,
                           gateway::SigningKeyCache* keys = nullptr);
 
+// Every header a SigV4 request sends: host, `extra` (lower-case names), x-amz-content-sha256,
+// x-amz-date (now) and, last, "Authorization" (signing all the others).
+HeaderList signedHeaders(std::string_view method, std::string_view target,
+                         std::string_view host_header, const HeaderList& extra,
+                         std::string_view payload_hash, const S3Credentials& creds,
+                         gateway::SigningKeyCache* keys = nullptr);
+
 // "yyyymmddThhmmssZ" for a point in time (UTC).
 std::string amzDate(std::chrono::system_clock::time_point t);
 

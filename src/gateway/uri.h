@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "granary/common/strings.h"
+
 namespace granary::gateway {
 
-// Strips leading and trailing spaces and tabs (header values, chunk extensions).
-std::string_view trimSpaces(std::string_view s);
-// ASCII case-insensitive equality (header values, ETags' hex digits).
-bool asciiIEquals(std::string_view a, std::string_view b);
+using granary::asciiIEquals;  // granary/common/strings.h
+using granary::trimSpaces;
 
 // Decodes %XX escapes (either hex case). nullopt when a '%' is not followed by two hex
 // digits. `plus_is_space`: '+' decodes to ' ' (form and query encoding), else stays '+'.

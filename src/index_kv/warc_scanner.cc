@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "granary/ec/erasure_code.h"
+#include "granary/common/strings.h"
 #include "index_kv/container_scanners.h"
 #include "index_kv/gzip_member.h"
 
@@ -22,24 +23,6 @@ constexpr std::string_view kMagic = "WARC/";
 constexpr std::string_view kTrailer = "\r\n\r\n";
 constexpr size_t kInflateScratch = 256 * 1024;
 
-std::string_view trim(std::string_view s) {
-  const auto ws = [](char c) { return c == ' ' || c == '\t'; };
-  while (!s.empty() && ws(s.front())) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && ws(s.back())) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return (x >= 'A' && x <= 'Z' ? x + 32 : x) == (y >= 'A' && y <= 'Z' ? y + 32 : y);
-         });
-}
-
 // True while the bytes seen so far can still begin "WARC/".
 bool magicPrefixOk(std::string_view seen) {
   const size_t n = std::min(seen.size(), kMagic.size());
@@ -48,7 +31,7 @@ bool magicPrefixOk(std::string_view seen) {
 
 bool versionLineOk(std::string_view line) {
   // "WARC/" digits "." digits
-  line = trim(line);
+  line = trimSpaces(line);
   if (!line.starts_with(kMagic)) {
     return false;
   }
@@ -188,29 +171,29 @@ class WarcRecordScanner {
       }
       if (last_value_ != nullptr) {
         *last_value_ += ' ';
-        *last_value_ += trim(line);
+        *last_value_ += trimSpaces(line);
       }
       return Status::ok();
     }
     const size_t colon = line.find(':');
-    if (colon == std::string_view::npos || trim(line.substr(0, colon)).empty()) {
+    if (colon == std::string_view::npos || trimSpaces(line.substr(0, colon)).empty()) {
       return Status::invalidArgument(
           fmt::format("malformed header line \"{}\"", line.substr(0, 80)));
     }
-    const std::string_view name = trim(line.substr(0, colon));
-    const std::string_view value = trim(line.substr(colon + 1));
+    const std::string_view name = trimSpaces(line.substr(0, colon));
+    const std::string_view value = trimSpaces(line.substr(colon + 1));
     have_field_ = true;
     last_value_ = nullptr;
-    if (iequals(name, "Content-Length")) {
+    if (asciiIEquals(name, "Content-Length")) {
       if (!content_length_str_.empty() && content_length_str_ != value) {
         return Status::invalidArgument("conflicting Content-Length fields");
       }
       content_length_str_ = value;
       last_value_ = &content_length_str_;
-    } else if (iequals(name, "WARC-Type")) {
+    } else if (asciiIEquals(name, "WARC-Type")) {
       type_ = value;
       last_value_ = &type_;
-    } else if (iequals(name, key_kind_ == WarcKey::kTargetUri ? "WARC-Target-URI"
+    } else if (asciiIEquals(name, key_kind_ == WarcKey::kTargetUri ? "WARC-Target-URI"
                                                                 : "WARC-Record-ID")) {
       key_ = value;
       last_value_ = &key_;
@@ -232,10 +215,10 @@ class WarcRecordScanner {
     for (char c : cl) {
       content_length_ = content_length_ * 10 + static_cast<uint64_t>(c - '0');
     }
-    std::string_view key = trim(key_);
+    std::string_view key = trimSpaces(key_);
     if (key_kind_ == WarcKey::kTargetUri && key.size() >= 2 && key.front() == '<' &&
         key.back() == '>') {
-      key = trim(key.substr(1, key.size() - 2));
+      key = trimSpaces(key.substr(1, key.size() - 2));
     }
     key_ = std::string(key);
     block_left_ = content_length_;
