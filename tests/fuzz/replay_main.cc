@@ -13,6 +13,9 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Optional: a target's own check after the replay (nonzero fails it), e.g. that its
+// assertions were reached at all.
+extern "C" int GranaryFuzzSelfCheck() __attribute__((weak));
 
 int main(int argc, char** argv) {
   std::vector<std::string> seeds;
@@ -56,7 +59,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    // The first two bytes pick the format and the split: vary them too.
+    // The first two bytes pick the split: vary them too.
     std::string variant = s;
     if (variant.size() >= 2) {
       variant[0] = char(rng());
@@ -66,5 +69,9 @@ int main(int argc, char** argv) {
     run(variant);
   }
   std::printf("replayed %zu seeds and %ld mutants (x2)\n", seeds.size(), mutations);
+  if (GranaryFuzzSelfCheck && GranaryFuzzSelfCheck() != 0) {
+    std::fprintf(stderr, "the target's self-check failed\n");
+    return 1;
+  }
   return 0;
 }

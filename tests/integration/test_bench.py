@@ -76,8 +76,14 @@ def test_every_operation_counts_and_cleans_up(server, s3, bench_bin, tmp_path, b
             lat = figures["latency_ms"]
             assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
     assert "puts" in log and "p99 ms" in log  # the table
-    # Everything the run created is gone.
+    # Everything the run created is gone (and it did create objects under ops/: the same
+    # PUT workload with cleanup=no leaves exactly its keys).
     assert keys_under(s3, bucket, "ops/") == []
+    rc, _, log = run_bench(server, tmp_path, "--bucket", bucket, "--run-id", "ops",
+                           "--duration", "60s",
+                           "--workload", "name=puts,op=put,size=1KiB,count=7,cleanup=no")
+    assert rc == 0, log
+    assert len(keys_under(s3, bucket, "ops/puts/")) == 7
 
 
 def test_two_classes_are_accounted_apart(server, s3, bench_bin, tmp_path, bucket):
@@ -93,6 +99,8 @@ def test_two_classes_are_accounted_apart(server, s3, bench_bin, tmp_path, bucket
     assert op_figures(report, "checkpoint", "put")["ops"] > 0
     assert "range" not in report["workloads"][1]["ops"]
     # objects=2 for PUT: the checkpoint class overwrites two keys, and cleanup removes them.
+    assert op_figures(report, "checkpoint", "put")["ops"] > 2  # so keys were overwritten
+    assert "prefix=two/checkpoint/" in report["workloads"][1]["spec"]
     assert keys_under(s3, bucket, "two/") == []
 
 
@@ -104,6 +112,7 @@ def test_a_mix_deletes_only_what_it_put(server, s3, bench_bin, tmp_path, bucket)
     assert rc == 0, log  # a GET or HEAD of a deleted key would be an error
     ops = report["workloads"][0]["ops"]
     assert all(ops[op]["ops"] > 0 for op in ("get", "put", "delete", "head")), ops
+    assert "prefix=mix/m/" in report["workloads"][0]["spec"]
     assert keys_under(s3, bucket, "mix/") == []
 
 

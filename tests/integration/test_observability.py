@@ -128,6 +128,8 @@ def test_grafana_dashboard_queries_are_valid_promql_over_real_metrics(server, s3
             except OSError:
                 pass
             time.sleep(0.5)
+        else:
+            raise AssertionError("Prometheus did not scrape granary three times in 60 s")
         for _ in range(3):
             s3.list_objects_v2(Bucket=bucket)
         time.sleep(2.5)

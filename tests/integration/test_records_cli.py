@@ -290,6 +290,15 @@ def test_cli_signature_equals_botocores(fake, args):
     assert headers["x-amz-content-sha256"] == body_sha  # in-memory bodies are hashed
     sig = headers["Authorization"].rsplit("Signature=", 1)[1]
     assert sig == botocore_signature(fake.endpoint, method, target, headers, secret), target
+    # botocore signs the target as the CLI sent it, so the agreement above cannot catch an
+    # encoding mistake: check the encoding on its own, against AWS's UriEncode (unreserved
+    # characters as they are, everything else %XX in upper case; '/' kept in the path only).
+    from urllib.parse import quote, unquote
+    path, _, query = target.partition("?")
+    assert quote(unquote(path), safe="/~") == path, target
+    for part in filter(None, query.split("&")):
+        for piece in part.split("=", 1):
+            assert quote(unquote(piece), safe="~") == piece, (target, piece)
     assert headers["Authorization"].startswith(
         "AWS4-HMAC-SHA256 Credential=AKID/" + headers["x-amz-date"][:8] + "/us-east-1/s3/")
 
