@@ -6,6 +6,7 @@
 #include <rocksdb/db.h>
 
 #include <memory>
+#include <shared_mutex>
 #include <vector>
 
 #include "granary/index_kv/index.h"
@@ -95,6 +96,11 @@ class RocksIndex final : public Index {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   ColumnFamilies cfs_;
   std::unique_ptr<CommitQueue> queue_;
+  // putRecordRows' "is the set live?" check and its write hold this shared; the orphan
+  // sweep holds it exclusively from its last look at a set's touch time to the commit that
+  // marks the set dead. Without it, rows written just after the sweep looked could revive
+  // a set whose older rows the sweep then removes.
+  std::shared_mutex record_sweep_mu_;
 };
 
 }  // namespace granary::index_kv

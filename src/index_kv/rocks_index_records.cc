@@ -53,7 +53,9 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
   GRANARY_RETURN_IF_ERROR(checkContainer(bucket, container));
   if (set.isZero()) return Status::invalidArgument("index: record set id is zero");
   // Only into a live set: one swept as an orphan (an indexing run that stalled past the
-  // orphan grace) must not come back with some of its rows already removed.
+  // orphan grace) must not come back with some of its rows already removed. The check and
+  // the write are one step as far as the sweep is concerned (record_sweep_mu_).
+  std::shared_lock sweep(record_sweep_mu_);
   auto live = readLiveRecordSet(db_.get(), cfs_, set);
   if (!live) return live.error();
   if (!live->has_value()) return Status::preconditionFailed("index: the record set is dead or gone");
@@ -267,7 +269,18 @@ Status RocksIndex::markOrphanSets(int64_t orphan_before_unix_nanos) {
     if (!it->status().ok()) return fromRocks(it->status(), "index: listing record sets");
   }
   for (const auto& [set, meta] : stale) {
-    // Checked again on the committer, where no commit can name the set in between.
+    // No rows can be written to the set from this fresh look at its touch time until it is
+    // marked dead (putRecordRows takes this lock shared).
+    std::unique_lock sweep(record_sweep_mu_);
+    std::string meta_value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, versionKey(set),
+                                 &meta_value);
+    if (s.IsNotFound()) continue;
+    if (!s.ok()) return fromRocks(s, "index: reading record set");
+    auto fresh = decodeRecordSetMeta(meta_value);
+    if (fresh && fresh->touched_unix_nanos >= orphan_before_unix_nanos) continue;  // in use
+    // Whether the container's version names it is checked again on the committer, where no
+    // commit can name the set in between.
     CommitRequest req;
     req.kind = CommitRequest::Kind::kAbandonRecords;
     req.record_info.set = set;
