@@ -118,7 +118,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   Index& index = **opened;
-  (void)index.createBucket(BucketInfo{"bench", "bench", clock.nowUnixNanos(), "", ""});
+  BucketInfo bucket;
+  bucket.name = bucket.owner = "bench";
+  bucket.created_unix_nanos = clock.nowUnixNanos();
+  (void)index.createBucket(bucket);
   const uint64_t containers = std::max<uint64_t>(1, rows / 10000);
   fmt::print("record_bench: {} rows in {} containers of 10000, {} lookups from {} threads, dir {}\n",
              rows, containers, lookups, threads, dir);

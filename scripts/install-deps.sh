@@ -38,4 +38,25 @@ if ((${#want[@]})); then
     $SUDO service nginx stop >/dev/null 2>&1 || $SUDO pkill -x nginx || true
   fi
 fi
+
+# The AWS SDK for JavaScript v3 that tests/integration/test_js_sdk.py drives, pinned in
+# tests/integration/js/package-lock.json: `npm ci` there when node_modules is missing or the
+# lockfile changed since the last install (its hash is kept in node_modules).
+JS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/js"
+if [[ -f $JS_DIR/package-lock.json ]]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    # Debian 12's own Node.js is 18; the pinned SDK wants >= 20 (test_js_sdk.py says so
+    # clearly if that is what is installed).
+    SUDO=""
+    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      nodejs npm
+  fi
+  lock_sum=$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)
+  stamp="$JS_DIR/node_modules/.granary-lock.sha256"
+  if [[ ! -f $stamp || $(<"$stamp") != "$lock_sum" ]]; then
+    (cd "$JS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    echo "$lock_sum" >"$stamp"
+  fi
+fi
 echo "install-deps: all packages present"

@@ -32,6 +32,7 @@
 #include "granary/common/rocks_resources.h"
 #include "granary/common/worker_pool.h"
 #include "granary/gateway/gateway.h"
+#include "granary/gateway/lifecycle.h"
 #include "granary/gateway/reclaimer.h"
 #include "granary/index_kv/index.h"
 #include "granary/placement/cluster_map.h"
@@ -74,18 +75,6 @@ void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode
   }
 }
 
-std::string randomString(Random& random, size_t n) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string out;
-  while (out.size() < n) {
-    uint8_t b = 0;
-    random.fill({&b, 1});
-    if (b < 248) out += kAlphabet[b % 62];  // 248 = 4 * 62: no modulo bias
-  }
-  return out;
-}
-
 gateway::RootUser rootUser(const fs::path& data, Random& random) {
   const char* user = std::getenv("GRANARY_ROOT_USER");
   const char* password = std::getenv("GRANARY_ROOT_PASSWORD");
@@ -100,7 +89,7 @@ gateway::RootUser rootUser(const fs::path& data, Random& random) {
       die("cannot read " + file.string() + ": " + e.what());
     }
   }
-  gateway::RootUser root{"GR" + randomString(random, 18), randomString(random, 40)};
+  gateway::RootUser root{"GR" + randomAlphanumeric(random, 18), randomAlphanumeric(random, 40)};
   nlohmann::json j = {{"access_key", root.access_key}, {"secret_key", root.secret_key}};
   writeFileDurably(file, j.dump(2) + "\n", 0600);
   return root;
@@ -280,6 +269,14 @@ int serve(int argc, char** argv) {
       "file for one JSON line per request ('-' = standard error; default: off)")(
       "domain", po::value<std::string>()->default_value(""),
       "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
+      "max-connections", po::value<int>()->default_value(4096),
+      "open client connections at most; more are answered 503 SlowDown")(
+      "lifecycle-interval", po::value<int>()->default_value(3600),
+      "seconds between passes of the lifecycle job (bucket expiration rules)")(
+      "lifecycle-day", po::value<int>()->default_value(86400),
+      "seconds in a lifecycle rule's day (shorten only to test rules)")(
+      "multipart-max-age", po::value<int>()->default_value(7 * 86400),
+      "seconds after which an incomplete multipart upload is aborted (0: never)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addScrubOptions(opts);
   addMetricsOptions(opts);
@@ -322,6 +319,8 @@ int serve(int argc, char** argv) {
   gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
   gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
+  if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
+  gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{map, chunks, **index, clock, random, *pool, registry, root});
   if (!server) die(server.error().toString());
@@ -332,6 +331,12 @@ int serve(int argc, char** argv) {
   ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
   gateway::Reclaimer reclaimer(**index, chunks, map, clock, ropts);
   reclaimer.start();
+  gateway::LifecycleOptions lopts;
+  lopts.interval = std::chrono::seconds(std::max(1, vm["lifecycle-interval"].as<int>()));
+  lopts.day_seconds = std::max(1, vm["lifecycle-day"].as<int>());
+  lopts.multipart_max_age = std::chrono::seconds(std::max(0, vm["multipart-max-age"].as<int>()));
+  gateway::LifecycleJob lifecycle(**index, clock, lopts);
+  lifecycle.start();
 
   std::string endpoint =
       fmt::format("http://{}:{}", urlHost(gopts.listen_host), (*server)->port());
@@ -347,6 +352,7 @@ int serve(int argc, char** argv) {
   std::fflush(stdout);
 
   runUntilSignal(sigs, **server);
+  lifecycle.stop();
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
   server->reset();

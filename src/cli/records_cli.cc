@@ -400,9 +400,50 @@ int runAdminStats(const Invocation& inv) {
   return kOk;
 }
 
+void userOptions(po::options_description& o) {
+  o.add_options()("user-access-key", po::value<std::string>(),
+                  "add: the new user's access key (default: generated)")(
+      "user-secret-key", po::value<std::string>(),
+      "add: the new user's secret key (default: generated)");
+}
+
+// granary admin user add NAME | list | remove NAME: the admin API's /users.
+int runAdminUser(const Invocation& inv) {
+  const std::string& action = inv.args[0];
+  const bool named = action == "add" || action == "remove";
+  if (!(named && inv.args.size() == 2) && !(action == "list" && inv.args.size() == 1)) {
+    std::fprintf(stderr, "usage: granary admin user add NAME | list | remove NAME\n");
+    return kUsage;
+  }
+  S3Request req;
+  req.bucket = "_granary";
+  req.key = "admin/users";
+  if (named) req.key += "/" + inv.args[1];
+  if (action == "add") {
+    req.method = "PUT";
+    json body = json::object();
+    if (inv.has("user-access-key")) body["access_key"] = inv.opt("user-access-key");
+    if (inv.has("user-secret-key")) body["secret_key"] = inv.opt("user-secret-key");
+    req.body = body.dump();
+  } else if (action == "remove") {
+    req.method = "DELETE";
+  }
+  auto res = inv.call(req);
+  if (!res) return kFailed;
+  if (action == "remove") {
+    std::printf("removed user %s\n", inv.args[1].c_str());
+  } else {
+    std::fputs(res->body.c_str(), stdout);
+  }
+  return kOk;
+}
+
 constexpr Verb kAdminVerbs[] = {
     {"stats", "", "buckets, drives and the record index's rows and bytes (root only)", 0, 0,
      noOptions, runAdminStats},
+    {"user", "add NAME | list | remove NAME",
+     "manage named users: add prints the new keys (root only)", 1, 2, userOptions,
+     runAdminUser},
 };
 
 void usage(FILE* to, std::string_view tool, std::span<const Verb> verbs) {

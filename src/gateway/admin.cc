@@ -1,20 +1,58 @@
-// The admin API (/_granary/admin/, docs/operations.md): operator views, SigV4-signed with
-// the root user's key. For now: GET /_granary/admin/stats.
+// The admin API (/_granary/admin/, docs/operations.md): operator views and user management,
+// SigV4-signed with the root user's key (the router refuses everyone else).
+//   GET    /_granary/admin/stats
+//   GET    /_granary/admin/users
+//   PUT    /_granary/admin/users/<name>   [{"access_key": .., "secret_key": ..}]
+//   DELETE /_granary/admin/users/<name>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
+
+#include "granary/common/clock.h"
+#include "granary/common/random.h"
 #include "handlers.h"
+#include "uri.h"
 
 namespace granary::gateway {
+namespace {
 
-Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::string& op) {
-  if (req.path != "/_granary/admin/stats" || req.method != "GET") {
-    op = "Admin";
-    S3Response res = errorResponse({S3ErrorCode::kInvalidRequest, "Unknown admin request"}, req);
-    res.status = 404;
-    co_return res;
-  }
-  op = "AdminStats";
-  nlohmann::json out = nlohmann::json::object();
+using Json = nlohmann::json;
+
+constexpr std::string_view kUsersPath = "/_granary/admin/users";
+
+S3Response jsonResponse(const Json& j) {
+  S3Response res;
+  res.set("Content-Type", "application/json");
+  res.body = j.dump(2) + "\n";
+  return res;
+}
+
+S3Response invalid(const S3Request& req, std::string message) {
+  return errorResponse({S3ErrorCode::kInvalidArgument, std::move(message)}, req);
+}
+
+bool allOf(std::string_view s, bool (*ok)(char)) { return std::all_of(s.begin(), s.end(), ok); }
+
+// IAM's rules: names of 1-64 characters [A-Za-z0-9+=,.@_-]; access keys of 16-128
+// characters [A-Za-z0-9_]. Secrets: 8-128 printable ASCII characters, no spaces.
+bool validUserName(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && allOf(s, [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("+=,.@_-").find(c) !=
+                                                              std::string_view::npos;
+  });
+}
+bool validAccessKey(std::string_view s) {
+  return s.size() >= 16 && s.size() <= 128 && allOf(s, [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+bool validSecretKey(std::string_view s) {
+  return s.size() >= 8 && s.size() <= 128 && allOf(s, [](char c) { return c > ' ' && c < 127; });
+}
+
+Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
+  Json out = Json::object();
   Status failed;
   co_await offload(ctx.pool(), [&] {
     auto buckets = ctx.index().listBuckets();
@@ -29,9 +67,9 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::st
                            {"sets", r.sets},
                            {"dead_sets", r.dead_sets},
                            {"note", "RocksDB estimates; per container: HEAD x-granary-record-count"}};
-    nlohmann::json drives = nlohmann::json::array();
+    Json drives = Json::array();
     for (const auto& d : ctx.deps.map.drives) {
-      nlohmann::json j = {{"id", d.id}};
+      Json j = {{"id", d.id}};
       if (auto st = ctx.deps.chunks.stats(d.id)) {
         j["blobs"] = st->blobs;
         j["payload_bytes"] = st->payload_bytes;
@@ -48,9 +86,110 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::st
     return 0;
   });
   if (!failed.isOk()) co_return errorResponse(fromStatus(failed), req);
+  co_return jsonResponse(out);
+}
+
+Task<S3Response> listUsers(GatewayContext& ctx, const S3Request& req) {
+  auto users = co_await offload(ctx.pool(), [&] { return ctx.index().listUsers(); });
+  if (!users) co_return errorResponse(fromStatus(users.error()), req);
+  Json list = Json::array();
+  for (const auto& u : *users) {
+    list.push_back({{"name", u.name},
+                    {"access_key", u.access_key},
+                    {"created_unix_nanos", u.created_unix_nanos}});
+  }
+  co_return jsonResponse(Json{{"users", std::move(list)}});
+}
+
+Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string name,
+                         BodySource& body) {
+  if (!validUserName(name) || name == ctx.credentials.root().access_key) {
+    co_return invalid(req, "A user name is 1-64 characters of [A-Za-z0-9+=,.@_-]");
+  }
+  auto text = co_await readSmallBody(body, 16 * 1024);
+  if (!text) co_return errorResponse(text.error(), req, body);
+  index_kv::UserInfo user;
+  user.name = std::move(name);
+  if (text->find_first_not_of(" \t\r\n") != std::string::npos) {
+    Json j = Json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      co_return invalid(req, "The body must be a JSON object");
+    }
+    if (j.contains("access_key") && j["access_key"].is_string()) {
+      user.access_key = j["access_key"].get<std::string>();
+    }
+    if (j.contains("secret_key") && j["secret_key"].is_string()) {
+      user.secret_key = j["secret_key"].get<std::string>();
+    }
+  }
+  if (user.access_key.empty()) user.access_key = "GK" + randomAlphanumeric(ctx.deps.random, 18);
+  if (user.secret_key.empty()) user.secret_key = randomAlphanumeric(ctx.deps.random, 40);
+  if (!validAccessKey(user.access_key) || user.access_key == ctx.credentials.root().access_key) {
+    co_return invalid(req, "An access key is 16-128 characters of [A-Za-z0-9_], not the root's");
+  }
+  if (!validSecretKey(user.secret_key)) {
+    co_return invalid(req, "A secret key is 8-128 printable ASCII characters without spaces");
+  }
+  user.created_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUser(user); });
+  if (st.code() == Status::Code::kAlreadyExists) {
+    co_return errorResponse({S3ErrorCode::kEntityAlreadyExists, st.message()}, req);
+  }
+  if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
+  co_await refreshUsers(ctx);
+  co_return jsonResponse(Json{{"name", user.name},
+                              {"access_key", user.access_key},
+                              {"secret_key", user.secret_key}});
+}
+
+Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::string name) {
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().deleteUser(name); });
+  if (st.isNotFound()) {
+    co_return errorResponse({S3ErrorCode::kNoSuchEntity, "The user does not exist"}, req);
+  }
+  if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
+  co_await refreshUsers(ctx);
   S3Response res;
-  res.set("Content-Type", "application/json");
-  res.body = out.dump(2) + "\n";
+  res.status = 204;
+  co_return res;
+}
+
+}  // namespace
+
+Task<Status> refreshUsers(GatewayContext& ctx) {
+  auto users = co_await offload(ctx.pool(), [&] { return ctx.index().listUsers(); });
+  if (!users) co_return users.error();
+  ctx.credentials.setUsers(*users);
+  co_return Status::ok();
+}
+
+Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,
+                              std::string& op) {
+  const std::string_view path = req.path;
+  if (path == "/_granary/admin/stats" && req.method == "GET") {
+    op = "AdminStats";
+    co_return co_await adminStats(ctx, req);
+  }
+  if (path == kUsersPath && req.method == "GET") {
+    op = "AdminListUsers";
+    co_return co_await listUsers(ctx, req);
+  }
+  if (path.starts_with(kUsersPath) && path.size() > kUsersPath.size() + 1 &&
+      path[kUsersPath.size()] == '/') {
+    auto name = percentDecode(path.substr(kUsersPath.size() + 1), false);
+    if (!name) co_return invalid(req, "Invalid URI encoding");
+    if (req.method == "PUT") {
+      op = "AdminAddUser";
+      co_return co_await addUser(ctx, req, std::move(*name), body);
+    }
+    if (req.method == "DELETE") {
+      op = "AdminRemoveUser";
+      co_return co_await removeUser(ctx, req, std::move(*name));
+    }
+  }
+  op = "Admin";
+  S3Response res = errorResponse({S3ErrorCode::kInvalidRequest, "Unknown admin request"}, req);
+  res.status = 404;
   co_return res;
 }
 

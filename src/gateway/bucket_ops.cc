@@ -1,4 +1,5 @@
-// ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation.
+// ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, and the bucket
+// settings: ACL (canned private / public-read) and lifecycle configuration.
 #include <fmt/core.h>
 
 #include "granary/common/clock.h"
@@ -59,7 +60,7 @@ Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req) {
   if (!buckets) co_return errorResponse(fromStatus(buckets.error()), req);
   std::vector<index_kv::BucketInfo> mine;
   for (auto& b : *buckets) {
-    if (b.owner == req.principal) mine.push_back(std::move(b));
+    if (req.root || b.owner == req.principal) mine.push_back(std::move(b));
   }
   co_return xmlResponse(listBucketsXml(mine, req.principal));
 }
@@ -74,11 +75,14 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
   if (!xml) co_return errorResponse(xml.error(), req);
   auto location = parseCreateBucketConfiguration(*xml);
   if (!location) co_return errorResponse(location.error(), req);
+  auto public_read = cannedAclPublicRead(req);
+  if (!public_read) co_return errorResponse(public_read.error(), req);
 
   index_kv::BucketInfo info;
   info.name = req.bucket;
   info.owner = req.principal;
   info.created_unix_nanos = ctx.deps.clock.nowUnixNanos();
+  info.public_read = *public_read;
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createBucket(info); });
   if (st.code() == Status::Code::kAlreadyExists) {
     auto existing = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
@@ -138,6 +142,93 @@ Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const St
     co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
   }
   co_return S3Error{S3ErrorCode::kNoSuchKey, "The specified key does not exist."};
+}
+
+// ---- bucket settings -----------------------------------------------------------------
+
+namespace {
+
+// Reads the bucket, applies `change` to its settings, and writes them back.
+template <typename Change>
+Task<S3Result<index_kv::BucketInfo>> changeBucket(GatewayContext& ctx, const S3Request& req,
+                                                  Change change) {
+  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!bucket) co_return std::unexpected(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket));
+  change(*bucket);
+  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(*bucket); });
+  if (!st.isOk()) co_return std::unexpected(fromStatus(st, S3ErrorCode::kNoSuchBucket));
+  co_return std::move(*bucket);
+}
+
+}  // namespace
+
+S3Result<bool> cannedAclPublicRead(const S3Request& req) {
+  auto acl = req.header("x-amz-acl");
+  if (!acl || *acl == "private") return false;
+  if (*acl == "public-read") return true;
+  return s3fail(S3ErrorCode::kNotImplemented,
+                fmt::format("Canned ACL '{}' is not implemented (private and public-read are)",
+                            *acl));
+}
+
+Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
+}
+
+Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  auto xml = co_await readSmallBody(body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  S3Result<bool> public_read = false;
+  if (req.header("x-amz-acl")) {
+    if (xml->find_first_not_of(" \t\r\n") != std::string::npos) {
+      co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                               "Specify either x-amz-acl or an AccessControlPolicy body, "
+                               "not both"},
+                              req);
+    }
+    public_read = cannedAclPublicRead(req);
+  } else {
+    public_read = parseAccessControlPolicy(*xml);
+  }
+  if (!public_read) co_return errorResponse(public_read.error(), req);
+  auto changed = co_await changeBucket(
+      ctx, req, [&](index_kv::BucketInfo& b) { b.public_read = *public_read; });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  co_return S3Response{};
+}
+
+Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (b->lifecycle.empty()) {
+    co_return errorResponse({S3ErrorCode::kNoSuchLifecycleConfiguration,
+                             "The lifecycle configuration does not exist"},
+                            req);
+  }
+  co_return xmlResponse(lifecycleConfigurationXml(b->lifecycle));
+}
+
+Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
+                                    BodySource& body) {
+  auto xml = co_await readSmallBody(body, 1 << 20);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  auto rules = parseLifecycleConfiguration(*xml);
+  if (!rules) co_return errorResponse(rules.error(), req);
+  auto changed = co_await changeBucket(
+      ctx, req, [&](index_kv::BucketInfo& b) { b.lifecycle = std::move(*rules); });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  co_return S3Response{};
+}
+
+Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
+  auto changed =
+      co_await changeBucket(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
 }
 
 }  // namespace granary::gateway

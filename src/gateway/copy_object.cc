@@ -67,6 +67,11 @@ Task<Status> CopySink::flush() {
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
                                                   const CopySource& source) {
+  if (!req.root) {
+    if (auto denied = co_await authorizeRead(ctx, req, source.bucket)) {
+      co_return std::unexpected(*denied);
+    }
+  }
   auto src = co_await lookupObject(ctx, source.bucket, source.key);
   if (!src) {
     S3Request src_req = req;

@@ -1,16 +1,26 @@
-// Access keys known to this gateway. In this step: the root user only (from the
-// environment, or generated on first start and kept in the data directory).
-// Thread safety: immutable after construction.
+// Access keys known to this gateway: the root user (from the environment, or generated on
+// first start and kept in the data directory) and the named users of the index's `users`
+// table, which the gateway reloads periodically and after each admin change
+// (refreshUsers in admin.cc), so every gateway learns of users added through any other.
+// Thread safety: the root user is set before serving and immutable after; the named users
+// may be replaced while find() runs on any thread.
 #pragma once
 
 #include <map>
 #include <optional>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "granary/index_kv/index.h"
 
 namespace granary::gateway {
 
 struct UserCredentials {
+  // The identity that owns buckets: a named user's name, the root user's access key.
+  std::string name;
   std::string access_key;
   std::string secret_key;
   bool is_root = false;
@@ -18,14 +28,31 @@ struct UserCredentials {
 
 class CredentialStore {
  public:
-  void add(UserCredentials user) { users_[user.access_key] = std::move(user); }
+  void setRoot(std::string access_key, std::string secret_key) {
+    root_ = {access_key, std::move(access_key), std::move(secret_key), /*is_root=*/true};
+  }
+  const UserCredentials& root() const { return root_; }
+
+  void setUsers(const std::vector<index_kv::UserInfo>& users) {
+    std::map<std::string, UserCredentials, std::less<>> next;
+    for (const auto& u : users) {
+      next[u.access_key] = {u.name, u.access_key, u.secret_key, /*is_root=*/false};
+    }
+    std::unique_lock lock(mu_);
+    users_.swap(next);
+  }
+
   std::optional<UserCredentials> find(std::string_view access_key) const {
+    if (!root_.access_key.empty() && access_key == root_.access_key) return root_;
+    std::shared_lock lock(mu_);
     auto it = users_.find(access_key);
     if (it == users_.end()) return std::nullopt;
     return it->second;
   }
 
  private:
+  UserCredentials root_;
+  mutable std::shared_mutex mu_;
   std::map<std::string, UserCredentials, std::less<>> users_;
 };
 

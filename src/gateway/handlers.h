@@ -2,6 +2,7 @@
 // a parsed, authenticated request, and returns the response (or streams it itself).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,7 @@ struct GatewayContext {
   DataPath data;
   CredentialStore credentials;
   SigningKeyCache signing_keys;
+  std::atomic<size_t> connections{0};  // open client connections (the cap's count)
 
   index_kv::Index& index() { return deps.index; }
   WorkerPool& pool() { return deps.pool; }
@@ -43,12 +45,28 @@ struct RequestAuth {
 Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
                                BodySink& sink, std::string& op_name);
 
+// access.cc: nullopt if the request's sender may do what it asks (AccessDenied
+// otherwise); authorizeRead: may it read objects of `bucket` (a copy's source)?
+Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req);
+Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
+                                           std::string_view bucket);
+
 // bucket_ops.cc
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySource& body);
 Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req);
+// bucket_config.cc: ?acl (canned private / public-read) and ?lifecycle.
+Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
+                                    BodySource& body);
+Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req);
+// The x-amz-acl header of CreateBucket / PutBucketAcl: public-read or not; NotImplemented
+// for canned ACLs other than private and public-read.
+S3Result<bool> cannedAclPublicRead(const S3Request& req);
 // list_objects.cc
 Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req);
 // put_object.cc
@@ -98,7 +116,10 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
 Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, BodySource& body);
 
 // admin.cc: /_granary/admin/ requests of an authenticated root user.
-Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, std::string& op);
+Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,
+                              std::string& op);
+// Reloads the named users from the index into ctx.credentials.
+Task<Status> refreshUsers(GatewayContext& ctx);
 
 // Reads the whole (small) request body, refusing more than `limit` bytes.
 Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);

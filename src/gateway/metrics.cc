@@ -17,6 +17,17 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      .Help("S3 requests being served now")
                      .Register(registry)
                      .Add({})),
+      connections_(prometheus::BuildGauge()
+                       .Name("granary_s3_connections")
+                       .Help("Client connections open now")
+                       .Register(registry)
+                       .Add({})),
+      connections_refused_(prometheus::BuildCounter()
+                               .Name("granary_s3_connections_refused_total")
+                               .Help("Connections answered 503 SlowDown and closed: the "
+                                     "connection cap (--max-connections) was reached")
+                               .Register(registry)
+                               .Add({})),
       bytes_in_(prometheus::BuildCounter()
                     .Name("granary_s3_received_bytes_total")
                     .Help("Object payload bytes received")

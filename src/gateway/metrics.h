@@ -23,6 +23,9 @@ class GatewayMetrics {
   void observe(std::string_view op, int status, double seconds);
   void requestStarted() { in_flight_.Increment(); }
   void requestFinished() { in_flight_.Decrement(); }
+  void connectionOpened() { connections_.Increment(); }
+  void connectionClosed() { connections_.Decrement(); }
+  void connectionRefused() { connections_refused_.Increment(); }
   void bytesIn(uint64_t n) { bytes_in_.Increment(static_cast<double>(n)); }
   void bytesOut(uint64_t n) { bytes_out_.Increment(static_cast<double>(n)); }
   prometheus::Registry& registry() { return registry_; }
@@ -39,6 +42,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Gauge& in_flight_;
+  prometheus::Gauge& connections_;
+  prometheus::Counter& connections_refused_;
   prometheus::Counter& bytes_in_;
   prometheus::Counter& bytes_out_;
   prometheus::Counter& degraded_stripes_;

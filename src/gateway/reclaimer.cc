@@ -97,20 +97,11 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
 }
 
 void Reclaimer::start() {
-  std::lock_guard lock(mu_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] { loop(); });
+  next_sweep_ = std::chrono::steady_clock::now() + options_.sweep_interval;
+  thread_.start(options_.gc_interval, [this] { pass(); });
 }
 
-void Reclaimer::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void Reclaimer::stop() { thread_.stop(); }
 
 Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
   std::lock_guard pass(pass_mu_);
@@ -121,23 +112,15 @@ Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
   return index_.collectRecordGarbage(200000, orphan_before);
 }
 
-void Reclaimer::loop() {
-  auto next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, options_.gc_interval, [this] { return stopping_; });
-    if (stopping_) break;
-    lock.unlock();
-    if (auto r = collectGarbage(); !r) log::warn("gc pass failed: {}", r.error().toString());
-    const bool sweep = std::chrono::steady_clock::now() >= next_sweep;
-    if (auto r = collectRecords(sweep); !r) {
-      log::warn("record gc pass failed: {}", r.error().toString());
-    }
-    if (sweep) {
-      if (auto r = sweepOrphans(); !r) log::warn("sweep failed: {}", r.error().toString());
-      next_sweep = std::chrono::steady_clock::now() + options_.sweep_interval;
-    }
-    lock.lock();
+void Reclaimer::pass() {
+  if (auto r = collectGarbage(); !r) log::warn("gc pass failed: {}", r.error().toString());
+  const bool sweep = std::chrono::steady_clock::now() >= next_sweep_;
+  if (auto r = collectRecords(sweep); !r) {
+    log::warn("record gc pass failed: {}", r.error().toString());
+  }
+  if (sweep) {
+    if (auto r = sweepOrphans(); !r) log::warn("sweep failed: {}", r.error().toString());
+    next_sweep_ = std::chrono::steady_clock::now() + options_.sweep_interval;
   }
 }
 

@@ -56,6 +56,12 @@ std::string_view errorName(S3ErrorCode code) {
       return "NoSuchKey";
     case S3ErrorCode::kNoSuchUpload:
       return "NoSuchUpload";
+    case S3ErrorCode::kNoSuchLifecycleConfiguration:
+      return "NoSuchLifecycleConfiguration";
+    case S3ErrorCode::kEntityAlreadyExists:
+      return "EntityAlreadyExists";
+    case S3ErrorCode::kNoSuchEntity:
+      return "NoSuchEntity";
     case S3ErrorCode::kInvalidPart:
       return "InvalidPart";
     case S3ErrorCode::kInvalidPartOrder:
@@ -98,7 +104,10 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kNoSuchBucket:
     case S3ErrorCode::kNoSuchKey:
     case S3ErrorCode::kNoSuchUpload:
+    case S3ErrorCode::kNoSuchLifecycleConfiguration:
+    case S3ErrorCode::kNoSuchEntity:
       return 404;
+    case S3ErrorCode::kEntityAlreadyExists:
     case S3ErrorCode::kBucketNotEmpty:
     case S3ErrorCode::kBucketAlreadyOwnedByYou:
     case S3ErrorCode::kBucketAlreadyExists:

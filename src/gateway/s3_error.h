@@ -36,6 +36,9 @@ enum class S3ErrorCode {
   kNoSuchBucket,
   kNoSuchKey,
   kNoSuchUpload,
+  kNoSuchLifecycleConfiguration,
+  kEntityAlreadyExists,  // admin API (IAM's name): the user exists
+  kNoSuchEntity,         // admin API (IAM's name): no such user
   kInvalidPart,
   kInvalidPartOrder,
   kEntityTooSmall,

@@ -30,7 +30,10 @@ struct S3Request {
   HeaderList headers;  // lower-case names
   std::optional<uint64_t> content_length;
   std::string request_id;
-  std::string principal;  // authenticated access key ("" = anonymous)
+  // Who sent it: the owner identity of the authenticated user (UserCredentials::name),
+  // "" for an anonymous request; `root` for the root user.
+  std::string principal;
+  bool root = false;
 
   // First value of a header (lower-case name), or nullopt.
   std::optional<std::string_view> header(std::string_view name) const;

@@ -3,6 +3,8 @@
 #include <pugixml.hpp>
 
 #include <charconv>
+#include <ctime>
+#include <set>
 #include <sstream>
 
 #include "time_format.h"
@@ -29,6 +31,14 @@ pugi::xml_node root(pugi::xml_document& doc, const char* name, bool with_namespa
 
 void text(pugi::xml_node parent, const char* name, std::string_view value) {
   parent.append_child(name).text().set(std::string(value).c_str());
+}
+
+// <who><ID>id</ID><DisplayName>id</DisplayName></who>: an owner, initiator or grantee.
+pugi::xml_node identity(pugi::xml_node parent, const char* who, std::string_view id) {
+  auto node = parent.append_child(who);
+  text(node, "ID", id);
+  text(node, "DisplayName", id);
+  return node;
 }
 
 // "\"etag\"" (built by appending: g++ 12 warns falsely on operator+ chains here).
@@ -76,9 +86,7 @@ std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
                            std::string_view owner_id) {
   pugi::xml_document doc;
   auto r = root(doc, "ListAllMyBucketsResult");
-  auto owner = r.append_child("Owner");
-  text(owner, "ID", owner_id);
-  text(owner, "DisplayName", owner_id);
+  identity(r, "Owner", owner_id);
   auto list = r.append_child("Buckets");
   for (const auto& b : buckets) {
     auto node = list.append_child("Bucket");
@@ -117,9 +125,7 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
     text(c, "Size", std::to_string(o.size));
     text(c, "StorageClass", "STANDARD");
     if (p.fetch_owner || p.version == 1) {
-      auto owner = c.append_child("Owner");
-      text(owner, "ID", p.owner_id);
-      text(owner, "DisplayName", p.owner_id);
+      identity(c, "Owner", p.owner_id);
     }
   }
   for (const auto& prefix : result.common_prefixes) {
@@ -265,11 +271,7 @@ std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::P
   text(r, "Bucket", p.bucket);
   text(r, "Key", p.key);
   text(r, "UploadId", p.upload_id);
-  for (const char* who : {"Initiator", "Owner"}) {
-    auto owner = r.append_child(who);
-    text(owner, "ID", p.owner_id);
-    text(owner, "DisplayName", p.owner_id);
-  }
+  for (const char* who : {"Initiator", "Owner"}) identity(r, who, p.owner_id);
   text(r, "StorageClass", "STANDARD");
   text(r, "PartNumberMarker", std::to_string(p.part_number_marker));
   if (!parts.empty()) text(r, "NextPartNumberMarker", std::to_string(parts.back().part_number));
@@ -307,13 +309,236 @@ std::string listMultipartUploadsXml(const ListUploadsParams& p,
     auto c = r.append_child("Upload");
     text(c, "Key", u.key);
     text(c, "UploadId", u.upload_id);
-    for (const char* who : {"Initiator", "Owner"}) {
-      auto owner = c.append_child(who);
-      text(owner, "ID", u.owner);
-      text(owner, "DisplayName", u.owner);
-    }
+    for (const char* who : {"Initiator", "Owner"}) identity(c, who, u.owner);
     text(c, "StorageClass", "STANDARD");
     text(c, "Initiated", isoTimestamp(u.initiated_unix_nanos));
+  }
+  return serialize(doc);
+}
+
+// ---- bucket configuration ------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kAllUsersUri = "http://acs.amazonaws.com/groups/global/AllUsers";
+
+std::unexpected<S3Error> notImplemented(std::string message) {
+  return s3fail(S3ErrorCode::kNotImplemented, std::move(message));
+}
+
+std::unexpected<S3Error> invalidArgument(std::string message) {
+  return s3fail(S3ErrorCode::kInvalidArgument, std::move(message));
+}
+
+// A positive decimal count of days, at most 100,000 (so that days in nanoseconds cannot
+// overflow int64).
+std::optional<int64_t> parseDays(std::string_view s) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v <= 0 || v > 100'000) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// "2026-01-01T00:00:00Z" or "...00.000Z" (S3 requires midnight UTC): Unix seconds.
+std::optional<int64_t> parseMidnightDate(std::string_view s) {
+  if (!s.empty() && s.back() == 'Z') s.remove_suffix(1);
+  if (s.ends_with(".000")) s.remove_suffix(4);
+  if (s.size() == 10) {
+    // A bare date is accepted too.
+  } else if (s.size() != 19 || s.substr(10) != "T00:00:00") {
+    return std::nullopt;
+  }
+  int y = 0, m = 0, d = 0;
+  auto num = [&](size_t pos, size_t len, int& out) {
+    auto [end, ec] = std::from_chars(s.data() + pos, s.data() + pos + len, out);
+    return ec == std::errc() && end == s.data() + pos + len;
+  };
+  if (!num(0, 4, y) || s[4] != '-' || !num(5, 2, m) || s[7] != '-' || !num(8, 2, d)) {
+    return std::nullopt;
+  }
+  if (m < 1 || m > 12 || d < 1 || d > 31) return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = m - 1;
+  tm.tm_mday = d;
+  std::tm check = tm;
+  const time_t t = timegm(&check);
+  if (check.tm_mday != d) return std::nullopt;  // 31 February and friends
+  return static_cast<int64_t>(t);
+}
+
+std::string midnightDate(int64_t unix_seconds) {
+  const time_t t = static_cast<time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT00:00:00.000Z", &tm);
+  return buf;
+}
+
+S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t ordinal) {
+  index_kv::LifecycleRule rule;
+  for (pugi::xml_node child : node.children()) {
+    if (child.type() != pugi::node_element) continue;
+    const std::string_view name = child.name();
+    if (name == "ID" || name == "Status" || name == "Prefix" || name == "Filter" ||
+        name == "Expiration" || name == "AbortIncompleteMultipartUpload") {
+      continue;
+    }
+    if (name == "Transition" || name == "NoncurrentVersionTransition" ||
+        name == "NoncurrentVersionExpiration") {
+      return notImplemented(std::string("Lifecycle action ") + child.name() +
+                            " is not implemented (no storage classes or versioning)");
+    }
+    return malformedXml();
+  }
+  rule.id = node.child("ID").text().as_string();
+  if (rule.id.size() > 255) return invalidArgument("ID length should not exceed allowed limit of 255");
+  if (rule.id.empty()) rule.id = "rule-" + std::to_string(ordinal + 1);
+  const std::string status = node.child("Status").text().as_string();
+  if (status != "Enabled" && status != "Disabled") return malformedXml();
+  rule.enabled = status == "Enabled";
+  if (pugi::xml_node filter = node.child("Filter")) {
+    if (node.child("Prefix")) return malformedXml();  // one or the other
+    for (pugi::xml_node f : filter.children()) {
+      if (f.type() != pugi::node_element) continue;
+      if (std::string_view(f.name()) != "Prefix") {
+        return notImplemented(std::string("Lifecycle filter ") + f.name() +
+                              " is not implemented (prefix filters only)");
+      }
+    }
+    rule.prefix = filter.child("Prefix").text().as_string();
+  } else {
+    rule.prefix = node.child("Prefix").text().as_string();
+  }
+  if (pugi::xml_node exp = node.child("Expiration")) {
+    if (exp.child("ExpiredObjectDeleteMarker")) {
+      return notImplemented("ExpiredObjectDeleteMarker is not implemented (no versioning)");
+    }
+    const bool has_days = exp.child("Days");
+    const bool has_date = exp.child("Date");
+    if (has_days == has_date) return malformedXml();
+    if (has_days) {
+      rule.expiration_days = parseDays(exp.child("Days").text().as_string());
+      if (!rule.expiration_days) {
+        return invalidArgument("'Days' for Expiration action must be a positive integer");
+      }
+    } else {
+      rule.expiration_date_unix = parseMidnightDate(exp.child("Date").text().as_string());
+      if (!rule.expiration_date_unix) {
+        return invalidArgument("'Date' must be at midnight GMT");
+      }
+    }
+  }
+  if (pugi::xml_node abort = node.child("AbortIncompleteMultipartUpload")) {
+    rule.abort_incomplete_days = parseDays(abort.child("DaysAfterInitiation").text().as_string());
+    if (!rule.abort_incomplete_days) {
+      return invalidArgument("'DaysAfterInitiation' for AbortIncompleteMultipartUpload action "
+                             "must be a positive integer");
+    }
+  }
+  if (!rule.expiration_days && !rule.expiration_date_unix && !rule.abort_incomplete_days) {
+    return invalidArgument("At least one action needs to be specified in a rule");
+  }
+  return rule;
+}
+
+}  // namespace
+
+std::string bucketAclXml(std::string_view owner_id, bool public_read) {
+  pugi::xml_document doc;
+  auto r = root(doc, "AccessControlPolicy");
+  identity(r, "Owner", owner_id);
+  auto list = r.append_child("AccessControlList");
+  auto grant = [&](const char* type) {
+    auto g = list.append_child("Grant");
+    auto grantee = g.append_child("Grantee");
+    grantee.append_attribute("xmlns:xsi") = "http://www.w3.org/2001/XMLSchema-instance";
+    grantee.append_attribute("xsi:type") = type;
+    return std::pair{g, grantee};
+  };
+  auto [full, owner_grantee] = grant("CanonicalUser");
+  text(owner_grantee, "ID", owner_id);
+  text(owner_grantee, "DisplayName", owner_id);
+  text(full, "Permission", "FULL_CONTROL");
+  if (public_read) {
+    auto [read, all_users] = grant("Group");
+    text(all_users, "URI", kAllUsersUri);
+    text(read, "Permission", "READ");
+  }
+  return serialize(doc);
+}
+
+S3Result<bool> parseAccessControlPolicy(std::string_view body) {
+  pugi::xml_document doc;
+  auto policy = parseRoot(doc, body, "AccessControlPolicy");
+  if (!policy) return std::unexpected(policy.error());
+  bool public_read = false;
+  for (pugi::xml_node g : policy->child("AccessControlList").children("Grant")) {
+    pugi::xml_node grantee = g.child("Grantee");
+    const std::string_view permission = g.child("Permission").text().as_string();
+    if (!grantee || permission.empty()) return malformedXml();
+    const std::string_view uri = grantee.child("URI").text().as_string();
+    if (uri == kAllUsersUri) {
+      if (permission != "READ") {
+        return notImplemented("Only READ can be granted to AllUsers (public-read)");
+      }
+      public_read = true;
+    } else if (!uri.empty() || grantee.child("EmailAddress")) {
+      return notImplemented("Grants to other groups or accounts are not implemented");
+    } else if (permission != "FULL_CONTROL") {
+      return notImplemented("Grants to other accounts are not implemented");
+    }
+  }
+  return public_read;
+}
+
+S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
+    std::string_view body) {
+  pugi::xml_document doc;
+  auto cfg = parseRoot(doc, body, "LifecycleConfiguration");
+  if (!cfg) return std::unexpected(cfg.error());
+  std::vector<index_kv::LifecycleRule> rules;
+  std::set<std::string> ids;
+  for (pugi::xml_node node : cfg->children()) {
+    if (node.type() != pugi::node_element) continue;
+    if (std::string_view(node.name()) != "Rule") return malformedXml();
+    if (rules.size() == kMaxLifecycleRules) {
+      return invalidArgument("A lifecycle configuration has at most 1000 rules");
+    }
+    auto rule = parseLifecycleRule(node, rules.size());
+    if (!rule) return std::unexpected(rule.error());
+    if (!ids.insert(rule->id).second) {
+      return invalidArgument("Rule ID must be unique. Found same ID for more than one rule");
+    }
+    rules.push_back(std::move(*rule));
+  }
+  if (rules.empty()) return malformedXml();
+  return rules;
+}
+
+std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules) {
+  pugi::xml_document doc;
+  auto r = root(doc, "LifecycleConfiguration");
+  for (const auto& rule : rules) {
+    auto node = r.append_child("Rule");
+    text(node, "ID", rule.id);
+    text(node.append_child("Filter"), "Prefix", rule.prefix);
+    text(node, "Status", rule.enabled ? "Enabled" : "Disabled");
+    if (rule.expiration_days || rule.expiration_date_unix) {
+      auto exp = node.append_child("Expiration");
+      if (rule.expiration_days) {
+        text(exp, "Days", std::to_string(*rule.expiration_days));
+      } else {
+        text(exp, "Date", midnightDate(*rule.expiration_date_unix));
+      }
+    }
+    if (rule.abort_incomplete_days) {
+      text(node.append_child("AbortIncompleteMultipartUpload"), "DaysAfterInitiation",
+           std::to_string(*rule.abort_incomplete_days));
+    }
   }
   return serialize(doc);
 }

@@ -65,6 +65,26 @@ std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool qui
 // location constraint ("" if absent). Empty body is fine. MalformedXML otherwise.
 S3Result<std::string> parseCreateBucketConfiguration(std::string_view body);
 
+// --- Bucket configuration.
+
+// GetBucketAcl: the owner's FULL_CONTROL grant, plus READ for AllUsers when public-read.
+std::string bucketAclXml(std::string_view owner_id, bool public_read);
+// PutBucketAcl's <AccessControlPolicy> body: true if it grants READ to AllUsers (s3cmd's
+// setacl --acl-public). MalformedXML for bad XML; NotImplemented for a grant Granary cannot
+// honour (other grantees, or other permissions for AllUsers).
+S3Result<bool> parseAccessControlPolicy(std::string_view body);
+
+inline constexpr size_t kMaxLifecycleRules = 1000;
+// <LifecycleConfiguration><Rule>...: Expiration (Days or Date) and
+// AbortIncompleteMultipartUpload actions, filtered by key prefix (Filter/Prefix or the
+// older Rule/Prefix). MalformedXML for bad XML, a missing or unknown Status, or no rules;
+// InvalidArgument for a non-positive Days, a Date that is not midnight UTC, a duplicate
+// ID or a rule without an action; NotImplemented for what the lifecycle job does not
+// apply (transitions, noncurrent versions, tag and size filters, delete markers).
+S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
+    std::string_view body);
+std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules);
+
 // --- Multipart uploads.
 std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id);

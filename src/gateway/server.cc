@@ -2,6 +2,7 @@
 // each with its own SO_REUSEPORT acceptor so a connection stays on one thread. Everything
 // S3 lives behind handleRequest(); this file only moves bytes and enforces timeouts.
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -275,7 +276,41 @@ Task<bool> drain(BeastBodySource& body, size_t limit) {
   co_return body.done();
 }
 
+// Answers a connection over the cap with 503 SlowDown, then closes it gently: the
+// request is read and dropped (up to a second), so the client gets the answer, not a
+// reset.
+Task<void> refuseConnection(tcp::socket socket) {
+  static const std::string kResponse = [] {
+    const std::string body =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
+        "<Message>Too many connections; reduce your request rate.</Message></Error>";
+    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+           "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  beast::tcp_stream stream(std::move(socket));
+  beast::error_code ec;
+  stream.expires_after(std::chrono::seconds(1));
+  co_await asio::async_write(stream, asio::buffer(kResponse), kRedirect(ec));
+  if (!ec) {
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    char scratch[4096];
+    while (!ec) {
+      co_await stream.async_read_some(asio::buffer(scratch), kRedirect(ec));
+    }
+  }
+  stream.socket().close(ec);
+}
+
 Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log) {
+  ctx.metrics.connectionOpened();
+  struct Closed {
+    GatewayContext& ctx;
+    ~Closed() {
+      ctx.connections.fetch_sub(1, std::memory_order_relaxed);
+      ctx.metrics.connectionClosed();
+    }
+  } closed{ctx};
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
@@ -358,7 +393,7 @@ class BeastGatewayServer final : public GatewayServer {
   BeastGatewayServer(const GatewayOptions& options, GatewayDeps deps,
                      std::unique_ptr<ec::ErasureCode> code)
       : code_(std::move(code)), ctx_(options, deps, *code_), access_log_(options.access_log) {
-    ctx_.credentials.add({deps.root.access_key, deps.root.secret_key, /*is_root=*/true});
+    ctx_.credentials.setRoot(deps.root.access_key, deps.root.secret_key);
   }
 
   Status bind() {
@@ -392,10 +427,19 @@ class BeastGatewayServer final : public GatewayServer {
 
   uint16_t port() const override { return port_; }
 
+  // The named users, before the first request.
+  Status loadUsers() {
+    auto users = ctx_.index().listUsers();
+    if (!users) return users.error();
+    ctx_.credentials.setUsers(*users);
+    return Status::ok();
+  }
+
   void run() override {
     for (size_t i = 0; i < contexts_.size(); ++i) {
       asio::co_spawn(*contexts_[i], acceptLoop(acceptors_[i]), asio::detached);
     }
+    asio::co_spawn(*contexts_[0], refreshUsersLoop(), asio::detached);
     std::vector<std::thread> threads;
     for (size_t i = 1; i < contexts_.size(); ++i) {
       threads.emplace_back([this, i] { contexts_[i]->run(); });
@@ -409,6 +453,19 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
  private:
+  Task<void> refreshUsersLoop() {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+      timer.expires_after(std::chrono::seconds(std::max(1, ctx_.options.users_refresh_seconds)));
+      beast::error_code ec;
+      co_await timer.async_wait(kRedirect(ec));
+      if (ec) co_return;
+      if (Status st = co_await refreshUsers(ctx_); !st.isOk()) {
+        log::warn("reloading users: {}", st.toString());
+      }
+    }
+  }
+
   Task<void> acceptLoop(tcp::acceptor& acceptor) {
     for (;;) {
       beast::error_code ec;
@@ -419,6 +476,14 @@ class BeastGatewayServer final : public GatewayServer {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
+      if (ctx_.connections.fetch_add(1, std::memory_order_relaxed) >=
+          ctx_.options.max_connections) {
+        ctx_.connections.fetch_sub(1, std::memory_order_relaxed);
+        ctx_.metrics.connectionRefused();
+        asio::co_spawn(acceptor.get_executor(), refuseConnection(std::move(socket)),
+                       asio::detached);
+        continue;
+      }
       asio::co_spawn(acceptor.get_executor(), session(std::move(socket), ctx_, access_log_),
                      [](std::exception_ptr e) {
                        if (!e) return;
@@ -446,7 +511,8 @@ Result<std::unique_ptr<GatewayServer>> GatewayServer::create(const GatewayOption
   auto code = ec::ErasureCode::create(deps.map.ec);
   if (!code) return fail(code.error());
   auto server = std::make_unique<BeastGatewayServer>(options, deps, std::move(*code));
-  Status st = server->bind();
+  Status st = server->loadUsers();
+  if (st.isOk()) st = server->bind();
   if (!st.isOk()) return fail(st);
   return std::unique_ptr<GatewayServer>(std::move(server));
 }

@@ -100,6 +100,11 @@ std::map<std::string, std::string> asStringMap(const Json& j) {
   return out;
 }
 
+bool asBool(const Json& j) {
+  if (!j.is_boolean()) throw DecodeError("expected a boolean");
+  return j.get<bool>();
+}
+
 const Json& asArray(const Json& j) {
   if (!j.is_array()) throw DecodeError("expected an array");
   return j;
@@ -329,6 +334,21 @@ std::string encodeBucket(const BucketInfo& bucket) {
   j["c"] = bucket.created_unix_nanos;
   if (!bucket.index_format.empty()) j["ix"] = bucket.index_format;
   if (!bucket.index_key.empty()) j["ik"] = bucket.index_key;
+  if (bucket.public_read) j["pr"] = true;
+  if (!bucket.lifecycle.empty()) {
+    Json rules = Json::array();
+    for (const LifecycleRule& r : bucket.lifecycle) {
+      Json rule = Json::object();
+      rule["id"] = r.id;
+      rule["on"] = r.enabled;
+      rule["p"] = r.prefix;
+      if (r.expiration_days) rule["ed"] = *r.expiration_days;
+      if (r.expiration_date_unix) rule["et"] = *r.expiration_date_unix;
+      if (r.abort_incomplete_days) rule["ad"] = *r.abort_incomplete_days;
+      rules.push_back(std::move(rule));
+    }
+    j["lc"] = std::move(rules);
+  }
   return toCbor(j);
 }
 
@@ -341,7 +361,41 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
     b.created_unix_nanos = asI64(field(j, "c"));
     if (const Json* f = findField(j, "ix")) b.index_format = asString(*f);
     if (const Json* f = findField(j, "ik")) b.index_key = asString(*f);
+    if (const Json* f = findField(j, "pr")) b.public_read = asBool(*f);
+    if (const Json* f = findField(j, "lc")) {
+      for (const Json& rule : asArray(*f)) {
+        LifecycleRule r;
+        r.id = asString(field(rule, "id"));
+        r.enabled = asBool(field(rule, "on"));
+        r.prefix = asString(field(rule, "p"));
+        if (const Json* v = findField(rule, "ed")) r.expiration_days = asI64(*v);
+        if (const Json* v = findField(rule, "et")) r.expiration_date_unix = asI64(*v);
+        if (const Json* v = findField(rule, "ad")) r.abort_incomplete_days = asI64(*v);
+        b.lifecycle.push_back(std::move(r));
+      }
+    }
     return b;
+  });
+}
+
+std::string encodeUser(const UserInfo& user) {
+  Json j = Json::object();
+  j["n"] = user.name;
+  j["a"] = user.access_key;
+  j["s"] = user.secret_key;
+  j["c"] = user.created_unix_nanos;
+  return toCbor(j);
+}
+
+Result<UserInfo> decodeUser(std::string_view value) {
+  return guarded<UserInfo>("user", [&] {
+    Json j = parseCbor(value);
+    UserInfo u;
+    u.name = asString(field(j, "n"));
+    u.access_key = asString(field(j, "a"));
+    u.secret_key = asString(field(j, "s"));
+    u.created_unix_nanos = asI64(field(j, "c"));
+    return u;
   });
 }
 

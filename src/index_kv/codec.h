@@ -75,6 +75,9 @@ std::string prefixSuccessor(std::string_view prefix);
 std::string encodeBucket(const BucketInfo& bucket);
 Result<BucketInfo> decodeBucket(std::string_view value);
 
+std::string encodeUser(const UserInfo& user);
+Result<UserInfo> decodeUser(std::string_view value);
+
 // The summary value does not repeat the key: decodeSummary takes it from the caller.
 std::string encodeSummary(const ObjectSummary& summary);
 Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value);

@@ -21,6 +21,7 @@ inline constexpr const char* kRecordsCf = "records";
 inline constexpr const char* kRecordSetsCf = "record_sets";
 inline constexpr const char* kRecordOrderCf = "record_order";
 inline constexpr const char* kRecordGcCf = "record_gc";
+inline constexpr const char* kUsersCf = "users";
 
 // Handles owned by the index; valid while its DB is open.
 struct ColumnFamilies {
@@ -35,6 +36,7 @@ struct ColumnFamilies {
   rocksdb::ColumnFamilyHandle* record_sets = nullptr;
   rocksdb::ColumnFamilyHandle* record_order = nullptr;
   rocksdb::ColumnFamilyHandle* record_gc = nullptr;
+  rocksdb::ColumnFamilyHandle* users = nullptr;
 };
 
 // kInvalidArgument unless the bucket name is non-empty and free of '/' (the key layouts

@@ -33,6 +33,8 @@ void BatchBuilder::apply(CommitRequest& req) {
       case CommitRequest::Kind::kAttachRecords: st = attachRecords(req); break;
       case CommitRequest::Kind::kAbandonRecords: st = abandonRecords(req); break;
       case CommitRequest::Kind::kRecordGcDone: st = recordGcDone(req); break;
+      case CommitRequest::Kind::kCreateUser: st = createUser(req); break;
+      case CommitRequest::Kind::kDeleteUser: st = deleteUser(req); break;
     }
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
@@ -200,6 +202,51 @@ Status BatchBuilder::updateBucket(CommitRequest& req) {
   std::string encoded = encodeBucket(updated);
   GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, encoded));
   buckets_[req.bucket] = std::move(encoded);
+  return Status::ok();
+}
+
+// ---- users ---------------------------------------------------------------------------
+
+Result<std::map<std::string, UserInfo>> BatchBuilder::loadUsers() {
+  std::map<std::string, UserInfo> users;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.users));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto user = decodeUser(it->value().ToStringView());
+    if (!user) return fail(user.error());
+    users.emplace(it->key().ToString(), std::move(*user));
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading users"));
+  for (const auto& [name, row] : users_) {
+    if (row) {
+      users[name] = *row;
+    } else {
+      users.erase(name);
+    }
+  }
+  return users;
+}
+
+Status BatchBuilder::createUser(CommitRequest& req) {
+  // Users are few and rarely written: a scan keeps both the name and the access key unique.
+  auto users = loadUsers();
+  if (!users) return users.error();
+  if (users->contains(req.key)) return Status::alreadyExists("user " + req.key + " exists");
+  for (const auto& [name, user] : *users) {
+    if (user.access_key == req.user->access_key) {
+      return Status::alreadyExists("access key already belongs to user " + name);
+    }
+  }
+  GRANARY_STAGE(batch_.Put(cfs_.users, req.key, encodeUser(*req.user)));
+  users_[req.key] = *req.user;
+  return Status::ok();
+}
+
+Status BatchBuilder::deleteUser(CommitRequest& req) {
+  auto users = loadUsers();
+  if (!users) return users.error();
+  if (!users->contains(req.key)) return Status::notFound("no user " + req.key);
+  GRANARY_STAGE(batch_.Delete(cfs_.users, req.key));
+  users_[req.key] = std::nullopt;
   return Status::ok();
 }
 

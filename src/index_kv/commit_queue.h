@@ -46,6 +46,8 @@ struct CommitRequest {
     kAttachRecords,
     kAbandonRecords,
     kRecordGcDone,
+    kCreateUser,
+    kDeleteUser,
   };
   Kind kind = Kind::kCreateBucket;
   std::string bucket;     // every kind but kGcDone
@@ -71,6 +73,7 @@ struct CommitRequest {
   VersionId container_version;
   RecordIndexInfo record_info;
   std::string record_gc_value;
+  std::optional<UserInfo> user;  // kCreateUser (key: the user's name; kDeleteUser too)
 
   // Outcome, set by the committer before `done` is fulfilled.
   Status status;
@@ -111,6 +114,10 @@ class BatchBuilder {
   Status attachRecords(CommitRequest& req);
   Status abandonRecords(CommitRequest& req);
   Status recordGcDone(CommitRequest& req);
+  Status createUser(CommitRequest& req);
+  Status deleteUser(CommitRequest& req);
+  // Every user: the DB's rows with this batch's writes applied.
+  Result<std::map<std::string, UserInfo>> loadUsers();
   // Stages "set is dead" (record_gc row) unless already staged in this batch.
   Status markRecordSetDead(const VersionId& set);
   // False if the set is dead, or has no record_sets row (never written or removed).
@@ -162,6 +169,7 @@ class BatchBuilder {
   std::map<std::string, bool> upload_ids_;                       // upload id -> taken
   std::map<std::string, std::optional<PartInfo>> parts_;         // parts key -> row
   std::set<VersionId> dead_sets_;                                // record sets marked dead
+  std::map<std::string, std::optional<UserInfo>> users_;         // name -> row (nullopt: gone)
   std::vector<VersionId> dead_added_;  // by the request being applied (undone on failure)
   std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch
 };

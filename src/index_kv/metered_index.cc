@@ -18,7 +18,7 @@ enum Op {
   kGetObject, kDeleteObject, kListObjects, kGcDue, kGcDone, kBlobReferenced, kCreateUpload,
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
-  kSetRecords, kRecordGc, kOpCount
+  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -27,7 +27,8 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_upload",  "get_upload",       "put_part",        "list_parts",
     "list_uploads",   "complete_upload",  "abort_upload",    "create_record_set",
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
-    "set_records",    "record_gc"};
+    "set_records",    "record_gc",        "create_user",     "list_users",
+    "delete_user"};
 
 bool failed(const Status& st) {
   return !st.isOk() && !st.isNotFound() && st.code() != Status::Code::kPreconditionFailed;
@@ -77,6 +78,15 @@ class MeteredIndex final : public Index {
   }
   Status deleteBucket(std::string_view name) override {
     return timed(kDeleteBucket, [&] { return inner_->deleteBucket(name); });
+  }
+  Status createUser(const UserInfo& u) override {
+    return timed(kCreateUser, [&] { return inner_->createUser(u); });
+  }
+  Result<std::vector<UserInfo>> listUsers() override {
+    return timed(kListUsers, [&] { return inner_->listUsers(); });
+  }
+  Status deleteUser(std::string_view name) override {
+    return timed(kDeleteUser, [&] { return inner_->deleteUser(name); });
   }
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
                                              const Manifest& m, Precondition pre) override {

@@ -55,7 +55,7 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
                            rocksdb::ColumnFamilyOptions(db_options));
   for (const char* name :
        {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf, kUploadsCf, kPartsCf,
-        kRecordsCf, kRecordSetsCf, kRecordOrderCf, kRecordGcCf}) {
+        kRecordsCf, kRecordSetsCf, kRecordOrderCf, kRecordGcCf, kUsersCf}) {
     descriptors.emplace_back(name, resources.columnFamilyOptions());
   }
   std::unique_ptr<RocksIndex> index(new RocksIndex(clock));
@@ -67,7 +67,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   index->cfs_ = ColumnFamilies{index->handles_[1], index->handles_[2], index->handles_[3],
                                index->handles_[4], index->handles_[5], index->handles_[6],
                                index->handles_[7], index->handles_[8], index->handles_[9],
-                               index->handles_[10], index->handles_[11]};
+                               index->handles_[10], index->handles_[11],
+                               index->handles_[12]};
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
@@ -116,22 +117,59 @@ Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
   return decodeBucket(value);
 }
 
-Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {
-  std::vector<BucketInfo> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.buckets));
+namespace {
+
+// Every value of a (small) column family, decoded, in key order.
+template <typename T>
+Result<std::vector<T>> decodeAll(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
+                                 Result<T> (*decode)(std::string_view), const char* what) {
+  std::vector<T> out;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto bucket = decodeBucket(it->value().ToStringView());
-    if (!bucket) return fail(bucket.error());
-    out.push_back(std::move(*bucket));
+    auto value = decode(it->value().ToStringView());
+    if (!value) return fail(value.error());
+    out.push_back(std::move(*value));
   }
-  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: listing buckets"));
+  if (!it->status().ok()) {
+    return fail(fromRocks(it->status(), std::string("index: listing ") + what));
+  }
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {
+  return decodeAll<BucketInfo>(db_.get(), cfs_.buckets, decodeBucket, "buckets");
 }
 
 Status RocksIndex::deleteBucket(std::string_view name) {
   CommitRequest req;
   req.kind = CommitRequest::Kind::kDeleteBucket;
   req.bucket = std::string(name);
+  return submit(req);
+}
+
+// ---- users ---------------------------------------------------------------------------
+
+Status RocksIndex::createUser(const UserInfo& user) {
+  if (user.name.empty() || user.access_key.empty() || user.secret_key.empty()) {
+    return Status::invalidArgument("a user needs a name, an access key and a secret key");
+  }
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kCreateUser;
+  req.key = user.name;
+  req.user = user;
+  return submit(req);
+}
+
+Result<std::vector<UserInfo>> RocksIndex::listUsers() {
+  return decodeAll<UserInfo>(db_.get(), cfs_.users, decodeUser, "users");
+}
+
+Status RocksIndex::deleteUser(std::string_view name) {
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kDeleteUser;
+  req.key = std::string(name);
   return submit(req);
 }
 

@@ -27,6 +27,9 @@ class RocksIndex final : public Index {
   Result<BucketInfo> getBucket(std::string_view name) override;
   Result<std::vector<BucketInfo>> listBuckets() override;
   Status updateBucket(const BucketInfo& bucket) override;
+  Status createUser(const UserInfo& user) override;
+  Result<std::vector<UserInfo>> listUsers() override;
+  Status deleteUser(std::string_view name) override;
   Status deleteBucket(std::string_view name) override;
 
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <span>
+#include <string>
 
 namespace granary {
 
@@ -36,5 +37,8 @@ class SeededRandom final : public Random {
  private:
   std::mt19937_64 engine_;
 };
+
+// n characters from [A-Za-z0-9], uniformly (access keys, secrets).
+std::string randomAlphanumeric(Random& random, size_t n);
 
 }  // namespace granary

@@ -57,6 +57,11 @@ struct GatewayOptions {
   // (AccessDenied without it); empty: open, as Prometheus scrapes usually are on a
   // private network.
   std::string metrics_token;
+  // Open client connections at most; one more is answered 503 SlowDown and closed.
+  size_t max_connections = 4096;
+  // How often the named users are reloaded from the index (users added through another
+  // gateway become usable here within this time; changes made here, at once).
+  int users_refresh_seconds = 2;
 };
 
 struct RootUser {

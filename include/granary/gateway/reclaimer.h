@@ -10,11 +10,10 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 
+#include "granary/common/periodic_thread.h"
 #include "granary/common/status.h"
 
 namespace granary {
@@ -62,7 +61,7 @@ class Reclaimer {
   void stop();
 
  private:
-  void loop();
+  void pass();
 
   index_kv::Index& index_;
   chunkstore::ChunkClient& chunks_;
@@ -70,10 +69,8 @@ class Reclaimer {
   const Clock& clock_;
   ReclaimerOptions options_;
   std::mutex pass_mu_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::chrono::steady_clock::time_point next_sweep_;  // periodic thread only
+  PeriodicThread thread_;
 };
 
 }  // namespace granary::gateway

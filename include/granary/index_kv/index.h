@@ -11,6 +11,7 @@
 //   record_sets   record set id (16)        -> RecordSetMeta (which container, since when)
 //   record_order  set + be64(offset)        -> record key (a set's rows in container order)
 //   record_gc     set                       -> be64(enqueue ns): dead sets to remove
+//   users         user name                 -> UserInfo (CBOR): named users and their keys
 //
 // Record index (docs/record-index.md): the rows of a container hang off a *record set*, an
 // id minted per indexing run and named by the container's manifest. A row is visible only
@@ -55,15 +56,45 @@ class Registry;
 
 namespace granary::index_kv {
 
+// One rule of a bucket's lifecycle configuration (PutBucketLifecycleConfiguration): what the
+// lifecycle job applies to the keys under `prefix`.
+struct LifecycleRule {
+  std::string id;
+  bool enabled = true;
+  std::string prefix;
+  // Expiration: delete objects this many days after their last modification, or (date)
+  // from this instant on (Unix seconds, midnight UTC).
+  std::optional<int64_t> expiration_days;
+  std::optional<int64_t> expiration_date_unix;
+  // AbortIncompleteMultipartUpload: abort uploads initiated this many days ago.
+  std::optional<int64_t> abort_incomplete_days;
+  bool operator==(const LifecycleRule&) const = default;
+};
+
 struct BucketInfo {
   std::string name;
-  std::string owner;  // access key id of the owner
+  // The owning user: a named user's name, or the root user's access key (buckets made by
+  // the root user). The root user may use every bucket; a named user only its own.
+  std::string owner;
   int64_t created_unix_nanos = 0;
   // Record indexing of every PUT / multipart upload that does not say otherwise
   // (x-granary-index values; empty: off). docs/record-index.md.
   std::string index_format;
   std::string index_key;
+  // Canned ACL public-read: anonymous GET/HEAD of objects and listing are allowed.
+  bool public_read = false;
+  std::vector<LifecycleRule> lifecycle;  // empty: no lifecycle configuration
   bool operator==(const BucketInfo&) const = default;
+};
+
+// A named user (the admin API's `users`): its own key pair, stored in the index so that
+// every gateway knows it. The root user is not stored here (it comes from configuration).
+struct UserInfo {
+  std::string name;
+  std::string access_key;
+  std::string secret_key;
+  int64_t created_unix_nanos = 0;
+  bool operator==(const UserInfo&) const = default;
 };
 
 // Where one stripe's fragments live. Fragment i of the stripe is blob
@@ -286,6 +317,12 @@ class Index {
   virtual Status updateBucket(const BucketInfo& bucket) = 0;
   // kNotFound, or kNotEmpty while the bucket holds objects or multipart uploads.
   virtual Status deleteBucket(std::string_view name) = 0;
+
+  // Named users. createUser: kAlreadyExists if the name or the access key is taken;
+  // kInvalidArgument for an empty name or key. deleteUser: kNotFound.
+  virtual Status createUser(const UserInfo& user) = 0;
+  virtual Result<std::vector<UserInfo>> listUsers() = 0;
+  virtual Status deleteUser(std::string_view name) = 0;
 
   // Commits `manifest` as the current version of bucket/key. Returns the version it
   // replaced, if any. kNotFound if the bucket does not exist; kPreconditionFailed if the

@@ -167,7 +167,7 @@ struct GatewayFixture {
                      random,          pool,
                      registry,        RootUser{kAccessKey, kSecret}};
     ctx = std::make_unique<GatewayContext>(options, deps, *code);
-    ctx->credentials.add({kAccessKey, kSecret, /*is_root=*/true});
+    ctx->credentials.setRoot(kAccessKey, kSecret);
   }
 
   Reply send(S3Request& req, BodySource& body) {

@@ -120,8 +120,20 @@ TEST_CASE("Manifest checksums round-trip and are optional") {
 }
 
 TEST_CASE("Bucket, summary and GC values round-trip") {
-  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id"};
+  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
+  // The settings: public-read and lifecycle rules (every optional action, and none).
+  b.public_read = true;
+  b.lifecycle = {LifecycleRule{"logs", true, "logs/", 30, std::nullopt, 7},
+                 LifecycleRule{"old", false, "", std::nullopt, 1767225600, std::nullopt}};
+  auto settings = decodeBucket(encodeBucket(b));
+  REQUIRE(settings.has_value());
+  CHECK(*settings == b);
+  CHECK(settings->lifecycle[1].expiration_date_unix == 1767225600);
+
+  UserInfo u{"alice", "GKALICE0000000000001", "s3cr3t/+=", 123};
+  CHECK(decodeUser(encodeUser(u)).value() == u);
+  CHECK(decodeUser(encodeBucket(b)).error().code() == Status::Code::kCorruption);
 
   Manifest m = sampleManifest();
   ObjectSummary s{"", 99, "etag", 42, m.version, VersionId{}};

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "test_util.h"
 
@@ -9,14 +11,15 @@ using namespace granary::index_kv;
 using granary::index_kv::testing::allGc;
 using granary::index_kv::testing::expectedBlobs;
 using granary::index_kv::testing::IndexFixture;
+using granary::index_kv::testing::bucketInfo;
 using Code = Status::Code;
 
 // ---- buckets -------------------------------------------------------------------------
 
 TEST_CASE("Buckets can be created, read, listed and deleted") {
   IndexFixture f;
-  BucketInfo a{"alpha", "alice", 11, "", ""};
-  BucketInfo b{"beta", "bob", 22, "", ""};
+  BucketInfo a = bucketInfo("alpha", "alice", 11);
+  BucketInfo b = bucketInfo("beta", "bob", 22);
   REQUIRE(f.index->createBucket(b).isOk());
   REQUIRE(f.index->createBucket(a).isOk());
   auto got = f.index->getBucket("alpha");
@@ -33,7 +36,10 @@ TEST_CASE("Buckets can be created, read, listed and deleted") {
 TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creation time") {
   IndexFixture f;
   f.makeBucket("b");
-  BucketInfo want{"b", "intruder", 1, "tar", "uri"};
+  BucketInfo want = bucketInfo("b", "intruder", 1);
+  want.index_format = "tar";
+  want.index_key = "uri";
+  want.public_read = true;
   REQUIRE(f.index->updateBucket(want).isOk());
   auto got = f.index->getBucket("b");
   REQUIRE(got.has_value());
@@ -41,20 +47,21 @@ TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creati
   CHECK(got->created_unix_nanos == testing::kStartNanos);
   CHECK(got->index_format == "tar");
   CHECK(got->index_key == "uri");
-  CHECK(f.index->updateBucket(BucketInfo{"nope", "o", 1, "", ""}).code() == Code::kNotFound);
+  CHECK(got->public_read);
+  CHECK(f.index->updateBucket(bucketInfo("nope", "o", 1)).code() == Code::kNotFound);
 }
 
 TEST_CASE("Creating a bucket that exists fails with kAlreadyExists") {
   IndexFixture f;
   f.makeBucket("b");
-  CHECK(f.index->createBucket(BucketInfo{"b", "other", 1, "", ""}).code() == Code::kAlreadyExists);
+  CHECK(f.index->createBucket(bucketInfo("b", "other", 1)).code() == Code::kAlreadyExists);
   CHECK(f.index->getBucket("b")->owner == "owner");
 }
 
 TEST_CASE("Bucket names that are empty or contain '/' are rejected") {
   IndexFixture f;
-  CHECK(f.index->createBucket(BucketInfo{"", "o", 1, "", ""}).code() == Code::kInvalidArgument);
-  CHECK(f.index->createBucket(BucketInfo{"a/b", "o", 1, "", ""}).code() == Code::kInvalidArgument);
+  CHECK(f.index->createBucket(bucketInfo("", "o", 1)).code() == Code::kInvalidArgument);
+  CHECK(f.index->createBucket(bucketInfo("a/b", "o", 1)).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("Deleting a bucket that holds objects fails with kNotEmpty until it is emptied") {
@@ -344,4 +351,50 @@ TEST_CASE("Reopening the index keeps buckets, objects and the GC queue") {
   auto list = f.index->listObjects("b", ListRequest{});
   REQUIRE(list.has_value());
   CHECK(list->objects.size() == 2);
+}
+
+TEST_CASE("Users: names and access keys are unique, survive a reopen, and can be removed") {
+  IndexFixture f;
+  UserInfo alice{"alice", "GKALICE0000000000001", "secret-a", 1};
+  UserInfo bob{"bob", "GKBOB000000000000001", "secret-b", 2};
+  REQUIRE(f.index->createUser(alice).isOk());
+  REQUIRE(f.index->createUser(bob).isOk());
+  UserInfo same_name{"alice", "GKOTHER000000000001", "s", 3};
+  CHECK(f.index->createUser(same_name).code() == Code::kAlreadyExists);
+  UserInfo same_key{"carol", alice.access_key, "s", 3};
+  CHECK(f.index->createUser(same_key).code() == Code::kAlreadyExists);
+  CHECK(f.index->createUser(UserInfo{"", "GKX0000000000000001", "s", 1}).code() ==
+        Code::kInvalidArgument);
+
+  f.reopen();
+  auto users = f.index->listUsers();
+  REQUIRE(users.has_value());
+  CHECK(*users == std::vector<UserInfo>{alice, bob});
+
+  CHECK(f.index->deleteUser("alice").isOk());
+  CHECK(f.index->deleteUser("alice").code() == Code::kNotFound);
+  // The freed access key may be given to someone else.
+  CHECK(f.index->createUser(same_key).isOk());
+  users = f.index->listUsers();
+  REQUIRE(users.has_value());
+  CHECK(*users == std::vector<UserInfo>{bob, same_key});
+}
+
+TEST_CASE("Concurrent creators of one access key: exactly one wins") {
+  IndexFixture f;
+  // Even when the commit queue merges them into one batch.
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      UserInfo u{"user" + std::to_string(i), "GKSAMEKEY0000000001", "s", i};
+      if (f.index->createUser(u).isOk()) created.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(created.load() == 1);
+  auto users = f.index->listUsers();
+  REQUIRE(users.has_value());
+  CHECK(users->size() == 1);
 }

@@ -16,6 +16,7 @@ using namespace granary::index_kv;
 using granary::index_kv::testing::allGc;
 using granary::index_kv::testing::expectedBlobs;
 using granary::index_kv::testing::IndexFixture;
+using granary::index_kv::testing::bucketInfo;
 using Code = Status::Code;
 
 namespace {
@@ -450,7 +451,7 @@ TEST_CASE("A database made before multipart uploads opens and gains the new colu
   auto opened = openIndex(IndexOptions{dir.path(), 16}, resources, clock);
   REQUIRE(opened.has_value());
   Index& index = **opened;
-  REQUIRE(index.createBucket(BucketInfo{"b", "o", 1, "", ""}).isOk());
+  REQUIRE(index.createBucket(bucketInfo("b", "o", 1)).isOk());
   MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}, "", "", "", ""};
   REQUIRE(index.createUpload(u).isOk());
   CHECK(*index.getUpload("b", "k", "id1") == u);
@@ -585,7 +586,7 @@ TEST_CASE("Upload and part values round-trip and garbage decodes as kCorruption"
   CHECK(decodePart(old_part_cbor)->checksum.empty());
 
   for (const std::string& bad : {std::string(), std::string("\xff\x00", 2),
-                                 std::string("\xa0"), encodeBucket(BucketInfo{"n", "o", 1, "", ""})}) {
+                                 std::string("\xa0"), encodeBucket(bucketInfo("n", "o", 1))}) {
     CHECK(decodeUpload(bad).error().code() == Code::kCorruption);
     CHECK(decodePart(bad).error().code() == Code::kCorruption);
   }

@@ -25,6 +25,15 @@ using granary::test_support::TempDir;
 
 inline constexpr int64_t kStartNanos = 1'700'000'000'000'000'000;
 
+// A bucket with default settings.
+inline BucketInfo bucketInfo(std::string name, std::string owner, int64_t created_unix_nanos) {
+  BucketInfo b;
+  b.name = std::move(name);
+  b.owner = std::move(owner);
+  b.created_unix_nanos = created_unix_nanos;
+  return b;
+}
+
 struct IndexFixture {
   TempDir dir;
   RocksResources resources{RocksBudget{16ull << 20, 16ull << 20}};
@@ -42,7 +51,7 @@ struct IndexFixture {
   }
 
   void makeBucket(const std::string& name) {
-    REQUIRE(index->createBucket(BucketInfo{name, "owner", clock.nowUnixNanos(), "", ""}).isOk());
+    REQUIRE(index->createBucket(bucketInfo(name, "owner", clock.nowUnixNanos())).isOk());
   }
 
   VersionId newVersion() {

@@ -1,0 +1,58 @@
+// PeriodicThread: runs a pass every `interval` on its own thread, from start() until
+// stop() (the background jobs: reclaimer, lifecycle). stop() wakes the thread at once and
+// joins it after the pass in progress, if any, ends.
+// Thread safety: start() and stop() may be called from any thread; the pass runs on the
+// periodic thread only.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace granary {
+
+class PeriodicThread {
+ public:
+  PeriodicThread() = default;
+  PeriodicThread(const PeriodicThread&) = delete;
+  PeriodicThread& operator=(const PeriodicThread&) = delete;
+  ~PeriodicThread() { stop(); }
+
+  // The first pass runs one interval after start(). No-op if already started.
+  void start(std::chrono::milliseconds interval, std::function<void()> pass) {
+    std::lock_guard lock(mu_);
+    if (thread_.joinable()) return;
+    stopping_ = false;
+    thread_ = std::thread([this, interval, pass = std::move(pass)] {
+      std::unique_lock lock(mu_);
+      while (!stopping_) {
+        cv_.wait_for(lock, interval, [this] { return stopping_; });
+        if (stopping_) break;
+        lock.unlock();
+        pass();
+        lock.lock();
+      }
+    });
+  }
+
+  void stop() {
+    std::thread joining;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      joining = std::move(thread_);
+    }
+    cv_.notify_all();
+    if (joining.joinable()) joining.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace granary

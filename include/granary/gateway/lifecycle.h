@@ -1,0 +1,64 @@
+// LifecycleJob: applies buckets' lifecycle configurations (PutBucketLifecycleConfiguration)
+// in the background, as S3 does once a day:
+//  - Expiration: deletes the objects under a rule's prefix whose last modification is at
+//    least `Days` old (or every one of them from the rule's `Date` on). The delete is
+//    conditional on the version the job saw, so an object overwritten meanwhile is kept.
+//    Their blobs go through the GC queue like any delete.
+//  - AbortIncompleteMultipartUpload: aborts uploads under a rule's prefix initiated at
+//    least `DaysAfterInitiation` ago; and, for every bucket, uploads older than
+//    `multipart_max_age` (the operator's backstop for clients that never clean up).
+// Unlike S3, a day is counted from the object's own time, not rounded up to the next
+// midnight UTC. start() runs a pass every `interval`; runOnce() runs one now.
+// Thread safety: one pass at a time (internally serialised).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+
+#include "granary/common/periodic_thread.h"
+#include "granary/common/status.h"
+
+namespace granary {
+class Clock;
+}
+namespace granary::index_kv {
+class Index;
+struct BucketInfo;
+}
+
+namespace granary::gateway {
+
+struct LifecycleOptions {
+  std::chrono::seconds interval{3600};
+  int64_t day_seconds = 86400;  // the length of a lifecycle "day" (tests shorten it)
+  std::chrono::seconds multipart_max_age{7 * 86400};  // 0: no backstop
+};
+
+struct LifecycleStats {
+  uint64_t buckets = 0;          // buckets examined
+  uint64_t objects_expired = 0;
+  uint64_t uploads_aborted = 0;
+};
+
+class LifecycleJob {
+ public:
+  LifecycleJob(index_kv::Index& index, const Clock& clock, LifecycleOptions options);
+  ~LifecycleJob();
+
+  Result<LifecycleStats> runOnce();
+  void start();
+  void stop();
+
+ private:
+  Status expireObjects(const index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
+  Status abortUploads(const index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
+
+  index_kv::Index& index_;
+  const Clock& clock_;
+  LifecycleOptions options_;
+  std::mutex pass_mu_;
+  PeriodicThread thread_;
+};
+
+}  // namespace granary::gateway
