@@ -269,6 +269,9 @@ int serve(int argc, char** argv) {
       "file for one JSON line per request ('-' = standard error; default: off)")(
       "domain", po::value<std::string>()->default_value(""),
       "S3 domain for virtual-hosted-style requests (<bucket>.DOMAIN; default: path style only)")(
+      "tls-cert", po::value<std::string>()->default_value(""),
+      "PEM certificate chain: serve HTTPS (with --tls-key)")(
+      "tls-key", po::value<std::string>()->default_value(""), "PEM private key of --tls-cert")(
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
       "lifecycle-interval", po::value<int>()->default_value(3600),
@@ -321,6 +324,8 @@ int serve(int argc, char** argv) {
   gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
+  gopts.tls_cert = vm["tls-cert"].as<std::string>();
+  gopts.tls_key = vm["tls-key"].as<std::string>();
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{map, chunks, **index, clock, random, *pool, registry, root});
   if (!server) die(server.error().toString());
@@ -339,7 +344,8 @@ int serve(int argc, char** argv) {
   lifecycle.start();
 
   std::string endpoint =
-      fmt::format("http://{}:{}", urlHost(gopts.listen_host), (*server)->port());
+      fmt::format("{}://{}:{}", gopts.tls_cert.empty() ? "http" : "https",
+                  urlHost(gopts.listen_host), (*server)->port());
   std::printf(
       "Granary is serving S3 at %s\n"
       "  data:        %s (%zu drives, EC %d+%d, io engine %s)\n"

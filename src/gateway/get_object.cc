@@ -2,6 +2,7 @@
 #include <cctype>
 
 #include "granary/common/clock.h"
+#include "granary/common/strings.h"
 #include "checksum.h"
 #include "handlers.h"
 #include "records.h"
@@ -175,6 +176,49 @@ Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
   S3Response res;
   res.set("Content-Type", "application/xml");
   res.body = emptyTaggingXml();
+  co_return res;
+}
+
+Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) {
+  ObjectAttributesRequest want;
+  auto header = req.header("x-amz-object-attributes");
+  bool any = false;
+  for (std::string_view rest = header.value_or(""); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view name = trimSpaces(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (name == "ETag") {
+      want.etag = true;
+    } else if (name == "Checksum") {
+      want.checksum = true;
+    } else if (name == "ObjectParts") {
+      want.object_parts = true;
+    } else if (name == "StorageClass") {
+      want.storage_class = true;
+    } else if (name == "ObjectSize") {
+      want.object_size = true;
+    } else {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "Invalid attribute name specified."},
+                              req);
+    }
+    any = true;
+  }
+  if (!any) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "The x-amz-object-attributes header specifying the attributes to "
+                             "be retrieved is either missing or empty"},
+                            req);
+  }
+  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
+    co_return errorResponse(err, req);
+  }
+  S3Response res;
+  res.set("Content-Type", "application/xml");
+  res.set("Last-Modified", httpDate(manifest->mtime_unix_nanos));
+  res.body = objectAttributesXml(want, *manifest);
   co_return res;
 }
 

@@ -77,6 +77,8 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
                            bool head_only);
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req);
+// GET ?attributes (x-amz-object-attributes).
+Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req);
 // delete_objects.cc
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body);
 

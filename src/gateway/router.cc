@@ -68,6 +68,23 @@ constexpr std::array kUnsupportedSubresources = {
     "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent",
     "versioning", "versions", "website", "attributes"};
 
+// Every query parameter some handler reads. A bare name outside this list (?session,
+// ?renameObject, ?metadataTable...) is an S3 subresource this gateway does not know: it
+// is NotImplemented, never taken for the plain operation (a DELETE ?metadataTable must not
+// delete the bucket).
+constexpr std::array kKnownParameters = {
+    "after", "container", "continuation-token", "delete", "delimiter", "encoding-type",
+    "fetch-owner", "format", "key", "key-marker", "list-type", "location", "marker",
+    "max-keys", "max-parts", "max-records", "max-uploads", "part-number-marker", "partNumber",
+    "prefix", "raw", "record", "record-index", "records", "records-batch", "start-after",
+    "type", "upload-id-marker", "uploadId", "uploads", "versionId", "x-id"};
+
+bool knownParameter(std::string_view name) {
+  if (name.starts_with("response-") || name.starts_with("X-Amz-")) return true;
+  return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=
+         kKnownParameters.end();
+}
+
 bool validUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
@@ -275,18 +292,33 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     op = "GetObjectTagging";
     co_return co_await getObjectTagging(ctx, req);
   }
+  if (!req.key.empty() && req.method == "GET" && req.hasQuery("attributes") &&
+      req.query.size() == 1) {
+    op = "GetObjectAttributes";
+    co_return co_await getObjectAttributes(ctx, req);
+  }
   if (!req.key.empty() && req.header("x-amz-tagging")) {
     op = "Unsupported";
     co_return errorResponse({S3ErrorCode::kNotImplemented, "Object tagging is not implemented"},
                             req);
   }
-  for (const char* sub : kUnsupportedSubresources) {
-    if (req.hasQuery(sub)) {
+  for (const auto& [name, value] : req.query) {
+    const bool unsupported =
+        std::find(kUnsupportedSubresources.begin(), kUnsupportedSubresources.end(), name) !=
+        kUnsupportedSubresources.end();
+    if (unsupported || (value.empty() && !knownParameter(name))) {
       op = "Unsupported";
       co_return errorResponse({S3ErrorCode::kNotImplemented,
-                               fmt::format("The '{}' subresource is not implemented", sub)},
+                               fmt::format("The '{}' subresource is not implemented", name)},
                               req);
     }
+  }
+  // Without versioning every object has the one version "null" (as in an S3 bucket that
+  // never had versioning enabled); any other id names nothing.
+  if (auto version = req.queryValue("versionId"); version && *version != "null") {
+    op = "InvalidVersion";
+    co_return errorResponse({S3ErrorCode::kInvalidArgument, "Invalid version id specified"},
+                            req);
   }
 
   // Multipart uploads (uploads, uploadId, partNumber); any other use of those

@@ -157,6 +157,26 @@ std::string emptyTaggingXml() {
   return serialize(doc);
 }
 
+std::string objectAttributesXml(const ObjectAttributesRequest& want,
+                                const index_kv::Manifest& m) {
+  pugi::xml_document doc;
+  auto r = root(doc, "GetObjectAttributesResponse");
+  if (want.etag) text(r, "ETag", m.etag);
+  if (want.checksum && !m.checksum.empty()) {
+    auto c = r.append_child("Checksum");
+    text(c, ("Checksum" + m.checksum.algorithm).c_str(), m.checksum.value);
+    text(c, "ChecksumType", m.checksum.type.empty() ? "FULL_OBJECT" : m.checksum.type);
+  }
+  // A multipart object's ETag ends in "-<parts>": its part count (the parts themselves
+  // are not kept apart once completed).
+  if (size_t dash = m.etag.rfind('-'); want.object_parts && dash != std::string::npos) {
+    text(r.append_child("ObjectParts"), "PartsCount", m.etag.substr(dash + 1));
+  }
+  if (want.storage_class) text(r, "StorageClass", "STANDARD");
+  if (want.object_size) text(r, "ObjectSize", std::to_string(m.size));
+  return serialize(doc);
+}
+
 std::string locationXml(std::string_view region) {
   pugi::xml_document doc;
   auto r = root(doc, "LocationConstraint");

@@ -43,6 +43,17 @@ std::string locationXml(std::string_view region);
 // <Tagging><TagSet/></Tagging>: the tag set of every object (tags cannot be set yet).
 std::string emptyTaggingXml();
 
+// GetObjectAttributes: the attributes asked for (x-amz-object-attributes), in S3's order.
+struct ObjectAttributesRequest {
+  bool etag = false;
+  bool checksum = false;
+  bool object_parts = false;
+  bool storage_class = false;
+  bool object_size = false;
+};
+std::string objectAttributesXml(const ObjectAttributesRequest& want,
+                                const index_kv::Manifest& manifest);
+
 std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 

@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,9 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 
 #include "asio.h"
 #include "granary/common/clock.h"
@@ -32,6 +35,7 @@ namespace granary::gateway {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
 
 namespace {
 
@@ -39,9 +43,16 @@ constexpr auto kRedirect = [](beast::error_code& ec) {
   return asio::redirect_error(asio::use_awaitable, ec);
 };
 
+// The stream's TCP layer, for timeouts (Stream: beast::tcp_stream, or its TLS wrapper).
+template <class Stream>
+beast::tcp_stream& tcpLayer(Stream& stream) {
+  return beast::get_lowest_layer(stream);
+}
+
+template <class Stream>
 class BeastBodySource final : public BodySource {
  public:
-  BeastBodySource(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  BeastBodySource(Stream& stream, beast::flat_buffer& buffer,
                   http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout)
       : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {}
 
@@ -50,7 +61,7 @@ class BeastBodySource final : public BodySource {
     auto& body = parser_.get().body();
     body.data = out.data();
     body.size = out.size();
-    stream_.expires_after(timeout_);
+    tcpLayer(stream_).expires_after(timeout_);
     beast::error_code ec;
     co_await http::async_read(stream_, buffer_, parser_, kRedirect(ec));
     if (ec == http::error::need_buffer) ec = {};
@@ -74,7 +85,7 @@ class BeastBodySource final : public BodySource {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  beast::tcp_stream& stream_;
+  Stream& stream_;
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   std::chrono::seconds timeout_;
@@ -88,9 +99,10 @@ void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::date, httpDate(clock.nowUnixNanos()));
 }
 
+template <class Stream>
 class BeastBodySink final : public BodySink {
  public:
-  BeastBodySink(beast::tcp_stream& stream, const S3Request& req, const Clock& clock,
+  BeastBodySink(Stream& stream, const S3Request& req, const Clock& clock,
                 std::chrono::seconds timeout, bool keep_alive)
       : stream_(stream), req_(req), clock_(clock), timeout_(timeout), keep_alive_(keep_alive) {}
 
@@ -126,7 +138,7 @@ class BeastBodySink final : public BodySink {
     if (data.empty()) co_return Status::ok();  // an empty chunk would end a chunked body
     beast::error_code ec;
     if (chunked_) {
-      stream_.expires_after(timeout_);
+      tcpLayer(stream_).expires_after(timeout_);
       // A named chunk: g++ 12 may destroy temporaries of a co_await expression twice.
       auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
       // The held head (empty after the first write) goes out with the first chunk.
@@ -134,7 +146,7 @@ class BeastBodySink final : public BodySink {
       co_await asio::async_write(stream_, buffers, kRedirect(ec));
       head_.clear();
     } else {
-      stream_.expires_after(timeout_);
+      tcpLayer(stream_).expires_after(timeout_);
       std::array<asio::const_buffer, 2> buffers{asio::buffer(head_),
                                                 asio::buffer(data.data(), data.size())};
       co_await asio::async_write(stream_, buffers, kRedirect(ec));
@@ -148,7 +160,7 @@ class BeastBodySink final : public BodySink {
   Task<Status> finish() override {
     if (Status st = co_await flush(); !st.isOk()) co_return st;
     if (!chunked_) co_return Status::ok();
-    stream_.expires_after(timeout_);
+    tcpLayer(stream_).expires_after(timeout_);
     beast::error_code ec;
     auto last = http::make_chunk_last();
     co_await asio::async_write(stream_, last, kRedirect(ec));
@@ -158,7 +170,7 @@ class BeastBodySink final : public BodySink {
 
   Task<Status> flush() override {
     if (head_.empty()) co_return Status::ok();
-    stream_.expires_after(timeout_);
+    tcpLayer(stream_).expires_after(timeout_);
     beast::error_code ec;
     co_await asio::async_write(stream_, asio::buffer(head_), kRedirect(ec));
     head_.clear();
@@ -169,7 +181,7 @@ class BeastBodySink final : public BodySink {
   uint64_t bytes() const { return bytes_; }
 
  private:
-  beast::tcp_stream& stream_;
+  Stream& stream_;
   const S3Request& req_;
   const Clock& clock_;
   std::chrono::seconds timeout_;
@@ -225,7 +237,8 @@ class AccessLog {
   std::mutex mu_;
 };
 
-Task<bool> writeResponse(beast::tcp_stream& stream, const S3Request& req, S3Response& r,
+template <class Stream>
+Task<bool> writeResponse(Stream& stream, const S3Request& req, S3Response& r,
                          const Clock& clock, bool keep_alive, std::chrono::seconds timeout) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
   commonHeaders(res, req, clock);
@@ -237,7 +250,7 @@ Task<bool> writeResponse(beast::tcp_stream& stream, const S3Request& req, S3Resp
     res.prepare_payload();
   }
   res.keep_alive(keep_alive);
-  stream.expires_after(timeout);
+  tcpLayer(stream).expires_after(timeout);
   beast::error_code ec;
   if (req.method == "HEAD") {
     http::response_serializer<http::string_body> sr{res};
@@ -265,7 +278,8 @@ S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) 
 
 // Reads and discards what is left of a request body, up to `limit` bytes; true if the
 // body ended (so the connection can be kept).
-Task<bool> drain(BeastBodySource& body, size_t limit) {
+template <class Stream>
+Task<bool> drain(BeastBodySource<Stream>& body, size_t limit) {
   std::vector<uint8_t> scratch(64 * 1024);
   size_t total = 0;
   while (!body.done() && total < limit) {
@@ -302,16 +316,9 @@ Task<void> refuseConnection(tcp::socket socket) {
   stream.socket().close(ec);
 }
 
-Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log) {
-  ctx.metrics.connectionOpened();
-  struct Closed {
-    GatewayContext& ctx;
-    ~Closed() {
-      ctx.connections.fetch_sub(1, std::memory_order_relaxed);
-      ctx.metrics.connectionClosed();
-    }
-  } closed{ctx};
-  beast::tcp_stream stream(std::move(socket));
+// Serves HTTP/1.1 requests on one connection until it closes, fails or times out.
+template <class Stream>
+Task<void> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_log) {
   beast::flat_buffer buffer;
   buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
   const auto idle = std::chrono::seconds(ctx.options.idle_timeout_seconds);
@@ -325,7 +332,7 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
     http::request_parser<http::empty_body> head_parser;
     head_parser.header_limit(static_cast<uint32_t>(ctx.options.max_header_bytes));
     head_parser.body_limit(std::numeric_limits<uint64_t>::max());
-    stream.expires_after(idle);
+    tcpLayer(stream).expires_after(idle);
     beast::error_code ec;
     co_await http::async_read_header(stream, buffer, head_parser, kRedirect(ec));
     if (ec) {
@@ -354,15 +361,15 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
     bool keep_alive = head_parser.get().keep_alive();
     if (auto expect = req.header("expect"); expect && beast::iequals(beast::string_view(expect->data(), expect->size()), "100-continue")) {
       http::response<http::empty_body> cont{http::status::continue_, 11};
-      stream.expires_after(io);
+      tcpLayer(stream).expires_after(io);
       co_await http::async_write(stream, cont, kRedirect(ec));
       if (ec) break;
     }
 
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
-    BeastBodySource body(stream, buffer, parser, io);
-    BeastBodySink sink(stream, req, clock, io, keep_alive);
+    BeastBodySource<Stream> body(stream, buffer, parser, io);
+    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
     ctx.metrics.requestStarted();
     S3Response res = co_await handleRequest(ctx, req, body, sink, op);
@@ -374,7 +381,8 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
     if (!res.streamed) {
       written = co_await writeResponse(stream, req, res, clock, reuse, io);
     } else {
-      written = (co_await sink.flush()).isOk();
+      Status flushed = co_await sink.flush();
+      written = flushed.isOk();
     }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -384,8 +392,35 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
                      clock.nowUnixNanos());
     if (!written || !reuse) break;
   }
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log,
+                   ssl::context* tls) {
+  ctx.metrics.connectionOpened();
+  struct Closed {
+    GatewayContext& ctx;
+    ~Closed() {
+      ctx.connections.fetch_sub(1, std::memory_order_relaxed);
+      ctx.metrics.connectionClosed();
+    }
+  } closed{ctx};
+  beast::error_code ec;
+  if (tls == nullptr) {
+    beast::tcp_stream stream(std::move(socket));
+    co_await serveRequests(stream, ctx, access_log);
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    co_return;
+  }
+  // asio's stream, not beast::ssl_stream: Beast 1.74's flat_stream wrapper loses the tail
+  // of multi-buffer writes (a response head plus a large body).
+  ssl::stream<beast::tcp_stream> stream(beast::tcp_stream(std::move(socket)), *tls);
+  // A client that never finishes its handshake is an idle connection.
+  tcpLayer(stream).expires_after(std::chrono::seconds(ctx.options.idle_timeout_seconds));
+  co_await stream.async_handshake(ssl::stream_base::server, kRedirect(ec));
+  if (ec) co_return;
+  co_await serveRequests(stream, ctx, access_log);
+  tcpLayer(stream).expires_after(std::chrono::seconds(5));
+  co_await stream.async_shutdown(kRedirect(ec));
 }
 
 class BeastGatewayServer final : public GatewayServer {
@@ -426,6 +461,25 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   uint16_t port() const override { return port_; }
+
+  // TLS: the certificate chain and key (PEM) of GatewayOptions; nothing when unset.
+  Status loadTls() {
+    const auto& o = ctx_.options;
+    if (o.tls_cert.empty() && o.tls_key.empty()) return Status::ok();
+    if (o.tls_cert.empty() || o.tls_key.empty()) {
+      return Status::invalidArgument("TLS needs both a certificate and a key");
+    }
+    tls_.emplace(ssl::context::tls_server);
+    tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                      ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                      ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(o.tls_cert, ec);
+    if (ec) return Status::invalidArgument("TLS certificate " + o.tls_cert + ": " + ec.message());
+    tls_->use_private_key_file(o.tls_key, ssl::context::pem, ec);
+    if (ec) return Status::invalidArgument("TLS key " + o.tls_key + ": " + ec.message());
+    return Status::ok();
+  }
 
   // The named users, before the first request.
   Status loadUsers() {
@@ -484,7 +538,8 @@ class BeastGatewayServer final : public GatewayServer {
                        asio::detached);
         continue;
       }
-      asio::co_spawn(acceptor.get_executor(), session(std::move(socket), ctx_, access_log_),
+      asio::co_spawn(acceptor.get_executor(),
+                     session(std::move(socket), ctx_, access_log_, tls_ ? &*tls_ : nullptr),
                      [](std::exception_ptr e) {
                        if (!e) return;
                        try {
@@ -497,6 +552,7 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   std::unique_ptr<ec::ErasureCode> code_;
+  std::optional<ssl::context> tls_;  // set when a certificate is configured
   GatewayContext ctx_;
   AccessLog access_log_;
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
@@ -511,7 +567,8 @@ Result<std::unique_ptr<GatewayServer>> GatewayServer::create(const GatewayOption
   auto code = ec::ErasureCode::create(deps.map.ec);
   if (!code) return fail(code.error());
   auto server = std::make_unique<BeastGatewayServer>(options, deps, std::move(*code));
-  Status st = server->loadUsers();
+  Status st = server->loadTls();
+  if (st.isOk()) st = server->loadUsers();
   if (st.isOk()) st = server->bind();
   if (!st.isOk()) return fail(st);
   return std::unique_ptr<GatewayServer>(std::move(server));

@@ -115,7 +115,7 @@ class Server(_Process):
             args += ["--access-log", self.data_dir.rstrip("/") + ".access.log"]
 
         def parse(line, banner):
-            for key, pattern in (("endpoint", r"serving S3 at (http://\S+)"),
+            for key, pattern in (("endpoint", r"serving S3 at (https?://\S+)"),
                                  ("access", r"access key:\s+(\S+)"),
                                  ("secret", r"secret key:\s+(\S+)")):
                 m = re.search(pattern, line)

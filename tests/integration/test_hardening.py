@@ -198,3 +198,71 @@ def test_many_idle_connections_do_not_stop_service(hserver, hs3):
         for s in socks:
             s.close()
     assert healthy(hserver)
+
+
+def test_connection_cap_answers_slow_down_and_recovers(granary_bin, tmp_path):
+    """--max-connections: one connection over the cap gets 503 SlowDown (an S3 error the
+    SDKs retry), not a hang; a freed slot is usable again."""
+    srv = Server(str(tmp_path / "granary-data"), extra_args=["--max-connections", "3"]).start()
+    host, port = srv.endpoint.removeprefix("http://").rsplit(":", 1)
+    held = []
+    try:
+        for _ in range(3):
+            held.append(socket.create_connection((host, int(port)), timeout=10))
+        time.sleep(0.2)  # let the server accept them all
+        extra = socket.create_connection((host, int(port)), timeout=10)
+        extra.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := extra.recv(65536):
+            answer += chunk
+        extra.close()
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"<Code>SlowDown</Code>" in answer
+        # A held connection still works, and once one closes a new one is served.
+        held[0].sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held[0].recv(65536).startswith(b"HTTP/1.1 200")
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(srv.endpoint + "/_granary/metrics",
+                                            timeout=10) as resp:
+                    status, body = resp.status, resp.read()
+            except urllib.error.HTTPError as e:
+                status, body = e.code, e.read()
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert status == 200
+        refused = [l for l in body.decode().splitlines()
+                   if l.startswith("granary_s3_connections_refused_total")]
+        assert refused and float(refused[0].split()[-1]) >= 1
+    finally:
+        for s in held:
+            s.close()
+        srv.stop()
+
+
+def test_unknown_subresources_are_not_implemented_never_the_plain_operation(server, s3, bucket):
+    """A subresource this gateway does not know must not fall through to the plain
+    operation: DELETE ?metadataTable is not DeleteBucket, PUT ?renameObject is not a
+    PutObject of an empty body."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"kept")
+    s3.put_object(Bucket=bucket, Key="target", Body=b"target bytes")
+    for method, path in (("DELETE", f"/{bucket}?metadataTable"),
+                         ("DELETE", f"/{bucket}?metadataConfiguration"),
+                         ("PUT", f"/{bucket}/target?renameObject"),
+                         ("GET", f"/{bucket}?session"),
+                         ("GET", f"/{bucket}?abac"),
+                         ("GET", f"/{bucket}/k?tagging&versionId=null"),
+                         ("PUT", f"/{bucket}?versioning")):
+        status, body = signed(server, method, path)
+        assert status == 501, (method, path, status, body)
+        assert b"<Code>NotImplemented</Code>" in body
+    s3.head_bucket(Bucket=bucket)
+    assert s3.get_object(Bucket=bucket, Key="target")["Body"].read() == b"target bytes"
+    # versionId: "null" is the one version an unversioned object has; any other is invalid.
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"kept"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", VersionId="3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY")
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"

@@ -1,5 +1,6 @@
 """Object round trips, ranges, errors and auth through boto3 against the real server."""
 import hashlib
+import json
 import os
 import urllib.error
 import urllib.request
@@ -263,3 +264,42 @@ def test_object_tag_set_is_empty_and_tagged_writes_are_refused(s3, bucket):
     assert error_code(e) == "NotImplemented"
     with pytest.raises(botocore.exceptions.ClientError):
         s3.head_object(Bucket=bucket, Key="tagged")
+
+
+def test_get_object_attributes(server, s3, bucket):
+    body = b"attributes" * 1000
+    put = s3.put_object(Bucket=bucket, Key="one", Body=body, ChecksumAlgorithm="SHA256")
+    got = s3.get_object_attributes(
+        Bucket=bucket, Key="one",
+        ObjectAttributes=["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"])
+    assert got["ETag"] == put["ETag"].strip('"')
+    assert got["ObjectSize"] == len(body)
+    assert got["StorageClass"] == "STANDARD"
+    assert got["Checksum"]["ChecksumSHA256"] == put["ChecksumSHA256"]
+    assert "ObjectParts" not in got  # a single PUT has no parts
+    only_size = s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=["ObjectSize"])
+    assert only_size["ObjectSize"] == len(body) and "ETag" not in only_size
+
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    parts = []
+    for n, chunk in enumerate((b"a" * (5 << 20), b"b" * 1000), start=1):
+        etag = s3.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=n,
+                              Body=chunk)["ETag"]
+        parts.append({"PartNumber": n, "ETag": etag})
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up,
+                                 MultipartUpload={"Parts": parts})
+    mp = s3.get_object_attributes(Bucket=bucket, Key="mp",
+                                  ObjectAttributes=["ObjectParts", "ObjectSize", "ETag"])
+    assert mp["ObjectParts"]["TotalPartsCount"] == 2
+    assert mp["ObjectSize"] == (5 << 20) + 1000 and mp["ETag"].endswith("-2")
+
+    # aws-cli's spelling, and the errors.
+    cli = json.loads(server.aws("s3api", "get-object-attributes", "--bucket", bucket, "--key",
+                                "one", "--object-attributes", "ObjectSize").stdout)
+    assert cli["ObjectSize"] == len(body)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object_attributes(Bucket=bucket, Key="missing", ObjectAttributes=["ETag"])
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=["Colour"])
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"

@@ -57,6 +57,9 @@ struct GatewayOptions {
   // (AccessDenied without it); empty: open, as Prometheus scrapes usually are on a
   // private network.
   std::string metrics_token;
+  // TLS: PEM certificate chain and private key files; both empty: plain HTTP.
+  std::string tls_cert;
+  std::string tls_key;
   // Open client connections at most; one more is answered 503 SlowDown and closed.
   size_t max_connections = 4096;
   // How often the named users are reloaded from the index (users added through another
