@@ -61,7 +61,10 @@ std::unexpected<S3Error> malformedXml() {
 // Parses `body` into `doc` and returns its root element named `name`, or MalformedXML.
 S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view body,
                                    const char* name) {
-  if (!doc.load_buffer(body.data(), body.size(), pugi::parse_default, pugi::encoding_utf8)) {
+  // parse_ws_pcdata_single keeps a value that is only whitespace (<Key> </Key> names the
+  // key " ", not "").
+  if (!doc.load_buffer(body.data(), body.size(),
+                       pugi::parse_default | pugi::parse_ws_pcdata_single, pugi::encoding_utf8)) {
     return malformedXml();
   }
   pugi::xml_node node = doc.child(name);

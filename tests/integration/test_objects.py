@@ -303,3 +303,15 @@ def test_get_object_attributes(server, s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=["Colour"])
     assert e.value.response["Error"]["Code"] == "InvalidArgument"
+
+
+def test_delete_objects_keeps_whitespace_only_keys(s3, bucket):
+    """<Key> </Key> names the key " ": an XML parser that drops whitespace-only text would
+    delete "" (nothing) and leave it."""
+    for key in (" ", "  ", "\t"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"w")
+    s3.put_object(Bucket=bucket, Key="x", Body=b"kept")
+    res = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": " "}, {"Key": "  "},
+                                                              {"Key": "\t"}]})
+    assert sorted(d["Key"] for d in res["Deleted"]) == sorted([" ", "  ", "\t"])
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])] == ["x"]
