@@ -14,7 +14,8 @@ BUILD_PKGS=(
 )
 TEST_PKGS=(
   python3 python3-pytest python3-boto3 python3-requests
-  awscli s3cmd curl procps prometheus fio python3-torch
+  awscli s3cmd curl procps prometheus fio python3-torch openssl
+  clang-19 libclang-rt-19-dev
 )
 
 BENCH_PKGS=()

@@ -2,8 +2,9 @@
 # The README's second command: install dependencies, build, and run every test:
 #   1. unit tests (Catch2 via ctest) on the Release build,
 #   2. the same unit tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. integration tests (pytest) that start the real granary binary on loopback and
-#      drive it with boto3 and aws-cli.
+#   3. a short coverage-guided libFuzzer run of every parser fuzz target (scripts/fuzz.sh),
+#   4. integration tests (pytest) that start the real granary binary on loopback and
+#      drive it with boto3, aws-cli, s3cmd and the AWS SDK for JavaScript.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -27,6 +28,9 @@ else
   echo "== unit tests (ASan + UBSan): SKIPPED because GRANARY_SKIP_SANITIZERS=1"
 fi
 
-echo "== integration tests (real granary, boto3, aws-cli)"
+echo "== fuzzing (libFuzzer + ASan + UBSan, 10 s per target)"
+bash scripts/fuzz.sh 10
+
+echo "== integration tests (real granary, boto3, aws-cli, s3cmd, JavaScript SDK)"
 GRANARY_BIN="$PWD/build/src/granary" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   tests/integration "$@"

@@ -62,7 +62,13 @@ void checkOne(std::span<const uint8_t> in, size_t split, size_t format_index) {
   const ContainerFormat format = kFormats[format_index];
   Outcome whole = parse(in, in.size(), format);
   Outcome pieces = parse(in, split, format);
-  if (whole.cls != pieces.cls) die("outcome depends on chunking");
+  // Success or failure never depends on chunking. The kind of failure may, for gzip data
+  // that does not inflate: ISA-L emits a different amount of output before reporting a
+  // corrupt stream depending on where the input was cut, and the bytes it did emit may
+  // already show "not WARC" (not indexable) before the corruption (malformed) is seen.
+  const bool gzip = in.size() >= 2 && in[0] == 0x1f && in[1] == 0x8b;
+  if ((whole.cls == 0) != (pieces.cls == 0)) die("outcome depends on chunking");
+  if (!gzip && whole.cls != pieces.cls) die("kind of failure depends on chunking");
   if (whole.rows != pieces.rows) die("rows depend on chunking");
   if (!whole.rows.empty()) ++g_inputs_with_rows[format_index];
   for (const ParsedRecord& r : whole.rows) {
