@@ -13,7 +13,7 @@
 namespace granary::gateway {
 namespace {
 
-// Query parameters a public read may carry: listing, record reads, GET overrides, and
+// Query parameters a public read may carry: listing, record reads, and
 // the x-id that the AWS SDKs add to every request. Anything else (acl, lifecycle,
 // uploads, location, ...) is the owner's.
 constexpr std::array kPublicReadParams = {
@@ -23,9 +23,11 @@ constexpr std::array kPublicReadParams = {
 
 bool isPublicRead(const S3Request& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;
-  return std::all_of(req.query.begin(), req.query.end(), [](const auto& param) {
+  return std::all_of(req.query.begin(), req.query.end(), [&](const auto& param) {
     const std::string& name = param.first;
-    if (name.starts_with("response-")) return true;
+    // response-* overrides: a signed reader's only (AWS refuses them on anonymous GETs:
+    // anyone could have a public object served as text/html).
+    if (name.starts_with("response-")) return !req.principal.empty();
     return std::find_if(kPublicReadParams.begin(), kPublicReadParams.end(),
                         [&](const char* p) { return name == p; }) != kPublicReadParams.end();
   });

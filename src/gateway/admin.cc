@@ -106,7 +106,7 @@ Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string 
   if (!validUserName(name) || name == ctx.credentials.root().access_key) {
     co_return invalid(req, "A user name is 1-64 characters of [A-Za-z0-9+=,.@_-]");
   }
-  auto text = co_await readSmallBody(body, 16 * 1024);
+  auto text = co_await readSmallBody(req, body, 16 * 1024);
   if (!text) co_return errorResponse(text.error(), req, body);
   index_kv::UserInfo user;
   user.name = std::move(name);

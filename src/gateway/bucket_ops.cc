@@ -3,7 +3,9 @@
 #include <fmt/core.h>
 
 #include "granary/common/clock.h"
+#include "granary/common/hex.h"
 #include "granary/index_kv/index.h"
+#include "digest.h"
 #include "handlers.h"
 #include "s3_xml.h"
 
@@ -40,7 +42,8 @@ bool validBucketName(std::string_view name) {
 
 }  // namespace
 
-Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit) {
+Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body,
+                                          size_t limit) {
   std::string out;
   uint8_t buf[16 * 1024];
   for (;;) {
@@ -51,6 +54,15 @@ Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit) {
       co_return s3fail(S3ErrorCode::kMalformedXML, "request body too large");
     }
     out.append(reinterpret_cast<const char*>(buf), *n);
+  }
+  if (!req.signed_payload_hash.empty()) {
+    Digest sha(Digest::Kind::kSha256);
+    sha.update(out);
+    if (toHex(sha.finish()) != req.signed_payload_hash) {
+      co_return s3fail(S3ErrorCode::kXAmzContentSHA256Mismatch,
+                       "The provided 'x-amz-content-sha256' header does not match what was "
+                       "computed.");
+    }
   }
   co_return out;
 }
@@ -71,7 +83,7 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
                              "The specified bucket is not valid."},
                             req);
   }
-  auto xml = co_await readSmallBody(body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
   if (!xml) co_return errorResponse(xml.error(), req);
   auto location = parseCreateBucketConfiguration(*xml);
   if (!location) co_return errorResponse(location.error(), req);
@@ -178,7 +190,7 @@ Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req) {
 }
 
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto xml = co_await readSmallBody(body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   S3Result<bool> public_read = false;
   if (req.header("x-amz-acl")) {
@@ -212,7 +224,7 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body) {
-  auto xml = co_await readSmallBody(body, 1 << 20);
+  auto xml = co_await readSmallBody(req, body, 1 << 20);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   auto rules = parseLifecycleConfiguration(*xml);
   if (!rules) co_return errorResponse(rules.error(), req);

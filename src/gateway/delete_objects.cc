@@ -8,7 +8,7 @@ namespace granary::gateway {
 
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body) {
   // 1000 keys of up to 1024 bytes, plus markup.
-  auto xml = co_await readSmallBody(body, 2 * 1024 * 1024);
+  auto xml = co_await readSmallBody(req, body, 2 * 1024 * 1024);
   if (!xml) co_return errorResponse(xml.error(), req);
   if (auto cm = req.header("content-md5")) {
     auto want = base64Decode(*cm);

@@ -89,7 +89,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
 // UploadPart with x-amz-copy-source (and optional x-amz-copy-source-range).
 Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
-                                         const RequestAuth& auth, BodySource& body);
+                                         BodySource& body);
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req);
@@ -123,8 +123,10 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySou
 // Reloads the named users from the index into ctx.credentials.
 Task<Status> refreshUsers(GatewayContext& ctx);
 
-// Reads the whole (small) request body, refusing more than `limit` bytes.
-Task<S3Result<std::string>> readSmallBody(BodySource& body, size_t limit);
+// Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
+// against the signed payload hash (XAmzContentSHA256Mismatch), if the request has one.
+Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body,
+                                          size_t limit);
 // The current manifest of bucket/key: from memory on the event loop when the index can
 // answer without I/O, else on a worker thread.
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,

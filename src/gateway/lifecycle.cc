@@ -1,6 +1,6 @@
 #include "granary/gateway/lifecycle.h"
 
-#include <limits>
+#include <optional>
 
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
@@ -10,6 +10,12 @@ namespace granary::gateway {
 namespace {
 
 constexpr int64_t kNanos = 1'000'000'000;
+
+// Whole seconds: days (<= 100,000, s3_xml.cc) times a day's seconds cannot overflow, and
+// a date rule far in the future ("9999-12-31" for "never") compares correctly.
+int64_t ageSeconds(int64_t now_unix_nanos, int64_t then_unix_nanos) {
+  return (now_unix_nanos - then_unix_nanos) / kNanos;
+}
 
 }  // namespace
 
@@ -48,25 +54,23 @@ Result<LifecycleStats> LifecycleJob::runOnce() {
   return stats;
 }
 
+
 Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t now,
                                    LifecycleStats& stats) {
-  const int64_t day = options_.day_seconds * kNanos;
   for (const index_kv::LifecycleRule& rule : bucket.lifecycle) {
     if (!rule.enabled) continue;
-    // Objects modified at or before `cutoff` expire.
-    int64_t cutoff = std::numeric_limits<int64_t>::min();
-    if (rule.expiration_days) cutoff = now - *rule.expiration_days * day;
-    if (rule.expiration_date_unix && now >= *rule.expiration_date_unix * kNanos) {
-      cutoff = std::numeric_limits<int64_t>::max();
-    }
-    if (cutoff == std::numeric_limits<int64_t>::min()) continue;
+    // Objects at least `min_age` seconds old expire.
+    std::optional<int64_t> min_age;
+    if (rule.expiration_days) min_age = *rule.expiration_days * options_.day_seconds;
+    if (rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix) min_age = 0;
+    if (!min_age) continue;
     index_kv::ListRequest list;
     list.prefix = rule.prefix;
     for (;;) {
       auto page = index_.listObjects(bucket.name, list);
       if (!page) return page.error();
       for (const index_kv::ObjectSummary& object : page->objects) {
-        if (object.mtime_unix_nanos > cutoff) continue;
+        if (ageSeconds(now, object.mtime_unix_nanos) < *min_age) continue;
         auto deleted = index_.deleteObject(bucket.name, object.key,
                                            index_kv::Precondition::mustMatch(object.version));
         if (deleted) {
@@ -85,17 +89,16 @@ Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t n
 
 Status LifecycleJob::abortUploads(const index_kv::BucketInfo& bucket, int64_t now,
                                   LifecycleStats& stats) {
-  const int64_t day = options_.day_seconds * kNanos;
-  const int64_t max_age = options_.multipart_max_age.count() * kNanos;
+  const int64_t max_age = options_.multipart_max_age.count();
   bool any_rule = false;
   for (const auto& rule : bucket.lifecycle) any_rule |= rule.enabled && rule.abort_incomplete_days;
   if (!any_rule && max_age <= 0) return Status::ok();
   auto due = [&](const index_kv::MultipartUpload& upload) {
-    const int64_t age = now - upload.initiated_unix_nanos;
+    const int64_t age = ageSeconds(now, upload.initiated_unix_nanos);
     if (max_age > 0 && age >= max_age) return true;
     for (const auto& rule : bucket.lifecycle) {
       if (rule.enabled && rule.abort_incomplete_days && upload.key.starts_with(rule.prefix) &&
-          age >= *rule.abort_incomplete_days * day) {
+          age >= *rule.abort_incomplete_days * options_.day_seconds) {
         return true;
       }
     }

@@ -364,25 +364,12 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
 }
 
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
-                                         const RequestAuth& auth, BodySource& body) {
+                                         BodySource& body) {
   auto parsed_id = uploadIdOf(req);
   if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
   const std::string upload_id = std::move(*parsed_id);
-  auto xml = co_await readSmallBody(body, kMaxCompleteBody);
+  auto xml = co_await readSmallBody(req, body, kMaxCompleteBody);
   if (!xml) co_return errorResponse(xml.error(), req);
-  // A signed payload hash (64 hex digits) must match the body it signed.
-  if (auth.info && auth.info->payload_hash.size() == 64) {
-    Digest sha(Digest::Kind::kSha256);
-    sha.update(*xml);
-    std::string want = auth.info->payload_hash;
-    std::transform(want.begin(), want.end(), want.begin(), ::tolower);
-    if (toHex(sha.finish()) != want) {
-      co_return errorResponse({S3ErrorCode::kXAmzContentSHA256Mismatch,
-                               "The provided 'x-amz-content-sha256' header does not match what "
-                               "was computed."},
-                              req);
-    }
-  }
   auto listed = parseCompleteMultipartUpload(*xml);
   if (!listed) co_return errorResponse(listed.error(), req);
   for (size_t i = 1; i < listed->size(); ++i) {

@@ -170,7 +170,7 @@ Task<S3Response> listRecords(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, BodySource& body,
                                  BodySink& sink) {
-  auto text = co_await readSmallBody(body, kMaxBatchGetBody);
+  auto text = co_await readSmallBody(req, body, kMaxBatchGetBody);
   if (!text) co_return errorResponse(bodyError(text.error(), kMaxBatchGetBody), req, body);
   Json j = Json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array()) {
@@ -435,7 +435,7 @@ S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::st
 }  // namespace
 
 Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto text = co_await readSmallBody(body, kMaxInsertBody);
+  auto text = co_await readSmallBody(req, body, kMaxInsertBody);
   if (!text) co_return errorResponse(bodyError(text.error(), kMaxInsertBody), req, body);
   std::string format = std::string(req.queryValue("format").value_or(""));
   if (!format.empty() && format != "tar" && format != "warc" && format != "warc.gz" &&
@@ -533,7 +533,7 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
     updated.index_format.clear();
     updated.index_key.clear();
     if (req.method == "PUT") {
-      auto text = co_await readSmallBody(body, 64 * 1024);
+      auto text = co_await readSmallBody(req, body, 64 * 1024);
       if (!text) co_return errorResponse(bodyError(text.error(), 64 * 1024), req, body);
       Json j = Json::parse(*text, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("index") || !j["index"].is_string() ||

@@ -68,16 +68,17 @@ constexpr std::array kUnsupportedSubresources = {
     "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent",
     "versioning", "versions", "website", "attributes"};
 
-// Every query parameter some handler reads. A bare name outside this list (?session,
-// ?renameObject, ?metadataTable...) is an S3 subresource this gateway does not know: it
-// is NotImplemented, never taken for the plain operation (a DELETE ?metadataTable must not
-// delete the bucket).
+// Every query parameter some handler reads (or may ignore safely: ListBuckets' paging). A
+// name outside this list (?session, ?renameObject, ?metadataTable=1...) is an S3
+// subresource or option this gateway does not know: it is NotImplemented, never taken for
+// the plain operation (a DELETE ?metadataTable must not delete the bucket).
 constexpr std::array kKnownParameters = {
-    "after", "container", "continuation-token", "delete", "delimiter", "encoding-type",
-    "fetch-owner", "format", "key", "key-marker", "list-type", "location", "marker",
-    "max-keys", "max-parts", "max-records", "max-uploads", "part-number-marker", "partNumber",
-    "prefix", "raw", "record", "record-index", "records", "records-batch", "start-after",
-    "type", "upload-id-marker", "uploadId", "uploads", "versionId", "x-id"};
+    "after", "bucket-region", "container", "continuation-token", "delete", "delimiter",
+    "encoding-type", "fetch-owner", "format", "key", "key-marker", "list-type", "location",
+    "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
+    "part-number-marker", "partNumber", "prefix", "raw", "record", "record-index", "records",
+    "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
+    "versionId", "x-id"};
 
 bool knownParameter(std::string_view name) {
   if (name.starts_with("response-") || name.starts_with("X-Amz-")) return true;
@@ -173,6 +174,7 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
   if (!parsed) return std::unexpected(parsed.error());
   req.principal.clear();
   req.root = false;
+  req.signed_payload_hash.clear();
   if (!*parsed) return RequestAuth{};  // anonymous: authorizeRequest decides
   AuthInfo& info = **parsed;
   auto user = ctx.credentials.find(info.access_key);
@@ -186,6 +188,12 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
   RequestAuth auth;
   auth.signing_key =
       ctx.signing_keys.get(user->secret_key, info.date, info.region, info.service);
+  if (info.payload_hash.size() == 64) {
+    req.signed_payload_hash = info.payload_hash;
+    for (char& c : req.signed_payload_hash) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
   auth.info = std::move(info);
   req.principal = user->name;
   req.root = user->is_root;
@@ -302,11 +310,12 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     co_return errorResponse({S3ErrorCode::kNotImplemented, "Object tagging is not implemented"},
                             req);
   }
-  for (const auto& [name, value] : req.query) {
+  for (const auto& param : req.query) {
+    const std::string& name = param.first;
     const bool unsupported =
         std::find(kUnsupportedSubresources.begin(), kUnsupportedSubresources.end(), name) !=
         kUnsupportedSubresources.end();
-    if (unsupported || (value.empty() && !knownParameter(name))) {
+    if (unsupported || !knownParameter(name)) {
       op = "Unsupported";
       co_return errorResponse({S3ErrorCode::kNotImplemented,
                                fmt::format("The '{}' subresource is not implemented", name)},
@@ -344,7 +353,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       if (!part_number && upload_id) {
         if (m == "POST") {
           op = "CompleteMultipartUpload";
-          co_return co_await completeMultipartUpload(ctx, req, *auth, body);
+          co_return co_await completeMultipartUpload(ctx, req, body);
         }
         if (m == "DELETE") {
           op = "AbortMultipartUpload";

@@ -381,7 +381,7 @@ std::optional<int64_t> parseMidnightDate(std::string_view s) {
   if (!num(0, 4, y) || s[4] != '-' || !num(5, 2, m) || s[7] != '-' || !num(8, 2, d)) {
     return std::nullopt;
   }
-  if (m < 1 || m > 12 || d < 1 || d > 31) return std::nullopt;
+  if (y < 1970 || m < 1 || m > 12 || d < 1 || d > 31) return std::nullopt;
   std::tm tm{};
   tm.tm_year = y - 1900;
   tm.tm_mon = m - 1;

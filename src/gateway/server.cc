@@ -337,7 +337,8 @@ Task<void> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     co_await http::async_read_header(stream, buffer, head_parser, kRedirect(ec));
     if (ec) {
       if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-          ec == asio::error::connection_reset || ec == asio::error::eof) {
+          ec == asio::error::connection_reset || ec == asio::error::eof ||
+          ec == ssl::error::stream_truncated) {  // a TLS client gone without close_notify
         break;
       }
       // Malformed or oversized request head: answer once, then close.

@@ -3,6 +3,7 @@ hang, or a stored partial object. Raw sockets where clients would refuse to misb
 import os
 import socket
 import time
+import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
@@ -255,6 +256,8 @@ def test_unknown_subresources_are_not_implemented_never_the_plain_operation(serv
                          ("GET", f"/{bucket}?session"),
                          ("GET", f"/{bucket}?abac"),
                          ("GET", f"/{bucket}/k?tagging&versionId=null"),
+                         ("DELETE", f"/{bucket}?metadataTable=1"),
+                         ("PUT", f"/{bucket}/target?renameObject=yes"),
                          ("PUT", f"/{bucket}?versioning")):
         status, body = signed(server, method, path)
         assert status == 501, (method, path, status, body)
@@ -266,3 +269,38 @@ def test_unknown_subresources_are_not_implemented_never_the_plain_operation(serv
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="k", VersionId="3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY")
     assert e.value.response["Error"]["Code"] == "InvalidArgument"
+
+
+def test_small_bodies_must_match_their_signed_hash(server, s3, bucket):
+    """A body swapped under a signature (x-amz-content-sha256 of another body) is refused
+    for every request whose body the gateway reads whole: lifecycle, ACL, admin users,
+    DeleteObjects."""
+    s3.put_object(Bucket=bucket, Key="keep", Body=b"k")
+    signed_body = (b"<LifecycleConfiguration><Rule><ID>a</ID><Filter><Prefix>none/</Prefix>"
+                   b"</Filter><Status>Enabled</Status><Expiration><Days>30</Days></Expiration>"
+                   b"</Rule></LifecycleConfiguration>")
+    evil_body = signed_body.replace(b"none/", b"").replace(b"30", b"1")
+    cases = ((f"/{bucket}?lifecycle", signed_body, evil_body),
+             (f"/{bucket}?delete", b"<Delete><Object><Key>nothing</Key></Object></Delete>",
+              b"<Delete><Object><Key>keep</Key></Object></Delete>"),
+             ("/_granary/admin/users/swapped", b"{}",
+              b'{"access_key": "GKATTACKER000000001", "secret_key": "attacker-secret"}'))
+    for path, good, evil in cases:
+        method = "POST" if path.endswith("?delete") else "PUT"
+        req = AWSRequest(method=method, url=server.endpoint + path, data=good)
+        S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
+                    "us-east-1").add_auth(req)
+        headers = dict(req.prepare().headers)
+        headers["Content-Length"] = str(len(evil))
+        headers.pop("Content-MD5", None)
+        r = urllib.request.Request(server.endpoint + path, data=evil, method=method,
+                                   headers=headers)
+        try:
+            with urllib.request.urlopen(r, timeout=30) as resp:
+                status, body = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, body = e.code, e.read()
+        assert status == 400 and b"XAmzContentSHA256Mismatch" in body, (path, status, body)
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+    assert s3.get_object(Bucket=bucket, Key="keep")["Body"].read() == b"k"

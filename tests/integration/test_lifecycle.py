@@ -123,7 +123,10 @@ def test_expiration_deletes_only_old_objects_under_the_prefix(fast):
         {"ID": "ckpt", "Filter": {"Prefix": "ckpt/"}, "Status": "Enabled",
          "Expiration": {"Days": 2}},
         {"ID": "off", "Filter": {"Prefix": "data/"}, "Status": "Disabled",
-         "Expiration": {"Days": 1}}]})
+         "Expiration": {"Days": 1}},
+        # "Never", as people write it: must not wrap around into the past.
+        {"ID": "never", "Filter": {"Prefix": "data/"}, "Status": "Enabled",
+         "Expiration": {"Date": "9999-12-31T00:00:00Z"}}]})
     # Two lifecycle days (4 s) after they were written, the checkpoints go; data/ stays
     # (its rule is disabled). A checkpoint written later is kept until its own time.
     time.sleep(DAY)

@@ -169,6 +169,11 @@ def test_public_read_bucket_serves_anonymous_reads_only(server, s3):
     assert anon.head_object(Bucket=name, Key="data/shard-0.tar")["ContentLength"] == 12
     assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == [
         "data/shard-0.tar"]
+    # Response overrides are a signed reader's: an anonymous GET cannot make a public
+    # object be served as HTML.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        anon.get_object(Bucket=name, Key="data/shard-0.tar", ResponseContentType="text/html")
+    assert error_code(e) == "AccessDenied"
     # Writes, deletes and the bucket's settings stay the owner's.
     for call in (lambda: anon.put_object(Bucket=name, Key="x", Body=b"x"),
                  lambda: anon.delete_object(Bucket=name, Key="data/shard-0.tar"),
