@@ -121,4 +121,5 @@ while kill -0 $bpid 2>/dev/null; do
 done
 echo "peak VmRSS during the run: $((peak / 1024)) MiB (VmHWM since start: $(awk '/VmHWM/ {print int($2/1024)}' /proc/$gpid/status) MiB)"
 
-run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 --objects "$LIST_KEYS"
+run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 --threads 1 \
+  --objects "$LIST_KEYS"

@@ -21,6 +21,10 @@ TEST_PKGS=(
 BENCH_PKGS=()
 if [[ ${1:-} == --bench ]]; then BENCH_PKGS=(nginx-light iperf3); fi
 
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
 want=()
 for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${BENCH_PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -29,9 +33,6 @@ for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${BENCH_PKGS[@]}"; do
 done
 
 if ((${#want[@]})); then
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"
   # Debian starts nginx as a service on install; the benchmark runs its own.
@@ -48,10 +49,8 @@ if [[ -f $JS_DIR/package-lock.json ]]; then
   if ! command -v npm >/dev/null 2>&1; then
     # Debian 12's own Node.js is 18; the pinned SDK wants >= 20 (test_js_sdk.py says so
     # clearly if that is what is installed).
-    SUDO=""
-    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      nodejs npm
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
   fi
   lock_sum=$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)
   stamp="$JS_DIR/node_modules/.granary-lock.sha256"

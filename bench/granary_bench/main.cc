@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(s.ops), static_cast<unsigned long long>(s.errors),
                   ops_s, mb_s, keys_s, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms);
       wj["ops"][std::string(opName(op))] = {{"ops", s.ops},           {"errors", s.errors},
-                                            {"bytes", s.bytes},       {"ops_per_s", ops_s},
+                                            {"bytes", s.bytes},       {"keys", s.items},
+                                            {"ops_per_s", ops_s},
                                             {"mb_per_s", mb_s},       {"keys_per_s", keys_s},
                                             {"latency_ms", latencyJson(l)}};
     }

@@ -375,11 +375,7 @@ class ChunkServerImpl final : public ChunkServer {
   }
 
   Reply metricsReply(const Request& req) {
-    std::optional<std::string_view> auth;
-    for (const auto& [name, value] : req.headers) {
-      if (name == "authorization") auth = value;
-    }
-    if (!bearerTokenAccepted(auth, options_.metrics_token)) {
+    if (!bearerTokenAccepted(findHeader(req.headers, "authorization"), options_.metrics_token)) {
       return errorReply(Status::permissionDenied("metrics need Authorization: Bearer <token>"));
     }
     Reply r;

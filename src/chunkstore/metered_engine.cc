@@ -5,6 +5,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 
@@ -15,6 +16,7 @@ namespace {
 
 enum OpIndex { kRead, kWrite, kSync, kPunch, kOps };
 constexpr std::array<const char*, kOps> kOpNames = {"read", "write", "fdatasync", "punch_hole"};
+static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
 class MeteredEngine final : public IoEngine {
  public:

@@ -21,13 +21,6 @@ using Json = nlohmann::json;
 
 constexpr std::string_view kUsersPath = "/_granary/admin/users";
 
-S3Response jsonResponse(const Json& j) {
-  S3Response res;
-  res.set("Content-Type", "application/json");
-  res.body = j.dump(2) + "\n";
-  return res;
-}
-
 S3Response invalid(const S3Request& req, std::string message) {
   return errorResponse({S3ErrorCode::kInvalidArgument, std::move(message)}, req);
 }
@@ -86,7 +79,7 @@ Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
     return 0;
   });
   if (!failed.isOk()) co_return errorResponse(fromStatus(failed), req);
-  co_return jsonResponse(out);
+  co_return jsonResponse(out, 2);
 }
 
 Task<S3Response> listUsers(GatewayContext& ctx, const S3Request& req) {
@@ -98,7 +91,7 @@ Task<S3Response> listUsers(GatewayContext& ctx, const S3Request& req) {
                     {"access_key", u.access_key},
                     {"created_unix_nanos", u.created_unix_nanos}});
   }
-  co_return jsonResponse(Json{{"users", std::move(list)}});
+  co_return jsonResponse(Json{{"users", std::move(list)}}, 2);
 }
 
 Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string name,
@@ -139,7 +132,8 @@ Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string 
   co_await refreshUsers(ctx);
   co_return jsonResponse(Json{{"name", user.name},
                               {"access_key", user.access_key},
-                              {"secret_key", user.secret_key}});
+                              {"secret_key", user.secret_key}},
+                         2);
 }
 
 Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::string name) {
@@ -156,11 +150,15 @@ Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::stri
 
 }  // namespace
 
-Task<Status> refreshUsers(GatewayContext& ctx) {
-  auto users = co_await offload(ctx.pool(), [&] { return ctx.index().listUsers(); });
-  if (!users) co_return users.error();
+Status reloadUsers(GatewayContext& ctx) {
+  auto users = ctx.index().listUsers();
+  if (!users) return users.error();
   ctx.credentials.setUsers(*users);
-  co_return Status::ok();
+  return Status::ok();
+}
+
+Task<Status> refreshUsers(GatewayContext& ctx) {
+  co_return co_await offload(ctx.pool(), [&] { return reloadUsers(ctx); });
 }
 
 Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,

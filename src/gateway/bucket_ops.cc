@@ -1,25 +1,33 @@
 // ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, and the bucket
 // settings: ACL (canned private / public-read) and lifecycle configuration.
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "granary/common/clock.h"
-#include "granary/common/hex.h"
+#include "granary/common/strings.h"
 #include "granary/index_kv/index.h"
-#include "digest.h"
 #include "handlers.h"
 #include "s3_xml.h"
 
 namespace granary::gateway {
 
-namespace {
-
-S3Response xmlResponse(std::string body, int status = 200) {
+S3Response xmlResponse(std::string body) {
   S3Response res;
-  res.status = status;
   res.set("Content-Type", "application/xml");
   res.body = std::move(body);
   return res;
 }
+
+S3Response jsonResponse(const nlohmann::json& j, int indent) {
+  S3Response res;
+  res.set("Content-Type", "application/json");
+  // Keys are client input: replace invalid UTF-8 rather than throw.
+  res.body = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  res.body.push_back('\n');
+  return res;
+}
+
+namespace {
 
 // Bucket naming rules (general purpose buckets): 3-63 characters of lower-case letters,
 // digits, '.', '-'; begins and ends with a letter or digit; no "..", not an IP address.
@@ -56,9 +64,7 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
     out.append(reinterpret_cast<const char*>(buf), *n);
   }
   if (!req.signed_payload_hash.empty()) {
-    Digest sha(Digest::Kind::kSha256);
-    sha.update(out);
-    if (toHex(sha.finish()) != req.signed_payload_hash) {
+    if (!asciiIEquals(sha256Hex(out), req.signed_payload_hash)) {
       co_return s3fail(S3ErrorCode::kXAmzContentSHA256Mismatch,
                        "The provided 'x-amz-content-sha256' header does not match what was "
                        "computed.");
@@ -147,13 +153,23 @@ Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_v
   co_return co_await offload(ctx.pool(), [&] { return ctx.index().getObject(bucket, key); });
 }
 
-Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st) {
+Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st) {
   if (!st.isNotFound()) co_return fromStatus(st);
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(bucket); });
   if (!b && b.error().isNotFound()) {
     co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
   }
   co_return S3Error{S3ErrorCode::kNoSuchKey, "The specified key does not exist."};
+}
+
+Task<S3Result<index_kv::Manifest>> loadObject(GatewayContext& ctx, std::string_view bucket,
+                                              std::string_view key) {
+  auto manifest = co_await lookupObject(ctx, bucket, key);
+  if (!manifest) {
+    S3Error err = co_await objectNotFound(ctx, bucket, manifest.error());
+    co_return std::unexpected(std::move(err));
+  }
+  co_return std::move(*manifest);
 }
 
 // ---- bucket settings -----------------------------------------------------------------

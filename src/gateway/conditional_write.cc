@@ -28,7 +28,7 @@ Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
   if (!current && !current.error().isNotFound()) co_return std::unexpected(fromStatus(current.error()));
   if (if_match) {
     if (!current) {
-      S3Error err = co_await objectNotFound(ctx, req, current.error());
+      S3Error err = co_await objectNotFound(ctx, req.bucket, current.error());
       co_return std::unexpected(err);
     }
     if (unquote(*if_match) != "*" && unquote(*if_match) != current->etag) {

@@ -67,19 +67,11 @@ Task<Status> CopySink::flush() {
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
                                                   const CopySource& source) {
-  if (!req.root) {
-    if (auto denied = co_await authorizeRead(ctx, req, source.bucket)) {
-      co_return std::unexpected(*denied);
-    }
+  if (auto denied = co_await authorizeRead(ctx, req, source.bucket)) {
+    co_return std::unexpected(*denied);
   }
-  auto src = co_await lookupObject(ctx, source.bucket, source.key);
-  if (!src) {
-    S3Request src_req = req;
-    src_req.bucket = source.bucket;
-    src_req.key = source.key;
-    S3Error err = co_await objectNotFound(ctx, src_req, src.error());
-    co_return std::unexpected(err);
-  }
+  auto src = co_await loadObject(ctx, source.bucket, source.key);
+  if (!src) co_return std::unexpected(src.error());
   if (evaluateConditions(req, *src, "x-amz-copy-source-")) {
     // A failed copy-source condition is 412 whichever header failed (AWS).
     co_return s3fail(S3ErrorCode::kPreconditionFailed,
@@ -161,14 +153,11 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     return ctx.index().putObject(req.bucket, req.key, m, *precondition);
   });
   if (!committed) {
-    S3Error err = co_await objectNotFound(ctx, req, committed.error());
+    S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
     co_await removeBlobs(ctx, m.drives, m.stripes);
     co_return errorResponse(err, req);
   }
-  S3Response res;
-  res.set("Content-Type", "application/xml");
-  res.body = copyObjectResultXml(m.etag, m.mtime_unix_nanos);
-  co_return res;
+  co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
 }
 
 }  // namespace granary::gateway

@@ -42,10 +42,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
     });
   }
   (void)co_await group.wait();
-  S3Response res;
-  res.set("Content-Type", "application/xml");
-  res.body = deleteResultXml(outcomes, parsed->quiet);
-  co_return res;
+  co_return xmlResponse(deleteResultXml(outcomes, parsed->quiet));
 }
 
 }  // namespace granary::gateway

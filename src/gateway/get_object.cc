@@ -44,8 +44,8 @@ bool etagListMatches(std::string_view header, std::string_view etag) {
   return false;
 }
 
-// response-* query parameters override response headers on GET (signed requests only;
-// every request reaching a handler is signed).
+// response-* query parameters override response headers on GET (signed requests only:
+// access.cc refuses them on anonymous reads of public buckets).
 void applyResponseOverrides(const S3Request& req, S3Response& res) {
   static constexpr std::pair<std::string_view, std::string_view> kOverrides[] = {
       {"response-content-type", "Content-Type"},
@@ -86,11 +86,8 @@ std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Mani
 
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only) {
-  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!manifest) {
-    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
-    co_return errorResponse(err, req);
-  }
+  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
   const index_kv::Manifest& m = *manifest;
 
   S3Response res;
@@ -168,15 +165,9 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 }
 
 Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
-  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!manifest) {
-    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
-    co_return errorResponse(err, req);
-  }
-  S3Response res;
-  res.set("Content-Type", "application/xml");
-  res.body = emptyTaggingXml();
-  co_return res;
+  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
+  co_return xmlResponse(emptyTaggingXml());
 }
 
 Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) {
@@ -210,15 +201,10 @@ Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) 
                              "be retrieved is either missing or empty"},
                             req);
   }
-  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!manifest) {
-    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
-    co_return errorResponse(err, req);
-  }
-  S3Response res;
-  res.set("Content-Type", "application/xml");
+  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
+  S3Response res = xmlResponse(objectAttributesXml(want, *manifest));
   res.set("Last-Modified", httpDate(manifest->mtime_unix_nanos));
-  res.body = objectAttributesXml(want, *manifest);
   co_return res;
 }
 

@@ -2,6 +2,8 @@
 // a parsed, authenticated request, and returns the response (or streams it itself).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -57,7 +59,7 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
 Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req);
-// bucket_config.cc: ?acl (canned private / public-read) and ?lifecycle.
+// bucket_ops.cc: ?acl (canned private / public-read) and ?lifecycle.
 Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body);
 Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
@@ -120,8 +122,15 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
 // admin.cc: /_granary/admin/ requests of an authenticated root user.
 Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,
                               std::string& op);
-// Reloads the named users from the index into ctx.credentials.
+// Reloads the named users from the index into ctx.credentials: blocking (start-up), or on
+// the worker pool.
+Status reloadUsers(GatewayContext& ctx);
 Task<Status> refreshUsers(GatewayContext& ctx);
+
+// A 200 answer with an XML body / a JSON body (`indent` as nlohmann::json::dump: -1 is
+// compact).
+S3Response xmlResponse(std::string body);
+S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 
 // Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
 // against the signed payload hash (XAmzContentSHA256Mismatch), if the request has one.
@@ -131,7 +140,10 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
 // answer without I/O, else on a worker thread.
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,
                                               std::string_view key);
-// NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation.
-Task<S3Error> objectNotFound(GatewayContext& ctx, const S3Request& req, const Status& st);
+// NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation in `bucket`.
+Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st);
+// lookupObject, with a missing object (or bucket) turned into its S3 error.
+Task<S3Result<index_kv::Manifest>> loadObject(GatewayContext& ctx, std::string_view bucket,
+                                              std::string_view key);
 
 }  // namespace granary::gateway

@@ -75,10 +75,7 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
   if (result->truncated) {
     p.next_token = p.version == 2 ? encodeToken(result->next_start_after) : result->next_start_after;
   }
-  S3Response res;
-  res.set("Content-Type", "application/xml");
-  res.body = listObjectsXml(p, *result);
-  co_return res;
+  co_return xmlResponse(listObjectsXml(p, *result));
 }
 
 }  // namespace granary::gateway

@@ -84,13 +84,6 @@ S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {
   return static_cast<size_t>(std::min<uint64_t>(*n, kMaxListed));
 }
 
-S3Response xmlResponse(std::string body) {
-  S3Response res;
-  res.set("Content-Type", "application/xml");
-  res.body = std::move(body);
-  return res;
-}
-
 struct LoadedUpload {
   index_kv::MultipartUpload upload;
   std::map<uint32_t, index_kv::PartInfo> parts;

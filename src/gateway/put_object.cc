@@ -79,7 +79,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     });
   }
   if (!committed) {
-    S3Error err = co_await objectNotFound(ctx, req, committed.error());
+    S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
     co_await removeBlobs(ctx, in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();

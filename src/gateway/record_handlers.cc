@@ -24,13 +24,6 @@ constexpr size_t kMaxInsertBody = 64u << 20;
 constexpr size_t kInsertChunk = 8192;
 constexpr uint64_t kMaxInsertCrcBytes = 1ull << 30;
 
-S3Response jsonResponse(const Json& j) {
-  S3Response res;
-  res.set("Content-Type", "application/json");
-  res.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
-  res.body.push_back('\n');
-  return res;
-}
 
 // readSmallBody's "too large" is an XML error; JSON bodies say what they are.
 S3Error bodyError(const S3Error& e, size_t limit) {
@@ -442,11 +435,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
       format != "raw") {
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "format must be tar, warc, warc.gz or raw"}, req);
   }
-  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!manifest) {
-    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
-    co_return errorResponse(err, req);
-  }
+  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
   // Every row is validated before any is written.
   auto parsed = co_await offload(ctx.pool(), [&] { return parseRows(*text, req.key, manifest->size); });
   if (!parsed) co_return errorResponse(parsed.error(), req);
@@ -574,11 +564,8 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
     }
     after = v;
   }
-  auto manifest = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!manifest) {
-    S3Error err = co_await objectNotFound(ctx, req, manifest.error());
-    co_return errorResponse(err, req);
-  }
+  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
+  if (!manifest) co_return errorResponse(manifest.error(), req);
   std::vector<index_kv::RecordRow> rows;
   if (!manifest->records.set.isZero()) {
     auto got = co_await offload(ctx.pool(), [&] {

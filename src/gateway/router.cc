@@ -59,15 +59,6 @@ S3Response errorResponse(const S3Error& error, const S3Request& req) {
 
 namespace {
 
-// Subresources of the S3 API that this gateway does not implement yet: answered with
-// NotImplemented rather than silently treated as a plain GET/PUT.
-constexpr std::array kUnsupportedSubresources = {
-    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
-    "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification",
-    "object-lock", "ownershipControls", "policy", "policyStatus", "publicAccessBlock",
-    "replication", "requestPayment", "restore", "retention", "select", "tagging", "torrent",
-    "versioning", "versions", "website", "attributes"};
-
 // Every query parameter some handler reads (or may ignore safely: ListBuckets' paging). A
 // name outside this list (?session, ?renameObject, ?metadataTable=1...) is an S3
 // subresource or option this gateway does not know: it is NotImplemented, never taken for
@@ -188,12 +179,7 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
   RequestAuth auth;
   auth.signing_key =
       ctx.signing_keys.get(user->secret_key, info.date, info.region, info.service);
-  if (info.payload_hash.size() == 64) {
-    req.signed_payload_hash = info.payload_hash;
-    for (char& c : req.signed_payload_hash) {
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-  }
+  if (info.payload_hash.size() == 64) req.signed_payload_hash = info.payload_hash;
   auth.info = std::move(info);
   req.principal = user->name;
   req.root = user->is_root;
@@ -312,10 +298,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   for (const auto& param : req.query) {
     const std::string& name = param.first;
-    const bool unsupported =
-        std::find(kUnsupportedSubresources.begin(), kUnsupportedSubresources.end(), name) !=
-        kUnsupportedSubresources.end();
-    if (unsupported || !knownParameter(name)) {
+    if (!knownParameter(name)) {
       op = "Unsupported";
       co_return errorResponse({S3ErrorCode::kNotImplemented,
                                fmt::format("The '{}' subresource is not implemented", name)},

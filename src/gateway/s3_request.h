@@ -34,8 +34,8 @@ struct S3Request {
   // "" for an anonymous request; `root` for the root user.
   std::string principal;
   bool root = false;
-  // The x-amz-content-sha256 the signature covers when it is a hash (64 hex digits, lower
-  // case); empty for unsigned payloads and anonymous requests. readSmallBody checks it.
+  // The x-amz-content-sha256 the signature covers when it is a hash (64 hex digits, as
+  // sent); empty for unsigned payloads and anonymous requests. readSmallBody checks it.
   std::string signed_payload_hash;
 
   // First value of a header (lower-case name), or nullopt.

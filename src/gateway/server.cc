@@ -19,7 +19,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <type_traits>
 
 #include "asio.h"
 #include "granary/common/clock.h"
@@ -28,6 +27,7 @@
 #include "granary/common/random.h"
 #include "granary/placement/cluster_map.h"
 #include "handlers.h"
+#include "s3_xml.h"
 #include "time_format.h"
 
 namespace granary::gateway {
@@ -295,9 +295,8 @@ Task<bool> drain(BeastBodySource<Stream>& body, size_t limit) {
 // reset.
 Task<void> refuseConnection(tcp::socket socket) {
   static const std::string kResponse = [] {
-    const std::string body =
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
-        "<Message>Too many connections; reduce your request rate.</Message></Error>";
+    const std::string body = errorXml(
+        {S3ErrorCode::kSlowDown, "Too many connections; reduce your request rate."}, "/", "0");
     return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
            "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -483,12 +482,7 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   // The named users, before the first request.
-  Status loadUsers() {
-    auto users = ctx_.index().listUsers();
-    if (!users) return users.error();
-    ctx_.credentials.setUsers(*users);
-    return Status::ok();
-  }
+  Status loadUsers() { return reloadUsers(ctx_); }
 
   void run() override {
     for (size_t i = 0; i < contexts_.size(); ++i) {
@@ -535,8 +529,12 @@ class BeastGatewayServer final : public GatewayServer {
           ctx_.options.max_connections) {
         ctx_.connections.fetch_sub(1, std::memory_order_relaxed);
         ctx_.metrics.connectionRefused();
-        asio::co_spawn(acceptor.get_executor(), refuseConnection(std::move(socket)),
-                       asio::detached);
+        if (tls_) {
+          socket.close(ec);  // a plain-text 503 would only be a failed TLS handshake
+        } else {
+          asio::co_spawn(acceptor.get_executor(), refuseConnection(std::move(socket)),
+                         asio::detached);
+        }
         continue;
       }
       asio::co_spawn(acceptor.get_executor(),

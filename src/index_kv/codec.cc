@@ -485,10 +485,7 @@ Result<Manifest> decodeManifest(std::string_view value) {
     if (const Json* f = findField(j, "h")) m.headers = asStringMap(*f);
     m.ec.k = static_cast<uint8_t>(asU64(field(j, "k"), 255));
     m.ec.m = static_cast<uint8_t>(asU64(field(j, "m"), 255));
-    if (const Json* f = findField(j, "in")) {
-      if (!f->is_boolean()) throw DecodeError("expected a boolean");
-      m.is_inline = f->get<bool>();
-    }
+    if (const Json* f = findField(j, "in")) m.is_inline = asBool(*f);
     if (const Json* f = findField(j, "d")) m.inline_data = asBytes(*f);  // written before the frame
     if (framed_inline) {
       if (!m.is_inline) throw DecodeError("an inline frame on a manifest that is not inline");

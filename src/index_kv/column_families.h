@@ -4,7 +4,10 @@
 #include <rocksdb/db.h>
 #include <rocksdb/status.h>
 
+#include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "granary/common/status.h"
 
@@ -64,5 +67,22 @@ class Snapshot {
 // Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain
 // (retryable kUnavailable); anything else is kInternal.
 Status fromRocks(const rocksdb::Status& s, std::string_view context);
+
+// Every value of a (small) column family, decoded, in key order.
+template <typename T>
+inline Result<std::vector<T>> decodeAll(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
+                                        Result<T> (*decode)(std::string_view), const char* what) {
+  std::vector<T> out;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto value = decode(it->value().ToStringView());
+    if (!value) return fail(value.error());
+    out.push_back(std::move(*value));
+  }
+  if (!it->status().ok()) {
+    return fail(fromRocks(it->status(), std::string("index: listing ") + what));
+  }
+  return out;
+}
 
 }  // namespace granary::index_kv

@@ -208,14 +208,10 @@ Status BatchBuilder::updateBucket(CommitRequest& req) {
 // ---- users ---------------------------------------------------------------------------
 
 Result<std::map<std::string, UserInfo>> BatchBuilder::loadUsers() {
+  auto rows = decodeAll<UserInfo>(db_, cfs_.users, decodeUser, "users");
+  if (!rows) return fail(rows.error());
   std::map<std::string, UserInfo> users;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.users));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto user = decodeUser(it->value().ToStringView());
-    if (!user) return fail(user.error());
-    users.emplace(it->key().ToString(), std::move(*user));
-  }
-  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading users"));
+  for (UserInfo& u : *rows) users.emplace(u.name, std::move(u));
   for (const auto& [name, row] : users_) {
     if (row) {
       users[name] = *row;

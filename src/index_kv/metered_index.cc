@@ -4,6 +4,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <type_traits>
@@ -29,6 +30,8 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
     "delete_user"};
+// A name missing from the list above would be a null label at start-up.
+static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
 bool failed(const Status& st) {
   return !st.isOk() && !st.isNotFound() && st.code() != Status::Code::kPreconditionFailed;

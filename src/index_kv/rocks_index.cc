@@ -117,27 +117,6 @@ Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
   return decodeBucket(value);
 }
 
-namespace {
-
-// Every value of a (small) column family, decoded, in key order.
-template <typename T>
-Result<std::vector<T>> decodeAll(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf,
-                                 Result<T> (*decode)(std::string_view), const char* what) {
-  std::vector<T> out;
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto value = decode(it->value().ToStringView());
-    if (!value) return fail(value.error());
-    out.push_back(std::move(*value));
-  }
-  if (!it->status().ok()) {
-    return fail(fromRocks(it->status(), std::string("index: listing ") + what));
-  }
-  return out;
-}
-
-}  // namespace
-
 Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {
   return decodeAll<BucketInfo>(db_.get(), cfs_.buckets, decodeBucket, "buckets");
 }

@@ -8,11 +8,16 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 
 import boto3
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRANARY = os.environ.get("GRANARY_BIN", os.path.join(REPO, "build", "src", "granary"))
@@ -162,6 +167,29 @@ class Server(_Process):
         if check and res.returncode != 0:
             raise AssertionError(f"{cmd} failed ({res.returncode}): {res.stderr}")
         return res
+
+
+def signed(server, method, path, body=b"", headers=None, send_body=None):
+    """A request signed (payload hash included) over `body`, with the root user's key; it
+    sends `send_body` instead when given (a body swapped under a signature). Returns
+    (status, response body)."""
+    req = AWSRequest(method=method, url=server.endpoint + path, data=body,
+                     headers=dict(headers or {}))
+    S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
+                "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    sent = body if send_body is None else send_body
+    out_headers = dict(prepared.headers)
+    if send_body is not None:
+        out_headers["Content-Length"] = str(len(sent))
+        out_headers.pop("Content-MD5", None)
+    r = urllib.request.Request(prepared.url, data=sent if sent else None, method=method,
+                               headers=out_headers)
+    try:
+        with urllib.request.urlopen(r, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,8 @@ from urllib.parse import urlsplit
 
 import botocore.exceptions
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
-from conftest import Server
+from conftest import Server, signed
 
 MiB = 1024 * 1024
 
@@ -60,22 +57,6 @@ def raw(server, data, read_timeout=10):
         return out
     finally:
         s.close()
-
-
-def signed(server, method, path, body=b"", headers=None):
-    """A correctly signed request with an arbitrary body (signed payload)."""
-    req = AWSRequest(method=method, url=server.endpoint + path, data=body,
-                     headers=dict(headers or {}))
-    S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
-                "us-east-1").add_auth(req)
-    prepared = req.prepare()
-    r = urllib.request.Request(prepared.url, data=body if body else None, method=method,
-                               headers=dict(prepared.headers))
-    try:
-        with urllib.request.urlopen(r, timeout=30) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_oversized_request_head_is_431_class_error_and_server_lives(hserver, hs3):
@@ -287,20 +268,11 @@ def test_small_bodies_must_match_their_signed_hash(server, s3, bucket):
               b'{"access_key": "GKATTACKER000000001", "secret_key": "attacker-secret"}'))
     for path, good, evil in cases:
         method = "POST" if path.endswith("?delete") else "PUT"
-        req = AWSRequest(method=method, url=server.endpoint + path, data=good)
-        S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
-                    "us-east-1").add_auth(req)
-        headers = dict(req.prepare().headers)
-        headers["Content-Length"] = str(len(evil))
-        headers.pop("Content-MD5", None)
-        r = urllib.request.Request(server.endpoint + path, data=evil, method=method,
-                                   headers=headers)
-        try:
-            with urllib.request.urlopen(r, timeout=30) as resp:
-                status, body = resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            status, body = e.code, e.read()
+        status, body = signed(server, method, path, good, send_body=evil)
         assert status == 400 and b"XAmzContentSHA256Mismatch" in body, (path, status, body)
-    with pytest.raises(botocore.exceptions.ClientError):
+    with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "NoSuchLifecycleConfiguration"
     assert s3.get_object(Bucket=bucket, Key="keep")["Body"].read() == b"k"
+    status, body = signed(server, "GET", "/_granary/admin/users")
+    assert status == 200 and b'"swapped"' not in body

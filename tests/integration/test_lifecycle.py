@@ -8,8 +8,7 @@ import uuid
 import botocore
 import pytest
 
-from conftest import Server
-from test_hardening import signed
+from conftest import Server, signed
 
 DAY = 2  # seconds in a lifecycle day for these servers
 

@@ -82,12 +82,15 @@ def test_admin_cli_takes_given_keys_and_validates_them(server):
     assert user["access_key"] == key and user["secret_key"] == "s3cret-given"
     assert user_client(server, user).list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
     # Another user with the same access key, the root's key, bad names and short secrets.
-    for args in (["other-" + name, "--user-access-key", key],
-                 ["x-" + name, "--user-access-key", server.access_key],
-                 ["bad/name"], ["a" * 65],
-                 ["y-" + name, "--user-secret-key", "short"]):
+    for args, code in ((["other-" + name, "--user-access-key", key], "EntityAlreadyExists"),
+                       (["x-" + name, "--user-access-key", server.access_key],
+                        "InvalidArgument"),
+                       (["bad/name"], "InvalidArgument"), (["a" * 65], "InvalidArgument"),
+                       (["y-" + name, "--user-secret-key", "short"], "InvalidArgument")):
         res = admin(server, "user", "add", *args, check=False)
-        assert res.returncode != 0, args
+        assert res.returncode != 0 and code in res.stderr, (args, res.stderr)
+    names = {u["name"] for u in json.loads(admin(server, "user", "list").stdout)["users"]}
+    assert not names & {"other-" + name, "x-" + name, "bad/name", "a" * 65, "y-" + name}
     admin(server, "user", "remove", name)
 
 

@@ -201,7 +201,6 @@ struct RecordPage {
   std::string next;  // when truncated: pass as start_after
 };
 
-// Size of the record index (RocksDB estimates: cheap, approximate).
 // What the index occupies (RocksDB estimates), for the metrics endpoint.
 struct IndexStorageStats {
   uint64_t sst_bytes = 0;        // table files on disk, all column families
@@ -209,6 +208,7 @@ struct IndexStorageStats {
   uint64_t live_data_bytes = 0;  // estimate of the live data in them
 };
 
+// Size of the record index (RocksDB estimates: cheap, approximate).
 struct RecordIndexStats {
   uint64_t rows = 0;        // rows stored, visible or waiting for removal
   uint64_t bytes = 0;       // bytes of the record column families (SST + memtables)
