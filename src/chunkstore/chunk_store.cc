@@ -50,6 +50,11 @@ class ChunkStoreImpl final : public ChunkStore {
         commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
                  [this](std::span<PendingCommit* const> b) { indexCommits(b); }) {}
 
+  ~ChunkStoreImpl() override {
+    std::unique_lock lock(async_mu_);
+    async_cv_.wait(lock, [&] { return async_reads_ == 0; });
+  }
+
   Status init() {
     auto next = index_->nextExtent();
     if (!next) return next.error();
@@ -85,6 +90,8 @@ class ChunkStoreImpl final : public ChunkStore {
 
   Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
+  void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
+                 IoDone done) override;
   Result<BlobInfo> stat(const BlobId& id) override;
   Status remove(const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) override;
@@ -129,8 +136,42 @@ class ChunkStoreImpl final : public ChunkStore {
     EncodedId id_;
   };
 
+  // A read of payload bytes [offset, offset + out.size()) of the blob at `rec`: the I/Os
+  // it needs (the header, with the payload when it is near) and their buffers.
+  struct ReadPlan {
+    BlobId id;
+    IndexRecord rec;
+    uint64_t offset = 0;
+    std::span<uint8_t> out;
+    int fd = -1;
+    uint64_t first = 0, last = 0;  // payload blocks [first, last) to verify
+    bool merged = true;            // header and payload in one I/O (head)
+    uint64_t head_len = 0;         // bytes of head to read at rec.offset
+    AlignedBuffer head;
+    uint64_t disk_begin = 0, disk_end = 0;  // the payload I/O when not merged (body)
+    AlignedBuffer body;
+
+    Status corrupt(const ChunkStoreImpl& store, std::string_view what) const;
+    std::span<uint8_t> headIo();
+    std::span<uint8_t> bodyIo();
+  };
+  struct AsyncRead;
+
+  static Status checkRange(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                           size_t len);
+  Result<ReadPlan> planRead(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                            std::span<uint8_t> out);
+  // Checks the header and the CRC of every block read, then copies the bytes to plan.out.
+  Status verifyRead(const ReadPlan& plan) const;
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                       std::span<uint8_t> out);
+  void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                         std::span<uint8_t> out, bool retried, IoDone done);
+  void finishAsyncRead(AsyncRead* op);
+  // After a read found `corruption`: the blob's current entry when it moved (read again),
+  // or the final status (NotFound when it was removed meanwhile, else `corruption`).
+  Result<IndexRecord> recheckAfterCorruption(const BlobId& id, const IndexRecord& rec,
+                                             uint64_t offset, size_t len, Status corruption);
   void punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len);
   // The two stages of the group commit (group_commit.h).
   void syncCommits(std::span<PendingCommit* const> batch);
@@ -154,6 +195,11 @@ class ChunkStoreImpl final : public ChunkStore {
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
   std::set<EncodedId> busy_;
+
+  // Asynchronous reads in flight: the destructor waits for them.
+  std::mutex async_mu_;
+  std::condition_variable async_cv_;
+  uint64_t async_reads_ = 0;
 
   std::atomic<uint64_t> blobs_{0};
   std::atomic<uint64_t> payload_bytes_{0};
@@ -270,90 +316,198 @@ void ChunkStoreImpl::indexCommits(std::span<PendingCommit* const> batch) {
   }
 }
 
+Status ChunkStoreImpl::checkRange(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                                  size_t len) {
+  if (offset > rec.payload_len || len > rec.payload_len - offset) {
+    return Status::invalidArgument(fmt::format("read of {}+{} past the end of blob {} ({} bytes)",
+                                               offset, len, id.toString(), rec.payload_len));
+  }
+  return Status::ok();
+}
+
 Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
   auto rec = index_->get(id);
   if (!rec) return rec.error();
-  if (offset > rec->payload_len || out.size() > rec->payload_len - offset) {
-    return Status::invalidArgument(fmt::format("read of {}+{} past the end of blob {} ({} bytes)",
-                                               offset, out.size(), id.toString(),
-                                               rec->payload_len));
-  }
+  GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
   Status st = readVerified(id, *rec, offset, out);
   if (st.isCorruption()) {
-    // A remove() may have punched the range between our index lookup and the read: that
-    // is a deleted blob (or, if the id was stored again meanwhile, a stale location), not
-    // a corrupt one. Only a mismatch against the current index entry is corruption.
-    auto again = index_->get(id);
-    if (!again && again.error().isNotFound()) return again.error();
-    if (again && (again->extent != rec->extent || again->offset != rec->offset)) {
-      if (offset > again->payload_len || out.size() > again->payload_len - offset) {
-        return Status::notFound("blob " + id.toString() + " was replaced during the read");
-      }
-      st = readVerified(id, *again, offset, out);
-    }
+    auto again = recheckAfterCorruption(id, *rec, offset, out.size(), st);
+    st = again ? readVerified(id, *again, offset, out) : again.error();
     if (st.isCorruption()) log::warn("{}", st.message());
   }
   return st;
 }
 
-Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                    std::span<uint8_t> out) {
-  auto corrupt = [&](std::string_view what) {
-    return Status::corruption(fmt::format("blob {} in {} at {}: {}", id.toString(),
-                                          extents_.path(rec.extent), rec.offset, what));
-  };
+Result<IndexRecord> ChunkStoreImpl::recheckAfterCorruption(
+    const BlobId& id, const IndexRecord& rec, uint64_t offset, size_t len, Status corruption) {
+  // A remove() may have punched the range between our index lookup and the read: that is a
+  // deleted blob (or, if the id was stored again meanwhile, a stale location), not a
+  // corrupt one. Only a mismatch against the current index entry is corruption.
+  auto again = index_->get(id);
+  if (!again && again.error().isNotFound()) return fail(again.error());
+  if (!again || (again->extent == rec.extent && again->offset == rec.offset)) {
+    return fail(std::move(corruption));
+  }
+  if (!checkRange(id, *again, offset, len)) {
+    return fail(Status::notFound("blob " + id.toString() + " was replaced during the read"));
+  }
+  return *again;
+}
+
+Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
+                                                          const IndexRecord& rec,
+                                                          uint64_t offset,
+                                                          std::span<uint8_t> out) {
+  ReadPlan plan;
+  plan.id = id;
+  plan.rec = rec;
+  plan.offset = offset;
+  plan.out = out;
   auto fd = extents_.fd(rec.extent);
   if (!fd) {
     // The index names an extent that is gone: the blob's bytes are lost.
-    return fd.error().isNotFound() ? corrupt("extent file missing") : fd.error();
+    return fail(fd.error().isNotFound() ? plan.corrupt(*this, "extent file missing")
+                                        : fd.error());
   }
-
+  plan.fd = *fd;
   const uint64_t bs = rec.block_size;
   const uint64_t payload_start = rec.offset + rec.header_region_len;
-  uint64_t first = 0;
-  uint64_t last = 0;  // exclusive block index
-  uint64_t disk_begin = payload_start;
-  uint64_t disk_end = payload_start;
+  plan.disk_begin = payload_start;
+  plan.disk_end = payload_start;
   if (!out.empty()) {
-    first = offset / bs;
-    last = (offset + out.size() - 1) / bs + 1;
-    disk_begin = payload_start + alignDown(first * bs, kIoAlign);
-    disk_end = payload_start + alignUp(std::min(last * bs, rec.payload_len), kIoAlign);
+    plan.first = offset / bs;
+    plan.last = (offset + out.size() - 1) / bs + 1;
+    plan.disk_begin = payload_start + alignDown(plan.first * bs, kIoAlign);
+    plan.disk_end = payload_start + alignUp(std::min(plan.last * bs, rec.payload_len), kIoAlign);
   }
   // Header and payload in one I/O when the payload bytes are close to the header.
-  const bool merged = disk_begin - payload_start <= kMergeReadGap;
-  const uint64_t header_io = merged ? disk_end - rec.offset : rec.header_region_len;
-  AlignedBuffer head(header_io, AlignedBuffer::Fill::kUninitialized);
-  if (!head.valid()) return Status::unavailable("out of memory for a read buffer");
-  GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, head.span().first(header_io), rec.offset));
-  auto hdr = decodeHeader(head.span().first(rec.header_region_len));
-  if (!hdr) return corrupt(hdr.error().message());
-  if (hdr->id != id || hdr->payload_len != rec.payload_len || hdr->block_size != rec.block_size) {
-    return corrupt("header does not match the index entry");
+  plan.merged = out.empty() || plan.disk_begin - payload_start <= kMergeReadGap;
+  plan.head_len = plan.merged ? plan.disk_end - rec.offset : rec.header_region_len;
+  plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
+  if (!plan.merged) {
+    plan.body = AlignedBuffer(plan.disk_end - plan.disk_begin, AlignedBuffer::Fill::kUninitialized);
   }
-  if (out.empty()) return Status::ok();
+  if (!plan.head.valid() || (!plan.merged && !plan.body.valid())) {
+    return fail(Status::unavailable("out of memory for a read buffer"));
+  }
+  return plan;
+}
 
-  AlignedBuffer body;
-  const uint8_t* data;  // payload byte (first * bs)
-  if (merged) {
-    data = head.data() + rec.header_region_len + first * bs;
-  } else {
-    body = AlignedBuffer(disk_end - disk_begin, AlignedBuffer::Fill::kUninitialized);
-    if (!body.valid()) return Status::unavailable("out of memory for a read buffer");
-    GRANARY_RETURN_IF_ERROR(engine_.pread(*fd, body.span().first(disk_end - disk_begin),
-                                          disk_begin));
-    data = body.data() + (payload_start + first * bs - disk_begin);
+Status ChunkStoreImpl::ReadPlan::corrupt(const ChunkStoreImpl& store, std::string_view what) const {
+  return Status::corruption(fmt::format("blob {} in {} at {}: {}", id.toString(),
+                                        store.extents_.path(rec.extent), rec.offset, what));
+}
+
+std::span<uint8_t> ChunkStoreImpl::ReadPlan::headIo() { return head.span().first(head_len); }
+
+std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
+  return body.span().first(disk_end - disk_begin);
+}
+
+Status ChunkStoreImpl::verifyRead(const ReadPlan& plan) const {
+  const IndexRecord& rec = plan.rec;
+  auto hdr = decodeHeader(plan.head.span().first(rec.header_region_len));
+  if (!hdr) return plan.corrupt(*this, hdr.error().message());
+  if (hdr->id != plan.id || hdr->payload_len != rec.payload_len ||
+      hdr->block_size != rec.block_size) {
+    return plan.corrupt(*this, "header does not match the index entry");
   }
-  for (uint64_t b = first; b < last; ++b) {
+  if (plan.out.empty()) return Status::ok();
+  const uint64_t bs = rec.block_size;
+  const uint8_t* data =  // payload byte (first * bs)
+      plan.merged ? plan.head.data() + rec.header_region_len + plan.first * bs
+                  : plan.body.data() + (rec.offset + rec.header_region_len + plan.first * bs -
+                                        plan.disk_begin);
+  for (uint64_t b = plan.first; b < plan.last; ++b) {
     uint64_t len = std::min(bs, rec.payload_len - b * bs);
-    uint32_t actual = ec::crc32c({data + (b - first) * bs, len});
+    uint32_t actual = ec::crc32c({data + (b - plan.first) * bs, len});
     if (actual != hdr->blockCrc(b)) {
-      return corrupt(fmt::format("block {} CRC mismatch (stored {:08x}, computed {:08x})", b,
-                                 hdr->blockCrc(b), actual));
+      return plan.corrupt(*this, fmt::format("block {} CRC mismatch (stored {:08x}, computed {:08x})",
+                                             b, hdr->blockCrc(b), actual));
     }
   }
-  std::memcpy(out.data(), data + (offset - first * bs), out.size());
+  std::memcpy(plan.out.data(), data + (plan.offset - plan.first * bs), plan.out.size());
   return Status::ok();
+}
+
+Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                                    std::span<uint8_t> out) {
+  auto plan = planRead(id, rec, offset, out);
+  if (!plan) return plan.error();
+  GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
+  if (!plan->merged) {
+    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->bodyIo(), plan->disk_begin));
+  }
+  return verifyRead(*plan);
+}
+
+// One asynchronous read in flight: its plan, and the one or two I/Os it waits for.
+struct ChunkStoreImpl::AsyncRead {
+  ReadPlan plan;
+  IoDone done;
+  bool retried = false;
+  std::atomic<int> pending{0};
+  std::mutex mu;  // error
+  Status error;
+};
+
+void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
+                               IoDone done) {
+  auto rec = index_->get(id);
+  if (!rec) return done(rec.error());
+  if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
+  readVerifiedAsync(id, *rec, offset, out, false, std::move(done));
+}
+
+void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
+                                       uint64_t offset, std::span<uint8_t> out, bool retried,
+                                       IoDone done) {
+  auto plan = planRead(id, rec, offset, out);
+  if (!plan) return done(plan.error());
+  {
+    std::lock_guard lock(async_mu_);
+    ++async_reads_;
+  }
+  auto* op = new AsyncRead;
+  op->plan = std::move(*plan);
+  op->done = std::move(done);
+  op->retried = retried;
+  op->pending = op->plan.merged ? 1 : 2;
+  auto finished = [this, op](Status st) {
+    if (!st) {
+      std::lock_guard lock(op->mu);
+      if (op->error.isOk()) op->error = std::move(st);
+    }
+    if (op->pending.fetch_sub(1) == 1) finishAsyncRead(op);
+  };
+  engine_.readAsync(op->plan.fd, op->plan.headIo(), op->plan.rec.offset, finished);
+  if (!op->plan.merged) {
+    engine_.readAsync(op->plan.fd, op->plan.bodyIo(), op->plan.disk_begin, finished);
+  }
+}
+
+void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
+  std::unique_ptr<AsyncRead> owned(op);
+  Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
+  if (st.isCorruption() && !op->retried) {
+    // Rare (a race with remove(), or real corruption): one index get on this thread.
+    auto again = recheckAfterCorruption(op->plan.id, op->plan.rec, op->plan.offset,
+                                        op->plan.out.size(), st);
+    if (again) {
+      readVerifiedAsync(op->plan.id, *again, op->plan.offset, op->plan.out, true,
+                        std::move(op->done));
+    } else {
+      st = again.error();
+      if (st.isCorruption()) log::warn("{}", st.message());
+      op->done(std::move(st));
+    }
+  } else {
+    if (st.isCorruption()) log::warn("{}", st.message());
+    op->done(std::move(st));
+  }
+  owned.reset();
+  std::lock_guard lock(async_mu_);
+  if (--async_reads_ == 0) async_cv_.notify_all();
 }
 
 Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {

@@ -65,6 +65,15 @@ class MeteredEngine final : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return timed(kPunch, 0, [&] { return inner_->punchHole(fd, offset, len); });
   }
+  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+    inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));
+  }
+  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
+    inner_->writeAsync(fd, data, offset, timedDone(kWrite, data.size(), std::move(done)));
+  }
+  void fdatasyncAsync(int fd, IoDone done) override {
+    inner_->fdatasyncAsync(fd, timedDone(kSync, 0, std::move(done)));
+  }
 
  private:
   struct OpMetrics {
@@ -78,6 +87,20 @@ class MeteredEngine final : public IoEngine {
   Status timed(OpIndex op, size_t bytes, F&& call) {
     const auto start = std::chrono::steady_clock::now();
     Status st = call();
+    record(op, bytes, start, st);
+    return st;
+  }
+
+  IoDone timedDone(OpIndex op, size_t bytes, IoDone done) {
+    return [this, op, bytes, start = std::chrono::steady_clock::now(),
+            done = std::move(done)](Status st) mutable {
+      record(op, bytes, start, st);
+      done(std::move(st));
+    };
+  }
+
+  void record(OpIndex op, size_t bytes, std::chrono::steady_clock::time_point start,
+              const Status& st) {
     const OpMetrics& m = metrics_[op];
     m.latency->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     m.ops->Increment();
@@ -86,7 +109,6 @@ class MeteredEngine final : public IoEngine {
     } else {
       m.errors->Increment();
     }
-    return st;
   }
 
   std::unique_ptr<IoEngine> inner_;

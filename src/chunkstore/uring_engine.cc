@@ -1,12 +1,28 @@
-// The io_uring IoEngine of the walking skeleton: every call submits one SQE on the calling
-// thread's ring and waits for its CQE. Short transfers and -EAGAIN/-EINTR are re-queued
-// (as liburing's io_uring-cp.c does). A later version batches submissions and completes
-// them asynchronously; the interface already allows it.
+// The io_uring IoEngine.
+//  - Synchronous calls submit one SQE on the calling thread's own ring and wait for its CQE
+//    (a ring is not safe to share without a lock; a blocked caller has nothing else to do).
+//  - Asynchronous calls go to one ring shared by the whole engine (AsyncRing): many
+//    requests in flight, submissions batched, and completions signalled through an eventfd
+//    registered with the ring, which an Asio io_context on the engine's completion thread
+//    waits on (Asio 1.74 has no io_uring backend of its own). The callbacks run there.
+// Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c).
 #include <liburing.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it under g++ 12
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -19,6 +35,12 @@ namespace granary::chunkstore {
 namespace {
 
 constexpr unsigned kRingDepth = 64;
+// The shared ring: at most this many operations in the kernel at once (more wait in a
+// queue of our own), so neither the SQ nor the CQ (twice as deep) can overflow.
+constexpr unsigned kAsyncDepth = 256;
+
+// An SQE's length field is 32 bits; larger transfers go in 1 GiB pieces.
+unsigned chunk(size_t left) { return static_cast<unsigned>(std::min<size_t>(left, size_t{1} << 30)); }
 
 // One ring per thread (DESIGN: "one ring per thread"): a ring is not safe to share
 // without a lock, and the synchronous skeleton never has more than one SQE in flight, so
@@ -68,6 +90,195 @@ int submitAndWait(io_uring* ring, Prep&& prep) {
   io_uring_cqe_seen(ring, cqe);
   return res;
 }
+
+
+// The engine's shared ring for asynchronous calls, and its completion thread.
+class AsyncRing {
+ public:
+  enum Kind { kRead, kWrite, kSync };
+  struct Op {
+    Kind kind;
+    int fd;
+    uint8_t* buf;
+    size_t len;
+    uint64_t offset;
+    size_t done_bytes;
+    IoDone done;
+  };
+
+  // Null (with a warning) where the ring or its eventfd cannot be set up: asynchronous
+  // calls then run synchronously.
+  static std::unique_ptr<AsyncRing> create() {
+    auto ring = std::unique_ptr<AsyncRing>(new AsyncRing());
+    if (Status st = ring->init(); !st) {
+      log::warn("io_uring shared ring unavailable ({}); asynchronous I/O runs synchronously",
+                st.message());
+      return nullptr;
+    }
+    ring->waitForCompletions();
+    ring->thread_ = std::thread([r = ring.get()] { r->ctx_.run(); });
+    return ring;
+  }
+
+  // Waits for every operation in flight (their callbacks run), then stops the thread.
+  ~AsyncRing() {
+    if (thread_.joinable()) {
+      {
+        std::unique_lock lock(mu_);
+        idle_cv_.wait(lock, [&] { return inflight_ == 0 && backlog_.empty(); });
+      }
+      work_.reset();
+      ctx_.stop();
+      thread_.join();
+    }
+    if (event_) event_->release();  // closed below, with the ring
+    if (ring_ok_) io_uring_queue_exit(&ring_);
+    if (efd_ >= 0) ::close(efd_);
+  }
+
+  void submit(Op op) {
+    std::lock_guard lock(mu_);
+    if (inflight_ >= kAsyncDepth) {
+      backlog_.push_back(std::move(op));
+      return;
+    }
+    ++inflight_;
+    queue(new Op(std::move(op)));
+    // Callbacks run on the completion thread; what they submit goes to the kernel in one
+    // batch when the thread has handled every completion it found.
+    if (t_reaping != this) flush();
+  }
+
+ private:
+  AsyncRing() = default;
+
+  Status init() {
+    efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd_ < 0) return Status::fromErrno(errno, "eventfd");
+    int rc = io_uring_queue_init(kAsyncDepth, &ring_, 0);
+    if (rc != 0) return Status::fromErrno(-rc, "io_uring_queue_init");
+    ring_ok_ = true;
+    rc = io_uring_register_eventfd(&ring_, efd_);
+    if (rc != 0) return Status::fromErrno(-rc, "io_uring_register_eventfd");
+    event_.emplace(ctx_, efd_);
+    return Status::ok();
+  }
+
+  // Caller holds mu_. Prepares the SQE for the rest of `op` (there is room: see kAsyncDepth).
+  void queue(Op* op) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    switch (op->kind) {
+      case kRead:
+        io_uring_prep_read(sqe, op->fd, op->buf + op->done_bytes, chunk(op->len - op->done_bytes),
+                           op->offset + op->done_bytes);
+        break;
+      case kWrite:
+        io_uring_prep_write(sqe, op->fd, op->buf + op->done_bytes,
+                            chunk(op->len - op->done_bytes), op->offset + op->done_bytes);
+        break;
+      case kSync:
+        io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, op);
+  }
+
+  // Caller holds mu_. Hands the prepared SQEs to the kernel.
+  void flush() {
+    int rc;
+    do {
+      rc = io_uring_submit(&ring_);
+    } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
+    // Anything else (ENOMEM) leaves the SQEs queued: the next flush submits them.
+    if (rc < 0) log::warn("io_uring_submit: {}", std::strerror(-rc));
+  }
+
+  void waitForCompletions() {
+    event_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                       [this](const boost::system::error_code& ec) {
+                         if (ec) return;  // the io_context is stopping
+                         reap();
+                         waitForCompletions();
+                       });
+  }
+
+  // On the completion thread: handles every CQE there is, then submits what the callbacks
+  // and the re-queued short transfers prepared.
+  void reap() {
+    uint64_t count;
+    (void)!::read(efd_, &count, sizeof count);  // clears the signal; the CQ tells the rest
+    std::vector<std::pair<IoDone, Status>> finished;
+    {
+      std::lock_guard lock(mu_);
+      io_uring_cqe* cqe;
+      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+        auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+        int res = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        if (std::optional<Status> st = advance(*op, res)) {
+          finished.emplace_back(std::move(op->done), std::move(*st));
+          delete op;
+          if (!backlog_.empty()) {
+            queue(new Op(std::move(backlog_.front())));
+            backlog_.pop_front();
+          } else {
+            --inflight_;
+          }
+        } else {
+          queue(op);  // the rest of a short transfer, or a retry
+        }
+      }
+    }
+    t_reaping = this;
+    for (auto& [done, st] : finished) done(std::move(st));
+    t_reaping = nullptr;
+    std::lock_guard lock(mu_);
+    if (io_uring_sq_ready(&ring_) > 0) flush();
+    if (inflight_ == 0 && backlog_.empty()) idle_cv_.notify_all();
+  }
+
+  // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
+  static std::optional<Status> advance(Op& op, int res) {
+    if (res == -EAGAIN || res == -EINTR) return std::nullopt;
+    const uint64_t at = op.offset + op.done_bytes;
+    switch (op.kind) {
+      case kSync:
+        if (res < 0) return Status::fromErrno(-res, "io_uring fdatasync");
+        return Status::ok();
+      case kRead:
+        if (res < 0) return Status::fromErrno(-res, fmt::format("io_uring read at {}", at));
+        if (res == 0) {
+          return Status::corruption(fmt::format("io_uring read at {}: unexpected end of file", at));
+        }
+        break;
+      case kWrite:
+        if (res < 0) return Status::fromErrno(-res, fmt::format("io_uring write at {}", at));
+        if (res == 0) return Status::ioError(fmt::format("io_uring write at {} wrote nothing", at));
+        break;
+    }
+    op.done_bytes += static_cast<size_t>(res);
+    if (op.done_bytes < op.len) return std::nullopt;
+    return Status::ok();
+  }
+
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  int efd_ = -1;
+  boost::asio::io_context ctx_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
+      ctx_.get_executor()};
+  std::optional<boost::asio::posix::stream_descriptor> event_;
+  std::thread thread_;
+  // Set on the completion thread while it runs callbacks.
+  static thread_local const AsyncRing* t_reaping;
+
+  std::mutex mu_;  // the SQ, inflight_ and backlog_
+  unsigned inflight_ = 0;
+  std::deque<Op> backlog_;
+  std::condition_variable idle_cv_;
+};
+
+thread_local const AsyncRing* AsyncRing::t_reaping = nullptr;
 
 class UringEngine final : public IoEngine {
  public:
@@ -138,11 +349,23 @@ class UringEngine final : public IoEngine {
     return posix_io::punchHole(fd, offset, len);
   }
 
- private:
-  // An SQE's length field is 32 bits; larger transfers go in 1 GiB pieces.
-  static unsigned chunk(size_t left) {
-    return static_cast<unsigned>(std::min<size_t>(left, size_t{1} << 30));
+  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+    if (!async_) return IoEngine::readAsync(fd, out, offset, std::move(done));
+    async_->submit({AsyncRing::kRead, fd, out.data(), out.size(), offset, 0, std::move(done)});
   }
+  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
+    if (!async_) return IoEngine::writeAsync(fd, data, offset, std::move(done));
+    // The kernel only reads from a write's buffer.
+    async_->submit({AsyncRing::kWrite, fd, const_cast<uint8_t*>(data.data()), data.size(),
+                    offset, 0, std::move(done)});
+  }
+  void fdatasyncAsync(int fd, IoDone done) override {
+    if (!async_) return IoEngine::fdatasyncAsync(fd, std::move(done));
+    async_->submit({AsyncRing::kSync, fd, nullptr, 0, 0, 0, std::move(done)});
+  }
+
+ private:
+  std::unique_ptr<AsyncRing> async_ = AsyncRing::create();
 };
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "granary/chunkstore/io_engine.h"
 #include "granary/common/ids.h"
 #include "granary/common/status.h"
 #include "granary/ec/erasure_code.h"
@@ -39,8 +40,6 @@ class RocksResources;
 }  // namespace granary
 
 namespace granary::chunkstore {
-
-class IoEngine;
 
 // What the writer knows about a fragment; stored in its header so that the blob index
 // (and, later, the object index) can be rebuilt from the drives alone.
@@ -79,6 +78,14 @@ class ChunkStore {
   // Reads payload bytes [offset, offset + out.size()). Reading past the end is
   // kInvalidArgument.
   virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  // read() whose I/O goes to the engine's asynchronous path (io_engine.h). The index lookup
+  // runs on the calling thread (a RocksDB get, which may read the disk: call this from a
+  // worker, not from an event loop); `done` runs once the bytes are verified, on the
+  // engine's completion thread, or on this thread before readAsync returns when the
+  // engine has no asynchronous path or the read fails early. `out` must stay valid until
+  // then; destroying the store waits for the reads in flight.
+  virtual void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
+                         IoDone done) = 0;
   virtual Result<BlobInfo> stat(const BlobId& id) = 0;
   virtual Status remove(const BlobId& id) = 0;
   // Blobs in id order, strictly after `after` when given; at most `limit`.

@@ -1,17 +1,27 @@
-// IoEngine: the only way the chunk store touches files. Every call is synchronous from the
-// caller's point of view and either completes fully or returns an error (short transfers
-// are retried inside the engine). Implementations: io_uring (default), plain POSIX
-// pread/pwrite (fallback where io_uring is unavailable), and test wrappers that inject
-// faults (IoEngineWrapper forwards every call, so a test overrides just one).
+// IoEngine: the only way the chunk store touches files. Every call either completes fully
+// or returns an error (short transfers are retried inside the engine). Two forms:
+//  - synchronous calls (pread, pwrite, fdatasync), for callers on worker threads;
+//  - asynchronous ones (readAsync, writeAsync, fdatasyncAsync), which return at once and
+//    call `done` exactly once, later. The io_uring engine queues them on one shared ring
+//    whose completions are signalled through an eventfd that an Asio io_context (the
+//    engine's completion thread) waits on; `done` then runs on that thread and must not
+//    block. An engine without asynchronous I/O runs the synchronous call and then `done`
+//    on the caller's thread (the default below), so a test wrapper that overrides a
+//    synchronous call injects its fault into both forms.
+// Implementations: io_uring (default), plain POSIX pread/pwrite (fallback where io_uring
+// is unavailable), and test wrappers that inject faults (IoEngineWrapper forwards every
+// call, so a test overrides just one).
 //
 // Thread safety: all methods may be called concurrently from many threads; the io_uring
-// engine keeps one ring per calling thread.
+// engine keeps one ring per calling thread for synchronous calls, and one shared ring for
+// asynchronous ones.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +34,9 @@ class Registry;
 }
 
 namespace granary::chunkstore {
+
+// Called once when an asynchronous operation ends.
+using IoDone = std::move_only_function<void(Status)>;
 
 class IoEngine {
  public:
@@ -39,6 +52,16 @@ class IoEngine {
   virtual Status fdatasync(int fd) = 0;
   // Frees the blocks of [offset, offset+len) keeping the file size (FALLOC_FL_PUNCH_HOLE).
   virtual Status punchHole(int fd, uint64_t offset, uint64_t len) = 0;
+
+  // Asynchronous forms. The buffer must stay valid until `done` runs. The defaults run the
+  // synchronous call on the caller's thread, then `done`.
+  virtual void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) {
+    done(pread(fd, out, offset));
+  }
+  virtual void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) {
+    done(pwrite(fd, data, offset));
+  }
+  virtual void fdatasyncAsync(int fd, IoDone done) { done(fdatasync(fd)); }
 };
 
 // io_uring engine; if the kernel or a seccomp profile refuses io_uring, logs a warning

@@ -47,6 +47,8 @@ constexpr uint64_t kFirstPayload = 4096;
 }  // namespace
 
 TEST_CASE("A flipped payload bit fails reads touching its block only") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
   auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
   auto engine = makeEngine(engine_name);
   StoreFixture f(*engine);
@@ -56,22 +58,24 @@ TEST_CASE("A flipped payload bit fails reads touching its block only") {
   flipBit(extentPath(f.options.dir, 0), kFirstPayload + 4096 + 1234);  // block 1
 
   std::vector<uint8_t> out(100);
-  Status st = f.store->read(id, 4096 + 1200, out);
+  Status st = readVia(*f.store, async, id, 4096 + 1200, out);
   CHECK(st.code() == Status::Code::kCorruption);
   CHECK(st.message().find(id.toString()) != std::string::npos);
   CHECK(st.message().find("block 1") != std::string::npos);
   // A range that only touches the edge of block 1 still reads (and fails) the whole block.
-  CHECK(f.store->read(id, 4000, out).code() == Status::Code::kCorruption);
+  CHECK(readVia(*f.store, async, id, 4000, out).code() == Status::Code::kCorruption);
   // Other blocks of the same blob are verified on their own and still read.
-  CHECK(f.store->read(id, 0, std::span<uint8_t>(out.data(), 100)).isOk());
+  CHECK(readVia(*f.store, async, id, 0, std::span<uint8_t>(out.data(), 100)).isOk());
   CHECK(std::equal(out.begin(), out.end(), data.begin()));
   std::vector<uint8_t> tail(2 * 4096);
-  CHECK(f.store->read(id, 2 * 4096, tail).isOk());
+  CHECK(readVia(*f.store, async, id, 2 * 4096, tail).isOk());
   CHECK(std::equal(tail.begin(), tail.end(), data.begin() + 2 * 4096));
 }
 
 TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {
-  auto engine = makePosixEngine();
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  auto engine = makeUringEngine();
   StoreFixture f(*engine);
   BlobId id = makeId(1);
   REQUIRE(f.store->put(descriptor(id), randomBytes(5000, 1)).isOk());
@@ -79,12 +83,14 @@ TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {
   SECTION("in the CRC table") { flipBit(extentPath(f.options.dir, 0), 72 + 13 + 21 + 2); }
   SECTION("in the magic") { flipBit(extentPath(f.options.dir, 0), 0); }
   std::vector<uint8_t> out(10);
-  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
-  CHECK(f.store->read(id, 4500, out).code() == Status::Code::kCorruption);
+  CHECK(readVia(*f.store, async, id, 0, out).code() == Status::Code::kCorruption);
+  CHECK(readVia(*f.store, async, id, 4500, out).code() == Status::Code::kCorruption);
 }
 
 TEST_CASE("A punched (zeroed) blob still indexed is kCorruption, not zeros") {
-  auto engine = makePosixEngine();
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  auto engine = makeUringEngine();
   StoreFixture f(*engine);
   BlobId id = makeId(1);
   REQUIRE(f.store->put(descriptor(id), randomBytes(9000, 1)).isOk());
@@ -93,7 +99,7 @@ TEST_CASE("A punched (zeroed) blob still indexed is kCorruption, not zeros") {
   REQUIRE(engine->punchHole(fd, 0, 16384).isOk());
   ::close(fd);
   std::vector<uint8_t> out(10);
-  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+  CHECK(readVia(*f.store, async, id, 0, out).code() == Status::Code::kCorruption);
 }
 
 TEST_CASE("A put whose data write fails is neither indexed nor readable") {
@@ -178,7 +184,9 @@ TEST_CASE("A drive whose filesystem refuses O_DIRECT falls back to buffered I/O"
 }
 
 TEST_CASE("A blob whose extent file vanished reads as kCorruption") {
-  auto engine = makePosixEngine();
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  auto engine = makeUringEngine();
   StoreFixture f(*engine);
   BlobId id = makeId(1);
   REQUIRE(f.store->put(descriptor(id), randomBytes(100, 1)).isOk());
@@ -186,10 +194,12 @@ TEST_CASE("A blob whose extent file vanished reads as kCorruption") {
   REQUIRE(std::filesystem::remove(extentPath(f.options.dir, 0)));
   REQUIRE(f.reopen().isOk());
   std::vector<uint8_t> out(100);
-  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+  CHECK(readVia(*f.store, async, id, 0, out).code() == Status::Code::kCorruption);
 }
 
 TEST_CASE("Reads racing a remove see the bytes or kNotFound, never kCorruption") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
   auto engine = makeUringEngine();
   StoreFixture f(*engine);
   constexpr int kBlobs = 40;
@@ -203,7 +213,7 @@ TEST_CASE("Reads racing a remove see the bytes or kNotFound, never kCorruption")
     readers.emplace_back([&, t] {
       std::vector<uint8_t> out(64 << 10);
       for (int i = t; !done; i = (i + 1) % kBlobs) {
-        Status st = f.store->read(makeId(i), 0, out);
+        Status st = readVia(*f.store, async, makeId(i), 0, out);
         if (st.isOk() ? out != randomBytes(64 << 10, i) : !st.isNotFound()) ++bad;
       }
     });
@@ -251,6 +261,8 @@ TEST_CASE("A drive with less free space than its reserve is not writable") {
 }
 
 TEST_CASE("A read that fails with EIO is an error, never data") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
   auto base = makeUringEngine();
   FaultyEngine engine(base.get());
   StoreFixture f(engine);
@@ -258,11 +270,11 @@ TEST_CASE("A read that fails with EIO is an error, never data") {
   REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
   engine.read_errno = EIO;
   std::vector<uint8_t> out(data.size(), 0);
-  Status st = f.store->read(makeId(1), 0, out);
+  Status st = readVia(*f.store, async, makeId(1), 0, out);
   CHECK(st.code() == Status::Code::kIoError);
   CHECK(std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0; }));
   engine.read_errno = 0;
-  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  REQUIRE(readVia(*f.store, async, makeId(1), 0, out).isOk());
   CHECK(out == data);
 }
 

@@ -12,9 +12,9 @@ using namespace granary::chunkstore::testing;
 namespace {
 
 std::vector<uint8_t> readRange(ChunkStore& store, const BlobId& id, uint64_t offset,
-                               size_t len) {
+                               size_t len, bool async = false) {
   std::vector<uint8_t> out(len);
-  Status st = store.read(id, offset, out);
+  Status st = readVia(store, async, id, offset, out);
   INFO(st.toString());
   REQUIRE(st.isOk());
   return out;
@@ -45,7 +45,8 @@ TEST_CASE("Blobs of every size round-trip through put and read on both engines")
 TEST_CASE("Ranged reads at odd offsets crossing block boundaries return the exact bytes") {
   auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
   auto block_size = GENERATE(as<uint32_t>{}, 4096u, 1536u, 65536u);
-  INFO("engine " << engine_name << ", block size " << block_size);
+  const bool async = GENERATE(false, true);
+  INFO("engine " << engine_name << ", block size " << block_size << (async ? ", readAsync" : ""));
   auto engine = makeEngine(engine_name);
   ChunkStoreOptions opts;
   opts.block_size = block_size;
@@ -60,7 +61,7 @@ TEST_CASE("Ranged reads at odd offsets crossing block boundaries return the exac
       {size, 0},    {0, size},    {12345, 0},     {200'000, 100'001}};
   for (auto [off, len] : ranges) {
     INFO("range " << off << "+" << len);
-    auto got = readRange(*f.store, id, off, len);
+    auto got = readRange(*f.store, id, off, len, async);
     CHECK(std::equal(got.begin(), got.end(), data.begin() + static_cast<ptrdiff_t>(off)));
   }
 }

@@ -3,6 +3,12 @@
 #include <fcntl.h>
 #include <stdlib.h>
 
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "test_util.h"
@@ -79,5 +85,136 @@ TEST_CASE("The io_uring engine serves many threads at once, each on its own ring
   }
   for (auto& th : threads) th.join();
   CHECK(failures == 0);
+  CHECK(engine->close(*fd).isOk());
+}
+
+namespace {
+
+// Counts asynchronous completions and remembers their statuses and threads.
+struct Completions {
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  int failed = 0;
+  std::set<std::thread::id> threads;
+  IoDone callback() {
+    return [this](Status st) {
+      std::lock_guard lock(mu);
+      ++done;
+      if (!st) ++failed;
+      threads.insert(std::this_thread::get_id());
+      cv.notify_all();
+    };
+  }
+  void waitFor(int n) {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done >= n; }));
+  }
+};
+
+Status waitAsync(const std::function<void(IoDone)>& start) {
+  std::promise<Status> result;
+  auto future = result.get_future();
+  start([&result](Status st) { result.set_value(std::move(st)); });
+  return future.get();
+}
+
+}  // namespace
+
+TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the engine's thread") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  // More blocks than the shared ring's depth (256): the rest wait in the engine's queue.
+  constexpr int kBlocks = 1000;
+  constexpr size_t kBlock = 4096;
+  AlignedBytes in(kBlocks * kBlock);
+  auto data = randomBytes(in.size, 7);
+  std::copy(data.begin(), data.end(), in.data);
+  Completions writes;
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < 4; ++t) {
+    submitters.emplace_back([&, t] {
+      for (int b = t; b < kBlocks; b += 4) {
+        engine->writeAsync(*fd, {in.data + b * kBlock, kBlock}, b * kBlock, writes.callback());
+      }
+    });
+  }
+  for (auto& th : submitters) th.join();
+  writes.waitFor(kBlocks);
+  CHECK(writes.failed == 0);
+  CHECK_FALSE(writes.threads.contains(std::this_thread::get_id()));
+  CHECK(writes.threads.size() == 1);  // the completion thread
+  REQUIRE(waitAsync([&](IoDone d) { engine->fdatasyncAsync(*fd, std::move(d)); }).isOk());
+
+  AlignedBytes out(in.size);
+  std::memset(out.data, 0, out.size);
+  Completions reads;
+  for (int b = 0; b < kBlocks; ++b) {
+    engine->readAsync(*fd, {out.data + b * kBlock, kBlock}, b * kBlock, reads.callback());
+  }
+  reads.waitFor(kBlocks);
+  CHECK(reads.failed == 0);
+  CHECK(std::equal(data.begin(), data.end(), out.data));
+  CHECK(engine->close(*fd).isOk());
+}
+
+TEST_CASE("io_uring asynchronous I/O: callbacks may submit more, and errors are reported") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd.has_value());
+  auto data = randomBytes(64 << 10, 3);
+  REQUIRE(engine->pwrite(*fd, data, 0).isOk());
+
+  SECTION("a chain of reads, each started by the previous one's callback") {
+    std::vector<uint8_t> out(data.size());
+    std::promise<int> finished;
+    std::function<void(int)> step = [&](int i) {
+      if (i == 64) return finished.set_value(i);
+      engine->readAsync(*fd, {out.data() + i * 1024, 1024}, i * 1024, [&, i](Status st) {
+        if (!st) return finished.set_value(-i - 1);
+        step(i + 1);
+      });
+    };
+    step(0);
+    CHECK(finished.get_future().get() == 64);
+    CHECK(out == data);
+  }
+  SECTION("reading past the end of the file is corruption") {
+    std::vector<uint8_t> out(8192);
+    Status st = waitAsync([&](IoDone d) { engine->readAsync(*fd, out, 60 << 10, std::move(d)); });
+    CHECK(st.code() == Status::Code::kCorruption);
+  }
+  SECTION("a bad descriptor fails the read, the write and the sync") {
+    std::vector<uint8_t> out(4096);
+    CHECK_FALSE(waitAsync([&](IoDone d) { engine->readAsync(-1, out, 0, std::move(d)); }));
+    CHECK_FALSE(waitAsync([&](IoDone d) { engine->writeAsync(-1, out, 0, std::move(d)); }));
+    CHECK_FALSE(waitAsync([&](IoDone d) { engine->fdatasyncAsync(-1, std::move(d)); }));
+  }
+  CHECK(engine->close(*fd).isOk());
+}
+
+TEST_CASE("Engines without asynchronous I/O complete an asynchronous call before it returns") {
+  auto engine = makePosixEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd.has_value());
+  auto data = randomBytes(5000, 4);
+  bool called = false;
+  engine->writeAsync(*fd, data, 0, [&](Status st) {
+    CHECK(st.isOk());
+    called = true;
+  });
+  CHECK(called);
+  std::vector<uint8_t> out(data.size());
+  called = false;
+  engine->readAsync(*fd, out, 0, [&](Status st) {
+    CHECK(st.isOk());
+    called = true;
+  });
+  CHECK(called);
+  CHECK(out == data);
   CHECK(engine->close(*fd).isOk());
 }

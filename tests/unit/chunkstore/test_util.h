@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -57,6 +58,16 @@ inline BlobDescriptor descriptor(const BlobId& id) {
 
 inline std::unique_ptr<IoEngine> makeEngine(const std::string& name) {
   return name == "posix" ? makePosixEngine() : makeUringEngine();
+}
+
+// store.read(), or store.readAsync() and a wait for its callback: one test checks both.
+inline Status readVia(ChunkStore& store, bool async, const BlobId& id, uint64_t offset,
+                      std::span<uint8_t> out) {
+  if (!async) return store.read(id, offset, out);
+  std::promise<Status> result;
+  auto future = result.get_future();
+  store.readAsync(id, offset, out, [&result](Status st) { result.set_value(std::move(st)); });
+  return future.get();
 }
 
 inline std::string extentPath(const std::string& dir, uint32_t extent) {
