@@ -8,6 +8,10 @@
 //   rand-read   4 KiB blob reads of random blobs vs fio 4 KiB random reads, iodepth --qd
 //   scrub       rand-read again with the scrubber running at --scrub-rate: p99 ratio and
 //               the scrubber's achieved rate
+// Reads run twice: "async", --qd reads kept in flight from one thread through
+// ChunkStore::readAsync (the engine's shared ring, as fio's io_uring engine keeps its
+// iodepth), and "sync", --qd threads each waiting for its ChunkStore::read. The scrub
+// phase uses the async form.
 //
 // Usage: chunkstore_bench [--dir D] [--engine io_uring|posix] [--qd 32] [--write-mib 2048]
 //                         [--small-blobs 100000] [--seconds 10] [--scrub-rate-mib 50]
@@ -18,10 +22,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -136,35 +142,9 @@ struct Latencies {
   double p99_us = 0;
 };
 
-// Random 4 KiB blob reads from `threads` threads for `seconds`.
-Latencies randomReads(ChunkStore& store, int threads, uint64_t first, uint64_t count,
-                      double seconds) {
-  std::vector<std::vector<float>> lat(threads);
-  std::atomic<bool> failed{false};
-  auto start = SteadyClock::now();
-  auto deadline = start + std::chrono::duration<double>(seconds);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 1);
-      std::vector<uint8_t> buf(4096);
-      lat[t].reserve(1 << 20);
-      while (SteadyClock::now() < deadline && !failed) {
-        uint64_t n = first + rng() % count;
-        auto t0 = SteadyClock::now();
-        Status st = store.read(blobId(n), 0, buf);
-        if (!st) {
-          std::fprintf(stderr, "chunkstore_bench: %s\n", st.toString().c_str());
-          failed = true;
-        }
-        lat[t].push_back(static_cast<float>(secondsSince(t0) * 1e6));
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  if (failed) std::exit(1);
+Latencies summarize(std::vector<std::vector<float>>& lat, double seconds) {
   Latencies out;
-  out.seconds = secondsSince(start);
+  out.seconds = seconds;
   std::vector<float> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
   out.ops = all.size();
@@ -174,6 +154,70 @@ Latencies randomReads(ChunkStore& store, int threads, uint64_t first, uint64_t c
     out.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
   }
   return out;
+}
+
+[[noreturn]] void die(const Status& st) {
+  std::fprintf(stderr, "chunkstore_bench: %s\n", st.toString().c_str());
+  std::exit(1);
+}
+
+enum class ReadMode { kSync, kAsync };
+
+// Reads the first `len` bytes of blob pick(i) for i = 0, 1, ... until `count` reads are
+// done or `seconds` have passed, `qd` at a time (the header's "sync" and "async").
+template <typename Pick>
+Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_t count,
+                   double seconds, Pick pick) {
+  std::vector<std::vector<float>> lat(qd);
+  std::vector<std::vector<uint8_t>> bufs(qd, std::vector<uint8_t>(len));
+  const auto start = SteadyClock::now();
+  const auto deadline = start + std::chrono::duration<double>(seconds);
+  if (mode == ReadMode::kSync) {
+    std::atomic<uint64_t> next{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < qd; ++t) {
+      pool.emplace_back([&, t] {
+        for (uint64_t i; SteadyClock::now() < deadline && (i = next.fetch_add(1)) < count;) {
+          auto t0 = SteadyClock::now();
+          if (Status st = store.read(blobId(pick(i)), 0, bufs[t]); !st) die(st);
+          lat[t].push_back(static_cast<float>(secondsSince(t0) * 1e6));
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    return summarize(lat, secondsSince(start));
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> idle(qd);  // buffers (slots) with no read in flight
+  for (int s = 0; s < qd; ++s) idle[s] = s;
+  for (uint64_t i = 0; i < count && SteadyClock::now() < deadline; ++i) {
+    int s;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !idle.empty(); });
+      s = idle.back();
+      idle.pop_back();
+    }
+    store.readAsync(blobId(pick(i)), 0, bufs[s], [&, s, t0 = SteadyClock::now()](Status st) {
+      if (!st) die(st);
+      lat[s].push_back(static_cast<float>(secondsSince(t0) * 1e6));
+      std::lock_guard lock(mu);
+      idle.push_back(s);
+      cv.notify_one();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return idle.size() == static_cast<size_t>(qd); });
+  return summarize(lat, secondsSince(start));
+}
+
+// A random-looking, repeatable blob number in [first, first + count) for read i.
+uint64_t scattered(uint64_t i, uint64_t first, uint64_t count) {
+  uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return first + (z ^ (z >> 31)) % count;
 }
 
 // Runs fio with JSON output and returns its first job.
@@ -246,14 +290,12 @@ int main(int argc, char** argv) {
       double(std::max<uint64_t>(1, after->commit_batches - before->commit_batches));
 
   // 2. Sequential 1 MiB reads (every block CRC-verified).
-  std::vector<std::vector<uint8_t>> bufs(args.qd, std::vector<uint8_t>(1 << 20));
-  std::atomic<int> slot{0};
-  thread_local int my_slot = -1;
-  double rsec = parallelFor(args.qd, big, [&](uint64_t i) {
-    if (my_slot < 0) my_slot = slot.fetch_add(1);
-    return store.read(blobId(i), 0, bufs[my_slot]);
-  });
-  const double read_mibs = double(big) / rsec;
+  auto seqRead = [&](ReadMode mode) {
+    auto r = runReads(store, mode, args.qd, 1 << 20, big, 1e9, [](uint64_t i) { return i; });
+    return double(r.ops) / r.seconds;
+  };
+  const double read_mibs = seqRead(ReadMode::kAsync);
+  const double read_mibs_sync = seqRead(ReadMode::kSync);
 
   // 3. 4 KiB blobs, then random reads of them.
   std::vector<uint8_t> small(4096);
@@ -262,7 +304,12 @@ int main(int argc, char** argv) {
   double ssec = parallelFor(args.qd, args.small_blobs, [&](uint64_t i) {
     return store.put(descriptor(first_small + i), small);
   });
-  Latencies quiet = randomReads(store, args.qd, first_small, args.small_blobs, args.seconds);
+  auto randomReads = [&](ReadMode mode) {
+    return runReads(store, mode, args.qd, 4096, UINT64_MAX, args.seconds,
+                    [&](uint64_t i) { return scattered(i, first_small, args.small_blobs); });
+  };
+  Latencies quiet = randomReads(ReadMode::kAsync);
+  Latencies quiet_sync = randomReads(ReadMode::kSync);
 
   // 4. The same with the scrubber running.
   ScrubOptions so;
@@ -270,8 +317,8 @@ int main(int argc, char** argv) {
   so.pass_interval = std::chrono::milliseconds(0);
   Scrubber scrubber(store, "bench", so);
   scrubber.start();
-  Latencies scrubbed = randomReads(store, args.qd, first_small, args.small_blobs, args.seconds);
-  const double scrub_mibs = double(scrubber.stats().bytes) / double(1 << 20) / args.seconds;
+  Latencies scrubbed = randomReads(ReadMode::kAsync);
+  const double scrub_mibs = double(scrubber.stats().bytes) / double(1 << 20) / scrubbed.seconds;
   scrubber.stop();
 
   double fio_write = 0, fio_read = 0, fio_iops = 0, fio_p99 = 0;
@@ -299,10 +346,15 @@ int main(int argc, char** argv) {
   std::printf("  %-28s %10.1f puts per fdatasync (fio: --fdatasync=%d)\n", "group commit",
               puts_per_sync, fsync_every);
   row("seq read 1 MiB (MiB/s)", read_mibs, fio_read, "MiB/s", 0.9);
+  row("  sync reads, for comparison", read_mibs_sync, fio_read, "MiB/s", 0.9);
   row("4 KiB blob put (puts/s)", double(args.small_blobs) / ssec, 0, "", 0);
   row("rand read 4 KiB (IOPS)", double(quiet.ops) / quiet.seconds, fio_iops, "IOPS", 0.7);
-  std::printf("  %-28s p50 %.0f us, p99 %.0f us (fio p99 %.0f us)\n", "rand read latency",
-              quiet.p50_us, quiet.p99_us, fio_p99);
+  row("  sync reads, for comparison", double(quiet_sync.ops) / quiet_sync.seconds, fio_iops,
+      "IOPS", 0.7);
+  std::printf("  %-28s p50 %.0f us, p99 %.0f us; sync p50 %.0f us, p99 %.0f us (fio p99 %.0f "
+              "us)\n",
+              "rand read latency", quiet.p50_us, quiet.p99_us, quiet_sync.p50_us,
+              quiet_sync.p99_us, fio_p99);
   std::printf("  %-28s %.0f IOPS, p99 %.0f us = %.2fx the quiet p99 (goal <= 1.5x); scrubbed "
               "%.1f MiB/s (configured %llu)\n",
               "rand read + scrubber", double(scrubbed.ops) / scrubbed.seconds, scrubbed.p99_us,

@@ -81,6 +81,7 @@ struct Reply {
   std::string body;
   uint64_t head_length = 0;  // Content-Length of a HEAD answer
 };
+using ReplyDone = std::move_only_function<void(Reply)>;
 
 Reply errorReply(const Status& st) {
   Reply r;
@@ -266,7 +267,9 @@ class ChunkServerImpl final : public ChunkServer {
       bool body_ok = co_await readBody(stream, buffer, head, req.body);
       if (!body_ok) break;  // the client went away or stalled; nobody to answer
 
-      std::move_only_function<Reply()> work = [this, &req] { return handle(req); };
+      std::move_only_function<void(ReplyDone)> work = [this, &req](ReplyDone done) {
+        handle(req, std::move(done));
+      };
       Reply reply = co_await runOnPool(work);
       bool written = co_await writeReply(stream, head_request, reply, keep_alive);
       if (!written || !keep_alive) break;
@@ -318,9 +321,11 @@ class ChunkServerImpl final : public ChunkServer {
     co_return !ec;
   }
 
-  // Runs `work` on the pool; the coroutine resumes on its own loop. Only raw pointers are
-  // captured in the co_await expression (see the g++ 12 note in gateway/task_group.h).
-  Task<Reply> runOnPool(std::move_only_function<Reply()>& work) {
+  // Runs `work` on the pool; it answers through the ReplyDone it is given, there or later
+  // (a blob read completes on the I/O engine's thread), and the coroutine resumes on its
+  // own loop. Only raw pointers are captured in the co_await expression (see the g++ 12
+  // note in gateway/task_group.h).
+  Task<Reply> runOnPool(std::move_only_function<void(ReplyDone)>& work) {
     Reply reply;
     asio::any_io_executor executor = co_await asio::this_coro::executor;
     ChunkServerImpl* self = this;
@@ -333,17 +338,26 @@ class ChunkServerImpl final : public ChunkServer {
             std::lock_guard lock(self->inflight_mu_);
             ++self->inflight_;
           }
-          self->pool_.submit([self, workp, out, ex = *exp, h = std::move(handler)]() mutable {
+          // The first answer wins (an exception after the work handed its ReplyDone on must
+          // not answer twice).
+          auto answer = std::make_shared<std::atomic<bool>>(false);
+          auto finish = [self, out, ex = *exp, answer,
+                         h = std::make_shared<decltype(handler)>(std::move(handler))](
+                            Reply r) mutable {
+            if (answer->exchange(true)) return;
+            *out = std::move(r);
+            asio::post(ex, std::move(*h));
+            std::lock_guard lock(self->inflight_mu_);
+            if (--self->inflight_ == 0) self->inflight_cv_.notify_all();
+          };
+          self->pool_.submit([workp, finish]() mutable {
             // An exception must neither kill the pool thread (std::terminate) nor leave the
             // session waiting forever: it becomes a 500.
             try {
-              *out = (*workp)();
+              (*workp)(finish);
             } catch (const std::exception& e) {
-              *out = errorReply(Status::internal(std::string("chunkserver: ") + e.what()));
+              finish(errorReply(Status::internal(std::string("chunkserver: ") + e.what())));
             }
-            asio::post(ex, std::move(h));
-            std::lock_guard lock(self->inflight_mu_);
-            if (--self->inflight_ == 0) self->inflight_cv_.notify_all();
           });
         },
         asio::use_awaitable);
@@ -385,17 +399,25 @@ class ChunkServerImpl final : public ChunkServer {
     return r;
   }
 
-  // Runs on the pool: everything that touches the body or the backend.
-  Reply handle(Request& req) {
+  // Runs on the pool: everything that touches the body or the backend. A blob GET answers
+  // from the I/O engine's completion thread; everything else here.
+  void handle(Request& req, ReplyDone done) {
     if (ec::crc32c(req.body) != req.declared_crc) {
-      return errorReply(Status::invalidArgument(
-          "request body does not match its x-granary-content-crc32c"));
+      return done(errorReply(Status::invalidArgument(
+          "request body does not match its x-granary-content-crc32c")));
     }
     auto [path, query] = splitTarget(req.target);
     auto route = parseRoute(path);
-    if (!route) return errorReply(route.error());
+    if (!route) return done(errorReply(route.error()));
+    if (route->kind == Route::Kind::kBlob && req.method == "GET") {
+      return readBlob(*route, query, std::move(done));
+    }
+    done(handleRoute(req, *route, query));
+  }
+
+  Reply handleRoute(Request& req, const Route& route, std::string_view query) {
     bool get = req.method == "GET";
-    switch (route->kind) {
+    switch (route.kind) {
       case Route::Kind::kHealth:
         return get ? jsonReply(R"({"status":"ok"})") : methodNotAllowed(req);
       case Route::Kind::kDrives: {
@@ -406,13 +428,13 @@ class ChunkServerImpl final : public ChunkServer {
       }
       case Route::Kind::kStats: {
         if (!get) return methodNotAllowed(req);
-        auto stats = backend_.stats(route->drive);
+        auto stats = backend_.stats(route.drive);
         return stats ? jsonReply(encodeStats(*stats)) : errorReply(stats.error());
       }
       case Route::Kind::kBlobList:
-        return get ? listBlobs(route->drive, query) : methodNotAllowed(req);
+        return get ? listBlobs(route.drive, query) : methodNotAllowed(req);
       case Route::Kind::kBlob:
-        return blob(req, *route, query);
+        return blob(req, route);
     }
     return errorReply(Status::internal("unhandled route"));
   }
@@ -439,34 +461,13 @@ class ChunkServerImpl final : public ChunkServer {
     return blobs ? jsonReply(encodeBlobList(*blobs)) : errorReply(blobs.error());
   }
 
-  Reply blob(Request& req, const Route& route, std::string_view query) {
+  // PUT, HEAD and DELETE of a blob (GET: readBlob).
+  Reply blob(Request& req, const Route& route) {
     if (req.method == "PUT") {
       auto desc = parseDescriptor(route.id, req.headers);
       if (!desc) return errorReply(desc.error());
       Status st = backend_.put(route.drive, *desc, req.body);
       return st.isOk() ? Reply{} : errorReply(st);
-    }
-    if (req.method == "GET") {
-      auto offset = queryParam(query, "offset");
-      auto length = queryParam(query, "length");
-      auto o = offset ? parseU64(*offset) : std::nullopt;
-      auto n = length ? parseU64(*length) : std::nullopt;
-      if (!o || !n) return errorReply(Status::invalidArgument("offset and length are required"));
-      if (*n > options_.max_blob_bytes) {
-        return errorReply(Status::invalidArgument("length exceeds the server's limit"));
-      }
-      Reply r;
-      // The read fills it, so skip the zero-fill. (g++ 12's libstdc++ passes the capacity,
-      // not the requested size, to the callback: return the size we asked for.)
-      const size_t want = static_cast<size_t>(*n);
-      r.body.resize_and_overwrite(want, [want](char*, size_t) { return want; });
-      Status st = backend_.read(route.drive, route.id, *o,
-                                {reinterpret_cast<uint8_t*>(r.body.data()), r.body.size()});
-      if (!st.isOk()) return errorReply(st);
-      auto crc = ec::crc32c({reinterpret_cast<const uint8_t*>(r.body.data()), r.body.size()});
-      r.headers = {{std::string(kCrcHeader), crcHex(crc)},
-                   {"content-type", "application/octet-stream"}};
-      return r;
     }
     if (req.method == "HEAD") {
       auto found = backend_.stat(route.drive, route.id);
@@ -482,6 +483,32 @@ class ChunkServerImpl final : public ChunkServer {
       return st.isOk() ? Reply{} : errorReply(st);
     }
     return methodNotAllowed(req);
+  }
+
+  // GET of a blob range: the read goes to the backend's asynchronous path, and the answer
+  // is made where it completes.
+  void readBlob(const Route& route, std::string_view query, ReplyDone done) {
+    auto offset = queryParam(query, "offset");
+    auto length = queryParam(query, "length");
+    auto o = offset ? parseU64(*offset) : std::nullopt;
+    auto n = length ? parseU64(*length) : std::nullopt;
+    if (!o || !n) return done(errorReply(Status::invalidArgument("offset and length are required")));
+    if (*n > options_.max_blob_bytes) {
+      return done(errorReply(Status::invalidArgument("length exceeds the server's limit")));
+    }
+    auto r = std::make_unique<Reply>();
+    // The read fills it, so skip the zero-fill. (g++ 12's libstdc++ passes the capacity,
+    // not the requested size, to the callback: return the size we asked for.)
+    const size_t want = static_cast<size_t>(*n);
+    r->body.resize_and_overwrite(want, [want](char*, size_t) { return want; });
+    std::span<uint8_t> out{reinterpret_cast<uint8_t*>(r->body.data()), r->body.size()};
+    backend_.readAsync(route.drive, route.id, *o, out,
+                       [r = std::move(r), out, done = std::move(done)](Status st) mutable {
+                         if (!st.isOk()) return done(errorReply(st));
+                         r->headers = {{std::string(kCrcHeader), crcHex(ec::crc32c(out))},
+                                       {"content-type", "application/octet-stream"}};
+                         done(std::move(*r));
+                       });
   }
 
   ChunkServerOptions options_;

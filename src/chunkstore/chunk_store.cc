@@ -480,10 +480,16 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
     }
     if (op->pending.fetch_sub(1) == 1) finishAsyncRead(op);
   };
-  engine_.readAsync(op->plan.fd, op->plan.headIo(), op->plan.rec.offset, finished);
-  if (!op->plan.merged) {
-    engine_.readAsync(op->plan.fd, op->plan.bodyIo(), op->plan.disk_begin, finished);
-  }
+  // Everything the submissions need is taken first: the first I/O may complete, and free
+  // `op`, before the second is submitted.
+  const int fd = op->plan.fd;
+  const bool merged = op->plan.merged;
+  const auto head = op->plan.headIo();
+  const uint64_t head_at = op->plan.rec.offset;
+  const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
+  const uint64_t body_at = op->plan.disk_begin;
+  engine_.readAsync(fd, head, head_at, finished);
+  if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
 }
 
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {

@@ -29,6 +29,13 @@ Status LocalChunkClient::read(std::string_view drive, const BlobId& id, uint64_t
   return (*store)->read(id, offset, out);
 }
 
+void LocalChunkClient::readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
+                                 std::span<uint8_t> out, IoDone done) {
+  auto store = find(drive);
+  if (!store) return done(store.error());
+  (*store)->readAsync(id, offset, out, std::move(done));
+}
+
 Status LocalChunkClient::remove(std::string_view drive, const BlobId& id) {
   auto store = find(drive);
   if (!store) return store.error();

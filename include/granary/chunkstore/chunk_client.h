@@ -26,6 +26,12 @@ class ChunkClient {
                      std::span<const uint8_t> payload) = 0;
   virtual Status read(std::string_view drive, const BlobId& id, uint64_t offset,
                       std::span<uint8_t> out) = 0;
+  // read() with ChunkStore::readAsync's contract; the default reads synchronously, then
+  // calls `done` on this thread.
+  virtual void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
+                         std::span<uint8_t> out, IoDone done) {
+    done(read(drive, id, offset, out));
+  }
   virtual Status remove(std::string_view drive, const BlobId& id) = 0;
   virtual Result<BlobInfo> stat(std::string_view drive, const BlobId& id) = 0;
   virtual Result<std::vector<BlobInfo>> list(std::string_view drive,
@@ -43,6 +49,8 @@ class LocalChunkClient final : public ChunkClient {
              std::span<const uint8_t> payload) override;
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override;
+  void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
+                 std::span<uint8_t> out, IoDone done) override;
   Status remove(std::string_view drive, const BlobId& id) override;
   Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
