@@ -148,21 +148,24 @@ class ChunkStoreImpl final : public ChunkStore {
     bool merged = true;            // header and payload in one I/O (head)
     uint64_t head_len = 0;         // bytes of head to read at rec.offset
     AlignedBuffer head;
+    IoBuffer registered_head;  // used instead of head when the engine lent one
     uint64_t disk_begin = 0, disk_end = 0;  // the payload I/O when not merged (body)
     AlignedBuffer body;
 
     Status corrupt(const ChunkStoreImpl& store, std::string_view what) const;
     std::span<uint8_t> headIo();
+    const uint8_t* headData() { return headIo().data(); }
     std::span<uint8_t> bodyIo();
   };
   struct AsyncRead;
 
   static Status checkRange(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                            size_t len);
+  // `async`: for the engine's asynchronous path, which can use its registered buffers.
   Result<ReadPlan> planRead(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                            std::span<uint8_t> out);
+                            std::span<uint8_t> out, bool async);
   // Checks the header and the CRC of every block read, then copies the bytes to plan.out.
-  Status verifyRead(const ReadPlan& plan) const;
+  Status verifyRead(ReadPlan& plan) const;
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                       std::span<uint8_t> out);
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
@@ -357,7 +360,7 @@ Result<IndexRecord> ChunkStoreImpl::recheckAfterCorruption(
 Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
                                                           const IndexRecord& rec,
                                                           uint64_t offset,
-                                                          std::span<uint8_t> out) {
+                                                          std::span<uint8_t> out, bool async) {
   ReadPlan plan;
   plan.id = id;
   plan.rec = rec;
@@ -383,11 +386,15 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
   // Header and payload in one I/O when the payload bytes are close to the header.
   plan.merged = out.empty() || plan.disk_begin - payload_start <= kMergeReadGap;
   plan.head_len = plan.merged ? plan.disk_end - rec.offset : rec.header_region_len;
-  plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
+  if (async) plan.registered_head = engine_.registeredBuffer(plan.head_len);
+  if (!plan.registered_head.valid()) {
+    plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
+  }
   if (!plan.merged) {
     plan.body = AlignedBuffer(plan.disk_end - plan.disk_begin, AlignedBuffer::Fill::kUninitialized);
   }
-  if (!plan.head.valid() || (!plan.merged && !plan.body.valid())) {
+  if ((!plan.registered_head.valid() && !plan.head.valid()) ||
+      (!plan.merged && !plan.body.valid())) {
     return fail(Status::unavailable("out of memory for a read buffer"));
   }
   return plan;
@@ -398,15 +405,17 @@ Status ChunkStoreImpl::ReadPlan::corrupt(const ChunkStoreImpl& store, std::strin
                                         store.extents_.path(rec.extent), rec.offset, what));
 }
 
-std::span<uint8_t> ChunkStoreImpl::ReadPlan::headIo() { return head.span().first(head_len); }
+std::span<uint8_t> ChunkStoreImpl::ReadPlan::headIo() {
+  return (registered_head.valid() ? registered_head.span() : head.span()).first(head_len);
+}
 
 std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
   return body.span().first(disk_end - disk_begin);
 }
 
-Status ChunkStoreImpl::verifyRead(const ReadPlan& plan) const {
+Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   const IndexRecord& rec = plan.rec;
-  auto hdr = decodeHeader(plan.head.span().first(rec.header_region_len));
+  auto hdr = decodeHeader(plan.headIo().first(rec.header_region_len));
   if (!hdr) return plan.corrupt(*this, hdr.error().message());
   if (hdr->id != plan.id || hdr->payload_len != rec.payload_len ||
       hdr->block_size != rec.block_size) {
@@ -415,7 +424,7 @@ Status ChunkStoreImpl::verifyRead(const ReadPlan& plan) const {
   if (plan.out.empty()) return Status::ok();
   const uint64_t bs = rec.block_size;
   const uint8_t* data =  // payload byte (first * bs)
-      plan.merged ? plan.head.data() + rec.header_region_len + plan.first * bs
+      plan.merged ? plan.headData() + rec.header_region_len + plan.first * bs
                   : plan.body.data() + (rec.offset + rec.header_region_len + plan.first * bs -
                                         plan.disk_begin);
   for (uint64_t b = plan.first; b < plan.last; ++b) {
@@ -432,7 +441,7 @@ Status ChunkStoreImpl::verifyRead(const ReadPlan& plan) const {
 
 Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                                     std::span<uint8_t> out) {
-  auto plan = planRead(id, rec, offset, out);
+  auto plan = planRead(id, rec, offset, out, false);
   if (!plan) return plan.error();
   GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
   if (!plan->merged) {
@@ -462,7 +471,7 @@ void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint
 void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
                                        uint64_t offset, std::span<uint8_t> out, bool retried,
                                        IoDone done) {
-  auto plan = planRead(id, rec, offset, out);
+  auto plan = planRead(id, rec, offset, out, true);
   if (!plan) return done(plan.error());
   {
     std::lock_guard lock(async_mu_);

@@ -74,6 +74,7 @@ class MeteredEngine final : public IoEngine {
   void fdatasyncAsync(int fd, IoDone done) override {
     inner_->fdatasyncAsync(fd, timedDone(kSync, 0, std::move(done)));
   }
+  IoBuffer registeredBuffer(size_t size) override { return inner_->registeredBuffer(size); }
 
  private:
   struct OpMetrics {

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "granary/common/status.h"
 
@@ -37,6 +38,52 @@ namespace granary::chunkstore {
 
 // Called once when an asynchronous operation ends.
 using IoDone = std::move_only_function<void(Status)>;
+
+// Where an IoBuffer goes back to.
+class IoBufferPool {
+ public:
+  virtual void release(uint8_t* data) = 0;
+
+ protected:
+  ~IoBufferPool() = default;
+};
+
+// A slot of an engine's registered buffers (IORING_REGISTER_BUFFERS): the kernel pinned
+// its pages once, so an asynchronous read or write inside it skips pinning them per I/O.
+// Empty (valid() false) when the engine has none free or none big enough. Move-only; the
+// engine must outlive it.
+class IoBuffer {
+ public:
+  IoBuffer() = default;
+  IoBuffer(uint8_t* data, size_t size, IoBufferPool* pool) : data_(data), size_(size), pool_(pool) {}
+  IoBuffer(IoBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        pool_(std::exchange(o.pool_, nullptr)) {}
+  IoBuffer& operator=(IoBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      pool_ = std::exchange(o.pool_, nullptr);
+    }
+    return *this;
+  }
+  ~IoBuffer() { reset(); }
+  bool valid() const { return data_ != nullptr; }
+  uint8_t* data() { return data_; }
+  std::span<uint8_t> span() { return {data_, size_}; }
+  void reset() {
+    if (pool_ != nullptr) pool_->release(data_);
+    data_ = nullptr;
+    size_ = 0;
+    pool_ = nullptr;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  IoBufferPool* pool_ = nullptr;
+};
 
 class IoEngine {
  public:
@@ -62,6 +109,9 @@ class IoEngine {
     done(pwrite(fd, data, offset));
   }
   virtual void fdatasyncAsync(int fd, IoDone done) { done(fdatasync(fd)); }
+  // A registered buffer of at least `size` bytes (4 KiB aligned) for asynchronous I/O, or
+  // an empty one: the caller then uses memory of its own.
+  virtual IoBuffer registeredBuffer(size_t /*size*/) { return {}; }
 };
 
 // io_uring engine; if the kernel or a seccomp profile refuses io_uring, logs a warning
@@ -96,6 +146,7 @@ class IoEngineWrapper : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return target_->punchHole(fd, offset, len);
   }
+  IoBuffer registeredBuffer(size_t size) override { return target_->registeredBuffer(size); }
 
  protected:
   IoEngine* target_;

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -216,5 +218,39 @@ TEST_CASE("Engines without asynchronous I/O complete an asynchronous call before
   });
   CHECK(called);
   CHECK(out == data);
+  CHECK(engine->close(*fd).isOk());
+}
+
+TEST_CASE("io_uring registered buffers: lent for small asynchronous I/O, and given back") {
+  auto engine = makeUringEngine();
+  rlimit memlock{};
+  REQUIRE(getrlimit(RLIMIT_MEMLOCK, &memlock) == 0);
+  // 1 MiB per engine: refused only where RLIMIT_MEMLOCK is below Debian's default of 8 MiB
+  // (root is not limited). Then the engine lends none and callers use their own memory.
+  const bool can_register = geteuid() == 0 || memlock.rlim_cur >= (8u << 20);
+  INFO("RLIMIT_MEMLOCK " << memlock.rlim_cur << ", euid " << geteuid());
+  IoBuffer out = engine->registeredBuffer(8192);
+  REQUIRE(out.valid() == can_register);
+  if (!can_register) return;
+  CHECK_FALSE(engine->registeredBuffer((16 << 10) + 1).valid());  // larger than a slot
+
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  IoBuffer in = engine->registeredBuffer(8192);
+  REQUIRE(in.valid());
+  auto data = randomBytes(8192, 11);
+  std::copy(data.begin(), data.end(), in.data());
+  REQUIRE(waitAsync([&](IoDone d) { engine->writeAsync(*fd, in.span(), 4096, std::move(d)); }));
+  REQUIRE(waitAsync([&](IoDone d) { engine->readAsync(*fd, out.span(), 4096, std::move(d)); }));
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
+
+  // 64 slots in all: two are lent above.
+  std::vector<IoBuffer> rest;
+  for (IoBuffer b; (b = engine->registeredBuffer(4096)).valid();) rest.push_back(std::move(b));
+  CHECK(rest.size() == 62);
+  rest.pop_back();  // given back
+  CHECK(engine->registeredBuffer(4096).valid());
+  CHECK_FALSE(makePosixEngine()->registeredBuffer(4096).valid());
   CHECK(engine->close(*fd).isOk());
 }
