@@ -322,6 +322,7 @@ struct AwsChunkedDecoder::State {
   }
 
   bool done() const {
+    if (failed) return false;  // whatever phase the error left behind
     switch (phase) {
       case Phase::kEnd:
         return true;
