@@ -171,6 +171,10 @@ class ChunkStoreImpl final : public ChunkStore {
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                          std::span<uint8_t> out, bool retried, IoDone done);
   void finishAsyncRead(AsyncRead* op);
+  // The end of one attempt of an asynchronous read, with status `st`: a corruption is
+  // checked once against the blob's current index entry (as read() does), then reported.
+  void completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                     std::span<uint8_t> out, bool retried, Status st, IoDone done);
   // After a read found `corruption`: the blob's current entry when it moved (read again),
   // or the final status (NotFound when it was removed meanwhile, else `corruption`).
   Result<IndexRecord> recheckAfterCorruption(const BlobId& id, const IndexRecord& rec,
@@ -472,16 +476,17 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
                                        uint64_t offset, std::span<uint8_t> out, bool retried,
                                        IoDone done) {
   auto plan = planRead(id, rec, offset, out, true);
-  if (!plan) return done(plan.error());
+  if (!plan) return completeAsync(id, rec, offset, out, retried, plan.error(), std::move(done));
+  auto owned = std::make_unique<AsyncRead>();
+  owned->plan = std::move(*plan);
+  owned->done = std::move(done);
+  owned->retried = retried;
+  owned->pending = owned->plan.merged ? 1 : 2;
   {
     std::lock_guard lock(async_mu_);
     ++async_reads_;
   }
-  auto* op = new AsyncRead;
-  op->plan = std::move(*plan);
-  op->done = std::move(done);
-  op->retried = retried;
-  op->pending = op->plan.merged ? 1 : 2;
+  AsyncRead* op = owned.release();  // finishAsyncRead deletes it
   auto finished = [this, op](Status st) {
     if (!st) {
       std::lock_guard lock(op->mu);
@@ -504,25 +509,24 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
   std::unique_ptr<AsyncRead> owned(op);
   Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
-  if (st.isCorruption() && !op->retried) {
-    // Rare (a race with remove(), or real corruption): one index get on this thread.
-    auto again = recheckAfterCorruption(op->plan.id, op->plan.rec, op->plan.offset,
-                                        op->plan.out.size(), st);
-    if (again) {
-      readVerifiedAsync(op->plan.id, *again, op->plan.offset, op->plan.out, true,
-                        std::move(op->done));
-    } else {
-      st = again.error();
-      if (st.isCorruption()) log::warn("{}", st.message());
-      op->done(std::move(st));
-    }
-  } else {
-    if (st.isCorruption()) log::warn("{}", st.message());
-    op->done(std::move(st));
-  }
+  completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->retried,
+                std::move(st), std::move(op->done));
   owned.reset();
   std::lock_guard lock(async_mu_);
   if (--async_reads_ == 0) async_cv_.notify_all();
+}
+
+void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                                   std::span<uint8_t> out, bool retried, Status st,
+                                   IoDone done) {
+  if (st.isCorruption() && !retried) {
+    // Rare (a race with remove(), or real corruption): one index get on this thread.
+    auto again = recheckAfterCorruption(id, rec, offset, out.size(), st);
+    if (again) return readVerifiedAsync(id, *again, offset, out, true, std::move(done));
+    st = again.error();
+  }
+  if (st.isCorruption()) log::warn("{}", st.message());
+  done(std::move(st));
 }
 
 Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {

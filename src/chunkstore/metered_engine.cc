@@ -112,8 +112,10 @@ class MeteredEngine final : public IoEngine {
     }
   }
 
-  std::unique_ptr<IoEngine> inner_;
+  // Declared first, destroyed last: inner_'s destructor may still run callbacks that
+  // record into it.
   std::array<OpMetrics, kOps> metrics_{};
+  std::unique_ptr<IoEngine> inner_;
 };
 
 }  // namespace

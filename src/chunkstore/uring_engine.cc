@@ -137,7 +137,7 @@ class AsyncRing final : public IoBufferPool {
     if (thread_.joinable()) {
       {
         std::unique_lock lock(mu_);
-        idle_cv_.wait(lock, [&] { return inflight_ == 0 && backlog_.empty(); });
+        idle_cv_.wait(lock, [&] { return idle(); });
       }
       work_.reset();
       ctx_.stop();
@@ -164,13 +164,16 @@ class AsyncRing final : public IoBufferPool {
   }
 
   void submit(Op op) {
+    // Nothing to transfer: the kernel would answer 0, which reads as a short transfer.
+    if (op.len == 0 && op.kind != kSync) return op.done(Status::ok());
+    auto owned = std::make_unique<Op>(std::move(op));
     std::lock_guard lock(mu_);
     if (inflight_ >= kAsyncDepth) {
-      backlog_.push_back(std::move(op));
+      backlog_.push_back(std::move(*owned));
       return;
     }
     ++inflight_;
-    queue(new Op(std::move(op)));
+    queue(owned.release());
     // Callbacks run on the completion thread; what they submit goes to the kernel in one
     // batch when the thread has handled every completion it found.
     if (t_reaping != this) flush();
@@ -241,15 +244,23 @@ class AsyncRing final : public IoBufferPool {
     io_uring_sqe_set_data(sqe, op);
   }
 
-  // Caller holds mu_. Hands the prepared SQEs to the kernel.
+  // Caller holds mu_. Hands the prepared SQEs to the kernel. When it refuses them for now
+  // (EAGAIN, EBUSY, ENOMEM) they stay queued, and a signal on the eventfd makes the
+  // completion thread try again on its next turn, without holding the lock meanwhile.
   void flush() {
     int rc;
     do {
       rc = io_uring_submit(&ring_);
-    } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
-    // Anything else (ENOMEM) leaves the SQEs queued: the next flush submits them.
-    if (rc < 0) log::warn("io_uring_submit: {}", std::strerror(-rc));
+    } while (rc == -EINTR);
+    if (rc < 0) {
+      log::warn("io_uring_submit: {}; retrying", std::strerror(-rc));
+      const uint64_t one = 1;
+      (void)!::write(efd_, &one, sizeof one);
+    }
   }
+
+  // Caller holds mu_. Nothing in the kernel, queued, or in a callback.
+  bool idle() const { return inflight_ == 0 && backlog_.empty() && !running_callbacks_; }
 
   void waitForCompletions() {
     event_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
@@ -268,6 +279,7 @@ class AsyncRing final : public IoBufferPool {
     std::vector<std::pair<IoDone, Status>> finished;
     {
       std::lock_guard lock(mu_);
+      running_callbacks_ = true;  // until they ran: what they submit is not lost to ~AsyncRing
       io_uring_cqe* cqe;
       while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
         auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
@@ -288,11 +300,19 @@ class AsyncRing final : public IoBufferPool {
       }
     }
     t_reaping = this;
-    for (auto& [done, st] : finished) done(std::move(st));
+    for (auto& [done, st] : finished) {
+      // A throwing callback must not take the completion thread (and every later I/O) down.
+      try {
+        done(std::move(st));
+      } catch (const std::exception& e) {
+        log::error("io_uring completion callback threw: {}", e.what());
+      }
+    }
     t_reaping = nullptr;
     std::lock_guard lock(mu_);
+    running_callbacks_ = false;
     if (io_uring_sq_ready(&ring_) > 0) flush();
-    if (inflight_ == 0 && backlog_.empty()) idle_cv_.notify_all();
+    if (idle()) idle_cv_.notify_all();
   }
 
   // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
@@ -337,6 +357,7 @@ class AsyncRing final : public IoBufferPool {
   std::mutex mu_;  // the SQ, inflight_ and backlog_
   unsigned inflight_ = 0;
   std::deque<Op> backlog_;
+  bool running_callbacks_ = false;
   std::condition_variable idle_cv_;
 };
 

@@ -170,6 +170,12 @@ TEST_CASE("io_uring asynchronous I/O: callbacks may submit more, and errors are 
   auto data = randomBytes(64 << 10, 3);
   REQUIRE(engine->pwrite(*fd, data, 0).isOk());
 
+  SECTION("empty transfers succeed, as the synchronous calls do") {
+    std::vector<uint8_t> none;
+    CHECK(waitAsync([&](IoDone d) { engine->readAsync(*fd, none, 0, std::move(d)); }).isOk());
+    CHECK(waitAsync([&](IoDone d) { engine->writeAsync(*fd, none, 0, std::move(d)); }).isOk());
+  }
+
   SECTION("a chain of reads, each started by the previous one's callback") {
     std::vector<uint8_t> out(data.size());
     std::promise<int> finished;
@@ -223,15 +229,17 @@ TEST_CASE("Engines without asynchronous I/O complete an asynchronous call before
 
 TEST_CASE("io_uring registered buffers: lent for small asynchronous I/O, and given back") {
   auto engine = makeUringEngine();
-  rlimit memlock{};
-  REQUIRE(getrlimit(RLIMIT_MEMLOCK, &memlock) == 0);
-  // 1 MiB per engine: refused only where RLIMIT_MEMLOCK is below Debian's default of 8 MiB
-  // (root is not limited). Then the engine lends none and callers use their own memory.
-  const bool can_register = geteuid() == 0 || memlock.rlim_cur >= (8u << 20);
-  INFO("RLIMIT_MEMLOCK " << memlock.rlim_cur << ", euid " << geteuid());
   IoBuffer out = engine->registeredBuffer(8192);
-  REQUIRE(out.valid() == can_register);
-  if (!can_register) return;
+  if (!out.valid()) {
+    // Registered memory counts against RLIMIT_MEMLOCK (shared by all of this user's
+    // processes; root without CAP_IPC_LOCK too): the engine then lends none, and says so.
+    rlimit memlock{};
+    REQUIRE(getrlimit(RLIMIT_MEMLOCK, &memlock) == 0);
+    WARN("io_uring refused to register buffers here (RLIMIT_MEMLOCK " << memlock.rlim_cur
+                                                                      << "): not checked");
+    CHECK(memlock.rlim_cur < (64u << 20));
+    return;
+  }
   CHECK_FALSE(engine->registeredBuffer((16 << 10) + 1).valid());  // larger than a slot
 
   TempDir dir;
