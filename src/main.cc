@@ -274,6 +274,8 @@ int serve(int argc, char** argv) {
       "tls-key", po::value<std::string>()->default_value(""), "PEM private key of --tls-cert")(
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
+      "buffer-memory", po::value<int>()->default_value(512),
+      "MiB of object data all GET streams may hold at once (more wait their turn)")(
       "lifecycle-interval", po::value<int>()->default_value(3600),
       "seconds between passes of the lifecycle job (bucket expiration rules)")(
       "lifecycle-day", po::value<int>()->default_value(86400),
@@ -324,6 +326,8 @@ int serve(int argc, char** argv) {
   gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
+  if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");
+  gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
   gopts.tls_cert = vm["tls-cert"].as<std::string>();
   gopts.tls_key = vm["tls-key"].as<std::string>();
   auto server = gateway::GatewayServer::create(

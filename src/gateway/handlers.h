@@ -22,7 +22,8 @@ struct GatewayContext {
       : options(o),
         deps(d),
         metrics(d.registry),
-        data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters()) {}
+        data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters(),
+             o.buffer_memory) {}
 
   GatewayOptions options;
   GatewayDeps deps;

@@ -106,7 +106,22 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       index_storage_(prometheus::BuildGauge()
                          .Name("granary_index_storage_bytes")
                          .Help("Index size (RocksDB): sst files, memtables, live data estimate")
-                         .Register(registry)) {
+                         .Register(registry)),
+      buffer_budget_(prometheus::BuildGauge()
+                         .Name("granary_buffer_budget_bytes")
+                         .Help("GET streams' stripe-buffer budget (--buffer-memory): capacity, "
+                               "in use, peak since start")
+                         .Register(registry)),
+      buffer_waiting_(prometheus::BuildGauge()
+                          .Name("granary_buffer_budget_waiting_streams")
+                          .Help("GET streams waiting for buffer budget now")
+                          .Register(registry)
+                          .Add({})),
+      buffer_waits_(prometheus::BuildCounter()
+                        .Name("granary_buffer_budget_waits_total")
+                        .Help("Times a GET stream had to wait for buffer budget")
+                        .Register(registry)
+                        .Add({})) {
   for (auto& g : drives_) {
     g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
   }
@@ -133,6 +148,18 @@ void GatewayMetrics::setIndexStorage(const index_kv::IndexStorageStats& stats) {
   index_storage_.Add({{"what", "sst"}}).Set(static_cast<double>(stats.sst_bytes));
   index_storage_.Add({{"what", "memtable"}}).Set(static_cast<double>(stats.memtable_bytes));
   index_storage_.Add({{"what", "live_data"}}).Set(static_cast<double>(stats.live_data_bytes));
+}
+
+void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
+  buffer_budget_.Add({{"what", "capacity"}}).Set(static_cast<double>(stats.capacity));
+  buffer_budget_.Add({{"what", "used"}}).Set(static_cast<double>(stats.used));
+  buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
+  buffer_waiting_.Set(static_cast<double>(stats.waiting));
+  std::lock_guard lock(buffer_waits_mu_);
+  if (stats.waits > buffer_waits_seen_) {
+    buffer_waits_.Increment(static_cast<double>(stats.waits - buffer_waits_seen_));
+    buffer_waits_seen_ = stats.waits;
+  }
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

@@ -7,6 +7,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,8 @@ class GatewayMetrics {
   // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
   void setRecordIndex(const index_kv::RecordIndexStats& stats);
   void setIndexStorage(const index_kv::IndexStorageStats& stats);
+  // The GET streams' buffer budget (BufferBudget), refreshed before each scrape.
+  void setBufferBudget(const BufferBudget::Stats& stats);
   void containerIndexed(const index_kv::RecordIndexInfo& info);
 
  private:
@@ -63,6 +66,11 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;
   prometheus::Family<prometheus::Gauge>& index_storage_;
+  prometheus::Family<prometheus::Gauge>& buffer_budget_;
+  prometheus::Gauge& buffer_waiting_;
+  prometheus::Counter& buffer_waits_;
+  std::mutex buffer_waits_mu_;  // concurrent scrapes
+  uint64_t buffer_waits_seen_ = 0;
 };
 
 }  // namespace granary::gateway

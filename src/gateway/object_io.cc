@@ -17,13 +17,14 @@ uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
                    const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-                   DataPathCounters counters)
+                   DataPathCounters counters, uint64_t buffer_budget)
     : map_(map),
       chunks_(chunks),
       code_(code),
       pool_(pool),
       fragment_len_(fragment_len),
-      counters_(counters) {}
+      counters_(counters),
+      budget_(buffer_budget) {}
 
 uint32_t DataPath::fragmentLenFor(uint64_t len) const {
   if (len >= stripeCapacity()) return fragment_len_;
@@ -334,18 +335,25 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   if (!sliced) co_return sliced.error();
   const std::vector<Slice>& slices = *sliced;
 
-  // Keep one stripe read in flight ahead of the one being sent.
+  // Each stripe buffer is charged to the data path's BufferBudget. The one being sent is
+  // waited for, holding nothing; the read-ahead of the next stripe is started only when the
+  // budget has room for it now (buffer_budget.h, "Deadlock rule").
   std::unique_ptr<StripeRead> next;
-  if (!slices.empty()) {
-    next = startStripeRead(dp, manifest, *slices[0].s, slices[0].first, slices[0].length, ex);
-  }
+  BufferBudget::Lease next_lease;
   for (size_t i = 0; i < slices.size(); ++i) {
+    if (!next) {
+      BufferBudget::Lease lease = co_await dp.budget().acquire(slices[i].length);
+      next_lease = std::move(lease);
+      next = startStripeRead(dp, manifest, *slices[i].s, slices[i].first, slices[i].length, ex);
+    }
+    BufferBudget::Lease lease = std::move(next_lease);
     std::unique_ptr<StripeRead> cur = std::move(next);
     Status st = co_await finishStripeRead(dp, manifest, *cur);
     if (!st.isOk()) co_return st;
     if (i + 1 < slices.size()) {
       const auto& n = slices[i + 1];
-      next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+      next_lease = dp.budget().tryAcquire(n.length);
+      if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
     }
     st = co_await sink.write(cur->out);
     if (!st.isOk()) {

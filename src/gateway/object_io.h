@@ -20,6 +20,7 @@
 
 #include <prometheus/counter.h>
 
+#include "buffer_budget.h"
 #include "asio.h"
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/ids.h"
@@ -42,9 +43,11 @@ struct DataPathCounters {
 
 class DataPath {
  public:
+  // `buffer_budget`: bytes of stripe buffers all GET streams may hold at once
+  // (GatewayOptions::buffer_memory).
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
            const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-           DataPathCounters counters);
+           DataPathCounters counters, uint64_t buffer_budget = 512ull << 20);
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }
@@ -53,6 +56,7 @@ class DataPath {
   uint32_t fragmentLen() const { return fragment_len_; }
   uint64_t stripeCapacity() const { return uint64_t(code_.profile().k) * fragment_len_; }
   DataPathCounters& counters() { return counters_; }
+  BufferBudget& budget() { return budget_; }
 
   // Fragment length used for a stripe holding `len` object bytes.
   uint32_t fragmentLenFor(uint64_t len) const;
@@ -64,6 +68,7 @@ class DataPath {
   WorkerPool& pool_;
   uint32_t fragment_len_;
   DataPathCounters counters_;
+  BufferBudget budget_;
 };
 
 // Writes one object version's stripes. Usage: fill buffer() up to stripeCapacity(), call

@@ -430,6 +430,11 @@ class BeastGatewayServer final : public GatewayServer {
       : code_(std::move(code)), ctx_(options, deps, *code_), access_log_(options.access_log) {
     ctx_.credentials.setRoot(deps.root.access_key, deps.root.secret_key);
   }
+  ~BeastGatewayServer() override {
+    // Streams waiting for buffer budget sit in no event loop's queue: destroy them while
+    // the loops their sockets belong to still exist.
+    ctx_.data.budget().dropWaiters();
+  }
 
   Status bind() {
     size_t loops = ctx_.options.event_loops;

@@ -231,6 +231,12 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert metric_value(after, "granary_index_storage_bytes", what="memtable") > 0
     assert metric_value(after, "granary_crc_failures_total") == 0
     assert metric_value(after, "granary_ec_decoded_bytes_total") == 0
+    # The GET streams' buffer budget: the default capacity, a 3 MiB object's one stripe
+    # charged while it was sent, and everything given back.
+    assert metric_value(after, "granary_buffer_budget_bytes", what="capacity") == 512 << 20
+    assert metric_value(after, "granary_buffer_budget_bytes", what="peak") >= len(body)
+    assert metric_value(after, "granary_buffer_budget_bytes", what="used") == 0
+    assert metric_value(after, "granary_buffer_budget_waiting_streams") == 0
 
 
 def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):

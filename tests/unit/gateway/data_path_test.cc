@@ -115,12 +115,14 @@ Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first,
 }
 
 struct DataPathFixture {
-  explicit DataPathFixture(int drives = 6, uint32_t fragment_len = kFragmentLen)
+  explicit DataPathFixture(int drives = 6, uint32_t fragment_len = kFragmentLen,
+                           uint64_t buffer_budget = 512ull << 20)
       : cluster(drives),
         code(std::move(*ec::ErasureCode::create({4, 2}))),
         dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
            DataPathCounters{counters.degraded, counters.fragment_errors, counters.encoded,
-                            counters.decoded, counters.crc_failures}) {}
+                            counters.decoded, counters.crc_failures},
+           buffer_budget) {}
 
   // Writes `data` as a new version and returns its manifest (REQUIREs success).
   index_kv::Manifest write(const std::string& data) {
@@ -441,4 +443,33 @@ TEST_CASE("readRangeDirect reads ranges across fragments and stripes, and fails 
 }
 
 }  // namespace
+TEST_CASE("Concurrent reads share the buffer budget: never more than it, every byte right") {
+  // Room for one and a half stripes, and a stripe is charged whole: one stream at a time
+  // holds a full stripe's buffer, so the streams must take turns.
+  DataPathFixture f(6, kFragmentLen, kStripe + kStripe / 2);
+  const std::string data = randomString(5 * kStripe + 123, 77);
+  index_kv::Manifest m = f.write(data);
+  constexpr int kStreams = 8;
+  std::vector<StringSink> sinks(kStreams);
+  std::vector<Status> results(kStreams, Status::internal("not run"));
+  for (int i = 0; i < kStreams; ++i) {
+    asio::co_spawn(f.io, readInto(f.dp, m, 0, data.size(), sinks[i]),
+                   [&results, i](std::exception_ptr e, Status st) {
+                     results[i] = e ? Status::internal("exception") : std::move(st);
+                   });
+  }
+  f.io.restart();
+  f.io.run();
+  for (int i = 0; i < kStreams; ++i) {
+    INFO("stream " << i);
+    CHECK(results[i].isOk());
+    CHECK(sinks[i].body == data);
+  }
+  auto stats = f.dp.budget().stats();
+  CHECK(stats.peak <= stats.capacity);
+  CHECK(stats.peak >= kStripe);
+  CHECK(stats.waits > 0);  // the streams did have to wait for each other
+  CHECK(stats.used == 0);
+}
+
 }  // namespace granary::gateway

@@ -3,6 +3,7 @@
 # in-memory bodies. Included by this folder's CMakeLists.txt.
 add_executable(gateway_test
   ${CMAKE_CURRENT_LIST_DIR}/task_group_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/buffer_budget_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/data_path_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/reclaimer_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/handler_test.cc)
