@@ -274,7 +274,7 @@ int serve(int argc, char** argv) {
       "tls-key", po::value<std::string>()->default_value(""), "PEM private key of --tls-cert")(
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
-      "buffer-memory", po::value<int>()->default_value(512),
+      "buffer-memory", po::value<int>()->default_value(256),
       "MiB of object data all GET streams may hold at once (more wait their turn)")(
       "lifecycle-interval", po::value<int>()->default_value(3600),
       "seconds between passes of the lifecycle job (bucket expiration rules)")(

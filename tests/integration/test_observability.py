@@ -233,7 +233,7 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert metric_value(after, "granary_ec_decoded_bytes_total") == 0
     # The GET streams' buffer budget: the default capacity, a 3 MiB object's one stripe
     # charged while it was sent, and everything given back.
-    assert metric_value(after, "granary_buffer_budget_bytes", what="capacity") == 512 << 20
+    assert metric_value(after, "granary_buffer_budget_bytes", what="capacity") == 256 << 20
     assert metric_value(after, "granary_buffer_budget_bytes", what="peak") >= len(body)
     assert metric_value(after, "granary_buffer_budget_bytes", what="used") == 0
     assert metric_value(after, "granary_buffer_budget_waiting_streams") == 0

@@ -65,7 +65,7 @@ struct GatewayOptions {
   // Bytes of object data (stripe buffers) all GET streams may hold at once; a stream that
   // finds them spent waits for its turn (backpressure), so memory does not grow with the
   // number of streams.
-  uint64_t buffer_memory = 512ull << 20;
+  uint64_t buffer_memory = 256ull << 20;
   // How often the named users are reloaded from the index (users added through another
   // gateway become usable here within this time; changes made here, at once).
   int users_refresh_seconds = 2;
