@@ -8,12 +8,19 @@
 // a second buffer, such as a read-ahead, is taken with tryAcquire() or not at all. Then
 // every lease holder can make progress and give its bytes back.
 //
+// Patience: a stream waits at most `patience` (2 s by default), then goes ahead over the
+// budget (an overdraft, counted; its bytes are charged, so later streams wait the longer).
+// Without it a few dozen clients that stop reading, each holding a stripe until the I/O
+// timeout, would stall every other GET; with it they cost memory for a while instead.
+//
 // A request for more than the whole budget is charged the whole budget (it then runs
 // alone). Thread safety: all methods are thread safe; a Lease is released on any thread.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -22,6 +29,8 @@
 #include <vector>
 
 #include "asio.h"
+
+#include <boost/asio/steady_timer.hpp>
 
 namespace granary::gateway {
 
@@ -56,35 +65,52 @@ class BufferBudget {
     uint64_t bytes_ = 0;
   };
 
-  explicit BufferBudget(uint64_t capacity) : capacity_(std::max<uint64_t>(capacity, 1)) {}
+  explicit BufferBudget(uint64_t capacity,
+                        std::chrono::milliseconds patience = std::chrono::seconds(2))
+      : capacity_(std::max<uint64_t>(capacity, 1)), patience_(patience) {}
   BufferBudget(const BufferBudget&) = delete;
   BufferBudget& operator=(const BufferBudget&) = delete;
 
-  // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them.
+  // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them; or,
+  // after the patience, takes them anyway (an overdraft).
   Task<Lease> acquire(uint64_t bytes) {
     const uint64_t n = charge(bytes);
     asio::any_io_executor ex = co_await asio::this_coro::executor;
+    auto wait = std::make_shared<Waiter>();
+    wait->bytes = n;
+    asio::steady_timer timer(ex);
     // Only raw pointers and integers in the co_await expression (the g++ 12 note in
     // task_group.h).
     BufferBudget* self = this;
     auto* exp = &ex;
+    auto* waitp = &wait;
+    auto* timerp = &timer;
     co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
-        [self, n, exp](auto handler) {
-          std::unique_lock lock(self->mu_);
+        [self, exp, waitp, timerp](auto handler) {
+          std::shared_ptr<Waiter> w = *waitp;
           auto resume = [ex = *exp, h = std::move(handler)]() mutable {
             asio::post(ex, std::move(h));
           };
-          if (self->waiters_.empty() && self->used_ + n <= self->capacity_) {
-            self->used_ += n;
-            self->peak_ = std::max(self->peak_, self->used_);
+          std::unique_lock lock(self->mu_);
+          if (self->waiters_.empty() && self->used_ + w->bytes <= self->capacity_) {
+            self->take(*w);
             lock.unlock();
             resume();
-          } else {
-            ++self->waits_;
-            self->waiters_.push_back({n, std::move(resume)});
+            return;
           }
+          ++self->waits_;
+          w->resume = std::move(resume);
+          self->waiters_.push_back(w);
+          lock.unlock();
+          // The timer's handler runs on this coroutine's executor; it holds the waiter and
+          // acts only if the waiter is still queued.
+          timerp->expires_after(self->patience_);
+          timerp->async_wait([self, w](const boost::system::error_code& ec) {
+            if (!ec) self->overdraw(w);
+          });
         },
         asio::use_awaitable);
+    timer.cancel();
     co_return Lease(this, n);
   }
 
@@ -98,29 +124,56 @@ class BufferBudget {
     return Lease(this, n);
   }
 
-  // Destroys the waiting coroutines without resuming them. For shutdown only, after the
-  // event loops stopped and before they are destroyed (a waiter's frame holds its socket).
+  // Drops the waiting coroutines without resuming them: Asio unwinds each frame through its
+  // own executor, i.e. when its (stopped) event loop is destroyed. For shutdown only, after
+  // the loops stopped and before they are destroyed.
   void dropWaiters() {
-    std::deque<Waiter> dropped;
+    std::vector<std::move_only_function<void()>> dropped;
     {
       std::lock_guard lock(mu_);
-      dropped.swap(waiters_);
+      // The resume handlers, not just the queue entries: a waiter's patience timer still
+      // holds the entry.
+      for (auto& w : waiters_) dropped.push_back(std::move(w->resume));
+      waiters_.clear();
     }
   }
 
   struct Stats {
-    uint64_t capacity, used, peak, waiting, waits;
+    uint64_t capacity, used, peak, waiting, waits, overdrafts;
   };
   Stats stats() const {
     std::lock_guard lock(mu_);
-    return {capacity_, used_, peak_, waiters_.size(), waits_};
+    return {capacity_, used_, peak_, waiters_.size(), waits_, overdrafts_};
   }
 
  private:
   struct Waiter {
-    uint64_t bytes;
+    uint64_t bytes = 0;
     std::move_only_function<void()> resume;
   };
+
+  // Caller holds mu_.
+  void take(const Waiter& w) {
+    used_ += w.bytes;
+    peak_ = std::max(peak_, used_);
+  }
+
+  // The patience of `w` ran out: if it still waits, it goes ahead over the budget.
+  void overdraw(const std::shared_ptr<Waiter>& w) {
+    std::move_only_function<void()> resume;
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find(waiters_.begin(), waiters_.end(), w);
+      if (it == waiters_.end()) return;  // granted meanwhile
+      take(*w);
+      ++overdrafts_;
+      resume = std::move(w->resume);
+      waiters_.erase(it);
+    }
+    resume();
+    // Whoever queued behind it may fit now.
+    release(0);
+  }
 
   uint64_t charge(uint64_t bytes) const { return std::clamp<uint64_t>(bytes, 1, capacity_); }
 
@@ -129,10 +182,9 @@ class BufferBudget {
     {
       std::lock_guard lock(mu_);
       used_ -= bytes;
-      while (!waiters_.empty() && used_ + waiters_.front().bytes <= capacity_) {
-        used_ += waiters_.front().bytes;
-        peak_ = std::max(peak_, used_);
-        wake.push_back(std::move(waiters_.front().resume));
+      while (!waiters_.empty() && used_ + waiters_.front()->bytes <= capacity_) {
+        take(*waiters_.front());
+        wake.push_back(std::move(waiters_.front()->resume));
         waiters_.pop_front();
       }
     }
@@ -140,11 +192,13 @@ class BufferBudget {
   }
 
   const uint64_t capacity_;
+  const std::chrono::milliseconds patience_;
   mutable std::mutex mu_;
   uint64_t used_ = 0;
   uint64_t peak_ = 0;
   uint64_t waits_ = 0;
-  std::deque<Waiter> waiters_;
+  uint64_t overdrafts_ = 0;
+  std::deque<std::shared_ptr<Waiter>> waiters_;
 };
 
 }  // namespace granary::gateway

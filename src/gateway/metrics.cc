@@ -121,7 +121,13 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                         .Name("granary_buffer_budget_waits_total")
                         .Help("Times a GET stream had to wait for buffer budget")
                         .Register(registry)
-                        .Add({})) {
+                        .Add({})),
+      buffer_overdrafts_(prometheus::BuildCounter()
+                             .Name("granary_buffer_budget_overdrafts_total")
+                             .Help("Waits for buffer budget that ran out of patience (2 s) and "
+                                   "went ahead over the budget")
+                             .Register(registry)
+                             .Add({})) {
   for (auto& g : drives_) {
     g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
   }
@@ -155,11 +161,14 @@ void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
   buffer_budget_.Add({{"what", "used"}}).Set(static_cast<double>(stats.used));
   buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
   buffer_waiting_.Set(static_cast<double>(stats.waiting));
-  std::lock_guard lock(buffer_waits_mu_);
-  if (stats.waits > buffer_waits_seen_) {
-    buffer_waits_.Increment(static_cast<double>(stats.waits - buffer_waits_seen_));
-    buffer_waits_seen_ = stats.waits;
-  }
+  // The budget counts since start; the counters advance by what is new since the last scrape.
+  std::lock_guard lock(buffer_counters_mu_);
+  auto advance = [](prometheus::Counter& counter, uint64_t& seen, uint64_t now) {
+    if (now > seen) counter.Increment(static_cast<double>(now - seen));
+    seen = std::max(seen, now);
+  };
+  advance(buffer_waits_, buffer_waits_seen_, stats.waits);
+  advance(buffer_overdrafts_, buffer_overdrafts_seen_, stats.overdrafts);
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

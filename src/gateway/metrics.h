@@ -69,8 +69,10 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Gauge>& buffer_budget_;
   prometheus::Gauge& buffer_waiting_;
   prometheus::Counter& buffer_waits_;
-  std::mutex buffer_waits_mu_;  // concurrent scrapes
+  prometheus::Counter& buffer_overdrafts_;
+  std::mutex buffer_counters_mu_;  // concurrent scrapes
   uint64_t buffer_waits_seen_ = 0;
+  uint64_t buffer_overdrafts_seen_ = 0;
 };
 
 }  // namespace granary::gateway
