@@ -6,7 +6,9 @@
 #      file, overwriting written blocks, writing into fallocate'd (unwritten) blocks.
 #   2. 1 MiB + 4 KiB sequential reads (a blob's header and payload in one I/O), 32 requests
 #      in flight: one io_uring submitter against 32 threads each blocking on one request
-#      (how the chunk store's worker threads issue I/O today).
+#      (how the chunk store's synchronous reads issue I/O).
+#   3. 4 KiB random reads at iodepth 32 with and without registered buffers (--fixedbufs):
+#      IOPS and the share of a core spent in the kernel (docs/benchmarks.md).
 set -euo pipefail
 dir=${1:?usage: bench/fio_baselines.sh DIR (on the disk to measure)}
 mkdir -p "$dir"
@@ -39,3 +41,12 @@ figure "1028k reads, io_uring iodepth=32" "$read_mibs" --name=uring --filename="
 figure "1028k reads, psync, 32 threads" "$read_mibs" --name=psync --filename="$work/r" \
     --ioengine=psync --direct=1 --rw=read --bs=1028k --size=2g --numjobs=32 \
     --offset_increment=64m --io_size=64m --group_reporting
+
+iops_sys="'%.0f IOPS, sys %.0f%%' % (j['read']['iops'], j['sys_cpu'])"
+for round in 1 2 3; do
+  for fixed in "" --fixedbufs; do
+    figure "4k random reads, iodepth=32 ${fixed:-(plain buffers)} #$round" "$iops_sys" \
+        --name=rand --filename="$work/r" --ioengine=io_uring --direct=1 --rw=randread \
+        --bs=4k --size=2g --iodepth=32 --time_based --runtime=8 $fixed
+  done
+done

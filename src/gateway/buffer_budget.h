@@ -74,6 +74,8 @@ class BufferBudget {
   // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them; or,
   // after the patience, takes them anyway (an overdraft).
   Task<Lease> acquire(uint64_t bytes) {
+    // The common case, no wait: no waiter, timer or trip round the event loop.
+    if (Lease lease = tryAcquire(bytes); lease.held()) co_return std::move(lease);
     const uint64_t n = charge(bytes);
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     auto wait = std::make_shared<Waiter>();
@@ -93,7 +95,7 @@ class BufferBudget {
           };
           std::unique_lock lock(self->mu_);
           if (self->waiters_.empty() && self->used_ + w->bytes <= self->capacity_) {
-            self->take(*w);
+            self->take(w->bytes);
             lock.unlock();
             resume();
             return;
@@ -119,8 +121,7 @@ class BufferBudget {
     const uint64_t n = charge(bytes);
     std::lock_guard lock(mu_);
     if (!waiters_.empty() || used_ + n > capacity_) return {};
-    used_ += n;
-    peak_ = std::max(peak_, used_);
+    take(n);
     return Lease(this, n);
   }
 
@@ -153,8 +154,8 @@ class BufferBudget {
   };
 
   // Caller holds mu_.
-  void take(const Waiter& w) {
-    used_ += w.bytes;
+  void take(uint64_t bytes) {
+    used_ += bytes;
     peak_ = std::max(peak_, used_);
   }
 
@@ -165,14 +166,13 @@ class BufferBudget {
       std::lock_guard lock(mu_);
       auto it = std::find(waiters_.begin(), waiters_.end(), w);
       if (it == waiters_.end()) return;  // granted meanwhile
-      take(*w);
+      take(w->bytes);
       ++overdrafts_;
       resume = std::move(w->resume);
       waiters_.erase(it);
     }
+    // Nobody behind it can fit now: the overdraft only raised used_.
     resume();
-    // Whoever queued behind it may fit now.
-    release(0);
   }
 
   uint64_t charge(uint64_t bytes) const { return std::clamp<uint64_t>(bytes, 1, capacity_); }
@@ -183,7 +183,7 @@ class BufferBudget {
       std::lock_guard lock(mu_);
       used_ -= bytes;
       while (!waiters_.empty() && used_ + waiters_.front()->bytes <= capacity_) {
-        take(*waiters_.front());
+        take(waiters_.front()->bytes);
         wake.push_back(std::move(waiters_.front()->resume));
         waiters_.pop_front();
       }

@@ -342,8 +342,10 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   BufferBudget::Lease next_lease;
   for (size_t i = 0; i < slices.size(); ++i) {
     if (!next) {
-      BufferBudget::Lease lease = co_await dp.budget().acquire(slices[i].length);
-      next_lease = std::move(lease);
+      // Initialised from the co_await, then moved: no temporary of a co_await expression
+      // with a destructor (the g++ 12 note in task_group.h).
+      BufferBudget::Lease got = co_await dp.budget().acquire(slices[i].length);
+      next_lease = std::move(got);
       next = startStripeRead(dp, manifest, *slices[i].s, slices[i].first, slices[i].length, ex);
     }
     BufferBudget::Lease lease = std::move(next_lease);

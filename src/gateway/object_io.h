@@ -47,7 +47,7 @@ class DataPath {
   // (GatewayOptions::buffer_memory).
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
            const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-           DataPathCounters counters, uint64_t buffer_budget = 256ull << 20);
+           DataPathCounters counters, uint64_t buffer_budget);
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }

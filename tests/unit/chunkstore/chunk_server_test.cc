@@ -328,7 +328,8 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
     CHECK(std::equal(part.begin(), part.end(), data.begin() + static_cast<ptrdiff_t>(off)));
     std::vector<uint8_t> last(1);
     REQUIRE(client->read("d0", id, data.size() - 1, last).isOk());
-    // The server answered from the store's asynchronous path (the shared io_uring ring).
+    // The server took the backend's asynchronous path (that it reaches the shared ring is
+    // chunk_store_test's "readAsync on the io_uring engine ...").
     CHECK(c.scripted->async_reads >= 3);
     CHECK(last[0] == data.back());
     auto info = client->stat("d0", id);

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <future>
 #include <thread>
 
 #include "test_util.h"
@@ -302,4 +303,25 @@ TEST_CASE("Opening a store with an unusable block size is an invalid argument") 
   auto s = openChunkStore(opts, *engine, resources, clock);
   REQUIRE_FALSE(s.has_value());
   CHECK(s.error().code() == Status::Code::kInvalidArgument);
+}
+
+TEST_CASE("readAsync on the io_uring engine completes on the engine's thread, not the caller's") {
+  auto engine = makeUringEngine();
+  StoreFixture f(*engine);
+  const auto data = randomBytes(200'000, 5);
+  REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
+  for (uint64_t offset : {uint64_t{0}, uint64_t{150'000}}) {  // one I/O, then two
+    INFO("offset " << offset);
+    std::vector<uint8_t> out(1000);
+    std::promise<std::thread::id> ran_on;
+    Status st = waitAsync([&](IoDone done) {
+      f.store->readAsync(makeId(1), offset, out, [&ran_on, done = std::move(done)](Status s) mutable {
+        ran_on.set_value(std::this_thread::get_id());
+        done(std::move(s));
+      });
+    });
+    REQUIRE(st.isOk());
+    CHECK(ran_on.get_future().get() != std::this_thread::get_id());
+    CHECK(std::equal(out.begin(), out.end(), data.begin() + static_cast<ptrdiff_t>(offset)));
+  }
 }

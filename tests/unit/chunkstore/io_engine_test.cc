@@ -114,13 +114,6 @@ struct Completions {
   }
 };
 
-Status waitAsync(const std::function<void(IoDone)>& start) {
-  std::promise<Status> result;
-  auto future = result.get_future();
-  start([&result](Status st) { result.set_value(std::move(st)); });
-  return future.get();
-}
-
 }  // namespace
 
 TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the engine's thread") {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <random>
@@ -60,14 +61,19 @@ inline std::unique_ptr<IoEngine> makeEngine(const std::string& name) {
   return name == "posix" ? makePosixEngine() : makeUringEngine();
 }
 
+// Starts an asynchronous operation with a callback and waits for the status it reports.
+inline Status waitAsync(const std::function<void(IoDone)>& start) {
+  std::promise<Status> result;
+  auto future = result.get_future();
+  start([&result](Status st) { result.set_value(std::move(st)); });
+  return future.get();
+}
+
 // store.read(), or store.readAsync() and a wait for its callback: one test checks both.
 inline Status readVia(ChunkStore& store, bool async, const BlobId& id, uint64_t offset,
                       std::span<uint8_t> out) {
   if (!async) return store.read(id, offset, out);
-  std::promise<Status> result;
-  auto future = result.get_future();
-  store.readAsync(id, offset, out, [&result](Status st) { result.set_value(std::move(st)); });
-  return future.get();
+  return waitAsync([&](IoDone done) { store.readAsync(id, offset, out, std::move(done)); });
 }
 
 inline std::string extentPath(const std::string& dir, uint32_t extent) {

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# rss_get.sh [BUFFER_MIB...]: peak resident memory of `granary serve` under 256 concurrent
+# 64 MiB GET streams (issue 6's memory target), once per --buffer-memory value (default:
+# 256 and 100000, i.e. the default budget and practically none). Per run: a fresh server
+# (data under ./bench-data/rss, removed after), granary-bench for 20 s, VmRSS sampled every
+# 0.2 s, then the server's buffer-budget metrics. Build first: bash scripts/build.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+granary=build/src/granary
+bench=build/bench/granary-bench
+root=bench-data/rss
+export GRANARY_ROOT_USER=s3bench GRANARY_ROOT_PASSWORD=s3bench-secret-key
+export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
+gpid=
+trap '[[ -n $gpid ]] && kill "$gpid" 2>/dev/null; rm -rf "$root"' EXIT
+budgets=("$@")
+((${#budgets[@]})) || budgets=(256 100000)
+for m in "${budgets[@]}"; do
+  rm -rf "$root"; mkdir -p "$root"
+  "$granary" serve --data "$root/data" --listen 127.0.0.1:9410 --scrub-rate 0 \
+    --buffer-memory "$m" >"$root/log" 2>&1 &
+  gpid=$!
+  for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
+  "$bench" --endpoint http://127.0.0.1:9410 --quiet --duration 20s --op get --size 64MiB \
+    --concurrency 256 --objects 8 >"$root/bench.out" 2>&1 &
+  bpid=$!
+  peak=0
+  while kill -0 $bpid 2>/dev/null; do
+    rss=$(awk '/VmRSS/ {print $2}' /proc/$gpid/status)
+    ((rss > peak)) && peak=$rss
+    sleep 0.2
+  done
+  wait $bpid
+  echo "== --buffer-memory $m: peak VmRSS $((peak / 1024)) MiB"
+  sed -n '/^workload/,$p' "$root/bench.out"
+  curl -s http://127.0.0.1:9410/_granary/metrics | grep '^granary_buffer_budget'
+  kill "$gpid"; wait "$gpid" 2>/dev/null || true; gpid=
+done
