@@ -108,18 +108,10 @@ EP=http://127.0.0.1:9191 run "nginx: 1 MiB GET, 16 connections" --no-create-buck
 EP=http://127.0.0.1:9191 run "nginx: 64 MiB GET, 4 connections" --no-create-bucket \
   --workload name=nginx,op=get,size=64MiB,objects=8,prefix=nginx64m/,prepare=skip,cleanup=no,concurrency=4
 
-# Resident memory of granary serve under 256 concurrent 64 MiB GET streams.
+# Resident memory of granary serve under 256 concurrent 64 MiB GET streams, on a fresh
+# server with the default buffer budget.
 echo "== 256 concurrent 64 MiB GET streams: granary serve resident memory"
-"$bench" --endpoint "$ep" --quiet --duration "${secs}s" --op get --size 64MiB --concurrency 256 \
-  --objects 8 | sed -n '/^workload/,$p' &
-bpid=$!
-peak=0
-while kill -0 $bpid 2>/dev/null; do
-  rss=$(awk '/VmRSS/ {print $2}' /proc/$gpid/status)
-  ((rss > peak)) && peak=$rss
-  sleep 0.2
-done
-echo "peak VmRSS during the run: $((peak / 1024)) MiB (VmHWM since start: $(awk '/VmHWM/ {print int($2/1024)}' /proc/$gpid/status) MiB)"
+bash bench/rss_get.sh 256
 
 run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 --threads 1 \
   --objects "$LIST_KEYS"
