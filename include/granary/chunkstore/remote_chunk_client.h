@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "granary/chunkstore/chunk_client.h"
+#include "granary/rpc/client.h"
 
 namespace granary {
 class Clock;
@@ -40,19 +41,12 @@ struct DriveState {
   bool writable = true;
 };
 
-struct RemoteChunkClientOptions {
-  std::chrono::milliseconds connect_timeout{2000};
-  // Longest wait for any progress (a byte sent or received) within one request.
-  std::chrono::milliseconds io_timeout{30000};
-  int retries = 2;                              // extra attempts after the first
-  std::chrono::milliseconds retry_backoff{10};  // doubled for each further attempt
-  size_t max_idle_per_endpoint = 16;            // pooled keep-alive connections
-  // A pooled connection idle longer is closed, not reused: keep it well under the
-  // server's --idle-timeout so the server never closes one as a request goes out.
-  std::chrono::milliseconds max_idle_age{20000};
+// The transport's options (timeouts, retries, pooling: rpc::ClientOptions) and the chunk
+// client's own.
+struct RemoteChunkClientOptions : rpc::ClientOptions {
+  RemoteChunkClientOptions() { peer_name = "chunk server"; }
   // writable() answers from a cached drive list refreshed at most this often.
   std::chrono::milliseconds drive_list_refresh{3000};
-  uint64_t max_response_bytes = 256ull << 20;   // JSON and error bodies
   size_t list_page = 1000;  // blobs per list request; list() pages up to its limit
 };
 

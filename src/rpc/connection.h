@@ -1,10 +1,10 @@
-// Connection: one client TCP connection of RemoteChunkClient, usable as a Beast
+// Connection: one client TCP connection of rpc::Client, usable as a Beast
 // SyncReadStream and SyncWriteStream, whose every read and write waits at most io_timeout.
 //
 // Why not asio::ip::tcp::socket: Asio's synchronous calls ignore SO_RCVTIMEO (on EAGAIN
 // they poll() with no timeout), so a hung server would hang the calling thread forever.
 // Here the fd is non-blocking and each wait is a poll() with the timeout; a timeout is
-// beast::error::timeout. Private to src/chunkstore; not thread safe (one user at a time).
+// beast::error::timeout. Private to src/rpc; not thread safe (one user at a time).
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's headers miss it under g++ 12
@@ -31,7 +31,7 @@
 
 #include "granary/common/status.h"
 
-namespace granary::chunkstore::internal {
+namespace granary::rpc::detail {
 
 // A connection failure: kUnavailable, retryable unless said otherwise.
 inline Status connectionFailure(std::string message, bool retryable = true) {
@@ -222,4 +222,4 @@ class Connection {
   Millis io_;
 };
 
-}  // namespace granary::chunkstore::internal
+}  // namespace granary::rpc::detail

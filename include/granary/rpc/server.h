@@ -1,0 +1,92 @@
+// rpc::Server: the HTTP/1.1 server of every internal service (the chunk API of `granary
+// chunkserver`, the index API of `granary index`; docs/internal-api.md). It owns the
+// transport and the authentication; a service supplies one Handler.
+//
+// What the server does before the handler sees a request: it reads the head, refuses it
+// unless it carries a valid signature made with the cluster secret (403), reads the body
+// (at most max_body_bytes; no chunked bodies), and checks the body against its declared
+// CRC32C (400). The handler then runs on `pool` (it may block on disk), and answers
+// exactly once through its ReplyDone, there or later from any thread; the reply is
+// written on the connection's own event loop. GET /_granary/metrics is answered from
+// `render_metrics` when set, without the cluster HMAC (a bearer token when metrics_token
+// is set).
+//
+// Transport: Beast sessions as C++20 coroutines, one io_context per event-loop thread; one
+// acceptor hands connections round-robin to the loops. HTTP/1.1 keep-alive; idle
+// connections close after idle_timeout_seconds; a body read or a response write making no
+// progress for io_timeout_seconds ends the connection.
+//
+// Contract: create() binds the listening socket (so port() is known before run()); run()
+// serves until stop() is called from any thread. The destructor waits for the handler
+// calls it started. `pool` and `clock` must outlive the server.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "granary/common/status.h"
+#include "granary/rpc/wire.h"
+
+namespace granary {
+class Clock;
+class WorkerPool;
+}  // namespace granary
+
+namespace granary::rpc {
+
+struct Request {
+  std::string method;
+  std::string target;
+  Headers headers;  // names in lower case
+  // The body, read straight into storage that is not zero-filled first.
+  std::unique_ptr<uint8_t[]> body_storage;
+  std::span<uint8_t> body;
+  uint32_t declared_crc = 0;
+};
+
+struct Reply {
+  int status = 200;
+  Headers headers;
+  std::string body;
+  uint64_t head_length = 0;  // Content-Length of a HEAD answer
+};
+using ReplyDone = std::move_only_function<void(Reply)>;
+
+// An error answer: its HTTP status, the x-granary-error-code header and the JSON body.
+Reply errorReply(const Status& status);
+Reply jsonReply(std::string body);
+// 405 for a method the path does not take.
+Reply methodNotAllowed(std::string_view method);
+
+// Runs on the pool; must call `done` exactly once (an exception it throws becomes a 500).
+using Handler = std::function<void(Request& request, ReplyDone done)>;
+
+struct ServerOptions {
+  std::string name = "granary-internal";  // the Server header and log lines
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0 picks a free port
+  size_t event_loops = 1;    // 0: one per core
+  std::string cluster_secret;        // required
+  int idle_timeout_seconds = 60;     // keep-alive idle and request-head timeout
+  int io_timeout_seconds = 30;       // a body read or a response write making no progress
+  size_t max_header_bytes = 16 * 1024;
+  uint64_t max_body_bytes = 64ull << 20;  // largest request body
+  size_t max_connections = 1024;          // more are closed at accept
+  std::function<std::string()> render_metrics;
+  std::string metrics_token;
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> create(const ServerOptions& options, Handler handler,
+                                                WorkerPool& pool, const Clock& clock);
+  virtual ~Server() = default;
+  virtual uint16_t port() const = 0;
+  virtual void run() = 0;   // blocks until stop()
+  virtual void stop() = 0;  // thread safe
+};
+
+}  // namespace granary::rpc

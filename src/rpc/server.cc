@@ -1,0 +1,418 @@
+// rpc::Server: the transport and authentication of every internal service.
+// Beast sessions as C++20 coroutines, one io_context per event-loop thread; one acceptor
+// hands connections round-robin to the loops, and a connection stays on its loop.
+// Requests are authenticated on the loop from their headers alone (an HMAC of ~200 bytes);
+// everything that touches the body (the CRC32C check, the service's handler) runs on the
+// WorkerPool as one task per request, so a loop never blocks on a disk.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp misses it under g++ 12
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "granary/rpc/server.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+
+#include "granary/common/bearer_token.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/common/worker_pool.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary::rpc {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+Reply errorReply(const Status& st) {
+  Reply r;
+  r.status = httpStatusFor(st.code());
+  r.headers = {{std::string(kErrorCodeHeader), std::string(codeName(st.code()))},
+               {"content-type", "application/json"}};
+  r.body = errorBody(st);
+  return r;
+}
+
+Reply jsonReply(std::string body) {
+  Reply r;
+  r.headers = {{"content-type", "application/json"}};
+  r.body = std::move(body);
+  return r;
+}
+
+Reply methodNotAllowed(std::string_view method) {
+  Reply r = errorReply(
+      Status::invalidArgument("method " + std::string(method) + " not allowed here"));
+  r.status = 405;
+  return r;
+}
+
+namespace {
+
+template <typename T>
+using Task = asio::awaitable<T>;
+
+constexpr auto kRedirect = [](beast::error_code& ec) {
+  return asio::redirect_error(asio::use_awaitable, ec);
+};
+
+// An unauthenticated request's body up to this size is read and dropped before the 403,
+// so that the client sees the answer rather than a connection reset.
+constexpr uint64_t kMaxDrainBytes = 64 << 10;  // body of a refused request read and dropped
+constexpr size_t kSessionBufferBytes = 256 << 10;
+
+bool isQuietClose(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == beast::error::timeout ||
+         ec == asio::error::connection_reset || ec == asio::error::eof ||
+         ec == asio::error::operation_aborted;
+}
+
+class ServerImpl final : public Server {
+ public:
+  ServerImpl(const ServerOptions& options, Handler handler, WorkerPool& pool,
+             const Clock& clock)
+      : options_(options),
+        handler_(std::move(handler)),
+        pool_(pool),
+        clock_(clock),
+        idle_(std::max(1, options.idle_timeout_seconds)),
+        io_(std::max(1, options.io_timeout_seconds)) {}
+
+  ~ServerImpl() override {
+    stop();
+    // Pool tasks hold a handler that will be posted to a loop: wait for them before the
+    // loops go away.
+    std::unique_lock lock(inflight_mu_);
+    inflight_cv_.wait(lock, [this] { return inflight_ == 0; });
+  }
+
+  Status bind() {
+    size_t loops = options_.event_loops;
+    if (loops == 0) loops = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t i = 0; i < loops; ++i) {
+      auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
+      guards_.emplace_back(ioc.get_executor());
+    }
+    beast::error_code ec;
+    auto address = asio::ip::make_address(options_.listen_host, ec);
+    if (ec) return Status::invalidArgument("bad listen address: " + options_.listen_host);
+    tcp::endpoint ep(address, options_.listen_port);
+    acceptor_ = std::make_unique<tcp::acceptor>(*contexts_[0]);
+    acceptor_->open(ep.protocol(), ec);
+    if (!ec) acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_->bind(ep, ec);
+    if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return Status::ioError("cannot listen on " + options_.listen_host + ":" +
+                             std::to_string(options_.listen_port) + ": " + ec.message());
+    }
+    port_ = acceptor_->local_endpoint().port();
+    return Status::ok();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void run() override {
+    asio::co_spawn(*contexts_[0], acceptLoop(), asio::detached);
+    std::vector<std::jthread> loops;
+    for (auto& ctx : contexts_) loops.emplace_back([&ctx] { ctx->run(); });
+  }  // the jthreads join here, once stop() ends every loop
+
+  void stop() override {
+    for (auto& c : contexts_) c->stop();
+  }
+
+ private:
+  Task<void> acceptLoop() {
+    size_t next = 0;
+    for (;;) {
+      asio::io_context& loop = *contexts_[next++ % contexts_.size()];
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor_->async_accept(loop, kRedirect(ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        log::warn("{} accept: {}", options_.name, ec.message());
+        // EMFILE/ENFILE leave the connection in the backlog: retrying at once would spin.
+        asio::steady_timer pause(acceptor_->get_executor(), std::chrono::milliseconds(100));
+        co_await pause.async_wait(kRedirect(ec));
+        continue;
+      }
+      if (connections_.load() >= options_.max_connections) {
+        // Over the cap: close at once rather than let memory grow with connections.
+        log::warn("{}: {} connections open, refusing another", options_.name,
+                  connections_.load());
+        socket.close(ec);
+        continue;
+      }
+      ++connections_;
+      socket.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(loop, session(std::move(socket)), [this](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          log::error("{} session ended by exception: {}", options_.name, ex.what());
+        }
+      });
+    }
+  }
+
+  Task<void> session(tcp::socket socket) {
+    // Counted from accept (acceptLoop) to the end of the session.
+    struct Slot {
+      std::atomic<size_t>& n;
+      ~Slot() { --n; }
+    } slot{connections_};
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::empty_body> head;
+      head.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
+      head.body_limit(options_.max_body_bytes);
+      stream.expires_after(idle_);
+      beast::error_code ec;
+      co_await http::async_read_header(stream, buffer, head, kRedirect(ec));
+      if (ec) {
+        if (isQuietClose(ec)) break;
+        // Malformed, oversized head or body: answer once, then close.
+        Reply bad = errorReply(Status::invalidArgument("bad request: " + ec.message()));
+        co_await writeReply(stream, false, bad, false);
+        break;
+      }
+      Request req;
+      req.method = std::string(head.get().method_string());
+      req.target = std::string(head.get().target());
+      for (const auto& f : head.get()) {
+        std::string name(f.name_string());
+        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        req.headers.emplace_back(std::move(name), std::string(f.value()));
+      }
+      bool keep_alive = head.get().keep_alive();
+      bool expect_continue = beast::iequals(head.get()[http::field::expect], "100-continue");
+      uint64_t length = head.content_length().value_or(0);
+      bool head_request = req.method == "HEAD";
+      if (options_.render_metrics && req.method == "GET" &&
+          splitTarget(req.target).first == "/_granary/metrics" && length == 0) {
+        Reply metrics = metricsReply(req);
+        if (!co_await writeReply(stream, false, metrics, keep_alive) || !keep_alive) break;
+        continue;
+      }
+
+      Status auth = head.chunked()
+                        ? Status::invalidArgument("chunked request bodies are not supported")
+                        : authenticate(req, length);
+      if (!auth.isOk()) {
+        if (!expect_continue && length > 0 && length <= kMaxDrainBytes) {
+          std::vector<uint8_t> scratch(length);
+          co_await readBody(stream, buffer, head, scratch);
+        }
+        Reply refused = errorReply(auth);
+        co_await writeReply(stream, head_request, refused, false);
+        break;
+      }
+      // Memory for fast body reads only once a request proved it knows the secret (a
+      // small buffer means 512-byte recv calls).
+      if (buffer.capacity() < kSessionBufferBytes) buffer.reserve(kSessionBufferBytes);
+      if (expect_continue) {
+        http::response<http::empty_body> cont{http::status::continue_, 11};
+        stream.expires_after(io_);
+        co_await http::async_write(stream, cont, kRedirect(ec));
+        if (ec) break;
+      }
+      req.body_storage = std::make_unique_for_overwrite<uint8_t[]>(length);
+      req.body = {req.body_storage.get(), length};
+      bool body_ok = co_await readBody(stream, buffer, head, req.body);
+      if (!body_ok) break;  // the client went away or stalled; nobody to answer
+
+      std::move_only_function<void(ReplyDone)> work = [this, &req](ReplyDone done) {
+        handle(req, std::move(done));
+      };
+      Reply reply = co_await runOnPool(work);
+      bool written = co_await writeReply(stream, head_request, reply, keep_alive);
+      if (!written || !keep_alive) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+
+  // Reads exactly out.size() body bytes (the Content-Length) into `out`. The I/O timeout
+  // bounds each read_some, i.e. a stall, not the whole transfer.
+  Task<bool> readBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                      http::request_parser<http::empty_body>& head, std::span<uint8_t> out) {
+    http::request_parser<http::buffer_body> parser{std::move(head)};
+    auto& body = parser.get().body();
+    body.data = out.data();
+    body.size = out.size();
+    while (!parser.is_done()) {
+      stream.expires_after(io_);
+      beast::error_code ec;
+      co_await http::async_read_some(stream, buffer, parser, kRedirect(ec));
+      if (ec == http::error::need_buffer && body.size > 0) continue;
+      if (ec) co_return false;
+    }
+    co_return true;
+  }
+
+  Task<bool> writeReply(beast::tcp_stream& stream, bool head_request, Reply& r,
+                        bool keep_alive) {
+    http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+    res.set(http::field::server, options_.name);
+    for (const auto& [name, value] : r.headers) res.set(name, value);
+    res.keep_alive(keep_alive);
+    beast::error_code ec;
+    if (head_request) {
+      res.content_length(r.status == 200 ? r.head_length : r.body.size());
+      http::response_serializer<http::string_body> sr{res};
+      stream.expires_after(io_);
+      co_await http::async_write_header(stream, sr, kRedirect(ec));
+      co_return !ec;
+    }
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    // The I/O timeout bounds each write_some (a stalled reader), not the whole body.
+    http::response_serializer<http::string_body> sr{res};
+    while (!ec && !sr.is_done()) {
+      stream.expires_after(io_);
+      co_await http::async_write_some(stream, sr, kRedirect(ec));
+    }
+    co_return !ec;
+  }
+
+  // Runs `work` on the pool; it answers through the ReplyDone it is given, there or later
+  // (a blob read completes on the I/O engine's thread), and the coroutine resumes on its
+  // own loop. Only raw pointers are captured in the co_await expression (see the g++ 12
+  // note in gateway/task_group.h).
+  Task<Reply> runOnPool(std::move_only_function<void(ReplyDone)>& work) {
+    Reply reply;
+    asio::any_io_executor executor = co_await asio::this_coro::executor;
+    ServerImpl* self = this;
+    auto* workp = &work;
+    auto* out = &reply;
+    auto* exp = &executor;
+    co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+        [self, workp, out, exp](auto handler) {
+          {
+            std::lock_guard lock(self->inflight_mu_);
+            ++self->inflight_;
+          }
+          // The first answer wins (an exception after the work handed its ReplyDone on must
+          // not answer twice).
+          auto answer = std::make_shared<std::atomic<bool>>(false);
+          auto finish = [self, out, ex = *exp, answer,
+                         h = std::make_shared<decltype(handler)>(std::move(handler))](
+                            Reply r) mutable {
+            if (answer->exchange(true)) return;
+            *out = std::move(r);
+            asio::post(ex, std::move(*h));
+            std::lock_guard lock(self->inflight_mu_);
+            if (--self->inflight_ == 0) self->inflight_cv_.notify_all();
+          };
+          self->pool_.submit([self, workp, finish]() mutable {
+            // An exception must neither kill the pool thread (std::terminate) nor leave the
+            // session waiting forever: it becomes a 500.
+            try {
+              (*workp)(finish);
+            } catch (const std::exception& e) {
+              finish(errorReply(Status::internal(self->options_.name + ": " + e.what())));
+            }
+          });
+        },
+        asio::use_awaitable);
+    co_return reply;
+  }
+
+  Status authenticate(Request& req, uint64_t content_length) const {
+    auto date = findHeader(req.headers, kDateHeader);
+    auto sig = findHeader(req.headers, kSignatureHeader);
+    auto crc_hex = findHeader(req.headers, kCrcHeader);
+    if (!date || !sig || !crc_hex) {
+      return Status::permissionDenied("unsigned request: x-granary-date, x-granary-signature "
+                                      "and x-granary-content-crc32c are required");
+    }
+    auto date_seconds = parseU64(*date);
+    auto crc = parseCrcHex(*crc_hex);
+    if (!date_seconds || *date_seconds > static_cast<uint64_t>(INT64_MAX) || !crc) {
+      return Status::permissionDenied("malformed x-granary-date or x-granary-content-crc32c");
+    }
+    req.declared_crc = *crc;
+    auto [path, query] = splitTarget(req.target);
+    SigningInput in{req.method, path, query, static_cast<int64_t>(*date_seconds),
+                    content_length, *crc, {}};
+    for (const auto& [name, value] : req.headers) {
+      if (isSignedHeader(name)) in.headers.emplace_back(name, value);
+    }
+    return verifyRequest(options_.cluster_secret, in, *sig,
+                         clock_.nowUnixNanos() / 1'000'000'000);
+  }
+
+  Reply metricsReply(const Request& req) {
+    if (!bearerTokenAccepted(findHeader(req.headers, "authorization"), options_.metrics_token)) {
+      return errorReply(Status::permissionDenied("metrics need Authorization: Bearer <token>"));
+    }
+    Reply r;
+    r.status = 200;
+    r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
+    r.body = options_.render_metrics();
+    return r;
+  }
+
+  // Runs on the pool: the body's CRC check, then the service's handler.
+  void handle(Request& req, ReplyDone done) {
+    if (ec::crc32c(req.body) != req.declared_crc) {
+      return done(errorReply(Status::invalidArgument(
+          "request body does not match its x-granary-content-crc32c")));
+    }
+    handler_(req, std::move(done));
+  }
+
+  ServerOptions options_;
+  Handler handler_;
+  WorkerPool& pool_;
+  const Clock& clock_;
+  const std::chrono::seconds idle_;
+  const std::chrono::seconds io_;
+  // Declared before the acceptor: the acceptor must close before its loop is destroyed.
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
+  std::unique_ptr<tcp::acceptor> acceptor_;
+  uint16_t port_ = 0;
+  std::mutex inflight_mu_;
+  std::atomic<size_t> connections_{0};  // sessions open now (max_connections)
+  std::condition_variable inflight_cv_;
+  int inflight_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Handler handler,
+                                               WorkerPool& pool, const Clock& clock) {
+  if (options.cluster_secret.empty()) {
+    return fail(Status::invalidArgument(options.name + " needs a cluster secret"));
+  }
+  auto server = std::make_unique<ServerImpl>(options, std::move(handler), pool, clock);
+  Status st = server->bind();
+  if (!st.isOk()) return fail(st);
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace granary::rpc
