@@ -48,7 +48,7 @@ TEST_CASE("Concurrent puts of distinct keys are group-committed into few synced 
   for (auto& list : manifests) {
     for (int i = 0; i < kPerThread; ++i) list.push_back(f.inlineManifest("body"));
   }
-  CommitStats before = statsOf(*f.index);
+  CommitStats before = statsOf(f.backing());
   std::atomic<int> failures{0};
   concurrently(kThreads, [&](int t) {
     for (int i = 0; i < kPerThread; ++i) {
@@ -58,7 +58,7 @@ TEST_CASE("Concurrent puts of distinct keys are group-committed into few synced 
     }
   });
   CHECK(failures == 0);
-  CommitStats after = statsOf(*f.index);
+  CommitStats after = statsOf(f.backing());
   const uint64_t requests = after.requests - before.requests;
   const uint64_t batches = after.batches - before.batches;
   CHECK(requests == kThreads * kPerThread);

@@ -1,5 +1,9 @@
 // Shared fixture for the index tests: a temporary directory, a ManualClock, a seeded
 // random source and an open index, plus manifest builders.
+//
+// Built with GRANARY_INDEX_OVER_RPC (the index_kv_rpc_test binary), `index` is the remote
+// Index of cluster mode, talking to the RocksDB index through serveIndex() on loopback:
+// every index test then also proves that the wire carries each call and its exact answer.
 #pragma once
 
 #include "support/temp_dir.h"
@@ -18,6 +22,12 @@
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/index_kv/index.h"
+#ifdef GRANARY_INDEX_OVER_RPC
+#include <thread>
+
+#include "granary/common/worker_pool.h"
+#include "granary/index_kv/index_service.h"
+#endif
 
 namespace granary::index_kv::testing {
 
@@ -42,13 +52,53 @@ struct IndexFixture {
   std::unique_ptr<Index> index;
 
   IndexFixture() { reopen(); }
+  ~IndexFixture() { close(); }
 
   void reopen() {
-    index.reset();
+    close();
     auto opened = openIndex(IndexOptions{dir.path(), 512}, resources, clock);
     REQUIRE(opened.has_value());
+#ifdef GRANARY_INDEX_OVER_RPC
+    backing_ = std::move(*opened);
+    rpc::ServerOptions options;
+    options.cluster_secret = "index-test-secret";
+    auto server = serveIndex(options, *backing_, pool_, clock);
+    REQUIRE(server.has_value());
+    server_ = std::move(*server);
+    serving_ = std::jthread([s = server_.get()] { s->run(); });
+    index = makeRemoteIndex("127.0.0.1:" + std::to_string(server_->port()),
+                            options.cluster_secret, RemoteIndexOptions{}, clock);
+#else
     index = std::move(*opened);
+#endif
   }
+
+  // The RocksDB index itself (white-box tests): `index`, or the one behind the server.
+  Index& backing() {
+#ifdef GRANARY_INDEX_OVER_RPC
+    return *backing_;
+#else
+    return *index;
+#endif
+  }
+
+  void close() {
+    index.reset();
+#ifdef GRANARY_INDEX_OVER_RPC
+    if (server_) server_->stop();
+    if (serving_.joinable()) serving_.join();
+    server_.reset();
+    backing_.reset();
+#endif
+  }
+
+#ifdef GRANARY_INDEX_OVER_RPC
+  // As many threads as the concurrency tests have callers: a commit waits in its thread.
+  WorkerPool pool_{16, "index-rpc-test"};
+  std::unique_ptr<Index> backing_;
+  std::unique_ptr<rpc::Server> server_;
+  std::jthread serving_;
+#endif
 
   void makeBucket(const std::string& name) {
     REQUIRE(index->createBucket(bucketInfo(name, "owner", clock.nowUnixNanos())).isOk());

@@ -1,0 +1,94 @@
+// The index API's own wire (index_service.h), beyond the index tests this binary also runs
+// over it: authentication, malformed requests, hostile bytes, an unreachable service.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "granary/index_kv/index_service.h"
+#include "granary/rpc/client.h"
+#include "test_util.h"
+
+using namespace granary;
+using namespace granary::index_kv;
+using granary::index_kv::testing::IndexFixture;
+using Code = Status::Code;
+
+namespace {
+
+std::string endpointOf(IndexFixture& f) {
+  return "127.0.0.1:" + std::to_string(f.server_->port());
+}
+
+Status rawCall(IndexFixture& f, std::string secret, std::string path, std::string body) {
+  rpc::Client client(std::move(secret), rpc::ClientOptions{}, f.clock);
+  rpc::Call c;
+  c.method = "POST";
+  c.path = std::move(path);
+  c.body = {reinterpret_cast<const uint8_t*>(body.data()), body.size()};
+  auto answer = client.call(endpointOf(f), c);
+  return answer ? Status::ok() : answer.error();
+}
+
+}  // namespace
+
+TEST_CASE("The index API refuses a request signed with another secret") {
+  IndexFixture f;
+  auto intruder = makeRemoteIndex(endpointOf(f), "not-the-secret", RemoteIndexOptions{}, f.clock);
+  CHECK(intruder->createBucket(testing::bucketInfo("b", "o", 1)).code() ==
+        Code::kPermissionDenied);
+  CHECK(intruder->listBuckets().error().code() == Code::kPermissionDenied);
+  CHECK(f.backing().listBuckets()->empty());
+}
+
+TEST_CASE("A malformed index request is kInvalidArgument and changes nothing") {
+  IndexFixture f;
+  const std::string secret = "index-test-secret";
+  CHECK(rawCall(f, secret, "/internal/v1/index/create_bucket", "not cbor").code() ==
+        Code::kInvalidArgument);
+  // Valid CBOR ({"bucket": 1}), the wrong type of field.
+  CHECK(rawCall(f, secret, "/internal/v1/index/create_bucket", "\xa1\x66" "bucket\x01")
+            .code() == Code::kInvalidArgument);
+  CHECK(rawCall(f, secret, "/internal/v1/index/no_such_method", "\xa0").code() ==
+        Code::kInvalidArgument);
+  CHECK(rawCall(f, secret, "/internal/v1/elsewhere", "").code() == Code::kInvalidArgument);
+  CHECK(f.backing().listBuckets()->empty());
+}
+
+TEST_CASE("Keys with NUL and bytes that are not UTF-8 cross the index API intact") {
+  IndexFixture f;
+  f.makeBucket("b");
+  std::string key = "a";
+  key.push_back('\0');
+  key.append("b\xff\xfe/\xc3(");
+  Manifest m = f.inlineManifest(std::string("body\0\xff", 6));
+  m.metadata["k"] = std::string(1, static_cast<char>(0x80));
+  REQUIRE(f.index->putObject("b", key, m, Precondition::mustNotExist()).has_value());
+  auto got = f.index->getObject("b", key);
+  REQUIRE(got.has_value());
+  CHECK(*got == m);
+  auto listed = f.index->listObjects("b", ListRequest{});
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->objects.size() == 1);
+  CHECK(listed->objects[0].key == key);
+  CHECK(listed->objects[0].version == m.version);
+}
+
+TEST_CASE("An index service that is down is kUnavailable, and usable again once back") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const std::string endpoint = endpointOf(f);
+  f.server_->stop();
+  f.serving_.join();
+  f.server_.reset();
+  RemoteIndexOptions o;
+  o.retries = 0;
+  auto remote = makeRemoteIndex(endpoint, "index-test-secret", o, f.clock);
+  CHECK(remote->getBucket("b").error().code() == Code::kUnavailable);
+  CHECK(remote->createBucket(testing::bucketInfo("c", "o", 1)).code() == Code::kUnavailable);
+  // Statistics are best effort: zeros, not an error.
+  CHECK(remote->recordIndexStats().rows == 0);
+
+  f.reopen();  // a new server (and port) over the same directory
+  CHECK(f.index->getBucket("b").has_value());
+  CHECK(f.index->getBucket("c").error().code() == Code::kNotFound);
+}
