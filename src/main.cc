@@ -1,6 +1,7 @@
 // granary: one binary, subcommands. `serve` runs everything in one process (the embedded
 // default): gateway, index and the chunk-store drives as directories under --data.
-// `chunkserver` serves drive directories to gateways on other machines. `records` is a client
+// Cluster mode splits them: `chunkserver` serves drive directories, `index` the index,
+// and any number of stateless `gateway`s serve S3 over both. `records` is a client
 // of the record index (docs/record-index.md, "CLI").
 #include <fcntl.h>
 #include <prometheus/registry.h>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -25,6 +27,7 @@
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/chunkstore/chunk_server.h"
 #include "granary/chunkstore/io_engine.h"
+#include "granary/chunkstore/remote_chunk_client.h"
 #include "granary/chunkstore/scrubber.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
@@ -35,6 +38,7 @@
 #include "granary/gateway/lifecycle.h"
 #include "granary/gateway/reclaimer.h"
 #include "granary/index_kv/index.h"
+#include "granary/index_kv/index_service.h"
 #include "granary/placement/cluster_map.h"
 #include "records_cli.h"
 
@@ -75,20 +79,23 @@ void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode
   }
 }
 
+// A root credentials file: {"access_key": ..., "secret_key": ...}.
+gateway::RootUser readCredentials(const fs::path& file) {
+  try {
+    auto j = nlohmann::json::parse(readFile(file));
+    return {j.at("access_key").get<std::string>(), j.at("secret_key").get<std::string>()};
+  } catch (const std::exception& e) {
+    die("cannot read " + file.string() + ": " + e.what());
+  }
+}
+
 gateway::RootUser rootUser(const fs::path& data, Random& random) {
   const char* user = std::getenv("GRANARY_ROOT_USER");
   const char* password = std::getenv("GRANARY_ROOT_PASSWORD");
   if (user && password && *user && *password) return {user, password};
   if (user || password) die("set both GRANARY_ROOT_USER and GRANARY_ROOT_PASSWORD, or neither");
   fs::path file = data / "root-credentials.json";
-  if (fs::exists(file)) {
-    try {
-      auto j = nlohmann::json::parse(readFile(file));
-      return {j.at("access_key").get<std::string>(), j.at("secret_key").get<std::string>()};
-    } catch (const std::exception& e) {
-      die("cannot read " + file.string() + ": " + e.what());
-    }
-  }
+  if (fs::exists(file)) return readCredentials(file);
   gateway::RootUser root{"GR" + randomAlphanumeric(random, 18), randomAlphanumeric(random, 40)};
   nlohmann::json j = {{"access_key", root.access_key}, {"secret_key", root.secret_key}};
   writeFileDurably(file, j.dump(2) + "\n", 0600);
@@ -244,19 +251,13 @@ std::string urlHost(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
-int serve(int argc, char** argv) {
-  po::options_description opts("granary serve options");
-  std::string data_dir, listen;
-  int drives = 6, k = 4, m = 2, loops = 0, workers = 0;
-  opts.add_options()("help,h", "show this help")(
-      "data", po::value(&data_dir)->default_value("./granary-data"), "data directory")(
-      "listen", po::value(&listen)->default_value("127.0.0.1:9000"),
+// The S3 gateway's options, shared by `serve` (embedded) and `gateway` (cluster mode).
+void addGatewayOptions(po::options_description& opts) {
+  opts.add_options()(
+      "listen", po::value<std::string>()->default_value("127.0.0.1:9000"),
       "HOST:PORT to serve S3 on (port 0 picks a free port)")(
-      "drives", po::value(&drives)->default_value(6), "drive directories (first start only)")(
-      "ec-k", po::value(&k)->default_value(4), "data fragments per stripe (first start only)")(
-      "ec-m", po::value(&m)->default_value(2), "parity fragments per stripe (first start only)")(
-      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
-      "workers", po::value(&workers)->default_value(0), "blocking-I/O worker threads (0: auto)")(
+      "event-loops", po::value<int>()->default_value(0), "event-loop threads (0: one per core)")(
+      "workers", po::value<int>()->default_value(0), "blocking-I/O worker threads (0: auto)")(
       "gc-grace", po::value<int>()->default_value(60), "seconds before replaced blobs are deleted")(
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),
@@ -283,8 +284,95 @@ int serve(int argc, char** argv) {
       "multipart-max-age", po::value<int>()->default_value(7 * 86400),
       "seconds after which an incomplete multipart upload is aborted (0: never)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
-  addScrubOptions(opts);
   addMetricsOptions(opts);
+}
+
+// What a gateway serves: the map, the drives and the index, local or remote.
+struct GatewayParts {
+  const placement::ClusterMap& map;
+  chunkstore::ChunkClient& chunks;
+  index_kv::Index& index;
+  const gateway::RootUser& root;
+  prometheus::Registry& registry;
+  std::string description;  // the second line of the banner
+};
+
+// Serves S3 with the background jobs (GC, orphan sweep, lifecycle) until SIGINT/SIGTERM.
+int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts parts,
+               const Clock& clock, Random& random) {
+  const int loops = vm["event-loops"].as<int>();
+  const int workers = vm["workers"].as<int>();
+  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
+  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
+
+  gateway::GatewayOptions gopts;
+  std::tie(gopts.listen_host, gopts.listen_port) = parseListen(vm["listen"].as<std::string>());
+  gopts.event_loops = static_cast<size_t>(loops);
+  gopts.access_log = vm["access-log"].as<std::string>();
+  gopts.virtual_host_domain = vm["domain"].as<std::string>();
+  gopts.metrics_token = metricsToken(vm);
+  gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
+  gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
+  // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
+  gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
+  if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
+  gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
+  if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");
+  gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
+  gopts.tls_cert = vm["tls-cert"].as<std::string>();
+  gopts.tls_key = vm["tls-key"].as<std::string>();
+  auto server = gateway::GatewayServer::create(
+      gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
+                                  parts.registry, parts.root});
+  if (!server) die(server.error().toString());
+
+  gateway::ReclaimerOptions ropts;
+  ropts.gc_grace = std::chrono::seconds(vm["gc-grace"].as<int>());
+  ropts.gc_interval = std::chrono::seconds(std::max(1, vm["gc-interval"].as<int>()));
+  ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
+  gateway::Reclaimer reclaimer(parts.index, parts.chunks, parts.map, clock, ropts);
+  reclaimer.start();
+  gateway::LifecycleOptions lopts;
+  lopts.interval = std::chrono::seconds(std::max(1, vm["lifecycle-interval"].as<int>()));
+  lopts.day_seconds = std::max(1, vm["lifecycle-day"].as<int>());
+  lopts.multipart_max_age = std::chrono::seconds(std::max(0, vm["multipart-max-age"].as<int>()));
+  gateway::LifecycleJob lifecycle(parts.index, clock, lopts);
+  lifecycle.start();
+
+  std::string endpoint =
+      fmt::format("{}://{}:{}", gopts.tls_cert.empty() ? "http" : "https",
+                  urlHost(gopts.listen_host), (*server)->port());
+  const auto& root = parts.root;
+  std::printf(
+      "Granary is serving S3 at %s\n"
+      "  %s\n"
+      "  access key:  %s\n"
+      "  secret key:  %s\n"
+      "Try: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s aws --endpoint-url %s s3 ls\n",
+      endpoint.c_str(), parts.description.c_str(), root.access_key.c_str(),
+      root.secret_key.c_str(), root.access_key.c_str(), root.secret_key.c_str(),
+      endpoint.c_str());
+  std::fflush(stdout);
+
+  runUntilSignal(sigs, **server);
+  lifecycle.stop();
+  reclaimer.stop();
+  pool.reset();  // finish blocking work before the coroutines that wait for it go away
+  server->reset();
+  return 0;
+}
+
+int serve(int argc, char** argv) {
+  po::options_description opts("granary serve options");
+  std::string data_dir;
+  int drives = 6, k = 4, m = 2;
+  opts.add_options()("help,h", "show this help")(
+      "data", po::value(&data_dir)->default_value("./granary-data"), "data directory")(
+      "drives", po::value(&drives)->default_value(6), "drive directories (first start only)")(
+      "ec-k", po::value(&k)->default_value(4), "data fragments per stripe (first start only)")(
+      "ec-m", po::value(&m)->default_value(2), "parity fragments per stripe (first start only)");
+  addGatewayOptions(opts);
+  addScrubOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
 
@@ -311,60 +399,152 @@ int serve(int argc, char** argv) {
   if (!index) die("cannot open index: " + index.error().toString());
   *index = index_kv::makeMeteredIndex(std::move(*index), registry);
 
-  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
+  std::string description =
+      fmt::format("data:        {} ({} drives, EC {}+{}, io engine {})", data.string(),
+                  map.drives.size(), map.ec.k, map.ec.m, engine->name());
+  return runGateway(vm, sigs, {map, chunks, **index, root, registry, description}, clock,
+                    random);
+}
 
-  gateway::GatewayOptions gopts;
-  std::tie(gopts.listen_host, gopts.listen_port) = parseListen(listen);
-  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
-  gopts.event_loops = static_cast<size_t>(loops);
-  gopts.access_log = vm["access-log"].as<std::string>();
-  gopts.virtual_host_domain = vm["domain"].as<std::string>();
-  gopts.metrics_token = metricsToken(vm);
-  gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
-  gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
-  // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
-  gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
-  if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
-  gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
-  if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");
-  gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
-  gopts.tls_cert = vm["tls-cert"].as<std::string>();
-  gopts.tls_key = vm["tls-key"].as<std::string>();
-  auto server = gateway::GatewayServer::create(
-      gopts, gateway::GatewayDeps{map, chunks, **index, clock, random, *pool, registry, root});
+// --cluster-secret, or $GRANARY_CLUSTER_SECRET; a cluster process refuses to start
+// without one.
+void addSecretOption(po::options_description& opts) {
+  opts.add_options()("cluster-secret", po::value<std::string>(),
+                     "secret shared by the cluster (default: $GRANARY_CLUSTER_SECRET; required)");
+}
+
+std::string clusterSecret(const po::variables_map& vm) {
+  std::string secret;
+  if (vm.count("cluster-secret")) secret = vm["cluster-secret"].as<std::string>();
+  if (secret.empty()) {
+    const char* env = std::getenv("GRANARY_CLUSTER_SECRET");
+    if (env) secret = env;
+  }
+  if (secret.empty()) {
+    die("refusing to start without a cluster secret (--cluster-secret or "
+        "GRANARY_CLUSTER_SECRET)");
+  }
+  return secret;
+}
+
+// Reads and checks a cluster map for cluster mode: every drive needs its chunk server's
+// endpoint, and the map names the index service.
+placement::ClusterMap loadClusterMap(const std::string& path) {
+  if (path.empty()) die("--cluster FILE is required");
+  std::ifstream probe(path);
+  if (!probe) die("cannot read cluster map " + path);
+  auto map = placement::ClusterMap::fromJson(readFile(path));
+  if (!map) die("invalid cluster map " + path + ": " + map.error().message());
+  if (map->index_endpoint.empty()) {
+    die("invalid cluster map " + path + ": cluster mode needs \"index\": \"HOST:PORT\"");
+  }
+  for (const auto& d : map->drives) {
+    if (d.endpoint.empty()) {
+      die("invalid cluster map " + path + ": drive \"" + d.id +
+          "\" has no \"endpoint\" (its chunk server's HOST:PORT)");
+    }
+  }
+  return std::move(*map);
+}
+
+// `granary gateway`: a stateless S3 gateway of a cluster: drives on chunk servers and
+// manifests in the index service, both named by the cluster map.
+int gatewayCommand(int argc, char** argv) {
+  po::options_description opts("granary gateway options");
+  std::string cluster, credentials;
+  opts.add_options()("help,h", "show this help")(
+      "cluster", po::value(&cluster), "cluster map (JSON; docs/operations.md, \"Cluster mode\")")(
+      "credentials", po::value(&credentials),
+      "root credentials file {\"access_key\",\"secret_key\"} (default: "
+      "$GRANARY_ROOT_USER and $GRANARY_ROOT_PASSWORD)");
+  addSecretOption(opts);
+  addGatewayOptions(opts);
+  po::variables_map vm;
+  if (!parseOptions(opts, argc, argv, vm)) return 0;
+  const std::string secret = clusterSecret(vm);
+  auto map = loadClusterMap(cluster);
+  gateway::RootUser root;
+  if (!credentials.empty()) {
+    root = readCredentials(credentials);
+  } else {
+    const char* user = std::getenv("GRANARY_ROOT_USER");
+    const char* password = std::getenv("GRANARY_ROOT_PASSWORD");
+    if (!user || !password || !*user || !*password) {
+      die("a gateway needs the cluster's root credentials: --credentials FILE, or "
+          "GRANARY_ROOT_USER and GRANARY_ROOT_PASSWORD");
+    }
+    root = {user, password};
+  }
+
+  sigset_t sigs = blockStopSignals();
+  SystemClock clock;
+  SecureRandom random;
+  prometheus::Registry registry;
+  std::map<std::string, std::string, std::less<>> endpoints;
+  std::set<std::string> servers;
+  for (const auto& d : map.drives) {
+    endpoints.emplace(d.id, d.endpoint);
+    servers.insert(d.endpoint);
+  }
+  chunkstore::RemoteChunkClient chunks(endpoints, secret, {}, clock);
+  auto index = index_kv::makeMeteredIndex(
+      index_kv::makeRemoteIndex(map.index_endpoint, secret, {}, clock), registry);
+  std::string description = fmt::format(
+      "cluster:     {} (epoch {}, {} drives on {} chunk servers, EC {}+{}, index at {})",
+      cluster, map.epoch, map.drives.size(), servers.size(), map.ec.k, map.ec.m,
+      map.index_endpoint);
+  return runGateway(vm, sigs, {map, chunks, *index, root, registry, description}, clock, random);
+}
+
+// `granary index`: the index service of a cluster (buckets, manifests, record index).
+int indexCommand(int argc, char** argv) {
+  po::options_description opts("granary index options");
+  std::string dir, listen;
+  int loops = 0, workers = 0;
+  opts.add_options()("help,h", "show this help")(
+      "dir", po::value(&dir), "directory of the index's RocksDB (created if missing)")(
+      "listen", po::value(&listen), "HOST:PORT to serve on (port 0 picks a free port)")(
+      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
+      "workers", po::value(&workers)->default_value(64),
+      "threads that run index calls (a commit waits in its thread for its group's sync)")(
+      "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  addSecretOption(opts);
+  addMetricsOptions(opts);
+  po::variables_map vm;
+  if (!parseOptions(opts, argc, argv, vm)) return 0;
+  if (dir.empty()) die("index needs --dir DIR");
+  if (listen.empty()) die("index needs --listen HOST:PORT");
+  if (loops < 0 || workers < 1) die("--event-loops must be >= 0 and --workers >= 1");
+  const std::string secret = clusterSecret(vm);
+
+  sigset_t sigs = blockStopSignals();
+  SystemClock clock;
+  RocksResources rocks;
+  prometheus::Registry registry;
+  std::error_code fec;
+  fs::create_directories(dir, fec);
+  if (fec) die("cannot create " + dir + ": " + fec.message());
+  auto index = index_kv::openIndex({dir}, rocks, clock);
+  if (!index) die("cannot open index: " + index.error().toString());
+  *index = index_kv::makeMeteredIndex(std::move(*index), registry);
+  auto pool = std::make_unique<WorkerPool>(static_cast<size_t>(workers), "granary-index");
+
+  rpc::ServerOptions so;
+  std::tie(so.listen_host, so.listen_port) = parseListen(listen);
+  so.event_loops = static_cast<size_t>(loops);
+  so.cluster_secret = secret;
+  so.metrics_token = metricsToken(vm);
+  so.render_metrics = [&registry] {
+    return prometheus::TextSerializer().Serialize(registry.Collect());
+  };
+  auto server = index_kv::serveIndex(so, **index, *pool, clock);
   if (!server) die(server.error().toString());
-
-  gateway::ReclaimerOptions ropts;
-  ropts.gc_grace = std::chrono::seconds(vm["gc-grace"].as<int>());
-  ropts.gc_interval = std::chrono::seconds(std::max(1, vm["gc-interval"].as<int>()));
-  ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
-  gateway::Reclaimer reclaimer(**index, chunks, map, clock, ropts);
-  reclaimer.start();
-  gateway::LifecycleOptions lopts;
-  lopts.interval = std::chrono::seconds(std::max(1, vm["lifecycle-interval"].as<int>()));
-  lopts.day_seconds = std::max(1, vm["lifecycle-day"].as<int>());
-  lopts.multipart_max_age = std::chrono::seconds(std::max(0, vm["multipart-max-age"].as<int>()));
-  gateway::LifecycleJob lifecycle(**index, clock, lopts);
-  lifecycle.start();
-
-  std::string endpoint =
-      fmt::format("{}://{}:{}", gopts.tls_cert.empty() ? "http" : "https",
-                  urlHost(gopts.listen_host), (*server)->port());
-  std::printf(
-      "Granary is serving S3 at %s\n"
-      "  data:        %s (%zu drives, EC %d+%d, io engine %s)\n"
-      "  access key:  %s\n"
-      "  secret key:  %s\n"
-      "Try: AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s aws --endpoint-url %s s3 ls\n",
-      endpoint.c_str(), data.c_str(), map.drives.size(), map.ec.k, map.ec.m,
-      std::string(engine->name()).c_str(), root.access_key.c_str(), root.secret_key.c_str(),
-      root.access_key.c_str(), root.secret_key.c_str(), endpoint.c_str());
+  std::printf("Granary index listening at http://%s:%u\n  data: %s\n",
+              urlHost(so.listen_host).c_str(), static_cast<unsigned>((*server)->port()),
+              dir.c_str());
   std::fflush(stdout);
-
   runUntilSignal(sigs, **server);
-  lifecycle.stop();
-  reclaimer.stop();
-  pool.reset();  // finish blocking work before the coroutines that wait for it go away
+  pool.reset();
   server->reset();
   return 0;
 }
@@ -387,14 +567,12 @@ std::pair<std::string, fs::path> parseDriveArg(const std::string& arg) {
 int chunkserver(int argc, char** argv) {
   po::options_description opts("granary chunkserver options");
   std::vector<std::string> dirs;
-  std::string listen, secret;
+  std::string listen;
   int loops = 0, workers = 0;
   opts.add_options()("help,h", "show this help")(
       "dir", po::value(&dirs)->composing(),
       "drive directory as [ID=]PATH, repeatable; ID defaults to the directory's name")(
       "listen", po::value(&listen), "HOST:PORT to serve on (port 0 picks a free port)")(
-      "cluster-secret", po::value(&secret),
-      "secret shared by the cluster (default: $GRANARY_CLUSTER_SECRET; required)")(
       "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
       "workers", po::value(&workers)->default_value(0), "blocking-I/O worker threads (0: auto)")(
       "idle-timeout", po::value<int>()->default_value(60),
@@ -402,20 +580,14 @@ int chunkserver(int argc, char** argv) {
       "io-timeout", po::value<int>()->default_value(30),
       "seconds a request body read or a response write may make no progress")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  addSecretOption(opts);
   addScrubOptions(opts);
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   if (dirs.empty()) die("chunkserver needs at least one --dir");
   if (listen.empty()) die("chunkserver needs --listen HOST:PORT");
-  if (secret.empty()) {
-    const char* env = std::getenv("GRANARY_CLUSTER_SECRET");
-    if (env) secret = env;
-  }
-  if (secret.empty()) {
-    die("refusing to start without a cluster secret (--cluster-secret or "
-        "GRANARY_CLUSTER_SECRET)");
-  }
+  const std::string secret = clusterSecret(vm);
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   chunkstore::ChunkServerOptions copts;
   for (const auto& arg : dirs) {
@@ -468,7 +640,9 @@ void usage() {
   std::cout << "usage: granary <command> [options]\n\n"
                "commands:\n"
                "  serve        all-in-one S3 store (gateway, index, chunk-store drives)\n"
-               "  chunkserver  serve drive directories to remote gateways (internal API)\n"
+               "  gateway      cluster mode: a stateless S3 gateway (--cluster map)\n"
+               "  index        cluster mode: the index service\n"
+               "  chunkserver  cluster mode: serve drive directories (internal API)\n"
                "  records      get, list and batch-get indexed records; upload containers\n"
                "  admin        operator views over the admin API (stats)\n"
                "\nRun 'granary <command> --help' for the options of a command.\n";
@@ -484,6 +658,8 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "serve") return serve(argc - 1, argv + 1);
   if (cmd == "chunkserver") return chunkserver(argc - 1, argv + 1);
+  if (cmd == "gateway") return gatewayCommand(argc - 1, argv + 1);
+  if (cmd == "index") return indexCommand(argc - 1, argv + 1);
   if (cmd == "records") return cli::records(argc - 1, argv + 1);
   if (cmd == "admin") return cli::admin(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

@@ -117,7 +117,7 @@ Result<ClusterMap> ClusterMap::fromJson(std::string_view text) {
     return fail(bad(std::string("not valid JSON: ") + e.what()));
   }
   if (!root.is_object()) return fail(bad("top level must be an object"));
-  if (Status st = checkKeys(root, {"epoch", "ec", "drives"}, "top level"); !st.isOk()) {
+  if (Status st = checkKeys(root, {"epoch", "ec", "drives", "index"}, "top level"); !st.isOk()) {
     return fail(st);
   }
   ClusterMap map;
@@ -125,6 +125,10 @@ Result<ClusterMap> ClusterMap::fromJson(std::string_view text) {
   if (epoch == root.end()) return fail(bad("missing field \"epoch\""));
   if (!epoch->is_number_unsigned()) return fail(bad("epoch must be a non-negative integer"));
   map.epoch = epoch->get<uint64_t>();
+
+  auto index = stringField(root, "index", "top level", false);
+  if (!index) return fail(index.error());
+  map.index_endpoint = std::move(*index);
 
   auto ec = root.find("ec");
   if (ec == root.end()) return fail(bad("missing field \"ec\""));
@@ -160,6 +164,7 @@ std::string ClusterMap::toJson() const {
   }
   nlohmann::ordered_json root;
   root["epoch"] = epoch;
+  if (!index_endpoint.empty()) root["index"] = index_endpoint;
   root["ec"] = {{"k", ec.k}, {"m", ec.m}};
   root["drives"] = std::move(drives);
   // Replace invalid UTF-8 rather than throw: a hand-built map may hold arbitrary bytes.

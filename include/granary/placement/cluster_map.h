@@ -4,6 +4,7 @@
 // JSON form (docs/architecture.md, "Cluster map"):
 // {
 //   "epoch": 1,
+//   "index": "127.0.0.1:9300",      (cluster mode only: the index service)
 //   "ec": {"k": 4, "m": 2},
 //   "drives": [
 //     {"id": "d0", "server": "local", "domain": "d0", "weight": 1.0,
@@ -36,6 +37,7 @@ struct Drive {
 
 struct ClusterMap {
   uint64_t epoch = 1;
+  std::string index_endpoint;  // "HOST:PORT" of `granary index`; "" = embedded (serve)
   ec::EcProfile ec;
   std::vector<Drive> drives;
 
