@@ -24,6 +24,8 @@ struct RemoteChunkClient::Impl {
   struct Endpoint {
     std::mutex mu;
     std::map<std::string, bool, std::less<>> writable;
+    // False from a failed exchange (unreachable server) until a drive list comes back.
+    bool reachable = true;
     int64_t next_refresh_nanos = 0;
     bool refreshing = false;
   };
@@ -58,11 +60,23 @@ struct RemoteChunkClient::Impl {
     return std::string_view(it->second);
   }
 
-  // execute() on the drive's endpoint, with a non-2xx answer turned into its Status.
+  // execute() on the drive's endpoint, with a non-2xx answer turned into its Status. A
+  // server that cannot be reached is marked so (its drives stop taking new fragments) until
+  // a drive list comes back from it.
   Result<Answer> call(std::string_view drive, const Call& c) {
     auto endpoint = endpointOf(drive);
     if (!endpoint) return fail(endpoint.error());
-    return client.call(*endpoint, c);
+    auto answer = client.call(*endpoint, c);
+    if (!answer && answer.error().code() == Status::Code::kUnavailable) {
+      markUnreachable(*endpoint);
+    }
+    return answer;
+  }
+
+  void markUnreachable(std::string_view endpoint) {
+    Endpoint& cache = endpointState(endpoint);
+    std::lock_guard lock(cache.mu);
+    cache.reachable = false;
   }
 
   Result<std::vector<DriveState>> fetchDrives(std::string_view endpoint) {
@@ -104,7 +118,9 @@ struct RemoteChunkClient::Impl {
       {
         std::lock_guard cache_lock(cache.mu);
         cache.refreshing = false;
-        if (list) {  // on failure keep what we knew
+        // On failure keep the drive states we knew, but not the server's health.
+        cache.reachable = list.has_value();
+        if (list) {
           cache.writable.clear();
           for (const auto& d : *list) cache.writable[d.id] = d.writable;
         }
@@ -216,8 +232,18 @@ bool RemoteChunkClient::writable(std::string_view drive) const {
   auto& cache = impl_->endpointState(*endpoint);
   impl_->refreshDrives(*endpoint, cache);
   std::lock_guard lock(cache.mu);
+  if (!cache.reachable) return false;
   auto it = cache.writable.find(drive);
   return it == cache.writable.end() || it->second;
+}
+
+bool RemoteChunkClient::reachable(std::string_view drive) const {
+  auto endpoint = impl_->endpointOf(drive);
+  if (!endpoint) return false;
+  auto& cache = impl_->endpointState(*endpoint);
+  impl_->refreshDrives(*endpoint, cache);
+  std::lock_guard lock(cache.mu);
+  return cache.reachable;
 }
 
 Result<std::vector<DriveState>> RemoteChunkClient::drives(std::string_view endpoint) {

@@ -77,13 +77,16 @@ Task<Status> ObjectWriter::flush(size_t len) {
   std::fill(slot.data.begin() + len, slot.data.begin() + uint64_t(profile.k) * fl, 0);
 
   size_t full = 0;
+  // With servers down, a stripe may go degraded onto k failure domains (a domain then
+  // holds more than one fragment; docs/ec-placement.md): every fragment is still written.
   auto chosen = placement::chooseDrives(
       dp_.map(), fmt::format("{}:{}", version_.toHex(), stripe), profile.total(),
       [this, &full](const placement::Drive& d) {
         bool ok = dp_.chunks().writable(d.id);
-        if (!ok) ++full;
+        if (!ok && dp_.chunks().reachable(d.id)) ++full;
         return ok;
-      });
+      },
+      profile.k);
   if (!chosen) {
     if (full > 0) {
       co_return Status::noSpace(fmt::format("{} drives are full or failing; {}", full,

@@ -66,21 +66,38 @@ std::vector<size_t> rankDrives(const ClusterMap& map, std::string_view key) {
 }
 
 Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view key, size_t count,
-                                         const std::function<bool(const Drive&)>& usable) {
+                                         const std::function<bool(const Drive&)>& usable,
+                                         size_t min_domains) {
   std::vector<size_t> chosen;
   if (count == 0) return chosen;
-  std::vector<std::string_view> domains;
+  std::vector<size_t> usable_order;  // usable drives, best first
   for (size_t idx : rankDrives(map, key)) {
+    if (!usable || usable(map.drives[idx])) usable_order.push_back(idx);
+  }
+  // Pass 1: one drive per failure domain.
+  std::vector<std::string_view> domains;
+  for (size_t idx : usable_order) {
     const Drive& d = map.drives[idx];
-    if (usable && !usable(d)) continue;
     if (std::find(domains.begin(), domains.end(), d.domain) != domains.end()) continue;
     chosen.push_back(idx);
     domains.push_back(d.domain);
     if (chosen.size() == count) return chosen;
   }
-  return fail(Status::unavailable("placement: need " + std::to_string(count) +
-                                  " usable drives in distinct failure domains, found " +
-                                  std::to_string(chosen.size())));
+  if (chosen.size() < std::min(min_domains, count)) {
+    return fail(Status::unavailable(
+        "placement: need " + std::to_string(std::min(min_domains, count)) +
+        " usable drives in distinct failure domains, found " + std::to_string(chosen.size())));
+  }
+  // Degraded (docs/ec-placement.md, "Fewer failure domains than fragments"): pass 2, other
+  // drives of the domains already used; pass 3, the chosen drives again, in rank order.
+  for (size_t idx : usable_order) {
+    if (std::find(chosen.begin(), chosen.end(), idx) != chosen.end()) continue;
+    chosen.push_back(idx);
+    if (chosen.size() == count) return chosen;
+  }
+  const size_t distinct = chosen.size();
+  for (size_t i = 0; chosen.size() < count; ++i) chosen.push_back(chosen[i % distinct]);
+  return chosen;
 }
 
 }  // namespace granary::placement

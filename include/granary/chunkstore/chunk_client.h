@@ -39,6 +39,9 @@ class ChunkClient {
   virtual Result<DriveStats> stats(std::string_view drive) = 0;
   // Whether new fragments should be placed on the drive now.
   virtual bool writable(std::string_view drive) const = 0;
+  // Whether the drive's server answered lately (a drive that is reachable but not
+  // writable is full or failing). Local drives are always reachable.
+  virtual bool reachable(std::string_view /*drive*/) const { return true; }
 };
 
 class LocalChunkClient final : public ChunkClient {

@@ -70,8 +70,11 @@ class RemoteChunkClient final : public ChunkClient {
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override;
   Result<DriveStats> stats(std::string_view drive) override;
-  // From the cached drive list of the drive's server; true when not known (yet).
+  // From the cached drive list of the drive's server; true when not known (yet). False
+  // while the server is unreachable: from a request that could not reach it until its
+  // drive list (refreshed every drive_list_refresh) comes back.
   bool writable(std::string_view drive) const override;
+  bool reachable(std::string_view drive) const override;
 
   // The drives a server serves, and whether it answers at all.
   Result<std::vector<DriveState>> drives(std::string_view endpoint);

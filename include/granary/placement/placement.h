@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -23,10 +24,17 @@ std::vector<size_t> rankDrives(const ClusterMap& map, std::string_view key);
 
 // Chooses `count` drives for one stripe: walks rankDrives() order, skipping drives for
 // which `usable` returns false and drives whose failure domain already holds a chosen
-// drive. kUnavailable if fewer than `count` usable drives in distinct domains exist.
-// Returns indices into map.drives, in fragment order.
+// drive. Returns indices into map.drives, in fragment order.
+//
+// With fewer usable failure domains than `count`, but at least `min_domains` of them (a
+// degraded write: servers are down), the remaining fragments go, in rank order, first to
+// other usable drives of the domains already used, then to the chosen drives again (one
+// drive then holds more than one fragment of the stripe). kUnavailable if fewer than
+// min(count, min_domains) usable domains exist. The default min_domains = count refuses
+// every degraded placement.
 Result<std::vector<size_t>> chooseDrives(
     const ClusterMap& map, std::string_view key, size_t count,
-    const std::function<bool(const Drive&)>& usable = nullptr);
+    const std::function<bool(const Drive&)>& usable = nullptr,
+    size_t min_domains = SIZE_MAX);
 
 }  // namespace granary::placement

@@ -402,16 +402,36 @@ TEST_CASE("The writer places no fragments on drives that are not writable") {
   CHECK(got == data);
 }
 
-TEST_CASE("Too few writable drives for k + m fails the write without writing anything") {
-  DataPathFixture f;
+TEST_CASE("Fewer writable drives than k + m, but k of them, still take every fragment") {
+  DataPathFixture f;  // 6 drives, one failure domain each, EC 4+2
   f.cluster.chunks->setReadOnly("d0");
+  f.cluster.chunks->setReadOnly("d3");
+  std::string data = randomString(2 * kStripe, 19);
+  index_kv::Manifest m = f.write(data);
+  CHECK(f.cluster.blobs("d0").empty());
+  CHECK(f.cluster.blobs("d3").empty());
+  // Degraded placement: all six fragments of each stripe on the four other drives.
+  CHECK(f.cluster.allBlobs().size() == 2 * 6);
+  for (const auto& stripe : m.stripes) {
+    std::set<uint16_t> distinct(stripe.drives.begin(), stripe.drives.end());
+    CHECK(stripe.drives.size() == 6);
+    CHECK(distinct.size() == 4);
+  }
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
+TEST_CASE("Too few writable drives for k fails the write without writing anything") {
+  DataPathFixture f;
+  for (const char* d : {"d0", "d2", "d4"}) f.cluster.chunks->setReadOnly(d);
   std::string data = randomString(kStripe, 18);
   VersionId version = VersionId::generate(f.cluster.clock, f.random);
   ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
   Status st = runTask(f.io, writeAll(w, data));
   // Drives refuse new blobs when full: the client gets 507 XGranaryStorageFull.
   CHECK(st.code() == Status::Code::kNoSpace);
-  CHECK(st.message().find("1 drives are full") != std::string::npos);
+  CHECK(st.message().find("3 drives are full") != std::string::npos);
   runVoid(f.io, w.abandon());
   CHECK(f.cluster.allBlobs().empty());
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iterator>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -262,4 +263,45 @@ TEST_CASE("Choosing zero drives succeeds and choosing more than exist fails") {
   CHECK(zero->empty());
   CHECK(chooseDrives(map, "k", 4).error().code() == Status::Code::kUnavailable);
   CHECK(chooseDrives(ClusterMap{}, "k", 1).error().code() == Status::Code::kUnavailable);
+}
+
+TEST_CASE("With domains down, a degraded placement stacks fragments, down to min_domains") {
+  // Six servers of one drive each, each its own domain (the cluster-up.sh layout).
+  const ClusterMap map = makeMap(6, 6, {4, 2});
+  auto up = [](const Drive& d) { return d.id != "d1" && d.id != "d4"; };
+  for (int i = 0; i < 2'000; ++i) {
+    const std::string key = keyOf(i);
+    // Strict by default: four domains cannot hold six fragments.
+    CHECK(chooseDrives(map, key, 6, up).error().code() == Status::Code::kUnavailable);
+    auto r = chooseDrives(map, key, 6, up, 4);
+    REQUIRE(r.has_value());
+    REQUIRE(r->size() == 6);
+    std::map<size_t, int> per_drive;
+    for (size_t idx : *r) {
+      REQUIRE(up(map.drives[idx]));
+      ++per_drive[idx];
+    }
+    // All four live drives hold a fragment; two hold a second one.
+    REQUIRE(per_drive.size() == 4);
+    for (const auto& [idx, n] : per_drive) REQUIRE(n <= 2);
+    // The first four follow the ranking of the live drives, then the best two repeat.
+    std::vector<size_t> live;
+    for (size_t idx : rankDrives(map, key)) {
+      if (up(map.drives[idx])) live.push_back(idx);
+    }
+    REQUIRE(std::vector<size_t>(r->begin(), r->begin() + 4) == live);
+    REQUIRE((*r)[4] == live[0]);
+    REQUIRE((*r)[5] == live[1]);
+  }
+  // Three live domains are fewer than min_domains = 4.
+  auto three = chooseDrives(map, "k", 6, [](const Drive& d) { return d.id < "d3"; }, 4);
+  CHECK(three.error().code() == Status::Code::kUnavailable);
+}
+
+TEST_CASE("A degraded placement prefers another drive of a used domain to stacking") {
+  const ClusterMap map = makeMap(8, 4, {4, 2});  // two drives per domain
+  auto r = chooseDrives(map, "k", 6, nullptr, 4);
+  REQUIRE(r.has_value());
+  std::set<size_t> distinct(r->begin(), r->end());
+  CHECK(distinct.size() == 6);  // six different drives, two domains hold two each
 }
