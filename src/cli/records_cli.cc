@@ -390,15 +390,18 @@ constexpr Verb kVerbs[] = {
      runStats},
 };
 
-int runAdminStats(const Invocation& inv) {
+// GET /_granary/admin/<what>, printed as it comes (JSON).
+int printAdmin(const Invocation& inv, const char* what) {
   S3Request req;
   req.bucket = "_granary";
-  req.key = "admin/stats";
+  req.key = std::string("admin/") + what;
   auto res = inv.call(req);
   if (!res) return kFailed;
   std::fputs(res->body.c_str(), stdout);
   return kOk;
 }
+int runAdminStats(const Invocation& inv) { return printAdmin(inv, "stats"); }
+int runAdminStatus(const Invocation& inv) { return printAdmin(inv, "status"); }
 
 void userOptions(po::options_description& o) {
   o.add_options()("user-access-key", po::value<std::string>(),
@@ -441,6 +444,8 @@ int runAdminUser(const Invocation& inv) {
 constexpr Verb kAdminVerbs[] = {
     {"stats", "", "buckets, drives and the record index's rows and bytes (root only)", 0, 0,
      noOptions, runAdminStats},
+    {"status", "", "the cluster map's epoch, the index's and every server's health, drive "
+     "capacity (root only)", 0, 0, noOptions, runAdminStatus},
     {"user", "add NAME | list | remove NAME",
      "manage named users: add prints the new keys (root only)", 1, 2, userOptions,
      runAdminUser},

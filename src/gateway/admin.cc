@@ -1,6 +1,7 @@
 // The admin API (/_granary/admin/, docs/operations.md): operator views and user management,
 // SigV4-signed with the root user's key (the router refuses everyone else).
 //   GET    /_granary/admin/stats
+//   GET    /_granary/admin/status
 //   GET    /_granary/admin/users
 //   PUT    /_granary/admin/users/<name>   [{"access_key": .., "secret_key": ..}]
 //   DELETE /_granary/admin/users/<name>
@@ -8,9 +9,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <set>
 
 #include "granary/common/clock.h"
 #include "granary/common/random.h"
+#include "granary/placement/cluster_map.h"
 #include "handlers.h"
 #include "uri.h"
 
@@ -44,6 +48,60 @@ bool validSecretKey(std::string_view s) {
   return s.size() >= 8 && s.size() <= 128 && allOf(s, [](char c) { return c > ' ' && c < 127; });
 }
 
+// One drive's figures from its ChunkClient stats (or the error that replaced them).
+Json driveJson(GatewayContext& ctx, const placement::Drive& d) {
+  Json j = {{"id", d.id}};
+  if (auto st = ctx.deps.chunks.stats(d.id)) {
+    j["blobs"] = st->blobs;
+    j["payload_bytes"] = st->payload_bytes;
+    j["disk_bytes"] = st->disk_bytes;
+    j["capacity_bytes"] = st->capacity_bytes;
+    j["available_bytes"] = st->available_bytes;
+    j["corrupt_blobs"] = st->corrupt_blobs;
+  } else {
+    j["error"] = st.error().toString();
+  }
+  return j;
+}
+
+// The cluster as this gateway sees it: the map's epoch and EC profile, the index's health,
+// and per chunk server whether it answers, with its drives' capacity.
+Task<S3Response> adminStatus(GatewayContext& ctx) {
+  Json out = Json::object();
+  co_await offload(ctx.pool(), [&] {
+    const auto& map = ctx.deps.map;
+    out["epoch"] = map.epoch;
+    out["ec"] = {{"k", map.ec.k}, {"m", map.ec.m}};
+    auto buckets = ctx.index().listBuckets();
+    out["index"] = {{"endpoint", map.index_endpoint.empty() ? "embedded" : map.index_endpoint},
+                    {"healthy", buckets.has_value()}};
+    if (!buckets) out["index"]["error"] = buckets.error().toString();
+    std::map<std::string, Json> servers;  // by server name, in name order
+    std::set<std::string> healthy_domains;
+    for (const auto& d : map.drives) {
+      Json drive = driveJson(ctx, d);
+      drive["domain"] = d.domain;
+      const bool up = !drive.contains("error") && ctx.deps.chunks.reachable(d.id);
+      drive["writable"] = up && ctx.deps.chunks.writable(d.id);
+      if (up) healthy_domains.insert(d.domain);
+      Json& server = servers[d.server];
+      if (server.is_null()) {
+        server = {{"server", d.server},
+                  {"endpoint", d.endpoint.empty() ? "in-process" : d.endpoint},
+                  {"healthy", true},
+                  {"drives", Json::array()}};
+      }
+      if (!up) server["healthy"] = false;
+      server["drives"].push_back(std::move(drive));
+    }
+    out["servers"] = Json::array();
+    for (auto& [name, server] : servers) out["servers"].push_back(std::move(server));
+    out["domains"] = {{"total", map.domainCount()}, {"healthy", healthy_domains.size()}};
+    return 0;
+  });
+  co_return jsonResponse(out, 2);
+}
+
 Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
   Json out = Json::object();
   Status failed;
@@ -61,20 +119,7 @@ Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
                            {"dead_sets", r.dead_sets},
                            {"note", "RocksDB estimates; per container: HEAD x-granary-record-count"}};
     Json drives = Json::array();
-    for (const auto& d : ctx.deps.map.drives) {
-      Json j = {{"id", d.id}};
-      if (auto st = ctx.deps.chunks.stats(d.id)) {
-        j["blobs"] = st->blobs;
-        j["payload_bytes"] = st->payload_bytes;
-        j["disk_bytes"] = st->disk_bytes;
-        j["capacity_bytes"] = st->capacity_bytes;
-        j["available_bytes"] = st->available_bytes;
-        j["corrupt_blobs"] = st->corrupt_blobs;
-      } else {
-        j["error"] = st.error().toString();
-      }
-      drives.push_back(std::move(j));
-    }
+    for (const auto& d : ctx.deps.map.drives) drives.push_back(driveJson(ctx, d));
     out["drives"] = std::move(drives);
     return 0;
   });
@@ -164,6 +209,10 @@ Task<Status> refreshUsers(GatewayContext& ctx) {
 Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,
                               std::string& op) {
   const std::string_view path = req.path;
+  if (path == "/_granary/admin/status" && req.method == "GET") {
+    op = "AdminStatus";
+    co_return co_await adminStatus(ctx);
+  }
   if (path == "/_granary/admin/stats" && req.method == "GET") {
     op = "AdminStats";
     co_return co_await adminStats(ctx, req);

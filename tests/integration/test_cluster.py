@@ -91,6 +91,16 @@ class Cluster:
                             aws_access_key_id=self.access_key,
                             aws_secret_access_key=self.secret_key, config=cfg)
 
+    def admin_status(self, gateway=0):
+        """`granary admin status` through a gateway, parsed."""
+        env = dict(os.environ)
+        env.update({"AWS_ACCESS_KEY_ID": self.access_key,
+                    "AWS_SECRET_ACCESS_KEY": self.secret_key})
+        res = subprocess.run([GRANARY, "admin", "status", "--endpoint", self.endpoint(gateway)],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
     def aws(self, gateway, *args):
         env = dict(os.environ)
         env.update({"AWS_ACCESS_KEY_ID": self.access_key,
@@ -137,6 +147,15 @@ def test_cluster_up_prints_every_process_and_a_working_command(cluster):
         cmap = json.load(f)
     assert cmap["ec"] == {"k": 4, "m": 2}
     assert len({d["domain"] for d in cmap["drives"]}) == 6
+    status = cluster.admin_status(1)
+    assert status["epoch"] == 1 and status["ec"] == {"k": 4, "m": 2}
+    assert status["index"]["healthy"] and status["index"]["endpoint"] == cmap["index"]
+    assert [s["server"] for s in status["servers"]] == [f"cs{i}" for i in range(6)]
+    for server in status["servers"]:
+        assert server["healthy"], server
+        (drive,) = server["drives"]
+        assert drive["writable"] and drive["capacity_bytes"] >= drive["available_bytes"] > 0
+    assert status["domains"] == {"total": 6, "healthy": 6}
 
 
 def test_gateways_are_stateless_either_serves_every_object(cluster):
@@ -252,11 +271,18 @@ def test_two_of_six_chunk_servers_killed_under_load_lose_nothing(healthy):
     assert not load.put_errors, load.put_errors[:5]
     assert not load.wrong, load.wrong[:5]
     assert not load.get_errors, load.get_errors[:5]
+    status = cluster.admin_status(0)
+    down = sorted(s["server"] for s in status["servers"] if not s["healthy"])
+    assert down == ["cs1", "cs4"] and status["domains"]["healthy"] == 4, status
     # Every acknowledged object, from before and during the outage, byte-exact while two
     # servers are still down, and again once they are back.
     assert load.verify_all(gateway=1) == []
     cluster.up()
     assert load.verify_all(gateway=0) == []
+    deadline = time.monotonic() + 15
+    while cluster.admin_status(0)["domains"]["healthy"] != 6:
+        assert time.monotonic() < deadline, "restarted servers not seen healthy again"
+        time.sleep(0.5)
 
 
 def test_gateway_killed_mid_put_leaves_each_object_absent_or_complete(healthy):
