@@ -35,6 +35,7 @@ void BatchBuilder::apply(CommitRequest& req) {
       case CommitRequest::Kind::kRecordGcDone: st = recordGcDone(req); break;
       case CommitRequest::Kind::kCreateUser: st = createUser(req); break;
       case CommitRequest::Kind::kDeleteUser: st = deleteUser(req); break;
+      case CommitRequest::Kind::kRelocate: st = relocate(req); break;
     }
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
@@ -316,6 +317,25 @@ Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
   objects_[okey] = m.version;
   req.replaced = current;
   return Status::ok();
+}
+
+Status BatchBuilder::relocate(CommitRequest& req) {
+  auto exists = bucketExists(req.bucket);
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  const std::string okey = objectKey(req.bucket, req.key);
+  auto current = currentVersion(okey);
+  if (!current) return current.error();
+  if (!current->has_value()) return Status::notFound("no such key");
+  if (**current != req.expected->version) {
+    return Status::preconditionFailed("the key has another version now");
+  }
+  auto manifest = loadManifest(**current);
+  if (!manifest) return manifest.error();
+  if (!manifest->has_value() || **manifest != *req.expected) {
+    return Status::preconditionFailed("the manifest changed since it was read");
+  }
+  return stagePut(req, okey, *current);
 }
 
 Status BatchBuilder::deleteObject(CommitRequest& req) {

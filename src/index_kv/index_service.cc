@@ -196,6 +196,12 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                    preconditionFrom(a.at("pre"))),
                        optVer);
        }},
+      {"relocate_fragments",
+       [](Index& x, const Json& a) {
+         return answer(x.relocateFragments(str(a, "bucket"), str(a, "key"),
+                                           ManifestCodec::from(a.at("expected")),
+                                           ManifestCodec::from(a.at("updated"))));
+       }},
       {"get_object",
        [](Index& x, const Json& a) {
          return answer(x.getObject(str(a, "bucket"), str(a, "key")), ManifestCodec::to);
@@ -425,6 +431,12 @@ class RemoteIndex final : public Index {
                 {{"bucket", bucket}, {"key", key}, {"manifest", ManifestCodec::to(manifest)},
                  {"pre", toJson(pre)}},
                 false, unoptVer);
+  }
+  Status relocateFragments(std::string_view bucket, std::string_view key,
+                           const Manifest& expected, const Manifest& updated) override {
+    return mutate("relocate_fragments",
+                  {{"bucket", bucket}, {"key", key}, {"expected", ManifestCodec::to(expected)},
+                   {"updated", ManifestCodec::to(updated)}});
   }
   Result<Manifest> getObject(std::string_view bucket, std::string_view key) override {
     return query("get_object", {{"bucket", bucket}, {"key", key}}, ManifestCodec::from);

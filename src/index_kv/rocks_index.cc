@@ -182,6 +182,27 @@ Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
   return req.replaced;
 }
 
+Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view key,
+                                     const Manifest& expected, const Manifest& updated) {
+  if (Status st = validateManifest(updated); !st.isOk()) return st;
+  Manifest a = expected;
+  Manifest b = updated;
+  a.drives.clear();
+  a.stripes.clear();
+  b.drives.clear();
+  b.stripes.clear();
+  if (a != b || expected.stripes.size() != updated.stripes.size()) {
+    return Status::invalidArgument("index: a relocation may change only where fragments are");
+  }
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kRelocate;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.expected = &expected;
+  stageManifest(req, updated);
+  return submit(req);
+}
+
 namespace {
 
 // Both reads of a lookup from one snapshot; with kBlockCacheTier a read that would need a

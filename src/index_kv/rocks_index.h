@@ -32,6 +32,8 @@ class RocksIndex final : public Index {
   Status deleteUser(std::string_view name) override;
   Status deleteBucket(std::string_view name) override;
 
+  Status relocateFragments(std::string_view bucket, std::string_view key,
+                           const Manifest& expected, const Manifest& updated) override;
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
                                              const Manifest& manifest,
                                              Precondition pre) override;

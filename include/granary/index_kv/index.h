@@ -331,6 +331,15 @@ class Index {
                                                      std::string_view key,
                                                      const Manifest& manifest,
                                                      Precondition pre) = 0;
+  // Repair and rebalance: replaces the manifest of bucket/key's current version with
+  // `updated`, a copy of `expected` whose fragments moved (only `drives` and `stripes` may
+  // differ; kInvalidArgument otherwise), if the key's current manifest still equals
+  // `expected`: kPreconditionFailed if it was overwritten, deleted, or changed meanwhile
+  // (another repairer, records attached), kNotFound if the bucket or key is gone. The
+  // fragment locations `expected` has and `updated` no longer has go on the GC queue in
+  // the same batch.
+  virtual Status relocateFragments(std::string_view bucket, std::string_view key,
+                                   const Manifest& expected, const Manifest& updated) = 0;
   // kNotFound if the bucket or the key does not exist.
   virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
   // getObject's answer if it can be had without blocking on I/O (from memory: RocksDB's

@@ -398,3 +398,46 @@ TEST_CASE("Concurrent creators of one access key: exactly one wins") {
   REQUIRE(users.has_value());
   CHECK(users->size() == 1);
 }
+
+// ---- relocation (repair) -------------------------------------------------------------
+
+TEST_CASE("relocateFragments moves fragments and reclaims only the old locations") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(2);
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  Manifest moved = m;
+  moved.drives.push_back("d9");
+  const uint16_t old_drive = moved.stripes[1].drives[2];
+  moved.stripes[1].drives[2] = static_cast<uint16_t>(moved.drives.size() - 1);
+  REQUIRE(f.index->relocateFragments("b", "k", m, moved).isOk());
+  CHECK(*f.index->getObject("b", "k") == moved);
+  // Exactly the one old location is queued for removal; the object's other blobs are not.
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].version == m.version);
+  CHECK(gc[0].blobs == std::vector<BlobRef>{
+                           {m.drives[old_drive], BlobId{m.version, 1, 2}}});
+  auto listed = f.index->listObjects("b", ListRequest{});
+  REQUIRE(listed->objects.size() == 1);
+  CHECK(listed->objects[0].etag == m.etag);
+
+  // Relocating from a manifest that is no longer current is refused.
+  CHECK(f.index->relocateFragments("b", "k", m, moved).code() == Code::kPreconditionFailed);
+  // Only fragment locations may change.
+  Manifest renamed = moved;
+  renamed.etag = "other";
+  CHECK(f.index->relocateFragments("b", "k", moved, renamed).code() == Code::kInvalidArgument);
+  Manifest fewer = moved;
+  fewer.stripes.pop_back();
+  CHECK(f.index->relocateFragments("b", "k", moved, fewer).code() == Code::kInvalidArgument);
+  CHECK(*f.index->getObject("b", "k") == moved);
+
+  // An overwritten key refuses a relocation of its old version; a deleted one is gone.
+  Manifest next = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", next, Precondition::none()).has_value());
+  CHECK(f.index->relocateFragments("b", "k", moved, moved).code() == Code::kPreconditionFailed);
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
+  CHECK(f.index->relocateFragments("b", "k", next, next).code() == Code::kNotFound);
+  CHECK(f.index->relocateFragments("nob", "k", next, next).code() == Code::kNotFound);
+}
