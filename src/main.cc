@@ -283,6 +283,9 @@ void addGatewayOptions(po::options_description& opts) {
       "seconds in a lifecycle rule's day (shorten only to test rules)")(
       "multipart-max-age", po::value<int>()->default_value(7 * 86400),
       "seconds after which an incomplete multipart upload is aborted (0: never)")(
+      "repair-interval", po::value<int>()->default_value(3600),
+      "seconds between background repair passes (0: only 'granary admin repair')")(
+      "repair-verify", "repair passes read every fragment whole (CRC-checked), not only stat it")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addMetricsOptions(opts);
 }
@@ -321,6 +324,8 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
   gopts.tls_cert = vm["tls-cert"].as<std::string>();
   gopts.tls_key = vm["tls-key"].as<std::string>();
+  gopts.repair_interval_seconds = std::max(0, vm["repair-interval"].as<int>());
+  gopts.repair_verify = vm.count("repair-verify") > 0;
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
                                   parts.registry, parts.root});

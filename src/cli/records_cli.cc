@@ -403,6 +403,23 @@ int printAdmin(const Invocation& inv, const char* what) {
 int runAdminStats(const Invocation& inv) { return printAdmin(inv, "stats"); }
 int runAdminStatus(const Invocation& inv) { return printAdmin(inv, "status"); }
 
+void repairOptions(po::options_description& o) {
+  o.add_options()("dry-run", "only find and count what needs repair");
+}
+
+// granary admin repair [--dry-run]: one repair pass through the gateway, its report printed.
+int runAdminRepair(const Invocation& inv) {
+  S3Request req;
+  req.method = "POST";
+  req.bucket = "_granary";
+  req.key = "admin/repair";
+  if (inv.has("dry-run")) req.query.emplace_back("dry-run", std::nullopt);
+  auto res = inv.call(req);
+  if (!res) return kFailed;
+  std::fputs(res->body.c_str(), stdout);
+  return kOk;
+}
+
 void userOptions(po::options_description& o) {
   o.add_options()("user-access-key", po::value<std::string>(),
                   "add: the new user's access key (default: generated)")(
@@ -446,6 +463,8 @@ constexpr Verb kAdminVerbs[] = {
      noOptions, runAdminStats},
     {"status", "", "the cluster map's epoch, the index's and every server's health, drive "
      "capacity (root only)", 0, 0, noOptions, runAdminStatus},
+    {"repair", "", "one repair pass: rebuild lost and corrupt fragments, spread out stacked "
+     "ones; prints its report (root only)", 0, 0, repairOptions, runAdminRepair},
     {"user", "add NAME | list | remove NAME",
      "manage named users: add prints the new keys (root only)", 1, 2, userOptions,
      runAdminUser},

@@ -2,6 +2,8 @@
 // SigV4-signed with the root user's key (the router refuses everyone else).
 //   GET    /_granary/admin/stats
 //   GET    /_granary/admin/status
+//   POST   /_granary/admin/repair[?dry-run]
+//   GET    /_granary/admin/object?bucket=B&key=K
 //   GET    /_granary/admin/users
 //   PUT    /_granary/admin/users/<name>   [{"access_key": .., "secret_key": ..}]
 //   DELETE /_granary/admin/users/<name>
@@ -13,6 +15,7 @@
 #include <set>
 
 #include "granary/common/clock.h"
+#include "granary/common/hex.h"
 #include "granary/common/random.h"
 #include "granary/placement/cluster_map.h"
 #include "handlers.h"
@@ -100,6 +103,56 @@ Task<S3Response> adminStatus(GatewayContext& ctx) {
     return 0;
   });
   co_return jsonResponse(out, 2);
+}
+
+// Where an object's fragments are: per stripe, each fragment's drive and blob id (the
+// internal API's hex), so that an operator (or a test) can ask the chunk servers.
+Task<S3Response> adminObject(GatewayContext& ctx, const S3Request& req) {
+  auto bucket = req.queryValue("bucket");
+  auto key = req.queryValue("key");
+  if (!bucket || !key) co_return invalid(req, "bucket and key are required");
+  auto m = co_await offload(ctx.pool(), [&] {
+    return ctx.index().getObject(std::string(*bucket), std::string(*key));
+  });
+  if (!m) co_return errorResponse(fromStatus(m.error()), req);
+  Json stripes = Json::array();
+  for (const auto& s : m->stripes) {
+    Json fragments = Json::array();
+    for (size_t j = 0; j < s.drives.size(); ++j) {
+      BlobId id{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
+      fragments.push_back({{"drive", m->drives[s.drives[j]]}, {"blob", toHex(id.encode())}});
+    }
+    stripes.push_back({{"data_len", s.data_len},
+                       {"fragment_len", s.fragment_len},
+                       {"fragments", std::move(fragments)}});
+  }
+  co_return jsonResponse(Json{{"version", m->version.toHex()},
+                              {"size", m->size},
+                              {"inline", m->is_inline},
+                              {"ec", {{"k", m->ec.k}, {"m", m->ec.m}}},
+                              {"stripes", std::move(stripes)}},
+                         2);
+}
+
+// One repair pass now, on a worker thread; answers with what it found and did.
+Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req) {
+  const bool dry_run = req.queryValue("dry-run").has_value();
+  auto stats = co_await offload(ctx.pool(), [&] { return ctx.repairer.runPass(dry_run); });
+  if (!stats) co_return errorResponse(fromStatus(stats.error()), req);
+  const RepairStats& s = *stats;
+  co_return jsonResponse(Json{{"dry_run", dry_run},
+                              {"objects", s.objects},
+                              {"stripes", s.stripes},
+                              {"fragments_missing", s.fragments_missing},
+                              {"fragments_corrupt", s.fragments_corrupt},
+                              {"fragments_unreachable", s.fragments_unreachable},
+                              {"fragments_stacked", s.fragments_stacked},
+                              {"fragments_rebuilt", s.fragments_rebuilt},
+                              {"fragments_moved", s.fragments_moved},
+                              {"unrecoverable_stripes", s.unrecoverable_stripes},
+                              {"conflicts", s.conflicts},
+                              {"errors", s.errors}},
+                         2);
 }
 
 Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
@@ -209,6 +262,14 @@ Task<Status> refreshUsers(GatewayContext& ctx) {
 Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySource& body,
                               std::string& op) {
   const std::string_view path = req.path;
+  if (path == "/_granary/admin/object" && req.method == "GET") {
+    op = "AdminObject";
+    co_return co_await adminObject(ctx, req);
+  }
+  if (path == "/_granary/admin/repair" && req.method == "POST") {
+    op = "AdminRepair";
+    co_return co_await adminRepair(ctx, req);
+  }
   if (path == "/_granary/admin/status" && req.method == "GET") {
     op = "AdminStatus";
     co_return co_await adminStatus(ctx);

@@ -10,6 +10,7 @@
 
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
+#include "granary/gateway/repairer.h"
 #include "metrics.h"
 #include "object_io.h"
 #include "s3_request.h"
@@ -23,12 +24,16 @@ struct GatewayContext {
         deps(d),
         metrics(d.registry),
         data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters(),
-             o.buffer_memory) {}
+             o.buffer_memory),
+        repairer(d.index, d.chunks, d.map, d.clock, d.registry,
+                 RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
+                               o.repair_verify}) {}
 
   GatewayOptions options;
   GatewayDeps deps;
   GatewayMetrics metrics;  // before data: the data path holds references to its counters
   DataPath data;
+  Repairer repairer;
   CredentialStore credentials;
   SigningKeyCache signing_keys;
   std::atomic<size_t> connections{0};  // open client connections (the cap's count)

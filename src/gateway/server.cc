@@ -429,11 +429,13 @@ class BeastGatewayServer final : public GatewayServer {
                      std::unique_ptr<ec::ErasureCode> code)
       : code_(std::move(code)), ctx_(options, deps, *code_), access_log_(options.access_log) {
     ctx_.credentials.setRoot(deps.root.access_key, deps.root.secret_key);
+    ctx_.repairer.start();
   }
   ~BeastGatewayServer() override {
     // Streams waiting for buffer budget sit in no event loop's queue: destroy them while
     // the loops their sockets belong to still exist.
     ctx_.data.budget().dropWaiters();
+    ctx_.repairer.stop();
   }
 
   Status bind() {

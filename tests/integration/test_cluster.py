@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,9 +15,14 @@ import time
 
 import boto3
 import pytest
+import requests
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 
 from conftest import GRANARY, REPO
+from test_chunkserver import sign
 
 UP = os.path.join(REPO, "scripts", "cluster-up.sh")
 DOWN = os.path.join(REPO, "scripts", "cluster-down.sh")
@@ -100,6 +106,41 @@ class Cluster:
                              env=env, capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout)
+
+    def admin(self, gateway, *args):
+        """`granary admin ARGS` through a gateway, its JSON output parsed."""
+        env = dict(os.environ)
+        env.update({"AWS_ACCESS_KEY_ID": self.access_key,
+                    "AWS_SECRET_ACCESS_KEY": self.secret_key})
+        res = subprocess.run([GRANARY, "admin", *args, "--endpoint", self.endpoint(gateway)],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    def fragment_layout(self, bucket, key):
+        """Where the gateway's index says each fragment is (GET /_granary/admin/object)."""
+        url = f"{self.endpoint(0)}/_granary/admin/object?bucket={bucket}&key={key}"
+        req = AWSRequest(method="GET", url=url)
+        S3SigV4Auth(Credentials(self.access_key, self.secret_key), "s3",
+                    "us-east-1").add_auth(req)
+        r = requests.get(url, headers=dict(req.headers), timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def fragment_on_server(self, drive, blob):
+        """HEAD of one fragment on its chunk server, through the internal API: its length
+        or None (404)."""
+        with open(os.path.join(self.dir, "cluster.json")) as f:
+            endpoint = {d["id"]: d["endpoint"] for d in json.load(f)["drives"]}[drive]
+        with open(os.path.join(self.dir, "cluster-secret")) as f:
+            secret = f.read().strip()
+        path = f"/internal/v1/drives/{drive}/blobs/{blob}"
+        r = requests.head(f"http://{endpoint}{path}", timeout=10,
+                          headers=sign("HEAD", path, "", b"", secret=secret))
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, (drive, blob, r.status_code, r.headers)
+        return int(r.headers["x-granary-blob-length"])
 
     def aws(self, gateway, *args):
         env = dict(os.environ)
@@ -341,3 +382,53 @@ def test_index_restart_under_load_gives_errors_or_retries_never_wrong_data(healt
     s3 = cluster.client(1)
     s3.put_object(Bucket="idxrestart", Key="after", Body=b"x")
     assert s3.get_object(Bucket="idxrestart", Key="after")["Body"].read() == b"x"
+
+
+def test_repair_rebuilds_a_wiped_server_and_spreads_degraded_stripes(healthy):
+    cluster = healthy
+    s3 = cluster.client(0, attempts=10)
+    s3.create_bucket(Bucket="repair")
+    objects = {}
+    for i in range(6):  # written healthy: one fragment per domain
+        objects[f"before{i}"] = body_of(f"b{i}", (i + 1) * 700_000)
+        s3.put_object(Bucket="repair", Key=f"before{i}", Body=objects[f"before{i}"])
+    cluster.kill9("cs1", "cs4")
+    for i in range(6):  # written degraded: six fragments on four domains
+        objects[f"during{i}"] = body_of(f"d{i}", (i + 1) * 900_000)
+        s3.put_object(Bucket="repair", Key=f"during{i}", Body=objects[f"during{i}"])
+    stacked = cluster.fragment_layout("repair", "during0")
+    assert any(len({f["drive"] for f in s["fragments"]}) < 6 for s in stacked["stripes"])
+
+    # The dead servers come back; one of the others loses its disk.
+    cluster.up()
+    cluster.kill9("cs2")
+    shutil.rmtree(os.path.join(cluster.dir, "cs2"))
+    cluster.up()
+    deadline = time.monotonic() + 15
+    while cluster.admin_status(0)["domains"]["healthy"] != 6:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+
+    found = cluster.admin(0, "repair", "--dry-run")
+    assert found["fragments_missing"] > 0 and found["fragments_stacked"] > 0, found
+    assert found["fragments_rebuilt"] == 0 and found["unrecoverable_stripes"] == 0, found
+    report = cluster.admin(1, "repair")
+    print("repair:", found, report)
+    assert report["fragments_rebuilt"] == found["fragments_missing"], report
+    assert report["fragments_moved"] == found["fragments_stacked"], report
+    assert report["errors"] == 0 and report["conflicts"] == 0, report
+    again = cluster.admin(0, "repair", "--dry-run")
+    assert again["fragments_missing"] == again["fragments_stacked"] == 0, again
+
+    # Checked on the chunk servers themselves: every stripe of every object has all k + m
+    # fragments, of the right length, on six distinct drives of six domains.
+    for key, data in objects.items():
+        layout = cluster.fragment_layout("repair", key)
+        assert layout["ec"] == {"k": 4, "m": 2}
+        for stripe in layout["stripes"]:
+            drives = [f["drive"] for f in stripe["fragments"]]
+            assert len(set(drives)) == 6, (key, drives)
+            for f in stripe["fragments"]:
+                assert cluster.fragment_on_server(f["drive"], f["blob"]) == \
+                    stripe["fragment_len"], (key, f)
+        assert cluster.client(1).get_object(Bucket="repair", Key=key)["Body"].read() == data

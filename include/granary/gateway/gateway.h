@@ -69,6 +69,11 @@ struct GatewayOptions {
   // How often the named users are reloaded from the index (users added through another
   // gateway become usable here within this time; changes made here, at once).
   int users_refresh_seconds = 2;
+  // Background repair passes (docs/operations.md, "Repair"): seconds between them, 0 =
+  // none (POST /_granary/admin/repair runs one on demand either way); `repair_verify`
+  // reads every fragment whole (CRC-checked) instead of asking its drive for it.
+  int repair_interval_seconds = 0;
+  bool repair_verify = false;
 };
 
 struct RootUser {

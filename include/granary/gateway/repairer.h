@@ -1,0 +1,92 @@
+// Repairer: brings every stripe back to k + m healthy fragments in distinct failure
+// domains (docs/operations.md, "Repair").
+//
+// One pass walks every object of every bucket. For each stripe of its manifest it asks
+// each fragment's drive about the fragment (ChunkClient::stat, or a whole CRC-verified
+// read with `verify`), and then:
+//  - a fragment that is missing (a wiped or replaced drive, a drive no longer in the map)
+//    or corrupt is decoded from k healthy ones and written to a usable drive in a failure
+//    domain the stripe does not use yet (or, with too few domains, to any usable drive:
+//    the degraded rule of placement);
+//  - a fragment that shares a failure domain with another of its stripe (a degraded
+//    write's) is copied to a domain the stripe does not use, once one is usable;
+//  - a fragment on a server that does not answer is left alone: the server may come back
+//    (take it out of the map to have its fragments rebuilt elsewhere).
+// The new locations are committed with Index::relocateFragments, a compare-and-swap on
+// the manifest the pass read, so a concurrent overwrite, delete or other repairer wins
+// and this pass's copies become orphans for the sweep; the old locations go on the GC
+// queue. A stripe with fewer than k healthy fragments is counted unrecoverable.
+//
+// Thread safety: runPass may be called from any thread; passes are serialized.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "granary/common/periodic_thread.h"
+#include "granary/common/status.h"
+
+namespace prometheus {
+class Registry;
+}
+namespace granary {
+class Clock;
+}
+namespace granary::chunkstore {
+class ChunkClient;
+}
+namespace granary::index_kv {
+class Index;
+}
+namespace granary::placement {
+struct ClusterMap;
+}
+
+namespace granary::gateway {
+
+struct RepairOptions {
+  std::chrono::seconds interval{0};  // between background passes; 0: no background passes
+  bool verify = false;               // read every fragment whole instead of stat'ing it
+};
+
+struct RepairStats {
+  uint64_t objects = 0;                // striped objects examined
+  uint64_t stripes = 0;
+  uint64_t fragments_missing = 0;      // found missing (or on a drive gone from the map)
+  uint64_t fragments_corrupt = 0;      // found failing their CRC (verify passes)
+  uint64_t fragments_unreachable = 0;  // on servers that did not answer: left alone
+  uint64_t fragments_stacked = 0;      // found sharing a failure domain within a stripe
+  uint64_t fragments_rebuilt = 0;      // decoded and written to another drive
+  uint64_t fragments_moved = 0;        // copied to a failure domain of their own
+  uint64_t unrecoverable_stripes = 0;  // fewer than k healthy fragments
+  uint64_t conflicts = 0;              // objects changed under the pass (retried next pass)
+  uint64_t errors = 0;                 // reads, writes or commits that failed
+  RepairStats& operator+=(const RepairStats& o);
+};
+
+class Repairer {
+ public:
+  // Registers granary_repair_* metrics in `registry`. Everything passed must outlive it.
+  Repairer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+           const placement::ClusterMap& map, const Clock& clock,
+           prometheus::Registry& registry, RepairOptions options);
+  ~Repairer();
+
+  // One pass over every object. dry_run: find and count, change nothing. An error that
+  // stops the pass (the index cannot be listed) is returned; per-object failures are
+  // counted in `errors`.
+  Result<RepairStats> runPass(bool dry_run);
+
+  void start();  // background passes every options.interval (if > 0)
+  void stop();   // ends the pass in progress early
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  PeriodicThread thread_;
+};
+
+}  // namespace granary::gateway

@@ -1,0 +1,361 @@
+// Repairer (repairer.h): one pass = every object, every stripe, every fragment.
+#include "granary/gateway/repairer.h"
+
+#include <fmt/core.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/clock.h"
+#include "granary/common/log.h"
+#include "granary/ec/erasure_code.h"
+#include "granary/index_kv/index.h"
+#include "granary/placement/cluster_map.h"
+#include "granary/placement/placement.h"
+
+namespace granary::gateway {
+
+RepairStats& RepairStats::operator+=(const RepairStats& o) {
+  objects += o.objects;
+  stripes += o.stripes;
+  fragments_missing += o.fragments_missing;
+  fragments_corrupt += o.fragments_corrupt;
+  fragments_unreachable += o.fragments_unreachable;
+  fragments_stacked += o.fragments_stacked;
+  fragments_rebuilt += o.fragments_rebuilt;
+  fragments_moved += o.fragments_moved;
+  unrecoverable_stripes += o.unrecoverable_stripes;
+  conflicts += o.conflicts;
+  errors += o.errors;
+  return *this;
+}
+
+namespace {
+
+constexpr size_t kListPage = 1000;
+
+enum class State { kOk, kMissing, kCorrupt, kUnreachable, kUnknown };
+
+// One fragment of the stripe being repaired.
+struct Fragment {
+  std::string drive;
+  State state = State::kUnknown;
+  std::vector<uint8_t> bytes;  // read (kOk) or rebuilt contents, when needed
+  bool loaded = false;
+  bool fix = false;       // missing or corrupt: rebuild
+  bool move = false;      // stacked: copy to a domain of its own
+  std::string target;     // where it goes
+};
+
+}  // namespace
+
+struct Repairer::Impl {
+  Impl(index_kv::Index& i, chunkstore::ChunkClient& c, const placement::ClusterMap& m,
+       const Clock& cl, prometheus::Registry& registry, RepairOptions o)
+      : index(i),
+        chunks(c),
+        map(m),
+        clock(cl),
+        options(o),
+        fragments(prometheus::BuildCounter()
+                      .Name("granary_repair_fragments_total")
+                      .Help("Fragments the repairer found (missing, corrupt, unreachable, "
+                            "stacked) and fixed (rebuilt, moved)")
+                      .Register(registry)),
+        passes(prometheus::BuildCounter()
+                   .Name("granary_repair_passes_total")
+                   .Help("Repair passes completed")
+                   .Register(registry)
+                   .Add({})),
+        objects(prometheus::BuildCounter()
+                    .Name("granary_repair_objects_total")
+                    .Help("Objects examined by repair passes")
+                    .Register(registry)
+                    .Add({})),
+        unrecoverable(prometheus::BuildCounter()
+                          .Name("granary_repair_unrecoverable_stripes_total")
+                          .Help("Stripes found with fewer than k healthy fragments")
+                          .Register(registry)
+                          .Add({})),
+        last_pass(prometheus::BuildGauge()
+                      .Name("granary_repair_last_pass_timestamp_seconds")
+                      .Help("When the last repair pass ended (Unix time)")
+                      .Register(registry)
+                      .Add({})) {}
+
+  bool usable(const placement::Drive& d) const {
+    return chunks.reachable(d.id) && chunks.writable(d.id);
+  }
+
+  // What the drive says about fragment `id` (reads it whole when verifying).
+  State probe(Fragment& f, const BlobId& id, uint32_t fragment_len) {
+    if (map.findDrive(f.drive) == nullptr) return State::kMissing;
+    if (!chunks.reachable(f.drive)) return State::kUnreachable;
+    if (options.verify) {
+      Status st = load(f, id, fragment_len);
+      if (st.isOk()) return State::kOk;
+      if (st.isNotFound()) return State::kMissing;
+      if (st.code() == Status::Code::kCorruption) return State::kCorrupt;
+      if (st.code() == Status::Code::kUnavailable) return State::kUnreachable;
+      return State::kUnknown;
+    }
+    auto info = chunks.stat(f.drive, id);
+    if (info) return info->length == fragment_len ? State::kOk : State::kCorrupt;
+    if (info.error().isNotFound()) return State::kMissing;
+    if (info.error().code() == Status::Code::kUnavailable) return State::kUnreachable;
+    return State::kUnknown;
+  }
+
+  Status load(Fragment& f, const BlobId& id, uint32_t fragment_len) {
+    if (f.loaded) return Status::ok();
+    f.bytes.resize(fragment_len);
+    Status st = chunks.read(f.drive, id, 0, f.bytes);
+    f.loaded = st.isOk();
+    return st;
+  }
+
+  // Repairs one stripe of `m` in place (new drive indices); true if it changed.
+  bool repairStripe(const std::string& bucket, const std::string& key, index_kv::Manifest& m,
+                    size_t index_in_manifest, bool dry_run, RepairStats& stats) {
+    index_kv::StripeLayout& s = m.stripes[index_in_manifest];
+    const int k = m.ec.k;
+    const int n = m.ec.total();
+    if (static_cast<int>(s.drives.size()) != n) return false;
+    ++stats.stripes;
+    std::vector<Fragment> f(n);
+    auto idOf = [&](int j) { return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)}; };
+    for (int j = 0; j < n; ++j) {
+      f[j].drive = m.drives[s.drives[j]];
+      f[j].state = probe(f[j], idOf(j), s.fragment_len);
+    }
+    // Which fragments stay where they are, and the domains they hold.
+    std::set<std::string> held;
+    int healthy = 0;
+    for (int j = 0; j < n; ++j) {
+      const State st = f[j].state;
+      if (st == State::kMissing) ++stats.fragments_missing;
+      if (st == State::kCorrupt) ++stats.fragments_corrupt;
+      if (st == State::kUnreachable) ++stats.fragments_unreachable;
+      if (st == State::kMissing || st == State::kCorrupt) {
+        f[j].fix = true;
+        continue;
+      }
+      if (st == State::kOk) ++healthy;
+      const placement::Drive* d = map.findDrive(f[j].drive);
+      const std::string domain = d ? d->domain : f[j].drive;
+      if (!held.insert(domain).second && st == State::kOk) {
+        f[j].move = true;  // a second fragment in this domain
+        ++stats.fragments_stacked;
+      }
+    }
+    const bool any_fix = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.fix; });
+    const bool any_move = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.move; });
+    if (!any_fix && !any_move) return false;
+    if (any_fix && healthy < k) {
+      ++stats.unrecoverable_stripes;
+      log::error("repair: {}/{} stripe {} has {} healthy fragments, needs {}", bucket, key,
+                 index_in_manifest, healthy, k);
+      return false;
+    }
+    if (dry_run) return false;
+
+    // Targets, best first in this stripe's own rendezvous order: a usable drive in a
+    // domain the stripe does not hold; for a fragment that must be rebuilt, any usable
+    // drive if no domain is free (placement's degraded rule).
+    const std::vector<size_t> ranked =
+        placement::rankDrives(map, fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe));
+    std::set<std::string> taken;  // drives given a fragment by this repair
+    auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
+      for (size_t idx : ranked) {
+        const placement::Drive& d = map.drives[idx];
+        if (!any_domain && held.contains(d.domain)) continue;
+        if (taken.contains(d.id) || !usable(d)) continue;
+        // Never onto a drive that holds this blob id already (a copy waiting for GC).
+        auto there = chunks.stat(d.id, idOf(j));
+        if (there || !there.error().isNotFound()) continue;
+        return &d;
+      }
+      return nullptr;
+    };
+    for (int pass = 0; pass < 2; ++pass) {  // rebuilds first, then moves
+      for (int j = 0; j < n; ++j) {
+        if (!(pass == 0 ? f[j].fix : f[j].move)) continue;
+        const placement::Drive* d = pick(j, false);
+        if (d == nullptr && f[j].fix) d = pick(j, true);
+        if (d == nullptr) continue;  // a move waits for a free domain
+        f[j].target = d->id;
+        taken.insert(d->id);
+        held.insert(d->domain);
+      }
+    }
+
+    // The bytes: every healthy fragment read whole, the missing ones decoded from them.
+    std::vector<uint8_t*> ptrs(n);
+    bool present[ec::kMaxFragments] = {};
+    for (int j = 0; j < n; ++j) {
+      if (f[j].state == State::kOk && load(f[j], idOf(j), s.fragment_len).isOk()) {
+        present[j] = true;
+      } else {
+        f[j].bytes.assign(s.fragment_len, 0);
+      }
+      ptrs[j] = f[j].bytes.data();
+    }
+    if (any_fix) {
+      auto code = ec::ErasureCode::create(m.ec);
+      if (!code) {
+        ++stats.errors;
+        return false;
+      }
+      Status st = (*code)->reconstruct(s.fragment_len, ptrs, std::span<const bool>(present, n));
+      if (!st.isOk()) {
+        ++stats.errors;
+        log::warn("repair: {}/{} stripe {}: {}", bucket, key, index_in_manifest, st.toString());
+        return false;
+      }
+    }
+
+    bool changed = false;
+    for (int j = 0; j < n; ++j) {
+      if (f[j].target.empty()) continue;
+      if (f[j].move && !present[j]) continue;  // its read failed: next pass
+      chunkstore::BlobDescriptor desc;
+      desc.id = idOf(j);
+      desc.ec = m.ec;
+      desc.stripe_data_len = s.data_len;
+      desc.bucket = bucket;
+      desc.key = key;
+      Status st = chunks.put(f[j].target, desc, f[j].bytes);
+      if (!st.isOk()) {
+        ++stats.errors;
+        log::warn("repair: writing {} to {}: {}", desc.id.toString(), f[j].target, st.toString());
+        continue;
+      }
+      auto pos = std::find(m.drives.begin(), m.drives.end(), f[j].target);
+      if (pos == m.drives.end()) pos = m.drives.insert(m.drives.end(), f[j].target);
+      s.drives[j] = static_cast<uint16_t>(pos - m.drives.begin());
+      (f[j].fix ? stats.fragments_rebuilt : stats.fragments_moved) += 1;
+      changed = true;
+    }
+    return changed;
+  }
+
+  void repairObject(const std::string& bucket, const index_kv::ObjectSummary& summary,
+                    bool dry_run, RepairStats& stats) {
+    auto manifest = index.getObject(bucket, summary.key);
+    if (!manifest) {
+      if (!manifest.error().isNotFound()) ++stats.errors;
+      return;
+    }
+    if (manifest->is_inline || manifest->stripes.empty()) return;
+    ++stats.objects;
+    index_kv::Manifest updated = *manifest;
+    RepairStats found;
+    bool changed = false;
+    for (size_t i = 0; i < updated.stripes.size() && !stopping; ++i) {
+      changed |= repairStripe(bucket, summary.key, updated, i, dry_run, found);
+    }
+    if (changed) {
+      Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
+      if (!st.isOk()) {
+        // The copies just written are unreferenced: the orphan sweep removes them.
+        found.fragments_rebuilt = found.fragments_moved = 0;
+        if (st.code() == Status::Code::kPreconditionFailed || st.isNotFound()) {
+          ++found.conflicts;
+        } else {
+          ++found.errors;
+          log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
+        }
+      }
+    }
+    stats += found;
+  }
+
+  Result<RepairStats> runPass(bool dry_run) {
+    std::lock_guard pass(pass_mu);
+    RepairStats stats;
+    auto buckets = index.listBuckets();
+    if (!buckets) return fail(buckets.error());
+    for (const auto& bucket : *buckets) {
+      index_kv::ListRequest req;
+      req.max_keys = kListPage;
+      for (;;) {
+        if (stopping) return stats;
+        auto page = index.listObjects(bucket.name, req);
+        if (!page) {
+          if (!page.error().isNotFound()) ++stats.errors;  // a bucket deleted meanwhile
+          break;
+        }
+        for (const auto& summary : page->objects) repairObject(bucket.name, summary, dry_run, stats);
+        if (!page->truncated) break;
+        req.start_after = page->next_start_after;
+      }
+    }
+    if (!dry_run) record(stats);
+    return stats;
+  }
+
+  void record(const RepairStats& s) {
+    using Pair = std::pair<const char*, uint64_t>;
+    for (auto [outcome, n] : {Pair{"missing", s.fragments_missing}, Pair{"corrupt", s.fragments_corrupt},
+                              Pair{"unreachable", s.fragments_unreachable},
+                              Pair{"stacked", s.fragments_stacked},
+                              Pair{"rebuilt", s.fragments_rebuilt}, Pair{"moved", s.fragments_moved}}) {
+      fragments.Add({{"outcome", outcome}}).Increment(static_cast<double>(n));
+    }
+    passes.Increment();
+    objects.Increment(static_cast<double>(s.objects));
+    unrecoverable.Increment(static_cast<double>(s.unrecoverable_stripes));
+    last_pass.Set(static_cast<double>(clock.nowUnixNanos()) / 1e9);
+  }
+
+  index_kv::Index& index;
+  chunkstore::ChunkClient& chunks;
+  const placement::ClusterMap& map;
+  const Clock& clock;
+  const RepairOptions options;
+  std::mutex pass_mu;
+  std::atomic<bool> stopping{false};
+  prometheus::Family<prometheus::Counter>& fragments;
+  prometheus::Counter& passes;
+  prometheus::Counter& objects;
+  prometheus::Counter& unrecoverable;
+  prometheus::Gauge& last_pass;
+};
+
+Repairer::Repairer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                   const placement::ClusterMap& map, const Clock& clock,
+                   prometheus::Registry& registry, RepairOptions options)
+    : impl_(std::make_unique<Impl>(index, chunks, map, clock, registry, options)) {}
+
+Repairer::~Repairer() { stop(); }
+
+Result<RepairStats> Repairer::runPass(bool dry_run) { return impl_->runPass(dry_run); }
+
+void Repairer::start() {
+  if (impl_->options.interval.count() <= 0) return;
+  impl_->stopping = false;
+  thread_.start(impl_->options.interval, [this] {
+    auto stats = impl_->runPass(false);
+    if (!stats) {
+      log::warn("repair pass: {}", stats.error().toString());
+    } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->unrecoverable_stripes > 0) {
+      log::info("repair pass: {} objects, {} fragments rebuilt, {} moved, {} unrecoverable stripes",
+                stats->objects, stats->fragments_rebuilt, stats->fragments_moved,
+                stats->unrecoverable_stripes);
+    }
+  });
+}
+
+void Repairer::stop() {
+  impl_->stopping = true;
+  thread_.stop();
+}
+
+}  // namespace granary::gateway
