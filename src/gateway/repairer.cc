@@ -160,11 +160,20 @@ struct Repairer::Impl {
     if (!any_fix && !any_move) return false;
     if (any_fix && healthy < k) {
       ++stats.unrecoverable_stripes;
-      log::error("repair: {}/{} stripe {} has {} healthy fragments, needs {}", bucket, key,
-                 index_in_manifest, healthy, k);
+      log::error("repair: {}/{} stripe {} has {} readable healthy fragments, needs {}: "
+                 "cannot repair it now", bucket, key, index_in_manifest, healthy, k);
       return false;
     }
     if (dry_run) return false;
+    // A corrupt copy is worth nothing: remove it, so that its drive may take the rebuilt one.
+    for (int j = 0; j < n; ++j) {
+      if (f[j].state != State::kCorrupt) continue;
+      Status st = chunks.remove(f[j].drive, idOf(j));
+      if (!st.isOk() && !st.isNotFound()) {
+        log::warn("repair: removing corrupt {} on {}: {}", idOf(j).toString(), f[j].drive,
+                  st.toString());
+      }
+    }
 
     // Targets, best first in this stripe's own rendezvous order: a usable drive in a
     // domain the stripe does not hold; for a fragment that must be rebuilt, any usable

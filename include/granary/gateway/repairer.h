@@ -7,7 +7,8 @@
 //  - a fragment that is missing (a wiped or replaced drive, a drive no longer in the map)
 //    or corrupt is decoded from k healthy ones and written to a usable drive in a failure
 //    domain the stripe does not use yet (or, with too few domains, to any usable drive:
-//    the degraded rule of placement);
+//    the degraded rule of placement); a corrupt copy is removed first, so its own drive
+//    may take the rebuilt one;
 //  - a fragment that shares a failure domain with another of its stripe (a degraded
 //    write's) is copied to a domain the stripe does not use, once one is usable;
 //  - a fragment on a server that does not answer is left alone: the server may come back
@@ -15,7 +16,8 @@
 // The new locations are committed with Index::relocateFragments, a compare-and-swap on
 // the manifest the pass read, so a concurrent overwrite, delete or other repairer wins
 // and this pass's copies become orphans for the sweep; the old locations go on the GC
-// queue. A stripe with fewer than k healthy fragments is counted unrecoverable.
+// queue. A stripe needing a rebuild with fewer than k healthy fragments readable now
+// (lost, or on servers that do not answer) is counted unrecoverable, and left as it is.
 //
 // Thread safety: runPass may be called from any thread; passes are serialized.
 #pragma once

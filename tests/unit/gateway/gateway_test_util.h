@@ -54,11 +54,14 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
   void failRemoves(const std::string& drive, Status st) { remove_faults_[drive] = std::move(st); }
   void setReadOnly(const std::string& drive) { read_only_.insert(drive); }
+  // The drive's server stops answering as far as reachable() is concerned.
+  void setUnreachable(const std::string& drive) { unreachable_.insert(drive); }
   void clearFaults() {
     read_faults_.clear();
     put_faults_.clear();
     remove_faults_.clear();
     read_only_.clear();
+    unreachable_.clear();
   }
   int injected() const {
     std::lock_guard lock(mu_);
@@ -93,6 +96,9 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   bool writable(std::string_view drive) const override {
     return !read_only_.contains(std::string(drive)) && target_.writable(drive);
   }
+  bool reachable(std::string_view drive) const override {
+    return !unreachable_.contains(std::string(drive)) && target_.reachable(drive);
+  }
 
  private:
   std::optional<Status> fault(const std::map<std::string, Status, std::less<>>& faults,
@@ -109,6 +115,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::set<std::string> read_only_;
+  std::set<std::string> unreachable_;
   mutable std::mutex mu_;
   int injected_ = 0;
 };

@@ -1,0 +1,226 @@
+// Repairer against a real index and real chunk stores: missing, corrupt and stacked
+// fragments, unreachable drives, unrecoverable stripes, and the dry run.
+#include "granary/gateway/repairer.h"
+
+#include <prometheus/registry.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gateway_test_util.h"
+#include "granary/common/random.h"
+#include "granary/ec/erasure_code.h"
+
+namespace granary::gateway {
+namespace {
+
+using testing::TestCluster;
+
+constexpr uint32_t kFragLen = 4096;
+
+struct RepairFixture {
+  RepairFixture() : index(cluster.index()) {
+    index_kv::BucketInfo b;
+    b.name = "bucket";
+    b.owner = "root";
+    REQUIRE(index.createBucket(b).isOk());
+  }
+
+  // Commits object `key` of one stripe whose fragment j lies on drive d<drives[j]>, with
+  // real Reed-Solomon parity; remembers every fragment's bytes.
+  index_kv::Manifest put(const std::string& key, std::vector<int> drives) {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(cluster.clock, random);
+    m.ec = cluster.map.ec;
+    m.size = uint64_t(m.ec.k) * kFragLen;
+    m.etag = "etag";
+    for (const auto& d : cluster.map.drives) m.drives.push_back(d.id);
+    std::vector<std::vector<uint8_t>> frags(m.ec.total(), std::vector<uint8_t>(kFragLen));
+    std::vector<const uint8_t*> data;
+    std::vector<uint8_t*> parity;
+    for (int j = 0; j < m.ec.total(); ++j) {
+      if (j < m.ec.k) {
+        random.fill(frags[j]);
+        data.push_back(frags[j].data());
+      } else {
+        parity.push_back(frags[j].data());
+      }
+    }
+    code->encode(kFragLen, data, parity);
+    index_kv::StripeLayout layout;
+    layout.blob_version = m.version;
+    layout.data_len = m.size;
+    layout.fragment_len = kFragLen;
+    for (int j = 0; j < m.ec.total(); ++j) {
+      layout.drives.push_back(static_cast<uint16_t>(drives[j]));
+      chunkstore::BlobDescriptor desc;
+      desc.id = BlobId{m.version, 0, static_cast<uint16_t>(j)};
+      desc.ec = m.ec;
+      desc.stripe_data_len = m.size;
+      desc.bucket = "bucket";
+      desc.key = key;
+      REQUIRE(cluster.local->put(m.drives[drives[j]], desc, frags[j]).isOk());
+      expected[{m.version, j}] = frags[j];
+    }
+    m.stripes.push_back(layout);
+    REQUIRE(index.putObject("bucket", key, m, index_kv::Precondition::none()).has_value());
+    return m;
+  }
+
+  // The drives the committed manifest puts the fragments on, and checks that each holds
+  // exactly the right bytes there.
+  std::vector<std::string> checkFragments(const std::string& key) {
+    auto m = index.getObject("bucket", key);
+    REQUIRE(m.has_value());
+    std::vector<std::string> where;
+    const auto& s = m->stripes.at(0);
+    for (int j = 0; j < m->ec.total(); ++j) {
+      const std::string& drive = m->drives[s.drives[j]];
+      std::vector<uint8_t> got(kFragLen);
+      INFO("fragment " << j << " on " << drive);
+      REQUIRE(cluster.local->read(drive, BlobId{m->version, 0, static_cast<uint16_t>(j)}, 0, got)
+                  .isOk());
+      CHECK(got == expected.at({m->version, j}));
+      where.push_back(drive);
+    }
+    return where;
+  }
+
+  Status removeFragment(const index_kv::Manifest& m, int j) {
+    return cluster.local->remove(m.drives[m.stripes[0].drives[j]],
+                                 BlobId{m.version, 0, static_cast<uint16_t>(j)});
+  }
+
+  RepairStats pass(bool dry_run, bool verify = false) {
+    Repairer r(index, *cluster.chunks, cluster.map, cluster.clock, registry,
+               RepairOptions{std::chrono::seconds(0), verify});
+    auto stats = r.runPass(dry_run);
+    REQUIRE(stats.has_value());
+    return *stats;
+  }
+
+  double metric(const std::string& outcome) {
+    for (const auto& family : registry.Collect()) {
+      if (family.name != "granary_repair_fragments_total") continue;
+      for (const auto& m : family.metric) {
+        for (const auto& l : m.label) {
+          if (l.name == "outcome" && l.value == outcome) return m.counter.value;
+        }
+      }
+    }
+    return 0;
+  }
+
+  TestCluster cluster;
+  index_kv::Index& index;
+  prometheus::Registry registry;
+  SeededRandom random{42};
+  std::unique_ptr<ec::ErasureCode> code = std::move(*ec::ErasureCode::create({4, 2}));
+  std::map<std::pair<VersionId, int>, std::vector<uint8_t>> expected;
+};
+
+}  // namespace
+
+TEST_CASE("Repair rebuilds a missing fragment from the others; a dry run only counts") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  f.put("healthy", {5, 4, 3, 2, 1, 0});
+  REQUIRE(f.removeFragment(m, 1).isOk());  // a data fragment
+  REQUIRE(f.removeFragment(m, 5).isOk());  // and a parity one
+
+  RepairStats dry = f.pass(true);
+  CHECK(dry.objects == 2);
+  CHECK(dry.stripes == 2);
+  CHECK(dry.fragments_missing == 2);
+  CHECK(dry.fragments_rebuilt == 0);
+  CHECK(f.cluster.blobs("d1").size() == 1);  // nothing written
+
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_rebuilt == 2);
+  CHECK(done.errors == 0);
+  CHECK(done.conflicts == 0);
+  // Their domains were the only free ones: back on d1 and d5 (in the stripe's rank
+  // order), with the right bytes; the other four did not move.
+  auto where = f.checkFragments("k");
+  CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
+  CHECK(where[0] == "d0");
+  CHECK(where[2] == "d2");
+  f.checkFragments("healthy");
+  CHECK(f.pass(true).fragments_missing == 0);
+  CHECK(f.metric("rebuilt") == 2);
+}
+
+TEST_CASE("Repair spreads a stacked stripe out once domains are usable again") {
+  RepairFixture f;
+  // A degraded write's stripe: six fragments on d0..d3 (d4 and d5 were down).
+  f.put("k", {0, 1, 2, 3, 0, 1});
+  RepairStats dry = f.pass(true);
+  CHECK(dry.fragments_stacked == 2);
+
+  // While d5 still cannot take writes, only one fragment can move.
+  f.cluster.chunks->setReadOnly("d5");
+  RepairStats partial = f.pass(false);
+  CHECK(partial.fragments_moved == 1);
+  CHECK(f.pass(true).fragments_stacked == 1);
+
+  f.cluster.chunks->clearFaults();
+  CHECK(f.pass(false).fragments_moved == 1);
+  auto where = f.checkFragments("k");
+  CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
+  CHECK(f.pass(true).fragments_stacked == 0);
+  // The old copies wait on the GC queue; nothing else does.
+  auto gc = f.index.gcDue(INT64_MAX, 100);
+  REQUIRE(gc.has_value());
+  size_t queued = 0;
+  for (const auto& e : *gc) queued += e.blobs.size();
+  CHECK(queued == 2);
+}
+
+TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.chunks->failReads("d2", Status::corruption("flipped bits"));
+  CHECK(f.pass(true).fragments_corrupt == 0);  // a stat does not read the bytes
+  RepairStats dry = f.pass(true, /*verify=*/true);
+  CHECK(dry.fragments_corrupt == 1);
+  RepairStats done = f.pass(false, true);
+  CHECK(done.fragments_rebuilt == 1);
+  f.cluster.chunks->clearFaults();
+  CHECK(f.checkFragments("k")[2] == "d2");
+  CHECK(f.pass(true, true).fragments_corrupt == 0);
+}
+
+TEST_CASE("Fragments on unreachable servers are left alone, and too few healthy is reported") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  REQUIRE(f.removeFragment(m, 0).isOk());
+  f.cluster.chunks->setUnreachable("d3");
+  f.cluster.chunks->setUnreachable("d4");
+  // Three healthy fragments it can read: not enough now, and nothing is written.
+  RepairStats s = f.pass(false);
+  CHECK(s.fragments_unreachable == 2);
+  CHECK(s.fragments_missing == 1);
+  CHECK(s.unrecoverable_stripes == 1);
+  CHECK(s.fragments_rebuilt == 0);
+  // With one server back, four are: the missing one is rebuilt, the unreachable one stays.
+  f.cluster.chunks->clearFaults();
+  f.cluster.chunks->setUnreachable("d4");
+  s = f.pass(false);
+  CHECK(s.fragments_unreachable == 1);
+  CHECK(s.fragments_rebuilt == 1);
+  CHECK(f.index.getObject("bucket", "k")->stripes[0].drives[4] == 4);
+  f.cluster.chunks->clearFaults();
+  f.checkFragments("k");
+
+  auto lost = f.put("lost", {0, 1, 2, 3, 4, 5});
+  for (int j : {0, 1, 2}) REQUIRE(f.removeFragment(lost, j).isOk());
+  RepairStats bad = f.pass(false);
+  CHECK(bad.unrecoverable_stripes == 1);
+  CHECK(bad.fragments_rebuilt == 0);
+  CHECK(f.cluster.blobs("d0").size() == 1);  // only "k"'s fragment: nothing half-written
+}
+
+}  // namespace granary::gateway
