@@ -390,35 +390,27 @@ constexpr Verb kVerbs[] = {
      runStats},
 };
 
-// GET /_granary/admin/<what>, printed as it comes (JSON).
-int printAdmin(const Invocation& inv, const char* what) {
+// METHOD /_granary/admin/<what>[?dry-run], its answer (JSON) printed as it comes.
+int callAdmin(const Invocation& inv, const char* what, const char* method = "GET") {
   S3Request req;
+  req.method = method;
   req.bucket = "_granary";
   req.key = std::string("admin/") + what;
-  auto res = inv.call(req);
-  if (!res) return kFailed;
-  std::fputs(res->body.c_str(), stdout);
-  return kOk;
-}
-int runAdminStats(const Invocation& inv) { return printAdmin(inv, "stats"); }
-int runAdminStatus(const Invocation& inv) { return printAdmin(inv, "status"); }
-
-void repairOptions(po::options_description& o) {
-  o.add_options()("dry-run", "only find and count what needs repair");
-}
-
-// granary admin repair [--dry-run]: one repair pass through the gateway, its report printed.
-int runAdminRepair(const Invocation& inv) {
-  S3Request req;
-  req.method = "POST";
-  req.bucket = "_granary";
-  req.key = "admin/repair";
   if (inv.has("dry-run")) req.query.emplace_back("dry-run", std::nullopt);
   auto res = inv.call(req);
   if (!res) return kFailed;
   std::fputs(res->body.c_str(), stdout);
   return kOk;
 }
+int runAdminStats(const Invocation& inv) { return callAdmin(inv, "stats"); }
+int runAdminStatus(const Invocation& inv) { return callAdmin(inv, "status"); }
+
+void repairOptions(po::options_description& o) {
+  o.add_options()("dry-run", "only find and count what needs doing");
+}
+// granary admin repair|rebalance [--dry-run]: one pass through the gateway.
+int runAdminRepair(const Invocation& inv) { return callAdmin(inv, "repair", "POST"); }
+int runAdminRebalance(const Invocation& inv) { return callAdmin(inv, "rebalance", "POST"); }
 
 void userOptions(po::options_description& o) {
   o.add_options()("user-access-key", po::value<std::string>(),
@@ -465,6 +457,9 @@ constexpr Verb kAdminVerbs[] = {
      "capacity (root only)", 0, 0, noOptions, runAdminStatus},
     {"repair", "", "one repair pass: rebuild lost and corrupt fragments, spread out stacked "
      "ones; prints its report (root only)", 0, 0, repairOptions, runAdminRepair},
+    {"rebalance", "", "a repair pass that also moves fragments onto the drives the current "
+     "map places them on (after adding a server; root only)", 0, 0, repairOptions,
+     runAdminRebalance},
     {"user", "add NAME | list | remove NAME",
      "manage named users: add prints the new keys (root only)", 1, 2, userOptions,
      runAdminUser},

@@ -3,6 +3,7 @@
 //   GET    /_granary/admin/stats
 //   GET    /_granary/admin/status
 //   POST   /_granary/admin/repair[?dry-run]
+//   POST   /_granary/admin/rebalance[?dry-run]
 //   GET    /_granary/admin/object?bucket=B&key=K
 //   GET    /_granary/admin/users
 //   PUT    /_granary/admin/users/<name>   [{"access_key": .., "secret_key": ..}]
@@ -134,10 +135,12 @@ Task<S3Response> adminObject(GatewayContext& ctx, const S3Request& req) {
                          2);
 }
 
-// One repair pass now, on a worker thread; answers with what it found and did.
-Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req) {
+// One repair (or rebalance) pass now, on a worker thread; answers with what it found and
+// did.
+Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req, bool rebalance) {
   const bool dry_run = req.queryValue("dry-run").has_value();
-  auto stats = co_await offload(ctx.pool(), [&] { return ctx.repairer.runPass(dry_run); });
+  auto stats = co_await offload(ctx.pool(),
+                                [&] { return ctx.repairer.runPass(dry_run, rebalance); });
   if (!stats) co_return errorResponse(fromStatus(stats.error()), req);
   const RepairStats& s = *stats;
   co_return jsonResponse(Json{{"dry_run", dry_run},
@@ -149,6 +152,8 @@ Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req) {
                               {"fragments_stacked", s.fragments_stacked},
                               {"fragments_rebuilt", s.fragments_rebuilt},
                               {"fragments_moved", s.fragments_moved},
+                              {"fragments_misplaced", s.fragments_misplaced},
+                              {"fragments_rebalanced", s.fragments_rebalanced},
                               {"unrecoverable_stripes", s.unrecoverable_stripes},
                               {"conflicts", s.conflicts},
                               {"errors", s.errors}},
@@ -268,7 +273,11 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySou
   }
   if (path == "/_granary/admin/repair" && req.method == "POST") {
     op = "AdminRepair";
-    co_return co_await adminRepair(ctx, req);
+    co_return co_await adminRepair(ctx, req, false);
+  }
+  if (path == "/_granary/admin/rebalance" && req.method == "POST") {
+    op = "AdminRebalance";
+    co_return co_await adminRepair(ctx, req, true);
   }
   if (path == "/_granary/admin/status" && req.method == "GET") {
     op = "AdminStatus";

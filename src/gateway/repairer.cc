@@ -31,6 +31,8 @@ RepairStats& RepairStats::operator+=(const RepairStats& o) {
   fragments_stacked += o.fragments_stacked;
   fragments_rebuilt += o.fragments_rebuilt;
   fragments_moved += o.fragments_moved;
+  fragments_misplaced += o.fragments_misplaced;
+  fragments_rebalanced += o.fragments_rebalanced;
   unrecoverable_stripes += o.unrecoverable_stripes;
   conflicts += o.conflicts;
   errors += o.errors;
@@ -51,6 +53,7 @@ struct Fragment {
   bool loaded = false;
   bool fix = false;       // missing or corrupt: rebuild
   bool move = false;      // stacked: copy to a domain of its own
+  bool relocate = false;  // rebalance: healthy, but off the stripe's current placement
   std::string target;     // where it goes
 };
 
@@ -155,9 +158,30 @@ struct Repairer::Impl {
         ++stats.fragments_stacked;
       }
     }
+    const std::string stripe_key = fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe);
+    // Rebalance: healthy fragments that are not where the current map would place the
+    // stripe (a drive was added, a weight changed) go to the placement's drives.
+    std::vector<size_t> placed;
+    if (rebalancing) {
+      auto chosen = placement::chooseDrives(map, stripe_key, n,
+                                            [this](const placement::Drive& d) { return usable(d); });
+      if (chosen) {
+        placed = *chosen;
+        std::set<std::string> ids;
+        for (size_t idx : placed) ids.insert(map.drives[idx].id);
+        for (auto& x : f) {
+          if (x.state == State::kOk && !x.move && !ids.contains(x.drive)) {
+            x.relocate = true;
+            ++stats.fragments_misplaced;
+          }
+        }
+      }
+    }
     const bool any_fix = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.fix; });
     const bool any_move = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.move; });
-    if (!any_fix && !any_move) return false;
+    const bool any_relocate =
+        std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.relocate; });
+    if (!any_fix && !any_move && !any_relocate) return false;
     if (any_fix && healthy < k) {
       ++stats.unrecoverable_stripes;
       log::error("repair: {}/{} stripe {} has {} readable healthy fragments, needs {}: "
@@ -178,17 +202,19 @@ struct Repairer::Impl {
     // Targets, best first in this stripe's own rendezvous order: a usable drive in a
     // domain the stripe does not hold; for a fragment that must be rebuilt, any usable
     // drive if no domain is free (placement's degraded rule).
-    const std::vector<size_t> ranked =
-        placement::rankDrives(map, fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe));
+    const std::vector<size_t> ranked = placement::rankDrives(map, stripe_key);
     std::set<std::string> taken;  // drives given a fragment by this repair
+    auto absent = [&](const placement::Drive& d, int j) {
+      auto there = chunks.stat(d.id, idOf(j));
+      return !there && there.error().isNotFound();
+    };
     auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
       for (size_t idx : ranked) {
         const placement::Drive& d = map.drives[idx];
         if (!any_domain && held.contains(d.domain)) continue;
         if (taken.contains(d.id) || !usable(d)) continue;
         // Never onto a drive that holds this blob id already (a copy waiting for GC).
-        auto there = chunks.stat(d.id, idOf(j));
-        if (there || !there.error().isNotFound()) continue;
+        if (!absent(d, j)) continue;
         return &d;
       }
       return nullptr;
@@ -202,6 +228,30 @@ struct Repairer::Impl {
         f[j].target = d->id;
         taken.insert(d->id);
         held.insert(d->domain);
+      }
+    }
+    if (any_relocate) {
+      // The placement's drives that no staying fragment occupies, in its order; never into
+      // a domain a fragment that stays (or was just given a target) holds.
+      std::set<std::string> occupied = taken;
+      std::set<std::string> domains;
+      for (int j = 0; j < n; ++j) {
+        if (!f[j].target.empty()) domains.insert(map.findDrive(f[j].target)->domain);
+        if (f[j].fix || f[j].move || f[j].relocate) continue;
+        occupied.insert(f[j].drive);
+        const placement::Drive* d = map.findDrive(f[j].drive);
+        domains.insert(d ? d->domain : f[j].drive);
+      }
+      for (int j = 0; j < n; ++j) {
+        if (!f[j].relocate) continue;
+        for (size_t idx : placed) {
+          const placement::Drive& d = map.drives[idx];
+          if (occupied.contains(d.id) || domains.contains(d.domain) || !absent(d, j)) continue;
+          f[j].target = d.id;
+          occupied.insert(d.id);
+          domains.insert(d.domain);
+          break;
+        }
       }
     }
 
@@ -233,7 +283,7 @@ struct Repairer::Impl {
     bool changed = false;
     for (int j = 0; j < n; ++j) {
       if (f[j].target.empty()) continue;
-      if (f[j].move && !present[j]) continue;  // its read failed: next pass
+      if ((f[j].move || f[j].relocate) && !present[j]) continue;  // read failed: next pass
       chunkstore::BlobDescriptor desc;
       desc.id = idOf(j);
       desc.ec = m.ec;
@@ -249,7 +299,9 @@ struct Repairer::Impl {
       auto pos = std::find(m.drives.begin(), m.drives.end(), f[j].target);
       if (pos == m.drives.end()) pos = m.drives.insert(m.drives.end(), f[j].target);
       s.drives[j] = static_cast<uint16_t>(pos - m.drives.begin());
-      (f[j].fix ? stats.fragments_rebuilt : stats.fragments_moved) += 1;
+      (f[j].fix    ? stats.fragments_rebuilt
+       : f[j].move ? stats.fragments_moved
+                   : stats.fragments_rebalanced) += 1;
       changed = true;
     }
     return changed;
@@ -274,7 +326,7 @@ struct Repairer::Impl {
       Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
       if (!st.isOk()) {
         // The copies just written are unreferenced: the orphan sweep removes them.
-        found.fragments_rebuilt = found.fragments_moved = 0;
+        found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
         if (st.code() == Status::Code::kPreconditionFailed || st.isNotFound()) {
           ++found.conflicts;
         } else {
@@ -286,8 +338,9 @@ struct Repairer::Impl {
     stats += found;
   }
 
-  Result<RepairStats> runPass(bool dry_run) {
+  Result<RepairStats> runPass(bool dry_run, bool rebalance) {
     std::lock_guard pass(pass_mu);
+    rebalancing = rebalance;
     RepairStats stats;
     auto buckets = index.listBuckets();
     if (!buckets) return fail(buckets.error());
@@ -315,7 +368,8 @@ struct Repairer::Impl {
     for (auto [outcome, n] : {Pair{"missing", s.fragments_missing}, Pair{"corrupt", s.fragments_corrupt},
                               Pair{"unreachable", s.fragments_unreachable},
                               Pair{"stacked", s.fragments_stacked},
-                              Pair{"rebuilt", s.fragments_rebuilt}, Pair{"moved", s.fragments_moved}}) {
+                              Pair{"rebuilt", s.fragments_rebuilt}, Pair{"moved", s.fragments_moved},
+                              Pair{"rebalanced", s.fragments_rebalanced}}) {
       fragments.Add({{"outcome", outcome}}).Increment(static_cast<double>(n));
     }
     passes.Increment();
@@ -331,6 +385,7 @@ struct Repairer::Impl {
   const RepairOptions options;
   std::mutex pass_mu;
   std::atomic<bool> stopping{false};
+  bool rebalancing = false;  // this pass also rebalances (guarded by pass_mu)
   prometheus::Family<prometheus::Counter>& fragments;
   prometheus::Counter& passes;
   prometheus::Counter& objects;
@@ -345,13 +400,15 @@ Repairer::Repairer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
 
 Repairer::~Repairer() { stop(); }
 
-Result<RepairStats> Repairer::runPass(bool dry_run) { return impl_->runPass(dry_run); }
+Result<RepairStats> Repairer::runPass(bool dry_run, bool rebalance) {
+  return impl_->runPass(dry_run, rebalance);
+}
 
 void Repairer::start() {
   if (impl_->options.interval.count() <= 0) return;
   impl_->stopping = false;
   thread_.start(impl_->options.interval, [this] {
-    auto stats = impl_->runPass(false);
+    auto stats = impl_->runPass(false, false);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
     } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->unrecoverable_stripes > 0) {

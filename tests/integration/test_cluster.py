@@ -432,3 +432,62 @@ def test_repair_rebuilds_a_wiped_server_and_spreads_degraded_stripes(healthy):
                 assert cluster.fragment_on_server(f["drive"], f["blob"]) == \
                     stripe["fragment_len"], (key, f)
         assert cluster.client(1).get_object(Bucket="repair", Key=key)["Body"].read() == data
+
+
+def test_adding_a_chunk_server_and_rebalancing_moves_a_fair_share_onto_it(healthy):
+    """Last in this module: the cluster has seven chunk servers afterwards."""
+    cluster = healthy
+    s3 = cluster.client(0, attempts=5)
+    s3.create_bucket(Bucket="grow")
+    objects = {f"o{i}": body_of(f"g{i}", 2_000_000 + i * 500_000) for i in range(24)}
+    for key, data in objects.items():
+        s3.put_object(Bucket="grow", Key=key, Body=data)
+
+    # A seventh server joins: started by cluster-up.sh, then added to the map (epoch 2);
+    # the gateways restart to read the new map.
+    cluster.env["GRANARY_CHUNKSERVERS"] = "7"
+    cluster.up()
+    path = os.path.join(cluster.dir, "cluster.json")
+    with open(path) as f:
+        cmap = json.load(f)
+    with open(os.path.join(cluster.dir, "ports", "cs6")) as f:
+        port = int(f.read())
+    cmap["epoch"] = 2
+    cmap["drives"].append({"id": "d6", "server": "cs6", "domain": "host6", "weight": 1.0,
+                           "endpoint": f"127.0.0.1:{port}"})
+    with open(path, "w") as f:
+        json.dump(cmap, f, indent=2)
+    for gw in ("gw0", "gw1"):
+        os.kill(cluster.pid(gw), signal.SIGTERM)
+    for gw in ("gw0", "gw1"):
+        for _ in range(200):
+            try:
+                os.kill(cluster.pid(gw), 0)
+                time.sleep(0.05)
+            except ProcessLookupError:
+                break
+    cluster.up()
+    status = cluster.admin_status(1)
+    assert status["epoch"] == 2 and len(status["servers"]) == 7, status
+
+    found = cluster.admin(0, "rebalance", "--dry-run")
+    total = sum(len(s["fragments"]) for key in objects
+                for s in cluster.fragment_layout("grow", key)["stripes"])
+    report = cluster.admin(1, "rebalance")
+    print("rebalance:", found, report, "fragments in bucket:", total)
+    assert report["fragments_rebalanced"] == found["fragments_misplaced"] > 0, report
+    assert report["errors"] == 0 and report["conflicts"] == 0, report
+    assert cluster.admin(0, "rebalance", "--dry-run")["fragments_misplaced"] == 0
+
+    # d6 now holds about one seventh of this bucket's fragments, checked on the servers.
+    on_d6 = 0
+    for key, data in objects.items():
+        for stripe in cluster.fragment_layout("grow", key)["stripes"]:
+            drives = [f["drive"] for f in stripe["fragments"]]
+            assert len(set(drives)) == 6
+            for f in stripe["fragments"]:
+                assert cluster.fragment_on_server(f["drive"], f["blob"]) == stripe["fragment_len"]
+            on_d6 += drives.count("d6")
+        assert cluster.client(1).get_object(Bucket="grow", Key=key)["Body"].read() == data
+    share = on_d6 / total
+    assert 0.06 <= share <= 0.26, f"d6 holds {on_d6} of {total} fragments"

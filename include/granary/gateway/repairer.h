@@ -13,6 +13,8 @@
 //    write's) is copied to a domain the stripe does not use, once one is usable;
 //  - a fragment on a server that does not answer is left alone: the server may come back
 //    (take it out of the map to have its fragments rebuilt elsewhere).
+// A rebalancing pass (`granary admin rebalance`) also copies healthy fragments that are
+// not on the drives placement now chooses for their stripe onto those drives.
 // The new locations are committed with Index::relocateFragments, a compare-and-swap on
 // the manifest the pass read, so a concurrent overwrite, delete or other repairer wins
 // and this pass's copies become orphans for the sweep; the old locations go on the GC
@@ -63,6 +65,8 @@ struct RepairStats {
   uint64_t fragments_stacked = 0;      // found sharing a failure domain within a stripe
   uint64_t fragments_rebuilt = 0;      // decoded and written to another drive
   uint64_t fragments_moved = 0;        // copied to a failure domain of their own
+  uint64_t fragments_misplaced = 0;    // rebalance: healthy, off the current placement
+  uint64_t fragments_rebalanced = 0;   // rebalance: copied to the current placement
   uint64_t unrecoverable_stripes = 0;  // fewer than k healthy fragments
   uint64_t conflicts = 0;              // objects changed under the pass (retried next pass)
   uint64_t errors = 0;                 // reads, writes or commits that failed
@@ -77,10 +81,12 @@ class Repairer {
            prometheus::Registry& registry, RepairOptions options);
   ~Repairer();
 
-  // One pass over every object. dry_run: find and count, change nothing. An error that
-  // stops the pass (the index cannot be listed) is returned; per-object failures are
-  // counted in `errors`.
-  Result<RepairStats> runPass(bool dry_run);
+  // One pass over every object. dry_run: find and count, change nothing. rebalance: also
+  // move healthy fragments that are not on the drives the current map would choose for
+  // their stripe (after a drive was added or a weight changed) onto those drives. An
+  // error that stops the pass (the index cannot be listed) is returned; per-object
+  // failures are counted in `errors`.
+  Result<RepairStats> runPass(bool dry_run, bool rebalance = false);
 
   void start();  // background passes every options.interval (if > 0)
   void stop();   // ends the pass in progress early

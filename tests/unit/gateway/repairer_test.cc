@@ -5,6 +5,9 @@
 #include <prometheus/registry.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -13,6 +16,7 @@
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
 #include "granary/ec/erasure_code.h"
+#include "granary/placement/placement.h"
 
 namespace granary::gateway {
 namespace {
@@ -22,7 +26,7 @@ using testing::TestCluster;
 constexpr uint32_t kFragLen = 4096;
 
 struct RepairFixture {
-  RepairFixture() : index(cluster.index()) {
+  explicit RepairFixture(int drives = 6) : cluster(drives), index(cluster.index()) {
     index_kv::BucketInfo b;
     b.name = "bucket";
     b.owner = "root";
@@ -94,10 +98,10 @@ struct RepairFixture {
                                  BlobId{m.version, 0, static_cast<uint16_t>(j)});
   }
 
-  RepairStats pass(bool dry_run, bool verify = false) {
+  RepairStats pass(bool dry_run, bool verify = false, bool rebalance = false) {
     Repairer r(index, *cluster.chunks, cluster.map, cluster.clock, registry,
                RepairOptions{std::chrono::seconds(0), verify});
-    auto stats = r.runPass(dry_run);
+    auto stats = r.runPass(dry_run, rebalance);
     REQUIRE(stats.has_value());
     return *stats;
   }
@@ -221,6 +225,40 @@ TEST_CASE("Fragments on unreachable servers are left alone, and too few healthy 
   CHECK(bad.unrecoverable_stripes == 1);
   CHECK(bad.fragments_rebuilt == 0);
   CHECK(f.cluster.blobs("d0").size() == 1);  // only "k"'s fragment: nothing half-written
+}
+
+TEST_CASE("Rebalance moves fragments onto the drives the current map places them on") {
+  RepairFixture f(7);  // d6 is new: every object below was written before it existed
+  std::vector<std::string> keys;
+  uint64_t misplaced = 0;
+  for (int i = 0; i < 12; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    auto m = f.put(keys.back(), {0, 1, 2, 3, 4, 5});
+    auto placed = placement::chooseDrives(
+        f.cluster.map, fmt::format("{}:{}", m.version.toHex(), 0), 6);
+    REQUIRE(placed.has_value());
+    // d6 is in the stripe's placement unless the placement is exactly d0..d5.
+    misplaced += std::find(placed->begin(), placed->end(), size_t{6}) != placed->end();
+  }
+  REQUIRE(misplaced > 0);
+  CHECK(f.pass(true).fragments_misplaced == 0);  // a repair pass does not rebalance
+  RepairStats dry = f.pass(true, false, true);
+  CHECK(dry.fragments_misplaced == misplaced);
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.fragments_rebalanced == misplaced);
+  CHECK(done.errors == 0);
+  for (const auto& key : keys) {
+    auto m = f.index.getObject("bucket", key);
+    auto placed = placement::chooseDrives(
+        f.cluster.map, fmt::format("{}:{}", m->version.toHex(), 0), 6);
+    std::set<std::string> want;
+    for (size_t idx : *placed) want.insert(f.cluster.map.drives[idx].id);
+    auto where = f.checkFragments(key);
+    CHECK(std::set<std::string>(where.begin(), where.end()) == want);
+  }
+  CHECK(f.cluster.blobs("d6").size() == misplaced);
+  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  CHECK(f.metric("rebalanced") == double(misplaced));
 }
 
 }  // namespace granary::gateway
