@@ -489,7 +489,18 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   // The named users, before the first request.
-  Status loadUsers() { return reloadUsers(ctx_); }
+  // The named users, before serving. An index that does not answer yet (cluster mode:
+  // the gateway started first) is not fatal: the periodic refresh loads them later, and
+  // until then only the root user can sign in.
+  Status loadUsers() {
+    Status st = reloadUsers(ctx_);
+    if (st.code() == Status::Code::kUnavailable || st.code() == Status::Code::kTimeout) {
+      log::warn("named users not loaded yet (index: {}); retrying in the background",
+                st.toString());
+      return Status::ok();
+    }
+    return st;
+  }
 
   void run() override {
     for (size_t i = 0; i < contexts_.size(); ++i) {
