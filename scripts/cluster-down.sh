@@ -9,7 +9,8 @@ pids=()
 for f in "$dir"/pids/*; do
   [[ -s "$f" ]] || continue
   pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
+  # Only a process that is still a granary (a stale pid file may name another one now).
+  if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q granary; then
     kill -TERM "$pid" 2>/dev/null || true
     pids+=("$pid")
   fi

@@ -37,7 +37,14 @@ if [[ ! -s "$dir/root-credentials.json" ]]; then
 fi
 export GRANARY_CLUSTER_SECRET="$(cat "$dir/cluster-secret")"
 
-running() { [[ -s "$dir/pids/$1" ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+# Whether NAME's recorded process is alive and still a granary (a pid file that outlived a
+# reboot may name an unrelated process now).
+running() {
+  [[ -s "$dir/pids/$1" ]] || return 1
+  local pid
+  pid="$(cat "$dir/pids/$1")"
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q granary
+}
 
 # start NAME LISTEN ARGS...: runs `granary ARGS --listen LISTEN` in the background and
 # waits for its "listening at http://HOST:PORT" line; records the port in ports/NAME.

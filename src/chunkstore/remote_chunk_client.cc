@@ -61,15 +61,19 @@ struct RemoteChunkClient::Impl {
   }
 
   // execute() on the drive's endpoint, with a non-2xx answer turned into its Status. A
-  // server that cannot be reached is marked so (its drives stop taking new fragments) until
-  // a drive list comes back from it.
+  // server that cannot be reached is marked so (its drives stop taking new fragments, and
+  // reads go around it) until a drive list comes back from it.
   Result<Answer> call(std::string_view drive, const Call& c) {
     auto endpoint = endpointOf(drive);
     if (!endpoint) return fail(endpoint.error());
-    auto answer = client.call(*endpoint, c);
-    if (!answer && answer.error().code() == Status::Code::kUnavailable) {
-      markUnreachable(*endpoint);
+    auto answer = client.execute(*endpoint, c);
+    if (!answer) {
+      // Only a failed exchange (no HTTP answer at all) says the server is gone; an error
+      // answer, even a 503, comes from a live server.
+      if (answer.error().code() == Status::Code::kUnavailable) markUnreachable(*endpoint);
+      return fail(answer.error());
     }
+    if (!answer->ok()) return fail(answer->error());
     return answer;
   }
 

@@ -154,7 +154,7 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   });
   if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
-    co_await removeBlobs(ctx, m.drives, m.stripes);
+    co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }
   co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));

@@ -368,8 +368,33 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   co_return out;
 }
 
-Task<void> removeBlobs(GatewayContext& ctx, const std::vector<std::string>& drives,
+bool commitRefused(const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kPreconditionFailed:
+    case Status::Code::kNotFound:
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kAlreadyExists:
+    case Status::Code::kNotEmpty:
+    case Status::Code::kPermissionDenied:
+    case Status::Code::kNoSpace:
+      return true;
+    case Status::Code::kUnavailable:
+      // Retryable: it never reached the index (refused, nothing sent). Not retryable: the
+      // connection failed after the request went out, the outcome is unknown.
+      return st.retryable();
+    default:
+      return false;  // a timeout, an I/O error: it may have committed
+  }
+}
+
+Task<void> removeBlobs(GatewayContext& ctx, const Status& commit_error,
+                       const std::vector<std::string>& drives,
                        const std::vector<index_kv::StripeLayout>& stripes) {
+  if (!commitRefused(commit_error)) {
+    log::warn("commit outcome unknown ({}): its blobs are left to the orphan sweep",
+              commit_error.toString());
+    co_return;
+  }
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup cleanup(ctx.pool(), ex);
   for (const auto& s : stripes) {

@@ -57,8 +57,17 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
                                                             BodySource& body,
                                                             const IngestOptions& options);
 
-// Best-effort removal of the blobs of `stripes` (after a commit that failed).
-Task<void> removeBlobs(GatewayContext& ctx, const std::vector<std::string>& drives,
+// Whether a failed index commit certainly did not take effect, so that what it would have
+// published (blobs, record rows) may be removed at once. A commit whose answer was lost
+// (a timeout, a connection that failed after the request went out: the remote index of
+// cluster mode) may have happened: what it wrote is left to the orphan sweeps, which
+// remove it only if no manifest references it.
+bool commitRefused(const Status& st);
+
+// Best-effort removal of the blobs of `stripes`, after a commit refused (commitRefused):
+// after any other failure it does nothing.
+Task<void> removeBlobs(GatewayContext& ctx, const Status& commit_error,
+                       const std::vector<std::string>& drives,
                        const std::vector<index_kv::StripeLayout>& stripes);
 
 // Stored system headers, x-amz-meta-* and Content-Type of a PUT or CreateMultipartUpload;

@@ -277,7 +277,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   if (!recorded) {
     // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
     S3Error err = uploadError(recorded.error());
-    co_await removeBlobs(ctx, in.drives, in.stripes);
+    co_await removeBlobs(ctx, recorded.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();
     co_return res;
@@ -350,7 +350,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   if (!recorded) {
     // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
     S3Error err = uploadError(recorded.error());
-    co_await removeBlobs(ctx, part.drives, part.stripes);
+    co_await removeBlobs(ctx, recorded.error(), part.drives, part.stripes);
     co_return errorResponse(err, req);
   }
   co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
@@ -453,8 +453,10 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
       });
     }
   }
-  if (indexer && (!committed || manifest->records.set.isZero())) {
-    co_await offload(ctx.pool(), [&] {  // rows no commit published
+  // Rows no commit published (and none that may have): the record sweep gets the others.
+  if (indexer && (committed ? manifest->records.set.isZero()
+                            : commitRefused(committed.error()))) {
+    co_await offload(ctx.pool(), [&] {
       indexer->abandon();
       return 0;
     });

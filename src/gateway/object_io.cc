@@ -171,6 +171,10 @@ struct StripeRead {
   std::unique_ptr<TaskGroup> group;
 };
 
+Status unreachable(const std::string& drive) {
+  return Status::unavailable("the server of drive " + drive + " does not answer (not asked)");
+}
+
 BlobId blobOf(const index_kv::StripeLayout& s, int j) {
   return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
 }
@@ -194,6 +198,12 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
     uint64_t hi = std::min<uint64_t>(first + length, uint64_t(j + 1) * fl);
     uint8_t* dst = r->out.data() + (lo - first);
     std::string drive = m.drives[s.drives[j]];
+    if (!dp.chunks().reachable(drive)) {
+      // Its server does not answer: decode from parity at once rather than wait for a
+      // connection to time out.
+      (*r->results)[j - j0] = unreachable(drive);
+      continue;
+    }
     r->group->spawn([&dp, results = r->results, idx = j - j0, drive, id = blobOf(s, j),
                      off = lo - uint64_t(j) * fl, dst, n = hi - lo] {
       (*results)[idx] = dp.chunks().read(drive, id, off, {dst, n});
@@ -222,6 +232,10 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
       continue;
     }
     std::string drive = m.drives[s.drives[j]];
+    if (!dp.chunks().reachable(drive)) {
+      (*ok)[j] = unreachable(drive);
+      continue;
+    }
     group.spawn([&dp, ok, j, drive, id = blobOf(s, j), dst = frags.data() + uint64_t(j) * fl, fl] {
       (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
       return Status::ok();

@@ -72,15 +72,16 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
       });
     }
   }
-  if (indexer && (!committed || m.records.set.isZero())) {
-    co_await offload(ctx.pool(), [&] {  // rows no commit published
+  // Rows no commit published (and none that may have): the record sweep gets the others.
+  if (indexer && (committed ? m.records.set.isZero() : commitRefused(committed.error()))) {
+    co_await offload(ctx.pool(), [&] {
       indexer->abandon();
       return 0;
     });
   }
   if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
-    co_await removeBlobs(ctx, in.drives, in.stripes);
+    co_await removeBlobs(ctx, committed.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();
     co_return res;

@@ -1,6 +1,7 @@
 #include "granary/gateway/reclaimer.h"
 
 #include <map>
+#include <set>
 
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
@@ -34,8 +35,24 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
     if (due->empty()) break;
     std::vector<index_kv::GcEntry> done;
     for (auto& entry : *due) {
+      // An entry of a version that is still committed (fragments a repair moved away) may
+      // list a location the manifest uses again (a later repair put the fragment back):
+      // never remove those.
+      std::set<std::pair<std::string, BlobId>> in_use;
+      if (auto live = index_.getManifest(entry.version)) {
+        for (const auto& s : live->stripes) {
+          for (size_t j = 0; j < s.drives.size(); ++j) {
+            if (s.drives[j] >= live->drives.size()) continue;
+            in_use.emplace(live->drives[s.drives[j]],
+                           BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)});
+          }
+        }
+      } else if (!live.error().isNotFound()) {
+        return fail(live.error());
+      }
       bool complete = true;
       for (const auto& blob : entry.blobs) {
+        if (in_use.contains({blob.drive, blob.id})) continue;
         Status st = chunks_.remove(blob.drive, blob.id);
         if (st.isOk()) {
           ++stats.blobs_removed;

@@ -232,24 +232,31 @@ struct Repairer::Impl {
     }
     if (any_relocate) {
       // The placement's drives that no staying fragment occupies, in its order; never into
-      // a domain a fragment that stays (or was just given a target) holds.
+      // a domain another fragment holds. A relocating fragment keeps its own domain
+      // reserved: should its copy fail, it stays where it is, and nothing may have moved in
+      // beside it (what this leaves out, the next pass moves).
+      auto domainOf = [&](const std::string& drive) {
+        const placement::Drive* d = map.findDrive(drive);
+        return d ? d->domain : drive;
+      };
       std::set<std::string> occupied = taken;
-      std::set<std::string> domains;
+      std::map<std::string, int> holders;  // fragments per domain, staying or arriving
       for (int j = 0; j < n; ++j) {
-        if (!f[j].target.empty()) domains.insert(map.findDrive(f[j].target)->domain);
-        if (f[j].fix || f[j].move || f[j].relocate) continue;
+        if (!f[j].target.empty()) ++holders[domainOf(f[j].target)];
+        if (f[j].fix || f[j].move) continue;
         occupied.insert(f[j].drive);
-        const placement::Drive* d = map.findDrive(f[j].drive);
-        domains.insert(d ? d->domain : f[j].drive);
+        ++holders[domainOf(f[j].drive)];
       }
       for (int j = 0; j < n; ++j) {
         if (!f[j].relocate) continue;
+        const std::string own = domainOf(f[j].drive);
         for (size_t idx : placed) {
           const placement::Drive& d = map.drives[idx];
-          if (occupied.contains(d.id) || domains.contains(d.domain) || !absent(d, j)) continue;
+          const int others = holders[d.domain] - (d.domain == own ? 1 : 0);
+          if (occupied.contains(d.id) || others > 0 || !absent(d, j)) continue;
           f[j].target = d.id;
           occupied.insert(d.id);
-          domains.insert(d.domain);
+          ++holders[d.domain];
           break;
         }
       }
@@ -296,6 +303,7 @@ struct Repairer::Impl {
         log::warn("repair: writing {} to {}: {}", desc.id.toString(), f[j].target, st.toString());
         continue;
       }
+      written.emplace_back(f[j].target, desc.id);
       auto pos = std::find(m.drives.begin(), m.drives.end(), f[j].target);
       if (pos == m.drives.end()) pos = m.drives.insert(m.drives.end(), f[j].target);
       s.drives[j] = static_cast<uint16_t>(pos - m.drives.begin());
@@ -317,6 +325,7 @@ struct Repairer::Impl {
     if (manifest->is_inline || manifest->stripes.empty()) return;
     ++stats.objects;
     index_kv::Manifest updated = *manifest;
+    written.clear();
     RepairStats found;
     bool changed = false;
     for (size_t i = 0; i < updated.stripes.size() && !stopping; ++i) {
@@ -325,10 +334,19 @@ struct Repairer::Impl {
     if (changed) {
       Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
       if (!st.isOk()) {
-        // The copies just written are unreferenced: the orphan sweep removes them.
         found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
         if (st.code() == Status::Code::kPreconditionFailed || st.isNotFound()) {
+          // Refused: the copies this pass wrote (a put never overwrites, so they are its
+          // own) are referenced by no manifest. The orphan sweep would not take them while
+          // the version lives, so remove them now.
           ++found.conflicts;
+          for (const auto& [drive, id] : written) {
+            Status removed = chunks.remove(drive, id);
+            if (!removed.isOk() && !removed.isNotFound()) {
+              log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
+                        removed.toString());
+            }
+          }
         } else {
           ++found.errors;
           log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
@@ -338,8 +356,13 @@ struct Repairer::Impl {
     stats += found;
   }
 
-  Result<RepairStats> runPass(bool dry_run, bool rebalance) {
-    std::lock_guard pass(pass_mu);
+  Result<RepairStats> runPass(bool dry_run, bool rebalance, bool wait) {
+    std::unique_lock pass(pass_mu, std::defer_lock);
+    if (wait) {
+      pass.lock();
+    } else if (!pass.try_lock()) {
+      return fail(Status::unavailable("a repair pass is already running; try again later"));
+    }
     rebalancing = rebalance;
     RepairStats stats;
     auto buckets = index.listBuckets();
@@ -386,6 +409,8 @@ struct Repairer::Impl {
   std::mutex pass_mu;
   std::atomic<bool> stopping{false};
   bool rebalancing = false;  // this pass also rebalances (guarded by pass_mu)
+  // The copies the current object's repair wrote (guarded by pass_mu).
+  std::vector<std::pair<std::string, BlobId>> written;
   prometheus::Family<prometheus::Counter>& fragments;
   prometheus::Counter& passes;
   prometheus::Counter& objects;
@@ -401,14 +426,14 @@ Repairer::Repairer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
 Repairer::~Repairer() { stop(); }
 
 Result<RepairStats> Repairer::runPass(bool dry_run, bool rebalance) {
-  return impl_->runPass(dry_run, rebalance);
+  return impl_->runPass(dry_run, rebalance, /*wait=*/false);
 }
 
 void Repairer::start() {
   if (impl_->options.interval.count() <= 0) return;
   impl_->stopping = false;
   thread_.start(impl_->options.interval, [this] {
-    auto stats = impl_->runPass(false, false);
+    auto stats = impl_->runPass(false, false, /*wait=*/true);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
     } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->unrecoverable_stripes > 0) {

@@ -196,6 +196,10 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                    preconditionFrom(a.at("pre"))),
                        optVer);
        }},
+      {"get_manifest",
+       [](Index& x, const Json& a) {
+         return answer(x.getManifest(unver(a.at("version"))), ManifestCodec::to);
+       }},
       {"relocate_fragments",
        [](Index& x, const Json& a) {
          return answer(x.relocateFragments(str(a, "bucket"), str(a, "key"),
@@ -431,6 +435,9 @@ class RemoteIndex final : public Index {
                 {{"bucket", bucket}, {"key", key}, {"manifest", ManifestCodec::to(manifest)},
                  {"pre", toJson(pre)}},
                 false, unoptVer);
+  }
+  Result<Manifest> getManifest(const VersionId& version) override {
+    return query("get_manifest", {{"version", ver(version)}}, ManifestCodec::from);
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

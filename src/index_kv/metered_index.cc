@@ -19,7 +19,7 @@ enum Op {
   kGetObject, kDeleteObject, kListObjects, kGcDue, kGcDone, kBlobReferenced, kCreateUpload,
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
-  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kOpCount
+  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -29,7 +29,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "list_uploads",   "complete_upload",  "abort_upload",    "create_record_set",
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
-    "delete_user",    "relocate_fragments"};
+    "delete_user",    "relocate_fragments", "get_manifest"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
@@ -94,6 +94,9 @@ class MeteredIndex final : public Index {
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
                                              const Manifest& m, Precondition pre) override {
     return timed(kPutObject, [&] { return inner_->putObject(bucket, key, m, pre); });
+  }
+  Result<Manifest> getManifest(const VersionId& version) override {
+    return timed(kGetManifest, [&] { return inner_->getManifest(version); });
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

@@ -191,7 +191,16 @@ Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view k
   a.stripes.clear();
   b.drives.clear();
   b.stripes.clear();
-  if (a != b || expected.stripes.size() != updated.stripes.size()) {
+  bool same = a == b && expected.stripes.size() == updated.stripes.size();
+  for (size_t i = 0; same && i < expected.stripes.size(); ++i) {
+    StripeLayout x = expected.stripes[i];
+    StripeLayout y = updated.stripes[i];
+    same = x.drives.size() == y.drives.size();
+    x.drives.clear();
+    y.drives.clear();
+    same = same && x == y;
+  }
+  if (!same) {
     return Status::invalidArgument("index: a relocation may change only where fragments are");
   }
   CommitRequest req;
@@ -232,6 +241,15 @@ std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamili
 }
 
 }  // namespace
+
+Result<Manifest> RocksIndex::getManifest(const VersionId& version) {
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), cfs_.manifests, versionKey(version), &value);
+  if (s.IsNotFound()) return fail(Status::notFound("no manifest for version " + version.toHex()));
+  if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
+  return decodeManifest(value);
+}
 
 Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {
   auto r = readManifest(db_.get(), cfs_, bucket, key, rocksdb::kReadAllTier);

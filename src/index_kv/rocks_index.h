@@ -32,6 +32,7 @@ class RocksIndex final : public Index {
   Status deleteUser(std::string_view name) override;
   Status deleteBucket(std::string_view name) override;
 
+  Result<Manifest> getManifest(const VersionId& version) override;
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override;
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,

@@ -96,6 +96,7 @@ Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view
     if (chosen.size() == count) return chosen;
   }
   const size_t distinct = chosen.size();
+  if (distinct == 0) return fail(Status::unavailable("placement: no usable drive"));
   for (size_t i = 0; chosen.size() < count; ++i) chosen.push_back(chosen[i % distinct]);
   return chosen;
 }

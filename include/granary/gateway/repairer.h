@@ -21,7 +21,7 @@
 // queue. A stripe needing a rebuild with fewer than k healthy fragments readable now
 // (lost, or on servers that do not answer) is counted unrecoverable, and left as it is.
 //
-// Thread safety: runPass may be called from any thread; passes are serialized.
+// Thread safety: runPass may be called from any thread; one pass runs at a time.
 #pragma once
 
 #include <atomic>
@@ -85,7 +85,7 @@ class Repairer {
   // move healthy fragments that are not on the drives the current map would choose for
   // their stripe (after a drive was added or a weight changed) onto those drives. An
   // error that stops the pass (the index cannot be listed) is returned; per-object
-  // failures are counted in `errors`.
+  // failures are counted in `errors`. kUnavailable at once if a pass is running already.
   Result<RepairStats> runPass(bool dry_run, bool rebalance = false);
 
   void start();  // background passes every options.interval (if > 0)

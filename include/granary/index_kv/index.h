@@ -340,6 +340,10 @@ class Index {
   // the same batch.
   virtual Status relocateFragments(std::string_view bucket, std::string_view key,
                                    const Manifest& expected, const Manifest& updated) = 0;
+  // The manifest of `version` while it is committed (a key's current version), kNotFound
+  // once replaced or deleted. The GC asks it: a queued location that a live manifest uses
+  // again (a repair put the fragment back) must not be removed.
+  virtual Result<Manifest> getManifest(const VersionId& version) = 0;
   // kNotFound if the bucket or the key does not exist.
   virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
   // getObject's answer if it can be had without blocking on I/O (from memory: RocksDB's

@@ -276,6 +276,22 @@ TEST_CASE("Short last stripes use a smaller fragment length and still round-trip
   CHECK(f.counters.degraded.Value() == 1);
 }
 
+TEST_CASE("GET does not ask a drive whose server does not answer: it decodes at once") {
+  DataPathFixture f;
+  const uint64_t size = 2 * kStripe + 777;
+  std::string data = randomString(size, 23);
+  index_kv::Manifest m = f.write(data);
+  const std::string down = DataPathFixture::driveOf(m, 0, 1);
+  // Were the drive asked, the read would hang for the test's patience, then fail.
+  f.cluster.chunks->failReads(down, Status::timeout("would have waited"));
+  f.cluster.chunks->setUnreachable(down);
+  auto [st, got] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.cluster.chunks->injected() == 0);
+  CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {down}));
+}
+
 TEST_CASE("GET of stripes with a missing data fragment decodes them from parity") {
   DataPathFixture f;
   const uint64_t size = 3 * kStripe + 5000;

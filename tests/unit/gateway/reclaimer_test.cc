@@ -94,6 +94,38 @@ struct ReclaimerFixture {
   ReclaimerOptions options;
 };
 
+TEST_CASE("GC never removes a queued location that the live manifest uses again") {
+  ReclaimerFixture f;
+  index_kv::Manifest m = f.writeBlobs(1);
+  f.commit("key", m);
+  // A repair moves fragment 0 to another drive (a copy there), and a later one moves it
+  // back before the GC ran: both old locations are queued, one is in use again.
+  const std::string home = m.drives[m.stripes[0].drives[0]];
+  const uint16_t away_idx = m.stripes[0].drives[5];  // the drive of fragment 5
+  index_kv::Manifest away = m;
+  std::vector<uint8_t> payload(kFragLen, 0xAB);
+  chunkstore::BlobDescriptor desc;
+  desc.id = BlobId{m.version, 0, 0};
+  desc.ec = m.ec;
+  desc.stripe_data_len = m.stripes[0].data_len;
+  desc.bucket = "bucket";
+  desc.key = "key";
+  away.stripes[0].drives[0] = away_idx;
+  const std::string away_drive = m.drives[away_idx];
+  REQUIRE(away_drive != home);
+  REQUIRE(f.cluster.local->put(away_drive, desc, payload).isOk());
+  REQUIRE(f.index.relocateFragments("bucket", "key", m, away).isOk());
+  REQUIRE(f.index.relocateFragments("bucket", "key", away, m).isOk());
+
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  f.cluster.clock.advance(61 * kSecond);
+  auto done = reclaimer.collectGarbage();
+  REQUIRE(done.has_value());
+  CHECK(done->entries_done == 2);
+  CHECK(done->blobs_removed == 1);  // the copy away from home
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(m));
+}
+
 TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and only those") {
   ReclaimerFixture f;
   index_kv::Manifest old_version = f.writeBlobs(2);

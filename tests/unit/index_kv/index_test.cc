@@ -422,6 +422,8 @@ TEST_CASE("relocateFragments moves fragments and reclaims only the old locations
   REQUIRE(listed->objects.size() == 1);
   CHECK(listed->objects[0].etag == m.etag);
 
+  CHECK(*f.index->getManifest(m.version) == moved);
+
   // Relocating from a manifest that is no longer current is refused.
   CHECK(f.index->relocateFragments("b", "k", m, moved).code() == Code::kPreconditionFailed);
   // Only fragment locations may change.
@@ -431,13 +433,19 @@ TEST_CASE("relocateFragments moves fragments and reclaims only the old locations
   Manifest fewer = moved;
   fewer.stripes.pop_back();
   CHECK(f.index->relocateFragments("b", "k", moved, fewer).code() == Code::kInvalidArgument);
+  Manifest other_blobs = moved;
+  other_blobs.stripes[0].blob_stripe = 7;
+  CHECK(f.index->relocateFragments("b", "k", moved, other_blobs).code() ==
+        Code::kInvalidArgument);
   CHECK(*f.index->getObject("b", "k") == moved);
 
   // An overwritten key refuses a relocation of its old version; a deleted one is gone.
   Manifest next = f.stripedManifest(1);
   REQUIRE(f.index->putObject("b", "k", next, Precondition::none()).has_value());
   CHECK(f.index->relocateFragments("b", "k", moved, moved).code() == Code::kPreconditionFailed);
+  CHECK(f.index->getManifest(m.version).error().code() == Code::kNotFound);
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
+  CHECK(f.index->getManifest(next.version).error().code() == Code::kNotFound);
   CHECK(f.index->relocateFragments("b", "k", next, next).code() == Code::kNotFound);
   CHECK(f.index->relocateFragments("nob", "k", next, next).code() == Code::kNotFound);
 }
