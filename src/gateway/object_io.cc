@@ -225,23 +225,35 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   std::vector<uint8_t> frags(uint64_t(total) * fl);
   auto ok = std::make_shared<std::vector<Status>>(total);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  TaskGroup group(dp.pool(), ex);
+  std::vector<int> skipped;  // on servers believed down: asked only if the others fall short
+  auto readAll = [&](const std::vector<int>& which) -> Task<void> {
+    TaskGroup group(dp.pool(), ex);
+    for (int j : which) {
+      std::string drive = m.drives[s.drives[j]];
+      group.spawn([&dp, ok, j, drive, id = blobOf(s, j), dst = frags.data() + uint64_t(j) * fl,
+                   fl] {
+        (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
+        return Status::ok();
+      });
+    }
+    (void)co_await group.wait();
+  };
+  std::vector<int> first;
   for (int j = 0; j < total; ++j) {
     if (j < k && failed_data[j]) {
       (*ok)[j] = Status::corruption("failed on the fast path");
-      continue;
+    } else if (!dp.chunks().reachable(m.drives[s.drives[j]])) {
+      (*ok)[j] = unreachable(m.drives[s.drives[j]]);
+      skipped.push_back(j);
+    } else {
+      first.push_back(j);
     }
-    std::string drive = m.drives[s.drives[j]];
-    if (!dp.chunks().reachable(drive)) {
-      (*ok)[j] = unreachable(drive);
-      continue;
-    }
-    group.spawn([&dp, ok, j, drive, id = blobOf(s, j), dst = frags.data() + uint64_t(j) * fl, fl] {
-      (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
-      return Status::ok();
-    });
   }
-  (void)co_await group.wait();
+  co_await readAll(first);
+  const auto readable = [&] {
+    return std::count_if(ok->begin(), ok->end(), [](const Status& st) { return st.isOk(); });
+  };
+  if (readable() < k && !skipped.empty()) co_await readAll(skipped);
   std::vector<bool> present(total);
   std::vector<uint8_t*> ptrs(total);
   int have = 0;

@@ -292,6 +292,20 @@ TEST_CASE("GET does not ask a drive whose server does not answer: it decodes at 
   CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {down}));
 }
 
+TEST_CASE("GET asks drives believed down when the others cannot decode the stripe") {
+  DataPathFixture f;
+  std::string data = randomString(kStripe, 29);
+  index_kv::Manifest m = f.write(data);
+  // Both parity drives are believed down (they are not), and two data fragments fail.
+  f.cluster.chunks->setUnreachable(DataPathFixture::driveOf(m, 0, 4));
+  f.cluster.chunks->setUnreachable(DataPathFixture::driveOf(m, 0, 5));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 0), Status::ioError("EIO"));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 1), Status::ioError("EIO"));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("GET of stripes with a missing data fragment decodes them from parity") {
   DataPathFixture f;
   const uint64_t size = 3 * kStripe + 5000;
