@@ -17,8 +17,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -35,6 +37,7 @@
 #include "granary/common/rocks_resources.h"
 #include "granary/common/worker_pool.h"
 #include "granary/gateway/gateway.h"
+#include "granary/gateway/index_recovery.h"
 #include "granary/gateway/lifecycle.h"
 #include "granary/gateway/reclaimer.h"
 #include "granary/index_kv/index.h"
@@ -227,11 +230,15 @@ sigset_t blockStopSignals() {
 }
 
 // Calls run() (which blocks until stop()) and stop() on the first SIGINT or SIGTERM.
+// `on_usr1`, when given (and SIGUSR1 is in `sigs`), runs on each SIGUSR1.
 template <typename Server>
-void runUntilSignal(const sigset_t& sigs, Server& server) {
+void runUntilSignal(const sigset_t& sigs, Server& server,
+                    const std::function<void()>& on_usr1 = nullptr) {
   std::thread signal_thread([&] {
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGUSR1) {
+      if (on_usr1) on_usr1();
+    }
     log::info("signal {}: shutting down", sig);
     server.stop();
   });
@@ -501,14 +508,31 @@ int gatewayCommand(int argc, char** argv) {
   return runGateway(vm, sigs, {map, chunks, *index, root, registry, description}, clock, random);
 }
 
+// The drives of a cluster map, reached through their chunk servers.
+std::unique_ptr<chunkstore::RemoteChunkClient> remoteChunks(const placement::ClusterMap& map,
+                                                            const std::string& secret,
+                                                            const Clock& clock) {
+  std::map<std::string, std::string, std::less<>> endpoints;
+  for (const auto& d : map.drives) endpoints.emplace(d.id, d.endpoint);
+  return std::make_unique<chunkstore::RemoteChunkClient>(endpoints, secret,
+                                                         chunkstore::RemoteChunkClientOptions{},
+                                                         clock);
+}
+
 // `granary index`: the index service of a cluster (buckets, manifests, record index).
 int indexCommand(int argc, char** argv) {
   po::options_description opts("granary index options");
-  std::string dir, listen;
-  int loops = 0, workers = 0;
+  std::string dir, listen, cluster;
+  int loops = 0, workers = 0, checkpoint_interval = 0, checkpoint_keep = 0;
   opts.add_options()("help,h", "show this help")(
       "dir", po::value(&dir), "directory of the index's RocksDB (created if missing)")(
       "listen", po::value(&listen), "HOST:PORT to serve on (port 0 picks a free port)")(
+      "cluster", po::value(&cluster),
+      "cluster map: checkpoints of the index are copied onto its chunk servers")(
+      "checkpoint-interval", po::value(&checkpoint_interval)->default_value(900),
+      "seconds between index checkpoints (with --cluster; SIGUSR1 makes one at once)")(
+      "checkpoint-keep", po::value(&checkpoint_keep)->default_value(3),
+      "complete checkpoints kept on the chunk servers")(
       "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per core)")(
       "workers", po::value(&workers)->default_value(64),
       "threads that run index calls (a commit waits in its thread for its group's sync)")(
@@ -520,10 +544,18 @@ int indexCommand(int argc, char** argv) {
   if (dir.empty()) die("index needs --dir DIR");
   if (listen.empty()) die("index needs --listen HOST:PORT");
   if (loops < 0 || workers < 1) die("--event-loops must be >= 0 and --workers >= 1");
+  if (checkpoint_interval < 0 || checkpoint_keep < 1) {
+    die("--checkpoint-interval must be >= 0 and --checkpoint-keep >= 1");
+  }
   const std::string secret = clusterSecret(vm);
+  std::optional<placement::ClusterMap> map;
+  if (!cluster.empty()) map = loadClusterMap(cluster);
 
   sigset_t sigs = blockStopSignals();
+  sigaddset(&sigs, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   SystemClock clock;
+  SecureRandom random;
   RocksResources rocks;
   prometheus::Registry registry;
   std::error_code fec;
@@ -533,6 +565,19 @@ int indexCommand(int argc, char** argv) {
   if (!index) die("cannot open index: " + index.error().toString());
   *index = index_kv::makeMeteredIndex(std::move(*index), registry);
   auto pool = std::make_unique<WorkerPool>(static_cast<size_t>(workers), "granary-index");
+
+  std::unique_ptr<chunkstore::RemoteChunkClient> chunks;
+  std::unique_ptr<gateway::IndexCheckpointer> checkpointer;
+  if (map) {
+    chunks = remoteChunks(*map, secret, clock);
+    gateway::CheckpointOptions co;
+    co.work_dir = (fs::path(dir) / "checkpoints").string();
+    co.interval = std::chrono::seconds(checkpoint_interval);
+    co.keep = static_cast<size_t>(checkpoint_keep);
+    checkpointer = std::make_unique<gateway::IndexCheckpointer>(**index, *chunks, *map, clock,
+                                                                random, registry, co);
+    checkpointer->start();
+  }
 
   rpc::ServerOptions so;
   std::tie(so.listen_host, so.listen_port) = parseListen(listen);
@@ -544,14 +589,96 @@ int indexCommand(int argc, char** argv) {
   };
   auto server = index_kv::serveIndex(so, **index, *pool, clock);
   if (!server) die(server.error().toString());
-  std::printf("Granary index listening at http://%s:%u\n  data: %s\n",
+  std::printf("Granary index listening at http://%s:%u\n  data: %s\n  checkpoints: %s\n",
               urlHost(so.listen_host).c_str(), static_cast<unsigned>((*server)->port()),
-              dir.c_str());
+              dir.c_str(),
+              map ? fmt::format("every {} s onto the chunk servers of {}", checkpoint_interval,
+                                cluster).c_str()
+                  : "none (no --cluster)");
   std::fflush(stdout);
-  runUntilSignal(sigs, **server);
+  runUntilSignal(sigs, **server, [&] {
+    if (!checkpointer) return;
+    auto info = checkpointer->runOnce();
+    if (!info) {
+      log::warn("index checkpoint failed: {}", info.error().toString());
+    } else {
+      log::info("index checkpoint {}: {} files, {} bytes, {} copies, {} old blobs removed",
+                info->id.toHex(), info->files, info->bytes, info->copies, info->removed);
+    }
+  });
+  if (checkpointer) checkpointer->stop();
   pool.reset();
   server->reset();
   return 0;
+}
+
+// `granary admin rebuild-index`: a new index directory from the newest checkpoint on the
+// chunk servers, brought up to date from the fragment headers (docs/operations.md,
+// "Index loss"). Run it while no index service runs; then start `granary index` on it.
+int rebuildIndexCommand(int argc, char** argv) {
+  po::options_description opts("granary admin rebuild-index options");
+  std::string cluster, dir, credentials;
+  opts.add_options()("help,h", "show this help")(
+      "cluster", po::value(&cluster), "cluster map (its chunk servers hold the fragments)")(
+      "dir", po::value(&dir), "new index directory (must not exist or be empty)")(
+      "credentials", po::value(&credentials),
+      "root credentials file: its access key owns the buckets the rebuild creates (default: "
+      "$GRANARY_ROOT_USER)")(
+      "no-checkpoint", "start from an empty index instead of the newest checkpoint")(
+      "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
+  addSecretOption(opts);
+  po::variables_map vm;
+  if (!parseOptions(opts, argc, argv, vm)) return 0;
+  if (dir.empty()) die("rebuild-index needs --dir DIR");
+  const std::string secret = clusterSecret(vm);
+  auto map = loadClusterMap(cluster);
+  std::string owner;
+  if (!credentials.empty()) {
+    owner = readCredentials(credentials).access_key;
+  } else if (const char* user = std::getenv("GRANARY_ROOT_USER"); user && *user) {
+    owner = user;
+  } else {
+    die("rebuild-index needs the root user: --credentials FILE or GRANARY_ROOT_USER");
+  }
+
+  SystemClock clock;
+  auto chunks = remoteChunks(map, secret, clock);
+  std::error_code fec;
+  if (fs::exists(dir, fec) && !fs::is_empty(dir, fec)) die(dir + " is not empty");
+  if (!vm.count("no-checkpoint")) {
+    auto restored = gateway::restoreLatestCheckpoint(*chunks, map, dir);
+    if (!restored) {
+      die("no checkpoint restored (" + restored.error().toString() +
+          "); run with --no-checkpoint to rebuild from the fragments alone");
+    }
+    std::printf("restored checkpoint %s (made at Unix time %lld, %llu files, %llu bytes, "
+                "%zu copies)\n",
+                restored->id.toHex().c_str(),
+                static_cast<long long>(restored->created_unix_nanos / 1'000'000'000),
+                static_cast<unsigned long long>(restored->files),
+                static_cast<unsigned long long>(restored->bytes), restored->copies);
+  }
+  fs::create_directories(dir, fec);
+  RocksResources rocks;
+  auto index = index_kv::openIndex({dir}, rocks, clock);
+  if (!index) die("cannot open the index in " + dir + ": " + index.error().toString());
+  auto stats = gateway::rebuildIndex(**index, *chunks, map, owner);
+  if (!stats) die("rebuild failed: " + stats.error().toString());
+  nlohmann::json out = {{"drives", stats->drives},
+                        {"blobs_scanned", stats->blobs_scanned},
+                        {"objects_checked", stats->objects_checked},
+                        {"objects_relocated", stats->objects_relocated},
+                        {"objects_dropped", stats->objects_dropped},
+                        {"objects_rebuilt", stats->objects_rebuilt},
+                        {"versions_superseded", stats->versions_superseded},
+                        {"versions_incomplete", stats->versions_incomplete},
+                        {"part_versions_skipped", stats->part_versions_skipped},
+                        {"buckets_created", stats->buckets_created},
+                        {"errors", stats->errors}};
+  std::printf("%s\n", out.dump(2).c_str());
+  std::printf("index rebuilt in %s: start `granary index --dir %s` on it\n", dir.c_str(),
+              dir.c_str());
+  return stats->errors == 0 ? 0 : 1;
 }
 
 // `--dir [ID=]PATH`: the drive id is ID when given, else the directory's last component.
@@ -666,6 +793,9 @@ int main(int argc, char** argv) {
   if (cmd == "gateway") return gatewayCommand(argc - 1, argv + 1);
   if (cmd == "index") return indexCommand(argc - 1, argv + 1);
   if (cmd == "records") return cli::records(argc - 1, argv + 1);
+  if (cmd == "admin" && argc >= 3 && std::string_view(argv[2]) == "rebuild-index") {
+    return rebuildIndexCommand(argc - 2, argv + 2);
+  }
   if (cmd == "admin") return cli::admin(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();

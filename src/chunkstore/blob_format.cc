@@ -66,7 +66,7 @@ Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8
   std::memcpy(h, kBlobMagic.data(), kBlobMagic.size());
   putLe(h + kOffVersion, kBlobFormatVersion, 2);
   putLe(h + kOffRegionLen, region_len, 4);
-  putLe(h + kOffFlags, 0, 2);
+  putLe(h + kOffFlags, desc.flags, 2);
   auto id = desc.id.encode();
   std::memcpy(h + kOffBlobId, id.data(), id.size());
   h[kOffEcK] = desc.ec.k;

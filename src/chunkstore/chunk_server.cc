@@ -89,7 +89,7 @@ class ChunkServerImpl final : public ChunkServer {
       case Route::Kind::kBlobList:
         return get ? listBlobs(route.drive, query) : methodNotAllowed(req.method);
       case Route::Kind::kBlob:
-        return blob(req, route);
+        return blob(req, route, query);
     }
     return errorReply(Status::internal("unhandled route"));
   }
@@ -117,12 +117,19 @@ class ChunkServerImpl final : public ChunkServer {
   }
 
   // PUT, HEAD and DELETE of a blob (GET: readBlob).
-  Reply blob(Request& req, const Route& route) {
+  Reply blob(Request& req, const Route& route, std::string_view query) {
     if (req.method == "PUT") {
       auto desc = parseDescriptor(route.id, req.headers);
       if (!desc) return errorReply(desc.error());
       Status st = backend_.put(route.drive, *desc, req.body);
       return st.isOk() ? Reply{} : errorReply(st);
+    }
+    if (req.method == "HEAD" && queryParam(query, "header") == "1") {
+      auto desc = backend_.describe(route.drive, route.id);
+      if (!desc) return errorReply(desc.error());
+      Reply r;
+      r.headers = descriptorHeaders(*desc);
+      return r;
     }
     if (req.method == "HEAD") {
       auto found = backend_.stat(route.drive, route.id);

@@ -93,6 +93,7 @@ class ChunkStoreImpl final : public ChunkStore {
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                  IoDone done) override;
   Result<BlobInfo> stat(const BlobId& id) override;
+  Result<BlobDescriptor> describe(const BlobId& id) override;
   Status remove(const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) override;
   Result<DriveStats> stats() override;
@@ -533,6 +534,19 @@ Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {
   auto rec = index_->get(id);
   if (!rec) return fail(rec.error());
   return BlobInfo{id, rec->payload_len, rec->created_unix_nanos};
+}
+
+Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
+  auto rec = index_->get(id);
+  if (!rec) return fail(rec.error());
+  auto plan = planRead(id, *rec, 0, {}, false);  // the header region only
+  if (!plan) return fail(plan.error());
+  GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->fd, plan->headIo(), rec->offset));
+  GRANARY_RETURN_IF_ERROR_RESULT(verifyRead(*plan));
+  auto hdr = decodeHeader(plan->headIo().first(rec->header_region_len));
+  if (!hdr) return fail(hdr.error());
+  return BlobDescriptor{hdr->id, hdr->ec, hdr->stripe_data_len, std::move(hdr->bucket),
+                        std::move(hdr->key), hdr->flags};
 }
 
 Status ChunkStoreImpl::remove(const BlobId& id) {

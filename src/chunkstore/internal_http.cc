@@ -86,7 +86,8 @@ Headers descriptorHeaders(const BlobDescriptor& desc) {
   return {{std::string(kEcHeader), std::to_string(desc.ec.k) + "+" + std::to_string(desc.ec.m)},
           {std::string(kStripeLenHeader), std::to_string(desc.stripe_data_len)},
           {std::string(kBucketHeader), percentEncode(desc.bucket)},
-          {std::string(kKeyHeader), percentEncode(desc.key)}};
+          {std::string(kKeyHeader), percentEncode(desc.key)},
+          {std::string(kFlagsHeader), std::to_string(desc.flags)}};
 }
 
 Result<BlobDescriptor> parseDescriptor(const BlobId& id, const Headers& headers) {
@@ -113,6 +114,11 @@ Result<BlobDescriptor> parseDescriptor(const BlobId& id, const Headers& headers)
   desc.stripe_data_len = *len;
   desc.bucket = std::move(*b);
   desc.key = std::move(*kk);
+  if (auto flags = findHeader(headers, kFlagsHeader)) {
+    auto f = parseU64(*flags);
+    if (!f || *f > 0xffff) return fail(Status::invalidArgument("malformed x-granary-flags"));
+    desc.flags = static_cast<uint16_t>(*f);
+  }
   return desc;
 }
 

@@ -27,6 +27,7 @@ inline constexpr std::string_view kEcHeader = "x-granary-ec";
 inline constexpr std::string_view kStripeLenHeader = "x-granary-stripe-len";
 inline constexpr std::string_view kBucketHeader = "x-granary-bucket";
 inline constexpr std::string_view kKeyHeader = "x-granary-key";
+inline constexpr std::string_view kFlagsHeader = "x-granary-flags";  // optional, default 0
 // Response headers.
 inline constexpr std::string_view kBlobLengthHeader = "x-granary-blob-length";
 inline constexpr std::string_view kCreatedHeader = "x-granary-created-ns";
@@ -50,7 +51,8 @@ struct Route {
 };
 // Parses the path part of a request target; an unknown path is kInvalidArgument.
 Result<Route> parseRoute(std::string_view path);
-// Descriptor fields (all but the id, which is in the path) as request headers.
+// Descriptor fields (all but the id, which is in the path) as request headers (and as the
+// answer headers of a HEAD with ?header=1).
 Headers descriptorHeaders(const BlobDescriptor& desc);
 Result<BlobDescriptor> parseDescriptor(const BlobId& id, const Headers& headers);
 

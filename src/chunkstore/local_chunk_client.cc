@@ -48,6 +48,12 @@ Result<BlobInfo> LocalChunkClient::stat(std::string_view drive, const BlobId& id
   return (*store)->stat(id);
 }
 
+Result<BlobDescriptor> LocalChunkClient::describe(std::string_view drive, const BlobId& id) {
+  auto store = find(drive);
+  if (!store) return fail(store.error());
+  return (*store)->describe(id);
+}
+
 Result<std::vector<BlobInfo>> LocalChunkClient::list(std::string_view drive,
                                                      std::optional<BlobId> after,
                                                      size_t limit) {

@@ -230,6 +230,19 @@ Result<BlobInfo> RemoteChunkClient::stat(std::string_view drive, const BlobId& i
   return BlobInfo{id, *l, static_cast<int64_t>(*t)};
 }
 
+Result<BlobDescriptor> RemoteChunkClient::describe(std::string_view drive, const BlobId& id) {
+  Call c;
+  c.method = "HEAD";
+  c.path = blobPath(drive, id);
+  c.query = "header=1";
+  auto answer = impl_->call(drive, c);
+  if (!answer) return fail(answer.error());
+  auto desc = parseDescriptor(id, answer->headers);
+  if (!desc) return fail(Status::ioError("chunk server sent a malformed descriptor: " +
+                                         desc.error().message()));
+  return desc;
+}
+
 bool RemoteChunkClient::writable(std::string_view drive) const {
   auto endpoint = impl_->endpointOf(drive);
   if (!endpoint) return false;

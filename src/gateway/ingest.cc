@@ -294,7 +294,8 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     }
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
-    writer = std::make_unique<ObjectWriter>(ctx.data, out.version, req.bucket, req.key, ex);
+    writer = std::make_unique<ObjectWriter>(ctx.data, out.version, req.bucket, req.key, ex,
+                                            *size, options.part);
     for (;;) {
       auto buf = writer->buffer();
       auto n = co_await payload.readFull(buf);

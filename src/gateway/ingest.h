@@ -18,6 +18,7 @@ namespace granary::gateway {
 
 struct IngestOptions {
   bool allow_inline = true;  // bodies up to options.inline_threshold stay in memory
+  bool part = false;         // an UploadPart body (its fragments are marked as a part's)
   uint64_t max_size = 0;     // EntityTooLarge above
   // Runs after the header checks of the payload (mode, size, checksum) and before
   // Content-MD5's, so a caller's own header validation keeps its place in that order.

@@ -248,6 +248,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
 
   IngestOptions options;
   options.allow_inline = false;
+  options.part = true;
   options.max_size = kMaxPartSize;
   // Parts of an upload created with a checksum algorithm carry that algorithm.
   options.required_checksum = checksumFromName(upload->checksum_algorithm);
@@ -315,7 +316,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   // Written like an UploadPart body: new stripes of a new blob version, owned by the part.
   const VersionId version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  ObjectWriter writer(ctx.data, version, req.bucket, req.key, ex);
+  ObjectWriter writer(ctx.data, version, req.bucket, req.key, ex, length, true);
   CopySink sink(ctx, writer);
   Status st = Status::ok();
   if (src->is_inline) {

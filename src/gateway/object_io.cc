@@ -39,12 +39,14 @@ struct ObjectWriter::Slot {
 };
 
 ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
-                           asio::any_io_executor executor)
+                           asio::any_io_executor executor, uint64_t size, bool part)
     : dp_(dp),
       version_(version),
       bucket_(std::move(bucket)),
       key_(std::move(key)),
-      executor_(std::move(executor)) {
+      executor_(std::move(executor)),
+      size_(size),
+      flags_(part ? chunkstore::kBlobFlagPart : 0) {
   for (auto& s : slots_) {
     s = std::make_shared<Slot>();
     s->data.resize(dp_.stripeCapacity());
@@ -114,6 +116,9 @@ Task<Status> ObjectWriter::flush(size_t len) {
   });
   if (!encoded.isOk()) co_return encoded;
 
+  written_ += len;
+  const uint16_t flags =
+      flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
   in_flight_ = std::make_unique<TaskGroup>(dp_.pool(), executor_);
   for (int j = 0; j < profile.total(); ++j) {
     const uint8_t* p = j < profile.k ? slot.data.data() + uint64_t(j) * fl
@@ -124,6 +129,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
     desc.stripe_data_len = len;
     desc.bucket = bucket_;
     desc.key = key_;
+    desc.flags = flags;
     std::string drive = drives_[layout.drives[j]];
     in_flight_->spawn([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
                        drive = std::move(drive), p, fl] {

@@ -73,10 +73,14 @@ class DataPath {
 
 // Writes one object version's stripes. Usage: fill buffer() up to stripeCapacity(), call
 // flush(n); repeat; then finish(). On any failure call abandon() to delete what was written.
+// `size` is the object's (or part's) declared size: the stripe whose flush brings the bytes
+// written to exactly `size` is marked the last in its fragments' headers, and `part` marks
+// every fragment as a multipart part's; `granary admin rebuild-index` reads both
+// (docs/operations.md, "Index loss").
 class ObjectWriter {
  public:
   ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
-               asio::any_io_executor executor);
+               asio::any_io_executor executor, uint64_t size, bool part);
   ~ObjectWriter();
 
   std::span<uint8_t> buffer();
@@ -100,6 +104,9 @@ class ObjectWriter {
   std::string bucket_;
   std::string key_;
   asio::any_io_executor executor_;
+  uint64_t size_;
+  uint64_t written_ = 0;
+  uint16_t flags_;
   std::shared_ptr<Slot> slots_[2];  // shared with in-flight writes
   int current_ = 0;
   std::unique_ptr<TaskGroup> in_flight_;

@@ -92,6 +92,7 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
       for (const auto& blob : *page) {
         ++stats.entries_done;
         if (blob.created_unix_nanos > cutoff) continue;  // may belong to a PUT in progress
+        if (blob.id.version.isSystem()) continue;  // an index checkpoint, not an object's
         auto it = referenced.find(blob.id.version);
         if (it == referenced.end()) {
           auto ref = index_.isBlobVersionReferenced(blob.id.version);

@@ -191,6 +191,7 @@ class MeteredIndex final : public Index {
   }
   RecordIndexStats recordIndexStats() override { return inner_->recordIndexStats(); }
   IndexStorageStats storageStats() override { return inner_->storageStats(); }
+  Status checkpoint(const std::string& dir) override { return inner_->checkpoint(dir); }
 
  private:
   using Clock = std::chrono::steady_clock;

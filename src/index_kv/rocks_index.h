@@ -85,6 +85,7 @@ class RocksIndex final : public Index {
                                              int64_t orphan_before_unix_nanos) override;
   RecordIndexStats recordIndexStats() override;
   IndexStorageStats storageStats() override;
+  Status checkpoint(const std::string& dir) override;
 
   // Group-commit counters: synced batches written and requests committed so far.
   CommitStats commitStats() const { return queue_->stats(); }

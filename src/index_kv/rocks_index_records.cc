@@ -5,6 +5,7 @@
 // its record_gc entry is only dropped (through the queue) once all rows are gone.
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
 #include <map>
@@ -393,6 +394,16 @@ IndexStorageStats RocksIndex::storageStats() {
   s.memtable_bytes = total("rocksdb.cur-size-all-mem-tables");
   s.live_data_bytes = total("rocksdb.estimate-live-data-size");
   return s;
+}
+
+Status RocksIndex::checkpoint(const std::string& dir) {
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  if (!s.ok()) return fromRocks(s, "index: checkpoint");
+  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
+  // log_size_for_flush 0: memtables are flushed first, so the copy needs no WAL replay.
+  s = cp->CreateCheckpoint(dir, /*log_size_for_flush=*/0);
+  return s.ok() ? Status::ok() : fromRocks(s, "index: checkpoint into " + dir);
 }
 
 }  // namespace granary::index_kv

@@ -34,6 +34,7 @@ class ChunkClient {
   }
   virtual Status remove(std::string_view drive, const BlobId& id) = 0;
   virtual Result<BlobInfo> stat(std::string_view drive, const BlobId& id) = 0;
+  virtual Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) = 0;
   virtual Result<std::vector<BlobInfo>> list(std::string_view drive,
                                              std::optional<BlobId> after, size_t limit) = 0;
   virtual Result<DriveStats> stats(std::string_view drive) = 0;
@@ -56,6 +57,7 @@ class LocalChunkClient final : public ChunkClient {
                  std::span<uint8_t> out, IoDone done) override;
   Status remove(std::string_view drive, const BlobId& id) override;
   Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
+  Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override;
   Result<DriveStats> stats(std::string_view drive) override;

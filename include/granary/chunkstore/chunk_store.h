@@ -43,12 +43,19 @@ namespace granary::chunkstore {
 
 // What the writer knows about a fragment; stored in its header so that the blob index
 // (and, later, the object index) can be rebuilt from the drives alone.
+// BlobDescriptor::flags bits (the header's flags field, docs/chunkstore-format.md).
+inline constexpr uint16_t kBlobFlagPart = 0x1;        // a multipart upload part's stripe
+inline constexpr uint16_t kBlobFlagLastStripe = 0x2;  // the last stripe of its object or part
+inline constexpr uint16_t kBlobFlagSystem = 0x4;      // Granary's own (an index checkpoint)
+
 struct BlobDescriptor {
   BlobId id;
   ec::EcProfile ec;
   uint64_t stripe_data_len = 0;  // object bytes in this stripe (before padding)
   std::string bucket;            // owning object, <= 255 bytes
   std::string key;               // owning object key, <= 1024 bytes
+  uint16_t flags = 0;            // kBlobFlag* bits
+  bool operator==(const BlobDescriptor&) const = default;
 };
 
 struct BlobInfo {
@@ -87,6 +94,9 @@ class ChunkStore {
   virtual void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                          IoDone done) = 0;
   virtual Result<BlobInfo> stat(const BlobId& id) = 0;
+  // The descriptor stored in the blob's header (read from the disk and verified; the
+  // payload is not read). kCorruption if the header fails its checks.
+  virtual Result<BlobDescriptor> describe(const BlobId& id) = 0;
   virtual Status remove(const BlobId& id) = 0;
   // Blobs in id order, strictly after `after` when given; at most `limit`.
   virtual Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) = 0;

@@ -67,6 +67,7 @@ class RemoteChunkClient final : public ChunkClient {
               std::span<uint8_t> out) override;
   Status remove(std::string_view drive, const BlobId& id) override;
   Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
+  Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override;
   Result<DriveStats> stats(std::string_view drive) override;

@@ -29,6 +29,12 @@ struct VersionId {
   std::string toHex() const;
   int64_t createdUnixNanos() const;
   bool isZero() const;
+  // Granary's own blobs (index checkpoints) have versions whose first four bytes are all
+  // 0xff. An object version starts with its creation time in big-endian Unix nanoseconds,
+  // which reaches that only in the year 2554; system versions sort after every object's.
+  bool isSystem() const {
+    return bytes[0] == 0xff && bytes[1] == 0xff && bytes[2] == 0xff && bytes[3] == 0xff;
+  }
   auto operator<=>(const VersionId&) const = default;
 };
 

@@ -443,6 +443,12 @@ class Index {
                                                      int64_t orphan_before_unix_nanos) = 0;
   virtual RecordIndexStats recordIndexStats() = 0;
   virtual IndexStorageStats storageStats() { return {}; }
+  // A consistent copy of the whole index as RocksDB files in `dir` (which must not exist;
+  // created on the index's filesystem, hard links where possible): openIndex on it opens
+  // the index as of this call. Only where the database is (kInvalidArgument elsewhere, e.g. over RPC).
+  virtual Status checkpoint(const std::string& /*dir*/) {
+    return Status::invalidArgument("checkpoints are made where the index runs");
+  }
 };
 
 // Wraps `inner` so that every call is counted in `registry`:

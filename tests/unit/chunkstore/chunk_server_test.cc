@@ -72,6 +72,10 @@ class ScriptedClient final : public ChunkClient {
     if (auto e = takeError()) return fail(*e);
     return target_.stat(drive, id);
   }
+  Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) override {
+    if (auto e = takeError()) return fail(*e);
+    return target_.describe(drive, id);
+  }
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,
                                      size_t limit) override {
     if (auto e = takeError()) return fail(*e);
@@ -309,6 +313,7 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
   odd.key = std::string(kOddKey, sizeof kOddKey - 1);  // with its NUL byte
   odd.ec = {10, 4};
   odd.stripe_data_len = 123456789012ull;
+  odd.flags = kBlobFlagPart | kBlobFlagLastStripe;
   REQUIRE(client->put("d1", odd, std::vector<uint8_t>(10, 7)).isOk());
   BlobDescriptor got = c.scripted->lastPut();
   CHECK(got.id == odd.id);
@@ -317,6 +322,12 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
   CHECK(got.ec.k == 10);
   CHECK(got.ec.m == 4);
   CHECK(got.stripe_data_len == odd.stripe_data_len);
+  CHECK(got.flags == odd.flags);
+  // The header as stored on the drive, read back over the wire.
+  auto described = client->describe("d1", odd.id);
+  REQUIRE(described.has_value());
+  CHECK(*described == odd);
+  CHECK(client->describe("d1", makeId(12345)).error().code() == Code::kNotFound);
 
   for (auto& [id, data] : blobs) {
     std::vector<uint8_t> all(data.size());

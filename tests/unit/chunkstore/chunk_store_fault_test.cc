@@ -85,6 +85,7 @@ TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {
   std::vector<uint8_t> out(10);
   CHECK(readVia(*f.store, async, id, 0, out).code() == Status::Code::kCorruption);
   CHECK(readVia(*f.store, async, id, 4500, out).code() == Status::Code::kCorruption);
+  CHECK(f.store->describe(id).error().code() == Status::Code::kCorruption);
 }
 
 TEST_CASE("A punched (zeroed) blob still indexed is kCorruption, not zeros") {

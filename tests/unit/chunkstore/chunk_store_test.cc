@@ -43,6 +43,26 @@ TEST_CASE("Blobs of every size round-trip through put and read on both engines")
   }
 }
 
+TEST_CASE("describe returns the descriptor stored in the blob's header, flags included") {
+  auto engine = makeUringEngine();
+  StoreFixture f(*engine);
+  BlobDescriptor desc = descriptor(makeId(7));
+  desc.ec = {4, 2};
+  desc.stripe_data_len = 12345;
+  desc.bucket = "bkt";
+  desc.key = "dir/obj\xff";
+  desc.flags = kBlobFlagLastStripe;
+  REQUIRE(f.store->put(desc, randomBytes(20000, 3)).isOk());
+  REQUIRE(f.store->put(descriptor(makeId(8)), randomBytes(10, 4)).isOk());
+  auto got = f.store->describe(makeId(7));
+  REQUIRE(got.has_value());
+  CHECK(*got == desc);
+  auto plain = f.store->describe(makeId(8));
+  REQUIRE(plain.has_value());
+  CHECK(plain->flags == 0);
+  CHECK(f.store->describe(makeId(9)).error().code() == Status::Code::kNotFound);
+}
+
 TEST_CASE("Ranged reads at odd offsets crossing block boundaries return the exact bytes") {
   auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
   auto block_size = GENERATE(as<uint32_t>{}, 4096u, 1536u, 65536u);

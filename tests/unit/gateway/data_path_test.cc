@@ -20,6 +20,7 @@
 #include "granary/common/random.h"
 #include "granary/common/worker_pool.h"
 #include "granary/ec/erasure_code.h"
+#include "data_path_util.h"
 #include "object_io.h"
 
 namespace granary::gateway {
@@ -27,7 +28,9 @@ namespace {
 
 using testing::FaultyChunkClient;
 using testing::randomString;
+using testing::Counters;
 using testing::TestCluster;
+using testing::writeAll;
 
 constexpr uint32_t kFragmentLen = 4096;
 constexpr uint64_t kStripe = 4 * kFragmentLen;  // k = 4
@@ -63,51 +66,6 @@ class StringSink final : public BodySink {
   int writes_ = 0;
 };
 
-struct Counters {
-  prometheus::Registry registry;
-  prometheus::Counter& degraded = prometheus::BuildCounter()
-                                      .Name("test_degraded_stripes_total")
-                                      .Help("degraded")
-                                      .Register(registry)
-                                      .Add({});
-  prometheus::Counter& fragment_errors = prometheus::BuildCounter()
-                                             .Name("test_fragment_errors_total")
-                                             .Help("errors")
-                                             .Register(registry)
-                                             .Add({});
-  prometheus::Counter& encoded = prometheus::BuildCounter()
-                                     .Name("test_encoded_bytes_total")
-                                     .Help("encoded")
-                                     .Register(registry)
-                                     .Add({});
-  prometheus::Counter& decoded = prometheus::BuildCounter()
-                                     .Name("test_decoded_bytes_total")
-                                     .Help("decoded")
-                                     .Register(registry)
-                                     .Add({});
-  prometheus::Counter& crc_failures = prometheus::BuildCounter()
-                                          .Name("test_crc_failures_total")
-                                          .Help("crc")
-                                          .Register(registry)
-                                          .Add({});
-};
-
-// Fills the writer's buffer stripe by stripe from `data`, then finishes. Stops at the
-// first error (the caller abandons).
-Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
-  size_t pos = 0;
-  while (pos < data.size()) {
-    std::span<uint8_t> buf = w.buffer();
-    size_t n = std::min(buf.size(), data.size() - pos);
-    std::memcpy(buf.data(), data.data() + pos, n);
-    pos += n;
-    Status st = co_await w.flush(n);
-    if (!st.isOk()) co_return st;
-  }
-  Status st = co_await w.finish();
-  co_return st;
-}
-
 Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first, uint64_t length,
                       BodySink& sink) {
   Status st = co_await readObjectRange(dp, m, first, length, sink);
@@ -130,7 +88,7 @@ struct DataPathFixture {
     m.version = VersionId::generate(cluster.clock, random);
     m.size = data.size();
     m.ec = code->profile();
-    ObjectWriter w(dp, m.version, "bucket", "key", io.get_executor());
+    ObjectWriter w(dp, m.version, "bucket", "key", io.get_executor(), data.size(), false);
     Status st = runTask(io, writeAll(w, data));
     REQUIRE(st.isOk());
     m.drives = w.drives();
@@ -197,6 +155,20 @@ TEST_CASE("Objects of many sizes round-trip through stripes, and ranges equal th
   CHECK(sum == size);
   CHECK(f.cluster.allBlobs().size() == stripes * 6);
   CHECK(f.counters.encoded.Value() > 0);
+  // Every fragment header names the object, its stripe's length, and marks the last
+  // stripe (what rebuild-index reads).
+  for (size_t s = 0; s < m.stripes.size(); ++s) {
+    for (size_t j = 0; j < 6; ++j) {
+      auto desc = f.cluster.chunks->describe(
+          f.driveOf(m, s, j), BlobId{m.version, uint32_t(s), uint16_t(j)});
+      REQUIRE(desc.has_value());
+      CHECK(desc->bucket == "bucket");
+      CHECK(desc->key == "key");
+      CHECK(desc->stripe_data_len == m.stripes[s].data_len);
+      CHECK(desc->flags ==
+            (s + 1 == m.stripes.size() ? chunkstore::kBlobFlagLastStripe : uint16_t{0}));
+    }
+  }
 
   auto [st, whole] = f.read(m, 0, size);
   REQUIRE(st.isOk());
@@ -395,7 +367,7 @@ TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes 
   f.cluster.chunks->failPuts("d3", Status::ioError("disk on fire"));
 
   VersionId version = VersionId::generate(f.cluster.clock, f.random);
-  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
   Status st = runTask(f.io, writeAll(w, data));
   CHECK(st.code() == Status::Code::kIoError);
   CHECK(st.message() == "disk on fire");
@@ -412,7 +384,7 @@ TEST_CASE("abandon after a successful write removes every fragment of the versio
   DataPathFixture f;
   std::string data = randomString(2 * kStripe + 3, 16);
   VersionId version = VersionId::generate(f.cluster.clock, f.random);
-  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
   REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
   CHECK(f.cluster.allBlobs().size() == 3 * 6);
   runVoid(f.io, w.abandon());
@@ -457,7 +429,7 @@ TEST_CASE("Too few writable drives for k fails the write without writing anythin
   for (const char* d : {"d0", "d2", "d4"}) f.cluster.chunks->setReadOnly(d);
   std::string data = randomString(kStripe, 18);
   VersionId version = VersionId::generate(f.cluster.clock, f.random);
-  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor());
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
   Status st = runTask(f.io, writeAll(w, data));
   // Drives refuse new blobs when full: the client gets 507 XGranaryStorageFull.
   CHECK(st.code() == Status::Code::kNoSpace);

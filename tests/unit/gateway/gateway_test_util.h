@@ -53,6 +53,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void failReads(const std::string& drive, Status st) { read_faults_[drive] = std::move(st); }
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
   void failRemoves(const std::string& drive, Status st) { remove_faults_[drive] = std::move(st); }
+  void failLists(const std::string& drive, Status st) { list_faults_[drive] = std::move(st); }
   void setReadOnly(const std::string& drive) { read_only_.insert(drive); }
   // The drive's server stops answering as far as reachable() is concerned.
   void setUnreachable(const std::string& drive) { unreachable_.insert(drive); }
@@ -60,6 +61,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     read_faults_.clear();
     put_faults_.clear();
     remove_faults_.clear();
+    list_faults_.clear();
     read_only_.clear();
     unreachable_.clear();
   }
@@ -85,9 +87,13 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   Result<chunkstore::BlobInfo> stat(std::string_view drive, const BlobId& id) override {
     return target_.stat(drive, id);
   }
+  Result<chunkstore::BlobDescriptor> describe(std::string_view drive, const BlobId& id) override {
+    return target_.describe(drive, id);
+  }
   Result<std::vector<chunkstore::BlobInfo>> list(std::string_view drive,
                                                  std::optional<BlobId> after,
                                                  size_t limit) override {
+    if (auto f = fault(list_faults_, drive)) return fail(*f);
     return target_.list(drive, after, limit);
   }
   Result<chunkstore::DriveStats> stats(std::string_view drive) override {
@@ -114,6 +120,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> read_faults_;
   std::map<std::string, Status, std::less<>> put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
+  std::map<std::string, Status, std::less<>> list_faults_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
   mutable std::mutex mu_;

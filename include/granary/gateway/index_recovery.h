@@ -1,0 +1,121 @@
+// Surviving the loss of the index (docs/operations.md, "Index loss").
+//
+// IndexCheckpointer, run by `granary index --cluster ...`: every `interval` it makes a
+// consistent RocksDB checkpoint of the index (Index::checkpoint), copies each of its files
+// onto m + 1 drives of distinct failure domains as system blobs, and then keeps only the
+// newest `keep` complete checkpoints on the drives.
+//
+// On the drives a checkpoint is a system version C (VersionId::isSystem; its bytes 4..11
+// are the creation time, so checkpoints sort by age): blob {C, 0, 0} is the catalog (JSON:
+// file names, sizes, CRC32Cs), blobs {C, f, p} for f >= 1 are the pieces of file f. The
+// catalog is written last, so a checkpoint without one is incomplete and never restored.
+//
+// restoreLatestCheckpoint (`granary admin rebuild-index`) writes the newest complete
+// checkpoint that reads back whole (every file's size and CRC32C check) into a directory.
+//
+// rebuildIndex then brings an index (restored, or empty) up to date with the drives:
+//  - a committed manifest whose fragments moved (repair) is pointed at where they are; one
+//    with a stripe of fewer than k fragments left (deleted after the checkpoint, its blobs
+//    collected) is removed;
+//  - every object version found on the drives that the index does not know (written after
+//    the checkpoint) is committed from its fragment headers (bucket, key, EC profile,
+//    stripe lengths, the last-stripe mark) if all its stripes are there and decodable and
+//    it is newer than the key's current version; its ETag is the MD5 of its bytes, read
+//    back. Buckets named by such objects are created, owned by `owner`.
+// What a rebuild cannot recover is listed in RebuildStats and docs/operations.md: inline
+// objects, multipart completions, metadata, users and record indexes written after the
+// checkpoint; and an object deleted after it whose blobs are not collected yet reappears.
+//
+// Thread safety: IndexCheckpointer::runOnce may be called from any thread, one run at a
+// time; the free functions are blocking and single-threaded.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "granary/common/ids.h"
+#include "granary/common/periodic_thread.h"
+#include "granary/common/status.h"
+
+namespace prometheus {
+class Registry;
+}
+namespace granary {
+class Clock;
+class Random;
+}  // namespace granary
+namespace granary::chunkstore {
+class ChunkClient;
+}
+namespace granary::index_kv {
+class Index;
+}
+namespace granary::placement {
+struct ClusterMap;
+}
+
+namespace granary::gateway {
+
+struct CheckpointOptions {
+  std::string work_dir;                 // where the local checkpoint is made (index's fs)
+  std::chrono::seconds interval{900};   // between checkpoints; 0: only runOnce
+  size_t keep = 3;                      // complete checkpoints kept on the drives
+  uint64_t piece_bytes = 16ull << 20;   // files are cut into blobs of this size
+};
+
+struct CheckpointInfo {
+  VersionId id;
+  int64_t created_unix_nanos = 0;
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  size_t copies = 0;     // drives holding every piece and the catalog
+  size_t removed = 0;    // older checkpoints' blobs removed by this run
+};
+
+class IndexCheckpointer {
+ public:
+  // Registers granary_index_checkpoint_* metrics. Everything passed must outlive it.
+  IndexCheckpointer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                    const placement::ClusterMap& map, const Clock& clock, Random& random,
+                    prometheus::Registry& registry, CheckpointOptions options);
+  ~IndexCheckpointer();
+  // One checkpoint: made, copied, older ones pruned. kUnavailable if no drive took a
+  // complete copy.
+  Result<CheckpointInfo> runOnce();
+  void start();  // every options.interval (if > 0)
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  PeriodicThread thread_;
+};
+
+// Finds the newest complete checkpoint on the map's drives and writes its files into
+// `dir` (created; must not exist or be empty). kNotFound if there is none that reads back.
+Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
+                                               const placement::ClusterMap& map,
+                                               const std::string& dir);
+
+struct RebuildStats {
+  uint64_t drives = 0;
+  uint64_t blobs_scanned = 0;
+  uint64_t objects_checked = 0;        // manifests already in the index
+  uint64_t objects_relocated = 0;      // their fragments found elsewhere: manifest updated
+  uint64_t objects_dropped = 0;        // a stripe with fewer than k fragments left: removed
+  uint64_t objects_rebuilt = 0;        // committed from fragment headers
+  uint64_t versions_superseded = 0;    // found, but the key has a newer version
+  uint64_t versions_incomplete = 0;    // a stripe, the last-stripe mark or k fragments missing
+  uint64_t part_versions_skipped = 0;  // multipart parts: cannot be rebuilt
+  uint64_t buckets_created = 0;
+  uint64_t errors = 0;                 // reads or commits that failed (logged)
+};
+
+// Needs every drive of the map to answer its blob list (kUnavailable otherwise: a
+// fragment on a silent drive would look lost). `owner` owns the buckets it creates.
+Result<RebuildStats> rebuildIndex(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                                  const placement::ClusterMap& map, const std::string& owner);
+
+}  // namespace granary::gateway

@@ -1,0 +1,746 @@
+// Index checkpoints on the chunk servers, their restore, and the index rebuild from
+// fragment headers (index_recovery.h).
+#include "granary/gateway/index_recovery.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "digest.h"
+#include "granary/chunkstore/chunk_client.h"
+#include "granary/common/clock.h"
+#include "granary/common/hex.h"
+#include "granary/common/log.h"
+#include "granary/common/random.h"
+#include "granary/ec/erasure_code.h"
+#include "granary/index_kv/index.h"
+#include "granary/placement/cluster_map.h"
+#include "granary/placement/placement.h"
+
+namespace granary::gateway {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kListPage = 1000;
+constexpr int kCatalogFormat = 1;
+constexpr std::string_view kSystemBucket = ".granary";  // not a valid S3 bucket name
+
+// The smallest blob id of a system version: listing after it yields system blobs only.
+BlobId systemStart() {
+  BlobId id;
+  std::fill(id.version.bytes.begin(), id.version.bytes.begin() + 4, uint8_t{0xff});
+  return id;
+}
+
+VersionId newCheckpointId(int64_t now, Random& random) {
+  VersionId id;
+  std::fill(id.bytes.begin(), id.bytes.begin() + 4, uint8_t{0xff});
+  putBe64(id.bytes.data() + 4, static_cast<uint64_t>(now));
+  random.fill(std::span<uint8_t>(id.bytes.data() + 12, 4));
+  return id;
+}
+
+// Where the blobs of every checkpoint are: blob id -> (drive -> payload length).
+using SystemBlobs = std::map<BlobId, std::map<std::string, uint64_t>>;
+
+// Every system blob on every drive that answers (unreachable drives are logged).
+SystemBlobs listSystemBlobs(chunkstore::ChunkClient& chunks, const placement::ClusterMap& map) {
+  SystemBlobs out;
+  for (const auto& drive : map.drives) {
+    std::optional<BlobId> after = systemStart();
+    for (;;) {
+      auto page = chunks.list(drive.id, after, kListPage);
+      if (!page) {
+        log::warn("checkpoints: cannot list {}: {}", drive.id, page.error().toString());
+        break;
+      }
+      for (const auto& b : *page) {
+        if (b.id.version.isSystem()) out[b.id][drive.id] = b.length;
+      }
+      if (page->size() < kListPage) break;
+      after = page->back().id;
+    }
+  }
+  return out;
+}
+
+struct CatalogFile {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t crc32c = 0;
+  uint32_t pieces = 0;
+};
+
+struct Catalog {
+  int64_t created_unix_nanos = 0;
+  std::vector<CatalogFile> files;
+};
+
+std::string encodeCatalog(const Catalog& c) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : c.files) {
+    files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}, {"pieces", f.pieces}});
+  }
+  return nlohmann::json{{"format", kCatalogFormat},
+                        {"created_ns", c.created_unix_nanos},
+                        {"files", std::move(files)}}
+      .dump();
+}
+
+Result<Catalog> decodeCatalog(std::string_view text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (j.at("format").get<int>() != kCatalogFormat) {
+      return fail(Status::corruption("checkpoint catalog of an unknown format"));
+    }
+    Catalog c;
+    c.created_unix_nanos = j.at("created_ns").get<int64_t>();
+    for (const auto& f : j.at("files")) {
+      CatalogFile file{f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
+                       f.at("crc32c").get<uint32_t>(), f.at("pieces").get<uint32_t>()};
+      // Names come from the drives: never let one leave the target directory.
+      if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == "." ||
+          file.name == "..") {
+        return fail(Status::corruption("checkpoint catalog names a bad file '" + file.name + "'"));
+      }
+      c.files.push_back(std::move(file));
+    }
+    return c;
+  } catch (const std::exception& e) {
+    return fail(Status::corruption(std::string("malformed checkpoint catalog: ") + e.what()));
+  }
+}
+
+// Reads a whole blob from the first of `where` that returns it.
+Result<std::vector<uint8_t>> readAnyCopy(chunkstore::ChunkClient& chunks, const BlobId& id,
+                                         const std::map<std::string, uint64_t>& where) {
+  Status last = Status::notFound("blob " + id.toString() + " is on no drive");
+  for (const auto& [drive, len] : where) {
+    std::vector<uint8_t> bytes(len);
+    Status st = chunks.read(drive, id, 0, bytes);
+    if (st.isOk()) return bytes;
+    log::warn("checkpoints: reading {} on {}: {}", id.toString(), drive, st.toString());
+    last = st;
+  }
+  return fail(last);
+}
+
+}  // namespace
+
+// --- IndexCheckpointer ---------------------------------------------------------------
+
+struct IndexCheckpointer::Impl {
+  Impl(index_kv::Index& index, chunkstore::ChunkClient& chunks, const placement::ClusterMap& map,
+       const Clock& clock, Random& random, prometheus::Registry& registry,
+       CheckpointOptions options)
+      : index(index),
+        chunks(chunks),
+        map(map),
+        clock(clock),
+        random(random),
+        options(std::move(options)),
+        runs(prometheus::BuildCounter()
+                 .Name("granary_index_checkpoints_total")
+                 .Help("Index checkpoints attempted, by result")
+                 .Register(registry)),
+        last_success(prometheus::BuildGauge()
+                         .Name("granary_index_checkpoint_last_success_timestamp_seconds")
+                         .Help("When the last complete index checkpoint was made")
+                         .Register(registry)
+                         .Add({})),
+        last_bytes(prometheus::BuildGauge()
+                       .Name("granary_index_checkpoint_bytes")
+                       .Help("Bytes of the last complete index checkpoint (one copy)")
+                       .Register(registry)
+                       .Add({})) {}
+
+  // The drives that take the copies: the first writable drive of each failure domain in
+  // rendezvous order of the checkpoint, m + 1 domains at most.
+  std::vector<std::string> copyDrives(const VersionId& id) {
+    std::vector<std::string> out;
+    std::set<std::string> domains;
+    const size_t want = static_cast<size_t>(map.ec.m) + 1;
+    for (size_t d : placement::rankDrives(map, "index-checkpoint:" + id.toHex())) {
+      const auto& drive = map.drives[d];
+      if (domains.contains(drive.domain) || !chunks.writable(drive.id)) continue;
+      domains.insert(drive.domain);
+      out.push_back(drive.id);
+      if (out.size() == want) break;
+    }
+    return out;
+  }
+
+  // Writes one blob to every drive of `drives`, dropping the drives that fail.
+  void putAll(std::vector<std::string>& drives, const chunkstore::BlobDescriptor& desc,
+              std::span<const uint8_t> bytes) {
+    std::erase_if(drives, [&](const std::string& drive) {
+      Status st = chunks.put(drive, desc, bytes);
+      if (st.isOk()) return false;
+      log::warn("checkpoint: writing {} to {}: {}", desc.id.toString(), drive, st.toString());
+      return true;
+    });
+  }
+
+  Result<CheckpointInfo> run() {
+    std::lock_guard lock(mu);
+    CheckpointInfo info;
+    info.created_unix_nanos = clock.nowUnixNanos();
+    info.id = newCheckpointId(info.created_unix_nanos, random);
+    const fs::path local = fs::path(options.work_dir) / ("checkpoint-" + info.id.toHex());
+    std::error_code ec;
+    fs::create_directories(options.work_dir, ec);
+    fs::remove_all(local, ec);
+    GRANARY_RETURN_IF_ERROR_RESULT(index.checkpoint(local.string()));
+    struct Cleanup {
+      fs::path dir;
+      ~Cleanup() {
+        std::error_code e;
+        fs::remove_all(dir, e);
+      }
+    } cleanup{local};
+
+    std::vector<std::string> drives = copyDrives(info.id);
+    if (drives.empty()) return fail(Status::unavailable("checkpoint: no writable drive"));
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(local, ec)) {
+      if (entry.is_regular_file()) names.push_back(entry.path().filename().string());
+    }
+    if (ec) return fail(Status::fromErrno(ec.value(), "listing " + local.string()));
+    std::sort(names.begin(), names.end());
+
+    Catalog catalog;
+    catalog.created_unix_nanos = info.created_unix_nanos;
+    std::vector<uint8_t> piece(options.piece_bytes);
+    for (size_t f = 0; f < names.size() && !drives.empty(); ++f) {
+      std::ifstream in(local / names[f], std::ios::binary);
+      if (!in) return fail(Status::ioError("checkpoint: cannot open " + names[f]));
+      CatalogFile file{names[f], 0, 0, 0};
+      for (;;) {
+        in.read(reinterpret_cast<char*>(piece.data()), static_cast<std::streamsize>(piece.size()));
+        const size_t n = static_cast<size_t>(in.gcount());
+        if (n == 0 && file.pieces > 0) break;
+        std::span<const uint8_t> bytes(piece.data(), n);
+        file.crc32c = ec::crc32c(bytes, file.crc32c);
+        file.size += n;
+        chunkstore::BlobDescriptor desc;
+        desc.id = BlobId{info.id, static_cast<uint32_t>(f + 1), static_cast<uint16_t>(file.pieces)};
+        desc.ec = {1, 0};
+        desc.stripe_data_len = n;
+        desc.bucket = std::string(kSystemBucket);
+        desc.key = "index-checkpoint/" + info.id.toHex() + "/" + names[f];
+        desc.flags = chunkstore::kBlobFlagSystem;
+        putAll(drives, desc, bytes);
+        if (++file.pieces > 0xffff) return fail(Status::invalidArgument("checkpoint file too large"));
+        if (n < piece.size()) break;
+      }
+      if (in.bad()) return fail(Status::ioError("checkpoint: reading " + names[f]));
+      info.bytes += file.size;
+      catalog.files.push_back(std::move(file));
+    }
+    info.files = catalog.files.size();
+    std::string text = encodeCatalog(catalog);
+    chunkstore::BlobDescriptor desc;
+    desc.id = BlobId{info.id, 0, 0};
+    desc.ec = {1, 0};
+    desc.stripe_data_len = text.size();
+    desc.bucket = std::string(kSystemBucket);
+    desc.key = "index-checkpoint/" + info.id.toHex();
+    desc.flags = chunkstore::kBlobFlagSystem;
+    if (!drives.empty()) {
+      putAll(drives, desc, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+    }
+    info.copies = drives.size();
+    if (info.copies == 0) {
+      // What this attempt wrote goes with the next successful checkpoint's pruning.
+      return fail(Status::unavailable("checkpoint: no drive took a complete copy"));
+    }
+    if (info.copies < static_cast<size_t>(map.ec.m) + 1) {
+      log::warn("checkpoint {}: only {} copies (want {})", info.id.toHex(), info.copies,
+                map.ec.m + 1);
+    }
+    info.removed = prune(info.id);
+    return info;
+  }
+
+  // Keeps the newest `keep` complete checkpoints, and any checkpoint newer than `made`
+  // (another index's, in progress); removes every other checkpoint blob (older ones and
+  // failed attempts). Returns the blobs removed.
+  size_t prune(const VersionId& made) {
+    SystemBlobs blobs = listSystemBlobs(chunks, map);
+    std::set<VersionId, std::greater<>> complete;
+    for (const auto& [id, where] : blobs) {
+      if (id.stripe == 0 && id.fragment == 0) complete.insert(id.version);
+    }
+    std::set<VersionId> kept;
+    for (const auto& v : complete) {
+      if (kept.size() >= options.keep) break;
+      kept.insert(v);
+    }
+    size_t removed = 0;
+    for (const auto& [id, where] : blobs) {
+      if (kept.contains(id.version) || id.version > made) continue;
+      for (const auto& [drive, len] : where) {
+        if (chunks.remove(drive, id).isOk()) ++removed;
+      }
+    }
+    return removed;
+  }
+
+  void record(bool ok, const CheckpointInfo* info) {
+    runs.Add({{"result", ok ? "ok" : "failed"}}).Increment();
+    if (ok && info) {
+      last_success.Set(static_cast<double>(info->created_unix_nanos) / 1e9);
+      last_bytes.Set(static_cast<double>(info->bytes));
+    }
+  }
+
+  index_kv::Index& index;
+  chunkstore::ChunkClient& chunks;
+  const placement::ClusterMap& map;
+  const Clock& clock;
+  Random& random;
+  const CheckpointOptions options;
+  std::mutex mu;
+  prometheus::Family<prometheus::Counter>& runs;
+  prometheus::Gauge& last_success;
+  prometheus::Gauge& last_bytes;
+};
+
+IndexCheckpointer::IndexCheckpointer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                                     const placement::ClusterMap& map, const Clock& clock,
+                                     Random& random, prometheus::Registry& registry,
+                                     CheckpointOptions options)
+    : impl_(std::make_unique<Impl>(index, chunks, map, clock, random, registry,
+                                   std::move(options))) {}
+
+IndexCheckpointer::~IndexCheckpointer() { stop(); }
+
+Result<CheckpointInfo> IndexCheckpointer::runOnce() {
+  auto info = impl_->run();
+  impl_->record(info.has_value(), info ? &*info : nullptr);
+  return info;
+}
+
+void IndexCheckpointer::start() {
+  if (impl_->options.interval.count() <= 0) return;
+  thread_.start(impl_->options.interval, [this] {
+    auto info = runOnce();
+    if (!info) {
+      log::warn("index checkpoint failed: {}", info.error().toString());
+    } else {
+      log::info("index checkpoint {}: {} files, {} bytes, {} copies, {} old blobs removed",
+                info->id.toHex(), info->files, info->bytes, info->copies, info->removed);
+    }
+  });
+}
+
+void IndexCheckpointer::stop() { thread_.stop(); }
+
+// --- restore ---------------------------------------------------------------------------
+
+namespace {
+
+// Restores checkpoint `version` into `dir` (which exists and is empty).
+Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemBlobs& blobs,
+                                  const VersionId& version, const fs::path& dir) {
+  auto where = blobs.find(BlobId{version, 0, 0});
+  if (where == blobs.end()) return fail(Status::notFound("incomplete checkpoint"));
+  auto text = readAnyCopy(chunks, where->first, where->second);
+  if (!text) return fail(text.error());
+  auto catalog = decodeCatalog({reinterpret_cast<const char*>(text->data()), text->size()});
+  if (!catalog) return fail(catalog.error());
+  CheckpointInfo info;
+  info.id = version;
+  info.created_unix_nanos = catalog->created_unix_nanos;
+  info.copies = where->second.size();
+  for (size_t f = 0; f < catalog->files.size(); ++f) {
+    const auto& file = catalog->files[f];
+    std::ofstream out(dir / file.name, std::ios::binary | std::ios::trunc);
+    if (!out) return fail(Status::ioError("cannot create " + (dir / file.name).string()));
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    for (uint32_t p = 0; p < file.pieces; ++p) {
+      BlobId id{version, static_cast<uint32_t>(f + 1), static_cast<uint16_t>(p)};
+      auto at = blobs.find(id);
+      if (at == blobs.end()) return fail(Status::notFound("piece " + id.toString() + " is lost"));
+      auto bytes = readAnyCopy(chunks, id, at->second);
+      if (!bytes) return fail(bytes.error());
+      crc = ec::crc32c(*bytes, crc);
+      size += bytes->size();
+      out.write(reinterpret_cast<const char*>(bytes->data()),
+                static_cast<std::streamsize>(bytes->size()));
+    }
+    out.flush();
+    if (!out) return fail(Status::ioError("writing " + (dir / file.name).string()));
+    if (size != file.size || crc != file.crc32c) {
+      return fail(Status::corruption(fmt::format("checkpoint file {}: {} bytes, CRC32C {:08x}; "
+                                                 "the catalog says {} bytes, {:08x}",
+                                                 file.name, size, crc, file.size, file.crc32c)));
+    }
+    ++info.files;
+    info.bytes += size;
+  }
+  return info;
+}
+
+}  // namespace
+
+Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
+                                               const placement::ClusterMap& map,
+                                               const std::string& dir) {
+  const fs::path target(dir);
+  std::error_code ec;
+  if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
+    return fail(Status::invalidArgument(dir + " is not empty"));
+  }
+  SystemBlobs blobs = listSystemBlobs(chunks, map);
+  std::set<VersionId, std::greater<>> versions;
+  for (const auto& [id, where] : blobs) {
+    if (id.stripe == 0 && id.fragment == 0) versions.insert(id.version);
+  }
+  for (const auto& v : versions) {
+    fs::remove_all(target, ec);
+    fs::create_directories(target, ec);
+    if (ec) return fail(Status::fromErrno(ec.value(), "creating " + dir));
+    auto info = restoreOne(chunks, blobs, v, target);
+    if (info) return info;
+    log::warn("checkpoint {} cannot be restored: {}", v.toHex(), info.error().toString());
+  }
+  fs::remove_all(target, ec);
+  return fail(Status::notFound("no complete index checkpoint on the drives"));
+}
+
+// --- rebuild ---------------------------------------------------------------------------
+
+namespace {
+
+// Where the fragments of every object version are, from the drives' blob lists.
+struct FragmentCopies {
+  uint64_t length = 0;             // payload bytes (the stripe's fragment length)
+  std::vector<std::string> drives;  // every drive holding it
+};
+using StripeFragments = std::map<uint16_t, FragmentCopies>;
+using VersionStripes = std::map<uint32_t, StripeFragments>;
+
+class Rebuilder {
+ public:
+  Rebuilder(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+            const placement::ClusterMap& map, std::string owner)
+      : index_(index), chunks_(chunks), map_(map), owner_(std::move(owner)) {}
+
+  Result<RebuildStats> run() {
+    GRANARY_RETURN_IF_ERROR_RESULT(scan());
+    GRANARY_RETURN_IF_ERROR_RESULT(checkManifests());
+    for (const auto& [version, stripes] : versions_) {
+      if (known_.contains(version)) continue;
+      rebuildVersion(version, stripes);
+    }
+    return stats_;
+  }
+
+ private:
+  Status scan() {
+    for (const auto& drive : map_.drives) {
+      ++stats_.drives;
+      std::optional<BlobId> after;
+      for (;;) {
+        auto page = chunks_.list(drive.id, after, kListPage);
+        if (!page) {
+          return Status::unavailable(fmt::format(
+              "drive {} does not answer ({}): a rebuild needs every drive of the map",
+              drive.id, page.error().toString()));
+        }
+        bool system = false;
+        for (const auto& b : *page) {
+          if (b.id.version.isSystem()) {
+            system = true;  // checkpoints sort last: nothing of objects' after them
+            break;
+          }
+          ++stats_.blobs_scanned;
+          auto& copies = versions_[b.id.version][b.id.stripe][b.id.fragment];
+          copies.length = b.length;
+          copies.drives.push_back(drive.id);
+        }
+        if (system || page->size() < kListPage) break;
+        after = page->back().id;
+      }
+    }
+    return Status::ok();
+  }
+
+  const FragmentCopies* find(const BlobId& id) const {
+    auto v = versions_.find(id.version);
+    if (v == versions_.end()) return nullptr;
+    auto s = v->second.find(id.stripe);
+    if (s == v->second.end()) return nullptr;
+    auto f = s->second.find(id.fragment);
+    return f == s->second.end() ? nullptr : &f->second;
+  }
+
+  // Every manifest of the index: point moved fragments at their drives, remove objects
+  // that lost a stripe.
+  Status checkManifests() {
+    auto buckets = index_.listBuckets();
+    if (!buckets) return buckets.error();
+    for (const auto& bucket : *buckets) {
+      index_kv::ListRequest req;
+      for (;;) {
+        auto page = index_.listObjects(bucket.name, req);
+        if (!page) return page.error();
+        for (const auto& obj : page->objects) checkObject(bucket.name, obj.key);
+        if (!page->truncated) break;
+        req.start_after = page->next_start_after;
+      }
+    }
+    return Status::ok();
+  }
+
+  void checkObject(const std::string& bucket, const std::string& key) {
+    auto m = index_.getObject(bucket, key);
+    if (!m) {
+      if (!m.error().isNotFound()) ++stats_.errors;
+      return;
+    }
+    ++stats_.objects_checked;
+    index_kv::Manifest updated = *m;
+    bool moved = false, lost = false;
+    for (auto& stripe : updated.stripes) {
+      known_.insert(stripe.blob_version);
+      int present = 0;
+      for (size_t j = 0; j < stripe.drives.size(); ++j) {
+        const auto* copies =
+            find(BlobId{stripe.blob_version, stripe.blob_stripe, static_cast<uint16_t>(j)});
+        if (!copies || copies->length != stripe.fragment_len) continue;
+        ++present;
+        const std::string& recorded = updated.drives[stripe.drives[j]];
+        if (std::find(copies->drives.begin(), copies->drives.end(), recorded) !=
+            copies->drives.end()) {
+          continue;
+        }
+        stripe.drives[j] = driveIndex(updated, copies->drives.front());
+        moved = true;
+      }
+      if (present < updated.ec.k) lost = true;
+    }
+    if (lost) {
+      auto st = index_.deleteObject(bucket, key, index_kv::Precondition::mustMatch(m->version));
+      if (st) {
+        ++stats_.objects_dropped;
+        log::warn("rebuild: {}/{} lost a stripe (deleted after the checkpoint?): removed",
+                  bucket, key);
+      } else {
+        ++stats_.errors;
+      }
+    } else if (moved) {
+      Status st = index_.relocateFragments(bucket, key, *m, updated);
+      st.isOk() ? ++stats_.objects_relocated : ++stats_.errors;
+    }
+  }
+
+  static uint16_t driveIndex(index_kv::Manifest& m, const std::string& drive) {
+    auto it = std::find(m.drives.begin(), m.drives.end(), drive);
+    if (it != m.drives.end()) return static_cast<uint16_t>(it - m.drives.begin());
+    m.drives.push_back(drive);
+    return static_cast<uint16_t>(m.drives.size() - 1);
+  }
+
+  // The descriptor of a stripe, from the first fragment copy that describes itself.
+  std::optional<chunkstore::BlobDescriptor> describe(const VersionId& version, uint32_t stripe,
+                                                     const StripeFragments& fragments) {
+    for (const auto& [j, copies] : fragments) {
+      for (const auto& drive : copies.drives) {
+        auto d = chunks_.describe(drive, BlobId{version, stripe, j});
+        if (d) return *d;
+        log::warn("rebuild: describing {} on {}: {}", BlobId{version, stripe, j}.toString(),
+                  drive, d.error().toString());
+      }
+    }
+    return std::nullopt;
+  }
+
+  void rebuildVersion(const VersionId& version, const VersionStripes& stripes) {
+    auto referenced = index_.isBlobVersionReferenced(version);
+    if (!referenced) {
+      ++stats_.errors;
+      return;
+    }
+    if (*referenced) return;  // an upload's part, or waiting on the GC queue
+    auto first = describe(version, stripes.begin()->first, stripes.begin()->second);
+    if (!first) {
+      ++stats_.errors;
+      return;
+    }
+    if (first->flags & chunkstore::kBlobFlagSystem) return;
+    if (first->flags & chunkstore::kBlobFlagPart) {
+      ++stats_.part_versions_skipped;
+      return;
+    }
+    index_kv::Manifest m;
+    m.version = version;
+    m.ec = first->ec;
+    m.mtime_unix_nanos = version.createdUnixNanos();
+    m.content_type = "binary/octet-stream";
+    auto code = ec::ErasureCode::create(m.ec);
+    // Stripes 0..n-1, all there, the last one (only) marked, each with k fragments.
+    bool complete = code.has_value() && stripes.begin()->first == 0;
+    uint32_t expect = 0;
+    for (const auto& [number, fragments] : stripes) {
+      if (!complete) break;
+      auto desc = number == 0 ? first : describe(version, number, fragments);
+      if (!desc || number != expect++ || desc->ec != m.ec || desc->bucket != first->bucket ||
+          desc->key != first->key || fragments.size() < static_cast<size_t>(m.ec.k)) {
+        complete = false;
+        break;
+      }
+      const bool last = (desc->flags & chunkstore::kBlobFlagLastStripe) != 0;
+      if (last != (std::next(stripes.find(number)) == stripes.end())) {
+        complete = false;
+        break;
+      }
+      index_kv::StripeLayout layout;
+      layout.blob_version = version;
+      layout.blob_stripe = number;
+      layout.data_len = desc->stripe_data_len;
+      layout.fragment_len = static_cast<uint32_t>(fragments.begin()->second.length);
+      for (int j = 0; j < m.ec.total(); ++j) {
+        auto f = fragments.find(static_cast<uint16_t>(j));
+        // A lost fragment keeps a place on a drive of the stripe; repair rebuilds it.
+        const std::string& drive =
+            f != fragments.end() ? f->second.drives.front() : fragments.begin()->second.drives.front();
+        layout.drives.push_back(driveIndex(m, drive));
+      }
+      m.size += layout.data_len;
+      m.stripes.push_back(std::move(layout));
+    }
+    if (!complete) {
+      ++stats_.versions_incomplete;
+      log::warn("rebuild: version {} of {}/{} is incomplete on the drives: not rebuilt",
+                version.toHex(), first->bucket, first->key);
+      return;
+    }
+    auto etag = md5Of(m, stripes, **code);
+    if (!etag) {
+      ++stats_.errors;
+      log::warn("rebuild: reading {}/{} ({}): {}", first->bucket, first->key, version.toHex(),
+                etag.error().toString());
+      return;
+    }
+    m.etag = *etag;
+    commit(first->bucket, first->key, m);
+  }
+
+  // The MD5 of the object's bytes, decoding stripes whose data fragments fail.
+  Result<std::string> md5Of(const index_kv::Manifest& m, const VersionStripes& stripes,
+                            const ec::ErasureCode& code) {
+    Digest md5(Digest::Kind::kMd5);
+    const int n = m.ec.total();
+    for (const auto& layout : m.stripes) {
+      const auto& fragments = stripes.at(layout.blob_stripe);
+      const size_t fl = layout.fragment_len;
+      std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(fl));
+      std::vector<uint8_t*> ptrs(n);
+      bool present[ec::kMaxFragments] = {};
+      int have = 0;
+      auto load = [&](int j) {
+        auto f = fragments.find(static_cast<uint16_t>(j));
+        if (f == fragments.end()) return;
+        for (const auto& drive : f->second.drives) {
+          BlobId id{m.version, layout.blob_stripe, static_cast<uint16_t>(j)};
+          if (chunks_.read(drive, id, 0, bufs[j]).isOk()) {
+            present[j] = true;
+            ++have;
+            return;
+          }
+        }
+      };
+      for (int j = 0; j < m.ec.k; ++j) load(j);
+      for (int j = m.ec.k; j < n && have < m.ec.k; ++j) load(j);
+      for (int j = 0; j < n; ++j) ptrs[j] = bufs[j].data();
+      bool all_data = std::all_of(present, present + m.ec.k, [](bool p) { return p; });
+      if (!all_data) {
+        GRANARY_RETURN_IF_ERROR_RESULT(
+            code.reconstruct(fl, ptrs, std::span<const bool>(present, n)));
+      }
+      uint64_t left = layout.data_len;
+      for (int j = 0; j < m.ec.k && left > 0; ++j) {
+        const uint64_t take = std::min<uint64_t>(left, fl);
+        md5.update(std::span<const uint8_t>(bufs[j].data(), take));
+        left -= take;
+      }
+    }
+    return toHex(md5.finish());
+  }
+
+  void commit(const std::string& bucket, const std::string& key, const index_kv::Manifest& m) {
+    auto b = index_.getBucket(bucket);
+    if (!b && b.error().isNotFound()) {
+      index_kv::BucketInfo info;
+      info.name = bucket;
+      info.owner = owner_;
+      info.created_unix_nanos = m.mtime_unix_nanos;
+      Status st = index_.createBucket(info);
+      if (st.isOk()) {
+        ++stats_.buckets_created;
+        log::info("rebuild: created bucket {} (owner {})", bucket, owner_);
+      } else if (st.code() != Status::Code::kAlreadyExists) {
+        ++stats_.errors;
+        return;
+      }
+    } else if (!b) {
+      ++stats_.errors;
+      return;
+    }
+    auto current = index_.getObject(bucket, key);
+    index_kv::Precondition pre = index_kv::Precondition::mustNotExist();
+    if (current) {
+      if (current->mtime_unix_nanos >= m.mtime_unix_nanos) {
+        ++stats_.versions_superseded;
+        return;
+      }
+      pre = index_kv::Precondition::mustMatch(current->version);
+    } else if (!current.error().isNotFound()) {
+      ++stats_.errors;
+      return;
+    }
+    auto put = index_.putObject(bucket, key, m, pre);
+    if (!put) {
+      ++stats_.errors;
+      log::warn("rebuild: committing {}/{}: {}", bucket, key, put.error().toString());
+      return;
+    }
+    ++stats_.objects_rebuilt;
+    log::info("rebuild: {}/{} ({} bytes, version {})", bucket, key, m.size, m.version.toHex());
+  }
+
+  index_kv::Index& index_;
+  chunkstore::ChunkClient& chunks_;
+  const placement::ClusterMap& map_;
+  const std::string owner_;
+  std::map<VersionId, VersionStripes> versions_;
+  std::set<VersionId> known_;  // blob versions the index's manifests use
+  RebuildStats stats_;
+};
+
+}  // namespace
+
+Result<RebuildStats> rebuildIndex(index_kv::Index& index, chunkstore::ChunkClient& chunks,
+                                  const placement::ClusterMap& map, const std::string& owner) {
+  return Rebuilder(index, chunks, map, owner).run();
+}
+
+}  // namespace granary::gateway

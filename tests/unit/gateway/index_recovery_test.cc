@@ -1,0 +1,340 @@
+// Index checkpoints on the drives, their restore, and rebuildIndex, against real chunk
+// stores and real indexes in temp dirs; objects are written by the real ObjectWriter.
+#include "granary/gateway/index_recovery.h"
+
+#include <prometheus/registry.h>
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "asio.h"
+#include "data_path_util.h"
+#include "digest.h"
+#include "gateway_test_util.h"
+#include "granary/common/hex.h"
+#include "granary/common/random.h"
+#include "granary/common/worker_pool.h"
+#include "granary/gateway/reclaimer.h"
+#include "object_io.h"
+#include "run_task.h"
+
+namespace granary::gateway {
+namespace {
+
+using testing::Counters;
+using testing::randomString;
+using testing::TestCluster;
+using testing::writeAll;
+
+constexpr uint32_t kFragLen = 4096;
+constexpr uint64_t kStripe = 4 * kFragLen;  // k = 4
+
+struct RecoveryFixture {
+  RecoveryFixture()
+      : code(std::move(*ec::ErasureCode::create({4, 2}))),
+        dp(cluster.map, *cluster.chunks, *code, pool, kFragLen, testing::countersOf(counters),
+           64 << 20),
+        index(cluster.index()) {
+    makeBucket(index, "bucket");
+  }
+
+  static void makeBucket(index_kv::Index& idx, const std::string& name) {
+    index_kv::BucketInfo b;
+    b.name = name;
+    b.owner = "root";
+    REQUIRE(idx.createBucket(b).isOk());
+  }
+
+  // Writes `data` as a new version of bucket/key through ObjectWriter (`declared` is the
+  // size the writer is told; a larger one leaves the last stripe unmarked, as an upload
+  // cut short). Returns the manifest, not committed.
+  index_kv::Manifest write(const std::string& bucket, const std::string& key,
+                           const std::string& data, bool part = false,
+                           std::optional<uint64_t> declared = std::nullopt) {
+    cluster.clock.advance(1'000'000);  // distinct, increasing version times
+    index_kv::Manifest m;
+    m.version = VersionId::generate(cluster.clock, random);
+    m.size = data.size();
+    m.ec = code->profile();
+    m.mtime_unix_nanos = cluster.clock.nowUnixNanos();
+    Digest md5(Digest::Kind::kMd5);
+    md5.update(data);
+    m.etag = toHex(md5.finish());
+    ObjectWriter w(dp, m.version, bucket, key, io.get_executor(), declared.value_or(data.size()),
+                   part);
+    REQUIRE(runTask(io, writeAll(w, data)).isOk());
+    m.drives = w.drives();
+    m.stripes = w.stripes();
+    return m;
+  }
+
+  index_kv::Manifest put(index_kv::Index& idx, const std::string& key, const std::string& data,
+                         const std::string& bucket = "bucket") {
+    auto m = write(bucket, key, data);
+    REQUIRE(idx.putObject(bucket, key, m, index_kv::Precondition::none()).has_value());
+    return m;
+  }
+
+  // The object's bytes as the index describes them, read from the drives.
+  std::string read(index_kv::Index& idx, const std::string& key,
+                   const std::string& bucket = "bucket") {
+    auto m = idx.getObject(bucket, key);
+    REQUIRE(m.has_value());
+    std::string out(m->size, '\0');
+    Status st = readRangeDirect(dp, *m, 0, m->size, reinterpret_cast<uint8_t*>(out.data()));
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+    return out;
+  }
+
+  IndexCheckpointer checkpointer(size_t keep = 3) {
+    CheckpointOptions o;
+    o.work_dir = cluster.dir.path() + "/ckpt-work";
+    o.interval = std::chrono::seconds(0);
+    o.keep = keep;
+    o.piece_bytes = 64 << 10;  // several pieces per file
+    return IndexCheckpointer(index, *cluster.chunks, cluster.map, cluster.clock, random,
+                             registry, o);
+  }
+
+  // System blobs per drive.
+  std::map<std::string, std::set<BlobId>> systemBlobs() {
+    std::map<std::string, std::set<BlobId>> out;
+    for (const auto& [drive, id] : cluster.allBlobs()) {
+      if (id.version.isSystem()) out[drive].insert(id);
+    }
+    return out;
+  }
+
+  std::unique_ptr<index_kv::Index> openAt(const std::string& dir) {
+    auto idx = index_kv::openIndex({dir}, cluster.resources, cluster.clock);
+    REQUIRE(idx.has_value());
+    return std::move(*idx);
+  }
+
+  TestCluster cluster{7};  // one drive more than a stripe needs: room to move fragments
+  std::unique_ptr<ec::ErasureCode> code;
+  SeededRandom random{11};
+  Counters counters;
+  prometheus::Registry registry;
+  WorkerPool pool{2, "recovery-test"};
+  DataPath dp;
+  asio::io_context io;
+  index_kv::Index& index;
+};
+
+TEST_CASE("A checkpoint goes onto m + 1 failure domains and restores the index as it was") {
+  RecoveryFixture f;
+  std::string a = randomString(3 * kStripe + 100, 1);
+  auto ma = f.put(f.index, "a", a);
+  auto cp = f.checkpointer();
+  auto info = cp.runOnce();
+  REQUIRE(info.has_value());
+  CHECK(info->copies == 3);
+  CHECK(info->files > 0);
+  CHECK(info->id.isSystem());
+  auto sys = f.systemBlobs();
+  CHECK(sys.size() == 3);  // three drives (each its own domain here) hold a copy
+  std::set<std::set<BlobId>> distinct;
+  for (const auto& [drive, ids] : sys) distinct.insert(ids);
+  CHECK(distinct.size() == 1);  // the same, whole copy on each
+
+  // Written after the checkpoint: not in the restored index.
+  f.put(f.index, "later", "x");
+  const std::string dir = f.cluster.dir.path() + "/restored";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
+  CHECK(restored->id == info->id);
+  CHECK(restored->bytes == info->bytes);
+  auto idx = f.openAt(dir);
+  auto got = idx->getObject("bucket", "a");
+  REQUIRE(got.has_value());
+  CHECK(*got == *f.index.getObject("bucket", "a"));
+  CHECK(f.read(*idx, "a") == a);
+  CHECK(idx->getObject("bucket", "later").error().isNotFound());
+
+  // A non-empty target directory is refused.
+  CHECK(restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir).error().code() ==
+        Status::Code::kInvalidArgument);
+}
+
+TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves checkpoints alone") {
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 2));
+  auto cp = f.checkpointer(/*keep=*/2);
+  std::vector<VersionId> made;
+  for (int i = 0; i < 4; ++i) {
+    f.cluster.clock.advance(1'000'000'000);
+    auto info = cp.runOnce();
+    REQUIRE(info.has_value());
+    made.push_back(info->id);
+  }
+  std::set<VersionId> present;
+  for (const auto& [drive, ids] : f.systemBlobs()) {
+    for (const auto& id : ids) present.insert(id.version);
+  }
+  CHECK(present == std::set<VersionId>{made[2], made[3]});
+
+  f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);  // past the orphan grace
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, {});
+  REQUIRE(reclaimer.sweepOrphans().has_value());
+  size_t left = 0;
+  for (const auto& [drive, ids] : f.systemBlobs()) left += ids.size();
+  CHECK(left > 0);
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map,
+                                          f.cluster.dir.path() + "/r");
+  REQUIRE(restored.has_value());
+  CHECK(restored->id == made[3]);
+}
+
+TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be read whole") {
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 3));
+  auto cp = f.checkpointer();
+  auto older = cp.runOnce();
+  REQUIRE(older.has_value());
+  f.put(f.index, "b", randomString(kStripe, 4));
+  f.cluster.clock.advance(1'000'000'000);
+  auto newer = cp.runOnce();
+  REQUIRE(newer.has_value());
+  // Every copy of one piece of the newer checkpoint is lost.
+  for (const auto& [drive, ids] : f.systemBlobs()) {
+    for (const auto& id : ids) {
+      if (id.version == newer->id && id.stripe == 1 && id.fragment == 0) {
+        REQUIRE(f.cluster.local->remove(drive, id).isOk());
+      }
+    }
+  }
+  const std::string dir = f.cluster.dir.path() + "/restored";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
+  CHECK(restored->id == older->id);
+  auto idx = f.openAt(dir);
+  CHECK(idx->getObject("bucket", "a").has_value());
+  CHECK(idx->getObject("bucket", "b").error().isNotFound());
+}
+
+TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragment headers") {
+  RecoveryFixture f;
+  const std::string a1 = randomString(2 * kStripe + 5, 10);
+  const std::string c = randomString(kStripe + 7, 11);
+  const std::string d = randomString(kStripe * 2, 12);  // a whole number of stripes
+  f.put(f.index, "a", a1);
+  auto mc = f.put(f.index, "c", c);
+  auto md = f.put(f.index, "d", d);
+  auto cp = f.checkpointer();
+  REQUIRE(cp.runOnce().has_value());
+
+  // After the checkpoint:
+  const std::string a2 = randomString(kStripe + 1, 20);
+  f.put(f.index, "a", a2);  // overwritten
+  const std::string b = randomString(3 * kStripe + 321, 21);
+  f.put(f.index, "b", b);   // new, several stripes
+  const std::string e = randomString(kStripe / 2, 22);
+  RecoveryFixture::makeBucket(f.index, "late");
+  f.put(f.index, "e", e, "late");  // in a bucket made after the checkpoint
+  // c deleted, and its blobs collected.
+  REQUIRE(f.index.deleteObject("bucket", "c", index_kv::Precondition::none()).has_value());
+  for (const auto& s : mc.stripes) {
+    for (size_t j = 0; j < s.drives.size(); ++j) {
+      REQUIRE(f.cluster.local
+                  ->remove(mc.drives[s.drives[j]], BlobId{mc.version, s.blob_stripe, uint16_t(j)})
+                  .isOk());
+    }
+  }
+  // One fragment of d moved to another drive (a repair).
+  {
+    const auto& s = md.stripes[0];
+    const std::string from = md.drives[s.drives[1]];
+    std::set<std::string> used;
+    for (auto i : s.drives) used.insert(md.drives[i]);
+    std::string to;
+    for (const auto& dr : f.cluster.map.drives) {
+      if (!used.contains(dr.id)) to = dr.id;
+    }
+    REQUIRE(!to.empty());
+    BlobId id{md.version, 0, 1};
+    auto desc = f.cluster.local->describe(from, id);
+    REQUIRE(desc.has_value());
+    std::vector<uint8_t> bytes(s.fragment_len);
+    REQUIRE(f.cluster.local->read(from, id, 0, bytes).isOk());
+    REQUIRE(f.cluster.local->put(to, *desc, bytes).isOk());
+    REQUIRE(f.cluster.local->remove(from, id).isOk());
+  }
+  // A multipart part, and an upload cut short (no last-stripe mark): never rebuilt.
+  f.write("bucket", "mp", randomString(kStripe, 30), /*part=*/true);
+  f.write("bucket", "short", randomString(kStripe * 2, 31), false, kStripe * 3);
+
+  const std::string dir = f.cluster.dir.path() + "/rebuilt";
+  REQUIRE(restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir).has_value());
+  auto idx = f.openAt(dir);
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  REQUIRE(stats.has_value());
+  CHECK(stats->drives == 7);
+  CHECK(stats->objects_checked == 3);  // a, c, d of the checkpoint
+  CHECK(stats->objects_dropped == 1);  // c
+  CHECK(stats->objects_relocated == 1);  // d
+  CHECK(stats->objects_rebuilt == 3);  // a (newer version), b, e
+  CHECK(stats->part_versions_skipped == 1);
+  CHECK(stats->versions_incomplete == 1);
+  CHECK(stats->buckets_created == 1);
+  CHECK(stats->errors == 0);
+
+  CHECK(f.read(*idx, "a") == a2);
+  CHECK(f.read(*idx, "b") == b);
+  CHECK(f.read(*idx, "d") == d);
+  CHECK(f.read(*idx, "e", "late") == e);
+  CHECK(idx->getObject("bucket", "c").error().isNotFound());
+  CHECK(idx->getObject("bucket", "mp").error().isNotFound());
+  CHECK(idx->getObject("bucket", "short").error().isNotFound());
+  auto rb = idx->getObject("bucket", "b");
+  REQUIRE(rb.has_value());
+  CHECK(rb->etag == f.index.getObject("bucket", "b")->etag);  // MD5 of the bytes
+  CHECK(rb->size == b.size());
+  CHECK(idx->getBucket("late")->owner == "rootkey");
+
+  // A second run finds nothing to do.
+  auto again = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  REQUIRE(again.has_value());
+  CHECK(again->objects_rebuilt == 0);
+  CHECK(again->objects_relocated == 0);
+  CHECK(again->objects_dropped == 0);
+}
+
+TEST_CASE("rebuildIndex from nothing rebuilds every complete single-PUT object, decoding lost fragments") {
+  RecoveryFixture f;
+  const std::string x = randomString(2 * kStripe + 99, 40);
+  auto mx = f.put(f.index, "x", x);
+  // A data fragment is gone: the ETag still comes out right through the parity.
+  REQUIRE(f.cluster.local
+              ->remove(mx.drives[mx.stripes[0].drives[0]], BlobId{mx.version, 0, 0})
+              .isOk());
+  const std::string dir = f.cluster.dir.path() + "/empty";
+  auto idx = f.openAt(dir);
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  REQUIRE(stats.has_value());
+  CHECK(stats->objects_rebuilt == 1);
+  CHECK(stats->buckets_created == 1);
+  auto got = idx->getObject("bucket", "x");
+  REQUIRE(got.has_value());
+  CHECK(got->etag == mx.etag);
+  CHECK(got->size == x.size());
+}
+
+TEST_CASE("rebuildIndex refuses to run while a drive does not answer") {
+  RecoveryFixture f;
+  f.put(f.index, "x", randomString(kStripe, 50));
+  f.cluster.chunks->failLists("d2", Status::unavailable("server down"));
+  auto idx = f.openAt(f.cluster.dir.path() + "/x");
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  REQUIRE_FALSE(stats.has_value());
+  CHECK(stats.error().code() == Status::Code::kUnavailable);
+}
+
+}  // namespace
+}  // namespace granary::gateway
