@@ -8,7 +8,8 @@
 #
 # Environment: GRANARY_BIN (default ./build/src/granary; built if missing),
 # GRANARY_CLUSTER_DIR, GRANARY_CHUNKSERVERS (6), GRANARY_GATEWAY_PORTS ("9001 9002"),
-# GRANARY_EC ("4+2"). Extra gateway options: GRANARY_GATEWAY_ARGS.
+# GRANARY_EC ("4+2"). Extra options: GRANARY_GATEWAY_ARGS (gateways), GRANARY_INDEX_ARGS
+# (the index, e.g. --checkpoint-interval 60).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${GRANARY_BIN:-$root/build/src/granary}"
@@ -78,14 +79,25 @@ start() {
 # The port a process had before (a restart keeps its address), or 0 for a free one.
 port_of() { cat "$dir/ports/$1" 2>/dev/null || echo 0; }
 
-start index "127.0.0.1:$(port_of index)" index --dir "$dir/index"
-for i in $(seq 0 $((servers - 1))); do
-  start "cs$i" "127.0.0.1:$(port_of "cs$i")" chunkserver --dir "d$i=$dir/cs$i/d$i"
-done
+# stop_proc NAME: SIGTERM, then wait for it to exit.
+stop_proc() {
+  running "$1" || return 0
+  local pid
+  pid="$(cat "$dir/pids/$1")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$dir/pids/$1"
+}
 
 # The cluster map: one drive per chunk server, each server its own failure domain. Written
-# once; an existing map (perhaps edited by hand) is kept.
+# once; an existing map (perhaps edited by hand) is kept. The map names the index, and the
+# index copies its checkpoints onto the map's chunk servers: the first time, the index
+# runs without the map just long enough to get its port.
 if [[ ! -s "$dir/cluster.json" ]]; then
+  start index "127.0.0.1:$(port_of index)" index --dir "$dir/index"
+  for i in $(seq 0 $((servers - 1))); do
+    start "cs$i" "127.0.0.1:$(port_of "cs$i")" chunkserver --dir "d$i=$dir/cs$i/d$i"
+  done
   {
     printf '{\n  "epoch": 1,\n  "index": "127.0.0.1:%s",\n' "$(port_of index)"
     printf '  "ec": {"k": %s, "m": %s},\n  "drives": [\n' "$k" "$m"
@@ -98,7 +110,15 @@ if [[ ! -s "$dir/cluster.json" ]]; then
     printf '  ]\n}\n'
   } >"$dir/cluster.json.tmp"
   mv "$dir/cluster.json.tmp" "$dir/cluster.json"
+  stop_proc index
 fi
+
+# shellcheck disable=SC2086
+start index "127.0.0.1:$(port_of index)" index --dir "$dir/index" \
+  --cluster "$dir/cluster.json" ${GRANARY_INDEX_ARGS:-}
+for i in $(seq 0 $((servers - 1))); do
+  start "cs$i" "127.0.0.1:$(port_of "cs$i")" chunkserver --dir "d$i=$dir/cs$i/d$i"
+done
 
 n=0
 for port in $gateway_ports; do
