@@ -79,13 +79,15 @@ start() {
 # The port a process had before (a restart keeps its address), or 0 for a free one.
 port_of() { cat "$dir/ports/$1" 2>/dev/null || echo 0; }
 
-# stop_proc NAME: SIGTERM, then wait for it to exit.
+# stop_proc NAME: SIGTERM, then SIGKILL if it is still running after 10 s.
 stop_proc() {
   running "$1" || return 0
   local pid
   pid="$(cat "$dir/pids/$1")"
   kill "$pid" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
   rm -f "$dir/pids/$1"
 }
 

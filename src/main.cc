@@ -597,14 +597,7 @@ int indexCommand(int argc, char** argv) {
                   : "none (no --cluster)");
   std::fflush(stdout);
   runUntilSignal(sigs, **server, [&] {
-    if (!checkpointer) return;
-    auto info = checkpointer->runOnce();
-    if (!info) {
-      log::warn("index checkpoint failed: {}", info.error().toString());
-    } else {
-      log::info("index checkpoint {}: {} files, {} bytes, {} copies, {} old blobs removed",
-                info->id.toHex(), info->files, info->bytes, info->copies, info->removed);
-    }
+    if (checkpointer) checkpointer->trigger();  // runs on the checkpointer's thread
   });
   if (checkpointer) checkpointer->stop();
   pool.reset();
@@ -625,6 +618,9 @@ int rebuildIndexCommand(int argc, char** argv) {
       "root credentials file: its access key owns the buckets the rebuild creates (default: "
       "$GRANARY_ROOT_USER)")(
       "no-checkpoint", "start from an empty index instead of the newest checkpoint")(
+      "max-put-seconds", po::value<int>()->default_value(1800),
+      "the longest a PUT may have taken (half the gateways' --orphan-grace): older versions "
+      "the checkpoint does not know are orphans, not rebuilt")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addSecretOption(opts);
   po::variables_map vm;
@@ -632,11 +628,12 @@ int rebuildIndexCommand(int argc, char** argv) {
   if (dir.empty()) die("rebuild-index needs --dir DIR");
   const std::string secret = clusterSecret(vm);
   auto map = loadClusterMap(cluster);
-  std::string owner;
+  gateway::RebuildOptions ro;
+  ro.max_put = std::chrono::seconds(std::max(0, vm["max-put-seconds"].as<int>()));
   if (!credentials.empty()) {
-    owner = readCredentials(credentials).access_key;
+    ro.owner = readCredentials(credentials).access_key;
   } else if (const char* user = std::getenv("GRANARY_ROOT_USER"); user && *user) {
-    owner = user;
+    ro.owner = user;
   } else {
     die("rebuild-index needs the root user: --credentials FILE or GRANARY_ROOT_USER");
   }
@@ -657,12 +654,13 @@ int rebuildIndexCommand(int argc, char** argv) {
                 static_cast<long long>(restored->created_unix_nanos / 1'000'000'000),
                 static_cast<unsigned long long>(restored->files),
                 static_cast<unsigned long long>(restored->bytes), restored->copies);
+    ro.checkpoint_unix_nanos = restored->created_unix_nanos;
   }
   fs::create_directories(dir, fec);
   RocksResources rocks;
   auto index = index_kv::openIndex({dir}, rocks, clock);
   if (!index) die("cannot open the index in " + dir + ": " + index.error().toString());
-  auto stats = gateway::rebuildIndex(**index, *chunks, map, owner);
+  auto stats = gateway::rebuildIndex(**index, *chunks, map, ro);
   if (!stats) die("rebuild failed: " + stats.error().toString());
   nlohmann::json out = {{"drives", stats->drives},
                         {"blobs_scanned", stats->blobs_scanned},
@@ -671,6 +669,7 @@ int rebuildIndexCommand(int argc, char** argv) {
                         {"objects_dropped", stats->objects_dropped},
                         {"objects_rebuilt", stats->objects_rebuilt},
                         {"versions_superseded", stats->versions_superseded},
+                        {"versions_stale", stats->versions_stale},
                         {"versions_incomplete", stats->versions_incomplete},
                         {"part_versions_skipped", stats->part_versions_skipped},
                         {"buckets_created", stats->buckets_created},

@@ -58,14 +58,21 @@ VersionId newCheckpointId(int64_t now, Random& random) {
 // Where the blobs of every checkpoint are: blob id -> (drive -> payload length).
 using SystemBlobs = std::map<BlobId, std::map<std::string, uint64_t>>;
 
-// Every system blob on every drive that answers (unreachable drives are logged).
-SystemBlobs listSystemBlobs(chunkstore::ChunkClient& chunks, const placement::ClusterMap& map) {
+// Every system blob on every drive. A drive that does not answer is skipped with a
+// warning, or with `strict` fails the call (kUnavailable).
+Result<SystemBlobs> listSystemBlobs(chunkstore::ChunkClient& chunks,
+                                    const placement::ClusterMap& map, bool strict) {
   SystemBlobs out;
   for (const auto& drive : map.drives) {
     std::optional<BlobId> after = systemStart();
     for (;;) {
       auto page = chunks.list(drive.id, after, kListPage);
       if (!page) {
+        if (strict) {
+          return fail(Status::unavailable(fmt::format(
+              "drive {} does not answer ({}): it may hold the newest checkpoint", drive.id,
+              page.error().toString())));
+        }
         log::warn("checkpoints: cannot list {}: {}", drive.id, page.error().toString());
         break;
       }
@@ -114,8 +121,10 @@ Result<Catalog> decodeCatalog(std::string_view text) {
       CatalogFile file{f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
                        f.at("crc32c").get<uint32_t>(), f.at("pieces").get<uint32_t>()};
       // Names come from the drives: never let one leave the target directory.
-      if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == "." ||
-          file.name == "..") {
+      const bool control = std::any_of(file.name.begin(), file.name.end(),
+                                       [](char ch) { return static_cast<unsigned char>(ch) < 0x20; });
+      if (file.name.empty() || control || file.name.find('/') != std::string::npos ||
+          file.name == "." || file.name == "..") {
         return fail(Status::corruption("checkpoint catalog names a bad file '" + file.name + "'"));
       }
       c.files.push_back(std::move(file));
@@ -204,7 +213,13 @@ struct IndexCheckpointer::Impl {
     const fs::path local = fs::path(options.work_dir) / ("checkpoint-" + info.id.toHex());
     std::error_code ec;
     fs::create_directories(options.work_dir, ec);
-    fs::remove_all(local, ec);
+    // Leftovers of a run that crashed hold hard links to old table files: drop them.
+    for (const auto& entry : fs::directory_iterator(options.work_dir, ec)) {
+      if (entry.path().filename().string().starts_with("checkpoint-")) {
+        std::error_code ignored;
+        fs::remove_all(entry.path(), ignored);
+      }
+    }
     GRANARY_RETURN_IF_ERROR_RESULT(index.checkpoint(local.string()));
     struct Cleanup {
       fs::path dir;
@@ -245,7 +260,7 @@ struct IndexCheckpointer::Impl {
         desc.key = "index-checkpoint/" + info.id.toHex() + "/" + names[f];
         desc.flags = chunkstore::kBlobFlagSystem;
         putAll(drives, desc, bytes);
-        if (++file.pieces > 0xffff) return fail(Status::invalidArgument("checkpoint file too large"));
+        if (++file.pieces > 0x10000) return fail(Status::invalidArgument("checkpoint file too large"));
         if (n < piece.size()) break;
       }
       if (in.bad()) return fail(Status::ioError("checkpoint: reading " + names[f]));
@@ -281,14 +296,14 @@ struct IndexCheckpointer::Impl {
   // (another index's, in progress); removes every other checkpoint blob (older ones and
   // failed attempts). Returns the blobs removed.
   size_t prune(const VersionId& made) {
-    SystemBlobs blobs = listSystemBlobs(chunks, map);
+    SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
     std::set<VersionId, std::greater<>> complete;
     for (const auto& [id, where] : blobs) {
       if (id.stripe == 0 && id.fragment == 0) complete.insert(id.version);
     }
-    std::set<VersionId> kept;
+    std::set<VersionId> kept = {made};  // even if the clock stepped back
     for (const auto& v : complete) {
-      if (kept.size() >= options.keep) break;
+      if (kept.size() >= std::max<size_t>(options.keep, 1)) break;
       kept.insert(v);
     }
     size_t removed = 0;
@@ -337,8 +352,11 @@ Result<CheckpointInfo> IndexCheckpointer::runOnce() {
 }
 
 void IndexCheckpointer::start() {
-  if (impl_->options.interval.count() <= 0) return;
-  thread_.start(impl_->options.interval, [this] {
+  // Without an interval the thread still runs, for trigger().
+  const auto interval = impl_->options.interval.count() > 0
+                            ? std::chrono::milliseconds(impl_->options.interval)
+                            : std::chrono::milliseconds(std::chrono::hours(24 * 365));
+  thread_.start(interval, [this] {
     auto info = runOnce();
     if (!info) {
       log::warn("index checkpoint failed: {}", info.error().toString());
@@ -348,6 +366,8 @@ void IndexCheckpointer::start() {
     }
   });
 }
+
+void IndexCheckpointer::trigger() { thread_.trigger(); }
 
 void IndexCheckpointer::stop() { thread_.stop(); }
 
@@ -408,7 +428,9 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
   if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
     return fail(Status::invalidArgument(dir + " is not empty"));
   }
-  SystemBlobs blobs = listSystemBlobs(chunks, map);
+  auto listed = listSystemBlobs(chunks, map, /*strict=*/true);
+  if (!listed) return fail(listed.error());
+  const SystemBlobs& blobs = *listed;
   std::set<VersionId, std::greater<>> versions;
   for (const auto& [id, where] : blobs) {
     if (id.stripe == 0 && id.fragment == 0) versions.insert(id.version);
@@ -440,8 +462,8 @@ using VersionStripes = std::map<uint32_t, StripeFragments>;
 class Rebuilder {
  public:
   Rebuilder(index_kv::Index& index, chunkstore::ChunkClient& chunks,
-            const placement::ClusterMap& map, std::string owner)
-      : index_(index), chunks_(chunks), map_(map), owner_(std::move(owner)) {}
+            const placement::ClusterMap& map, RebuildOptions options)
+      : index_(index), chunks_(chunks), map_(map), options_(std::move(options)) {}
 
   Result<RebuildStats> run() {
     GRANARY_RETURN_IF_ERROR_RESULT(scan());
@@ -573,6 +595,19 @@ class Rebuilder {
     return std::nullopt;
   }
 
+  // The flags of a stripe's fragments, OR-ed over every copy that describes itself (a
+  // fragment a repair wrote before repairs kept flags has none).
+  uint16_t allFlags(const VersionId& version, uint32_t stripe, const StripeFragments& fragments) {
+    uint16_t flags = 0;
+    for (const auto& [j, copies] : fragments) {
+      for (const auto& drive : copies.drives) {
+        auto d = chunks_.describe(drive, BlobId{version, stripe, j});
+        if (d) flags |= d->flags;
+      }
+    }
+    return flags;
+  }
+
   void rebuildVersion(const VersionId& version, const VersionStripes& stripes) {
     auto referenced = index_.isBlobVersionReferenced(version);
     if (!referenced) {
@@ -580,35 +615,57 @@ class Rebuilder {
       return;
     }
     if (*referenced) return;  // an upload's part, or waiting on the GC queue
-    auto first = describe(version, stripes.begin()->first, stripes.begin()->second);
+    const uint32_t first_number = stripes.begin()->first;
+    auto first = describe(version, first_number, stripes.begin()->second);
     if (!first) {
       ++stats_.errors;
       return;
     }
     if (first->flags & chunkstore::kBlobFlagSystem) return;
-    if (first->flags & chunkstore::kBlobFlagPart) {
+    const uint16_t first_flags = first->flags | allFlags(version, first_number, stripes.begin()->second);
+    if (first_flags & chunkstore::kBlobFlagPart) {
       ++stats_.part_versions_skipped;
+      return;
+    }
+    const int64_t created = version.createdUnixNanos();
+    if (options_.checkpoint_unix_nanos > 0 &&
+        created < options_.checkpoint_unix_nanos -
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_put).count()) {
+      ++stats_.versions_stale;  // an orphan of a write that failed before the checkpoint
       return;
     }
     index_kv::Manifest m;
     m.version = version;
     m.ec = first->ec;
-    m.mtime_unix_nanos = version.createdUnixNanos();
+    m.mtime_unix_nanos = created;
     m.content_type = "binary/octet-stream";
     auto code = ec::ErasureCode::create(m.ec);
-    // Stripes 0..n-1, all there, the last one (only) marked, each with k fragments.
-    bool complete = code.has_value() && stripes.begin()->first == 0;
+    // Stripes 0..n-1, all there, the last one (only) marked, each with k fragments of one
+    // length that holds the stripe's bytes.
+    bool complete = code.has_value() && first_number == 0;
     uint32_t expect = 0;
-    for (const auto& [number, fragments] : stripes) {
-      if (!complete) break;
-      auto desc = number == 0 ? first : describe(version, number, fragments);
+    for (auto it = stripes.begin(); complete && it != stripes.end(); ++it) {
+      const auto& [number, fragments] = *it;
+      const bool final_listed = std::next(it) == stripes.end();
+      auto desc = number == first_number ? first : describe(version, number, fragments);
       if (!desc || number != expect++ || desc->ec != m.ec || desc->bucket != first->bucket ||
           desc->key != first->key || fragments.size() < static_cast<size_t>(m.ec.k)) {
         complete = false;
         break;
       }
-      const bool last = (desc->flags & chunkstore::kBlobFlagLastStripe) != 0;
-      if (last != (std::next(stripes.find(number)) == stripes.end())) {
+      uint16_t flags = desc->flags;
+      if (final_listed) flags |= allFlags(version, number, fragments);
+      if (((flags & chunkstore::kBlobFlagLastStripe) != 0) != final_listed) {
+        complete = false;
+        break;
+      }
+      const uint64_t fl = fragments.begin()->second.length;
+      bool shape_ok = fl > 0 && desc->stripe_data_len <= uint64_t(m.ec.k) * fl &&
+                      desc->stripe_data_len > 0;
+      for (const auto& [j, copies] : fragments) {
+        if (j >= m.ec.total() || copies.length != fl) shape_ok = false;
+      }
+      if (!shape_ok) {
         complete = false;
         break;
       }
@@ -616,7 +673,7 @@ class Rebuilder {
       layout.blob_version = version;
       layout.blob_stripe = number;
       layout.data_len = desc->stripe_data_len;
-      layout.fragment_len = static_cast<uint32_t>(fragments.begin()->second.length);
+      layout.fragment_len = static_cast<uint32_t>(fl);
       for (int j = 0; j < m.ec.total(); ++j) {
         auto f = fragments.find(static_cast<uint16_t>(j));
         // A lost fragment keeps a place on a drive of the stripe; repair rebuilds it.
@@ -691,12 +748,12 @@ class Rebuilder {
     if (!b && b.error().isNotFound()) {
       index_kv::BucketInfo info;
       info.name = bucket;
-      info.owner = owner_;
+      info.owner = options_.owner;
       info.created_unix_nanos = m.mtime_unix_nanos;
       Status st = index_.createBucket(info);
       if (st.isOk()) {
         ++stats_.buckets_created;
-        log::info("rebuild: created bucket {} (owner {})", bucket, owner_);
+        log::info("rebuild: created bucket {} (owner {})", bucket, options_.owner);
       } else if (st.code() != Status::Code::kAlreadyExists) {
         ++stats_.errors;
         return;
@@ -708,10 +765,16 @@ class Rebuilder {
     auto current = index_.getObject(bucket, key);
     index_kv::Precondition pre = index_kv::Precondition::mustNotExist();
     if (current) {
-      if (current->mtime_unix_nanos >= m.mtime_unix_nanos) {
+      // A manifest of the checkpoint was committed before it, so before any version found
+      // on the drives was (if that one was at all); one this rebuild committed was created
+      // before or after this one: the later start wins.
+      const bool from_checkpoint = !rebuilt_.contains(current->version);
+      if (!from_checkpoint && current->version.createdUnixNanos() >= m.version.createdUnixNanos()) {
         ++stats_.versions_superseded;
         return;
       }
+      log::info("rebuild: {}/{}: version {} replaces {}{}", bucket, key, m.version.toHex(),
+                current->version.toHex(), from_checkpoint ? " (of the checkpoint)" : "");
       pre = index_kv::Precondition::mustMatch(current->version);
     } else if (!current.error().isNotFound()) {
       ++stats_.errors;
@@ -724,23 +787,34 @@ class Rebuilder {
       return;
     }
     ++stats_.objects_rebuilt;
+    rebuilt_.insert(m.version);
     log::info("rebuild: {}/{} ({} bytes, version {})", bucket, key, m.size, m.version.toHex());
   }
 
   index_kv::Index& index_;
   chunkstore::ChunkClient& chunks_;
   const placement::ClusterMap& map_;
-  const std::string owner_;
+  const RebuildOptions options_;
   std::map<VersionId, VersionStripes> versions_;
   std::set<VersionId> known_;  // blob versions the index's manifests use
+  std::set<VersionId> rebuilt_;  // versions this rebuild committed
   RebuildStats stats_;
 };
 
 }  // namespace
 
 Result<RebuildStats> rebuildIndex(index_kv::Index& index, chunkstore::ChunkClient& chunks,
-                                  const placement::ClusterMap& map, const std::string& owner) {
-  return Rebuilder(index, chunks, map, owner).run();
+                                  const placement::ClusterMap& map, const RebuildOptions& options) {
+  return Rebuilder(index, chunks, map, options).run();
+}
+
+uint16_t stripeFlags(const index_kv::Manifest& m, size_t i) {
+  const auto& s = m.stripes.at(i);
+  uint16_t flags = s.blob_version != m.version ? chunkstore::kBlobFlagPart : 0;
+  if (i + 1 == m.stripes.size() || m.stripes[i + 1].blob_version != s.blob_version) {
+    flags |= chunkstore::kBlobFlagLastStripe;
+  }
+  return flags;
 }
 
 }  // namespace granary::gateway

@@ -16,6 +16,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
 #include "granary/ec/erasure_code.h"
+#include "granary/gateway/index_recovery.h"
 #include "granary/index_kv/index.h"
 #include "granary/placement/cluster_map.h"
 #include "granary/placement/placement.h"
@@ -297,6 +298,7 @@ struct Repairer::Impl {
       desc.stripe_data_len = s.data_len;
       desc.bucket = bucket;
       desc.key = key;
+      desc.flags = stripeFlags(m, index_in_manifest);
       Status st = chunks.put(f[j].target, desc, f[j].bytes);
       if (!st.isOk()) {
         ++stats.errors;

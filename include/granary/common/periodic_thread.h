@@ -28,13 +28,23 @@ class PeriodicThread {
     thread_ = std::thread([this, interval, pass = std::move(pass)] {
       std::unique_lock lock(mu_);
       while (!stopping_) {
-        cv_.wait_for(lock, interval, [this] { return stopping_; });
+        cv_.wait_for(lock, interval, [this] { return stopping_ || triggered_; });
         if (stopping_) break;
+        triggered_ = false;
         lock.unlock();
         pass();
         lock.lock();
       }
     });
+  }
+
+  // Runs a pass now (after the one in progress, if any) instead of at the next interval.
+  void trigger() {
+    {
+      std::lock_guard lock(mu_);
+      triggered_ = true;
+    }
+    cv_.notify_all();
   }
 
   void stop() {
@@ -52,6 +62,7 @@ class PeriodicThread {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool triggered_ = false;
   std::thread thread_;
 };
 

@@ -51,6 +51,7 @@ class ChunkClient;
 }
 namespace granary::index_kv {
 class Index;
+struct Manifest;
 }
 namespace granary::placement {
 struct ClusterMap;
@@ -84,7 +85,8 @@ class IndexCheckpointer {
   // One checkpoint: made, copied, older ones pruned. kUnavailable if no drive took a
   // complete copy.
   Result<CheckpointInfo> runOnce();
-  void start();  // every options.interval (if > 0)
+  void start();    // a checkpoint every options.interval (if > 0), and on trigger()
+  void trigger();  // a checkpoint now, on the background thread (after start())
   void stop();
 
  private:
@@ -94,7 +96,8 @@ class IndexCheckpointer {
 };
 
 // Finds the newest complete checkpoint on the map's drives and writes its files into
-// `dir` (created; must not exist or be empty). kNotFound if there is none that reads back.
+// `dir` (created; must not exist or be empty). kNotFound if there is none that reads back;
+// kUnavailable if a drive does not answer (the newest checkpoint might be there).
 Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
                                                const placement::ClusterMap& map,
                                                const std::string& dir);
@@ -107,15 +110,33 @@ struct RebuildStats {
   uint64_t objects_dropped = 0;        // a stripe with fewer than k fragments left: removed
   uint64_t objects_rebuilt = 0;        // committed from fragment headers
   uint64_t versions_superseded = 0;    // found, but the key has a newer version
+  uint64_t versions_stale = 0;         // too old to have been committed after the checkpoint
   uint64_t versions_incomplete = 0;    // a stripe, the last-stripe mark or k fragments missing
   uint64_t part_versions_skipped = 0;  // multipart parts: cannot be rebuilt
   uint64_t buckets_created = 0;
   uint64_t errors = 0;                 // reads or commits that failed (logged)
 };
 
-// Needs every drive of the map to answer its blob list (kUnavailable otherwise: a
-// fragment on a silent drive would look lost). `owner` owns the buckets it creates.
+struct RebuildOptions {
+  std::string owner;                  // owns the buckets the rebuild creates (root's key)
+  // When the restored checkpoint was made (0: the index started empty). A version the
+  // index does not reference, created before checkpoint - max_put, cannot have been
+  // committed after the checkpoint (a PUT that old fails: the orphan grace): not rebuilt.
+  int64_t checkpoint_unix_nanos = 0;
+  std::chrono::seconds max_put{1800};
+};
+
+// Which versions win: a version found on the drives was committed, if at all, after the
+// checkpoint, so it replaces the checkpoint's manifest of its key; among versions found,
+// the one created last wins. Needs every drive of the map to answer its blob list
+// (kUnavailable otherwise: a fragment on a silent drive would look lost).
 Result<RebuildStats> rebuildIndex(index_kv::Index& index, chunkstore::ChunkClient& chunks,
-                                  const placement::ClusterMap& map, const std::string& owner);
+                                  const placement::ClusterMap& map, const RebuildOptions& options);
+
+// The header flags ObjectWriter gave the fragments of stripe `i` of `m` (repair and
+// rebalance write them again): kBlobFlagPart when the stripe is another blob version's
+// than the manifest's (a multipart completion's parts), kBlobFlagLastStripe when it is
+// the last stripe of its blob version in the manifest.
+uint16_t stripeFlags(const index_kv::Manifest& m, size_t i);
 
 }  // namespace granary::gateway

@@ -20,6 +20,7 @@
 #include "granary/common/random.h"
 #include "granary/common/worker_pool.h"
 #include "granary/gateway/reclaimer.h"
+#include "granary/gateway/repairer.h"
 #include "object_io.h"
 #include "run_task.h"
 
@@ -271,9 +272,11 @@ TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragmen
   f.write("bucket", "short", randomString(kStripe * 2, 31), false, kStripe * 3);
 
   const std::string dir = f.cluster.dir.path() + "/rebuilt";
-  REQUIRE(restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir).has_value());
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
   auto idx = f.openAt(dir);
-  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map,
+                            RebuildOptions{"rootkey", restored->created_unix_nanos});
   REQUIRE(stats.has_value());
   CHECK(stats->drives == 7);
   CHECK(stats->objects_checked == 3);  // a, c, d of the checkpoint
@@ -299,7 +302,7 @@ TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragmen
   CHECK(idx->getBucket("late")->owner == "rootkey");
 
   // A second run finds nothing to do.
-  auto again = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  auto again = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE(again.has_value());
   CHECK(again->objects_rebuilt == 0);
   CHECK(again->objects_relocated == 0);
@@ -316,7 +319,7 @@ TEST_CASE("rebuildIndex from nothing rebuilds every complete single-PUT object, 
               .isOk());
   const std::string dir = f.cluster.dir.path() + "/empty";
   auto idx = f.openAt(dir);
-  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE(stats.has_value());
   CHECK(stats->objects_rebuilt == 1);
   CHECK(stats->buckets_created == 1);
@@ -326,14 +329,80 @@ TEST_CASE("rebuildIndex from nothing rebuilds every complete single-PUT object, 
   CHECK(got->size == x.size());
 }
 
+TEST_CASE("A version too old to have been committed after the checkpoint is not rebuilt") {
+  RecoveryFixture f;
+  // A PUT that failed long before the checkpoint left a complete version behind.
+  auto orphan = f.write("bucket", "orphan", randomString(kStripe, 60));
+  f.put(f.index, "kept", randomString(kStripe, 61));
+  f.cluster.clock.advance(int64_t{3600} * 1'000'000'000);
+  auto cp = f.checkpointer();
+  REQUIRE(cp.runOnce().has_value());
+  const std::string dir = f.cluster.dir.path() + "/r";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
+  auto idx = f.openAt(dir);
+  RebuildOptions o{"rootkey", restored->created_unix_nanos, std::chrono::seconds(1800)};
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
+  REQUIRE(stats.has_value());
+  CHECK(stats->versions_stale == 1);
+  CHECK(stats->objects_rebuilt == 0);
+  CHECK(idx->getObject("bucket", "orphan").error().isNotFound());
+  CHECK(idx->getObject("bucket", "kept").has_value());
+}
+
+TEST_CASE("Repair writes fragments with the header flags the writer gave them") {
+  RecoveryFixture f;
+  auto m = f.put(f.index, "x", randomString(2 * kStripe + 10, 70));
+  REQUIRE(m.stripes.size() == 3);
+  const auto& last = m.stripes[2];
+  REQUIRE(f.cluster.local->remove(m.drives[last.drives[0]], BlobId{m.version, 2, 0}).isOk());
+  Repairer r(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry, {});
+  auto pass = r.runPass(false);
+  REQUIRE(pass.has_value());
+  CHECK(pass->fragments_rebuilt == 1);
+  auto now = f.index.getObject("bucket", "x");
+  REQUIRE(now.has_value());
+  auto desc = f.cluster.local->describe(now->drives[now->stripes[2].drives[0]],
+                                        BlobId{m.version, 2, 0});
+  REQUIRE(desc.has_value());
+  CHECK(desc->flags == chunkstore::kBlobFlagLastStripe);
+}
+
+TEST_CASE("stripeFlags marks multipart parts and the last stripe of each blob version") {
+  SeededRandom random(3);
+  ManualClock clock(1'000'000'000);
+  index_kv::Manifest m;
+  m.version = VersionId::generate(clock, random);
+  const VersionId p1 = VersionId::generate(clock, random), p2 = VersionId::generate(clock, random);
+  auto stripe = [](VersionId v, uint32_t n) {
+    index_kv::StripeLayout s;
+    s.blob_version = v;
+    s.blob_stripe = n;
+    return s;
+  };
+  m.stripes = {stripe(p1, 0), stripe(p1, 1), stripe(p2, 0)};
+  using chunkstore::kBlobFlagLastStripe;
+  using chunkstore::kBlobFlagPart;
+  CHECK(stripeFlags(m, 0) == kBlobFlagPart);
+  CHECK(stripeFlags(m, 1) == (kBlobFlagPart | kBlobFlagLastStripe));
+  CHECK(stripeFlags(m, 2) == (kBlobFlagPart | kBlobFlagLastStripe));
+  m.stripes = {stripe(m.version, 0), stripe(m.version, 1)};
+  CHECK(stripeFlags(m, 0) == 0);
+  CHECK(stripeFlags(m, 1) == kBlobFlagLastStripe);
+}
+
 TEST_CASE("rebuildIndex refuses to run while a drive does not answer") {
   RecoveryFixture f;
   f.put(f.index, "x", randomString(kStripe, 50));
   f.cluster.chunks->failLists("d2", Status::unavailable("server down"));
   auto idx = f.openAt(f.cluster.dir.path() + "/x");
-  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, "rootkey");
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE_FALSE(stats.has_value());
   CHECK(stats.error().code() == Status::Code::kUnavailable);
+  // Nor does a restore: the newest checkpoint might be on that drive.
+  CHECK(restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, f.cluster.dir.path() + "/y")
+            .error()
+            .code() == Status::Code::kUnavailable);
 }
 
 }  // namespace
