@@ -775,7 +775,7 @@ void usage() {
                "  index        cluster mode: the index service\n"
                "  chunkserver  cluster mode: serve drive directories (internal API)\n"
                "  records      get, list and batch-get indexed records; upload containers\n"
-               "  admin        cluster status, repair, rebalance, users, stats (admin API)\n"
+               "  admin        cluster status, repair, rebalance, rebuild-index, users, stats\n"
                "\nRun 'granary <command> --help' for the options of a command.\n";
 }
 

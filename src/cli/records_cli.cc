@@ -471,6 +471,11 @@ void usage(FILE* to, std::string_view tool, std::span<const Verb> verbs) {
     std::string line = std::string(v.name) + " " + std::string(v.synopsis);
     std::fprintf(to, "  %-45s %s\n", line.c_str(), std::string(v.summary).c_str());
   }
+  if (tool == "admin") {  // not through a gateway: src/main.cc runs it
+    std::fprintf(to, "  %-45s %s\n", "rebuild-index --cluster FILE --dir DIR",
+                 "rebuild a lost index from the checkpoints and fragment headers on the "
+                 "chunk servers (with the index stopped)");
+  }
   std::fprintf(to, "\nRun 'granary %s <verb> --help' for the options of a verb.\n",
                std::string(tool).c_str());
 }
