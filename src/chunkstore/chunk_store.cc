@@ -209,6 +209,15 @@ class ChunkStoreImpl final : public ChunkStore {
   std::condition_variable async_cv_;
   uint64_t async_reads_ = 0;
 
+  // A confirmed CRC failure: remembered for stats().corrupt_ids until the blob is removed.
+  void noteCorrupt(const BlobId& id, const Status& st) {
+    log::warn("{}", st.message());
+    std::lock_guard lock(corrupt_mu_);
+    if (corrupt_.size() < kMaxCorruptIds) corrupt_.insert(id);
+  }
+  std::mutex corrupt_mu_;
+  std::set<BlobId> corrupt_;
+
   std::atomic<uint64_t> blobs_{0};
   std::atomic<uint64_t> payload_bytes_{0};
   std::atomic<uint64_t> disk_bytes_{0};
@@ -341,7 +350,7 @@ Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t
   if (st.isCorruption()) {
     auto again = recheckAfterCorruption(id, *rec, offset, out.size(), st);
     st = again ? readVerified(id, *again, offset, out) : again.error();
-    if (st.isCorruption()) log::warn("{}", st.message());
+    if (st.isCorruption()) noteCorrupt(id, st);
   }
   return st;
 }
@@ -526,7 +535,7 @@ void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uin
     if (again) return readVerifiedAsync(id, *again, offset, out, true, std::move(done));
     st = again.error();
   }
-  if (st.isCorruption()) log::warn("{}", st.message());
+  if (st.isCorruption()) noteCorrupt(id, st);
   done(std::move(st));
 }
 
@@ -556,6 +565,10 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.
   GRANARY_RETURN_IF_ERROR(index_->remove(id));
+  {
+    std::lock_guard lock(corrupt_mu_);
+    corrupt_.erase(id);
+  }
   --blobs_;
   payload_bytes_ -= rec->payload_len;
   disk_bytes_ -= rec->diskLen();
@@ -588,6 +601,10 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.committed_puts = committed_puts_.load();
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  {
+    std::lock_guard lock(corrupt_mu_);
+    s.corrupt_ids.assign(corrupt_.begin(), corrupt_.end());
+  }
   return s;
 }
 

@@ -158,12 +158,16 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"available_bytes", &DriveStats::available_bytes},
 };
 // A field added to DriveStats must be added to the table (and to docs/internal-api.md).
-static_assert(sizeof(DriveStats) == std::size(kStatsFields) * sizeof(uint64_t));
+static_assert(sizeof(DriveStats) ==
+              std::size(kStatsFields) * sizeof(uint64_t) + sizeof(std::vector<BlobId>));
 }  // namespace
 
 std::string encodeStats(const DriveStats& s) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, field] : kStatsFields) j[name] = s.*field;
+  nlohmann::json ids = nlohmann::json::array();
+  for (const auto& id : s.corrupt_ids) ids.push_back(blobIdHex(id));
+  j["corrupt_ids"] = std::move(ids);
   return j.dump();
 }
 
@@ -172,6 +176,13 @@ Result<DriveStats> decodeStats(std::string_view json) {
     DriveStats s;
     // A field an older server does not send stays 0.
     for (const auto& [name, field] : kStatsFields) s.*field = j.value(name, uint64_t{0});
+    if (auto ids = j.find("corrupt_ids"); ids != j.end()) {
+      for (const auto& hex : *ids) {
+        auto id = parseBlobIdHex(hex.get<std::string>());
+        if (!id) throw std::runtime_error("bad blob id in corrupt_ids");
+        s.corrupt_ids.push_back(*id);
+      }
+    }
     return s;
   });
 }

@@ -102,7 +102,8 @@ struct Repairer::Impl {
   State probe(Fragment& f, const BlobId& id, uint32_t fragment_len) {
     if (map.findDrive(f.drive) == nullptr) return State::kMissing;
     if (!chunks.reachable(f.drive)) return State::kUnreachable;
-    if (options.verify) {
+    // Verifying, or the drive saw this fragment fail its CRC (a read or the scrubber).
+    if (options.verify || suspects.contains({f.drive, id})) {
       Status st = load(f, id, fragment_len);
       if (st.isOk()) return State::kOk;
       if (st.isNotFound()) return State::kMissing;
@@ -367,6 +368,14 @@ struct Repairer::Impl {
     }
     rebalancing = rebalance;
     RepairStats stats;
+    // Fragments the drives found corrupt since they opened: read whole, not just stat'ed.
+    suspects.clear();
+    for (const auto& d : map.drives) {
+      if (!chunks.reachable(d.id)) continue;
+      auto st = chunks.stats(d.id);
+      if (!st) continue;
+      for (const auto& id : st->corrupt_ids) suspects.emplace(d.id, id);
+    }
     auto buckets = index.listBuckets();
     if (!buckets) return fail(buckets.error());
     for (const auto& bucket : *buckets) {
@@ -411,6 +420,7 @@ struct Repairer::Impl {
   std::mutex pass_mu;
   std::atomic<bool> stopping{false};
   bool rebalancing = false;  // this pass also rebalances (guarded by pass_mu)
+  std::set<std::pair<std::string, BlobId>> suspects;  // (guarded by pass_mu)
   // The copies the current object's repair wrote (guarded by pass_mu).
   std::vector<std::pair<std::string, BlobId>> written;
   prometheus::Family<prometheus::Counter>& fragments;

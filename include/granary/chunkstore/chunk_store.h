@@ -74,9 +74,14 @@ struct DriveStats {
   uint64_t scrub_passes = 0;
   uint64_t scrubbed_bytes = 0;
   uint64_t corrupt_blobs = 0;     // found by the scrubber since start
+  // Blobs still stored that failed their CRC32C (a read's or the scrubber's) since the
+  // drive was opened, at most kMaxCorruptIds: what repair rebuilds without a verify pass.
+  std::vector<BlobId> corrupt_ids;
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
 };
+
+inline constexpr size_t kMaxCorruptIds = 1024;
 
 class ChunkStore {
  public:

@@ -3,7 +3,8 @@
 //
 // One pass walks every object of every bucket. For each stripe of its manifest it asks
 // each fragment's drive about the fragment (ChunkClient::stat, or a whole CRC-verified
-// read with `verify`), and then:
+// read with `verify` or when the drive lists the fragment among the blobs that failed
+// their CRC on a read or a scrub: DriveStats::corrupt_ids), and then:
 //  - a fragment that is missing (a wiped or replaced drive, a drive no longer in the map)
 //    or corrupt is decoded from k healthy ones and written to a usable drive in a failure
 //    domain the stripe does not use yet (or, with too few domains, to any usable drive:

@@ -765,3 +765,16 @@ TEST_CASE("The internal API's wire helpers round-trip what they encode") {
   CHECK(internal::parseRoute("/internal/v1/drives/d0/blobs/abc").error().code() ==
         Code::kInvalidArgument);
 }
+
+TEST_CASE("Drive stats carry the ids of corrupt blobs over the wire") {
+  DriveStats s;
+  s.blobs = 7;
+  s.corrupt_ids = {makeId(3), makeId(9)};
+  auto back = internal::decodeStats(internal::encodeStats(s));
+  REQUIRE(back.has_value());
+  CHECK(back->blobs == 7);
+  CHECK(back->corrupt_ids == s.corrupt_ids);
+  // An older server sends none; a malformed id is a transport error, not a crash.
+  CHECK(internal::decodeStats(R"({"blobs":1})")->corrupt_ids.empty());
+  CHECK(internal::decodeStats(R"({"corrupt_ids":["zz"]})").error().code() == Code::kIoError);
+}

@@ -70,6 +70,10 @@ TEST_CASE("A flipped payload bit fails reads touching its block only") {
   std::vector<uint8_t> tail(2 * 4096);
   CHECK(readVia(*f.store, async, id, 2 * 4096, tail).isOk());
   CHECK(std::equal(tail.begin(), tail.end(), data.begin() + 2 * 4096));
+  // The drive remembers the corrupt blob (repair reads it) until it is removed.
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{id});
+  REQUIRE(f.store->remove(id).isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
 }
 
 TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {

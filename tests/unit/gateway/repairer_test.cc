@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -195,6 +196,37 @@ TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
   f.cluster.chunks->clearFaults();
   CHECK(f.checkFragments("k")[2] == "d2");
   CHECK(f.pass(true, true).fragments_corrupt == 0);
+}
+
+TEST_CASE("A fragment a read found corrupt is rebuilt by a plain (stat) pass") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  {
+    // Flip a payload byte of the only blob of d2 (its header region is 4 KiB).
+    std::fstream extent(f.cluster.dir.path() + "/d2/extents/00000000.ext", std::ios::in | std::ios::out |
+                                                                         std::ios::binary);
+    REQUIRE(extent.good());
+    extent.seekg(4096 + 100);
+    char byte = 0;
+    extent.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    extent.seekp(4096 + 100);
+    extent.write(&byte, 1);
+  }
+  const BlobId id{m.version, 0, 2};
+  CHECK(f.pass(true).fragments_corrupt == 0);  // nobody has read it yet
+  std::vector<uint8_t> out(kFragLen);
+  REQUIRE(f.cluster.local->read("d2", id, 0, out).code() == Status::Code::kCorruption);
+  auto stats = f.cluster.local->stats("d2");
+  REQUIRE(stats.has_value());
+  CHECK(stats->corrupt_ids == std::vector<BlobId>{id});
+  CHECK(f.pass(true).fragments_corrupt == 1);
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_corrupt == 1);
+  CHECK(done.fragments_rebuilt == 1);
+  CHECK(f.cluster.local->stats("d2")->corrupt_ids.empty());  // the bad copy was removed
+  f.checkFragments("k");
+  CHECK(f.pass(true, /*verify=*/true).fragments_corrupt == 0);
 }
 
 TEST_CASE("Fragments on unreachable servers are left alone, and too few healthy is reported") {
