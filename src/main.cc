@@ -293,6 +293,9 @@ void addGatewayOptions(po::options_description& opts) {
       "repair-interval", po::value<int>()->default_value(3600),
       "seconds between background repair passes (0: only 'granary admin repair')")(
       "repair-verify", "repair passes read every fragment whole (CRC-checked), not only stat it")(
+      "hedge-ms", po::value<int>()->default_value(500),
+      "decode a stripe from parity when its data fragments have not all answered after this "
+      "many ms (0: never)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addMetricsOptions(opts);
 }
@@ -333,6 +336,8 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.tls_key = vm["tls-key"].as<std::string>();
   gopts.repair_interval_seconds = std::max(0, vm["repair-interval"].as<int>());
   gopts.repair_verify = vm.count("repair-verify") > 0;
+  gopts.hedge_after_ms = vm["hedge-ms"].as<int>();
+  if (gopts.hedge_after_ms < 0) die("--hedge-ms must be >= 0");
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
                                   parts.registry, parts.root});

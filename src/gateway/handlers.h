@@ -4,6 +4,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -27,7 +28,9 @@ struct GatewayContext {
              o.buffer_memory),
         repairer(d.index, d.chunks, d.map, d.clock, d.registry,
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
-                               o.repair_verify}) {}
+                               o.repair_verify}) {
+    data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
+  }
 
   GatewayOptions options;
   GatewayDeps deps;

@@ -43,6 +43,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                             .Help("Stripes read back by decoding from parity")
                             .Register(registry)
                             .Add({})),
+      hedged_stripes_(prometheus::BuildCounter()
+                          .Name("granary_hedged_stripes_total")
+                          .Help("Stripes decoded from parity because a data fragment read "
+                                "was slower than the hedging delay")
+                          .Register(registry)
+                          .Add({})),
       fragment_errors_(prometheus::BuildCounter()
                            .Name("granary_fragment_read_errors_total")
                            .Help("Fragment reads that failed: missing, corrupt or I/O error")
@@ -134,7 +140,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
 }
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
-  return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_};
+  return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_,
+          hedged_stripes_};
 }
 
 void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveStats& stats) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "granary/common/log.h"
 #include "granary/placement/placement.h"
@@ -168,12 +170,20 @@ Task<void> ObjectWriter::abandon() {
 namespace {
 
 // A stripe slice being read: [first, first + length) of the stripe's object bytes.
+struct FastReads {
+  std::mutex mu;
+  std::vector<Status> results;  // per data fragment touched
+  std::vector<bool> done;
+  // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
+  std::shared_ptr<std::vector<uint8_t>> out;
+};
+
 struct StripeRead {
   const index_kv::StripeLayout* layout = nullptr;
   uint64_t first = 0;
   uint64_t length = 0;
-  std::vector<uint8_t> out;
-  std::shared_ptr<std::vector<Status>> results;  // per data fragment touched
+  std::shared_ptr<std::vector<uint8_t>> out;  // the stripe slice's bytes once read
+  std::shared_ptr<FastReads> reads;
   std::unique_ptr<TaskGroup> group;
 };
 
@@ -193,26 +203,33 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->layout = &s;
   r->first = first;
   r->length = length;
-  r->out.resize(length);
+  r->out = std::make_shared<std::vector<uint8_t>>(length);
   r->group = std::make_unique<TaskGroup>(dp.pool(), ex);
   const uint64_t fl = s.fragment_len;
   const int j0 = static_cast<int>(first / fl);
   const int j1 = static_cast<int>((first + length - 1) / fl);
-  r->results = std::make_shared<std::vector<Status>>(j1 - j0 + 1);
+  r->reads = std::make_shared<FastReads>();
+  r->reads->results.resize(j1 - j0 + 1);
+  r->reads->done.resize(j1 - j0 + 1, false);
+  r->reads->out = r->out;
   for (int j = j0; j <= j1; ++j) {
     uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
     uint64_t hi = std::min<uint64_t>(first + length, uint64_t(j + 1) * fl);
-    uint8_t* dst = r->out.data() + (lo - first);
+    uint8_t* dst = r->out->data() + (lo - first);
     std::string drive = m.drives[s.drives[j]];
     if (!dp.chunks().reachable(drive)) {
       // Its server does not answer: decode from parity at once rather than wait for a
       // connection to time out.
-      (*r->results)[j - j0] = unreachable(drive);
+      r->reads->results[j - j0] = unreachable(drive);
+      r->reads->done[j - j0] = true;
       continue;
     }
-    r->group->spawn([&dp, results = r->results, idx = j - j0, drive, id = blobOf(s, j),
+    r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j),
                      off = lo - uint64_t(j) * fl, dst, n = hi - lo] {
-      (*results)[idx] = dp.chunks().read(drive, id, off, {dst, n});
+      Status st = dp.chunks().read(drive, id, off, {dst, n});
+      std::lock_guard lock(reads->mu);
+      reads->results[idx] = std::move(st);
+      reads->done[idx] = true;
       return Status::ok();
     });
   }
@@ -286,18 +303,57 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   if (!st.isOk()) co_return st;
   dp.counters().degraded_stripes.Increment();
   dp.counters().decoded_bytes.Increment(static_cast<double>(uint64_t(k) * fl));
-  std::memcpy(r.out.data(), frags.data() + r.first, r.length);
+  std::memcpy(r.out->data(), frags.data() + r.first, r.length);
   co_return Status::ok();
 }
 
+// The data fragment reads did not all answer within the hedging delay: decode the stripe
+// from the other fragments into a fresh buffer (the slow reads keep theirs). If that
+// cannot be done, wait for the slow reads after all. `ok` on return: the stripe is read.
+Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manifest& m,
+                                            StripeRead& r) {
+  const uint64_t fl = r.layout->fragment_len;
+  const int j0 = static_cast<int>(r.first / fl);
+  std::vector<bool> slow(m.ec.k, false);
+  {
+    std::lock_guard lock(r.reads->mu);
+    for (size_t i = 0; i < r.reads->done.size(); ++i) {
+      // Failed ones too: the decode does not ask them again.
+      slow[j0 + i] = !r.reads->done[i] || !r.reads->results[i].isOk();
+    }
+  }
+  dp.counters().hedged_stripes.Increment();
+  auto fast = r.out;
+  r.out = std::make_shared<std::vector<uint8_t>>(r.length);
+  Status st = co_await decodeStripe(dp, m, r, slow);
+  if (st.isOk()) co_return st;
+  log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",
+            r.layout->blob_stripe, m.version.toHex(), st.toString());
+  r.out = std::move(fast);
+  co_return std::nullopt;  // the caller waits for the fast reads
+}
+
 Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeRead& r) {
+  const auto hedge = dp.hedgeAfter();
+  if (hedge.count() > 0 && m.ec.m > 0) {
+    const bool finished = co_await r.group->waitFor(hedge);
+    if (!finished) {
+      std::optional<Status> hedged = co_await hedgeStripeRead(dp, m, r);
+      if (hedged) co_return *hedged;
+    }
+  }
   (void)co_await r.group->wait();
   const uint64_t fl = r.layout->fragment_len;
   const int j0 = static_cast<int>(r.first / fl);
   std::vector<bool> failed(m.ec.k, false);
   bool any = false;
-  for (size_t i = 0; i < r.results->size(); ++i) {
-    const Status& st = (*r.results)[i];
+  std::vector<Status> results;
+  {
+    std::lock_guard lock(r.reads->mu);
+    results = r.reads->results;
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Status& st = results[i];
     if (!st.isOk()) {
       failed[j0 + i] = true;
       any = true;
@@ -392,7 +448,7 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       next_lease = dp.budget().tryAcquire(n.length);
       if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
     }
-    st = co_await sink.write(cur->out);
+    st = co_await sink.write(*cur->out);
     if (!st.isOk()) {
       if (next) (void)co_await next->group->wait();
       co_return st;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@ struct DataPathCounters {
   prometheus::Counter& encoded_bytes;     // data bytes erasure coded
   prometheus::Counter& decoded_bytes;     // stripe bytes rebuilt from parity
   prometheus::Counter& crc_failures;      // fragment reads that failed verification
+  prometheus::Counter& hedged_stripes;    // stripes decoded because a data fragment was slow
 };
 
 class DataPath {
@@ -61,6 +63,10 @@ class DataPath {
   // Fragment length used for a stripe holding `len` object bytes.
   uint32_t fragmentLenFor(uint64_t len) const;
 
+  // Hedged reads (GatewayOptions::hedge_after_ms); 0 = off, the default here.
+  void setHedgeAfter(std::chrono::milliseconds after) { hedge_after_ = after; }
+  std::chrono::milliseconds hedgeAfter() const { return hedge_after_; }
+
  private:
   const placement::ClusterMap& map_;
   chunkstore::ChunkClient& chunks_;
@@ -69,6 +75,7 @@ class DataPath {
   uint32_t fragment_len_;
   DataPathCounters counters_;
   BufferBudget budget_;
+  std::chrono::milliseconds hedge_after_{0};
 };
 
 // Writes one object version's stripes. Usage: fill buffer() up to stripeCapacity(), call

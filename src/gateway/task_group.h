@@ -6,10 +6,13 @@
 // Thread safety: a TaskGroup belongs to one coroutine; its tasks may finish on any thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+
+#include <boost/asio/steady_timer.hpp>
 
 #include "asio.h"
 #include "granary/common/status.h"
@@ -70,6 +73,54 @@ class TaskGroup {
         },
         asio::use_awaitable);
     co_return st->takeError();
+  }
+
+  // wait() with a deadline: true once every spawned task has finished, false when
+  // `timeout` passes first (the tasks go on; wait() for them later, or let them finish on
+  // their own: they hold what they use). Does not take the first error.
+  Task<bool> waitFor(std::chrono::milliseconds timeout) {
+    std::shared_ptr<State> st = state_;  // the g++ 12 note in wait()
+    std::shared_ptr<State>* stp = &st;
+    asio::steady_timer timer(st->executor, timeout);
+    asio::steady_timer* tp = &timer;
+    bool done = co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(bool)>(
+        [stp, tp](auto handler) {
+          using Handler = decltype(handler);
+          // Exactly one of the last task and the timer resumes the coroutine.
+          struct Once {
+            std::mutex mu;
+            std::optional<Handler> handler;
+          };
+          auto once = std::make_shared<Once>();
+          once->handler.emplace(std::move(handler));
+          std::shared_ptr<State> state = *stp;
+          // Holds the executor, not the state: the state keeps this in its waiter.
+          auto resume = [once, ex = state->executor](bool finished) {
+            std::optional<Handler> h;
+            {
+              std::lock_guard lock(once->mu);
+              if (!once->handler) return;
+              h.emplace(std::move(*once->handler));
+              once->handler.reset();
+            }
+            asio::post(ex, [h = std::move(*h), finished]() mutable {
+              std::move(h)(finished);
+            });
+          };
+          std::unique_lock lock(state->mu);
+          if (state->pending == 0) {
+            lock.unlock();
+            resume(true);
+            return;
+          }
+          state->waiter = [resume] { resume(true); };
+          lock.unlock();
+          tp->async_wait([resume](const boost::system::error_code& ec) {
+            if (!ec) resume(false);
+          });
+        },
+        asio::use_awaitable);
+    co_return done;
   }
 
  private:

@@ -615,3 +615,34 @@ def test_index_lost_with_its_disk_is_rebuilt_from_a_checkpoint_and_the_fragments
     assert listed == set(before) | set(after) | {"multipart-before"}
     s3.put_object(Bucket="idxloss", Key="new", Body=b"after the rebuild")
     assert s3.get_object(Bucket="idxloss", Key="new")["Body"].read() == b"after the rebuild"
+
+
+def gateway_metric(cluster, gateway, name):
+    text = requests.get(cluster.endpoint(gateway) + "/_granary/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_stalled_chunk_server_is_read_around_by_hedged_reads(healthy):
+    """A chunk server that stops answering without closing its connections (SIGSTOP): the
+    gateway decodes the stripes from the other fragments after --hedge-ms instead of
+    waiting for the internal API's 30 s timeout."""
+    cluster = healthy
+    s3 = cluster.client(0, attempts=3)
+    s3.create_bucket(Bucket="hedge")
+    data = body_of("hedge", 9 << 20)
+    s3.put_object(Bucket="hedge", Key="obj", Body=data)
+    layout = cluster.fragment_layout("hedge", "obj")
+    server = "cs" + layout["stripes"][0]["fragments"][0]["drive"][1:]  # data fragment 0
+    reader = cluster.client(1, attempts=1)
+    assert reader.get_object(Bucket="hedge", Key="obj")["Body"].read() == data  # warm pool
+    before = gateway_metric(cluster, 1, "granary_hedged_stripes_total")
+    os.kill(cluster.pid(server), signal.SIGSTOP)
+    try:
+        got = reader.get_object(Bucket="hedge", Key="obj")["Body"].read()
+    finally:
+        os.kill(cluster.pid(server), signal.SIGCONT)
+    assert got == data
+    assert gateway_metric(cluster, 1, "granary_hedged_stripes_total") > before

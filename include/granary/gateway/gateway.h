@@ -74,6 +74,9 @@ struct GatewayOptions {
   // reads every fragment whole (CRC-checked) instead of asking its drive for it.
   int repair_interval_seconds = 0;
   bool repair_verify = false;
+  // Hedged reads: a stripe whose data fragment reads have not all answered after this many
+  // milliseconds is decoded from the other fragments instead; 0 = never.
+  int hedge_after_ms = 500;
 };
 
 struct RootUser {

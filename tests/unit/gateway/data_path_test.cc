@@ -78,8 +78,7 @@ struct DataPathFixture {
       : cluster(drives),
         code(std::move(*ec::ErasureCode::create({4, 2}))),
         dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
-           DataPathCounters{counters.degraded, counters.fragment_errors, counters.encoded,
-                            counters.decoded, counters.crc_failures},
+           testing::countersOf(counters),
            buffer_budget) {}
 
   // Writes `data` as a new version and returns its manifest (REQUIREs success).
@@ -262,6 +261,39 @@ TEST_CASE("GET does not ask a drive whose server does not answer: it decodes at 
   CHECK(got == data);
   CHECK(f.cluster.chunks->injected() == 0);
   CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {down}));
+}
+
+TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other fragments") {
+  DataPathFixture f;
+  const bool hedging = GENERATE(true, false);
+  CAPTURE(hedging);
+  f.dp.setHedgeAfter(std::chrono::milliseconds(hedging ? 50 : 0));
+  std::string data = randomString(2 * kStripe + 100, 23);
+  index_kv::Manifest m = f.write(data);
+  f.cluster.chunks->delayReads(f.driveOf(m, 0, 1), std::chrono::milliseconds(700));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  // Only the stripe that put fragment 1 on the slow drive is decoded (the drive may hold
+  // other fragments of other stripes: those are hedged too).
+  CHECK((f.counters.hedged.Value() > 0) == hedging);
+  CHECK(f.counters.hedged.Value() == f.counters.degraded.Value());
+  CHECK(f.counters.fragment_errors.Value() == 0);  // slow is not failed
+}
+
+TEST_CASE("A hedged stripe that cannot be decoded waits for its slow data fragment") {
+  DataPathFixture f;
+  f.dp.setHedgeAfter(std::chrono::milliseconds(50));
+  std::string data = randomString(kStripe, 24);
+  index_kv::Manifest m = f.write(data);
+  f.cluster.chunks->delayReads(f.driveOf(m, 0, 0), std::chrono::milliseconds(500));
+  f.cluster.chunks->failReads(f.driveOf(m, 0, 4), Status::ioError("gone"));
+  f.cluster.chunks->failReads(f.driveOf(m, 0, 5), Status::ioError("gone"));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.counters.hedged.Value() == 1);
+  CHECK(f.counters.degraded.Value() == 0);
 }
 
 TEST_CASE("GET asks drives believed down when the others cannot decode the stripe") {

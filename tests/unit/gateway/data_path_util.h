@@ -36,6 +36,11 @@ struct Counters {
                                      .Help("decoded")
                                      .Register(registry)
                                      .Add({});
+  prometheus::Counter& hedged = prometheus::BuildCounter()
+                                    .Name("test_hedged_stripes_total")
+                                    .Help("hedged")
+                                    .Register(registry)
+                                    .Add({});
   prometheus::Counter& crc_failures = prometheus::BuildCounter()
                                           .Name("test_crc_failures_total")
                                           .Help("crc")
@@ -60,7 +65,8 @@ inline Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
 }
 
 inline DataPathCounters countersOf(Counters& c) {
-  return DataPathCounters{c.degraded, c.fragment_errors, c.encoded, c.decoded, c.crc_failures};
+  return DataPathCounters{c.degraded, c.fragment_errors, c.encoded, c.decoded, c.crc_failures,
+                          c.hedged};
 }
 
 }  // namespace granary::gateway::testing

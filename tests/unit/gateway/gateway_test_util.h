@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <chrono>
 #include <map>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +56,10 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
   void failRemoves(const std::string& drive, Status st) { remove_faults_[drive] = std::move(st); }
   void failLists(const std::string& drive, Status st) { list_faults_[drive] = std::move(st); }
+  // Reads from the drive answer only after `delay` (a slow server); set before reading.
+  void delayReads(const std::string& drive, std::chrono::milliseconds delay) {
+    read_delays_[drive] = delay;
+  }
   void setReadOnly(const std::string& drive) { read_only_.insert(drive); }
   // The drive's server stops answering as far as reachable() is concerned.
   void setUnreachable(const std::string& drive) { unreachable_.insert(drive); }
@@ -62,6 +68,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     put_faults_.clear();
     remove_faults_.clear();
     list_faults_.clear();
+    read_delays_.clear();
     read_only_.clear();
     unreachable_.clear();
   }
@@ -78,6 +85,9 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override {
     if (auto f = fault(read_faults_, drive)) return *f;
+    if (auto d = read_delays_.find(drive); d != read_delays_.end()) {
+      std::this_thread::sleep_for(d->second);
+    }
     return target_.read(drive, id, offset, out);
   }
   Status remove(std::string_view drive, const BlobId& id) override {
@@ -121,6 +131,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::map<std::string, Status, std::less<>> list_faults_;
+  std::map<std::string, std::chrono::milliseconds, std::less<>> read_delays_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
   mutable std::mutex mu_;
