@@ -464,6 +464,17 @@ placement::ClusterMap loadClusterMap(const std::string& path) {
   return std::move(*map);
 }
 
+// The drives of a cluster map, reached through their chunk servers.
+std::unique_ptr<chunkstore::RemoteChunkClient> remoteChunks(const placement::ClusterMap& map,
+                                                            const std::string& secret,
+                                                            const Clock& clock) {
+  std::map<std::string, std::string, std::less<>> endpoints;
+  for (const auto& d : map.drives) endpoints.emplace(d.id, d.endpoint);
+  return std::make_unique<chunkstore::RemoteChunkClient>(endpoints, secret,
+                                                         chunkstore::RemoteChunkClientOptions{},
+                                                         clock);
+}
+
 // `granary gateway`: a stateless S3 gateway of a cluster: drives on chunk servers and
 // manifests in the index service, both named by the cluster map.
 int gatewayCommand(int argc, char** argv) {
@@ -497,31 +508,17 @@ int gatewayCommand(int argc, char** argv) {
   SystemClock clock;
   SecureRandom random;
   prometheus::Registry registry;
-  std::map<std::string, std::string, std::less<>> endpoints;
   std::set<std::string> servers;
-  for (const auto& d : map.drives) {
-    endpoints.emplace(d.id, d.endpoint);
-    servers.insert(d.endpoint);
-  }
-  chunkstore::RemoteChunkClient chunks(endpoints, secret, {}, clock);
+  for (const auto& d : map.drives) servers.insert(d.endpoint);
+  auto chunks = remoteChunks(map, secret, clock);
   auto index = index_kv::makeMeteredIndex(
       index_kv::makeRemoteIndex(map.index_endpoint, secret, {}, clock), registry);
   std::string description = fmt::format(
       "cluster:     {} (epoch {}, {} drives on {} chunk servers, EC {}+{}, index at {})",
       cluster, map.epoch, map.drives.size(), servers.size(), map.ec.k, map.ec.m,
       map.index_endpoint);
-  return runGateway(vm, sigs, {map, chunks, *index, root, registry, description}, clock, random);
-}
-
-// The drives of a cluster map, reached through their chunk servers.
-std::unique_ptr<chunkstore::RemoteChunkClient> remoteChunks(const placement::ClusterMap& map,
-                                                            const std::string& secret,
-                                                            const Clock& clock) {
-  std::map<std::string, std::string, std::less<>> endpoints;
-  for (const auto& d : map.drives) endpoints.emplace(d.id, d.endpoint);
-  return std::make_unique<chunkstore::RemoteChunkClient>(endpoints, secret,
-                                                         chunkstore::RemoteChunkClientOptions{},
-                                                         clock);
+  return runGateway(vm, sigs, {map, *chunks, *index, root, registry, description}, clock,
+                    random);
 }
 
 // `granary index`: the index service of a cluster (buckets, manifests, record index).

@@ -581,31 +581,30 @@ class Rebuilder {
     return static_cast<uint16_t>(m.drives.size() - 1);
   }
 
-  // The descriptor of a stripe, from the first fragment copy that describes itself.
+  // The descriptor of a stripe, from the first fragment copy that describes itself; with
+  // `every`, every copy is asked and their flags OR-ed (a fragment a repair wrote before
+  // repairs kept flags has none).
   std::optional<chunkstore::BlobDescriptor> describe(const VersionId& version, uint32_t stripe,
-                                                     const StripeFragments& fragments) {
+                                                     const StripeFragments& fragments,
+                                                     bool every) {
+    std::optional<chunkstore::BlobDescriptor> out;
     for (const auto& [j, copies] : fragments) {
       for (const auto& drive : copies.drives) {
         auto d = chunks_.describe(drive, BlobId{version, stripe, j});
-        if (d) return *d;
-        log::warn("rebuild: describing {} on {}: {}", BlobId{version, stripe, j}.toString(),
-                  drive, d.error().toString());
+        if (!d) {
+          log::warn("rebuild: describing {} on {}: {}", BlobId{version, stripe, j}.toString(),
+                    drive, d.error().toString());
+          continue;
+        }
+        if (out) {
+          out->flags |= d->flags;
+        } else {
+          out = std::move(*d);
+        }
+        if (!every) return out;
       }
     }
-    return std::nullopt;
-  }
-
-  // The flags of a stripe's fragments, OR-ed over every copy that describes itself (a
-  // fragment a repair wrote before repairs kept flags has none).
-  uint16_t allFlags(const VersionId& version, uint32_t stripe, const StripeFragments& fragments) {
-    uint16_t flags = 0;
-    for (const auto& [j, copies] : fragments) {
-      for (const auto& drive : copies.drives) {
-        auto d = chunks_.describe(drive, BlobId{version, stripe, j});
-        if (d) flags |= d->flags;
-      }
-    }
-    return flags;
+    return out;
   }
 
   void rebuildVersion(const VersionId& version, const VersionStripes& stripes) {
@@ -616,14 +615,13 @@ class Rebuilder {
     }
     if (*referenced) return;  // an upload's part, or waiting on the GC queue
     const uint32_t first_number = stripes.begin()->first;
-    auto first = describe(version, first_number, stripes.begin()->second);
+    auto first = describe(version, first_number, stripes.begin()->second, /*every=*/true);
     if (!first) {
       ++stats_.errors;
       return;
     }
     if (first->flags & chunkstore::kBlobFlagSystem) return;
-    const uint16_t first_flags = first->flags | allFlags(version, first_number, stripes.begin()->second);
-    if (first_flags & chunkstore::kBlobFlagPart) {
+    if (first->flags & chunkstore::kBlobFlagPart) {
       ++stats_.part_versions_skipped;
       return;
     }
@@ -647,15 +645,13 @@ class Rebuilder {
     for (auto it = stripes.begin(); complete && it != stripes.end(); ++it) {
       const auto& [number, fragments] = *it;
       const bool final_listed = std::next(it) == stripes.end();
-      auto desc = number == first_number ? first : describe(version, number, fragments);
+      auto desc = number == first_number ? first : describe(version, number, fragments, final_listed);
       if (!desc || number != expect++ || desc->ec != m.ec || desc->bucket != first->bucket ||
           desc->key != first->key || fragments.size() < static_cast<size_t>(m.ec.k)) {
         complete = false;
         break;
       }
-      uint16_t flags = desc->flags;
-      if (final_listed) flags |= allFlags(version, number, fragments);
-      if (((flags & chunkstore::kBlobFlagLastStripe) != 0) != final_listed) {
+      if (((desc->flags & chunkstore::kBlobFlagLastStripe) != 0) != final_listed) {
         complete = false;
         break;
       }
