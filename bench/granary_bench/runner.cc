@@ -164,6 +164,9 @@ class Connection {
     const bool collect = r.response == Request::Body::kCollect || !ok_status;
     const bool verify = r.response == Request::Body::kVerify && ok_status;
     std::optional<uint64_t> mismatch_at;
+    if (collect && out.content_length) {
+      out.body.reserve(std::min<uint64_t>(*out.content_length, kCollectLimit));
+    }
     while (!parser.is_done()) {
       parser.get().body().data = chunk_.data();
       parser.get().body().size = chunk_.size();
@@ -407,7 +410,8 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
       if (reply.status != 200) break;
       pugi::xml_document doc;
       pugi::xml_node root;
-      if (doc.load_buffer(reply.body.data(), reply.body.size())) {
+      // In place: the page is parsed where it was read, not copied first.
+      if (doc.load_buffer_inplace(reply.body.data(), reply.body.size())) {
         root = doc.child("ListBucketResult");
       }
       if (!root) {

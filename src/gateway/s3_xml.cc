@@ -1,11 +1,11 @@
 #include "s3_xml.h"
 
+#include <fmt/format.h>
 #include <pugixml.hpp>
 
 #include <charconv>
 #include <ctime>
 #include <set>
-#include <sstream>
 
 #include "time_format.h"
 #include "uri.h"
@@ -14,10 +14,23 @@ namespace granary::gateway {
 
 namespace {
 
+// Appends pugixml's output to a string (an ostringstream would copy it twice more).
+class StringWriter final : public pugi::xml_writer {
+ public:
+  explicit StringWriter(std::string& out) : out_(out) {}
+  void write(const void* data, size_t size) override {
+    out_.append(static_cast<const char*>(data), size);
+  }
+
+ private:
+  std::string& out_;
+};
+
 std::string serialize(const pugi::xml_document& doc) {
-  std::ostringstream out;
-  doc.save(out, "", pugi::format_raw, pugi::encoding_utf8);
-  return out.str();
+  std::string out;
+  StringWriter writer(out);
+  doc.save(writer, "", pugi::format_raw, pugi::encoding_utf8);
+  return out;
 }
 
 pugi::xml_node root(pugi::xml_document& doc, const char* name, bool with_namespace = true) {
@@ -30,7 +43,7 @@ pugi::xml_node root(pugi::xml_document& doc, const char* name, bool with_namespa
 }
 
 void text(pugi::xml_node parent, const char* name, std::string_view value) {
-  parent.append_child(name).text().set(std::string(value).c_str());
+  parent.append_child(name).text().set(value.data(), value.size());
 }
 
 // <who><ID>id</ID><DisplayName>id</DisplayName></who>: an owner, initiator or grantee.
@@ -100,8 +113,11 @@ std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
 }
 
 std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResult& result) {
-  auto enc = [&](std::string_view s) {
-    return p.url_encode ? uriEncode(s, /*encode_slash=*/false) : std::string(s);
+  std::string encoded;  // the last value enc() encoded; text() copies it at once
+  auto enc = [&](std::string_view s) -> std::string_view {
+    if (!p.url_encode) return s;
+    encoded = uriEncode(s, /*encode_slash=*/false);
+    return encoded;
   };
   pugi::xml_document doc;
   auto r = root(doc, "ListBucketResult");
@@ -124,8 +140,9 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
     auto c = r.append_child("Contents");
     text(c, "Key", enc(o.key));
     text(c, "LastModified", isoTimestamp(o.mtime_unix_nanos));
-    text(c, "ETag", "\"" + o.etag + "\"");
-    text(c, "Size", std::to_string(o.size));
+    text(c, "ETag", quoted(o.etag));
+    const fmt::format_int size(o.size);
+    text(c, "Size", {size.data(), size.size()});
     text(c, "StorageClass", "STANDARD");
     if (p.fetch_owner || p.version == 1) {
       identity(c, "Owner", p.owner_id);

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <chrono>
 #include <ctime>
 #include <string>
 
@@ -23,11 +24,16 @@ std::string httpDate(int64_t unix_nanos) {
   return buf;
 }
 
+// Civil time from <chrono> rather than gmtime_r + strftime: a listing formats one per key.
 std::string isoTimestamp(int64_t unix_nanos) {
-  std::tm tm = toTm(unix_nanos);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:03d}Z", buf, static_cast<int>((unix_nanos / 1'000'000) % 1000));
+  using namespace std::chrono;
+  const sys_time<milliseconds> t = floor<milliseconds>(sys_time<nanoseconds>(nanoseconds(unix_nanos)));
+  const sys_days day = floor<days>(t);
+  const year_month_day ymd(day);
+  const hh_mm_ss hms(t - day);
+  return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z", int(ymd.year()),
+                     unsigned(ymd.month()), unsigned(ymd.day()), hms.hours().count(),
+                     hms.minutes().count(), hms.seconds().count(), hms.subseconds().count());
 }
 
 std::optional<int64_t> parseHttpDate(std::string_view s) {

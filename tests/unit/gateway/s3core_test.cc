@@ -4,6 +4,7 @@
 
 #include "http_range.h"
 #include "s3_error.h"
+#include "time_format.h"
 #include "uri.h"
 
 namespace granary::gateway {
@@ -169,6 +170,17 @@ TEST_CASE("Range headers S3 ignores, serving the whole object") {
                              "bytes=1", "bytes=0x1-2", "bytes=-1-2", "bytes=+1-2"}) {
     CHECK(parseRange(h, 10).kind == Kind::kNone);
   }
+}
+
+TEST_CASE("isoTimestamp and httpDate format UTC with S3's precision") {
+  // 2026-11-22T15:22:24.123456789Z
+  const int64_t t = 1'795'360'944'123'456'789;
+  CHECK(isoTimestamp(t) == "2026-11-22T15:22:24.123Z");
+  CHECK(httpDate(t) == "Sun, 22 Nov 2026 15:22:24 GMT");
+  CHECK(isoTimestamp(0) == "1970-01-01T00:00:00.000Z");
+  CHECK(isoTimestamp(951'782'400'000'000'000) == "2000-02-29T00:00:00.000Z");  // leap day
+  CHECK(isoTimestamp(7'258'118'399'999'000'000) == "2199-12-31T23:59:59.999Z");
+  CHECK(parseHttpDate(httpDate(t)) == t / 1'000'000'000);
 }
 
 }  // namespace granary::gateway

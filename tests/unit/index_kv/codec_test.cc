@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <random>
 
 #include "index_kv/codec.h"
@@ -268,6 +269,36 @@ TEST_CASE("Well-formed CBOR with wrong field types or bounds is kCorruption") {
   json summary = {{"s", 1}, {"e", ""}, {"t", 0}};
   summary["v"] = json::binary({1, 2, 3});
   CHECK(decodeSummary("k", cbor(summary)).error().isCorruption());
+  // Summaries are decoded without a DOM (SAX): the same rules hold. Fields it does not
+  // know are skipped at any depth; a missing or mistyped known field, or a document that
+  // is not a map, is corruption.
+  summary["v"] = json::binary(std::vector<uint8_t>(16, 7));
+  summary["future"] = {{"nested", json::array({1, "two", json::object({{"s", "x"}})})}};
+  summary["list"] = json::array({json::array({-5})});
+  auto decoded = decodeSummary("k", cbor(summary));
+  INFO((decoded ? std::string() : decoded.error().toString()));
+  REQUIRE(decoded);
+  CHECK(decoded->size == 1);
+  CHECK(decoded->version.bytes[15] == 7);
+  CHECK(decoded->record_set.isZero());
+  summary["t"] = -12;
+  CHECK(decodeSummary("k", cbor(summary))->mtime_unix_nanos == -12);
+  for (const char* f : {"s", "e", "t", "v"}) {
+    json missing = summary;
+    missing.erase(f);
+    CHECK(decodeSummary("k", cbor(missing)).error().isCorruption());
+    json mistyped = summary;
+    mistyped[f] = json::array({1});
+    CHECK(decodeSummary("k", cbor(mistyped)).error().isCorruption());
+  }
+  json bad_e = summary;
+  bad_e["e"] = 5;
+  CHECK(decodeSummary("k", cbor(bad_e)).error().isCorruption());
+  json huge_t = summary;
+  huge_t["t"] = std::numeric_limits<uint64_t>::max();
+  CHECK(decodeSummary("k", cbor(huge_t)).error().isCorruption());
+  CHECK(decodeSummary("k", cbor(json(5))).error().isCorruption());
+  CHECK(decodeSummary("k", cbor(json::array({summary}))).error().isCorruption());
   // A stripe naming a drive the table lacks.
   Manifest m = sampleManifest();
   json j = json::from_cbor(encodeManifest(m));
