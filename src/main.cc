@@ -375,6 +375,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   lifecycle.stop();
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
+  parts.chunks.drain();  // and the fragment writes that complete on the stores' threads
   server->reset();
   return 0;
 }

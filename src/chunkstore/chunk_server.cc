@@ -58,14 +58,25 @@ class ChunkServerImpl final : public ChunkServer {
   void stop() override { server_->stop(); }
 
  private:
-  // Runs on the pool (the server checked the signature and the body's CRC): A blob GET answers
-  // from the I/O engine's completion thread; everything else here.
+  // Runs on the pool (the server checked the signature and the body's CRC): a blob GET
+  // answers from the I/O engine's completion thread, a blob PUT from the store's commit
+  // thread; everything else here.
   void handle(Request& req, ReplyDone done) {
     auto [path, query] = splitTarget(req.target);
     auto route = parseRoute(path);
     if (!route) return done(errorReply(route.error()));
     if (route->kind == Route::Kind::kBlob && req.method == "GET") {
       return readBlob(*route, query, std::move(done));
+    }
+    if (route->kind == Route::Kind::kBlob && req.method == "PUT") {
+      // The answer is made where the put becomes durable (the store's commit thread); this
+      // thread goes back to the pool once the blob is encoded and its write submitted.
+      auto desc = parseDescriptor(route->id, req.headers);
+      if (!desc) return done(errorReply(desc.error()));
+      return backend_.putAsync(route->drive, *desc, req.body,
+                               [done = std::move(done)](Status st) mutable {
+                                 done(st.isOk() ? Reply{} : errorReply(st));
+                               });
     }
     done(handleRoute(req, *route, query));
   }
@@ -116,14 +127,8 @@ class ChunkServerImpl final : public ChunkServer {
     return blobs ? jsonReply(encodeBlobList(*blobs)) : errorReply(blobs.error());
   }
 
-  // PUT, HEAD and DELETE of a blob (GET: readBlob).
+  // HEAD and DELETE of a blob (GET and PUT: handle()).
   Reply blob(Request& req, const Route& route, std::string_view query) {
-    if (req.method == "PUT") {
-      auto desc = parseDescriptor(route.id, req.headers);
-      if (!desc) return errorReply(desc.error());
-      Status st = backend_.put(route.drive, *desc, req.body);
-      return st.isOk() ? Reply{} : errorReply(st);
-    }
     if (req.method == "HEAD" && queryParam(query, "header") == "1") {
       auto desc = backend_.describe(route.drive, route.id);
       if (!desc) return errorReply(desc.error());

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <set>
 
@@ -48,11 +49,14 @@ class ChunkStoreImpl final : public ChunkStore {
                  [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
         commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
-                 [this](std::span<PendingCommit* const> b) { indexCommits(b); }) {}
+                 [this](std::span<PendingCommit* const> b) { indexCommits(b); },
+                 [this](PendingCommit* p) { finishPut(p); }) {}
 
-  ~ChunkStoreImpl() override {
+  ~ChunkStoreImpl() override { drain(); }
+
+  void drain() override {
     std::unique_lock lock(async_mu_);
-    async_cv_.wait(lock, [&] { return async_reads_ == 0; });
+    async_cv_.wait(lock, [&] { return async_ops_ == 0; });
   }
 
   Status init() {
@@ -89,6 +93,8 @@ class ChunkStoreImpl final : public ChunkStore {
   }
 
   Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) override;
+  void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
+                IoDone done) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                  IoDone done) override;
@@ -100,18 +106,22 @@ class ChunkStoreImpl final : public ChunkStore {
   bool writable() override;
 
  private:
-  // One put waiting for the group commit of its blob.
+  class IdClaim;
+  // One put, from its write to its completion: the blob image stays here until then.
   struct PendingCommit {
+    std::unique_ptr<IdClaim> claim;
+    AlignedBuffer image;  // the blob to write (header region and payload), until written
     int fd = -1;
     uint32_t extent = 0;
     BlobId id;
     IndexRecord rec;
+    IoDone done;
     Status result;
+    bool write_failed = false;  // the write failed (result says why): skip the stages
     bool crashed = false;  // a crash point fired: no cleanup, as if the process died
     // GroupCommit: the data reached the disk, go on to the index stage (and never reuse
     // the range: an index entry may point at it).
     bool ok_after_sync = false;
-    bool done = false;  // GroupCommit: both stages over
   };
   // Serializes put and remove of one id (puts of different ids run in parallel), so that
   // two puts of one id cannot both pass the existence check, and counters stay exact.
@@ -184,6 +194,16 @@ class ChunkStoreImpl final : public ChunkStore {
   // The two stages of the group commit (group_commit.h).
   void syncCommits(std::span<PendingCommit* const> batch);
   void indexCommits(std::span<PendingCommit* const> batch);
+  // A put's end (on a commit stage thread): accounting, cleanup of a failed write, `done`.
+  void finishPut(PendingCommit* p);
+  void beginOp() {
+    std::lock_guard lock(async_mu_);
+    ++async_ops_;
+  }
+  void endOp() {
+    std::lock_guard lock(async_mu_);
+    if (--async_ops_ == 0) async_cv_.notify_all();
+  }
   // The test hook (ChunkStoreOptions::crash_point): true = "the process died here".
   bool crashAt(std::string_view point) const {
     return options_.crash_point && options_.crash_point(point);
@@ -198,16 +218,15 @@ class ChunkStoreImpl final : public ChunkStore {
   const Clock& clock_;
   std::unique_ptr<RocksIndex> index_;
   ExtentSet extents_;
-  GroupCommit<PendingCommit> commits_;
 
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
   std::set<EncodedId> busy_;
 
-  // Asynchronous reads in flight: the destructor waits for them.
+  // Asynchronous reads and puts in flight: the destructor waits for them.
   std::mutex async_mu_;
   std::condition_variable async_cv_;
-  uint64_t async_reads_ = 0;
+  uint64_t async_ops_ = 0;
 
   // A confirmed CRC failure: remembered for stats().corrupt_ids until the blob is removed.
   void noteCorrupt(const BlobId& id, const Status& st) {
@@ -228,6 +247,11 @@ class ChunkStoreImpl final : public ChunkStore {
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
+  // Extents whose fdatasync failed: no later put into them is acknowledged. Used by the
+  // group commit's sync thread only.
+  std::set<uint32_t> sync_failed_;
+  // Last: its stage threads use the members above, and it joins them when destroyed.
+  GroupCommit<PendingCommit> commits_;
 };
 
 void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
@@ -247,57 +271,116 @@ void ChunkStoreImpl::noteNoSpace(const Status& st) {
 }
 
 Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> payload) {
+  // The callback holds the promise, so it outlives set_value() whatever this thread does.
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = promise->get_future();
+  putAsync(desc, payload, [promise](Status st) { promise->set_value(std::move(st)); });
+  return result.get();
+}
+
+namespace {
+Status putFailed(const BlobId& id, const Status& st) {
+  return Status(st.code(), fmt::format("put {}: {}", id.toString(), st.message()),
+                st.retryable());
+}
+}  // namespace
+
+void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
+                              IoDone done) {
   // Validate and build the image before claiming anything.
   const int64_t created = clock_.nowUnixNanos();
   auto blob = encodeBlob(desc, payload, options_.block_size, created);
-  if (!blob) return blob.error();
-  IdClaim claim(*this, desc.id);
-  auto existing = index_->get(desc.id);
-  if (existing) return Status::alreadyExists("blob " + desc.id.toString() + " already stored");
-  if (!existing.error().isNotFound()) return existing.error();
-
-  auto failed = [&](const Status& st) {
-    noteNoSpace(st);
-    return Status(st.code(), fmt::format("put {}: {}", desc.id.toString(), st.message()),
-                  st.retryable());
+  if (!blob) return done(blob.error());
+  auto claim = std::make_unique<IdClaim>(*this, desc.id);
+  // A put that ends here releases the id before the caller hears of it, as finishPut does.
+  auto early = [&](Status st) {
+    claim.reset();
+    done(std::move(st));
   };
+  auto existing = index_->get(desc.id);
+  if (existing) return early(Status::alreadyExists("blob " + desc.id.toString() + " already stored"));
+  if (!existing.error().isNotFound()) return early(existing.error());
+
   // Write order (docs/chunkstore-format.md): data; fdatasync; synced index entry. The
-  // last two are shared with concurrent puts (group commit).
+  // data goes to the engine's asynchronous path; the last two are shared with concurrent
+  // puts (group commit), and `done` runs once they are over.
   auto alloc = extents_.allocate(blob->bytes.size());
-  if (!alloc) return failed(alloc.error());
-  if (Status st = engine_.pwrite(alloc->fd, blob->bytes.span(), alloc->offset); !st) {
-    // Nothing points at the range: free it now rather than leave it to recovery.
-    punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
-    return failed(st);
+  if (!alloc) {
+    noteNoSpace(alloc.error());
+    return early(putFailed(desc.id, alloc.error()));
   }
-  if (crashAt("put.after_write")) return crashed("put.after_write");
-  PendingCommit pending;
-  pending.fd = alloc->fd;
-  pending.extent = alloc->extent;
-  pending.id = desc.id;
-  pending.rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
-                            payload.size(), options_.block_size, created};
-  commits_.commit(pending);
-  if (!pending.result) {
-    // Not synced: the range holds garbage nobody points at. Synced but not indexed: a
-    // failed synced write may still have reached the WAL, so the range is left alone; if
-    // the entry did persist the blob is intact, if not recovery reclaims the orphan.
-    if (!pending.ok_after_sync && !pending.crashed) {
-      punchBestEffort(alloc->extent, alloc->offset, blob->bytes.size());
+  auto owned = std::make_unique<PendingCommit>();
+  owned->claim = std::move(claim);
+  owned->image = std::move(blob->bytes);
+  owned->fd = alloc->fd;
+  owned->extent = alloc->extent;
+  owned->id = desc.id;
+  owned->rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
+                           payload.size(), options_.block_size, created};
+  owned->done = std::move(done);
+  beginOp();
+  PendingCommit* p = owned.release();  // finishPut deletes it
+  // The completion may run on the engine's thread, which must not block: a failed write
+  // goes through the commit thread too, which cleans up after it.
+  auto written = [this, p](Status st) {
+    p->image = AlignedBuffer();  // on disk (or failed): not needed any more
+    if (!st) {
+      p->write_failed = true;
+      p->result = std::move(st);
+    } else if (crashAt("put.after_write")) {
+      p->write_failed = true;
+      p->crashed = true;
+      p->result = crashed("put.after_write");
     }
-    return failed(pending.result);
+    commits_.submit(p);
+  };
+  try {
+    engine_.writeAsync(p->fd, p->image.span(), p->rec.offset, written);
+  } catch (const std::exception& e) {  // the submission could not allocate
+    written(Status::internal(fmt::format("submitting the write: {}", e.what())));
   }
-  ++blobs_;
-  ++committed_puts_;
-  payload_bytes_ += payload.size();
-  disk_bytes_ += pending.rec.diskLen();
-  return Status::ok();
+}
+
+void ChunkStoreImpl::finishPut(PendingCommit* p) {
+  std::unique_ptr<PendingCommit> owned(p);
+  if (p->result) {
+    ++blobs_;
+    ++committed_puts_;
+    payload_bytes_ += p->rec.payload_len;
+    disk_bytes_ += p->rec.diskLen();
+  } else {
+    // Not synced: the range holds garbage nobody points at (free it now rather than leave
+    // it to recovery). Synced but not indexed: a failed synced write may still have
+    // reached the WAL, so the range is left alone; if the entry did persist the blob is
+    // intact, if not recovery reclaims the orphan.
+    if (!p->ok_after_sync && !p->crashed) {
+      punchBestEffort(p->extent, p->rec.offset, p->rec.diskLen());
+    }
+    noteNoSpace(p->result);
+    p->result = putFailed(p->id, p->result);
+  }
+  {
+    IoDone done = std::move(p->done);
+    Status result = std::move(p->result);
+    owned.reset();  // releases the id before the caller hears of it
+    done(std::move(result));
+  }  // `done` and what it holds are gone before drain() can return
+  endOp();
 }
 
 void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
   // One fdatasync per extent the batch wrote to (almost always just the active one).
   std::vector<std::pair<uint32_t, int>> files;
-  for (const PendingCommit* p : batch) {
+  for (PendingCommit* p : batch) {
+    if (p->write_failed) continue;
+    if (sync_failed_.contains(p->extent)) {
+      // Written before the extent was retired, synced after its fdatasync failed: a later
+      // fdatasync's success says nothing about these bytes.
+      p->write_failed = true;
+      p->result = Status::ioError(fmt::format("{} failed an earlier fdatasync",
+                                              extents_.path(p->extent)));
+      continue;
+    }
     if (std::find(files.begin(), files.end(), std::pair{p->extent, p->fd}) == files.end()) {
       files.emplace_back(p->extent, p->fd);
     }
@@ -307,18 +390,23 @@ void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
       // After a failed fdatasync the file's cached state is unknown ("fsyncgate"): never
       // append to it again, and fail every blob of the batch.
       extents_.retire(extent);
-      for (PendingCommit* p : batch) p->result = st;
+      sync_failed_.insert(extent);
+      for (PendingCommit* p : batch) {
+        if (!p->write_failed) p->result = st;
+      }
       return;
     }
   }
+  if (files.empty()) return;
   if (crashAt("put.after_sync")) {
     for (PendingCommit* p : batch) {
+      if (p->write_failed) continue;
       p->crashed = true;
       p->result = crashed("put.after_sync");
     }
     return;
   }
-  for (PendingCommit* p : batch) p->ok_after_sync = true;
+  for (PendingCommit* p : batch) p->ok_after_sync = !p->write_failed;
 }
 
 void ChunkStoreImpl::indexCommits(std::span<PendingCommit* const> batch) {
@@ -492,10 +580,7 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   owned->done = std::move(done);
   owned->retried = retried;
   owned->pending = owned->plan.merged ? 1 : 2;
-  {
-    std::lock_guard lock(async_mu_);
-    ++async_reads_;
-  }
+  beginOp();
   AsyncRead* op = owned.release();  // finishAsyncRead deletes it
   auto finished = [this, op](Status st) {
     if (!st) {
@@ -522,8 +607,7 @@ void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
   completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->retried,
                 std::move(st), std::move(op->done));
   owned.reset();
-  std::lock_guard lock(async_mu_);
-  if (--async_reads_ == 0) async_cv_.notify_all();
+  endOp();
 }
 
 void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,

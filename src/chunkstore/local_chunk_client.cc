@@ -22,6 +22,13 @@ Status LocalChunkClient::put(std::string_view drive, const BlobDescriptor& desc,
   return (*store)->put(desc, payload);
 }
 
+void LocalChunkClient::putAsync(std::string_view drive, const BlobDescriptor& desc,
+                                std::span<const uint8_t> payload, IoDone done) {
+  auto store = find(drive);
+  if (!store) return done(store.error());
+  (*store)->putAsync(desc, payload, std::move(done));
+}
+
 Status LocalChunkClient::read(std::string_view drive, const BlobId& id, uint64_t offset,
                               std::span<uint8_t> out) {
   auto store = find(drive);
@@ -34,6 +41,10 @@ void LocalChunkClient::readAsync(std::string_view drive, const BlobId& id, uint6
   auto store = find(drive);
   if (!store) return done(store.error());
   (*store)->readAsync(id, offset, out, std::move(done));
+}
+
+void LocalChunkClient::drain() {
+  for (auto& [id, store] : drives_) store->drain();
 }
 
 Status LocalChunkClient::remove(std::string_view drive, const BlobId& id) {

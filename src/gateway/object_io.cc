@@ -133,9 +133,11 @@ Task<Status> ObjectWriter::flush(size_t len) {
     desc.key = key_;
     desc.flags = flags;
     std::string drive = drives_[layout.drives[j]];
-    in_flight_->spawn([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
-                       drive = std::move(drive), p, fl] {
-      return dp.chunks().put(drive, desc, {p, fl});
+    // The pool thread encodes the fragment and submits its write; the task ends when the
+    // fragment is durable, without a thread waiting for the disk meanwhile.
+    in_flight_->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
+                            drive = std::move(drive), p, fl](TaskGroup::Done done) {
+      dp.chunks().putAsync(drive, desc, {p, fl}, std::move(done));
     });
   }
   stripes_.push_back(std::move(layout));

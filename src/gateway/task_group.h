@@ -34,15 +34,22 @@ class TaskGroup {
       std::lock_guard lock(state_->mu);
       ++state_->pending;
     }
+    pool_.submit([st = state_, fn = std::move(fn)]() mutable { st->finish(fn()); });
+  }
+
+  // Called once, on any thread, when an asynchronous task ends.
+  using Done = std::move_only_function<void(Status)>;
+
+  // A task that starts on the pool and ends later: fn(done) runs on a pool thread, and the
+  // task is over when `done` is called (from fn or from whatever fn started), not when fn
+  // returns. For I/O that completes elsewhere without holding a pool thread meanwhile.
+  void spawnAsync(std::move_only_function<void(Done)> fn) {
+    {
+      std::lock_guard lock(state_->mu);
+      ++state_->pending;
+    }
     pool_.submit([st = state_, fn = std::move(fn)]() mutable {
-      Status s = fn();
-      std::move_only_function<void()> waiter;
-      {
-        std::lock_guard lock(st->mu);
-        if (!s.isOk() && st->first_error.isOk()) st->first_error = std::move(s);
-        if (--st->pending == 0) waiter = std::move(st->waiter);
-      }
-      if (waiter) waiter();
+      fn([st](Status s) { st->finish(std::move(s)); });
     });
   }
 
@@ -130,6 +137,17 @@ class TaskGroup {
     Status first_error;
     std::move_only_function<void()> waiter;
     asio::any_io_executor executor;
+
+    // One task ended with `s`.
+    void finish(Status s) {
+      std::move_only_function<void()> w;
+      {
+        std::lock_guard lock(mu);
+        if (!s.isOk() && first_error.isOk()) first_error = std::move(s);
+        if (--pending == 0) w = std::move(waiter);
+      }
+      if (w) w();
+    }
 
     Status takeError() {
       std::lock_guard lock(mu);

@@ -24,6 +24,12 @@ class ChunkClient {
   virtual ~ChunkClient() = default;
   virtual Status put(std::string_view drive, const BlobDescriptor& desc,
                      std::span<const uint8_t> payload) = 0;
+  // put() with ChunkStore::putAsync's contract; the default puts synchronously, then calls
+  // `done` on this thread.
+  virtual void putAsync(std::string_view drive, const BlobDescriptor& desc,
+                        std::span<const uint8_t> payload, IoDone done) {
+    done(put(drive, desc, payload));
+  }
   virtual Status read(std::string_view drive, const BlobId& id, uint64_t offset,
                       std::span<uint8_t> out) = 0;
   // read() with ChunkStore::readAsync's contract; the default reads synchronously, then
@@ -33,6 +39,9 @@ class ChunkClient {
     done(read(drive, id, offset, out));
   }
   virtual Status remove(std::string_view drive, const BlobId& id) = 0;
+  // Waits until no asynchronous operation started through this client is in flight (see
+  // ChunkStore::drain). The default has none to wait for.
+  virtual void drain() {}
   virtual Result<BlobInfo> stat(std::string_view drive, const BlobId& id) = 0;
   virtual Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) = 0;
   virtual Result<std::vector<BlobInfo>> list(std::string_view drive,
@@ -51,11 +60,14 @@ class LocalChunkClient final : public ChunkClient {
   explicit LocalChunkClient(std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives);
   Status put(std::string_view drive, const BlobDescriptor& desc,
              std::span<const uint8_t> payload) override;
+  void putAsync(std::string_view drive, const BlobDescriptor& desc,
+                std::span<const uint8_t> payload, IoDone done) override;
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override;
   void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                  std::span<uint8_t> out, IoDone done) override;
   Status remove(std::string_view drive, const BlobId& id) override;
+  void drain() override;
   Result<BlobInfo> stat(std::string_view drive, const BlobId& id) override;
   Result<BlobDescriptor> describe(std::string_view drive, const BlobId& id) override;
   Result<std::vector<BlobInfo>> list(std::string_view drive, std::optional<BlobId> after,

@@ -14,6 +14,7 @@
 //    any mismatch is kCorruption, never data. Absent blob: kNotFound.
 //    Concurrent puts share their syncs (group commit): one fdatasync per touched extent and
 //    one synced RocksDB WriteBatch for every blob written while the previous group synced.
+//    put() is putAsync() and a wait: no thread waits for the disk while a put is in flight.
 //  - remove() deletes the index entry (synced), then punches the blob's hole.
 //  - Opening a drive reclaims orphans: extent ranges no index entry covers (a crash between
 //    a blob's write and its index entry, or between an index removal and its punch).
@@ -87,6 +88,15 @@ class ChunkStore {
  public:
   virtual ~ChunkStore() = default;
   virtual Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) = 0;
+  // put() that does not wait for the I/O: the blob is encoded (copied) and its existence
+  // checked on the calling thread (a RocksDB get, which may read the disk: call this from a
+  // worker, not from an event loop), its write goes to the engine's asynchronous path, and
+  // its sync and index entry to the group commit. `done` runs with put()'s outcome once
+  // the blob is durable (or failed), on a commit thread, or on this thread before putAsync
+  // returns when the put fails early; it must not block. `payload` need only stay valid
+  // until putAsync returns. Destroying the store waits for the puts in flight.
+  virtual void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
+                        IoDone done) = 0;
   // Reads payload bytes [offset, offset + out.size()). Reading past the end is
   // kInvalidArgument.
   virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
@@ -103,6 +113,10 @@ class ChunkStore {
   // payload is not read). kCorruption if the header fails its checks.
   virtual Result<BlobDescriptor> describe(const BlobId& id) = 0;
   virtual Status remove(const BlobId& id) = 0;
+  // Waits until no asynchronous read or put of this store is in flight (their callbacks
+  // have returned): a caller whose callbacks reach objects it is about to destroy (event
+  // loops) calls this first.
+  virtual void drain() = 0;
   // Blobs in id order, strictly after `after` when given; at most `limit`.
   virtual Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) = 0;
   virtual Result<DriveStats> stats() = 0;

@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "test_util.h"
@@ -343,5 +346,111 @@ TEST_CASE("readAsync on the io_uring engine completes on the engine's thread, no
     REQUIRE(st.isOk());
     CHECK(ran_on.get_future().get() != std::this_thread::get_id());
     CHECK(std::equal(out.begin(), out.end(), data.begin() + static_cast<ptrdiff_t>(offset)));
+  }
+}
+
+namespace {
+
+// Once closed, holds every fdatasync until release(): what a slow drive's sync looks like
+// to the store.
+class GatedSyncEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Status fdatasync(int fd) override {
+    {
+      std::unique_lock lock(mu_);
+      if (!open_) {
+        ++waiting_;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return open_; });
+      }
+    }
+    return target_->fdatasync(fd);
+  }
+  // Writes keep the target's asynchronous path; counted once the store has had their
+  // completion.
+  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
+    target_->writeAsync(fd, data, offset, [this, done = std::move(done)](Status st) mutable {
+      done(std::move(st));
+      std::lock_guard lock(mu_);
+      ++writes_;
+      cv_.notify_all();
+    });
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  // Bounded waits: a test that fails here still goes on to release() (the store cannot be
+  // destroyed while a put waits at the gate).
+  bool waitForSyncer() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return waiting_ > 0; });
+  }
+  bool waitForWrites(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return writes_ >= n; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  int writes_ = 0;
+  bool open_ = true;
+};
+
+}  // namespace
+
+TEST_CASE("putAsync returns before the sync; puts queued behind a slow sync share the next one") {
+  auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
+  auto inner = makeEngine(engine_name);
+  GatedSyncEngine engine(inner.get());
+  StoreFixture f(engine);
+  constexpr int kPuts = 24;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Status> results;
+  auto put = [&](int n) {
+    f.store->putAsync(descriptor(makeId(n)), randomBytes(5000 + 999 * n, n), [&](Status st) {
+      std::lock_guard lock(mu);
+      results.push_back(std::move(st));
+      cv.notify_all();
+    });
+  };
+  // The first put creates the extent (its directory sync must not wait at the gate).
+  REQUIRE(f.store->put(descriptor(makeId(kPuts)), randomBytes(100, kPuts)).isOk());
+  engine.close();
+  put(0);
+  CHECK(engine.waitForSyncer());  // the first batch is stuck in its fdatasync
+  for (int n = 1; n < kPuts; ++n) put(n);  // none of these calls waits for it
+  CHECK(engine.waitForWrites(kPuts + 1));  // every write is done and its put queued for the next sync
+  {
+    std::lock_guard lock(mu);
+    CHECK(results.empty());  // nothing is acknowledged before its sync
+  }
+  // Not yet durable, so not readable either.
+  std::vector<uint8_t> out(10);
+  CHECK(f.store->read(makeId(1), 0, out).isNotFound());
+  engine.release();
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return results.size() == kPuts; });
+  }
+  for (const Status& st : results) CHECK(st.isOk());
+  CHECK(f.store->read(makeId(1), 0, out).isOk());
+  auto stats = f.store->stats();
+  REQUIRE(stats);
+  CHECK(stats->committed_puts == kPuts + 1);
+  // After the first put's own batch, the held sync had one batch and everything queued
+  // behind it went in the next one.
+  CHECK(stats->commit_batches == 3);
+  for (int n = 0; n < kPuts; ++n) {
+    CHECK(readRange(*f.store, makeId(n), 0, 5000 + 999 * n) == randomBytes(5000 + 999 * n, n));
   }
 }

@@ -62,7 +62,11 @@ class PowerLossEngine final : public IoEngineWrapper {
         }
         const uint64_t size = std::max(it->old_size, std::min(it->offset + keep,
                                                                it->offset + it->new_len));
-        if (::ftruncate(fd, static_cast<off_t>(keep > 0 ? size : it->old_size)) != 0) {
+        // Never below what a sync made durable: a write submitted earlier than a synced
+        // one (asynchronous writes) saw a smaller file, but cannot shrink it.
+        const uint64_t durable = durable_size_[path];
+        if (::ftruncate(fd, static_cast<off_t>(std::max(keep > 0 ? size : it->old_size,
+                                                        durable))) != 0) {
           throw std::runtime_error("PowerLossEngine: cannot truncate " + path);
         }
       }
@@ -90,7 +94,10 @@ class PowerLossEngine final : public IoEngineWrapper {
     auto fd = target_->open(path, flags, mode);
     if (fd) {
       paths_[*fd] = path;
-      if (!existed) unsynced_entries_.insert(path);
+      if (!existed) {
+        unsynced_entries_.insert(path);
+        durable_size_.erase(path);
+      }
     }
     return fd;
   }
@@ -104,6 +111,26 @@ class PowerLossEngine final : public IoEngineWrapper {
     if (dead_) return Status::ioError("dead: pwrite");
     saveUndo(fd, offset, data.size());
     return target_->pwrite(fd, data, offset);
+  }
+  // The target's asynchronous write, so the store's real asynchronous path runs. Its undo
+  // is saved before it is submitted and kept by any fdatasync that starts before it
+  // completes: such a sync does not cover it.
+  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
+    uint64_t seq = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (dead_) return done(Status::ioError("dead: writeAsync"));
+      saveUndo(fd, offset, data.size());
+      seq = undo_[paths_[fd]].back().seq;
+      in_flight_.insert(seq);
+    }
+    target_->writeAsync(fd, data, offset, [this, seq, done = std::move(done)](Status st) mutable {
+      {
+        std::lock_guard lock(mu_);
+        in_flight_.erase(seq);
+      }
+      done(std::move(st));
+    });
   }
   Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
     if (dead_) return Status::ioError("dead: pread");
@@ -124,7 +151,12 @@ class PowerLossEngine final : public IoEngineWrapper {
                  : std::next(it);
       }
     } else {
-      undo_.erase(path);
+      uint64_t& durable = durable_size_[path];
+      std::erase_if(undo_[path], [&](const Undo& u) {
+        if (in_flight_.contains(u.seq)) return false;
+        durable = std::max({durable, u.old_size, u.offset + u.new_len});
+        return true;
+      });
     }
     return st;
   }
@@ -141,6 +173,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     std::vector<uint8_t> old;  // previous contents of the range (clipped to the file size)
     uint64_t old_size = 0;     // previous file size
     uint64_t new_len = 0;      // bytes the change covered
+    uint64_t seq = 0;          // unique per change
   };
 
   void saveUndo(int fd, uint64_t offset, uint64_t len) {
@@ -152,6 +185,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     Undo u;
     u.offset = offset;
     u.new_len = len;
+    u.seq = ++next_seq_;
     u.old_size = static_cast<uint64_t>(st.st_size);
     if (offset < u.old_size) {
       u.old.resize(std::min<uint64_t>(len, u.old_size - offset));
@@ -168,6 +202,9 @@ class PowerLossEngine final : public IoEngineWrapper {
   std::mutex mu_;
   std::atomic<bool> dead_{false};
   std::map<int, std::string> paths_;
+  std::set<uint64_t> in_flight_;  // seqs of asynchronous writes not yet completed
+  std::map<std::string, uint64_t> durable_size_;  // per file: the size its syncs made durable
+  uint64_t next_seq_ = 0;
   std::map<std::string, std::vector<Undo>> undo_;  // per file, since its last fdatasync
   std::set<std::string> unsynced_entries_;         // created since their dir's last fsync
   int reverted_files_ = 0;
