@@ -419,39 +419,48 @@ class SummarySax final : public nlohmann::json_sax<Json> {
  public:
   explicit SummarySax(ObjectSummary& out) : out_(out) {}
 
-  const char* error() const {
-    if (error_ != nullptr) return error_;
-    if (!(seen_s_ && seen_e_ && seen_t_ && seen_v_)) return "missing field";
-    return nullptr;
-  }
+  // Why the value is bad, when a callback refused it; else null.
+  const char* failure() const { return error_; }
+  // Whether every required field was there.
+  bool complete() const { return seen_s_ && seen_e_ && seen_t_ && seen_v_; }
 
   bool null() override { return scalar(); }
   bool boolean(bool) override { return scalar(); }
   bool number_float(number_float_t, const string_t&) override { return scalar(); }
   bool number_integer(number_integer_t v) override {
-    if (!atTop()) return scalar();
-    if (field_ == "t") return set(seen_t_, [&] { out_.mtime_unix_nanos = v; });
-    return scalar();
+    if (!atTop() || field_ != "t") return scalar();
+    out_.mtime_unix_nanos = v;
+    seen_t_ = true;
+    return true;
   }
   bool number_unsigned(number_unsigned_t v) override {
     if (!atTop()) return scalar();
-    if (field_ == "s") return set(seen_s_, [&] { out_.size = v; });
-    if (field_ == "t") {
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return fail("integer out of range");
-      }
-      return set(seen_t_, [&] { out_.mtime_unix_nanos = static_cast<int64_t>(v); });
+    if (field_ == "s") {
+      out_.size = v;
+      seen_s_ = true;
+      return true;
     }
-    return scalar();
+    if (field_ != "t") return scalar();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return fail("integer out of range");
+    }
+    out_.mtime_unix_nanos = static_cast<int64_t>(v);
+    seen_t_ = true;
+    return true;
   }
   bool string(string_t& v) override {
-    if (!atTop()) return scalar();
-    if (field_ == "e") return set(seen_e_, [&] { out_.etag = std::move(v); });
-    return scalar();
+    if (!atTop() || field_ != "e") return scalar();
+    out_.etag = std::move(v);
+    seen_e_ = true;
+    return true;
   }
   bool binary(binary_t& v) override {
     if (!atTop()) return scalar();
-    if (field_ == "v") return version(v, out_.version) && set(seen_v_, [] {});
+    if (field_ == "v") {
+      if (!version(v, out_.version)) return false;
+      seen_v_ = true;
+      return true;
+    }
     if (field_ == "rs") return version(v, out_.record_set);
     return scalar();
   }
@@ -497,12 +506,6 @@ class SummarySax final : public nlohmann::json_sax<Json> {
     }
     return true;
   }
-  template <typename F>
-  bool set(bool& seen, F&& assign) {
-    assign();
-    seen = true;
-    return true;
-  }
   bool version(const binary_t& v, VersionId& out) {
     if (v.size() != out.bytes.size()) return fail("bad version id");
     std::copy(v.begin(), v.end(), out.bytes.begin());
@@ -519,20 +522,17 @@ class SummarySax final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value) {
-  ObjectSummary s;
-  SummarySax sax(s);
-  bool parsed = false;
-  try {
-    parsed = Json::sax_parse(value.begin(), value.end(), &sax, Json::input_format_t::cbor,
-                             /*strict=*/true);
-  } catch (const std::exception&) {  // bad_alloc: reported as the bad value it caused
-  }
-  const char* why = parsed ? sax.error() : (sax.error() ? sax.error() : "not CBOR");
-  if (why != nullptr) {
-    return fail(Status::corruption(std::string("index: bad object summary value: ") + why));
-  }
-  s.key = std::string(key);
-  return s;
+  return guarded<ObjectSummary>("object summary", [&] {
+    ObjectSummary s;
+    SummarySax sax(s);
+    const bool parsed = Json::sax_parse(value.begin(), value.end(), &sax,
+                                        Json::input_format_t::cbor, /*strict=*/true);
+    if (const char* why = sax.failure()) throw DecodeError(why);
+    if (!parsed) throw DecodeError("not CBOR");
+    if (!sax.complete()) throw DecodeError("missing field");
+    s.key = std::string(key);
+    return s;
+  });
 }
 
 std::string encodeManifest(const Manifest& m) {
