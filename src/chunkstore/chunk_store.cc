@@ -247,9 +247,6 @@ class ChunkStoreImpl final : public ChunkStore {
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
-  // Extents whose fdatasync failed: no later put into them is acknowledged. Used by the
-  // group commit's sync thread only.
-  std::set<uint32_t> sync_failed_;
   // Last: its stage threads use the members above, and it joins them when destroyed.
   GroupCommit<PendingCommit> commits_;
 };
@@ -373,7 +370,7 @@ void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
   std::vector<std::pair<uint32_t, int>> files;
   for (PendingCommit* p : batch) {
     if (p->write_failed) continue;
-    if (sync_failed_.contains(p->extent)) {
+    if (extents_.retired(p->extent)) {
       // Written before the extent was retired, synced after its fdatasync failed: a later
       // fdatasync's success says nothing about these bytes.
       p->write_failed = true;
@@ -390,7 +387,6 @@ void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
       // After a failed fdatasync the file's cached state is unknown ("fsyncgate"): never
       // append to it again, and fail every blob of the batch.
       extents_.retire(extent);
-      sync_failed_.insert(extent);
       for (PendingCommit* p : batch) {
         if (!p->write_failed) p->result = st;
       }

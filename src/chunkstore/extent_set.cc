@@ -142,6 +142,12 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
 void ExtentSet::retire(uint32_t extent) {
   std::lock_guard lock(alloc_mu_);
   if (has_active_ && active_extent_ == extent) has_active_ = false;
+  retired_.insert(extent);
+}
+
+bool ExtentSet::retired(uint32_t extent) const {
+  std::lock_guard lock(alloc_mu_);
+  return retired_.contains(extent);
 }
 
 Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live) {

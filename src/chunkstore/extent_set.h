@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -58,8 +59,11 @@ class ExtentSet {
   // one would grow past extent_size (a blob larger than that gets an extent of its own).
   Result<Allocation> allocate(uint64_t len);
   // Stops appending to `extent` (after a failed fdatasync its page-cache state is unknown):
-  // the next allocation starts a new extent.
+  // the next allocation starts a new extent, and retired(extent) is true from then on
+  // (until the store is reopened), so that writes already made to it are not acknowledged
+  // on the strength of a later fdatasync.
   void retire(uint32_t extent);
+  bool retired(uint32_t extent) const;
   // Frees every byte of the extents found by open() that `live` does not cover: unlinks
   // extents without live blobs, truncates the others after their last live blob and
   // punches their gaps (only where data remains, found with SEEK_DATA, so a restart does
@@ -84,7 +88,8 @@ class ExtentSet {
   std::map<uint32_t, int> fds_;
   bool direct_io_;  // guarded by fds_mu_; cleared if the filesystem refuses O_DIRECT
 
-  std::mutex alloc_mu_;  // the allocation cursor
+  mutable std::mutex alloc_mu_;  // the allocation cursor and the retired set
+  std::set<uint32_t> retired_;
   uint32_t next_extent_ = 0;
   bool has_active_ = false;
   uint32_t active_extent_ = 0;

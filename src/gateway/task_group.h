@@ -29,16 +29,12 @@ class TaskGroup {
   TaskGroup(const TaskGroup&) = delete;
   TaskGroup& operator=(const TaskGroup&) = delete;
 
-  void spawn(std::move_only_function<Status()> fn) {
-    {
-      std::lock_guard lock(state_->mu);
-      ++state_->pending;
-    }
-    pool_.submit([st = state_, fn = std::move(fn)]() mutable { st->finish(fn()); });
-  }
-
   // Called once, on any thread, when an asynchronous task ends.
   using Done = std::move_only_function<void(Status)>;
+
+  void spawn(std::move_only_function<Status()> fn) {
+    spawnAsync([fn = std::move(fn)](Done done) mutable { done(fn()); });
+  }
 
   // A task that starts on the pool and ends later: fn(done) runs on a pool thread, and the
   // task is over when `done` is called (from fn or from whatever fn started), not when fn

@@ -362,7 +362,9 @@ class GatedSyncEngine final : public IoEngineWrapper {
       if (!open_) {
         ++waiting_;
         cv_.notify_all();
-        cv_.wait(lock, [&] { return open_; });
+        // At most 30 s: a put that wrongly waits for its sync then makes the test fail
+        // (its callback runs before release()), not hang.
+        cv_.wait_for(lock, std::chrono::seconds(30), [&] { return open_; });
       }
     }
     return target_->fdatasync(fd);
@@ -381,8 +383,7 @@ class GatedSyncEngine final : public IoEngineWrapper {
     std::lock_guard lock(mu_);
     open_ = false;
   }
-  // Bounded waits: a test that fails here still goes on to release() (the store cannot be
-  // destroyed while a put waits at the gate).
+  // Bounded waits too: a test that fails here still goes on to release().
   bool waitForSyncer() {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return waiting_ > 0; });

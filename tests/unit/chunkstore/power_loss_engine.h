@@ -120,8 +120,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     {
       std::lock_guard lock(mu_);
       if (dead_) return done(Status::ioError("dead: writeAsync"));
-      saveUndo(fd, offset, data.size());
-      seq = undo_[paths_[fd]].back().seq;
+      seq = saveUndo(fd, offset, data.size());
       in_flight_.insert(seq);
     }
     target_->writeAsync(fd, data, offset, [this, seq, done = std::move(done)](Status st) mutable {
@@ -176,7 +175,8 @@ class PowerLossEngine final : public IoEngineWrapper {
     uint64_t seq = 0;          // unique per change
   };
 
-  void saveUndo(int fd, uint64_t offset, uint64_t len) {
+  // Returns the change's seq.
+  uint64_t saveUndo(int fd, uint64_t offset, uint64_t len) {
     const std::string& path = paths_[fd];
     int rfd = ::open(path.c_str(), O_RDONLY);
     if (rfd < 0) throw std::runtime_error("PowerLossEngine: cannot open " + path);
@@ -197,6 +197,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     }
     ::close(rfd);
     undo_[path].push_back(std::move(u));
+    return next_seq_;
   }
 
   std::mutex mu_;
