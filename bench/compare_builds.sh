@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# compare_builds.sh OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]: the write-path figures of
+# two `granary` binaries, alternated round by round on this machine so that both see the
+# same disk and the same noise (docs/benchmarks.md, "PUTs, asynchronous fragment writes").
+# Each phase starts a fresh `granary serve --scrub-rate 0` (data under
+# ./bench-data/compare) and stops it; the client is this checkout's granary-bench.
+# Phases: 1 MiB PUT (16 conns) with the server's fdatasyncs per extent write; 64 MiB PUT
+# (4 conns); the loader alone, the checkpoint alone, and both at once (as s3_bench.sh).
+#
+# To build the old binary next to this checkout:
+#   git worktree add /tmp/old <commit> && cd /tmp/old && \
+#     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build --target granary
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 2 ]] || { echo "usage: $0 OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]"; exit 2; }
+old=$1 new=$2 rounds=${3:-2} secs=${4:-10}
+bench=build/bench/granary-bench
+for tool in "$old" "$new" "$bench"; do
+  [[ -x $tool ]] || { echo "compare_builds: $tool is missing (build first)"; exit 1; }
+done
+root=$(pwd)/bench-data/compare
+port=9290
+ep=http://127.0.0.1:$port
+export GRANARY_ROOT_USER=compare GRANARY_ROOT_PASSWORD=compare-secret-key
+export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
+
+pid=
+stop() {
+  if [[ -n $pid ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  pid=
+}
+trap stop EXIT
+start() {  # start BIN: a fresh server on an empty data directory
+  stop
+  rm -rf "$root" && mkdir -p "$root"
+  "$1" serve --data "$root/data" --listen "127.0.0.1:$port" --scrub-rate 0 >"$root/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do grep -q "serving S3" "$root/log" && return; sleep 0.1; done
+  echo "compare_builds: $1 did not start"; cat "$root/log"; exit 1
+}
+run() {  # run granary-bench-args...: the table's rows, without the header
+  "$bench" --endpoint "$ep" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p' |
+    grep -v -e '^workload' -e '^$'
+}
+io_ops() {  # io_ops OP: the server's granary_io_operations_total for OP
+  curl -s "$ep/_granary/metrics" |
+    awk -v op="op=\"$1\"" 'index($0, "granary_io_operations_total{") == 1 && index($0, op) { s += $NF } END { print s + 0 }'
+}
+
+echo "== machine: $(nproc) cores, $(uname -r); ${secs} s a phase, $rounds rounds"
+echo "workload     op           ops  errors      ops/s      MB/s     keys/s   p50 ms   p90 ms   p99 ms p99.9 ms   max ms"
+for round in $(seq "$rounds"); do
+  for which in old new; do
+    bin=$old; [[ $which == new ]] && bin=$new
+    echo "== round $round, $which ($bin)"
+    start "$bin"
+    run --op put --size 1MiB --concurrency 16 --objects 256 | sed 's/^put /put-1MiB/'
+    awk -v s="$(io_ops fdatasync)" -v w="$(io_ops write)" \
+      'BEGIN { printf "   fdatasyncs per extent write: %.2f (%d / %d)\n", w ? s / w : 0, s, w }'
+    start "$bin"
+    run --op put --size 64MiB --concurrency 4 --objects 8 | sed 's/^put /put-64MiB/'
+    start "$bin"
+    run --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no |
+      sed 's/^loader /loader-alone/'
+    run --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2 |
+      sed 's/^checkpoint /ckpt-alone/'
+    run --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,prepare=skip \
+      --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+  done
+done
+stop
