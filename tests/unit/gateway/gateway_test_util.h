@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <thread>
 #include <memory>
@@ -48,9 +49,20 @@ inline std::string randomString(size_t n, uint64_t seed) {
 
 // Forwards to a real client; a test makes chosen drives fail reads, puts or removes, or
 // stop being writable. Faults may be changed only while no request is in flight.
+// readAsync and putAsync complete on the client's own completion thread, as a real
+// engine's do, never on the caller's: the gateway's asynchronous paths are exercised.
 class FaultyChunkClient final : public chunkstore::ChunkClient {
  public:
-  explicit FaultyChunkClient(chunkstore::ChunkClient& target) : target_(target) {}
+  explicit FaultyChunkClient(chunkstore::ChunkClient& target)
+      : target_(target), completer_([this] { completeLoop(); }) {}
+  ~FaultyChunkClient() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    completer_.join();
+  }
 
   void failReads(const std::string& drive, Status st) { read_faults_[drive] = std::move(st); }
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
@@ -90,6 +102,28 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     }
     return target_.read(drive, id, offset, out);
   }
+  void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
+                 std::span<uint8_t> out, chunkstore::IoDone done) override {
+    if (auto f = fault(read_faults_, drive)) return completeLater(*f, {}, std::move(done));
+    std::chrono::milliseconds delay{0};
+    if (auto d = read_delays_.find(drive); d != read_delays_.end()) delay = d->second;
+    target_.readAsync(drive, id, offset, out,
+                      [this, delay, done = std::move(done)](Status st) mutable {
+                        completeLater(std::move(st), delay, std::move(done));
+                      });
+  }
+  void putAsync(std::string_view drive, const chunkstore::BlobDescriptor& desc,
+                std::span<const uint8_t> payload, chunkstore::IoDone done) override {
+    if (auto f = fault(put_faults_, drive)) return completeLater(*f, {}, std::move(done));
+    target_.putAsync(drive, desc, payload, [this, done = std::move(done)](Status st) mutable {
+      completeLater(std::move(st), {}, std::move(done));
+    });
+  }
+  void drain() override {
+    target_.drain();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return pending_.empty() && running_ == 0; });
+  }
   Status remove(std::string_view drive, const BlobId& id) override {
     if (auto f = fault(remove_faults_, drive)) return *f;
     return target_.remove(drive, id);
@@ -126,6 +160,45 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     return it->second;
   }
 
+  // Queues `done(st)` for the completion thread, to run `delay` from now.
+  void completeLater(Status st, std::chrono::milliseconds delay, chunkstore::IoDone done) {
+    {
+      std::lock_guard lock(mu_);
+      pending_.emplace(std::chrono::steady_clock::now() + delay,
+                       Completion{std::move(st), std::move(done)});
+    }
+    cv_.notify_all();
+  }
+  // Runs completions in deadline order; at destruction, the remaining ones at their time.
+  void completeLoop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (pending_.empty()) {
+        if (stopping_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      const auto due = pending_.begin()->first;
+      if (std::chrono::steady_clock::now() < due) {
+        cv_.wait_until(lock, due);  // or earlier, for a completion queued meanwhile
+        continue;
+      }
+      Completion c = std::move(pending_.begin()->second);
+      pending_.erase(pending_.begin());
+      ++running_;
+      lock.unlock();
+      c.done(std::move(c.st));
+      lock.lock();
+      --running_;
+      cv_.notify_all();
+    }
+  }
+
+  struct Completion {
+    Status st;
+    chunkstore::IoDone done;
+  };
+
   chunkstore::ChunkClient& target_;
   std::map<std::string, Status, std::less<>> read_faults_;
   std::map<std::string, Status, std::less<>> put_faults_;
@@ -134,8 +207,13 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, std::chrono::milliseconds, std::less<>> read_delays_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // injected_, pending_, running_, stopping_
+  std::condition_variable cv_;
   int injected_ = 0;
+  std::multimap<std::chrono::steady_clock::time_point, Completion> pending_;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::thread completer_;  // last: starts after, and stops before, the members it uses
 };
 
 // `drives` chunk stores (ids d0, d1, ...; one failure domain each) in a temp dir, all
