@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# compare_builds.sh OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]: the write-path figures of
-# two `granary` binaries, alternated round by round on this machine so that both see the
-# same disk and the same noise (docs/benchmarks.md, "PUTs, asynchronous fragment writes").
-# Each phase starts a fresh `granary serve --scrub-rate 0` (data under
-# ./bench-data/compare) and stops it; the client is this checkout's granary-bench.
-# Phases: 1 MiB PUT (16 conns) with the server's fdatasyncs per extent write; 64 MiB PUT
-# (4 conns); the loader alone, the checkpoint alone, and both at once (as s3_bench.sh).
+# compare_builds.sh OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]: the S3 figures of two
+# `granary` binaries, alternated round by round on this machine so that both see the same
+# disk and the same noise (docs/benchmarks.md, "PUTs, asynchronous fragment writes" and
+# "GETs, asynchronous fragment reads"). Each phase starts a fresh
+# `granary serve --scrub-rate 0` (data under ./bench-data/compare) and stops it; the client
+# is this checkout's granary-bench. PHASES (default "put get mix") picks the groups:
+#   put: 1 MiB PUT (16 conns) with the server's fdatasyncs per extent write; 64 MiB PUT
+#        (4 conns)
+#   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
+#        64 MiB GET (4 conns)
+#   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
 #
 # To build the old binary next to this checkout:
 #   git worktree add /tmp/old <commit> && cd /tmp/old && \
@@ -14,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 2 ]] || { echo "usage: $0 OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]"; exit 2; }
 old=$1 new=$2 rounds=${3:-2} secs=${4:-10}
+phases=" ${PHASES:-put get mix} "
 bench=build/bench/granary-bench
 for tool in "$old" "$new" "$bench"; do
   [[ -x $tool ]] || { echo "compare_builds: $tool is missing (build first)"; exit 1; }
@@ -53,12 +58,21 @@ for round in $(seq "$rounds"); do
   for which in old new; do
     bin=$old; [[ $which == new ]] && bin=$new
     echo "== round $round, $which ($bin)"
-    start "$bin"
-    run --op put --size 1MiB --concurrency 16 --objects 256 | sed 's/^put /put-1MiB/'
-    awk -v s="$(io_ops fdatasync)" -v w="$(io_ops write)" \
-      'BEGIN { printf "   fdatasyncs per extent write: %.2f (%d / %d)\n", w ? s / w : 0, s, w }'
-    start "$bin"
-    run --op put --size 64MiB --concurrency 4 --objects 8 | sed 's/^put /put-64MiB/'
+    if [[ $phases == *" put "* ]]; then
+      start "$bin"
+      run --op put --size 1MiB --concurrency 16 --objects 256 | sed 's/^put /put-1MiB/'
+      awk -v s="$(io_ops fdatasync)" -v w="$(io_ops write)" \
+        'BEGIN { printf "   fdatasyncs per extent write: %.2f (%d / %d)\n", w ? s / w : 0, s, w }'
+      start "$bin"
+      run --op put --size 64MiB --concurrency 4 --objects 8 | sed 's/^put /put-64MiB/'
+    fi
+    if [[ $phases == *" get "* ]]; then
+      start "$bin"
+      run --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000 | sed 's/^get /get-4KiB/'
+      run --op get --size 1MiB --concurrency 16 --objects 64 | sed 's/^get /get-1MiB/'
+      run --op get --size 64MiB --concurrency 4 --objects 8 | sed 's/^get /get-64MiB/'
+    fi
+    [[ $phases == *" mix "* ]] || continue
     start "$bin"
     run --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no |
       sed 's/^loader /loader-alone/'
