@@ -1,5 +1,6 @@
 // Encodings: see docs/index-format.md.
 #include "index_kv/codec.h"
+#include "index_kv/cbor_map_reader.h"
 #include "index_kv/record_codec.h"
 
 #include <nlohmann/json.hpp>
@@ -119,18 +120,6 @@ Json recordInfoToJson(const RecordIndexInfo& r) {
   j["n"] = r.rows;
   j["nb"] = r.row_bytes;
   return j;
-}
-
-RecordIndexInfo asRecordInfo(const Json& j) {
-  if (!j.is_object()) throw DecodeError("expected a map");
-  RecordIndexInfo r;
-  r.status = asString(field(j, "st"));
-  if (const Json* f = findField(j, "f")) r.format = asString(*f);
-  if (const Json* f = findField(j, "msg")) r.message = asString(*f);
-  if (const Json* f = findField(j, "set")) r.set = asVersion(*f);
-  r.rows = asU64(field(j, "n"));
-  r.row_bytes = asU64(field(j, "nb"));
-  return r;
 }
 
 Json stripesToJson(const std::vector<StripeLayout>& stripes) {
@@ -411,112 +400,32 @@ std::string encodeSummary(const ObjectSummary& summary) {
 
 namespace {
 
-// Decodes a summary with nlohmann's SAX interface, straight into the struct: a listing
-// decodes one per key, and a JSON DOM per key (a map and its nodes) was ~12% of a LIST's
-// CPU. Same rules as the DOM readers above: s, e, t and v required, fields it does not
-// know (at any depth) ignored, a wrong type is corruption.
-class SummarySax final : public nlohmann::json_sax<Json> {
+enum SummaryField { kSumSize, kSumEtag, kSumMtime, kSumVersion, kSumRecordSet };
+constexpr CborField kSummaryFields[] = {
+    {"s", CborKind::kUint, kSumSize, true},
+    {"e", CborKind::kText, kSumEtag, true},
+    {"t", CborKind::kInt, kSumMtime, true},
+    {"v", CborKind::kVersion, kSumVersion, true},
+    {"rs", CborKind::kVersion, kSumRecordSet},
+};
+constexpr CborSchema kSummarySchema{kSummaryFields};
+
+void copyVersion(std::span<const uint8_t> bytes, VersionId& out) {
+  std::copy(bytes.begin(), bytes.end(), out.bytes.begin());  // 16 bytes: the reader checked
+}
+
+class SummaryReceiver final : public CborReceiver {
  public:
-  explicit SummarySax(ObjectSummary& out) : out_(out) {}
-
-  // Why the value is bad, when a callback refused it; else null.
-  const char* failure() const { return error_; }
-  // Whether every required field was there.
-  bool complete() const { return seen_s_ && seen_e_ && seen_t_ && seen_v_; }
-
-  bool null() override { return scalar(); }
-  bool boolean(bool) override { return scalar(); }
-  bool number_float(number_float_t, const string_t&) override { return scalar(); }
-  bool number_integer(number_integer_t v) override {
-    if (!atTop() || field_ != "t") return scalar();
-    out_.mtime_unix_nanos = v;
-    seen_t_ = true;
-    return true;
-  }
-  bool number_unsigned(number_unsigned_t v) override {
-    if (!atTop()) return scalar();
-    if (field_ == "s") {
-      out_.size = v;
-      seen_s_ = true;
-      return true;
-    }
-    if (field_ != "t") return scalar();
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return fail("integer out of range");
-    }
-    out_.mtime_unix_nanos = static_cast<int64_t>(v);
-    seen_t_ = true;
-    return true;
-  }
-  bool string(string_t& v) override {
-    if (!atTop() || field_ != "e") return scalar();
-    out_.etag = std::move(v);
-    seen_e_ = true;
-    return true;
-  }
-  bool binary(binary_t& v) override {
-    if (!atTop()) return scalar();
-    if (field_ == "v") {
-      if (!version(v, out_.version)) return false;
-      seen_v_ = true;
-      return true;
-    }
-    if (field_ == "rs") return version(v, out_.record_set);
-    return scalar();
-  }
-  bool start_object(std::size_t) override {
-    if (depth_ >= 1 && !scalar()) return false;  // depth 0: the summary's own map
-    ++depth_;
-    return true;
-  }
-  bool key(string_t& k) override {
-    if (atTop()) field_ = std::move(k);
-    return true;
-  }
-  bool end_object() override {
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    if (!scalar()) return false;
-    ++depth_;
-    return true;
-  }
-  bool end_array() override {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return fail("not CBOR");
+  explicit SummaryReceiver(ObjectSummary& out) : out_(out) {}
+  void onUint(int, uint64_t v) override { out_.size = v; }
+  void onInt(int, int64_t v) override { out_.mtime_unix_nanos = v; }
+  void onText(int, std::string&& v) override { out_.etag = std::move(v); }
+  void onBytes(int id, std::span<const uint8_t> v) override {
+    copyVersion(v, id == kSumVersion ? out_.version : out_.record_set);
   }
 
  private:
-  bool atTop() const { return depth_ == 1; }
-  bool fail(const char* why) {
-    if (error_ == nullptr) error_ = why;
-    return false;
-  }
-  // A value at the top level: wrong type for a known field, or an unknown field (kept
-  // going past). Also the only value a bare non-map document has.
-  bool scalar() {
-    if (depth_ == 0) return fail("not a CBOR map");
-    if (depth_ > 1) return true;
-    if (field_ == "s" || field_ == "e" || field_ == "t" || field_ == "v" || field_ == "rs") {
-      return fail("a field has the wrong type");
-    }
-    return true;
-  }
-  bool version(const binary_t& v, VersionId& out) {
-    if (v.size() != out.bytes.size()) return fail("bad version id");
-    std::copy(v.begin(), v.end(), out.bytes.begin());
-    return true;
-  }
-
   ObjectSummary& out_;
-  int depth_ = 0;
-  std::string field_;
-  const char* error_ = nullptr;
-  bool seen_s_ = false, seen_e_ = false, seen_t_ = false, seen_v_ = false;
 };
 
 }  // namespace
@@ -524,12 +433,8 @@ class SummarySax final : public nlohmann::json_sax<Json> {
 Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value) {
   return guarded<ObjectSummary>("object summary", [&] {
     ObjectSummary s;
-    SummarySax sax(s);
-    const bool parsed = Json::sax_parse(value.begin(), value.end(), &sax,
-                                        Json::input_format_t::cbor, /*strict=*/true);
-    if (const char* why = sax.failure()) throw DecodeError(why);
-    if (!parsed) throw DecodeError("not CBOR");
-    if (!sax.complete()) throw DecodeError("missing field");
+    SummaryReceiver receiver(s);
+    if (auto why = readCborMap(value, kSummarySchema, receiver)) throw DecodeError(*why);
     s.key = std::string(key);
     return s;
   });
@@ -571,6 +476,129 @@ std::string encodeManifest(const Manifest& m) {
   return out;
 }
 
+namespace {
+
+// A manifest's fields (docs/index-format.md, "Manifests"); ids across the nested maps.
+enum ManifestField {
+  kMfFormat, kMfVersion, kMfSize, kMfEtag, kMfMtime, kMfContentType, kMfMetadata, kMfHeaders,
+  kMfK, kMfM, kMfInline, kMfInlineData, kMfDrives, kMfStripes, kMfChecksum, kMfRecords,
+  kStBlobVersion, kStBlobStripe, kStDataLen, kStFragmentLen, kStDrives,
+  kCkAlgorithm, kCkValue, kCkType,
+  kRiStatus, kRiFormat, kRiMessage, kRiSet, kRiRows, kRiRowBytes,
+};
+constexpr CborField kStripeFields[] = {
+    {"bv", CborKind::kVersion, kStBlobVersion, true},
+    {"bs", CborKind::kUint, kStBlobStripe, true, 0xFFFFFFFFu},
+    {"dl", CborKind::kUint, kStDataLen, true},
+    {"fl", CborKind::kUint, kStFragmentLen, true, 0xFFFFFFFFu},
+    {"di", CborKind::kUintArray, kStDrives, true, 0xFFFF},
+};
+constexpr CborSchema kStripeSchema{kStripeFields};
+constexpr CborField kChecksumFields[] = {
+    {"a", CborKind::kText, kCkAlgorithm, true},
+    {"v", CborKind::kText, kCkValue, true},
+    {"ty", CborKind::kText, kCkType},
+};
+constexpr CborSchema kChecksumSchema{kChecksumFields};
+constexpr CborField kRecordInfoFields[] = {
+    {"st", CborKind::kText, kRiStatus, true},
+    {"f", CborKind::kText, kRiFormat},
+    {"msg", CborKind::kText, kRiMessage},
+    {"set", CborKind::kVersion, kRiSet},
+    {"n", CborKind::kUint, kRiRows, true},
+    {"nb", CborKind::kUint, kRiRowBytes, true},
+};
+constexpr CborSchema kRecordInfoSchema{kRecordInfoFields};
+constexpr CborField kManifestFields[] = {
+    {"f", CborKind::kUint, kMfFormat, true},
+    {"v", CborKind::kVersion, kMfVersion, true},
+    {"s", CborKind::kUint, kMfSize, true},
+    {"e", CborKind::kText, kMfEtag, true},
+    {"t", CborKind::kInt, kMfMtime, true},
+    {"ct", CborKind::kText, kMfContentType},
+    {"md", CborKind::kTextMap, kMfMetadata},
+    {"h", CborKind::kTextMap, kMfHeaders},
+    {"k", CborKind::kUint, kMfK, true, 255},
+    {"m", CborKind::kUint, kMfM, true, 255},
+    {"in", CborKind::kBool, kMfInline},
+    {"d", CborKind::kBytes, kMfInlineData},  // written before the inline frame existed
+    {"dr", CborKind::kTextArray, kMfDrives},
+    {"st", CborKind::kMapArray, kMfStripes, false, 0, &kStripeSchema},
+    {"ck", CborKind::kMap, kMfChecksum, false, 0, &kChecksumSchema},
+    {"ri", CborKind::kMap, kMfRecords, false, 0, &kRecordInfoSchema},
+};
+constexpr CborSchema kManifestSchema{kManifestFields};
+
+class ManifestReceiver final : public CborReceiver {
+ public:
+  explicit ManifestReceiver(Manifest& out) : m_(out) {}
+  uint64_t format() const { return format_; }
+  bool hasChecksum() const { return has_checksum_; }
+
+  void onUint(int id, uint64_t v) override {
+    switch (id) {
+      case kMfFormat: format_ = v; break;
+      case kMfSize: m_.size = v; break;
+      case kMfK: m_.ec.k = static_cast<uint8_t>(v); break;
+      case kMfM: m_.ec.m = static_cast<uint8_t>(v); break;
+      case kStBlobStripe: m_.stripes.back().blob_stripe = static_cast<uint32_t>(v); break;
+      case kStDataLen: m_.stripes.back().data_len = v; break;
+      case kStFragmentLen: m_.stripes.back().fragment_len = static_cast<uint32_t>(v); break;
+      case kStDrives: m_.stripes.back().drives.push_back(static_cast<uint16_t>(v)); break;
+      case kRiRows: m_.records.rows = v; break;
+      case kRiRowBytes: m_.records.row_bytes = v; break;
+    }
+  }
+  void onInt(int, int64_t v) override { m_.mtime_unix_nanos = v; }
+  void onText(int id, std::string&& v) override {
+    switch (id) {
+      case kMfEtag: m_.etag = std::move(v); break;
+      case kMfContentType: m_.content_type = std::move(v); break;
+      case kMfDrives: m_.drives.push_back(std::move(v)); break;
+      case kCkAlgorithm: m_.checksum.algorithm = std::move(v); break;
+      case kCkValue: m_.checksum.value = std::move(v); break;
+      case kCkType: m_.checksum.type = std::move(v); break;
+      case kRiStatus: m_.records.status = std::move(v); break;
+      case kRiFormat: m_.records.format = std::move(v); break;
+      case kRiMessage: m_.records.message = std::move(v); break;
+    }
+  }
+  void onBool(int, bool v) override { m_.is_inline = v; }
+  void onBytes(int id, std::span<const uint8_t> v) override {
+    switch (id) {
+      case kMfVersion: copyVersion(v, m_.version); break;
+      case kMfInlineData: m_.inline_data.assign(v.begin(), v.end()); break;
+      case kStBlobVersion: copyVersion(v, m_.stripes.back().blob_version); break;
+      case kRiSet: copyVersion(v, m_.records.set); break;
+    }
+  }
+  void onTextMapEntry(int id, std::string&& key, std::string&& v) override {
+    (id == kMfMetadata ? m_.metadata : m_.headers).insert_or_assign(std::move(key), std::move(v));
+  }
+  void onBegin(int id) override {
+    switch (id) {
+      case kMfMetadata: m_.metadata.clear(); break;
+      case kMfHeaders: m_.headers.clear(); break;
+      case kMfDrives: m_.drives.clear(); break;
+      case kMfStripes: m_.stripes.clear(); break;
+      case kStDrives: m_.stripes.back().drives.clear(); break;
+      case kMfChecksum:
+        m_.checksum = {};
+        has_checksum_ = true;
+        break;
+      case kMfRecords: m_.records = {}; break;
+    }
+  }
+  void onBeginElement(int) override { m_.stripes.emplace_back(); }
+
+ private:
+  Manifest& m_;
+  uint64_t format_ = 0;
+  bool has_checksum_ = false;
+};
+
+}  // namespace
+
 Result<Manifest> decodeManifest(std::string_view value) {
   std::optional<std::string_view> framed_inline;
   if (value.size() >= 2 && value[0] == kInlineFrameTag[0]) {
@@ -585,30 +613,17 @@ Result<Manifest> decodeManifest(std::string_view value) {
     value.remove_prefix(kInlineFrameHeader + n);
   }
   auto decoded = guarded<Manifest>("manifest", [&] {
-    Json j = parseCbor(value);
-    if (asU64(field(j, "f")) != 1) throw DecodeError("unknown manifest format version");
     Manifest m;
-    m.version = asVersion(field(j, "v"));
-    m.size = asU64(field(j, "s"));
-    m.etag = asString(field(j, "e"));
-    m.mtime_unix_nanos = asI64(field(j, "t"));
-    if (const Json* f = findField(j, "ct")) m.content_type = asString(*f);
-    if (const Json* f = findField(j, "md")) m.metadata = asStringMap(*f);
-    if (const Json* f = findField(j, "h")) m.headers = asStringMap(*f);
-    m.ec.k = static_cast<uint8_t>(asU64(field(j, "k"), 255));
-    m.ec.m = static_cast<uint8_t>(asU64(field(j, "m"), 255));
-    if (const Json* f = findField(j, "in")) m.is_inline = asBool(*f);
-    if (const Json* f = findField(j, "d")) m.inline_data = asBytes(*f);  // written before the frame
+    ManifestReceiver receiver(m);
+    if (auto why = readCborMap(value, kManifestSchema, receiver)) throw DecodeError(*why);
+    if (receiver.format() != 1) throw DecodeError("unknown manifest format version");
+    if (receiver.hasChecksum() && m.checksum.algorithm.empty()) {
+      throw DecodeError("checksum without an algorithm");
+    }
     if (framed_inline) {
       if (!m.is_inline) throw DecodeError("an inline frame on a manifest that is not inline");
       m.inline_data = std::string(*framed_inline);
     }
-    if (const Json* f = findField(j, "dr")) {
-      for (const Json& d : asArray(*f)) m.drives.push_back(asString(d));
-    }
-    if (const Json* f = findField(j, "st")) m.stripes = asStripes(*f);
-    if (const Json* f = findField(j, "ck")) m.checksum = asChecksum(*f);
-    if (const Json* f = findField(j, "ri")) m.records = asRecordInfo(*f);
     return m;
   });
   if (!decoded) return decoded;

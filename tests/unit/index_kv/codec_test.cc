@@ -120,6 +120,107 @@ TEST_CASE("Manifest checksums round-trip and are optional") {
   CHECK(no_type->checksum == ObjectChecksum{"SHA256", "q83vEjRWeJA=", ""});
 }
 
+TEST_CASE("Manifest decoding skips unknown fields at any depth and refuses wrong types") {
+  const Manifest m = sampleManifest();
+  const nlohmann::json good = nlohmann::json::from_cbor(encodeManifest(m));
+  const nlohmann::json nested = {{"x", {1, {{"y", nullptr}}, 2.5}}, {"z", "w"}};
+  {
+    // Fields this version does not know, of every type, at the top, in a stripe, in the
+    // checksum and in the record info: skipped, and the rest decodes as before.
+    Manifest with = m;
+    with.checksum = ObjectChecksum{"CRC32C", "AAAAAA==", ""};
+    with.records = RecordIndexInfo{"tar", "indexed", "", m.version, 3, 99};
+    nlohmann::json j = nlohmann::json::from_cbor(encodeManifest(with));
+    j["zz"] = nested;
+    j["zf"] = 1.5;
+    j["zn"] = -3;
+    j["zb"] = nlohmann::json::binary({1, 2});
+    j["st"][1]["new"] = nested;
+    j["ck"]["later"] = {1, 2, 3};
+    j["ri"]["more"] = nested;
+    auto back = decodeManifest(cbor(j));
+    REQUIRE(back.has_value());
+    CHECK(*back == with);
+  }
+  {
+    nlohmann::json j = good;
+    j["t"] = -5;  // before 1970: a negative integer
+    auto back = decodeManifest(cbor(j));
+    REQUIRE(back.has_value());
+    CHECK(back->mtime_unix_nanos == -5);
+  }
+  const std::vector<std::pair<nlohmann::json::json_pointer, nlohmann::json>> bad = {
+      {nlohmann::json::json_pointer("/s"), "12"},
+      {nlohmann::json::json_pointer("/s"), -1},
+      {nlohmann::json::json_pointer("/e"), 5},
+      {nlohmann::json::json_pointer("/t"), uint64_t{1} << 63},
+      {nlohmann::json::json_pointer("/t"), 1.5},
+      {nlohmann::json::json_pointer("/v"), nlohmann::json::binary({1, 2, 3})},
+      {nlohmann::json::json_pointer("/k"), 256},
+      {nlohmann::json::json_pointer("/f"), 2},
+      {nlohmann::json::json_pointer("/in"), 1},
+      {nlohmann::json::json_pointer("/md"), {{"a", 1}}},
+      {nlohmann::json::json_pointer("/md"), {"a", "b"}},
+      {nlohmann::json::json_pointer("/h"), "text"},
+      {nlohmann::json::json_pointer("/dr/1"), 7},
+      {nlohmann::json::json_pointer("/dr"), {{"a", "b"}}},
+      {nlohmann::json::json_pointer("/st/0"), "not a map"},
+      {nlohmann::json::json_pointer("/st/0/di/2"), 65536},
+      {nlohmann::json::json_pointer("/st/0/di/2"), "2"},
+      {nlohmann::json::json_pointer("/st/1/bs"), uint64_t{1} << 32},
+      {nlohmann::json::json_pointer("/st/1/bv"), "version"},
+      {nlohmann::json::json_pointer("/st"), {{"bv", 1}}},
+      {nlohmann::json::json_pointer("/ck"), {{"a", ""}, {"v", "x"}}},
+      {nlohmann::json::json_pointer("/ck"), {{"a", "CRC32"}, {"v", nullptr}}},
+      {nlohmann::json::json_pointer("/ri"), {{"st", "indexed"}, {"n", 1}}},
+      {nlohmann::json::json_pointer("/ri"), {1, 2}},
+  };
+  for (const auto& [where, value] : bad) {
+    nlohmann::json j = good;
+    j[where] = value;
+    INFO(where.to_string() << " = " << value.dump());
+    auto back = decodeManifest(cbor(j));
+    REQUIRE_FALSE(back.has_value());
+    CHECK(back.error().isCorruption());
+  }
+  for (const char* required : {"f", "v", "s", "e", "t", "k", "m"}) {
+    nlohmann::json j = good;
+    j.erase(required);
+    INFO(required);
+    CHECK(decodeManifest(cbor(j)).error().isCorruption());
+  }
+  for (const char* required : {"bv", "bs", "dl", "fl", "di"}) {
+    nlohmann::json j = good;
+    j["st"][1].erase(required);
+    INFO(required);
+    CHECK(decodeManifest(cbor(j)).error().isCorruption());
+  }
+  // Not a map at all.
+  CHECK(decodeManifest(cbor(nlohmann::json::array({1, 2}))).error().isCorruption());
+  CHECK(decodeManifest(cbor(nlohmann::json(7))).error().isCorruption());
+}
+
+TEST_CASE("When a key repeats in a stored value, its last value wins") {
+  // nlohmann's DOM cannot hold a repeated key, so the maps are written by hand: a CBOR map
+  // header, then each key and value in CBOR.
+  const auto map = [](std::initializer_list<std::pair<const char*, nlohmann::json>> entries) {
+    std::string out(1, static_cast<char>(0xA0 + entries.size()));
+    for (const auto& [k, v] : entries) out += cbor(k) + cbor(v);
+    return out;
+  };
+  const VersionId v = sampleManifest().version;
+  const auto bin = nlohmann::json::binary(std::vector<uint8_t>(v.bytes.begin(), v.bytes.end()));
+  auto s = decodeSummary("k", map({{"s", 1}, {"e", "a"}, {"t", 2}, {"v", bin}, {"s", 9}}));
+  REQUIRE(s.has_value());
+  CHECK(s->size == 9);
+  auto m = decodeManifest(map({{"f", 1}, {"v", bin}, {"s", 0}, {"e", "x"}, {"t", 0}, {"k", 2},
+                               {"m", 1}, {"dr", {"a", "b"}}, {"dr", {"c"}},
+                               {"md", {{"p", "1"}}}, {"md", {{"q", "2"}}}}));
+  REQUIRE(m.has_value());
+  CHECK(m->drives == std::vector<std::string>{"c"});
+  CHECK(m->metadata == std::map<std::string, std::string>{{"q", "2"}});
+}
+
 TEST_CASE("Bucket, summary and GC values round-trip") {
   BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
