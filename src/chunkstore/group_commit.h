@@ -67,7 +67,7 @@ class GroupCommit {
     sync_cv_.notify_one();
   }
 
-  // Stage-1 batches (data syncs) so far.
+  // Stage-1 batches that synced at least one write, so far.
   uint64_t batches() const {
     std::lock_guard lock(mu_);
     return batches_;
@@ -99,8 +99,9 @@ class GroupCommit {
       lock.unlock();
       sync_(batch);
       lock.lock();
-      ++batches_;
+      const size_t synced_before = to_index_.size();
       for (Request* r : batch) (r->ok_after_sync ? to_index_ : failed).push_back(r);
+      if (to_index_.size() > synced_before) ++batches_;  // not one whose writes all failed
       batch.clear();
       index_cv_.notify_all();
       if (!failed.empty()) {

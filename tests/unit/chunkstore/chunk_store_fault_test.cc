@@ -121,10 +121,12 @@ TEST_CASE("A put whose data write fails is neither indexed nor readable") {
   CHECK(f.store->stat(id).error().code() == Status::Code::kNotFound);
   CHECK(f.store->list(std::nullopt, 10)->size() == 1);
   CHECK(f.store->stats()->blobs == 1);
+  CHECK(f.store->stats()->commit_batches == 1);  // the failed write's batch synced nothing
   // Once the fault clears, the same id can be written.
   engine.write_errno = 0;
   CHECK(f.store->put(descriptor(id), randomBytes(10'000, 2)).isOk());
   CHECK(f.store->read(id, 0, out).isOk());
+  CHECK(f.store->stats()->commit_batches == 2);
 }
 
 TEST_CASE("A put whose fdatasync fails is not indexed") {
