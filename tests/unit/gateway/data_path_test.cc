@@ -412,6 +412,25 @@ TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes 
   CHECK(f.cluster.allBlobs().empty());
 }
 
+TEST_CASE("The writer's buffer fits the object, with one byte to spare, up to a stripe") {
+  constexpr uint32_t kFragment = 64 * 1024;  // a stripe of 256 KiB; a 16 KiB unit (4 x 4 KiB)
+  DataPathFixture f(6, kFragment);
+  const auto bufferFor = [&](uint64_t size) {
+    ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), size, false);
+    return w.buffer().size();
+  };
+  CHECK(bufferFor(0) == 16 * 1024);
+  CHECK(bufferFor(100) == 16 * 1024);
+  CHECK(bufferFor(16 * 1024 - 1) == 16 * 1024);
+  CHECK(bufferFor(16 * 1024) == 32 * 1024);  // the byte to spare needs the next unit
+  CHECK(bufferFor(4 * kFragment - 1) == 4 * kFragment);
+  CHECK(bufferFor(10 * 4 * kFragment) == 4 * kFragment);
+  // A stripe whose bytes do not fit its buffer is refused, not written past the end.
+  ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), 100, false);
+  CHECK(runTask(f.io, w.flush(w.buffer().size() + 1)).code() ==
+        Status::Code::kInvalidArgument);
+}
+
 TEST_CASE("abandon after a successful write removes every fragment of the version") {
   DataPathFixture f;
   std::string data = randomString(2 * kStripe + 3, 16);
