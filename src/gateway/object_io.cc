@@ -79,11 +79,18 @@ uint16_t ObjectWriter::driveIndex(const std::string& drive) {
   return static_cast<uint16_t>(drives_.size() - 1);
 }
 
+Task<Status> ObjectWriter::waitFor(int slot) {
+  if (in_flight_[slot]) {
+    Status st = co_await in_flight_[slot]->wait();
+    in_flight_[slot].reset();
+    if (!st.isOk() && failed_.isOk()) failed_ = std::move(st);
+  }
+  co_return failed_;
+}
+
 Task<Status> ObjectWriter::flush(size_t len) {
-  Status previous = Status::ok();
-  if (in_flight_) previous = co_await in_flight_->wait();
-  if (!previous.isOk()) co_return previous;
-  if (len == 0) co_return Status::ok();
+  if (!failed_.isOk()) co_return failed_;
+  if (len == 0) co_return co_await finish();
 
   const auto profile = dp_.code().profile();
   const uint32_t stripe = static_cast<uint32_t>(stripes_.size());
@@ -135,7 +142,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   written_ += len;
   const uint16_t flags =
       flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
-  in_flight_ = std::make_unique<TaskGroup>(dp_.pool(), executor_);
+  auto group = std::make_unique<TaskGroup>(dp_.pool(), executor_);
   for (int j = 0; j < profile.total(); ++j) {
     const uint8_t* p = j < profile.k ? slot.data.get() + uint64_t(j) * fl
                                      : slot.parity.get() + uint64_t(j - profile.k) * fl;
@@ -149,23 +156,28 @@ Task<Status> ObjectWriter::flush(size_t len) {
     std::string drive = drives_[layout.drives[j]];
     // The pool thread encodes the fragment and submits its write; the task ends when the
     // fragment is durable, without a thread waiting for the disk meanwhile.
-    in_flight_->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
-                            drive = std::move(drive), p, fl](TaskGroup::Done done) {
+    group->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
+                       drive = std::move(drive), p, fl](TaskGroup::Done done) {
       dp.chunks().putAsync(drive, desc, {p, fl}, std::move(done));
     });
   }
+  in_flight_[current_] = std::move(group);
   stripes_.push_back(std::move(layout));
+  // This stripe's writes go on while the caller fills the other slot, once the stripe
+  // that used it is durable: the encoding and submission of a stripe overlap the previous
+  // stripe's writes and sync, and at most two stripes are in flight.
   current_ ^= 1;
-  co_return Status::ok();
+  co_return co_await waitFor(current_);
 }
 
 Task<Status> ObjectWriter::finish() {
-  if (!in_flight_) co_return Status::ok();
-  co_return co_await in_flight_->wait();
+  // Oldest first: the other slot's stripe was submitted before the current one's.
+  (void)co_await waitFor(current_ ^ 1);
+  co_return co_await waitFor(current_);
 }
 
 Task<void> ObjectWriter::abandon() {
-  if (in_flight_) (void)co_await in_flight_->wait();
+  (void)co_await finish();
   TaskGroup cleanup(dp_.pool(), executor_);
   for (const auto& s : stripes_) {
     for (size_t j = 0; j < s.drives.size(); ++j) {

@@ -91,10 +91,11 @@ class ObjectWriter {
   ~ObjectWriter();
 
   std::span<uint8_t> buffer();
-  // Starts writing the current buffer's first `len` bytes as the next stripe, after the
-  // previous stripe's writes completed. Returns that previous stripe's error, if any.
+  // Starts writing the current buffer's first `len` bytes as the next stripe, and returns
+  // once the next buffer is free (the stripe before this one is durable). Returns the
+  // first error of any stripe so far; after one, writes nothing more.
   Task<Status> flush(size_t len);
-  // Waits for the last stripe. After ok, drives() and stripes() describe the object.
+  // Waits for every stripe. After ok, drives() and stripes() describe the object.
   Task<Status> finish();
   // Best-effort removal of every fragment written so far (waits for in-flight writes).
   Task<void> abandon();
@@ -114,9 +115,13 @@ class ObjectWriter {
   uint64_t size_;
   uint64_t written_ = 0;
   uint16_t flags_;
+  // Waits for the stripe written from slot `slot`, if any; returns failed_.
+  Task<Status> waitFor(int slot);
+
   std::shared_ptr<Slot> slots_[2];  // shared with in-flight writes
-  int current_ = 0;
-  std::unique_ptr<TaskGroup> in_flight_;
+  int current_ = 0;                 // the slot being filled
+  std::unique_ptr<TaskGroup> in_flight_[2];  // the writes of the stripe from each slot
+  Status failed_;                   // the first stripe error
   std::vector<std::string> drives_;
   std::vector<index_kv::StripeLayout> stripes_;
 };

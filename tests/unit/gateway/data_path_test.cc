@@ -412,6 +412,22 @@ TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes 
   CHECK(f.cluster.allBlobs().empty());
 }
 
+TEST_CASE("The writer keeps at most two stripes in flight, and overlaps them") {
+  DataPathFixture f;
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(100));
+  }
+  std::string data = randomString(4 * kStripe, 18);
+  index_kv::Manifest m = f.write(data);
+  CHECK(m.stripes.size() == 4);
+  // A stripe is submitted while the one before it is still being acknowledged (12 puts),
+  // and the writer waits for that one before it refills its buffer (never 18).
+  CHECK(f.cluster.chunks->peakPutsInFlight() == 2 * 6);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("The writer's buffer fits the object, with one byte to spare, up to a stripe") {
   constexpr uint32_t kFragment = 64 * 1024;  // a stripe of 256 KiB; a 16 KiB unit (4 x 4 KiB)
   DataPathFixture f(6, kFragment);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -72,6 +73,15 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void delayReads(const std::string& drive, std::chrono::milliseconds delay) {
     read_delays_[drive] = delay;
   }
+  // Puts to the drive are acknowledged only `delay` after they are durable.
+  void delayPuts(const std::string& drive, std::chrono::milliseconds delay) {
+    put_delays_[drive] = delay;
+  }
+  // The most asynchronous puts in flight at once so far.
+  int peakPutsInFlight() const {
+    std::lock_guard lock(mu_);
+    return peak_puts_;
+  }
   void setReadOnly(const std::string& drive) { read_only_.insert(drive); }
   // The drive's server stops answering as far as reachable() is concerned.
   void setUnreachable(const std::string& drive) { unreachable_.insert(drive); }
@@ -81,6 +91,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     remove_faults_.clear();
     list_faults_.clear();
     read_delays_.clear();
+    put_delays_.clear();
     read_only_.clear();
     unreachable_.clear();
   }
@@ -115,9 +126,23 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void putAsync(std::string_view drive, const chunkstore::BlobDescriptor& desc,
                 std::span<const uint8_t> payload, chunkstore::IoDone done) override {
     if (auto f = fault(put_faults_, drive)) return completeLater(*f, {}, std::move(done));
-    target_.putAsync(drive, desc, payload, [this, done = std::move(done)](Status st) mutable {
-      completeLater(std::move(st), {}, std::move(done));
-    });
+    std::chrono::milliseconds delay{0};
+    if (auto d = put_delays_.find(drive); d != put_delays_.end()) delay = d->second;
+    {
+      std::lock_guard lock(mu_);
+      peak_puts_ = std::max(peak_puts_, ++puts_in_flight_);
+    }
+    target_.putAsync(drive, desc, payload,
+                     [this, delay, done = std::move(done)](Status st) mutable {
+                       completeLater(std::move(st), delay,
+                                     [this, done = std::move(done)](Status st) mutable {
+                                       {
+                                         std::lock_guard lock(mu_);
+                                         --puts_in_flight_;
+                                       }
+                                       done(std::move(st));
+                                     });
+                     });
   }
   void drain() override {
     target_.drain();
@@ -205,14 +230,17 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::map<std::string, Status, std::less<>> list_faults_;
   std::map<std::string, std::chrono::milliseconds, std::less<>> read_delays_;
+  std::map<std::string, std::chrono::milliseconds, std::less<>> put_delays_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
-  mutable std::mutex mu_;  // injected_, pending_, running_, stopping_
+  mutable std::mutex mu_;  // injected_, pending_, running_, stopping_, puts in flight
   std::condition_variable cv_;
   int injected_ = 0;
   std::multimap<std::chrono::steady_clock::time_point, Completion> pending_;
   int running_ = 0;
   bool stopping_ = false;
+  int puts_in_flight_ = 0;
+  int peak_puts_ = 0;
   std::thread completer_;  // last: starts after, and stops before, the members it uses
 };
 
