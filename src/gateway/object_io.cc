@@ -59,6 +59,11 @@ ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, 
 ObjectWriter::~ObjectWriter() = default;
 
 std::span<uint8_t> ObjectWriter::buffer() {
+  Slot& slot = currentSlot();
+  return {slot.data.get(), slot.data_len};
+}
+
+ObjectWriter::Slot& ObjectWriter::currentSlot() {
   std::shared_ptr<Slot>& slot = slots_[current_];
   if (!slot) {
     // Allocated when first needed, and no larger than the object needs: a 1 MiB PUT used
@@ -69,7 +74,7 @@ std::span<uint8_t> ObjectWriter::buffer() {
     const uint64_t len = std::min<uint64_t>(dp_.stripeCapacity(), roundUp(size_ + 1, unit));
     slot = std::make_shared<Slot>(len, uint64_t(profile.m) * dp_.fragmentLenFor(len));
   }
-  return {slot->data.get(), slot->data_len};
+  return *slot;
 }
 
 uint16_t ObjectWriter::driveIndex(const std::string& drive) {
@@ -95,8 +100,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   const auto profile = dp_.code().profile();
   const uint32_t stripe = static_cast<uint32_t>(stripes_.size());
   const uint32_t fl = dp_.fragmentLenFor(len);
-  if (!slots_[current_]) (void)buffer();
-  Slot& slot = *slots_[current_];
+  Slot& slot = currentSlot();
   if (len > slot.data_len) co_return Status::invalidArgument("stripe larger than its buffer");
   // Data fragment j starts at j * fl; zero the padding after the object bytes.
   std::fill(slot.data.get() + len, slot.data.get() + uint64_t(profile.k) * fl, 0);

@@ -105,6 +105,8 @@ class ObjectWriter {
 
  private:
   struct Slot;
+  // The slot being filled, allocated on first use.
+  Slot& currentSlot();
   uint16_t driveIndex(const std::string& drive);
 
   DataPath& dp_;

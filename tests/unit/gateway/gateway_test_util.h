@@ -108,40 +108,36 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override {
     if (auto f = fault(read_faults_, drive)) return *f;
-    if (auto d = read_delays_.find(drive); d != read_delays_.end()) {
-      std::this_thread::sleep_for(d->second);
-    }
+    std::this_thread::sleep_for(delayOf(read_delays_, drive));
     return target_.read(drive, id, offset, out);
   }
   void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                  std::span<uint8_t> out, chunkstore::IoDone done) override {
     if (auto f = fault(read_faults_, drive)) return completeLater(*f, {}, std::move(done));
-    std::chrono::milliseconds delay{0};
-    if (auto d = read_delays_.find(drive); d != read_delays_.end()) delay = d->second;
     target_.readAsync(drive, id, offset, out,
-                      [this, delay, done = std::move(done)](Status st) mutable {
+                      [this, delay = delayOf(read_delays_, drive),
+                       done = std::move(done)](Status st) mutable {
                         completeLater(std::move(st), delay, std::move(done));
                       });
   }
   void putAsync(std::string_view drive, const chunkstore::BlobDescriptor& desc,
                 std::span<const uint8_t> payload, chunkstore::IoDone done) override {
     if (auto f = fault(put_faults_, drive)) return completeLater(*f, {}, std::move(done));
-    std::chrono::milliseconds delay{0};
-    if (auto d = put_delays_.find(drive); d != put_delays_.end()) delay = d->second;
     {
       std::lock_guard lock(mu_);
       peak_puts_ = std::max(peak_puts_, ++puts_in_flight_);
     }
+    chunkstore::IoDone counted = [this, done = std::move(done)](Status st) mutable {
+      {
+        std::lock_guard lock(mu_);
+        --puts_in_flight_;
+      }
+      done(std::move(st));
+    };
     target_.putAsync(drive, desc, payload,
-                     [this, delay, done = std::move(done)](Status st) mutable {
-                       completeLater(std::move(st), delay,
-                                     [this, done = std::move(done)](Status st) mutable {
-                                       {
-                                         std::lock_guard lock(mu_);
-                                         --puts_in_flight_;
-                                       }
-                                       done(std::move(st));
-                                     });
+                     [this, delay = delayOf(put_delays_, drive),
+                      counted = std::move(counted)](Status st) mutable {
+                       completeLater(std::move(st), delay, std::move(counted));
                      });
   }
   void drain() override {
@@ -183,6 +179,12 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     std::lock_guard lock(mu_);
     ++injected_;
     return it->second;
+  }
+
+  using Delays = std::map<std::string, std::chrono::milliseconds, std::less<>>;
+  static std::chrono::milliseconds delayOf(const Delays& delays, std::string_view drive) {
+    auto it = delays.find(drive);
+    return it == delays.end() ? std::chrono::milliseconds(0) : it->second;
   }
 
   // Queues `done(st)` for the completion thread, to run `delay` from now.
@@ -229,8 +231,8 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::map<std::string, Status, std::less<>> list_faults_;
-  std::map<std::string, std::chrono::milliseconds, std::less<>> read_delays_;
-  std::map<std::string, std::chrono::milliseconds, std::less<>> put_delays_;
+  Delays read_delays_;
+  Delays put_delays_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
   mutable std::mutex mu_;  // injected_, pending_, running_, stopping_, puts in flight
