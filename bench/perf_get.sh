@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# perf_get.sh [SECONDS]: where a 4 KiB GET's time goes (docs/benchmarks.md, "Where the time
-# goes"). Starts its own `granary serve` (data under ./bench-data/perf), drives it with
-# granary-bench (4 KiB GETs, 32 connections, one client thread), records the server with
-# perf and DWARF call graphs for SECONDS (default 2) in the middle of the run, and prints
-# the inclusive share of the server's samples for the functions the docs cite.
+# perf_get.sh [SECONDS [GRANARY-BENCH-ARGS...]]: where a request's time goes
+# (docs/benchmarks.md, "Where the time goes"). Starts its own `granary serve` ($GRANARY,
+# default build/src/granary; data under ./bench-data/perf), drives it with granary-bench
+# (by default 4 KiB GETs, 32 connections, one client thread; other arguments replace that
+# workload, e.g. `--op put --size 1MiB --concurrency 16 --objects 256`), records the server
+# with perf and DWARF call graphs for SECONDS (default 2) in the middle of the run, and
+# prints the inclusive share of the server's samples for the functions the docs cite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-2}
+shift $(( $# > 0 ? 1 : 0 ))
+workload=("$@")
+[[ ${#workload[@]} -gt 0 ]] ||
+  workload=(--threads 1 --op get --size 4KiB --concurrency 32 --objects 1000)
+granary=${GRANARY:-build/src/granary}
 root=$(pwd)/bench-data/perf
 rm -rf "$root" && mkdir -p "$root"
 export GRANARY_ROOT_USER=perfbench GRANARY_ROOT_PASSWORD=perfbench-secret-key
 export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
-build/src/granary serve --data "$root/data" --listen 127.0.0.1:9192 --scrub-rate 0 \
+"$granary" serve --data "$root/data" --listen 127.0.0.1:9192 --scrub-rate 0 \
   >"$root/granary.log" 2>&1 &
 gpid=$!
 trap 'kill $gpid 2>/dev/null; wait 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
-build/bench/granary-bench --endpoint http://127.0.0.1:9192 --quiet --threads 1 --op get \
-  --size 4KiB --concurrency 32 --objects 1000 --duration $((secs + 8))s >"$root/bench.txt" &
+build/bench/granary-bench --endpoint http://127.0.0.1:9192 --quiet "${workload[@]}" \
+  --duration $((secs + 8))s >"$root/bench.txt" &
 bpid=$!
 sleep 4
 perf record --call-graph dwarf,16384 -F 2000 -p "$gpid" -o "$root/perf.data" -- sleep "$secs" \
@@ -27,6 +34,6 @@ sed -n '/^workload/,$p' "$root/bench.txt"
 echo "server samples, inclusive (perf report --children):"
 perf report -i "$root/perf.data" --children --sort sym 2>/dev/null |
   grep -E '^ +[0-9.]+%' |
-  grep -E '(readManifest|rocksdb::DBImpl::GetImpl|parseCbor|decodeManifest|decodeSummary|gateway::.*authenticate|BeastBodySink::writeHead|operator new|tcp_sendmsg|tcp_recvmsg)( |$)' |
+  grep -E '(readManifest|rocksdb::DBImpl::GetImpl|parseCbor|decodeManifest|decodeSummary|gateway::.*authenticate|BeastBodySink::writeHead|operator new|tcp_sendmsg|tcp_recvmsg|__memset_avx512_unaligned_erms|exc_page_fault)( |$)' |
   sed -E 's/^ +([0-9.]+%) +[0-9.]+% +\[.\] /  \1  /' | cut -c1-100 |
   awk '!seen[$2]++' | sort -rn
