@@ -10,6 +10,7 @@
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
 #        64 MiB GET (4 conns)
 #   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
+#   list: LIST of 20,000 keys, 1,000 a page, one connection (not in the default)
 #
 # To build the old binary next to this checkout:
 #   git worktree add /tmp/old <commit> && cd /tmp/old && \
@@ -71,6 +72,10 @@ for round in $(seq "$rounds"); do
       run --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000 | sed 's/^get /get-4KiB/'
       run --op get --size 1MiB --concurrency 16 --objects 64 | sed 's/^get /get-1MiB/'
       run --op get --size 64MiB --concurrency 4 --objects 8 | sed 's/^get /get-64MiB/'
+    fi
+    if [[ $phases == *" list "* ]]; then
+      start "$bin"
+      run --threads 1 --op list --objects 20000 --concurrency 1
     fi
     [[ $phases == *" mix "* ]] || continue
     start "$bin"

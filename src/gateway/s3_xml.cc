@@ -1,6 +1,5 @@
 #include "s3_xml.h"
 
-#include <fmt/format.h>
 #include <pugixml.hpp>
 
 #include <charconv>
@@ -14,54 +13,9 @@ namespace granary::gateway {
 
 namespace {
 
-// Appends pugixml's output to a string (an ostringstream would copy it twice more).
-class StringWriter final : public pugi::xml_writer {
- public:
-  explicit StringWriter(std::string& out) : out_(out) {}
-  void write(const void* data, size_t size) override {
-    out_.append(static_cast<const char*>(data), size);
-  }
-
- private:
-  std::string& out_;
-};
-
-std::string serialize(const pugi::xml_document& doc) {
-  std::string out;
-  StringWriter writer(out);
-  doc.save(writer, "", pugi::format_raw, pugi::encoding_utf8);
-  return out;
-}
-
-pugi::xml_node root(pugi::xml_document& doc, const char* name, bool with_namespace = true) {
-  auto decl = doc.append_child(pugi::node_declaration);
-  decl.append_attribute("version") = "1.0";
-  decl.append_attribute("encoding") = "UTF-8";
-  auto node = doc.append_child(name);
-  if (with_namespace) node.append_attribute("xmlns") = std::string(kS3Namespace).c_str();
-  return node;
-}
-
-void text(pugi::xml_node parent, const char* name, std::string_view value) {
-  parent.append_child(name).text().set(value.data(), value.size());
-}
-
 // <who><ID>id</ID><DisplayName>id</DisplayName></who>: an owner, initiator or grantee.
-pugi::xml_node identity(pugi::xml_node parent, const char* who, std::string_view id) {
-  auto node = parent.append_child(who);
-  text(node, "ID", id);
-  text(node, "DisplayName", id);
-  return node;
-}
-
-// "\"etag\"" (built by appending: g++ 12 warns falsely on operator+ chains here).
-std::string quoted(std::string_view etag) {
-  std::string out;
-  out.reserve(etag.size() + 2);
-  out.push_back('"');
-  out.append(etag);
-  out.push_back('"');
-  return out;
+void identity(XmlWriter& x, std::string_view who, std::string_view id) {
+  x.open(who).element("ID", id).element("DisplayName", id).close();
 }
 
 // The one MalformedXML answer for every request body the gateway parses.
@@ -89,120 +43,111 @@ S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view bod
 
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id) {
-  pugi::xml_document doc;
-  auto e = root(doc, "Error", false);
-  text(e, "Code", errorName(error.code));
-  text(e, "Message", error.message);
-  text(e, "Resource", resource);
-  text(e, "RequestId", request_id);
-  return serialize(doc);
+  XmlWriter x("Error", /*s3_namespace=*/false);
+  x.element("Code", errorName(error.code))
+      .element("Message", error.message)
+      .element("Resource", resource)
+      .element("RequestId", request_id);
+  return std::move(x).finish();
 }
 
 std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
                            std::string_view owner_id) {
-  pugi::xml_document doc;
-  auto r = root(doc, "ListAllMyBucketsResult");
-  identity(r, "Owner", owner_id);
-  auto list = r.append_child("Buckets");
+  XmlWriter x("ListAllMyBucketsResult", true, 256 + buckets.size() * 128);
+  identity(x, "Owner", owner_id);
+  x.open("Buckets");
   for (const auto& b : buckets) {
-    auto node = list.append_child("Bucket");
-    text(node, "Name", b.name);
-    text(node, "CreationDate", isoTimestamp(b.created_unix_nanos));
+    x.open("Bucket")
+        .element("Name", b.name)
+        .element("CreationDate", isoTimestamp(b.created_unix_nanos))
+        .close();
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResult& result) {
-  std::string encoded;  // the last value enc() encoded; text() copies it at once
+  std::string encoded;  // the last value enc() encoded; the writer copies it at once
   auto enc = [&](std::string_view s) -> std::string_view {
     if (!p.url_encode) return s;
     encoded = uriEncode(s, /*encode_slash=*/false);
     return encoded;
   };
-  pugi::xml_document doc;
-  auto r = root(doc, "ListBucketResult");
-  text(r, "Name", p.bucket);
-  text(r, "Prefix", enc(p.prefix));
+  // About 250 bytes a key with its owner, 60 a common prefix.
+  XmlWriter x("ListBucketResult", true,
+              1024 + result.objects.size() * 320 + result.common_prefixes.size() * 64);
+  x.element("Name", p.bucket).element("Prefix", enc(p.prefix));
   if (p.version == 1) {
-    text(r, "Marker", enc(p.marker));
-    if (result.truncated && !p.next_token.empty()) text(r, "NextMarker", enc(p.next_token));
+    x.element("Marker", enc(p.marker));
+    if (result.truncated && !p.next_token.empty()) x.element("NextMarker", enc(p.next_token));
   } else {
-    if (!p.marker.empty()) text(r, "StartAfter", enc(p.marker));
-    if (!p.continuation_token.empty()) text(r, "ContinuationToken", p.continuation_token);
-    if (result.truncated) text(r, "NextContinuationToken", p.next_token);
-    text(r, "KeyCount", std::to_string(result.objects.size() + result.common_prefixes.size()));
+    if (!p.marker.empty()) x.element("StartAfter", enc(p.marker));
+    if (!p.continuation_token.empty()) x.element("ContinuationToken", p.continuation_token);
+    if (result.truncated) x.element("NextContinuationToken", p.next_token);
+    x.element("KeyCount", uint64_t{result.objects.size() + result.common_prefixes.size()});
   }
-  text(r, "MaxKeys", std::to_string(p.max_keys));
-  if (!p.delimiter.empty()) text(r, "Delimiter", enc(p.delimiter));
-  if (p.url_encode) text(r, "EncodingType", "url");
-  text(r, "IsTruncated", result.truncated ? "true" : "false");
+  x.element("MaxKeys", uint64_t{p.max_keys});
+  if (!p.delimiter.empty()) x.element("Delimiter", enc(p.delimiter));
+  if (p.url_encode) x.element("EncodingType", "url");
+  x.element("IsTruncated", result.truncated ? "true" : "false");
   for (const auto& o : result.objects) {
-    auto c = r.append_child("Contents");
-    text(c, "Key", enc(o.key));
-    text(c, "LastModified", isoTimestamp(o.mtime_unix_nanos));
-    text(c, "ETag", quoted(o.etag));
-    const fmt::format_int size(o.size);
-    text(c, "Size", {size.data(), size.size()});
-    text(c, "StorageClass", "STANDARD");
-    if (p.fetch_owner || p.version == 1) {
-      identity(c, "Owner", p.owner_id);
-    }
+    x.open("Contents")
+        .element("Key", enc(o.key))
+        .element("LastModified", isoTimestamp(o.mtime_unix_nanos))
+        .quotedElement("ETag", o.etag)
+        .element("Size", uint64_t{o.size})
+        .element("StorageClass", "STANDARD");
+    if (p.fetch_owner || p.version == 1) identity(x, "Owner", p.owner_id);
+    x.close();
   }
   for (const auto& prefix : result.common_prefixes) {
-    text(r.append_child("CommonPrefixes"), "Prefix", enc(prefix));
+    x.open("CommonPrefixes").element("Prefix", enc(prefix)).close();
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
-  pugi::xml_document doc;
-  auto r = root(doc, "CopyObjectResult");
-  text(r, "LastModified", isoTimestamp(mtime_unix_nanos));
-  text(r, "ETag", quoted(etag));
-  return serialize(doc);
+  XmlWriter x("CopyObjectResult");
+  x.element("LastModified", isoTimestamp(mtime_unix_nanos)).quotedElement("ETag", etag);
+  return std::move(x).finish();
 }
 
 std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
-  pugi::xml_document doc;
-  auto r = root(doc, "CopyPartResult");
-  text(r, "LastModified", isoTimestamp(mtime_unix_nanos));
-  text(r, "ETag", quoted(etag));
-  return serialize(doc);
+  XmlWriter x("CopyPartResult");
+  x.element("LastModified", isoTimestamp(mtime_unix_nanos)).quotedElement("ETag", etag);
+  return std::move(x).finish();
 }
 
 std::string emptyTaggingXml() {
-  pugi::xml_document doc;
-  auto r = root(doc, "Tagging");
-  r.append_child("TagSet");
-  return serialize(doc);
+  XmlWriter x("Tagging");
+  x.open("TagSet");
+  return std::move(x).finish();
 }
 
 std::string objectAttributesXml(const ObjectAttributesRequest& want,
                                 const index_kv::Manifest& m) {
-  pugi::xml_document doc;
-  auto r = root(doc, "GetObjectAttributesResponse");
-  if (want.etag) text(r, "ETag", m.etag);
+  XmlWriter x("GetObjectAttributesResponse");
+  if (want.etag) x.element("ETag", m.etag);
   if (want.checksum && !m.checksum.empty()) {
-    auto c = r.append_child("Checksum");
-    text(c, ("Checksum" + m.checksum.algorithm).c_str(), m.checksum.value);
-    text(c, "ChecksumType", m.checksum.type.empty() ? "FULL_OBJECT" : m.checksum.type);
+    x.open("Checksum")
+        .element("Checksum" + m.checksum.algorithm, m.checksum.value)
+        .element("ChecksumType", m.checksum.type.empty() ? "FULL_OBJECT" : m.checksum.type)
+        .close();
   }
   // A multipart object's ETag ends in "-<parts>": its part count (the parts themselves
   // are not kept apart once completed).
   if (size_t dash = m.etag.rfind('-'); want.object_parts && dash != std::string::npos) {
-    text(r.append_child("ObjectParts"), "PartsCount", m.etag.substr(dash + 1));
+    x.open("ObjectParts").element("PartsCount", m.etag.substr(dash + 1)).close();
   }
-  if (want.storage_class) text(r, "StorageClass", "STANDARD");
-  if (want.object_size) text(r, "ObjectSize", std::to_string(m.size));
-  return serialize(doc);
+  if (want.storage_class) x.element("StorageClass", "STANDARD");
+  if (want.object_size) x.element("ObjectSize", uint64_t{m.size});
+  return std::move(x).finish();
 }
 
 std::string locationXml(std::string_view region) {
-  pugi::xml_document doc;
-  auto r = root(doc, "LocationConstraint");
+  XmlWriter x("LocationConstraint");
   // us-east-1 is reported as an empty constraint, as AWS does.
-  if (region != "us-east-1") r.text().set(std::string(region).c_str());
-  return serialize(doc);
+  if (region != "us-east-1") x.text(region);
+  return std::move(x).finish();
 }
 
 S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
@@ -232,29 +177,26 @@ S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
 }
 
 std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool quiet) {
-  pugi::xml_document doc;
-  auto r = root(doc, "DeleteResult");
+  XmlWriter x("DeleteResult", true, 256 + outcomes.size() * 64);
   for (const auto& o : outcomes) {
     if (!o.error) {
-      if (!quiet) text(r.append_child("Deleted"), "Key", o.key);
+      if (!quiet) x.open("Deleted").element("Key", o.key).close();
       continue;
     }
-    auto e = r.append_child("Error");
-    text(e, "Key", o.key);
-    text(e, "Code", errorName(o.error->code));
-    text(e, "Message", o.error->message);
+    x.open("Error")
+        .element("Key", o.key)
+        .element("Code", errorName(o.error->code))
+        .element("Message", o.error->message)
+        .close();
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id) {
-  pugi::xml_document doc;
-  auto r = root(doc, "InitiateMultipartUploadResult");
-  text(r, "Bucket", bucket);
-  text(r, "Key", key);
-  text(r, "UploadId", upload_id);
-  return serialize(doc);
+  XmlWriter x("InitiateMultipartUploadResult");
+  x.element("Bucket", bucket).element("Key", key).element("UploadId", upload_id);
+  return std::move(x).finish();
 }
 
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body) {
@@ -291,69 +233,64 @@ S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_vi
 std::string completeMultipartUploadXml(std::string_view location, std::string_view bucket,
                                        std::string_view key, std::string_view etag,
                                        const index_kv::ObjectChecksum& checksum) {
-  pugi::xml_document doc;
-  auto r = root(doc, "CompleteMultipartUploadResult");
-  text(r, "Location", location);
-  text(r, "Bucket", bucket);
-  text(r, "Key", key);
-  text(r, "ETag", quoted(etag));
+  XmlWriter x("CompleteMultipartUploadResult");
+  x.element("Location", location)
+      .element("Bucket", bucket)
+      .element("Key", key)
+      .quotedElement("ETag", etag);
   if (!checksum.empty()) {
-    const std::string element = "Checksum" + checksum.algorithm;
-    text(r, element.c_str(), checksum.value);
-    text(r, "ChecksumType", checksum.type);
+    x.element("Checksum" + checksum.algorithm, checksum.value)
+        .element("ChecksumType", checksum.type);
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::PartInfo>& parts) {
-  pugi::xml_document doc;
-  auto r = root(doc, "ListPartsResult");
-  text(r, "Bucket", p.bucket);
-  text(r, "Key", p.key);
-  text(r, "UploadId", p.upload_id);
-  for (const char* who : {"Initiator", "Owner"}) identity(r, who, p.owner_id);
-  text(r, "StorageClass", "STANDARD");
-  text(r, "PartNumberMarker", std::to_string(p.part_number_marker));
-  if (!parts.empty()) text(r, "NextPartNumberMarker", std::to_string(parts.back().part_number));
-  text(r, "MaxParts", std::to_string(p.max_parts));
-  text(r, "IsTruncated", p.truncated ? "true" : "false");
-  for (const auto& part : parts) {
-    auto c = r.append_child("Part");
-    text(c, "PartNumber", std::to_string(part.part_number));
-    text(c, "LastModified", isoTimestamp(part.mtime_unix_nanos));
-    text(c, "ETag", quoted(part.etag));
-    text(c, "Size", std::to_string(part.size));
-    if (!part.checksum.empty()) {
-      const std::string element = "Checksum" + part.checksum.algorithm;
-      text(c, element.c_str(), part.checksum.value);
-    }
+  XmlWriter x("ListPartsResult", true, 1024 + parts.size() * 200);
+  x.element("Bucket", p.bucket).element("Key", p.key).element("UploadId", p.upload_id);
+  for (const char* who : {"Initiator", "Owner"}) identity(x, who, p.owner_id);
+  x.element("StorageClass", "STANDARD")
+      .element("PartNumberMarker", std::to_string(p.part_number_marker));
+  if (!parts.empty()) {
+    x.element("NextPartNumberMarker", std::to_string(parts.back().part_number));
   }
-  return serialize(doc);
+  x.element("MaxParts", std::to_string(p.max_parts))
+      .element("IsTruncated", p.truncated ? "true" : "false");
+  for (const auto& part : parts) {
+    x.open("Part")
+        .element("PartNumber", std::to_string(part.part_number))
+        .element("LastModified", isoTimestamp(part.mtime_unix_nanos))
+        .quotedElement("ETag", part.etag)
+        .element("Size", uint64_t{part.size});
+    if (!part.checksum.empty()) {
+      x.element("Checksum" + part.checksum.algorithm, part.checksum.value);
+    }
+    x.close();
+  }
+  return std::move(x).finish();
 }
 
 std::string listMultipartUploadsXml(const ListUploadsParams& p,
                                     const index_kv::ListUploadsResult& result) {
-  pugi::xml_document doc;
-  auto r = root(doc, "ListMultipartUploadsResult");
-  text(r, "Bucket", p.bucket);
-  text(r, "KeyMarker", p.key_marker);
-  text(r, "UploadIdMarker", p.upload_id_marker);
+  XmlWriter x("ListMultipartUploadsResult", true, 1024 + result.uploads.size() * 400);
+  x.element("Bucket", p.bucket)
+      .element("KeyMarker", p.key_marker)
+      .element("UploadIdMarker", p.upload_id_marker);
   if (result.truncated && !result.uploads.empty()) {
-    text(r, "NextKeyMarker", result.uploads.back().key);
-    text(r, "NextUploadIdMarker", result.uploads.back().upload_id);
+    x.element("NextKeyMarker", result.uploads.back().key)
+        .element("NextUploadIdMarker", result.uploads.back().upload_id);
   }
-  text(r, "Prefix", p.prefix);
-  text(r, "MaxUploads", std::to_string(p.max_uploads));
-  text(r, "IsTruncated", result.truncated ? "true" : "false");
+  x.element("Prefix", p.prefix)
+      .element("MaxUploads", std::to_string(p.max_uploads))
+      .element("IsTruncated", result.truncated ? "true" : "false");
   for (const auto& u : result.uploads) {
-    auto c = r.append_child("Upload");
-    text(c, "Key", u.key);
-    text(c, "UploadId", u.upload_id);
-    for (const char* who : {"Initiator", "Owner"}) identity(c, who, u.owner);
-    text(c, "StorageClass", "STANDARD");
-    text(c, "Initiated", isoTimestamp(u.initiated_unix_nanos));
+    x.open("Upload").element("Key", u.key).element("UploadId", u.upload_id);
+    for (const char* who : {"Initiator", "Owner"}) identity(x, who, u.owner);
+    x.element("StorageClass", "STANDARD")
+        .element("Initiated", isoTimestamp(u.initiated_unix_nanos))
+        .close();
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 // ---- bucket configuration ------------------------------------------------------------
@@ -488,27 +425,22 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
 }  // namespace
 
 std::string bucketAclXml(std::string_view owner_id, bool public_read) {
-  pugi::xml_document doc;
-  auto r = root(doc, "AccessControlPolicy");
-  identity(r, "Owner", owner_id);
-  auto list = r.append_child("AccessControlList");
-  auto grant = [&](const char* type) {
-    auto g = list.append_child("Grant");
-    auto grantee = g.append_child("Grantee");
-    grantee.append_attribute("xmlns:xsi") = "http://www.w3.org/2001/XMLSchema-instance";
-    grantee.append_attribute("xsi:type") = type;
-    return std::pair{g, grantee};
+  XmlWriter x("AccessControlPolicy");
+  identity(x, "Owner", owner_id);
+  x.open("AccessControlList");
+  // <Grant><Grantee xsi:type=...>`who`</Grantee><Permission>..</Permission></Grant>
+  auto grant = [&](std::string_view type, auto who, std::string_view permission) {
+    x.open("Grant")
+        .open("Grantee")
+        .attribute("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance")
+        .attribute("xsi:type", type);
+    who();
+    x.close().element("Permission", permission).close();
   };
-  auto [full, owner_grantee] = grant("CanonicalUser");
-  text(owner_grantee, "ID", owner_id);
-  text(owner_grantee, "DisplayName", owner_id);
-  text(full, "Permission", "FULL_CONTROL");
-  if (public_read) {
-    auto [read, all_users] = grant("Group");
-    text(all_users, "URI", kAllUsersUri);
-    text(read, "Permission", "READ");
-  }
-  return serialize(doc);
+  grant("CanonicalUser", [&] { x.element("ID", owner_id).element("DisplayName", owner_id); },
+        "FULL_CONTROL");
+  if (public_read) grant("Group", [&] { x.element("URI", kAllUsersUri); }, "READ");
+  return std::move(x).finish();
 }
 
 S3Result<bool> parseAccessControlPolicy(std::string_view body) {
@@ -560,27 +492,31 @@ S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
 }
 
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules) {
-  pugi::xml_document doc;
-  auto r = root(doc, "LifecycleConfiguration");
+  XmlWriter x("LifecycleConfiguration");
   for (const auto& rule : rules) {
-    auto node = r.append_child("Rule");
-    text(node, "ID", rule.id);
-    text(node.append_child("Filter"), "Prefix", rule.prefix);
-    text(node, "Status", rule.enabled ? "Enabled" : "Disabled");
+    x.open("Rule")
+        .element("ID", rule.id)
+        .open("Filter")
+        .element("Prefix", rule.prefix)
+        .close()
+        .element("Status", rule.enabled ? "Enabled" : "Disabled");
     if (rule.expiration_days || rule.expiration_date_unix) {
-      auto exp = node.append_child("Expiration");
+      x.open("Expiration");
       if (rule.expiration_days) {
-        text(exp, "Days", std::to_string(*rule.expiration_days));
+        x.element("Days", std::to_string(*rule.expiration_days));
       } else {
-        text(exp, "Date", midnightDate(*rule.expiration_date_unix));
+        x.element("Date", midnightDate(*rule.expiration_date_unix));
       }
+      x.close();
     }
     if (rule.abort_incomplete_days) {
-      text(node.append_child("AbortIncompleteMultipartUpload"), "DaysAfterInitiation",
-           std::to_string(*rule.abort_incomplete_days));
+      x.open("AbortIncompleteMultipartUpload")
+          .element("DaysAfterInitiation", std::to_string(*rule.abort_incomplete_days))
+          .close();
     }
+    x.close();
   }
-  return serialize(doc);
+  return std::move(x).finish();
 }
 
 }  // namespace granary::gateway

@@ -1,5 +1,5 @@
-// S3 XML bodies, built and parsed with pugixml (escaping and well-formedness are the
-// library's job, not ours).
+// S3 XML bodies: responses written with XmlWriter (xml_writer.h), request bodies parsed
+// with pugixml (well-formedness and entity decoding are the library's job, not ours).
 #pragma once
 
 #include <cstdint>
@@ -11,10 +11,9 @@
 
 #include "granary/index_kv/index.h"
 #include "s3_error.h"
+#include "xml_writer.h"
 
 namespace granary::gateway {
-
-inline constexpr std::string_view kS3Namespace = "http://s3.amazonaws.com/doc/2006-03-01/";
 
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id);
