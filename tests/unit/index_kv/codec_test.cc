@@ -253,6 +253,49 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(decodeGcBlobs(encodeGcBlobs(blobs)).value() == blobs);
 }
 
+TEST_CASE("A summary is the fixed layout of docs/index-format.md, and refuses what is cut short") {
+  ObjectSummary s{"", 0x0102030405060708, "d41d8cd98f00b204e9800998ecf8427e-3", -2,
+                  sampleManifest().version, VersionId{}};
+  const std::string plain = encodeSummary(s);
+  REQUIRE(plain.size() == 35 + s.etag.size());
+  CHECK(plain.substr(0, 2) == std::string("\0S", 2));
+  CHECK(plain.substr(2, 8) == "\x01\x02\x03\x04\x05\x06\x07\x08");
+  CHECK(plain.substr(10, 8) == std::string(7, '\xff') + "\xfe");  // -2, two's complement
+  CHECK(plain.substr(18, 16) ==
+        std::string(reinterpret_cast<const char*>(s.version.bytes.data()), 16));
+  CHECK(plain[34] == '\0');
+  CHECK(plain.substr(35) == s.etag);
+
+  s.record_set = sampleManifest().stripes[1].blob_version;
+  const std::string with_set = encodeSummary(s);
+  REQUIRE(with_set.size() == 51 + s.etag.size());
+  CHECK(with_set[34] == '\x01');
+  auto back = decodeSummary("a/b", with_set);
+  REQUIRE(back);
+  CHECK(back->key == "a/b");
+  CHECK(back->size == s.size);
+  CHECK(back->etag == s.etag);
+  CHECK(back->mtime_unix_nanos == -2);
+  CHECK(back->version == s.version);
+  CHECK(back->record_set == s.record_set);
+
+  // An empty ETag is the whole value's end: still a summary.
+  s.etag.clear();
+  CHECK(decodeSummary("k", encodeSummary(s))->etag.empty());
+  // Every cut into the fixed part, an unknown flag, or another tag is corruption.
+  for (size_t n = 1; n < 51; ++n) {
+    auto cut = decodeSummary("k", with_set.substr(0, n));
+    REQUIRE_FALSE(cut);
+    CHECK(cut.error().isCorruption());
+  }
+  std::string flagged = with_set;
+  flagged[34] = '\x03';
+  CHECK(decodeSummary("k", flagged).error().isCorruption());
+  std::string retagged = with_set;
+  retagged[1] = 'I';
+  CHECK(decodeSummary("k", retagged).error().isCorruption());
+}
+
 TEST_CASE("Record index fields and keys round-trip") {
   Manifest m = sampleManifest();
   m.records = RecordIndexInfo{"warc.gz", "indexed", "", m.version, 12, 3456};
