@@ -92,7 +92,7 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
   for (const auto& o : result.objects) {
     x.open("Contents")
         .element("Key", enc(o.key))
-        .element("LastModified", isoTimestamp(o.mtime_unix_nanos))
+        .element("LastModified", IsoTimestamp(o.mtime_unix_nanos).view())
         .quotedElement("ETag", o.etag)
         .element("Size", uint64_t{o.size})
         .element("StorageClass", "STANDARD");

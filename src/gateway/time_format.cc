@@ -1,7 +1,5 @@
 #include "time_format.h"
 
-#include <fmt/compile.h>
-#include <fmt/core.h>
 
 #include <chrono>
 #include <ctime>
@@ -25,19 +23,37 @@ std::string httpDate(int64_t unix_nanos) {
   return buf;
 }
 
-// Civil time from <chrono> rather than gmtime_r + strftime: a listing formats one per key.
-std::string isoTimestamp(int64_t unix_nanos) {
+// Civil time from <chrono> and digits written in place rather than gmtime_r + strftime or
+// fmt: a listing formats one per key, and the fmt form (even compiled) was an eighth of a
+// 1,000-key page's server time (docs/benchmarks.md, LIST).
+IsoTimestamp::IsoTimestamp(int64_t unix_nanos) {
   using namespace std::chrono;
   const sys_time<milliseconds> t = floor<milliseconds>(sys_time<nanoseconds>(nanoseconds(unix_nanos)));
   const sys_days day = floor<days>(t);
   const year_month_day ymd(day);
   const hh_mm_ss hms(t - day);
-  // FMT_COMPILE parses the format at compile time: the runtime-parsed form was 17% of a
-  // listing's server time (docs/benchmarks.md, LIST).
-  return fmt::format(FMT_COMPILE("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}.{:03d}Z"), int(ymd.year()),
-                     unsigned(ymd.month()), unsigned(ymd.day()), hms.hours().count(),
-                     hms.minutes().count(), hms.seconds().count(), hms.subseconds().count());
+  // Unix nanoseconds in int64_t span the years 1677-2262: always four digits.
+  auto digits = [](char* p, unsigned v, int n) {
+    for (int i = n - 1; i >= 0; --i, v /= 10) p[i] = static_cast<char>('0' + v % 10);
+  };
+  char* p = text_.data();
+  digits(p, static_cast<unsigned>(int(ymd.year())), 4);
+  p[4] = '-';
+  digits(p + 5, unsigned(ymd.month()), 2);
+  p[7] = '-';
+  digits(p + 8, unsigned(ymd.day()), 2);
+  p[10] = 'T';
+  digits(p + 11, static_cast<unsigned>(hms.hours().count()), 2);
+  p[13] = ':';
+  digits(p + 14, static_cast<unsigned>(hms.minutes().count()), 2);
+  p[16] = ':';
+  digits(p + 17, static_cast<unsigned>(hms.seconds().count()), 2);
+  p[19] = '.';
+  digits(p + 20, static_cast<unsigned>(hms.subseconds().count()), 3);
+  p[23] = 'Z';
 }
+
+std::string isoTimestamp(int64_t unix_nanos) { return std::string(IsoTimestamp(unix_nanos).view()); }
 
 std::optional<int64_t> parseHttpDate(std::string_view s) {
   static constexpr const char* kFormats[] = {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,6 +12,15 @@ namespace granary::gateway {
 std::string httpDate(int64_t unix_nanos);
 // "2026-11-22T15:22:24.000Z" (XML timestamps).
 std::string isoTimestamp(int64_t unix_nanos);
+// The same, in place: a listing writes one per key without allocating.
+class IsoTimestamp {
+ public:
+  explicit IsoTimestamp(int64_t unix_nanos);
+  std::string_view view() const { return {text_.data(), text_.size()}; }
+
+ private:
+  std::array<char, 24> text_;
+};
 // Parses an HTTP-date (IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", also RFC 850 and
 // asctime forms) into Unix seconds; nullopt if malformed.
 std::optional<int64_t> parseHttpDate(std::string_view s);

@@ -2,6 +2,8 @@
 // have their own files: sigv4_test.cc, aws_chunked_test.cc.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "http_range.h"
 #include "s3_error.h"
 #include "time_format.h"
@@ -180,6 +182,11 @@ TEST_CASE("isoTimestamp and httpDate format UTC with S3's precision") {
   CHECK(isoTimestamp(0) == "1970-01-01T00:00:00.000Z");
   CHECK(isoTimestamp(951'782'400'000'000'000) == "2000-02-29T00:00:00.000Z");  // leap day
   CHECK(isoTimestamp(7'258'118'399'999'000'000) == "2199-12-31T23:59:59.999Z");
+  // Before 1970, and the ends of int64_t nanoseconds: four-digit years throughout.
+  CHECK(isoTimestamp(-1) == "1969-12-31T23:59:59.999Z");
+  CHECK(isoTimestamp(std::numeric_limits<int64_t>::min()) == "1677-09-21T00:12:43.145Z");
+  CHECK(isoTimestamp(std::numeric_limits<int64_t>::max()) == "2262-04-11T23:47:16.854Z");
+  CHECK(IsoTimestamp(t).view() == isoTimestamp(t));
   CHECK(parseHttpDate(httpDate(t)) == t / 1'000'000'000);
 }
 
