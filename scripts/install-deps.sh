@@ -9,7 +9,7 @@ BUILD_PKGS=(
   g++ cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev
   liburing-dev libisal-dev librocksdb-dev libssl-dev
-  nlohmann-json3-dev prometheus-cpp-dev libpugixml-dev libfmt-dev
+  nlohmann-json3-dev prometheus-cpp-dev libpugixml-dev libfmt-dev libjemalloc-dev
   catch2
 )
 TEST_PKGS=(
