@@ -445,6 +445,23 @@ class BeastGatewayServer final : public GatewayServer {
     auto address = asio::ip::make_address(ctx_.options.listen_host, ec);
     if (ec) return Status::invalidArgument("bad listen address: " + ctx_.options.listen_host);
     uint16_t port = ctx_.options.listen_port;
+    if (port != 0) {
+      // SO_REUSEPORT lets any process of this user join the loops' acceptors on the port,
+      // so a second `granary serve` on the same address would start and take a share of
+      // the connections to its own data. A socket without it cannot bind where anyone
+      // listens: bind one first, so that a taken port is an error. (A process that binds
+      // the port in the instant between this check and the acceptors still slips by.)
+      asio::io_context probe_context(1);
+      tcp::acceptor probe(probe_context);
+      tcp::endpoint ep(address, port);
+      probe.open(ep.protocol(), ec);
+      if (!ec) probe.set_option(asio::socket_base::reuse_address(true), ec);
+      if (!ec) probe.bind(ep, ec);
+      if (ec) {
+        return Status::ioError("cannot listen on " + ctx_.options.listen_host + ":" +
+                               std::to_string(port) + ": " + ec.message());
+      }
+    }
     for (size_t i = 0; i < loops; ++i) {
       auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
       auto& acc = acceptors_.emplace_back(ioc);

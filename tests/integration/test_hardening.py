@@ -2,6 +2,7 @@
 hang, or a stored partial object. Raw sockets where clients would refuse to misbehave."""
 import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -276,3 +277,17 @@ def test_small_bodies_must_match_their_signed_hash(server, s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="keep")["Body"].read() == b"k"
     status, body = signed(server, "GET", "/_granary/admin/users")
     assert status == 200 and b'"swapped"' not in body
+
+
+def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, tmp_path):
+    # The gateway's acceptors share their port with SO_REUSEPORT; without a check a second
+    # `granary serve` on the same address would start and take part of the connections.
+    host, port = addr(hserver)
+    res = subprocess.run(
+        [granary_bin, "serve", "--data", str(tmp_path / "second"), "--listen",
+         f"{host}:{port}"],
+        capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    assert f"cannot listen on {host}:{port}" in out and "in use" in out, out
+    assert healthy(hserver)
