@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cassert>
 
 namespace granary::gateway {
 
@@ -68,6 +69,7 @@ XmlWriter& XmlWriter::open(std::string_view name) {
 }
 
 XmlWriter& XmlWriter::attribute(std::string_view name, std::string_view value) {
+  assert(in_start_tag_ && "an attribute after the element's content");
   out_.push_back(' ');
   out_.append(name);
   out_.append("=\"");
@@ -83,6 +85,7 @@ XmlWriter& XmlWriter::text(std::string_view value) {
 }
 
 XmlWriter& XmlWriter::close() {
+  assert(!open_.empty() && "close() with no element open");
   endStartTag();
   out_.append("</");
   out_.append(open_.back());
