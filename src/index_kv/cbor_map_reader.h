@@ -1,7 +1,7 @@
 // Decodes a CBOR map straight into a struct with nlohmann's SAX reader, by a table of the
 // fields it knows: no JSON DOM (a std::map and a node per value) is built. The index decodes
-// a summary per listed key and a manifest per GET, and the DOM was the larger part of
-// either's cost (docs/benchmarks.md).
+// a manifest per GET (and summaries written before their fixed layout), and the DOM was the
+// larger part of the cost (docs/benchmarks.md).
 //
 // The rules are those of the DOM readers in codec.cc: a known field of the wrong type is
 // corruption, a required field missing is corruption, fields it does not know (at any depth,
