@@ -59,7 +59,7 @@ std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
   for (const auto& b : buckets) {
     x.open("Bucket")
         .element("Name", b.name)
-        .element("CreationDate", isoTimestamp(b.created_unix_nanos))
+        .element("CreationDate", IsoTimestamp(b.created_unix_nanos).view())
         .close();
   }
   return std::move(x).finish();
@@ -107,13 +107,13 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
 
 std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
   XmlWriter x("CopyObjectResult");
-  x.element("LastModified", isoTimestamp(mtime_unix_nanos)).quotedElement("ETag", etag);
+  x.element("LastModified", IsoTimestamp(mtime_unix_nanos).view()).quotedElement("ETag", etag);
   return std::move(x).finish();
 }
 
 std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
   XmlWriter x("CopyPartResult");
-  x.element("LastModified", isoTimestamp(mtime_unix_nanos)).quotedElement("ETag", etag);
+  x.element("LastModified", IsoTimestamp(mtime_unix_nanos).view()).quotedElement("ETag", etag);
   return std::move(x).finish();
 }
 
@@ -250,16 +250,16 @@ std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::P
   x.element("Bucket", p.bucket).element("Key", p.key).element("UploadId", p.upload_id);
   for (const char* who : {"Initiator", "Owner"}) identity(x, who, p.owner_id);
   x.element("StorageClass", "STANDARD")
-      .element("PartNumberMarker", std::to_string(p.part_number_marker));
+      .element("PartNumberMarker", uint64_t{p.part_number_marker});
   if (!parts.empty()) {
-    x.element("NextPartNumberMarker", std::to_string(parts.back().part_number));
+    x.element("NextPartNumberMarker", uint64_t{parts.back().part_number});
   }
-  x.element("MaxParts", std::to_string(p.max_parts))
+  x.element("MaxParts", uint64_t{p.max_parts})
       .element("IsTruncated", p.truncated ? "true" : "false");
   for (const auto& part : parts) {
     x.open("Part")
-        .element("PartNumber", std::to_string(part.part_number))
-        .element("LastModified", isoTimestamp(part.mtime_unix_nanos))
+        .element("PartNumber", uint64_t{part.part_number})
+        .element("LastModified", IsoTimestamp(part.mtime_unix_nanos).view())
         .quotedElement("ETag", part.etag)
         .element("Size", uint64_t{part.size});
     if (!part.checksum.empty()) {
@@ -281,13 +281,13 @@ std::string listMultipartUploadsXml(const ListUploadsParams& p,
         .element("NextUploadIdMarker", result.uploads.back().upload_id);
   }
   x.element("Prefix", p.prefix)
-      .element("MaxUploads", std::to_string(p.max_uploads))
+      .element("MaxUploads", uint64_t{p.max_uploads})
       .element("IsTruncated", result.truncated ? "true" : "false");
   for (const auto& u : result.uploads) {
     x.open("Upload").element("Key", u.key).element("UploadId", u.upload_id);
     for (const char* who : {"Initiator", "Owner"}) identity(x, who, u.owner);
     x.element("StorageClass", "STANDARD")
-        .element("Initiated", isoTimestamp(u.initiated_unix_nanos))
+        .element("Initiated", IsoTimestamp(u.initiated_unix_nanos).view())
         .close();
   }
   return std::move(x).finish();

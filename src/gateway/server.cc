@@ -445,6 +445,10 @@ class BeastGatewayServer final : public GatewayServer {
     auto address = asio::ip::make_address(ctx_.options.listen_host, ec);
     if (ec) return Status::invalidArgument("bad listen address: " + ctx_.options.listen_host);
     uint16_t port = ctx_.options.listen_port;
+    auto cannotListen = [&] {
+      return Status::ioError("cannot listen on " + ctx_.options.listen_host + ":" +
+                             std::to_string(port) + ": " + ec.message());
+    };
     if (port != 0) {
       // SO_REUSEPORT lets any process of this user join the loops' acceptors on the port,
       // so a second `granary serve` on the same address would start and take a share of
@@ -457,10 +461,7 @@ class BeastGatewayServer final : public GatewayServer {
       probe.open(ep.protocol(), ec);
       if (!ec) probe.set_option(asio::socket_base::reuse_address(true), ec);
       if (!ec) probe.bind(ep, ec);
-      if (ec) {
-        return Status::ioError("cannot listen on " + ctx_.options.listen_host + ":" +
-                               std::to_string(port) + ": " + ec.message());
-      }
+      if (ec) return cannotListen();
     }
     for (size_t i = 0; i < loops; ++i) {
       auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
@@ -474,10 +475,7 @@ class BeastGatewayServer final : public GatewayServer {
       }
       if (!ec) acc.bind(ep, ec);
       if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) {
-        return Status::ioError("cannot listen on " + ctx_.options.listen_host + ":" +
-                               std::to_string(port) + ": " + ec.message());
-      }
+      if (ec) return cannotListen();
       port = acc.local_endpoint().port();  // the others share the port chosen first
     }
     port_ = port;

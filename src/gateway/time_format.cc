@@ -1,6 +1,5 @@
 #include "time_format.h"
 
-
 #include <chrono>
 #include <ctime>
 #include <string>
@@ -53,7 +52,9 @@ IsoTimestamp::IsoTimestamp(int64_t unix_nanos) {
   p[23] = 'Z';
 }
 
-std::string isoTimestamp(int64_t unix_nanos) { return std::string(IsoTimestamp(unix_nanos).view()); }
+std::string isoTimestamp(int64_t unix_nanos) {
+  return std::string(IsoTimestamp(unix_nanos).view());
+}
 
 std::optional<int64_t> parseHttpDate(std::string_view s) {
   static constexpr const char* kFormats[] = {

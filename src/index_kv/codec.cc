@@ -396,7 +396,9 @@ namespace {
 // listing's server time; this layout is read with a few loads. A CBOR map's first byte is
 // 0xA0-0xBF, so the tag's 0x00 tells the summaries written before it apart.
 constexpr char kSummaryTag[2] = {'\0', 'S'};
-constexpr size_t kSummaryFixed = 2 + 8 + 8 + 16 + 1;
+constexpr size_t kSumAtSize = 2, kSumAtMtime = 10, kSumAtVersion = 18, kSumAtFlags = 34,
+                 kSumAtRecordSet = 35;
+constexpr size_t kSummaryFixed = kSumAtRecordSet;  // without the optional record set
 constexpr uint8_t kSummaryHasRecordSet = 1;
 
 }  // namespace
@@ -407,11 +409,14 @@ std::string encodeSummary(const ObjectSummary& summary) {
   auto* p = reinterpret_cast<uint8_t*>(out.data());
   p[0] = kSummaryTag[0];
   p[1] = kSummaryTag[1];
-  putBe64(p + 2, summary.size);
-  putBe64(p + 10, static_cast<uint64_t>(summary.mtime_unix_nanos));
-  std::copy(summary.version.bytes.begin(), summary.version.bytes.end(), p + 18);
-  p[34] = has_set ? kSummaryHasRecordSet : 0;
-  if (has_set) std::copy(summary.record_set.bytes.begin(), summary.record_set.bytes.end(), p + 35);
+  putBe64(p + kSumAtSize, summary.size);
+  putBe64(p + kSumAtMtime, static_cast<uint64_t>(summary.mtime_unix_nanos));
+  std::copy(summary.version.bytes.begin(), summary.version.bytes.end(), p + kSumAtVersion);
+  p[kSumAtFlags] = has_set ? kSummaryHasRecordSet : 0;
+  if (has_set) {
+    std::copy(summary.record_set.bytes.begin(), summary.record_set.bytes.end(),
+              p + kSumAtRecordSet);
+  }
   out += summary.etag;
   return out;
 }
@@ -453,16 +458,17 @@ Result<ObjectSummary> decodeFixedSummary(std::string_view key, std::string_view 
   };
   if (value.size() < kSummaryFixed || value[1] != kSummaryTag[1]) return bad("bad header");
   const auto* p = reinterpret_cast<const uint8_t*>(value.data());
-  const uint8_t flags = p[34];
+  const uint8_t flags = p[kSumAtFlags];
   if (flags & ~kSummaryHasRecordSet) return bad("unknown flags");
-  const size_t fixed = kSummaryFixed + ((flags & kSummaryHasRecordSet) ? 16 : 0);
+  const bool has_set = flags & kSummaryHasRecordSet;
+  const size_t fixed = kSummaryFixed + (has_set ? 16 : 0);
   if (value.size() < fixed) return bad("record set past the end");
   ObjectSummary s;
   s.key = std::string(key);
-  s.size = getBe64(p + 2);
-  s.mtime_unix_nanos = static_cast<int64_t>(getBe64(p + 10));
-  std::copy(p + 18, p + 34, s.version.bytes.begin());
-  if (flags & kSummaryHasRecordSet) std::copy(p + 35, p + 51, s.record_set.bytes.begin());
+  s.size = getBe64(p + kSumAtSize);
+  s.mtime_unix_nanos = static_cast<int64_t>(getBe64(p + kSumAtMtime));
+  copyVersion({p + kSumAtVersion, 16}, s.version);
+  if (has_set) copyVersion({p + kSumAtRecordSet, 16}, s.record_set);
   s.etag = std::string(value.substr(fixed));
   return s;
 }
