@@ -4,7 +4,7 @@
 # default build/src/granary; data under ./bench-data/perf), drives it with granary-bench
 # (by default 4 KiB GETs, 32 connections, one client thread; other arguments replace that
 # workload, e.g. `--op put --size 1MiB --concurrency 16 --objects 256`), records the server
-# with perf and DWARF call graphs for SECONDS (default 2) in the middle of the run, and
+# with perf and DWARF call graphs for SECONDS (default 2) once the objects are prepared, and
 # prints the inclusive share of the server's samples for the functions the docs cite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,9 @@ for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep
 build/bench/granary-bench --endpoint http://127.0.0.1:9192 --quiet "${workload[@]}" \
   --duration $((secs + 8))s >"$root/bench.txt" &
 bpid=$!
-sleep 4
+# Record once the objects are prepared (a million keys take a minute or more), then 2 s in.
+for _ in $(seq 1200); do grep -q "^prepared" "$root/bench.txt" && break; sleep 0.5; done
+sleep 2
 perf record --call-graph dwarf,16384 -F 2000 -p "$gpid" -o "$root/perf.data" -- sleep "$secs" \
   >/dev/null 2>&1
 wait $bpid

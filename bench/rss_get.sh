@@ -3,16 +3,20 @@
 # 64 MiB GET streams (issue 6's memory target), once per --buffer-memory value (default:
 # 256 and 100000, i.e. the default budget and practically none). Per run: a fresh server
 # (data under ./bench-data/rss, removed after), granary-bench for 20 s, VmRSS sampled every
-# 0.2 s, then the server's buffer-budget metrics. Build first: bash scripts/build.sh
+# 0.2 s, then the server's buffer-budget metrics. $GRANARY picks the binary (default
+# build/src/granary), $WORKLOAD other granary-bench arguments (e.g. 256 concurrent 64 MiB
+# PUTs: "--duration 10s --op put --size 64MiB --concurrency 256 --objects 256").
+# Build first: bash scripts/build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-granary=build/src/granary
+granary=${GRANARY:-build/src/granary}
 bench=build/bench/granary-bench
 root=bench-data/rss
 export GRANARY_ROOT_USER=s3bench GRANARY_ROOT_PASSWORD=s3bench-secret-key
 export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
 gpid=
 trap '[[ -n $gpid ]] && kill "$gpid" 2>/dev/null; rm -rf "$root"' EXIT
+workload=${WORKLOAD:---duration 20s --op get --size 64MiB --concurrency 256 --objects 8}
 budgets=("$@")
 ((${#budgets[@]})) || budgets=(256 100000)
 for m in "${budgets[@]}"; do
@@ -21,8 +25,8 @@ for m in "${budgets[@]}"; do
     --buffer-memory "$m" >"$root/log" 2>&1 &
   gpid=$!
   for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
-  "$bench" --endpoint http://127.0.0.1:9410 --quiet --duration 20s --op get --size 64MiB \
-    --concurrency 256 --objects 8 >"$root/bench.out" 2>&1 &
+  # shellcheck disable=SC2086 # WORKLOAD is a list of arguments
+  "$bench" --endpoint http://127.0.0.1:9410 --quiet $workload >"$root/bench.out" 2>&1 &
   bpid=$!
   peak=0
   while kill -0 $bpid 2>/dev/null; do

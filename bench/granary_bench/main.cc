@@ -134,10 +134,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   RunResult result = orDie(run(cfg));
-  if (result.prepared_objects) {
-    std::printf("prepared %llu objects in %.1fs\n",
-                static_cast<unsigned long long>(result.prepared_objects), result.prepare_seconds);
-  }
 
   nlohmann::json out = {{"tool", "granary-bench"},
                         {"endpoint", endpoint},

@@ -668,16 +668,22 @@ Result<RunResult> run(RunConfig cfg) {
             printProgress(std::chrono::duration<double>(Clock::now() - t0).count(), preps, last);
           }
         });
-    result.prepare_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double prepare_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    uint64_t prepared = 0;
     for (auto& p : preps) {
       const OpStats& s = p->stats[static_cast<size_t>(Op::kPut)];
-      result.prepared_objects += s.ops;
+      prepared += s.ops;
       if (s.errors) {
         return fail(Status::unavailable(fmt::format(
             "preparing {}: {} of {} PUTs failed; first: {}", p->spec.name, s.errors, p->spec.count,
             p->errors.empty() ? "?" : p->errors.front())));
       }
     }
+    // Printed now, not with the results: bench/perf_get.sh waits for it to know that the
+    // measured phase has begun.
+    std::printf("prepared %llu objects in %.1fs\n", static_cast<unsigned long long>(prepared),
+                prepare_seconds);
+    std::fflush(stdout);
   }
 
   // The measured phase: every workload at once.

@@ -38,8 +38,6 @@ struct WorkloadResult {
 
 struct RunResult {
   std::vector<WorkloadResult> workloads;
-  double prepare_seconds = 0;
-  uint64_t prepared_objects = 0;
 };
 
 Result<RunResult> run(RunConfig config);
