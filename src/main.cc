@@ -283,7 +283,10 @@ void addGatewayOptions(po::options_description& opts) {
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
       "buffer-memory", po::value<int>()->default_value(256),
-      "MiB of object data all GET streams may hold at once (more wait their turn)")(
+      "MiB of object data all GET streams and uploads may hold at once (more wait their "
+      "turn)")(
+      "buffer-wait", po::value<int>()->default_value(30),
+      "seconds an upload waits for buffer memory before it is answered 503 SlowDown")(
       "lifecycle-interval", po::value<int>()->default_value(3600),
       "seconds between passes of the lifecycle job (bucket expiration rules)")(
       "lifecycle-day", po::value<int>()->default_value(86400),
@@ -332,6 +335,8 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
   if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");
   gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
+  if (vm["buffer-wait"].as<int>() < 1) die("--buffer-wait must be >= 1 (seconds)");
+  gopts.buffer_wait_seconds = vm["buffer-wait"].as<int>();
   gopts.tls_cert = vm["tls-cert"].as<std::string>();
   gopts.tls_key = vm["tls-key"].as<std::string>();
   gopts.repair_interval_seconds = std::max(0, vm["repair-interval"].as<int>());

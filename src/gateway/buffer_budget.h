@@ -1,17 +1,23 @@
 // BufferBudget: one allowance of bytes for the gateway's object-data buffers (the stripe
-// buffers of GET streams), so that resident memory is bounded by the budget rather than by
-// the number of streams. A stream that finds the budget spent waits, without blocking a
-// thread and in arrival order, and meanwhile sends nothing and reads nothing from its
-// disks: backpressure reaches the client through TCP.
+// buffers of GET streams and of uploads), so that resident memory is bounded by the budget
+// rather than by the number of requests. A request that finds the budget spent waits,
+// without blocking a thread and in arrival order, and meanwhile sends nothing and reads
+// nothing from its client or its disks: backpressure reaches the client through TCP.
 //
-// Deadlock rule: a coroutine calls acquire() (which may wait) only while it holds no lease;
-// a second buffer, such as a read-ahead, is taken with tryAcquire() or not at all. Then
-// every lease holder can make progress and give its bytes back.
+// Deadlock rule: a coroutine calls acquire() (which may wait) only while it holds no lease,
+// or with Patience::kOverdraw (whose wait is bounded and then always succeeds); a second
+// buffer, such as a read-ahead, is taken with tryAcquire() or not at all. Then every lease
+// holder can make progress and give its bytes back.
 //
-// Patience: a stream waits at most `patience` (2 s by default), then goes ahead over the
-// budget (an overdraft, counted; its bytes are charged, so later streams wait the longer).
-// Without it a few dozen clients that stop reading, each holding a stripe until the I/O
-// timeout, would stall every other GET; with it they cost memory for a while instead.
+// Two policies for a wait that lasts:
+// - kOverdraw (GET streams): after `patience` (2 s by default) the stream goes ahead over
+//   the budget (an overdraft, counted; its bytes are charged, so later requests wait the
+//   longer). Without it a few dozen clients that stop reading, each holding a stripe until
+//   the I/O timeout, would stall every other GET; with it they cost memory for a while.
+// - kGiveUp (admission of uploads): after `admission_wait` (30 s by default) the request
+//   gets no lease (counted as a refusal) and is answered 503 SlowDown, which S3 clients
+//   retry with backoff. An upload holds its lease while its client sends a stripe's worth,
+//   however slowly: overdrafts there would make memory grow with the number of uploads.
 //
 // A request for more than the whole budget is charged the whole budget (it then runs
 // alone). Thread safety: all methods are thread safe; a Lease is released on any thread.
@@ -65,15 +71,21 @@ class BufferBudget {
     uint64_t bytes_ = 0;
   };
 
+  enum class Patience { kOverdraw, kGiveUp };
+
   explicit BufferBudget(uint64_t capacity,
-                        std::chrono::milliseconds patience = std::chrono::seconds(2))
-      : capacity_(std::max<uint64_t>(capacity, 1)), patience_(patience) {}
+                        std::chrono::milliseconds patience = std::chrono::seconds(2),
+                        std::chrono::milliseconds admission_wait = std::chrono::seconds(30))
+      : capacity_(std::max<uint64_t>(capacity, 1)),
+        patience_(patience),
+        admission_wait_(admission_wait) {}
   BufferBudget(const BufferBudget&) = delete;
   BufferBudget& operator=(const BufferBudget&) = delete;
 
-  // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them; or,
-  // after the patience, takes them anyway (an overdraft).
-  Task<Lease> acquire(uint64_t bytes) {
+  // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them. If
+  // that lasts: with kOverdraw, after the patience, takes them anyway (an overdraft); with
+  // kGiveUp, after the admission wait, returns an empty lease.
+  Task<Lease> acquire(uint64_t bytes, Patience policy = Patience::kOverdraw) {
     // The common case, no wait: no waiter, timer or trip round the event loop.
     if (Lease lease = tryAcquire(bytes); lease.held()) co_return std::move(lease);
     const uint64_t n = charge(bytes);
@@ -87,8 +99,9 @@ class BufferBudget {
     auto* exp = &ex;
     auto* waitp = &wait;
     auto* timerp = &timer;
+    const bool give_up = policy == Patience::kGiveUp;
     co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
-        [self, exp, waitp, timerp](auto handler) {
+        [self, exp, waitp, timerp, give_up](auto handler) {
           std::shared_ptr<Waiter> w = *waitp;
           auto resume = [ex = *exp, h = std::move(handler)]() mutable {
             asio::post(ex, std::move(h));
@@ -96,6 +109,7 @@ class BufferBudget {
           std::unique_lock lock(self->mu_);
           if (self->waiters_.empty() && self->used_ + w->bytes <= self->capacity_) {
             self->take(w->bytes);
+            w->granted = true;
             lock.unlock();
             resume();
             return;
@@ -106,13 +120,14 @@ class BufferBudget {
           lock.unlock();
           // The timer's handler runs on this coroutine's executor; it holds the waiter and
           // acts only if the waiter is still queued.
-          timerp->expires_after(self->patience_);
-          timerp->async_wait([self, w](const boost::system::error_code& ec) {
-            if (!ec) self->overdraw(w);
+          timerp->expires_after(give_up ? self->admission_wait_ : self->patience_);
+          timerp->async_wait([self, w, give_up](const boost::system::error_code& ec) {
+            if (!ec) self->expire(w, give_up);
           });
         },
         asio::use_awaitable);
     timer.cancel();
+    if (!wait->granted) co_return Lease();
     co_return Lease(this, n);
   }
 
@@ -140,16 +155,17 @@ class BufferBudget {
   }
 
   struct Stats {
-    uint64_t capacity, used, peak, waiting, waits, overdrafts;
+    uint64_t capacity, used, peak, waiting, waits, overdrafts, refusals;
   };
   Stats stats() const {
     std::lock_guard lock(mu_);
-    return {capacity_, used_, peak_, waiters_.size(), waits_, overdrafts_};
+    return {capacity_, used_, peak_, waiters_.size(), waits_, overdrafts_, refusals_};
   }
 
  private:
   struct Waiter {
     uint64_t bytes = 0;
+    bool granted = false;  // written under mu_ before resume is called
     std::move_only_function<void()> resume;
   };
 
@@ -159,20 +175,39 @@ class BufferBudget {
     peak_ = std::max(peak_, used_);
   }
 
-  // The patience of `w` ran out: if it still waits, it goes ahead over the budget.
-  void overdraw(const std::shared_ptr<Waiter>& w) {
-    std::move_only_function<void()> resume;
+  // The patience of `w` ran out: if it still waits, it goes ahead over the budget
+  // (`give_up` false) or leaves the queue without bytes.
+  void expire(const std::shared_ptr<Waiter>& w, bool give_up) {
+    std::vector<std::move_only_function<void()>> wake;
     {
       std::lock_guard lock(mu_);
       auto it = std::find(waiters_.begin(), waiters_.end(), w);
       if (it == waiters_.end()) return;  // granted meanwhile
-      take(w->bytes);
-      ++overdrafts_;
-      resume = std::move(w->resume);
+      wake.push_back(std::move(w->resume));
+      const bool was_front = it == waiters_.begin();
       waiters_.erase(it);
+      if (give_up) {
+        ++refusals_;
+        // The one that left may have been all that held back those behind it.
+        if (was_front) grantFront(wake);
+      } else {
+        take(w->bytes);
+        w->granted = true;
+        ++overdrafts_;
+        // Nobody behind it can fit now: the overdraft only raised used_.
+      }
     }
-    // Nobody behind it can fit now: the overdraft only raised used_.
-    resume();
+    for (auto& r : wake) r();
+  }
+
+  // Grants the queue's head while it fits. Caller holds mu_.
+  void grantFront(std::vector<std::move_only_function<void()>>& wake) {
+    while (!waiters_.empty() && used_ + waiters_.front()->bytes <= capacity_) {
+      take(waiters_.front()->bytes);
+      waiters_.front()->granted = true;
+      wake.push_back(std::move(waiters_.front()->resume));
+      waiters_.pop_front();
+    }
   }
 
   uint64_t charge(uint64_t bytes) const { return std::clamp<uint64_t>(bytes, 1, capacity_); }
@@ -182,22 +217,20 @@ class BufferBudget {
     {
       std::lock_guard lock(mu_);
       used_ -= bytes;
-      while (!waiters_.empty() && used_ + waiters_.front()->bytes <= capacity_) {
-        take(waiters_.front()->bytes);
-        wake.push_back(std::move(waiters_.front()->resume));
-        waiters_.pop_front();
-      }
+      grantFront(wake);
     }
     for (auto& w : wake) w();
   }
 
   const uint64_t capacity_;
   const std::chrono::milliseconds patience_;
+  const std::chrono::milliseconds admission_wait_;
   mutable std::mutex mu_;
   uint64_t used_ = 0;
   uint64_t peak_ = 0;
   uint64_t waits_ = 0;
   uint64_t overdrafts_ = 0;
+  uint64_t refusals_ = 0;
   std::deque<std::shared_ptr<Waiter>> waiters_;
 };
 

@@ -136,6 +136,9 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex, src->size, false);
+    if (Status st = co_await writer.start(); !st.isOk()) {
+      co_return errorResponse(fromStatus(st), req);
+    }
     CopySink sink(ctx, writer);
     Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
     if (st.isOk()) st = co_await sink.flush();

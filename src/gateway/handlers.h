@@ -25,7 +25,7 @@ struct GatewayContext {
         deps(d),
         metrics(d.registry),
         data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters(),
-             o.buffer_memory),
+             o.buffer_memory, std::chrono::seconds(o.buffer_wait_seconds)),
         repairer(d.index, d.chunks, d.map, d.clock, d.registry,
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
                                o.repair_verify}) {

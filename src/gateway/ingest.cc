@@ -296,6 +296,13 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     writer = std::make_unique<ObjectWriter>(ctx.data, out.version, req.bucket, req.key, ex,
                                             *size, options.part);
+    // Nothing of the body is read before the writer has its buffer: an upload that waits
+    // for buffer memory holds back its client through TCP.
+    if (Status st = co_await writer->start(); !st.isOk()) {
+      writer.reset();  // nothing written: nothing to abandon
+      S3Error err = fromStatus(st);
+      co_return co_await failWith(err);
+    }
     for (;;) {
       auto buf = writer->buffer();
       auto n = co_await payload.readFull(buf);

@@ -115,25 +115,31 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Register(registry)),
       buffer_budget_(prometheus::BuildGauge()
                          .Name("granary_buffer_budget_bytes")
-                         .Help("GET streams' stripe-buffer budget (--buffer-memory): capacity, "
-                               "in use, peak since start")
+                         .Help("Stripe-buffer budget of GET streams and uploads "
+                               "(--buffer-memory): capacity, in use, peak since start")
                          .Register(registry)),
       buffer_waiting_(prometheus::BuildGauge()
                           .Name("granary_buffer_budget_waiting_streams")
-                          .Help("GET streams waiting for buffer budget now")
+                          .Help("GET streams and uploads waiting for buffer budget now")
                           .Register(registry)
                           .Add({})),
       buffer_waits_(prometheus::BuildCounter()
                         .Name("granary_buffer_budget_waits_total")
-                        .Help("Times a GET stream had to wait for buffer budget")
+                        .Help("Times a GET stream or an upload had to wait for buffer budget")
                         .Register(registry)
                         .Add({})),
       buffer_overdrafts_(prometheus::BuildCounter()
                              .Name("granary_buffer_budget_overdrafts_total")
-                             .Help("Waits for buffer budget that ran out of patience (2 s) and "
-                                   "went ahead over the budget")
+                             .Help("GET streams' waits for buffer budget that ran out of "
+                                   "patience (2 s) and went ahead over the budget")
                              .Register(registry)
-                             .Add({})) {
+                             .Add({})),
+      buffer_refusals_(prometheus::BuildCounter()
+                           .Name("granary_buffer_budget_refusals_total")
+                           .Help("Uploads answered 503 because buffer budget stayed spent for "
+                                 "--buffer-wait")
+                           .Register(registry)
+                           .Add({})) {
   for (auto& g : drives_) {
     g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
   }
@@ -176,6 +182,7 @@ void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
   };
   advance(buffer_waits_, buffer_waits_seen_, stats.waits);
   advance(buffer_overdrafts_, buffer_overdrafts_seen_, stats.overdrafts);
+  advance(buffer_refusals_, buffer_refusals_seen_, stats.refusals);
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

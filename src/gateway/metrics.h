@@ -36,7 +36,8 @@ class GatewayMetrics {
   // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
   void setRecordIndex(const index_kv::RecordIndexStats& stats);
   void setIndexStorage(const index_kv::IndexStorageStats& stats);
-  // The GET streams' buffer budget (BufferBudget), refreshed before each scrape.
+  // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
+  // scrape.
   void setBufferBudget(const BufferBudget::Stats& stats);
   void containerIndexed(const index_kv::RecordIndexInfo& info);
 
@@ -71,9 +72,11 @@ class GatewayMetrics {
   prometheus::Gauge& buffer_waiting_;
   prometheus::Counter& buffer_waits_;
   prometheus::Counter& buffer_overdrafts_;
+  prometheus::Counter& buffer_refusals_;
   std::mutex buffer_counters_mu_;  // concurrent scrapes
   uint64_t buffer_waits_seen_ = 0;
   uint64_t buffer_overdrafts_seen_ = 0;
+  uint64_t buffer_refusals_seen_ = 0;
 };
 
 }  // namespace granary::gateway

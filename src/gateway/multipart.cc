@@ -317,6 +317,9 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   const VersionId version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   ObjectWriter writer(ctx.data, version, req.bucket, req.key, ex, length, true);
+  if (Status st = co_await writer.start(); !st.isOk()) {
+    co_return errorResponse(fromStatus(st), req);
+  }
   CopySink sink(ctx, writer);
   Status st = Status::ok();
   if (src->is_inline) {

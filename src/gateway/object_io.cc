@@ -19,14 +19,15 @@ uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
                    const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-                   DataPathCounters counters, uint64_t buffer_budget)
+                   DataPathCounters counters, uint64_t buffer_budget,
+                   std::chrono::milliseconds admission_wait)
     : map_(map),
       chunks_(chunks),
       code_(code),
       pool_(pool),
       fragment_len_(fragment_len),
       counters_(counters),
-      budget_(buffer_budget) {}
+      budget_(buffer_budget, std::chrono::seconds(2), admission_wait) {}
 
 uint32_t DataPath::fragmentLenFor(uint64_t len) const {
   if (len >= stripeCapacity()) return fragment_len_;
@@ -34,16 +35,20 @@ uint32_t DataPath::fragmentLenFor(uint64_t len) const {
   return static_cast<uint32_t>(std::max<uint64_t>(kAlign, roundUp((len + k - 1) / k, kAlign)));
 }
 
-// One stripe's buffers: k data fragments back to back, then m parity fragments. Not
-// zeroed: the object bytes, flush()'s padding and the encoder write every byte that is sent.
+// One stripe's buffers: k data fragments back to back, then m parity fragments, and their
+// charge to the buffer budget (given back when the last in-flight write lets go of the
+// slot). Not zeroed: the object bytes, flush()'s padding and the encoder write every byte
+// that is sent.
 struct ObjectWriter::Slot {
-  Slot(size_t data_len, size_t parity_len)
+  Slot(size_t data_len, size_t parity_len, BufferBudget::Lease lease)
       : data(std::make_unique_for_overwrite<uint8_t[]>(data_len)),
         parity(std::make_unique_for_overwrite<uint8_t[]>(parity_len)),
-        data_len(data_len) {}
+        data_len(data_len),
+        lease(std::move(lease)) {}
   std::unique_ptr<uint8_t[]> data;
   std::unique_ptr<uint8_t[]> parity;
   size_t data_len;
+  BufferBudget::Lease lease;
 };
 
 ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
@@ -54,27 +59,32 @@ ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, 
       key_(std::move(key)),
       executor_(std::move(executor)),
       size_(size),
-      flags_(part ? chunkstore::kBlobFlagPart : 0) {}
+      flags_(part ? chunkstore::kBlobFlagPart : 0) {
+  // No larger than the object needs: a 1 MiB PUT used to zero two whole 4+2 stripes
+  // (12 MiB), a fifth of the server's CPU at 1 MiB PUTs. One byte past the declared size
+  // still fits, so a longer body is seen as one.
+  const auto profile = dp_.code().profile();
+  const uint64_t unit = uint64_t(profile.k) * kAlign;
+  slot_data_len_ = std::min<uint64_t>(dp_.stripeCapacity(), roundUp(size_ + 1, unit));
+  slot_parity_len_ = uint64_t(profile.m) * dp_.fragmentLenFor(slot_data_len_);
+}
 
 ObjectWriter::~ObjectWriter() = default;
 
-std::span<uint8_t> ObjectWriter::buffer() {
-  Slot& slot = currentSlot();
-  return {slot.data.get(), slot.data_len};
+Task<Status> ObjectWriter::start() {
+  if (slots_[kPrimary]) co_return Status::ok();
+  BufferBudget::Lease lease = co_await dp_.budget().acquire(slot_data_len_ + slot_parity_len_,
+                                                            BufferBudget::Patience::kGiveUp);
+  if (!lease.held()) {
+    co_return Status::unavailable("the gateway's buffer memory stayed spent by other requests");
+  }
+  slots_[kPrimary] = std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(lease));
+  co_return Status::ok();
 }
 
-ObjectWriter::Slot& ObjectWriter::currentSlot() {
-  std::shared_ptr<Slot>& slot = slots_[current_];
-  if (!slot) {
-    // Allocated when first needed, and no larger than the object needs: a 1 MiB PUT used
-    // to zero two whole 4+2 stripes (12 MiB), a fifth of the server's CPU at 1 MiB PUTs.
-    // One byte past the declared size still fits, so a longer body is seen as one.
-    const auto profile = dp_.code().profile();
-    const uint64_t unit = uint64_t(profile.k) * kAlign;
-    const uint64_t len = std::min<uint64_t>(dp_.stripeCapacity(), roundUp(size_ + 1, unit));
-    slot = std::make_shared<Slot>(len, uint64_t(profile.m) * dp_.fragmentLenFor(len));
-  }
-  return *slot;
+std::span<uint8_t> ObjectWriter::buffer() {
+  Slot& slot = *slots_[current_];  // start() succeeded
+  return {slot.data.get(), slot.data_len};
 }
 
 uint16_t ObjectWriter::driveIndex(const std::string& drive) {
@@ -96,11 +106,12 @@ Task<Status> ObjectWriter::waitFor(int slot) {
 Task<Status> ObjectWriter::flush(size_t len) {
   if (!failed_.isOk()) co_return failed_;
   if (len == 0) co_return co_await finish();
+  if (!slots_[current_]) co_return Status::internal("ObjectWriter::flush without a buffer");
 
   const auto profile = dp_.code().profile();
   const uint32_t stripe = static_cast<uint32_t>(stripes_.size());
   const uint32_t fl = dp_.fragmentLenFor(len);
-  Slot& slot = currentSlot();
+  Slot& slot = *slots_[current_];
   if (len > slot.data_len) co_return Status::invalidArgument("stripe larger than its buffer");
   // Data fragment j starts at j * fl; zero the padding after the object bytes.
   std::fill(slot.data.get() + len, slot.data.get() + uint64_t(profile.k) * fl, 0);
@@ -159,25 +170,49 @@ Task<Status> ObjectWriter::flush(size_t len) {
     desc.flags = flags;
     std::string drive = drives_[layout.drives[j]];
     // The pool thread encodes the fragment and submits its write; the task ends when the
-    // fragment is durable, without a thread waiting for the disk meanwhile.
+    // fragment is durable, without a thread waiting for the disk meanwhile. The slot, and
+    // with it its charge to the buffer budget, lives until then (the store's copy of the
+    // fragment does too), and no longer: the store may keep the callback for a while.
     group->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
-                       drive = std::move(drive), p, fl](TaskGroup::Done done) {
-      dp.chunks().putAsync(drive, desc, {p, fl}, std::move(done));
+                       drive = std::move(drive), p, fl](TaskGroup::Done done) mutable {
+      dp.chunks().putAsync(drive, desc, {p, fl},
+                           [done = std::move(done), keep = std::move(keep)](Status st) mutable {
+                             keep.reset();  // before the writer can see its stripe done
+                             done(std::move(st));
+                           });
     });
   }
   in_flight_[current_] = std::move(group);
   stripes_.push_back(std::move(layout));
-  // This stripe's writes go on while the caller fills the other slot, once the stripe
-  // that used it is durable: the encoding and submission of a stripe overlap the previous
-  // stripe's writes and sync, and at most two stripes are in flight.
-  current_ ^= 1;
-  co_return co_await waitFor(current_);
+  // This stripe's writes go on while the caller fills the other buffer: the encoding and
+  // submission of a stripe overlap the previous stripe's writes and sync, and at most two
+  // stripes are in flight. The primary buffer is the writer's for its whole life; the spare
+  // is taken from the budget only if that needs no wait, and given back as soon as its
+  // stripe is durable. Without a spare, the writer waits for its stripe and refills the
+  // primary: slower, but it never waits for the budget while it holds bytes of it.
+  if (current_ == kSpare) {
+    slots_[kSpare].reset();  // the in-flight writes hold it until they end
+    current_ = kPrimary;
+    co_return co_await waitFor(kPrimary);
+  }
+  Status st = co_await waitFor(kSpare);
+  if (!st.isOk()) co_return st;
+  if (BufferBudget::Lease spare = dp_.budget().tryAcquire(slot_data_len_ + slot_parity_len_);
+      spare.held()) {
+    slots_[kSpare] = std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(spare));
+    current_ = kSpare;
+    co_return Status::ok();
+  }
+  co_return co_await waitFor(kPrimary);
 }
 
 Task<Status> ObjectWriter::finish() {
-  // Oldest first: the other slot's stripe was submitted before the current one's.
-  (void)co_await waitFor(current_ ^ 1);
-  co_return co_await waitFor(current_);
+  (void)co_await waitFor(kPrimary);
+  Status st = co_await waitFor(kSpare);
+  // No buffer is needed any more: give the budget back now, not when the writer goes.
+  slots_[kPrimary].reset();
+  slots_[kSpare].reset();
+  co_return st;
 }
 
 Task<void> ObjectWriter::abandon() {

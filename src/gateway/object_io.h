@@ -8,8 +8,10 @@
 // stripe's fragment length (fragment_len for full stripes, the smallest multiple of 4 KiB
 // that fits for the last one), zero padded. Parity fragments k..k+m-1 follow.
 //
-// Memory per request is bounded: a writer holds two stripes (one being filled, one being
-// written); a reader holds at most two stripe slices (one being sent, one prefetched).
+// Memory per request is bounded, and all requests' together by the data path's buffer
+// budget: a writer holds one stripe buffer from start() to its end and a second one only
+// when the budget has it to spare; a reader holds at most two stripe slices (one being
+// sent, one prefetched).
 #pragma once
 
 #include <atomic>
@@ -45,11 +47,13 @@ struct DataPathCounters {
 
 class DataPath {
  public:
-  // `buffer_budget`: bytes of stripe buffers all GET streams may hold at once
-  // (GatewayOptions::buffer_memory).
+  // `buffer_budget`: bytes of stripe buffers all GET streams and uploads may hold at once
+  // (GatewayOptions::buffer_memory); `admission_wait`: how long an upload waits for its
+  // first buffer before it is refused (GatewayOptions::buffer_wait_seconds).
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
            const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-           DataPathCounters counters, uint64_t buffer_budget);
+           DataPathCounters counters, uint64_t buffer_budget,
+           std::chrono::milliseconds admission_wait = std::chrono::seconds(30));
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }
@@ -78,8 +82,9 @@ class DataPath {
   std::chrono::milliseconds hedge_after_{0};
 };
 
-// Writes one object version's stripes. Usage: fill buffer() up to stripeCapacity(), call
-// flush(n); repeat; then finish(). On any failure call abandon() to delete what was written.
+// Writes one object version's stripes. Usage: start(), then fill buffer() (up to
+// stripeCapacity()) and call flush(n); repeat; then finish(). On any failure after start()
+// call abandon() to delete what was written.
 // `size` is the object's (or part's) declared size: the stripe whose flush brings the bytes
 // written to exactly `size` is marked the last in its fragments' headers, and `part` marks
 // every fragment as a multipart part's; `granary admin rebuild-index` reads both
@@ -90,12 +95,18 @@ class ObjectWriter {
                asio::any_io_executor executor, uint64_t size, bool part);
   ~ObjectWriter();
 
+  // Takes the first stripe buffer from the data path's buffer budget, waiting in line
+  // behind other requests; kUnavailable if the budget stays spent for the admission wait
+  // (the request is then answered 503 SlowDown). Call it holding no other budget lease.
+  Task<Status> start();
+  // The buffer to fill next; valid after start() succeeded, until the next flush().
   std::span<uint8_t> buffer();
   // Starts writing the current buffer's first `len` bytes as the next stripe, and returns
   // once the next buffer is free (the stripe before this one is durable). Returns the
   // first error of any stripe so far; after one, writes nothing more.
   Task<Status> flush(size_t len);
-  // Waits for every stripe. After ok, drives() and stripes() describe the object.
+  // Waits for every stripe and gives the buffers back. After ok, drives() and stripes()
+  // describe the object.
   Task<Status> finish();
   // Best-effort removal of every fragment written so far (waits for in-flight writes).
   Task<void> abandon();
@@ -105,8 +116,8 @@ class ObjectWriter {
 
  private:
   struct Slot;
-  // The slot being filled, allocated on first use.
-  Slot& currentSlot();
+  static constexpr int kPrimary = 0;  // held from start() to the end
+  static constexpr int kSpare = 1;    // held while the budget can spare it
   uint16_t driveIndex(const std::string& drive);
 
   DataPath& dp_;
@@ -115,14 +126,16 @@ class ObjectWriter {
   std::string key_;
   asio::any_io_executor executor_;
   uint64_t size_;
+  uint64_t slot_data_len_;    // a buffer's object bytes: the object's size, up to a stripe
+  uint64_t slot_parity_len_;  // and its parity fragments
   uint64_t written_ = 0;
   uint16_t flags_;
   // Waits for the stripe written from slot `slot`, if any; returns failed_.
   Task<Status> waitFor(int slot);
 
   std::shared_ptr<Slot> slots_[2];  // shared with in-flight writes
-  int current_ = 0;                 // the slot being filled
-  std::unique_ptr<TaskGroup> in_flight_[2];  // the writes of the stripe from each slot
+  int current_ = kPrimary;          // the slot being filled
+  std::unique_ptr<TaskGroup> in_flight_[2];  // the writes of the latest stripe from each slot
   Status failed_;                   // the first stripe error
   std::vector<std::string> drives_;
   std::vector<index_kv::StripeLayout> stripes_;

@@ -141,8 +141,9 @@ class Server(_Process):
         return self
 
     def client(self, secret=None, access=None, **config):
-        cfg = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                     signature_version="s3v4", **config)
+        # No retries unless asked: a test sees the server's first answer.
+        cfg = Config(**{"s3": {"addressing_style": "path"}, "retries": {"max_attempts": 1},
+                        "signature_version": "s3v4", **config})
         return boto3.client(
             "s3", endpoint_url=self.endpoint, region_name="us-east-1",
             aws_access_key_id=access or self.access_key,
@@ -190,6 +191,23 @@ def signed(server, method, path, body=b"", headers=None, send_body=None):
             return resp.status, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def metric_value(text, name, **labels):
+    """The value of the sample `name{labels...}` (labels matched as a subset), summed over
+    every series that matches; None if there is none."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)', line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+            found = True
+    return total if found else None
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Bad and hostile input gets a clear S3 error or a closed connection: never a crash, a
 hang, or a stored partial object. Raw sockets where clients would refuse to misbehave."""
+import concurrent.futures
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit
 import botocore.exceptions
 import pytest
 
-from conftest import Server, signed
+from conftest import Server, metric_value, signed
 
 MiB = 1024 * 1024
 
@@ -291,3 +292,69 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, 
     assert res.returncode != 0, out
     assert f"cannot listen on {host}:{port}" in out and "in use" in out, out
     assert healthy(hserver)
+
+
+def test_uploads_share_the_buffer_budget_and_a_spent_one_answers_503(granary_bin, tmp_path):
+    """Upload stripe buffers are charged to --buffer-memory: uploads that stall mid-body
+    hold theirs, the next upload waits --buffer-wait and is answered 503 (which SDKs
+    retry), nothing is stored for it, and once the stalled ones go, uploads run within the
+    budget again."""
+    srv = Server(str(tmp_path / "granary-data"),
+                 extra_args=["--buffer-memory", "16", "--buffer-wait", "1"]).start()
+    stalled = []
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="budget")
+
+        def scrape():
+            with urllib.request.urlopen(srv.endpoint + "/_granary/metrics", timeout=10) as r:
+                return r.read().decode()
+
+        # Two uploads of 16 MiB each send 1 MiB and stop: each holds a stripe buffer of
+        # 6 MiB (4+2 fragments of 1 MiB), 12 of the 16 MiB.
+        for i in range(2):
+            url = s3.generate_presigned_url("put_object",
+                                            Params={"Bucket": "budget", "Key": f"stalled{i}"})
+            u = urlsplit(url)
+            sock = socket.create_connection(addr(srv), timeout=30)
+            sock.sendall((f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                          f"Content-Length: {16 * MiB}\r\n\r\n").encode() + os.urandom(MiB))
+            stalled.append(sock)
+        deadline = time.monotonic() + 10
+        while metric_value(scrape(), "granary_buffer_budget_bytes", what="used") < 12 * MiB:
+            assert time.monotonic() < deadline, "the stalled uploads never took their buffers"
+            time.sleep(0.05)
+
+        body = os.urandom(8 * MiB)
+        start = time.monotonic()
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            s3.put_object(Bucket="budget", Key="refused", Body=body)
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert refused.value.response["Error"]["Code"] in ("SlowDown", "ServiceUnavailable")
+        assert time.monotonic() - start >= 0.9  # it waited --buffer-wait first
+        with pytest.raises(botocore.exceptions.ClientError):
+            s3.head_object(Bucket="budget", Key="refused")
+        assert metric_value(scrape(), "granary_buffer_budget_refusals_total") >= 1
+
+        for sock in stalled:
+            sock.close()
+        stalled.clear()
+        # Six concurrent uploads through 16 MiB: they take turns, all land, every byte right.
+        bodies = {f"k{i}": os.urandom(10 * MiB + i) for i in range(6)}
+        retrying = srv.client(retries={"max_attempts": 5, "mode": "standard"})
+
+        def put(key):
+            retrying.put_object(Bucket="budget", Key=key, Body=bodies[key])
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            list(pool.map(put, bodies))
+        for key, data in bodies.items():
+            assert s3.get_object(Bucket="budget", Key=key)["Body"].read() == data
+        metrics = scrape()
+        assert metric_value(metrics, "granary_buffer_budget_bytes", what="peak") <= 16 * MiB
+        assert metric_value(metrics, "granary_buffer_budget_bytes", what="used") == 0
+        assert metric_value(metrics, "granary_buffer_budget_overdrafts_total") == 0
+    finally:
+        for sock in stalled:
+            sock.close()
+        srv.stop()

@@ -4,7 +4,7 @@ import os
 import time
 import urllib.request
 
-from conftest import Server
+from conftest import Server, metric_value
 
 
 def test_access_log_has_one_json_line_per_request(granary_bin, tmp_data, tmp_path):
@@ -184,24 +184,6 @@ def test_real_prometheus_scrapes_granary_and_sees_known_traffic(server, s3, buck
     finally:
         prom.terminate()
         prom.wait(30)
-
-
-def metric_value(text, name, **labels):
-    """The value of the sample `name{labels...}` (labels matched as a subset), summed over
-    every series that matches; None if there is none."""
-    import re
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)', line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-            found = True
-    return total if found else None
 
 
 def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):

@@ -62,10 +62,13 @@ struct GatewayOptions {
   std::string tls_key;
   // Open client connections at most; one more is answered 503 SlowDown and closed.
   size_t max_connections = 4096;
-  // Bytes of object data (stripe buffers) all GET streams may hold at once; a stream that
-  // finds them spent waits for its turn (backpressure), so memory does not grow with the
-  // number of streams.
+  // Bytes of object data (stripe buffers) all GET streams and uploads may hold at once; a
+  // request that finds them spent waits for its turn (backpressure), so memory does not
+  // grow with the number of requests.
   uint64_t buffer_memory = 256ull << 20;
+  // How long an upload waits for its first stripe buffer before it is answered 503
+  // SlowDown (S3 clients retry that with backoff).
+  int buffer_wait_seconds = 30;
   // How often the named users are reloaded from the index (users added through another
   // gateway become usable here within this time; changes made here, at once).
   int users_refresh_seconds = 2;

@@ -14,10 +14,12 @@ namespace granary::gateway {
 namespace {
 
 // Takes `bytes`, records its name when it got them, holds them for `hold` loop turns.
+// With kGiveUp, a refused borrower records "<name>:refused" instead.
 Task<void> borrower(BufferBudget& budget, uint64_t bytes, std::string name,
-                    std::vector<std::string>& order, int hold) {
-  BufferBudget::Lease lease = co_await budget.acquire(bytes);
-  order.push_back(name);
+                    std::vector<std::string>& order, int hold,
+                    BufferBudget::Patience policy = BufferBudget::Patience::kOverdraw) {
+  BufferBudget::Lease lease = co_await budget.acquire(bytes, policy);
+  order.push_back(lease.held() ? name : name + ":refused");
   for (int i = 0; i < hold; ++i) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
 }
 
@@ -75,6 +77,47 @@ TEST_CASE("A wait that runs out of patience goes ahead over the budget, and is c
   CHECK(stats.peak == 160);
   CHECK(stats.used == 100);  // the overdraft was given back; the stuck lease is still out
   stuck.reset();
+  CHECK(budget.stats().used == 0);
+}
+
+TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets the next in") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::seconds(60), std::chrono::milliseconds(50));
+  BufferBudget::Lease held = budget.tryAcquire(50);
+  std::vector<std::string> order;
+  // "upload" (60) does not fit and heads the queue; "small" (10) would fit but must not
+  // overtake it, until the upload gives up.
+  asio::co_spawn(io, borrower(budget, 60, "upload", order, 0, BufferBudget::Patience::kGiveUp),
+                 asio::detached);
+  asio::co_spawn(io, borrower(budget, 10, "small", order, 0, BufferBudget::Patience::kGiveUp),
+                 asio::detached);
+  io.poll();
+  CHECK(order.empty());
+  const auto start = std::chrono::steady_clock::now();
+  io.run();
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(50));
+  CHECK(order == std::vector<std::string>{"upload:refused", "small"});
+  auto stats = budget.stats();
+  CHECK(stats.refusals == 1);
+  CHECK(stats.overdrafts == 0);
+  CHECK(stats.peak == 60);  // never over the capacity
+  CHECK(stats.used == 50);
+  CHECK(stats.waiting == 0);
+}
+
+TEST_CASE("An admission wait granted before it runs out is not refused") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::seconds(60), std::chrono::seconds(60));
+  BufferBudget::Lease held = budget.tryAcquire(100);
+  std::vector<std::string> order;
+  asio::co_spawn(io, borrower(budget, 100, "upload", order, 0, BufferBudget::Patience::kGiveUp),
+                 asio::detached);
+  io.poll();
+  CHECK(order.empty());
+  held.reset();
+  io.run();  // returns at once: the granted wait cancelled its timer
+  CHECK(order == std::vector<std::string>{"upload"});
+  CHECK(budget.stats().refusals == 0);
   CHECK(budget.stats().used == 0);
 }
 

@@ -74,12 +74,12 @@ Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first,
 
 struct DataPathFixture {
   explicit DataPathFixture(int drives = 6, uint32_t fragment_len = kFragmentLen,
-                           uint64_t buffer_budget = 512ull << 20)
+                           uint64_t buffer_budget = 512ull << 20,
+                           std::chrono::milliseconds admission_wait = std::chrono::seconds(30))
       : cluster(drives),
         code(std::move(*ec::ErasureCode::create({4, 2}))),
         dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
-           testing::countersOf(counters),
-           buffer_budget) {}
+           testing::countersOf(counters), buffer_budget, admission_wait) {}
 
   // Writes `data` as a new version and returns its manifest (REQUIREs success).
   index_kv::Manifest write(const std::string& data) {
@@ -428,11 +428,91 @@ TEST_CASE("The writer keeps at most two stripes in flight, and overlaps them") {
   CHECK(got == data);
 }
 
+TEST_CASE("A writer the budget cannot spare a second buffer writes one stripe at a time") {
+  constexpr uint64_t kSlot = kStripe + 2 * kFragmentLen;  // data and parity of one stripe
+  DataPathFixture f(6, kFragmentLen, kSlot);
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(20));
+  }
+  std::string data = randomString(3 * kStripe + 5, 19);
+  index_kv::Manifest m = f.write(data);
+  CHECK(m.stripes.size() == 4);
+  CHECK(f.cluster.chunks->peakPutsInFlight() == 6);  // never two stripes at once
+  auto stats = f.dp.budget().stats();
+  CHECK(stats.peak == kSlot);
+  CHECK(stats.used == 0);  // given back when the writer ended
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
+TEST_CASE("Concurrent writers share the buffer budget: never more than it, every object right") {
+  constexpr uint64_t kSlot = kStripe + 2 * kFragmentLen;
+  // Room for two and a half writers' buffers: writers wait for their turn to start, and the
+  // spare buffer is taken only when nobody waits.
+  DataPathFixture f(6, kFragmentLen, 2 * kSlot + kSlot / 2);
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(5));
+  }
+  constexpr int kWriters = 8;
+  std::vector<std::string> data;
+  std::vector<VersionId> versions;
+  std::vector<std::unique_ptr<ObjectWriter>> writers;
+  std::vector<Status> results(kWriters, Status::internal("not run"));
+  for (int i = 0; i < kWriters; ++i) {
+    data.push_back(randomString(3 * kStripe + 100 * i, 200 + i));
+    versions.push_back(VersionId::generate(f.cluster.clock, f.random));
+    writers.push_back(std::make_unique<ObjectWriter>(f.dp, versions[i], "bucket",
+                                                     "key" + std::to_string(i),
+                                                     f.io.get_executor(), data[i].size(), false));
+    asio::co_spawn(f.io, writeAll(*writers[i], data[i]),
+                   [&results, i](std::exception_ptr e, Status st) {
+                     results[i] = e ? Status::internal("exception") : std::move(st);
+                   });
+  }
+  f.io.restart();
+  f.io.run();
+  auto stats = f.dp.budget().stats();
+  CHECK(stats.peak <= stats.capacity);
+  CHECK(stats.peak >= 2 * kSlot);
+  CHECK(stats.waits > 0);  // the writers did have to wait for each other
+  CHECK(stats.refusals == 0);
+  for (int i = 0; i < kWriters; ++i) {
+    INFO("writer " << i);
+    REQUIRE(results[i].isOk());
+    index_kv::Manifest m;
+    m.version = versions[i];
+    m.size = data[i].size();
+    m.ec = f.code->profile();
+    m.drives = writers[i]->drives();
+    m.stripes = writers[i]->stripes();
+    auto [st, got] = f.read(m, 0, data[i].size());
+    REQUIRE(st.isOk());
+    CHECK(got == data[i]);
+  }
+  writers.clear();
+  CHECK(f.dp.budget().stats().used == 0);
+}
+
+TEST_CASE("A writer that cannot get a buffer within the admission wait is refused") {
+  DataPathFixture f(6, kFragmentLen, 64 << 10, std::chrono::milliseconds(30));
+  BufferBudget::Lease everything = f.dp.budget().tryAcquire(64 << 10);
+  REQUIRE(everything.held());
+  ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), kStripe, false);
+  Status st = runTask(f.io, w.start());
+  CHECK(st.code() == Status::Code::kUnavailable);
+  CHECK(f.dp.budget().stats().refusals == 1);
+  CHECK(f.cluster.allBlobs().empty());
+  everything.reset();
+  CHECK(runTask(f.io, w.start()).isOk());  // a later try, once there is room, goes ahead
+}
+
 TEST_CASE("The writer's buffer fits the object, with one byte to spare, up to a stripe") {
   constexpr uint32_t kFragment = 64 * 1024;  // a stripe of 256 KiB; a 16 KiB unit (4 x 4 KiB)
   DataPathFixture f(6, kFragment);
   const auto bufferFor = [&](uint64_t size) {
     ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), size, false);
+    REQUIRE(runTask(f.io, w.start()).isOk());
     return w.buffer().size();
   };
   CHECK(bufferFor(0) == 16 * 1024);
@@ -443,6 +523,7 @@ TEST_CASE("The writer's buffer fits the object, with one byte to spare, up to a 
   CHECK(bufferFor(10 * 4 * kFragment) == 4 * kFragment);
   // A stripe whose bytes do not fit its buffer is refused, not written past the end.
   ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), 100, false);
+  REQUIRE(runTask(f.io, w.start()).isOk());
   CHECK(runTask(f.io, w.flush(w.buffer().size() + 1)).code() ==
         Status::Code::kInvalidArgument);
 }

@@ -48,9 +48,10 @@ struct Counters {
                                           .Add({});
 };
 
-// Fills the writer's buffer stripe by stripe from `data`, then finishes. Stops at the
+// Starts the writer, fills its buffer stripe by stripe from `data`, then finishes. Stops at the
 // first error (the caller abandons).
 inline Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
+  if (Status st = co_await w.start(); !st.isOk()) co_return st;
   size_t pos = 0;
   while (pos < data.size()) {
     std::span<uint8_t> buf = w.buffer();
