@@ -290,6 +290,25 @@ Task<bool> drain(BeastBodySource<Stream>& body, size_t limit) {
   co_return body.done();
 }
 
+// Closes a connection whose client may still be sending a request it will read our answer
+// after (most clients do not read while they send): closing with unread bytes would send
+// a reset, which can destroy the answer before the client reads it. So, as web servers'
+// lingering close does: stop sending, then read and drop until the client closes, for
+// `limit` at most.
+Task<void> lingeringClose(beast::tcp_stream& stream, std::chrono::milliseconds limit) {
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::vector<char> scratch(64 * 1024);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!ec) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= decltype(left)::zero()) break;
+    stream.expires_after(std::min<std::chrono::steady_clock::duration>(left, std::chrono::seconds(2)));
+    co_await stream.async_read_some(asio::buffer(scratch), kRedirect(ec));
+  }
+  stream.socket().close(ec);
+}
+
 // Answers a connection over the cap with 503 SlowDown, then closes it gently: the
 // request is read and dropped (up to a second), so the client gets the answer, not a
 // reset.
@@ -305,19 +324,15 @@ Task<void> refuseConnection(tcp::socket socket) {
   beast::error_code ec;
   stream.expires_after(std::chrono::seconds(1));
   co_await asio::async_write(stream, asio::buffer(kResponse), kRedirect(ec));
-  if (!ec) {
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-    char scratch[4096];
-    while (!ec) {
-      co_await stream.async_read_some(asio::buffer(scratch), kRedirect(ec));
-    }
-  }
+  if (!ec) co_await lingeringClose(stream, std::chrono::seconds(1));
   stream.socket().close(ec);
 }
 
-// Serves HTTP/1.1 requests on one connection until it closes, fails or times out.
+// Serves HTTP/1.1 requests on one connection until it closes, fails or times out. True if
+// it ended answering a request whose body the client may still be sending (an upload
+// refused before its body was read).
 template <class Stream>
-Task<void> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_log) {
+Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_log) {
   beast::flat_buffer buffer;
   buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
   const auto idle = std::chrono::seconds(ctx.options.idle_timeout_seconds);
@@ -390,9 +405,12 @@ Task<void> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     access_log.write(req, op, res.status, body.bytes(),
                      res.streamed ? sink.bytes() : res.body.size(), seconds,
                      clock.nowUnixNanos());
-    if (!written || !reuse) break;
+    if (!written) break;
+    if (!reuse) co_return !body.done() && !body.failed();
   }
+  co_return false;
 }
+
 
 Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log,
                    ssl::context* tls) {
@@ -407,7 +425,10 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
   beast::error_code ec;
   if (tls == nullptr) {
     beast::tcp_stream stream(std::move(socket));
-    co_await serveRequests(stream, ctx, access_log);
+    if (co_await serveRequests(stream, ctx, access_log)) {
+      co_await lingeringClose(stream, std::chrono::seconds(10));
+      co_return;
+    }
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     co_return;
   }
@@ -418,7 +439,9 @@ Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_lo
   tcpLayer(stream).expires_after(std::chrono::seconds(ctx.options.idle_timeout_seconds));
   co_await stream.async_handshake(ssl::stream_base::server, kRedirect(ec));
   if (ec) co_return;
-  co_await serveRequests(stream, ctx, access_log);
+  // A TLS connection closes at once even with a body unread: reading on would mean
+  // decrypting it.
+  (void)co_await serveRequests(stream, ctx, access_log);
   tcpLayer(stream).expires_after(std::chrono::seconds(5));
   co_await stream.async_shutdown(kRedirect(ec));
 }
