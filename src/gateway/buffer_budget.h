@@ -1,26 +1,30 @@
 // BufferBudget: one allowance of bytes for the gateway's object-data buffers (the stripe
 // buffers of GET streams and of uploads), so that resident memory is bounded by the budget
 // rather than by the number of requests. A request that finds the budget spent waits,
-// without blocking a thread and in arrival order, and meanwhile sends nothing and reads
-// nothing from its client or its disks: backpressure reaches the client through TCP.
+// without blocking a thread and in arrival order among its kind, and meanwhile sends
+// nothing and reads nothing from its client or its disks: backpressure reaches the client
+// through TCP.
 //
 // Deadlock rule: a coroutine calls acquire() (which may wait) only while it holds no lease,
-// or with Patience::kOverdraw (whose wait is bounded and then always succeeds); a second
-// buffer, such as a read-ahead, is taken with tryAcquire() or not at all. Then every lease
-// holder can make progress and give its bytes back.
+// or for a read (whose wait is bounded and then always succeeds); a second buffer, such as
+// a read-ahead, is taken with tryAcquire() or not at all. Then every lease holder can make
+// progress and give its bytes back.
 //
-// Two policies for a wait that lasts:
-// - kOverdraw (GET streams): after `patience` (2 s by default) the stream goes ahead over
-//   the budget (an overdraft, counted; its bytes are charged, so later requests wait the
-//   longer). Without it a few dozen clients that stop reading, each holding a stripe until
-//   the I/O timeout, would stall every other GET; with it they cost memory for a while.
-// - kGiveUp (admission of uploads): after `admission_wait` (30 s by default) the request
-//   gets no lease (counted as a refusal) and is answered 503 SlowDown, which S3 clients
-//   retry with backoff. An upload holds its lease while its client sends a stripe's worth,
-//   however slowly: overdrafts there would make memory grow with the number of uploads.
+// Two kinds of borrower, which wait differently:
+// - Reads (GET streams) hold a stripe for milliseconds. A read that waits longer than
+//   `patience` (2 s by default) goes ahead over the budget (an overdraft, counted; its bytes
+//   are charged, so later requests wait the longer). Without it a few dozen clients that
+//   stop reading, each holding a stripe until the I/O timeout, would stall every other
+//   GET; with it they cost memory for a while.
+// - Uploads hold their buffer for as long as their client takes to send a stripe. They
+//   never overdraw (that would make memory grow with the number of uploads): an upload
+//   that waits longer than `admission_wait` (30 s by default) gets no lease (a refusal,
+//   counted) and is answered 503, which S3 clients retry with backoff. Uploads together
+//   hold at most half the budget, and a waiting read goes before every waiting upload, so
+//   that GET streams keep a share however many uploads queue.
 //
-// A request for more than the whole budget is charged the whole budget (it then runs
-// alone). Thread safety: all methods are thread safe; a Lease is released on any thread.
+// A request for more than its kind may hold is charged that much (it then runs alone).
+// Thread safety: all methods are thread safe; a Lease is released on any thread.
 #pragma once
 
 #include <algorithm>
@@ -42,16 +46,21 @@ namespace granary::gateway {
 
 class BufferBudget {
  public:
+  enum class Kind { kRead, kUpload };
+
   class Lease {
    public:
     Lease() = default;
     Lease(Lease&& o) noexcept
-        : budget_(std::exchange(o.budget_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+        : budget_(std::exchange(o.budget_, nullptr)),
+          bytes_(std::exchange(o.bytes_, 0)),
+          kind_(o.kind_) {}
     Lease& operator=(Lease&& o) noexcept {
       if (this != &o) {
         reset();
         budget_ = std::exchange(o.budget_, nullptr);
         bytes_ = std::exchange(o.bytes_, 0);
+        kind_ = o.kind_;
       }
       return *this;
     }
@@ -59,85 +68,88 @@ class BufferBudget {
     bool held() const { return budget_ != nullptr; }
     uint64_t bytes() const { return bytes_; }
     void reset() {
-      if (budget_ != nullptr) budget_->release(bytes_);
+      if (budget_ != nullptr) budget_->release(bytes_, kind_);
       budget_ = nullptr;
       bytes_ = 0;
     }
 
    private:
     friend class BufferBudget;
-    Lease(BufferBudget* budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {}
+    Lease(BufferBudget* budget, uint64_t bytes, Kind kind)
+        : budget_(budget), bytes_(bytes), kind_(kind) {}
     BufferBudget* budget_ = nullptr;
     uint64_t bytes_ = 0;
+    Kind kind_ = Kind::kRead;
   };
-
-  enum class Patience { kOverdraw, kGiveUp };
 
   explicit BufferBudget(uint64_t capacity,
                         std::chrono::milliseconds patience = std::chrono::seconds(2),
                         std::chrono::milliseconds admission_wait = std::chrono::seconds(30))
-      : capacity_(std::max<uint64_t>(capacity, 1)),
+      : capacity_(std::max<uint64_t>(capacity, 2)),
+        upload_capacity_(capacity_ / 2),
         patience_(patience),
         admission_wait_(admission_wait) {}
   BufferBudget(const BufferBudget&) = delete;
   BufferBudget& operator=(const BufferBudget&) = delete;
 
-  // Waits until `bytes` are free and nobody queued earlier is waiting, then takes them. If
-  // that lasts: with kOverdraw, after the patience, takes them anyway (an overdraft); with
-  // kGiveUp, after the admission wait, returns an empty lease.
-  Task<Lease> acquire(uint64_t bytes, Patience policy = Patience::kOverdraw) {
+  // Waits until `bytes` are free and nobody of its kind queued earlier (nor, for an
+  // upload, any read) is waiting, then takes them. If that lasts: a read, after the
+  // patience, takes them anyway (an overdraft); an upload, after the admission wait, gets
+  // an empty lease.
+  Task<Lease> acquire(uint64_t bytes, Kind kind = Kind::kRead) {
     // The common case, no wait: no waiter, timer or trip round the event loop.
-    if (Lease lease = tryAcquire(bytes); lease.held()) co_return std::move(lease);
-    const uint64_t n = charge(bytes);
-    asio::any_io_executor ex = co_await asio::this_coro::executor;
+    if (Lease lease = tryAcquire(bytes, kind); lease.held()) co_return std::move(lease);
     auto wait = std::make_shared<Waiter>();
-    wait->bytes = n;
+    wait->bytes = charge(bytes, kind);
+    wait->kind = kind;
+    asio::any_io_executor ex = co_await asio::this_coro::executor;
     asio::steady_timer timer(ex);
-    // Only raw pointers and integers in the co_await expression (the g++ 12 note in
-    // task_group.h).
+    // Only raw pointers in the co_await expression (the g++ 12 note in task_group.h).
     BufferBudget* self = this;
     auto* exp = &ex;
     auto* waitp = &wait;
     auto* timerp = &timer;
-    const bool give_up = policy == Patience::kGiveUp;
     co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
-        [self, exp, waitp, timerp, give_up](auto handler) {
+        [self, exp, waitp, timerp](auto handler) {
           std::shared_ptr<Waiter> w = *waitp;
           auto resume = [ex = *exp, h = std::move(handler)]() mutable {
             asio::post(ex, std::move(h));
           };
           std::unique_lock lock(self->mu_);
-          if (self->waiters_.empty() && self->used_ + w->bytes <= self->capacity_) {
-            self->take(w->bytes);
-            w->granted = true;
+          if (self->mayTake(w->bytes, w->kind)) {  // room since tryAcquire
+            self->take(*w);
             lock.unlock();
             resume();
             return;
           }
           ++self->waits_;
           w->resume = std::move(resume);
-          self->waiters_.push_back(w);
+          self->queue(w->kind).push_back(w);
           lock.unlock();
           // The timer's handler runs on this coroutine's executor; it holds the waiter and
           // acts only if the waiter is still queued.
-          timerp->expires_after(give_up ? self->admission_wait_ : self->patience_);
-          timerp->async_wait([self, w, give_up](const boost::system::error_code& ec) {
-            if (!ec) self->expire(w, give_up);
+          timerp->expires_after(w->kind == Kind::kRead ? self->patience_
+                                                       : self->admission_wait_);
+          timerp->async_wait([self, w](const boost::system::error_code& ec) {
+            if (!ec) self->expire(w);
           });
         },
         asio::use_awaitable);
     timer.cancel();
     if (!wait->granted) co_return Lease();
-    co_return Lease(this, n);
+    co_return Lease(this, wait->bytes, kind);
   }
 
   // Takes `bytes` only if that needs no wait; an empty lease otherwise.
-  Lease tryAcquire(uint64_t bytes) {
-    const uint64_t n = charge(bytes);
+  Lease tryAcquire(uint64_t bytes, Kind kind = Kind::kRead) {
+    const uint64_t n = charge(bytes, kind);
     std::lock_guard lock(mu_);
-    if (!waiters_.empty() || used_ + n > capacity_) return {};
-    take(n);
-    return Lease(this, n);
+    if (!mayTake(n, kind)) return {};
+    Waiter w;
+    w.bytes = n;
+    w.kind = kind;
+    take(w);
+    return Lease(this, n, kind);
   }
 
   // Drops the waiting coroutines without resuming them: Asio unwinds each frame through its
@@ -149,89 +161,117 @@ class BufferBudget {
       std::lock_guard lock(mu_);
       // The resume handlers, not just the queue entries: a waiter's patience timer still
       // holds the entry.
-      for (auto& w : waiters_) dropped.push_back(std::move(w->resume));
-      waiters_.clear();
+      for (auto* q : {&reads_, &uploads_}) {
+        for (auto& w : *q) dropped.push_back(std::move(w->resume));
+        q->clear();
+      }
     }
   }
 
   struct Stats {
-    uint64_t capacity, used, peak, waiting, waits, overdrafts, refusals;
+    uint64_t capacity, used, peak, uploads, waiting, waits, overdrafts, refusals;
   };
   Stats stats() const {
     std::lock_guard lock(mu_);
-    return {capacity_, used_, peak_, waiters_.size(), waits_, overdrafts_, refusals_};
+    return {capacity_, used_,  peak_,      upload_used_, reads_.size() + uploads_.size(),
+            waits_,    overdrafts_, refusals_};
   }
 
  private:
   struct Waiter {
     uint64_t bytes = 0;
+    Kind kind = Kind::kRead;
     bool granted = false;  // written under mu_ before resume is called
     std::move_only_function<void()> resume;
   };
 
-  // Caller holds mu_.
-  void take(uint64_t bytes) {
-    used_ += bytes;
-    peak_ = std::max(peak_, used_);
+  std::deque<std::shared_ptr<Waiter>>& queue(Kind kind) {
+    return kind == Kind::kRead ? reads_ : uploads_;
   }
 
-  // The patience of `w` ran out: if it still waits, it goes ahead over the budget
-  // (`give_up` false) or leaves the queue without bytes.
-  void expire(const std::shared_ptr<Waiter>& w, bool give_up) {
+  uint64_t charge(uint64_t bytes, Kind kind) const {
+    return std::clamp<uint64_t>(bytes, 1, kind == Kind::kRead ? capacity_ : upload_capacity_);
+  }
+
+  // Whether a newcomer of `kind` may take `n` bytes now: it fits, and nobody it must let
+  // go first is waiting. Caller holds mu_.
+  bool mayTake(uint64_t n, Kind kind) const {
+    if (!reads_.empty() || used_ + n > capacity_) return false;
+    return kind == Kind::kRead || (uploads_.empty() && upload_used_ + n <= upload_capacity_);
+  }
+
+  // Caller holds mu_.
+  void take(Waiter& w) {
+    used_ += w.bytes;
+    if (w.kind == Kind::kUpload) upload_used_ += w.bytes;
+    peak_ = std::max(peak_, used_);
+    w.granted = true;
+  }
+
+  // Grants the queues' heads while they fit: reads first; uploads only when no read waits.
+  // Caller holds mu_.
+  void grantWaiting(std::vector<std::move_only_function<void()>>& wake) {
+    while (!reads_.empty() && used_ + reads_.front()->bytes <= capacity_) {
+      take(*reads_.front());
+      wake.push_back(std::move(reads_.front()->resume));
+      reads_.pop_front();
+    }
+    while (reads_.empty() && !uploads_.empty() &&
+           used_ + uploads_.front()->bytes <= capacity_ &&
+           upload_used_ + uploads_.front()->bytes <= upload_capacity_) {
+      take(*uploads_.front());
+      wake.push_back(std::move(uploads_.front()->resume));
+      uploads_.pop_front();
+    }
+  }
+
+  // The wait of `w` ran out: if it still waits, a read goes ahead over the budget and an
+  // upload leaves the queue without bytes.
+  void expire(const std::shared_ptr<Waiter>& w) {
     std::vector<std::move_only_function<void()>> wake;
     {
       std::lock_guard lock(mu_);
-      auto it = std::find(waiters_.begin(), waiters_.end(), w);
-      if (it == waiters_.end()) return;  // granted meanwhile
+      auto& q = queue(w->kind);
+      auto it = std::find(q.begin(), q.end(), w);
+      if (it == q.end()) return;  // granted meanwhile
       wake.push_back(std::move(w->resume));
-      const bool was_front = it == waiters_.begin();
-      waiters_.erase(it);
-      if (give_up) {
-        ++refusals_;
-        // The one that left may have been all that held back those behind it.
-        if (was_front) grantFront(wake);
-      } else {
-        take(w->bytes);
-        w->granted = true;
+      q.erase(it);
+      if (w->kind == Kind::kRead) {
+        take(*w);
         ++overdrafts_;
-        // Nobody behind it can fit now: the overdraft only raised used_.
+      } else {
+        ++refusals_;
       }
+      // Whoever it held back may go now (after an overdraft, only uploads never do).
+      grantWaiting(wake);
     }
     for (auto& r : wake) r();
   }
 
-  // Grants the queue's head while it fits. Caller holds mu_.
-  void grantFront(std::vector<std::move_only_function<void()>>& wake) {
-    while (!waiters_.empty() && used_ + waiters_.front()->bytes <= capacity_) {
-      take(waiters_.front()->bytes);
-      waiters_.front()->granted = true;
-      wake.push_back(std::move(waiters_.front()->resume));
-      waiters_.pop_front();
-    }
-  }
-
-  uint64_t charge(uint64_t bytes) const { return std::clamp<uint64_t>(bytes, 1, capacity_); }
-
-  void release(uint64_t bytes) {
+  void release(uint64_t bytes, Kind kind) {
     std::vector<std::move_only_function<void()>> wake;
     {
       std::lock_guard lock(mu_);
       used_ -= bytes;
-      grantFront(wake);
+      if (kind == Kind::kUpload) upload_used_ -= bytes;
+      grantWaiting(wake);
     }
     for (auto& w : wake) w();
   }
 
   const uint64_t capacity_;
+  const uint64_t upload_capacity_;
   const std::chrono::milliseconds patience_;
   const std::chrono::milliseconds admission_wait_;
   mutable std::mutex mu_;
   uint64_t used_ = 0;
+  uint64_t upload_used_ = 0;
   uint64_t peak_ = 0;
   uint64_t waits_ = 0;
   uint64_t overdrafts_ = 0;
   uint64_t refusals_ = 0;
-  std::deque<std::shared_ptr<Waiter>> waiters_;
+  std::deque<std::shared_ptr<Waiter>> reads_;
+  std::deque<std::shared_ptr<Waiter>> uploads_;
 };
 
 }  // namespace granary::gateway

@@ -116,7 +116,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       buffer_budget_(prometheus::BuildGauge()
                          .Name("granary_buffer_budget_bytes")
                          .Help("Stripe-buffer budget of GET streams and uploads "
-                               "(--buffer-memory): capacity, in use, peak since start")
+                               "(--buffer-memory): capacity, in use, peak since start, in use "
+                               "by uploads")
                          .Register(registry)),
       buffer_waiting_(prometheus::BuildGauge()
                           .Name("granary_buffer_budget_waiting_streams")
@@ -173,6 +174,7 @@ void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
   buffer_budget_.Add({{"what", "capacity"}}).Set(static_cast<double>(stats.capacity));
   buffer_budget_.Add({{"what", "used"}}).Set(static_cast<double>(stats.used));
   buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
+  buffer_budget_.Add({{"what", "uploads"}}).Set(static_cast<double>(stats.uploads));
   buffer_waiting_.Set(static_cast<double>(stats.waiting));
   // The budget counts since start; the counters advance by what is new since the last scrape.
   std::lock_guard lock(buffer_counters_mu_);

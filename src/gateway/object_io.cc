@@ -74,7 +74,7 @@ ObjectWriter::~ObjectWriter() = default;
 Task<Status> ObjectWriter::start() {
   if (slots_[kPrimary]) co_return Status::ok();
   BufferBudget::Lease lease = co_await dp_.budget().acquire(slot_data_len_ + slot_parity_len_,
-                                                            BufferBudget::Patience::kGiveUp);
+                                                            BufferBudget::Kind::kUpload);
   if (!lease.held()) {
     co_return Status::unavailable("the gateway's buffer memory stayed spent by other requests");
   }
@@ -197,7 +197,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
   }
   Status st = co_await waitFor(kSpare);
   if (!st.isOk()) co_return st;
-  if (BufferBudget::Lease spare = dp_.budget().tryAcquire(slot_data_len_ + slot_parity_len_);
+  if (BufferBudget::Lease spare = dp_.budget().tryAcquire(slot_data_len_ + slot_parity_len_,
+                                                          BufferBudget::Kind::kUpload);
       spare.held()) {
     slots_[kSpare] = std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(spare));
     current_ = kSpare;

@@ -14,11 +14,11 @@ namespace granary::gateway {
 namespace {
 
 // Takes `bytes`, records its name when it got them, holds them for `hold` loop turns.
-// With kGiveUp, a refused borrower records "<name>:refused" instead.
+// A refused upload records "<name>:refused" instead.
 Task<void> borrower(BufferBudget& budget, uint64_t bytes, std::string name,
                     std::vector<std::string>& order, int hold,
-                    BufferBudget::Patience policy = BufferBudget::Patience::kOverdraw) {
-  BufferBudget::Lease lease = co_await budget.acquire(bytes, policy);
+                    BufferBudget::Kind kind = BufferBudget::Kind::kRead) {
+  BufferBudget::Lease lease = co_await budget.acquire(bytes, kind);
   order.push_back(lease.held() ? name : name + ":refused");
   for (int i = 0; i < hold; ++i) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
 }
@@ -83,13 +83,13 @@ TEST_CASE("A wait that runs out of patience goes ahead over the budget, and is c
 TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets the next in") {
   asio::io_context io;
   BufferBudget budget(100, std::chrono::seconds(60), std::chrono::milliseconds(50));
-  BufferBudget::Lease held = budget.tryAcquire(50);
+  BufferBudget::Lease held = budget.tryAcquire(20, BufferBudget::Kind::kUpload);
   std::vector<std::string> order;
-  // "upload" (60) does not fit and heads the queue; "small" (10) would fit but must not
-  // overtake it, until the upload gives up.
-  asio::co_spawn(io, borrower(budget, 60, "upload", order, 0, BufferBudget::Patience::kGiveUp),
+  // Uploads may hold 50: "upload" (40) does not fit and heads the queue; "small" (10)
+  // would fit but must not overtake it, until the upload gives up.
+  asio::co_spawn(io, borrower(budget, 40, "upload", order, 0, BufferBudget::Kind::kUpload),
                  asio::detached);
-  asio::co_spawn(io, borrower(budget, 10, "small", order, 0, BufferBudget::Patience::kGiveUp),
+  asio::co_spawn(io, borrower(budget, 10, "small", order, 0, BufferBudget::Kind::kUpload),
                  asio::detached);
   io.poll();
   CHECK(order.empty());
@@ -100,9 +100,42 @@ TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets t
   auto stats = budget.stats();
   CHECK(stats.refusals == 1);
   CHECK(stats.overdrafts == 0);
-  CHECK(stats.peak == 60);  // never over the capacity
-  CHECK(stats.used == 50);
+  CHECK(stats.peak == 30);  // never over what uploads may hold
+  CHECK(stats.used == 20);
+  CHECK(stats.uploads == 20);
   CHECK(stats.waiting == 0);
+}
+
+TEST_CASE("Uploads hold at most half the budget, and a waiting read goes before them") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::seconds(60), std::chrono::seconds(60));
+  BufferBudget::Lease upload = budget.tryAcquire(30, BufferBudget::Kind::kUpload);
+  REQUIRE(upload.held());
+  // 60 bytes are free, but uploads already hold 30 of their 50.
+  CHECK_FALSE(budget.tryAcquire(30, BufferBudget::Kind::kUpload).held());
+  BufferBudget::Lease read = budget.tryAcquire(60);
+  REQUIRE(read.held());
+  std::vector<std::string> order;
+  // The upload queues first; the read, queued after it, is served first, and the upload
+  // only once the read's bytes are back (both would not fit at once).
+  asio::co_spawn(io, borrower(budget, 20, "up", order, 0, BufferBudget::Kind::kUpload),
+                 asio::detached);
+  asio::co_spawn(io, borrower(budget, 60, "rd", order, 1), asio::detached);
+  io.poll();
+  CHECK(order.empty());
+  CHECK(budget.stats().waiting == 2);
+  read.reset();
+  io.run();
+  CHECK(order == std::vector<std::string>{"rd", "up"});
+  auto stats = budget.stats();
+  CHECK(stats.peak == 90);
+  CHECK(stats.uploads == 30);
+  CHECK(stats.used == 30);
+  // An upload larger than what uploads may hold is charged that much.
+  upload.reset();
+  BufferBudget::Lease big = budget.tryAcquire(1000, BufferBudget::Kind::kUpload);
+  REQUIRE(big.held());
+  CHECK(big.bytes() == 50);
 }
 
 TEST_CASE("An admission wait granted before it runs out is not refused") {
@@ -110,7 +143,7 @@ TEST_CASE("An admission wait granted before it runs out is not refused") {
   BufferBudget budget(100, std::chrono::seconds(60), std::chrono::seconds(60));
   BufferBudget::Lease held = budget.tryAcquire(100);
   std::vector<std::string> order;
-  asio::co_spawn(io, borrower(budget, 100, "upload", order, 0, BufferBudget::Patience::kGiveUp),
+  asio::co_spawn(io, borrower(budget, 50, "upload", order, 0, BufferBudget::Kind::kUpload),
                  asio::detached);
   io.poll();
   CHECK(order.empty());
