@@ -313,6 +313,11 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   if (static_cast<int>(s.drives.size()) != total) {
     co_return Status::corruption("manifest stripe has the wrong number of fragments");
   }
+  // The decode space (k + m whole fragments, 6 MiB with 4+2) is charged to the buffer
+  // budget like a stripe slice: many streams reading around a failed drive must not grow
+  // memory with their number. A read may wait for it while holding its slice: the wait is
+  // bounded (the budget's patience, then an overdraft).
+  BufferBudget::Lease space = co_await dp.budget().acquire(uint64_t(total) * fl);
   std::vector<uint8_t> frags(uint64_t(total) * fl);
   auto ok = std::make_shared<std::vector<Status>>(total);
   asio::any_io_executor ex = co_await asio::this_coro::executor;

@@ -333,6 +333,40 @@ TEST_CASE("GET of stripes with a missing data fragment decodes them from parity"
   CHECK(f.counters.degraded.Value() == expected + 1);
 }
 
+TEST_CASE("A degraded read charges its decode space to the buffer budget and waits for it") {
+  constexpr uint64_t kBudget = 64 << 10;
+  DataPathFixture f(6, kFragmentLen, kBudget);
+  std::string data = randomString(kStripe, 13);
+  index_kv::Manifest m = f.write(data);
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 0), Status::notFound("gone"));
+  // Room for the 1,000-byte slice, not for the 6 fragments the decode reads whole.
+  BufferBudget::Lease held = f.dp.budget().tryAcquire(kBudget - 2000);
+  REQUIRE(held.held());
+  StringSink sink;
+  std::optional<Status> result;
+  asio::co_spawn(f.io, readInto(f.dp, m, 100, 1000, sink),
+                 [&result](std::exception_ptr e, Status st) {
+                   result = e ? Status::internal("exception") : std::move(st);
+                 });
+  f.io.restart();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (f.dp.budget().stats().waiting == 0 && !result &&
+         std::chrono::steady_clock::now() < deadline) {
+    f.io.run_one_for(std::chrono::milliseconds(5));
+  }
+  CHECK(f.dp.budget().stats().waiting == 1);  // the decode waits for its space
+  CHECK_FALSE(result.has_value());
+  held.reset();
+  f.io.run();
+  REQUIRE(result.has_value());
+  REQUIRE(result->isOk());
+  CHECK(sink.body == data.substr(100, 1000));
+  auto stats = f.dp.budget().stats();
+  CHECK(stats.overdrafts == 0);
+  CHECK(stats.used == 0);
+  CHECK(stats.peak >= 6 * kFragmentLen + 1000);
+}
+
 TEST_CASE("GET survives m = 2 failed drives: one corrupt, one with I/O errors") {
   DataPathFixture f;
   const uint64_t size = 2 * kStripe + 1;
