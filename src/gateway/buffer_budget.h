@@ -19,9 +19,15 @@
 // - Uploads hold their buffer for as long as their client takes to send a stripe. They
 //   never overdraw (that would make memory grow with the number of uploads): an upload
 //   that waits longer than `admission_wait` (30 s by default) gets no lease (a refusal,
-//   counted) and is answered 503, which S3 clients retry with backoff. Uploads together
-//   hold at most half the budget, and a waiting read goes before every waiting upload, so
-//   that GET streams keep a share however many uploads queue.
+//   counted) and is answered 503, which S3 clients retry with backoff.
+//
+// Shares: uploads have half the budget of their own, and together never hold more. Reads
+// use the rest and borrow whatever of the uploads' half is idle. The two queue apart and
+// neither waits for the other: an upload that needs its half back takes it while reads
+// still hold the borrowed bytes, and reads take nothing more until they gave them back.
+// So GET streams keep half however many uploads queue, uploads keep half however busy
+// the GET streams are, and the bytes lent stay under 1.5x the budget (plus overdrafts)
+// at the worst moment, under the budget once borrowed bytes come back.
 //
 // A request for more than its kind may hold is charged that much (it then runs alone).
 // Thread safety: all methods are thread safe; a Lease is released on any thread.
@@ -92,8 +98,8 @@ class BufferBudget {
   BufferBudget(const BufferBudget&) = delete;
   BufferBudget& operator=(const BufferBudget&) = delete;
 
-  // Waits until `bytes` are free and nobody of its kind queued earlier (nor, for an
-  // upload, any read) is waiting, then takes them. If that lasts: a read, after the
+  // Waits until `bytes` are free in its kind's share and nobody of its kind queued earlier
+  // is waiting, then takes them. If that lasts: a read, after the
   // patience, takes them anyway (an overdraft); an upload, after the admission wait, gets
   // an empty lease.
   Task<Lease> acquire(uint64_t bytes, Kind kind = Kind::kRead) {
@@ -188,17 +194,22 @@ class BufferBudget {
   std::deque<std::shared_ptr<Waiter>>& queue(Kind kind) {
     return kind == Kind::kRead ? reads_ : uploads_;
   }
+  const std::deque<std::shared_ptr<Waiter>>& queue(Kind kind) const {
+    return kind == Kind::kRead ? reads_ : uploads_;
+  }
 
   uint64_t charge(uint64_t bytes, Kind kind) const {
     return std::clamp<uint64_t>(bytes, 1, kind == Kind::kRead ? capacity_ : upload_capacity_);
   }
 
-  // Whether a newcomer of `kind` may take `n` bytes now: it fits, and nobody it must let
-  // go first is waiting. Caller holds mu_.
-  bool mayTake(uint64_t n, Kind kind) const {
-    if (!reads_.empty() || used_ + n > capacity_) return false;
-    return kind == Kind::kRead || (uploads_.empty() && upload_used_ + n <= upload_capacity_);
+  // Whether the head of `kind`'s queue, or a newcomer when the queue is empty, may take
+  // `n` bytes now: a read within the whole budget, an upload within the uploads' half.
+  // Caller holds mu_.
+  bool fits(uint64_t n, Kind kind) const {
+    return kind == Kind::kRead ? used_ + n <= capacity_
+                               : upload_used_ + n <= upload_capacity_;
   }
+  bool mayTake(uint64_t n, Kind kind) const { return queue(kind).empty() && fits(n, kind); }
 
   // Caller holds mu_.
   void take(Waiter& w) {
@@ -208,20 +219,15 @@ class BufferBudget {
     w.granted = true;
   }
 
-  // Grants the queues' heads while they fit: reads first; uploads only when no read waits.
-  // Caller holds mu_.
+  // Grants each queue's head while it fits. Caller holds mu_.
   void grantWaiting(std::vector<std::move_only_function<void()>>& wake) {
-    while (!reads_.empty() && used_ + reads_.front()->bytes <= capacity_) {
-      take(*reads_.front());
-      wake.push_back(std::move(reads_.front()->resume));
-      reads_.pop_front();
-    }
-    while (reads_.empty() && !uploads_.empty() &&
-           used_ + uploads_.front()->bytes <= capacity_ &&
-           upload_used_ + uploads_.front()->bytes <= upload_capacity_) {
-      take(*uploads_.front());
-      wake.push_back(std::move(uploads_.front()->resume));
-      uploads_.pop_front();
+    for (Kind kind : {Kind::kUpload, Kind::kRead}) {
+      auto& q = queue(kind);
+      while (!q.empty() && fits(q.front()->bytes, kind)) {
+        take(*q.front());
+        wake.push_back(std::move(q.front()->resume));
+        q.pop_front();
+      }
     }
   }
 

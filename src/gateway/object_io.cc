@@ -197,12 +197,16 @@ Task<Status> ObjectWriter::flush(size_t len) {
   }
   Status st = co_await waitFor(kSpare);
   if (!st.isOk()) co_return st;
-  if (BufferBudget::Lease spare = dp_.budget().tryAcquire(slot_data_len_ + slot_parity_len_,
-                                                          BufferBudget::Kind::kUpload);
-      spare.held()) {
-    slots_[kSpare] = std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(spare));
-    current_ = kSpare;
-    co_return Status::ok();
+  // After the last stripe nothing is filled again: no spare for it.
+  if (written_ < size_) {
+    if (BufferBudget::Lease spare = dp_.budget().tryAcquire(
+            slot_data_len_ + slot_parity_len_, BufferBudget::Kind::kUpload);
+        spare.held()) {
+      slots_[kSpare] =
+          std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(spare));
+      current_ = kSpare;
+      co_return Status::ok();
+    }
   }
   co_return co_await waitFor(kPrimary);
 }

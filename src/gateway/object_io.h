@@ -97,7 +97,7 @@ class ObjectWriter {
 
   // Takes the first stripe buffer from the data path's buffer budget, waiting in line
   // behind other requests; kUnavailable if the budget stays spent for the admission wait
-  // (the request is then answered 503 SlowDown). Call it holding no other budget lease.
+  // (the request is then answered 503). Call it holding no other budget lease.
   Task<Status> start();
   // The buffer to fill next; valid after start() succeeded, until the next flush().
   std::span<uint8_t> buffer();

@@ -67,7 +67,7 @@ struct GatewayOptions {
   // grow with the number of requests.
   uint64_t buffer_memory = 256ull << 20;
   // How long an upload waits for its first stripe buffer before it is answered 503
-  // SlowDown (S3 clients retry that with backoff).
+  // ServiceUnavailable (S3 clients retry that with backoff).
   int buffer_wait_seconds = 30;
   // How often the named users are reloaded from the index (users added through another
   // gateway become usable here within this time; changes made here, at once).

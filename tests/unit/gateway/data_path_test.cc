@@ -528,9 +528,23 @@ TEST_CASE("Concurrent writers share the buffer budget: never more than it, every
   CHECK(f.dp.budget().stats().used == 0);
 }
 
+TEST_CASE("A writer takes no spare buffer after its last stripe") {
+  constexpr uint64_t kSlot = kStripe + 2 * kFragmentLen;
+  DataPathFixture f(6, kFragmentLen, 8 * kSlot);
+  std::string data = randomString(2 * kStripe, 21);  // two full stripes
+  index_kv::Manifest m = f.write(data);
+  CHECK(m.stripes.size() == 2);
+  // The first stripe's flush took the spare to fill the second; the second's took none.
+  CHECK(f.dp.budget().stats().peak == 2 * kSlot);
+  CHECK(f.dp.budget().stats().used == 0);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("A writer that cannot get a buffer within the admission wait is refused") {
   DataPathFixture f(6, kFragmentLen, 64 << 10, std::chrono::milliseconds(30));
-  BufferBudget::Lease everything = f.dp.budget().tryAcquire(64 << 10);
+  BufferBudget::Lease everything = f.dp.budget().tryAcquire(32 << 10, BufferBudget::Kind::kUpload);
   REQUIRE(everything.held());
   ObjectWriter w(f.dp, VersionId{}, "bucket", "key", f.io.get_executor(), kStripe, false);
   Status st = runTask(f.io, w.start());
