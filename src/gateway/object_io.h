@@ -9,8 +9,8 @@
 // that fits for the last one), zero padded. Parity fragments k..k+m-1 follow.
 //
 // Memory per request is bounded, and all requests' together by the data path's buffer
-// budget: a writer holds one stripe buffer from start() to its end and a second one only
-// when the budget has it to spare; a reader holds at most two stripe slices (one being
+// budget: a writer holds one stripe buffer from start() to its end, and a second one from
+// its first stripe on if the budget had it to spare then; a reader holds at most two stripe slices (one being
 // sent, one prefetched).
 #pragma once
 
@@ -117,7 +117,7 @@ class ObjectWriter {
  private:
   struct Slot;
   static constexpr int kPrimary = 0;  // held from start() to the end
-  static constexpr int kSpare = 1;    // held while the budget can spare it
+  static constexpr int kSpare = 1;    // taken if the budget can spare it, then kept
   uint16_t driveIndex(const std::string& drive);
 
   DataPath& dp_;
