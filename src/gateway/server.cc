@@ -52,31 +52,12 @@ beast::tcp_stream& tcpLayer(Stream& stream) {
 template <class Stream>
 class BeastBodySource final : public BodySource {
  public:
-  // `expect_continue`: the client sent "Expect: 100-continue" and waits for our go-ahead
-  // before it sends the body; it gets it when the handler first reads (so a request
-  // refused before that, for its signature or for buffer memory, never transfers its body).
   BeastBodySource(Stream& stream, beast::flat_buffer& buffer,
-                  http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout,
-                  bool expect_continue)
-      : stream_(stream),
-        buffer_(buffer),
-        parser_(parser),
-        timeout_(timeout),
-        continue_pending_(expect_continue && !parser.is_done()) {}
+                  http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout)
+      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {}
 
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
     if (parser_.is_done() || out.empty()) co_return 0;
-    if (continue_pending_) {
-      continue_pending_ = false;
-      http::response<http::empty_body> go{http::status::continue_, 11};
-      tcpLayer(stream_).expires_after(timeout_);
-      beast::error_code ec;
-      co_await http::async_write(stream_, go, kRedirect(ec));
-      if (ec) {
-        failed_ = true;
-        co_return s3fail(S3ErrorCode::kIncompleteBody, "The connection closed before the body");
-      }
-    }
     auto& body = parser_.get().body();
     body.data = out.data();
     body.size = out.size();
@@ -101,9 +82,6 @@ class BeastBodySource final : public BodySource {
 
   bool done() const override { return parser_.is_done(); }
   bool failed() const { return failed_; }
-  // The client still waits for "100 Continue": it has not sent the body, and will not
-  // unless we ask (or its own wait runs out).
-  bool continuePending() const { return continue_pending_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -111,7 +89,6 @@ class BeastBodySource final : public BodySource {
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   std::chrono::seconds timeout_;
-  bool continue_pending_;
   bool failed_ = false;
   uint64_t bytes_ = 0;
 };
@@ -397,14 +374,16 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     S3Request req = makeRequest(head_parser.get(), request_ids);
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
     bool keep_alive = head_parser.get().keep_alive();
-    const auto expect = req.header("expect");
-    const bool expect_continue =
-        expect && beast::iequals(beast::string_view(expect->data(), expect->size()),
-                                 "100-continue");
+    if (auto expect = req.header("expect"); expect && beast::iequals(beast::string_view(expect->data(), expect->size()), "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, 11};
+      tcpLayer(stream).expires_after(io);
+      co_await http::async_write(stream, cont, kRedirect(ec));
+      if (ec) break;
+    }
 
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
-    BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
+    BeastBodySource<Stream> body(stream, buffer, parser, io);
     BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
     ctx.metrics.requestStarted();
@@ -412,9 +391,6 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     ctx.metrics.requestFinished();
 
     bool reuse = keep_alive && !res.close && !body.failed();
-    // A body the client was never asked for may or may not come (clients that tire of
-    // waiting send it anyway): not worth waiting to find out.
-    if (body.continuePending()) reuse = false;
     if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20);
     bool written = true;
     if (!res.streamed) {
