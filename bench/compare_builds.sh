@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compare_builds.sh OLD_GRANARY NEW_GRANARY [ROUNDS] [SECONDS]: the S3 figures of two
-# `granary` binaries, alternated round by round on this machine so that both see the same
-# disk and the same noise (docs/benchmarks.md, "PUTs, asynchronous fragment writes" and
+# `granary` binaries, alternated round by round (and which goes first, too) on this machine
+# so that both see the same disk and the same noise (docs/benchmarks.md, "PUTs, asynchronous fragment writes" and
 # "GETs, asynchronous fragment reads"). Each phase starts a fresh
 # `granary serve --scrub-rate 0` (data under ./bench-data/compare) and stops it; the client
 # is this checkout's granary-bench. PHASES (default "put get mix") picks the groups:
@@ -56,7 +56,11 @@ io_ops() {  # io_ops OP: the server's granary_io_operations_total for OP
 echo "== machine: $(nproc) cores, $(uname -r); ${secs} s a phase, $rounds rounds"
 echo "workload     op           ops  errors      ops/s      MB/s     keys/s   p50 ms   p90 ms   p99 ms p99.9 ms   max ms"
 for round in $(seq "$rounds"); do
-  for which in old new; do
+  # Odd rounds run OLD first, even rounds NEW first: whichever runs second in a round
+  # inherits the first one's disk state (the loader/checkpoint phases showed it).
+  order="old new"
+  ((round % 2 == 0)) && order="new old"
+  for which in $order; do
     bin=$old; [[ $which == new ]] && bin=$new
     echo "== round $round, $which ($bin)"
     if [[ $phases == *" put "* ]]; then
