@@ -88,9 +88,12 @@ class BufferBudget {
     Kind kind_ = Kind::kRead;
   };
 
+  static constexpr std::chrono::seconds kDefaultPatience{2};
+  static constexpr std::chrono::seconds kDefaultAdmissionWait{30};
+
   explicit BufferBudget(uint64_t capacity,
-                        std::chrono::milliseconds patience = std::chrono::seconds(2),
-                        std::chrono::milliseconds admission_wait = std::chrono::seconds(30))
+                        std::chrono::milliseconds patience = kDefaultPatience,
+                        std::chrono::milliseconds admission_wait = kDefaultAdmissionWait)
       : capacity_(std::max<uint64_t>(capacity, 2)),
         upload_capacity_(capacity_ / 2),
         patience_(patience),
@@ -99,9 +102,8 @@ class BufferBudget {
   BufferBudget& operator=(const BufferBudget&) = delete;
 
   // Waits until `bytes` are free in its kind's share and nobody of its kind queued earlier
-  // is waiting, then takes them. If that lasts: a read, after the
-  // patience, takes them anyway (an overdraft); an upload, after the admission wait, gets
-  // an empty lease.
+  // is waiting, then takes them. If that lasts: a read, after the patience, takes them
+  // anyway (an overdraft); an upload, after the admission wait, gets an empty lease.
   Task<Lease> acquire(uint64_t bytes, Kind kind = Kind::kRead) {
     // The common case, no wait: no waiter, timer or trip round the event loop.
     if (Lease lease = tryAcquire(bytes, kind); lease.held()) co_return std::move(lease);
@@ -123,7 +125,7 @@ class BufferBudget {
           };
           std::unique_lock lock(self->mu_);
           if (self->mayTake(w->bytes, w->kind)) {  // room since tryAcquire
-            self->take(*w);
+            self->grant(*w);
             lock.unlock();
             resume();
             return;
@@ -151,10 +153,7 @@ class BufferBudget {
     const uint64_t n = charge(bytes, kind);
     std::lock_guard lock(mu_);
     if (!mayTake(n, kind)) return {};
-    Waiter w;
-    w.bytes = n;
-    w.kind = kind;
-    take(w);
+    take(n, kind);
     return Lease(this, n, kind);
   }
 
@@ -212,10 +211,13 @@ class BufferBudget {
   bool mayTake(uint64_t n, Kind kind) const { return queue(kind).empty() && fits(n, kind); }
 
   // Caller holds mu_.
-  void take(Waiter& w) {
-    used_ += w.bytes;
-    if (w.kind == Kind::kUpload) upload_used_ += w.bytes;
+  void take(uint64_t n, Kind kind) {
+    used_ += n;
+    if (kind == Kind::kUpload) upload_used_ += n;
     peak_ = std::max(peak_, used_);
+  }
+  void grant(Waiter& w) {
+    take(w.bytes, w.kind);
     w.granted = true;
   }
 
@@ -224,7 +226,7 @@ class BufferBudget {
     for (Kind kind : {Kind::kUpload, Kind::kRead}) {
       auto& q = queue(kind);
       while (!q.empty() && fits(q.front()->bytes, kind)) {
-        take(*q.front());
+        grant(*q.front());
         wake.push_back(std::move(q.front()->resume));
         q.pop_front();
       }
@@ -243,7 +245,7 @@ class BufferBudget {
       wake.push_back(std::move(w->resume));
       q.erase(it);
       if (w->kind == Kind::kRead) {
-        take(*w);
+        grant(*w);
         ++overdrafts_;
       } else {
         ++refusals_;

@@ -27,7 +27,7 @@ DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& ch
       pool_(pool),
       fragment_len_(fragment_len),
       counters_(counters),
-      budget_(buffer_budget, std::chrono::seconds(2), admission_wait) {}
+      budget_(buffer_budget, BufferBudget::kDefaultPatience, admission_wait) {}
 
 uint32_t DataPath::fragmentLenFor(uint64_t len) const {
   if (len >= stripeCapacity()) return fragment_len_;
@@ -36,8 +36,8 @@ uint32_t DataPath::fragmentLenFor(uint64_t len) const {
 }
 
 // One stripe's buffers: k data fragments back to back, then m parity fragments, and their
-// charge to the buffer budget (given back when the last in-flight write lets go of the
-// slot). Not zeroed: the object bytes, flush()'s padding and the encoder write every byte
+// charge to the buffer budget (given back with the slot: at finish(), or when the writer
+// goes). Not zeroed: the object bytes, flush()'s padding and the encoder write every byte
 // that is sent.
 struct ObjectWriter::Slot {
   Slot(size_t data_len, size_t parity_len, BufferBudget::Lease lease)
@@ -170,9 +170,10 @@ Task<Status> ObjectWriter::flush(size_t len) {
     desc.flags = flags;
     std::string drive = drives_[layout.drives[j]];
     // The pool thread encodes the fragment and submits its write; the task ends when the
-    // fragment is durable, without a thread waiting for the disk meanwhile. The slot, and
-    // with it its charge to the buffer budget, lives until then (the store's copy of the
-    // fragment does too), and no longer: the store may keep the callback for a while.
+    // fragment is durable, without a thread waiting for the disk meanwhile. The task keeps
+    // the slot alive in case the writer goes first, and lets go of it before it reports
+    // done: once finish() has seen every stripe done, the slot and its charge to the
+    // budget are the writer's alone to give back.
     group->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
                        drive = std::move(drive), p, fl](TaskGroup::Done done) mutable {
       dp.chunks().putAsync(drive, desc, {p, fl},
@@ -195,8 +196,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
     current_ = kPrimary;
     co_return co_await waitFor(kPrimary);
   }
-  // After the last stripe nothing is filled again: no spare for it.
-  if (!slots_[kSpare] && written_ < size_) {
+  const bool more = written_ < size_;  // after the last stripe nothing is filled again
+  if (more && !slots_[kSpare]) {
     if (BufferBudget::Lease spare = dp_.budget().tryAcquire(
             slot_data_len_ + slot_parity_len_, BufferBudget::Kind::kUpload);
         spare.held()) {
@@ -206,7 +207,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   }
   Status st = co_await waitFor(kSpare);
   if (!st.isOk()) co_return st;
-  if (slots_[kSpare] && written_ < size_) {
+  if (more && slots_[kSpare]) {
     current_ = kSpare;
     co_return Status::ok();
   }

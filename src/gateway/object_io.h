@@ -10,8 +10,8 @@
 //
 // Memory per request is bounded, and all requests' together by the data path's buffer
 // budget: a writer holds one stripe buffer from start() to its end, and a second one from
-// its first stripe on if the budget had it to spare then; a reader holds at most two stripe slices (one being
-// sent, one prefetched).
+// its first stripe on if the budget had it to spare then; a reader holds at most two
+// stripe slices (one being sent, one prefetched).
 #pragma once
 
 #include <atomic>
@@ -53,7 +53,7 @@ class DataPath {
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
            const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
            DataPathCounters counters, uint64_t buffer_budget,
-           std::chrono::milliseconds admission_wait = std::chrono::seconds(30));
+           std::chrono::milliseconds admission_wait = BufferBudget::kDefaultAdmissionWait);
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }

@@ -303,7 +303,8 @@ Task<void> lingeringClose(beast::tcp_stream& stream, std::chrono::milliseconds l
   while (!ec) {
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= decltype(left)::zero()) break;
-    stream.expires_after(std::min<std::chrono::steady_clock::duration>(left, std::chrono::seconds(2)));
+    stream.expires_after(
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::seconds(2)));
     co_await stream.async_read_some(asio::buffer(scratch), kRedirect(ec));
   }
   stream.socket().close(ec);
@@ -325,7 +326,7 @@ Task<void> refuseConnection(tcp::socket socket) {
   stream.expires_after(std::chrono::seconds(1));
   co_await asio::async_write(stream, asio::buffer(kResponse), kRedirect(ec));
   if (!ec) co_await lingeringClose(stream, std::chrono::seconds(1));
-  stream.socket().close(ec);
+  stream.socket().close(ec);  // lingeringClose closed it too, unless the write failed
 }
 
 // Serves HTTP/1.1 requests on one connection until it closes, fails or times out. True if
@@ -410,7 +411,6 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
   }
   co_return false;
 }
-
 
 Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log,
                    ssl::context* tls) {

@@ -121,7 +121,7 @@ TEST_CASE("Uploads have half the budget of their own; reads use the rest and bor
   REQUIRE(second.held());
   CHECK(budget.stats().used == 120);
   CHECK(budget.stats().uploads == 50);
-  // ...and reads take nothing more until they have; then they wait in order.
+  // ...and reads take nothing more until they have: a new read waits.
   std::vector<std::string> order;
   asio::co_spawn(io, borrower(budget, 10, "rd", order, 0), asio::detached);
   io.poll();
