@@ -262,6 +262,9 @@ int main(int argc, char** argv) {
   SystemClock clock;
   ChunkStoreOptions options;
   options.dir = drive;
+  // The drive's own figures, as fio's direct=1 measures them: reads past the page cache
+  // (`granary serve --direct-reads`; by default it serves hot blobs from the page cache).
+  options.cached_reads = false;
   auto opened = openChunkStore(options, *engine, resources, clock);
   if (!opened) usage(opened.error().toString().c_str());
   ChunkStore& store = **opened;

@@ -145,11 +145,13 @@ using Stores = std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, st
 
 // Opens every (drive id, directory) drive; dies if one cannot be opened.
 Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
-                  chunkstore::IoEngine& engine, RocksResources& rocks, const Clock& clock) {
+                  chunkstore::IoEngine& engine, RocksResources& rocks, const Clock& clock,
+                  const po::variables_map& vm) {
   Stores stores;
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
     co.dir = dir.string();
+    co.cached_reads = !vm["direct-reads"].as<bool>();
     auto store = chunkstore::openChunkStore(co, engine, rocks, clock);
     if (!store) die("cannot open drive " + id + ": " + store.error().toString());
     stores.emplace(id, std::move(*store));
@@ -173,8 +175,12 @@ std::string metricsToken(const po::variables_map& vm) {
 }
 
 // Scrubbing options shared by `serve` and `chunkserver`.
-void addScrubOptions(po::options_description& opts) {
-  opts.add_options()("scrub-rate", po::value<double>()->default_value(50),
+// Drive options shared by `serve` and `chunkserver`: reads and scrubbing.
+void addDriveOptions(po::options_description& opts) {
+  opts.add_options()("direct-reads", po::bool_switch()->default_value(false),
+                     "read blobs from the drives with O_DIRECT, past the page cache (by "
+                     "default reads go through it, so hot objects are served from memory; "
+                     "writes and scrubs always bypass it)")("scrub-rate", po::value<double>()->default_value(50),
                      "MB/s the scrubber may read, for all drives of this process together "
                      "(0: no scrubbing)")(
       "scrub-interval", po::value<double>()->default_value(24),
@@ -395,7 +401,7 @@ int serve(int argc, char** argv) {
       "ec-k", po::value(&k)->default_value(4), "data fragments per stripe (first start only)")(
       "ec-m", po::value(&m)->default_value(2), "parity fragments per stripe (first start only)");
   addGatewayOptions(opts);
-  addScrubOptions(opts);
+  addDriveOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
 
@@ -416,7 +422,7 @@ int serve(int argc, char** argv) {
 
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
-  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
+  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock, vm));
   startScrubbing(chunks, drive_dirs.size(), vm);
   auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
@@ -720,7 +726,7 @@ int chunkserver(int argc, char** argv) {
       "seconds a request body read or a response write may make no progress")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addSecretOption(opts);
-  addScrubOptions(opts);
+  addDriveOptions(opts);
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
@@ -743,7 +749,7 @@ int chunkserver(int argc, char** argv) {
   RocksResources rocks;
   prometheus::Registry registry;
   auto engine = chunkstore::makeMeteredEngine(chunkstore::makeUringEngine(), registry);
-  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock));
+  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock, vm));
   startScrubbing(chunks, drive_dirs.size(), vm);
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 

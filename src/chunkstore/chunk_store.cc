@@ -2,11 +2,14 @@
 // On-disk format and write order: docs/chunkstore-format.md.
 #include "granary/chunkstore/chunk_store.h"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -95,7 +98,12 @@ class ChunkStoreImpl final : public ChunkStore {
   Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) override;
   void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                 IoDone done) override;
-  Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
+  Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
+    return readAttempts(id, offset, out, firstAttempt());
+  }
+  Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
+    return readAttempts(id, offset, out, Attempt::kDrive);
+  }
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                  IoDone done) override;
   Result<BlobInfo> stat(const BlobId& id) override;
@@ -157,6 +165,7 @@ class ChunkStoreImpl final : public ChunkStore {
     int fd = -1;
     uint64_t first = 0, last = 0;  // payload blocks [first, last) to verify
     bool merged = true;            // header and payload in one I/O (head)
+    bool direct = false;           // the payload I/O lands in `out` itself: no copy
     uint64_t head_len = 0;         // bytes of head to read at rec.offset
     AlignedBuffer head;
     IoBuffer registered_head;  // used instead of head when the engine lent one
@@ -172,20 +181,36 @@ class ChunkStoreImpl final : public ChunkStore {
 
   static Status checkRange(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                            size_t len);
+  // The attempts of one read, in order: through the page cache (with cached_reads); from
+  // the drive (kDriveAfterCache when the page cache's copy failed its CRC: if the drive's
+  // passes, the copy is dropped); from the drive again at the blob's current index entry,
+  // after a corruption whose entry had moved (a race with remove()).
+  enum class Attempt { kCache, kDriveAfterCache, kDrive, kRecheck };
+  Attempt firstAttempt() const {
+    return options_.cached_reads ? Attempt::kCache : Attempt::kDrive;
+  }
+  // read() and readFromDrive(), from `attempt` on.
+  Status readAttempts(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
+                      Attempt attempt);
   // `async`: for the engine's asynchronous path, which can use its registered buffers.
+  // `cached`: through the extent's page-cache descriptor.
   Result<ReadPlan> planRead(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                            std::span<uint8_t> out, bool async);
-  // Checks the header and the CRC of every block read, then copies the bytes to plan.out.
+                            std::span<uint8_t> out, bool async, bool cached);
+  // Checks the header and the CRC of every block read, then copies the bytes to plan.out
+  // (unless they were read there).
   Status verifyRead(ReadPlan& plan) const;
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                      std::span<uint8_t> out);
+                      std::span<uint8_t> out, bool cached);
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                         std::span<uint8_t> out, bool retried, IoDone done);
+                         std::span<uint8_t> out, Attempt attempt, IoDone done);
   void finishAsyncRead(AsyncRead* op);
-  // The end of one attempt of an asynchronous read, with status `st`: a corruption is
-  // checked once against the blob's current index entry (as read() does), then reported.
+  // The end of one attempt of an asynchronous read, with status `st`: a corruption goes on
+  // to the next attempt (as read() does), then is reported.
   void completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                     std::span<uint8_t> out, bool retried, Status st, IoDone done);
+                     std::span<uint8_t> out, Attempt attempt, Status st, IoDone done);
+  // The page cache held a copy of the blob that failed its CRC while the drive's passed
+  // (memory went bad): drop the copy, so that the next read fetches the drive's.
+  void dropCachedCopy(const BlobId& id, const IndexRecord& rec);
   // After a read found `corruption`: the blob's current entry when it moved (read again),
   // or the final status (NotFound when it was removed meanwhile, else `corruption`).
   Result<IndexRecord> recheckAfterCorruption(const BlobId& id, const IndexRecord& rec,
@@ -426,17 +451,32 @@ Status ChunkStoreImpl::checkRange(const BlobId& id, const IndexRecord& rec, uint
   return Status::ok();
 }
 
-Status ChunkStoreImpl::read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
+Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
+                                    std::span<uint8_t> out, Attempt attempt) {
   auto rec = index_->get(id);
   if (!rec) return rec.error();
   GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
-  Status st = readVerified(id, *rec, offset, out);
+  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache);
+  if (st.isCorruption() && attempt == Attempt::kCache) {
+    st = readVerified(id, *rec, offset, out, false);
+    if (st.isOk()) dropCachedCopy(id, *rec);
+  }
   if (st.isCorruption()) {
     auto again = recheckAfterCorruption(id, *rec, offset, out.size(), st);
-    st = again ? readVerified(id, *again, offset, out) : again.error();
+    st = again ? readVerified(id, *again, offset, out, false) : again.error();
     if (st.isCorruption()) noteCorrupt(id, st);
   }
   return st;
+}
+
+void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {
+  log::warn("blob {} in {}: the page cache's copy failed its CRC, the drive's passed; "
+            "dropping the copy (check this machine's memory)",
+            id.toString(), extents_.path(rec.extent));
+  if (auto fd = extents_.cachedFd(rec.extent)) {
+    (void)::posix_fadvise(*fd, static_cast<off_t>(rec.offset),
+                          static_cast<off_t>(rec.diskLen()), POSIX_FADV_DONTNEED);
+  }
 }
 
 Result<IndexRecord> ChunkStoreImpl::recheckAfterCorruption(
@@ -458,13 +498,14 @@ Result<IndexRecord> ChunkStoreImpl::recheckAfterCorruption(
 Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
                                                           const IndexRecord& rec,
                                                           uint64_t offset,
-                                                          std::span<uint8_t> out, bool async) {
+                                                          std::span<uint8_t> out, bool async,
+                                                          bool cached) {
   ReadPlan plan;
   plan.id = id;
   plan.rec = rec;
   plan.offset = offset;
   plan.out = out;
-  auto fd = extents_.fd(rec.extent);
+  auto fd = cached ? extents_.cachedFd(rec.extent) : extents_.fd(rec.extent);
   if (!fd) {
     // The index names an extent that is gone: the blob's bytes are lost.
     return fail(fd.error().isNotFound() ? plan.corrupt(*this, "extent file missing")
@@ -481,18 +522,25 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
     plan.disk_begin = payload_start + alignDown(plan.first * bs, kIoAlign);
     plan.disk_end = payload_start + alignUp(std::min(plan.last * bs, rec.payload_len), kIoAlign);
   }
-  // Header and payload in one I/O when the payload bytes are close to the header.
-  plan.merged = out.empty() || plan.disk_begin - payload_start <= kMergeReadGap;
+  // The payload straight into `out` when it lines up with the disk: 4 KiB aligned, and the
+  // blocks to verify are exactly the bytes asked for (whole fragments, read by a GET of
+  // whole stripes). That saves a copy of every byte read.
+  plan.direct = !out.empty() && reinterpret_cast<uintptr_t>(out.data()) % kIoAlign == 0 &&
+                plan.first * bs == offset && plan.disk_begin == payload_start + offset &&
+                plan.disk_end - plan.disk_begin == out.size();
+  // Otherwise header and payload in one I/O when the payload bytes are close to the header.
+  plan.merged =
+      !plan.direct && (out.empty() || plan.disk_begin - payload_start <= kMergeReadGap);
   plan.head_len = plan.merged ? plan.disk_end - rec.offset : rec.header_region_len;
   if (async) plan.registered_head = engine_.registeredBuffer(plan.head_len);
   if (!plan.registered_head.valid()) {
     plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
   }
-  if (!plan.merged) {
+  if (!plan.merged && !plan.direct) {
     plan.body = AlignedBuffer(plan.disk_end - plan.disk_begin, AlignedBuffer::Fill::kUninitialized);
   }
   if ((!plan.registered_head.valid() && !plan.head.valid()) ||
-      (!plan.merged && !plan.body.valid())) {
+      (!plan.merged && !plan.direct && !plan.body.valid())) {
     return fail(Status::unavailable("out of memory for a read buffer"));
   }
   return plan;
@@ -508,7 +556,7 @@ std::span<uint8_t> ChunkStoreImpl::ReadPlan::headIo() {
 }
 
 std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
-  return body.span().first(disk_end - disk_begin);
+  return direct ? out : body.span().first(disk_end - disk_begin);
 }
 
 Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
@@ -523,8 +571,8 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   const uint64_t bs = rec.block_size;
   const uint8_t* data =  // payload byte (first * bs)
       plan.merged ? plan.headData() + rec.header_region_len + plan.first * bs
-                  : plan.body.data() + (rec.offset + rec.header_region_len + plan.first * bs -
-                                        plan.disk_begin);
+                  : plan.bodyIo().data() + (rec.offset + rec.header_region_len +
+                                            plan.first * bs - plan.disk_begin);
   for (uint64_t b = plan.first; b < plan.last; ++b) {
     uint64_t len = std::min(bs, rec.payload_len - b * bs);
     uint32_t actual = ec::crc32c({data + (b - plan.first) * bs, len});
@@ -533,16 +581,24 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
                                              b, hdr->blockCrc(b), actual));
     }
   }
-  std::memcpy(plan.out.data(), data + (plan.offset - plan.first * bs), plan.out.size());
+  if (!plan.direct) {
+    std::memcpy(plan.out.data(), data + (plan.offset - plan.first * bs), plan.out.size());
+  }
   return Status::ok();
 }
 
 Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                    std::span<uint8_t> out) {
-  auto plan = planRead(id, rec, offset, out, false);
+                                    std::span<uint8_t> out, bool cached) {
+  auto plan = planRead(id, rec, offset, out, false, cached);
   if (!plan) return plan.error();
-  GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
-  if (!plan->merged) {
+  if (plan->merged) {
+    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
+  } else if (plan->disk_begin == rec.offset + plan->head_len) {
+    // Header and payload are adjacent on the disk but land apart: one scattered read.
+    const std::array<std::span<uint8_t>, 2> parts{plan->headIo(), plan->bodyIo()};
+    GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->fd, parts, rec.offset));
+  } else {
+    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
     GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->bodyIo(), plan->disk_begin));
   }
   return verifyRead(*plan);
@@ -552,7 +608,7 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
 struct ChunkStoreImpl::AsyncRead {
   ReadPlan plan;
   IoDone done;
-  bool retried = false;
+  Attempt attempt = Attempt::kDrive;
   std::atomic<int> pending{0};
   std::mutex mu;  // error
   Status error;
@@ -563,18 +619,18 @@ void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint
   auto rec = index_->get(id);
   if (!rec) return done(rec.error());
   if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
-  readVerifiedAsync(id, *rec, offset, out, false, std::move(done));
+  readVerifiedAsync(id, *rec, offset, out, firstAttempt(), std::move(done));
 }
 
 void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
-                                       uint64_t offset, std::span<uint8_t> out, bool retried,
-                                       IoDone done) {
-  auto plan = planRead(id, rec, offset, out, true);
-  if (!plan) return completeAsync(id, rec, offset, out, retried, plan.error(), std::move(done));
+                                       uint64_t offset, std::span<uint8_t> out,
+                                       Attempt attempt, IoDone done) {
+  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache);
+  if (!plan) return completeAsync(id, rec, offset, out, attempt, plan.error(), std::move(done));
   auto owned = std::make_unique<AsyncRead>();
   owned->plan = std::move(*plan);
   owned->done = std::move(done);
-  owned->retried = retried;
+  owned->attempt = attempt;
   owned->pending = owned->plan.merged ? 1 : 2;
   beginOp();
   AsyncRead* op = owned.release();  // finishAsyncRead deletes it
@@ -600,19 +656,25 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
   std::unique_ptr<AsyncRead> owned(op);
   Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
-  completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->retried,
+  completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->attempt,
                 std::move(st), std::move(op->done));
   owned.reset();
   endOp();
 }
 
 void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                   std::span<uint8_t> out, bool retried, Status st,
+                                   std::span<uint8_t> out, Attempt attempt, Status st,
                                    IoDone done) {
-  if (st.isCorruption() && !retried) {
+  if (st.isCorruption() && attempt == Attempt::kCache) {
+    return readVerifiedAsync(id, rec, offset, out, Attempt::kDriveAfterCache, std::move(done));
+  }
+  if (st.isOk() && attempt == Attempt::kDriveAfterCache) dropCachedCopy(id, rec);
+  if (st.isCorruption() && attempt != Attempt::kRecheck) {
     // Rare (a race with remove(), or real corruption): one index get on this thread.
     auto again = recheckAfterCorruption(id, rec, offset, out.size(), st);
-    if (again) return readVerifiedAsync(id, *again, offset, out, true, std::move(done));
+    if (again) {
+      return readVerifiedAsync(id, *again, offset, out, Attempt::kRecheck, std::move(done));
+    }
     st = again.error();
   }
   if (st.isCorruption()) noteCorrupt(id, st);
@@ -628,7 +690,7 @@ Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {
 Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
   auto rec = index_->get(id);
   if (!rec) return fail(rec.error());
-  auto plan = planRead(id, *rec, 0, {}, false);  // the header region only
+  auto plan = planRead(id, *rec, 0, {}, false, false);  // the header region only
   if (!plan) return fail(plan.error());
   GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->fd, plan->headIo(), rec->offset));
   GRANARY_RETURN_IF_ERROR_RESULT(verifyRead(*plan));

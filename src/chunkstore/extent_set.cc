@@ -39,9 +39,11 @@ ExtentSet::ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bo
       direct_io_(direct_io) {}
 
 ExtentSet::~ExtentSet() {
-  for (auto& [extent, fd] : fds_) {
-    Status st = engine_.close(fd);
-    if (!st) log::warn("closing extent {}: {}", path(extent), st.toString());
+  for (const auto* fds : {&fds_, &cached_fds_}) {
+    for (const auto& [extent, fd] : *fds) {
+      Status st = engine_.close(fd);
+      if (!st) log::warn("closing extent {}: {}", path(extent), st.toString());
+    }
   }
 }
 
@@ -112,6 +114,22 @@ Result<int> ExtentSet::fd(uint32_t extent) {
   return openExtent(extent, /*create=*/false);
 }
 
+Result<int> ExtentSet::cachedFd(uint32_t extent) {
+  {
+    std::shared_lock lock(fds_mu_);
+    if (auto it = cached_fds_.find(extent); it != cached_fds_.end()) return it->second;
+  }
+  if (!directIo()) return fd(extent);
+  std::unique_lock lock(fds_mu_);
+  if (auto it = cached_fds_.find(extent); it != cached_fds_.end()) return it->second;
+  auto fd = engine_.open(path(extent), O_RDONLY, 0);
+  if (!fd) return fd;
+  // Blob reads are random and exact: readahead would only fetch other blobs' bytes.
+  (void)::posix_fadvise(*fd, 0, 0, POSIX_FADV_RANDOM);
+  cached_fds_.emplace(extent, *fd);
+  return fd;
+}
+
 Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
   std::lock_guard lock(alloc_mu_);
   if (!has_active_ || (cursor_ > 0 && cursor_ + len > extent_size_)) {
@@ -158,9 +176,11 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
       // No live blob: the whole file is orphan bytes. Close our descriptor first.
       {
         std::unique_lock lock(fds_mu_);
-        if (auto f = fds_.find(extent); f != fds_.end()) {
-          (void)engine_.close(f->second);
-          fds_.erase(f);
+        for (auto* fds : {&fds_, &cached_fds_}) {
+          if (auto f = fds->find(extent); f != fds->end()) {
+            (void)engine_.close(f->second);
+            fds->erase(f);
+          }
         }
       }
       std::error_code ec;

@@ -1,6 +1,7 @@
 // ExtentSet: the extent files of one drive (D/extents/XXXXXXXX.ext) and the append cursor
 // of the active one. Hands out disjoint, kIoAlign-aligned ranges to concurrent writers and
-// keeps one read-write descriptor per extent, opened on first use and closed with the set.
+// keeps one read-write descriptor per extent (O_DIRECT), and one read-only descriptor
+// through the page cache for cached reads, each opened on first use and closed with the set.
 //
 // Crash safety: a set never appends to an extent it did not create itself. The first
 // allocation after open creates a fresh extent, so bytes of unknown state left by a crash
@@ -71,6 +72,11 @@ class ExtentSet {
   Result<ReclaimStats> reclaimOrphans(const LiveRanges& live);
   // The descriptor of an existing extent (opened on first use).
   Result<int> fd(uint32_t extent);
+  // A read-only descriptor of an existing extent through the page cache (no O_DIRECT, and
+  // no readahead: a read fetches only what it asks for), opened on first use; fd(extent)
+  // itself where the drive has no O_DIRECT. The page cache is per file, so it stays
+  // coherent with fd()'s direct writes and hole punches.
+  Result<int> cachedFd(uint32_t extent);
   std::string path(uint32_t extent) const;
   bool directIo() const;
 
@@ -86,6 +92,7 @@ class ExtentSet {
 
   mutable std::shared_mutex fds_mu_;
   std::map<uint32_t, int> fds_;
+  std::map<uint32_t, int> cached_fds_;
   bool direct_io_;  // guarded by fds_mu_; cleared if the filesystem refuses O_DIRECT
 
   mutable std::mutex alloc_mu_;  // the allocation cursor and the retired set

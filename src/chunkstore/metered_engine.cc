@@ -59,6 +59,11 @@ class MeteredEngine final : public IoEngine {
   Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
     return timed(kRead, out.size(), [&] { return inner_->pread(fd, out, offset); });
   }
+  Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) override {
+    size_t bytes = 0;
+    for (auto part : parts) bytes += part.size();
+    return timed(kRead, bytes, [&] { return inner_->preadv(fd, parts, offset); });
+  }
   Status fdatasync(int fd) override {
     return timed(kSync, 0, [&] { return inner_->fdatasync(fd); });
   }

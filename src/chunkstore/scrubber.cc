@@ -106,7 +106,7 @@ Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer) {
     if (!limiter_.acquire(std::max<uint64_t>(n, 4096))) {
       return Status::unavailable("scrubber stopping");
     }
-    Status st = store_.read(blob.id, offset, {buffer.data(), n});
+    Status st = store_.readFromDrive(blob.id, offset, {buffer.data(), n});
     if (st.isNotFound()) return Status::ok();  // deleted meanwhile
     if (st.isCorruption()) {
       log::error("scrub of {}: {}", name_, st.message());

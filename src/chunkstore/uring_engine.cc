@@ -19,6 +19,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -410,6 +411,47 @@ class UringEngine final : public IoEngine {
             fmt::format("io_uring read at {}: unexpected end of file", offset + done));
       }
       done += static_cast<size_t>(res);
+    }
+    return Status::ok();
+  }
+
+  Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) override {
+    constexpr size_t kMaxParts = 8;
+    io_uring* ring = t_ring.get();
+    size_t total = 0;
+    for (std::span<uint8_t> part : parts) total += part.size();
+    if (ring == nullptr || parts.size() > kMaxParts || total > (size_t{1} << 30)) {
+      return IoEngine::preadv(fd, parts, offset);  // one pread per part
+    }
+    std::array<iovec, kMaxParts> iov{};
+    size_t n = 0;
+    for (std::span<uint8_t> part : parts) {
+      if (!part.empty()) iov[n++] = {part.data(), part.size()};
+    }
+    size_t first = 0;  // iov[first..n) is still to read, at offset + done
+    uint64_t done = 0;
+    while (first < n) {
+      int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
+        io_uring_prep_readv(sqe, fd, &iov[first], static_cast<unsigned>(n - first),
+                            offset + done);
+      });
+      if (res == -EAGAIN || res == -EINTR) continue;
+      if (res < 0) {
+        return Status::fromErrno(-res, fmt::format("io_uring readv at {}", offset + done));
+      }
+      if (res == 0) {
+        return Status::corruption(
+            fmt::format("io_uring readv at {}: unexpected end of file", offset + done));
+      }
+      done += static_cast<uint64_t>(res);
+      // A short read: skip the buffers it filled, and the part of the next one.
+      for (size_t got = static_cast<size_t>(res); got > 0;) {
+        const size_t take = std::min(got, iov[first].iov_len);
+        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
+        iov[first].iov_len -= take;
+        got -= take;
+        if (iov[first].iov_len == 0) ++first;
+      }
     }
     return Status::ok();
   }

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <span>
 
 #include "granary/common/log.h"
 #include "granary/placement/placement.h"
@@ -244,20 +247,39 @@ Task<void> ObjectWriter::abandon() {
 
 namespace {
 
+// A stripe slice's bytes, 4 KiB aligned so that the chunk store reads whole fragments
+// straight into them (ChunkStore::read), and not zeroed: the reads fill all of them.
+class SliceBytes {
+ public:
+  static constexpr std::align_val_t kAlign{4096};
+  explicit SliceBytes(size_t size)
+      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(size, 1), kAlign))),
+        size_(size) {}
+  ~SliceBytes() { ::operator delete[](data_, kAlign); }
+  SliceBytes(const SliceBytes&) = delete;
+  SliceBytes& operator=(const SliceBytes&) = delete;
+  uint8_t* data() { return data_; }
+  std::span<const uint8_t> span() const { return {data_, size_}; }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
+};
+
 // A stripe slice being read: [first, first + length) of the stripe's object bytes.
 struct FastReads {
   std::mutex mu;
   std::vector<Status> results;  // per data fragment touched
   std::vector<bool> done;
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
-  std::shared_ptr<std::vector<uint8_t>> out;
+  std::shared_ptr<SliceBytes> out;
 };
 
 struct StripeRead {
   const index_kv::StripeLayout* layout = nullptr;
   uint64_t first = 0;
   uint64_t length = 0;
-  std::shared_ptr<std::vector<uint8_t>> out;  // the stripe slice's bytes once read
+  std::shared_ptr<SliceBytes> out;  // the stripe slice's bytes once read
   std::shared_ptr<FastReads> reads;
   std::unique_ptr<TaskGroup> group;
 };
@@ -278,7 +300,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->layout = &s;
   r->first = first;
   r->length = length;
-  r->out = std::make_shared<std::vector<uint8_t>>(length);
+  r->out = std::make_shared<SliceBytes>(length);
   r->group = std::make_unique<TaskGroup>(dp.pool(), ex);
   const uint64_t fl = s.fragment_len;
   const int j0 = static_cast<int>(first / fl);
@@ -404,7 +426,7 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   }
   dp.counters().hedged_stripes.Increment();
   auto fast = r.out;
-  r.out = std::make_shared<std::vector<uint8_t>>(r.length);
+  r.out = std::make_shared<SliceBytes>(r.length);
   Status st = co_await decodeStripe(dp, m, r, slow);
   if (st.isOk()) co_return st;
   log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",
@@ -528,7 +550,7 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       next_lease = dp.budget().tryAcquire(n.length);
       if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
     }
-    st = co_await sink.write(*cur->out);
+    st = co_await sink.write(cur->out->span());
     if (!st.isOk()) {
       if (next) (void)co_await next->group->wait();
       co_return st;

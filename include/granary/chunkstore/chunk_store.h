@@ -98,8 +98,13 @@ class ChunkStore {
   virtual void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                         IoDone done) = 0;
   // Reads payload bytes [offset, offset + out.size()). Reading past the end is
-  // kInvalidArgument.
+  // kInvalidArgument. After a failure `out` holds unspecified bytes. A 4 KiB-aligned `out`
+  // of whole 4 KiB blocks at a 4 KiB-aligned offset is read into directly, without a copy.
+  // Reads go through the page cache when ChunkStoreOptions::cached_reads is set; a block
+  // that fails its CRC there is read again from the drive.
   virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  // read() from the drive itself, past the page cache: what the scrubber verifies.
+  virtual Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
   // read() whose I/O goes to the engine's asynchronous path (io_engine.h). The index lookup
   // runs on the calling thread (a RocksDB get, which may read the disk: call this from a
   // worker, not from an event loop); `done` runs once the bytes are verified, on the
@@ -136,6 +141,9 @@ struct ChunkStoreOptions {
   uint32_t block_size = 4096;           // CRC32C granularity of new blobs
   uint64_t extent_size = 1ull << 30;    // roll over to a new extent file past this size
   bool direct_io = true;                // O_DIRECT (falls back with a warning if refused)
+  // Blob reads through the page cache (writes stay O_DIRECT): hot blobs are served from
+  // memory, and every read is still CRC-checked. Off: every read goes to the drive.
+  bool cached_reads = true;
   uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
   CrashPoint crash_point;
 };

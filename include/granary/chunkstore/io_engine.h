@@ -1,6 +1,6 @@
 // IoEngine: the only way the chunk store touches files. Every call either completes fully
 // or returns an error (short transfers are retried inside the engine). Two forms:
-//  - synchronous calls (pread, pwrite, fdatasync), for callers on worker threads;
+//  - synchronous calls (pread, preadv, pwrite, fdatasync), for callers on worker threads;
 //  - asynchronous ones (readAsync, writeAsync, fdatasyncAsync), which return at once and
 //    call `done` exactly once, later. The io_uring engine queues them on one shared ring
 //    whose completions are signalled through an eventfd that an Asio io_context (the
@@ -96,6 +96,16 @@ class IoEngine {
   virtual Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) = 0;
   // Reads exactly out.size() bytes at `offset`; reading past EOF is kCorruption.
   virtual Status pread(int fd, std::span<uint8_t> out, uint64_t offset) = 0;
+  // Reads the consecutive bytes at `offset` into the buffers of `parts` in turn, as one
+  // pread would into one buffer: one I/O (readv) where the engine can. The default reads
+  // each part with pread, so a wrapper's fault on pread applies here too.
+  virtual Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) {
+    for (std::span<uint8_t> part : parts) {
+      if (Status st = pread(fd, part, offset); !st) return st;
+      offset += part.size();
+    }
+    return Status::ok();
+  }
   virtual Status fdatasync(int fd) = 0;
   // Frees the blocks of [offset, offset+len) keeping the file size (FALLOC_FL_PUNCH_HOLE).
   virtual Status punchHole(int fd, uint64_t offset, uint64_t len) = 0;

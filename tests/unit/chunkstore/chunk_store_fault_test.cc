@@ -6,11 +6,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <thread>
 
+#include "aligned_buffer.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -73,6 +77,181 @@ TEST_CASE("A flipped payload bit fails reads touching its block only") {
   // The drive remembers the corrupt blob (repair reads it) until it is removed.
   CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{id});
   REQUIRE(f.store->remove(id).isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
+}
+
+TEST_CASE("Whole blocks read into an aligned buffer land there, and are still verified") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  // Records the buffers the store hands to the engine.
+  class Recorder final : public IoEngineWrapper {
+   public:
+    using IoEngineWrapper::IoEngineWrapper;
+    Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+      note(out);
+      return target_->pread(fd, out, offset);
+    }
+    Status preadv(int fd, std::span<const std::span<uint8_t>> parts,
+                  uint64_t offset) override {
+      for (auto part : parts) note(part);
+      return target_->preadv(fd, parts, offset);
+    }
+    void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+      note(out);
+      target_->readAsync(fd, out, offset, std::move(done));
+    }
+    bool sawBuffer(const uint8_t* p) {
+      std::lock_guard lock(mu);
+      return std::find(seen.begin(), seen.end(), p) != seen.end();
+    }
+
+   private:
+    void note(std::span<uint8_t> part) {
+      std::lock_guard lock(mu);
+      seen.push_back(part.data());
+    }
+    std::mutex mu;
+    std::vector<const uint8_t*> seen;
+  };
+  auto inner = makeUringEngine();
+  Recorder engine(inner.get());
+  StoreFixture f(engine);
+  BlobId id = makeId(1);
+  auto data = randomBytes(16 * 4096, 3);
+  REQUIRE(f.store->put(descriptor(id), data).isOk());
+
+  AlignedBuffer buf(data.size() + 4096, AlignedBuffer::Fill::kUninitialized);
+  REQUIRE(buf.valid());
+  SECTION("the whole blob") {
+    REQUIRE(readVia(*f.store, async, id, 0, buf.span().first(data.size())).isOk());
+    CHECK(engine.sawBuffer(buf.data()));
+    CHECK(std::equal(data.begin(), data.end(), buf.data()));
+  }
+  SECTION("blocks further on (header and payload apart)") {
+    const size_t at = 12 * 4096, len = 4 * 4096;
+    REQUIRE(readVia(*f.store, async, id, at, buf.span().first(len)).isOk());
+    CHECK(engine.sawBuffer(buf.data()));
+    CHECK(std::equal(data.begin() + at, data.end(), buf.data()));
+  }
+  SECTION("an unaligned buffer or range goes through a buffer of the store's") {
+    REQUIRE(readVia(*f.store, async, id, 0, buf.span().subspan(1, 8192)).isOk());
+    CHECK(std::equal(data.begin(), data.begin() + 8192, buf.data() + 1));
+    REQUIRE(readVia(*f.store, async, id, 100, buf.span().first(8192)).isOk());
+    CHECK(std::equal(data.begin() + 100, data.begin() + 100 + 8192, buf.data()));
+    CHECK_FALSE(engine.sawBuffer(buf.data()));
+    CHECK_FALSE(engine.sawBuffer(buf.data() + 1));
+  }
+  SECTION("a flipped bit is caught in place") {
+    flipBit(extentPath(f.options.dir, 0), kFirstPayload + 5 * 4096 + 99);  // block 5
+    Status st = readVia(*f.store, async, id, 0, buf.span().first(data.size()));
+    CHECK(engine.sawBuffer(buf.data()));
+    CHECK(st.code() == Status::Code::kCorruption);
+    CHECK(st.message().find("block 5") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Knows which descriptors were opened without O_DIRECT (the page cache's), counts the reads
+// made through each kind, and flips a byte of every cached read while `rot_cache` is set,
+// as a bad memory page under the page cache would.
+class CacheWatcher final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    auto fd = target_->open(path, flags, mode);
+    if (fd && path.ends_with(".ext")) {
+      std::lock_guard lock(mu_);
+      cached_[*fd] = (flags & O_DIRECT) == 0;
+    }
+    return fd;
+  }
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    return seen(fd, out, target_->pread(fd, out, offset));
+  }
+  Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) override {
+    Status st = target_->preadv(fd, parts, offset);
+    for (auto part : parts) st = seen(fd, part, std::move(st));
+    return st;
+  }
+  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+    target_->readAsync(fd, out, offset, [this, fd, out, done = std::move(done)](Status st) mutable {
+      done(seen(fd, out, std::move(st)));
+    });
+  }
+  std::atomic<bool> rot_cache{false};
+  std::atomic<int> cached_reads{0};
+  std::atomic<int> direct_reads{0};
+
+ private:
+  Status seen(int fd, std::span<uint8_t> out, Status st) {
+    bool cached;
+    {
+      std::lock_guard lock(mu_);
+      cached = cached_[fd];
+    }
+    ++(cached ? cached_reads : direct_reads);
+    if (st.isOk() && cached && rot_cache && !out.empty()) out[out.size() - 1] ^= 0x08;
+    return st;
+  }
+  std::mutex mu_;
+  std::map<int, bool> cached_;
+};
+
+}  // namespace
+
+TEST_CASE("Reads go through the page cache; readFromDrive and --direct-reads do not") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  auto inner = makeUringEngine();
+  CacheWatcher engine(inner.get());
+  ChunkStoreOptions options;
+  SECTION("cached reads (the default)") {
+    StoreFixture f(engine, options);
+    BlobId id = makeId(1);
+    auto data = randomBytes(3 * 4096 + 10, 4);
+    REQUIRE(f.store->put(descriptor(id), data).isOk());
+    std::vector<uint8_t> out(data.size());
+    REQUIRE(readVia(*f.store, async, id, 0, out).isOk());
+    CHECK(out == data);
+    CHECK(engine.cached_reads > 0);
+    CHECK(engine.direct_reads == 0);
+    const int cached = engine.cached_reads;
+    REQUIRE(f.store->readFromDrive(id, 0, out).isOk());
+    CHECK(out == data);
+    CHECK(engine.cached_reads == cached);
+    CHECK(engine.direct_reads > 0);
+  }
+  SECTION("direct reads") {
+    options.cached_reads = false;
+    StoreFixture f(engine, options);
+    BlobId id = makeId(1);
+    auto data = randomBytes(5000, 4);
+    REQUIRE(f.store->put(descriptor(id), data).isOk());
+    std::vector<uint8_t> out(data.size());
+    REQUIRE(readVia(*f.store, async, id, 0, out).isOk());
+    CHECK(out == data);
+    CHECK(engine.cached_reads == 0);
+    CHECK(engine.direct_reads > 0);
+  }
+}
+
+TEST_CASE("A page-cache copy that fails its CRC is read again from the drive") {
+  const bool async = GENERATE(false, true);
+  INFO((async ? "readAsync" : "read"));
+  auto inner = makeUringEngine();
+  CacheWatcher engine(inner.get());
+  StoreFixture f(engine);
+  BlobId id = makeId(1);
+  auto data = randomBytes(4 * 4096, 6);
+  REQUIRE(f.store->put(descriptor(id), data).isOk());
+  engine.rot_cache = true;
+  std::vector<uint8_t> out(data.size());
+  REQUIRE(readVia(*f.store, async, id, 0, out).isOk());
+  CHECK(out == data);
+  CHECK(engine.cached_reads > 0);
+  CHECK(engine.direct_reads > 0);
+  // Not a corrupt blob: the drive's copy is good.
   CHECK(f.store->stats()->corrupt_ids.empty());
 }
 
