@@ -104,6 +104,7 @@ class ChunkStoreImpl final : public ChunkStore {
   Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
     return readAttempts(id, offset, out, Attempt::kDrive);
   }
+  bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                  IoDone done) override;
   Result<BlobInfo> stat(const BlobId& id) override;
@@ -467,6 +468,25 @@ Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
     if (st.isCorruption()) noteCorrupt(id, st);
   }
   return st;
+}
+
+bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
+  if (!options_.cached_reads || out.empty()) return false;
+  auto rec = index_->get(id, /*memory_only=*/true);
+  if (!rec || !checkRange(id, *rec, offset, out.size())) return false;
+  if (!extents_.cachedFdIfOpen(rec->extent)) return false;  // opening it may wait
+  auto plan = planRead(id, *rec, offset, out, false, true);
+  if (!plan) return false;
+  const bool adjacent = plan->disk_begin == rec->offset + plan->head_len;
+  const std::array<std::span<uint8_t>, 2> io{plan->headIo(), plan->bodyIo()};
+  const std::span<const std::span<uint8_t>> both(io), head = both.first(1), body = both.last(1);
+  const bool read =
+      plan->merged ? engine_.preadNoWait(plan->fd, head, rec->offset)
+      : adjacent   ? engine_.preadNoWait(plan->fd, both, rec->offset)
+                   : engine_.preadNoWait(plan->fd, head, rec->offset) &&
+                       engine_.preadNoWait(plan->fd, body, plan->disk_begin);
+  // A corrupt copy is left to read(), which asks the drive and reports.
+  return read && verifyRead(*plan).isOk();
 }
 
 void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {

@@ -130,6 +130,13 @@ Result<int> ExtentSet::cachedFd(uint32_t extent) {
   return fd;
 }
 
+std::optional<int> ExtentSet::cachedFdIfOpen(uint32_t extent) const {
+  std::shared_lock lock(fds_mu_);
+  const auto& fds = direct_io_ ? cached_fds_ : fds_;
+  if (auto it = fds.find(extent); it != fds.end()) return it->second;
+  return std::nullopt;
+}
+
 Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
   std::lock_guard lock(alloc_mu_);
   if (!has_active_ || (cursor_ > 0 && cursor_ + len > extent_size_)) {

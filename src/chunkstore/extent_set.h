@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -77,6 +78,8 @@ class ExtentSet {
   // itself where the drive has no O_DIRECT. The page cache is per file, so it stays
   // coherent with fd()'s direct writes and hole punches.
   Result<int> cachedFd(uint32_t extent);
+  // cachedFd(extent) if it is open already (no system call), else nothing.
+  std::optional<int> cachedFdIfOpen(uint32_t extent) const;
   std::string path(uint32_t extent) const;
   bool directIo() const;
 

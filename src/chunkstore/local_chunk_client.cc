@@ -36,6 +36,12 @@ Status LocalChunkClient::read(std::string_view drive, const BlobId& id, uint64_t
   return (*store)->read(id, offset, out);
 }
 
+bool LocalChunkClient::readIfCached(std::string_view drive, const BlobId& id, uint64_t offset,
+                                    std::span<uint8_t> out) {
+  auto store = find(drive);
+  return store && (*store)->readIfCached(id, offset, out);
+}
+
 void LocalChunkClient::readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                                  std::span<uint8_t> out, IoDone done) {
   auto store = find(drive);

@@ -64,6 +64,15 @@ class MeteredEngine final : public IoEngine {
     for (auto part : parts) bytes += part.size();
     return timed(kRead, bytes, [&] { return inner_->preadv(fd, parts, offset); });
   }
+  bool preadNoWait(int fd, std::span<const std::span<uint8_t>> parts,
+                   uint64_t offset) override {
+    const auto start = std::chrono::steady_clock::now();
+    if (!inner_->preadNoWait(fd, parts, offset)) return false;  // not an operation
+    size_t bytes = 0;
+    for (auto part : parts) bytes += part.size();
+    record(kRead, bytes, start, Status::ok());
+    return true;
+  }
   Status fdatasync(int fd) override {
     return timed(kSync, 0, [&] { return inner_->fdatasync(fd); });
   }

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 
 #include <fmt/core.h>
@@ -61,6 +63,21 @@ Status readAll(int fd, std::span<uint8_t> out, uint64_t offset) {
   return Status::ok();
 }
 
+bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) {
+  constexpr size_t kMaxParts = 8;
+  if (parts.size() > kMaxParts) return false;
+  std::array<iovec, kMaxParts> iov{};
+  size_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    iov[i] = {parts[i].data(), parts[i].size()};
+    total += parts[i].size();
+  }
+  // A short count means part of it was not cached: the caller reads it all the slow way.
+  const ssize_t n = ::preadv2(fd, iov.data(), static_cast<int>(parts.size()),
+                              static_cast<off_t>(offset), RWF_NOWAIT);
+  return n >= 0 && static_cast<size_t>(n) == total;
+}
+
 Status dataSync(int fd) {
   int rc;
   do {
@@ -97,6 +114,10 @@ class PosixEngine final : public IoEngine {
   }
   Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
     return posix_io::readAll(fd, out, offset);
+  }
+  bool preadNoWait(int fd, std::span<const std::span<uint8_t>> parts,
+                   uint64_t offset) override {
+    return posix_io::readNoWait(fd, parts, offset);
   }
   Status fdatasync(int fd) override { return posix_io::dataSync(fd); }
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {

@@ -16,6 +16,8 @@ Result<int> openFile(const std::string& path, int flags, mode_t mode);
 Status closeFile(int fd);
 Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset);
 Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
+// IoEngine::preadNoWait, with preadv2(RWF_NOWAIT).
+bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset);
 Status dataSync(int fd);
 Status punchHole(int fd, uint64_t offset, uint64_t len);
 

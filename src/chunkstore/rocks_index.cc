@@ -72,11 +72,14 @@ RocksIndex::~RocksIndex() {
   delete db_;
 }
 
-Result<IndexRecord> RocksIndex::get(const BlobId& id) {
+Result<IndexRecord> RocksIndex::get(const BlobId& id, bool memory_only) {
   auto key = id.encode();
   rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), blobs_, slice(key), &value);
+  rocksdb::ReadOptions ro;
+  if (memory_only) ro.read_tier = rocksdb::kBlockCacheTier;
+  rocksdb::Status s = db_->Get(ro, blobs_, slice(key), &value);
   if (s.IsNotFound()) return fail(Status::notFound("blob " + id.toString() + " not found"));
+  if (s.IsIncomplete()) return fail(Status::unavailable("blob index entry not in memory"));
   if (!s.ok()) return fail(fromRocks(s, "looking up blob " + id.toString()));
   auto rec = decodeIndexRecord(bytes(value));
   if (!rec) {

@@ -35,8 +35,9 @@ class RocksIndex {
   RocksIndex(const RocksIndex&) = delete;
   RocksIndex& operator=(const RocksIndex&) = delete;
 
-  // kNotFound when the blob is not indexed.
-  Result<IndexRecord> get(const BlobId& id);
+  // kNotFound when the blob is not indexed. `memory_only`: kUnavailable when the entry is
+  // not in RocksDB's memtables or block cache (no disk read; for an event loop).
+  Result<IndexRecord> get(const BlobId& id, bool memory_only = false);
   // Indexes every blob of `entries` in one synced WriteBatch (group commit): all or none.
   Status putBatch(std::span<const std::pair<BlobId, IndexRecord>> entries);
   Status remove(const BlobId& id);

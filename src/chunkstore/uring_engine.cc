@@ -456,6 +456,11 @@ class UringEngine final : public IoEngine {
     return Status::ok();
   }
 
+  bool preadNoWait(int fd, std::span<const std::span<uint8_t>> parts,
+                   uint64_t offset) override {
+    return posix_io::readNoWait(fd, parts, offset);  // never waits: no ring needed
+  }
+
   Status fdatasync(int fd) override {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::dataSync(fd);

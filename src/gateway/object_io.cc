@@ -321,8 +321,14 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       r->reads->done[j - j0] = true;
       continue;
     }
-    r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j),
-                     off = lo - uint64_t(j) * fl, dst, n = hi - lo] {
+    const uint64_t off = lo - uint64_t(j) * fl, n = hi - lo;
+    if (dp.chunks().readIfCached(drive, blobOf(s, j), off, {dst, n})) {
+      // In memory and verified, here on the event loop: no hop to a worker and back.
+      r->reads->done[j - j0] = true;
+      continue;
+    }
+    r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j), off,
+                     dst, n] {
       Status st = dp.chunks().read(drive, id, off, {dst, n});
       std::lock_guard lock(reads->mu);
       reads->results[idx] = std::move(st);

@@ -32,6 +32,11 @@ class ChunkClient {
   }
   virtual Status read(std::string_view drive, const BlobId& id, uint64_t offset,
                       std::span<uint8_t> out) = 0;
+  // ChunkStore::readIfCached on `drive`; a client without a fast path answers false.
+  virtual bool readIfCached(std::string_view /*drive*/, const BlobId& /*id*/,
+                            uint64_t /*offset*/, std::span<uint8_t> /*out*/) {
+    return false;
+  }
   // read() with ChunkStore::readAsync's contract; the default reads synchronously, then
   // calls `done` on this thread.
   virtual void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
@@ -64,6 +69,8 @@ class LocalChunkClient final : public ChunkClient {
                 std::span<const uint8_t> payload, IoDone done) override;
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override;
+  bool readIfCached(std::string_view drive, const BlobId& id, uint64_t offset,
+                    std::span<uint8_t> out) override;
   void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                  std::span<uint8_t> out, IoDone done) override;
   Status remove(std::string_view drive, const BlobId& id) override;

@@ -105,6 +105,11 @@ class ChunkStore {
   virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
   // read() from the drive itself, past the page cache: what the scrubber verifies.
   virtual Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  // read(), done now only if it needs no wait: the index entry in memory, the bytes in the
+  // page cache (cached_reads), and verified. True: `out` holds them. False: nothing is
+  // known (not cached, or any failure; `out` is unspecified): call read() or readAsync().
+  // Safe on an event loop.
+  virtual bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
   // read() whose I/O goes to the engine's asynchronous path (io_engine.h). The index lookup
   // runs on the calling thread (a RocksDB get, which may read the disk: call this from a
   // worker, not from an event loop); `done` runs once the bytes are verified, on the

@@ -106,6 +106,13 @@ class IoEngine {
     }
     return Status::ok();
   }
+  // preadv() only if it needs no wait for the drive: every byte is in the page cache
+  // (preadv2 with RWF_NOWAIT). False when it would wait, or on any error; the buffers'
+  // contents are then unspecified. For an event loop's fast path; the default never can.
+  virtual bool preadNoWait(int /*fd*/, std::span<const std::span<uint8_t>> /*parts*/,
+                           uint64_t /*offset*/) {
+    return false;
+  }
   virtual Status fdatasync(int fd) = 0;
   // Frees the blocks of [offset, offset+len) keeping the file size (FALLOC_FL_PUNCH_HOLE).
   virtual Status punchHole(int fd, uint64_t offset, uint64_t len) = 0;

@@ -236,6 +236,44 @@ TEST_CASE("Reads go through the page cache; readFromDrive and --direct-reads do 
   }
 }
 
+TEST_CASE("readIfCached serves verified bytes from memory, and declines anything else") {
+  auto engine = makeUringEngine();
+  ChunkStoreOptions options;
+  SECTION("cached reads") {
+    StoreFixture f(*engine, options);
+    BlobId id = makeId(1);
+    auto data = randomBytes(6 * 4096, 8);
+    REQUIRE(f.store->put(descriptor(id), data).isOk());
+    std::vector<uint8_t> out(data.size());
+    // Written with O_DIRECT: not in the page cache yet (and the extent's cached descriptor
+    // is not open).
+    CHECK_FALSE(f.store->readIfCached(id, 0, out));
+    REQUIRE(f.store->read(id, 0, out).isOk());
+    std::fill(out.begin(), out.end(), 0);
+    REQUIRE(f.store->readIfCached(id, 0, out));
+    CHECK(out == data);
+    std::vector<uint8_t> part(100);
+    REQUIRE(f.store->readIfCached(id, 5000, part));
+    CHECK(std::equal(part.begin(), part.end(), data.begin() + 5000));
+    CHECK_FALSE(f.store->readIfCached(id, data.size() - 50, part));  // past the end
+    CHECK_FALSE(f.store->readIfCached(makeId(2), 0, part));           // no such blob
+    // A flipped bit: declined, and read() reports it.
+    flipBit(extentPath(f.options.dir, 0), kFirstPayload + 2 * 4096 + 7);
+    CHECK_FALSE(f.store->readIfCached(id, 0, out));
+    CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
+  }
+  SECTION("direct reads never take it") {
+    options.cached_reads = false;
+    StoreFixture f(*engine, options);
+    BlobId id = makeId(1);
+    auto data = randomBytes(5000, 8);
+    REQUIRE(f.store->put(descriptor(id), data).isOk());
+    std::vector<uint8_t> out(data.size());
+    REQUIRE(f.store->read(id, 0, out).isOk());
+    CHECK_FALSE(f.store->readIfCached(id, 0, out));
+  }
+}
+
 TEST_CASE("A page-cache copy that fails its CRC is read again from the drive") {
   const bool async = GENERATE(false, true);
   INFO((async ? "readAsync" : "read"));

@@ -95,6 +95,37 @@ TEST_CASE("Both engines scatter one read over several buffers with preadv") {
   CHECK(engine->close(*fd).isOk());
 }
 
+TEST_CASE("preadNoWait reads what the page cache holds, and declines what it does not") {
+  auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
+  auto engine = makeEngine(engine_name);
+  INFO("engine " << engine_name);
+  TempDir dir;
+  const std::string path = dir.path() + "/f";
+  auto direct = engine->open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(direct.has_value());
+  const size_t n = 64 << 10;
+  AlignedBytes in(n), a(4096), b(n - 4096);
+  auto data = randomBytes(n, 9);
+  std::copy(data.begin(), data.end(), in.data);
+  REQUIRE(engine->pwrite(*direct, in.span(), 0).isOk());  // O_DIRECT: nothing cached
+  REQUIRE(engine->fdatasync(*direct).isOk());
+  auto cached = engine->open(path, O_RDONLY, 0);
+  REQUIRE(cached.has_value());
+  REQUIRE(::posix_fadvise(*cached, 0, 0, POSIX_FADV_DONTNEED) == 0);
+  const std::array<std::span<uint8_t>, 2> parts{a.span(), b.span()};
+  CHECK_FALSE(engine->preadNoWait(*cached, parts, 0));
+
+  REQUIRE(engine->preadv(*cached, parts, 0).isOk());  // a read that may wait fills the cache
+  std::fill(a.data, a.data + 4096, 0);
+  REQUIRE(engine->preadNoWait(*cached, parts, 0));
+  CHECK(std::equal(a.data, a.data + 4096, data.begin()));
+  CHECK(std::equal(b.data, b.data + (n - 4096), data.begin() + 4096));
+  // Past the end of the file is a short read: declined.
+  CHECK_FALSE(engine->preadNoWait(*cached, parts, 8192));
+  CHECK(engine->close(*cached).isOk());
+  CHECK(engine->close(*direct).isOk());
+}
+
 TEST_CASE("The io_uring engine serves many threads at once, each on its own ring") {
   auto engine = makeUringEngine();
   TempDir dir;
