@@ -27,7 +27,11 @@ build/bench/granary-bench --endpoint http://127.0.0.1:9192 --quiet "${workload[@
   --duration $((secs + 8))s >"$root/bench.txt" &
 bpid=$!
 # Record once the objects are prepared (a million keys take a minute or more), then 2 s in.
-for _ in $(seq 1200); do grep -q "^prepared" "$root/bench.txt" && break; sleep 0.5; done
+# PUT-only workloads prepare nothing and print no "prepared" line.
+for _ in $(seq 100); do grep -q "workload name=" "$root/bench.txt" && break; sleep 0.1; done
+if grep -qE "workload name=.*op=(get|range|head|list|delete|mix)" "$root/bench.txt"; then
+  for _ in $(seq 1200); do grep -q "^prepared" "$root/bench.txt" && break; sleep 0.5; done
+fi
 sleep 2
 perf record --call-graph dwarf,16384 -F 2000 -p "$gpid" -o "$root/perf.data" -- sleep "$secs" \
   >/dev/null 2>&1

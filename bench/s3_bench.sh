@@ -30,7 +30,9 @@ trap cleanup EXIT
 
 export GRANARY_ROOT_USER=s3bench GRANARY_ROOT_PASSWORD=s3bench-secret-key
 export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
-"$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 \
+# --gc-grace 5: the PUT phases overwrite their keys; replaced versions are freed within
+# seconds instead of a minute, or they fill a disk with less than ~30 GB free.
+"$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 --gc-grace 5 \
   >"$root/granary.log" 2>&1 &
 pids+=($!)
 gpid=$!
