@@ -80,41 +80,67 @@ TEST_CASE("A flipped payload bit fails reads touching its block only") {
   CHECK(f.store->stats()->corrupt_ids.empty());
 }
 
+namespace {
+
+// Knows which descriptors were opened without O_DIRECT (the page cache's), counts the reads
+// made through each kind, remembers the buffers they landed in, and flips a byte of every
+// cached read while `rot_cache` is set, as a bad memory page under the page cache would.
+class CacheWatcher final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    auto fd = target_->open(path, flags, mode);
+    if (fd && path.ends_with(".ext")) {
+      std::lock_guard lock(mu_);
+      cached_[*fd] = (flags & O_DIRECT) == 0;
+    }
+    return fd;
+  }
+  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+    return seen(fd, out, target_->pread(fd, out, offset));
+  }
+  Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) override {
+    Status st = target_->preadv(fd, parts, offset);
+    for (auto part : parts) st = seen(fd, part, std::move(st));
+    return st;
+  }
+  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+    target_->readAsync(fd, out, offset, [this, fd, out, done = std::move(done)](Status st) mutable {
+      done(seen(fd, out, std::move(st)));
+    });
+  }
+  bool sawBuffer(const uint8_t* p) {
+    std::lock_guard lock(mu_);
+    return std::find(buffers_.begin(), buffers_.end(), p) != buffers_.end();
+  }
+  std::atomic<bool> rot_cache{false};
+  std::atomic<int> cached_reads{0};
+  std::atomic<int> direct_reads{0};
+
+ private:
+  Status seen(int fd, std::span<uint8_t> out, Status st) {
+    bool cached;
+    {
+      std::lock_guard lock(mu_);
+      cached = cached_[fd];
+      buffers_.push_back(out.data());
+    }
+    ++(cached ? cached_reads : direct_reads);
+    if (st.isOk() && cached && rot_cache && !out.empty()) out[out.size() - 1] ^= 0x08;
+    return st;
+  }
+  std::mutex mu_;
+  std::map<int, bool> cached_;
+  std::vector<const uint8_t*> buffers_;
+};
+
+}  // namespace
+
 TEST_CASE("Whole blocks read into an aligned buffer land there, and are still verified") {
   const bool async = GENERATE(false, true);
   INFO((async ? "readAsync" : "read"));
-  // Records the buffers the store hands to the engine.
-  class Recorder final : public IoEngineWrapper {
-   public:
-    using IoEngineWrapper::IoEngineWrapper;
-    Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
-      note(out);
-      return target_->pread(fd, out, offset);
-    }
-    Status preadv(int fd, std::span<const std::span<uint8_t>> parts,
-                  uint64_t offset) override {
-      for (auto part : parts) note(part);
-      return target_->preadv(fd, parts, offset);
-    }
-    void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
-      note(out);
-      target_->readAsync(fd, out, offset, std::move(done));
-    }
-    bool sawBuffer(const uint8_t* p) {
-      std::lock_guard lock(mu);
-      return std::find(seen.begin(), seen.end(), p) != seen.end();
-    }
-
-   private:
-    void note(std::span<uint8_t> part) {
-      std::lock_guard lock(mu);
-      seen.push_back(part.data());
-    }
-    std::mutex mu;
-    std::vector<const uint8_t*> seen;
-  };
   auto inner = makeUringEngine();
-  Recorder engine(inner.get());
+  CacheWatcher engine(inner.get());
   StoreFixture f(engine);
   BlobId id = makeId(1);
   auto data = randomBytes(16 * 4096, 3);
@@ -150,55 +176,6 @@ TEST_CASE("Whole blocks read into an aligned buffer land there, and are still ve
   }
 }
 
-namespace {
-
-// Knows which descriptors were opened without O_DIRECT (the page cache's), counts the reads
-// made through each kind, and flips a byte of every cached read while `rot_cache` is set,
-// as a bad memory page under the page cache would.
-class CacheWatcher final : public IoEngineWrapper {
- public:
-  using IoEngineWrapper::IoEngineWrapper;
-  Result<int> open(const std::string& path, int flags, mode_t mode) override {
-    auto fd = target_->open(path, flags, mode);
-    if (fd && path.ends_with(".ext")) {
-      std::lock_guard lock(mu_);
-      cached_[*fd] = (flags & O_DIRECT) == 0;
-    }
-    return fd;
-  }
-  Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
-    return seen(fd, out, target_->pread(fd, out, offset));
-  }
-  Status preadv(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset) override {
-    Status st = target_->preadv(fd, parts, offset);
-    for (auto part : parts) st = seen(fd, part, std::move(st));
-    return st;
-  }
-  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
-    target_->readAsync(fd, out, offset, [this, fd, out, done = std::move(done)](Status st) mutable {
-      done(seen(fd, out, std::move(st)));
-    });
-  }
-  std::atomic<bool> rot_cache{false};
-  std::atomic<int> cached_reads{0};
-  std::atomic<int> direct_reads{0};
-
- private:
-  Status seen(int fd, std::span<uint8_t> out, Status st) {
-    bool cached;
-    {
-      std::lock_guard lock(mu_);
-      cached = cached_[fd];
-    }
-    ++(cached ? cached_reads : direct_reads);
-    if (st.isOk() && cached && rot_cache && !out.empty()) out[out.size() - 1] ^= 0x08;
-    return st;
-  }
-  std::mutex mu_;
-  std::map<int, bool> cached_;
-};
-
-}  // namespace
 
 TEST_CASE("Reads go through the page cache; readFromDrive and --direct-reads do not") {
   const bool async = GENERATE(false, true);
