@@ -4,10 +4,13 @@
 # serving the same bytes from files, driven by the same client (granary-bench).
 # Starts its own `granary serve` (data under ./bench-data/s3) and nginx, and stops both.
 # Needs a build (build/) and `bash scripts/install-deps.sh --bench` (nginx, iperf3).
-# SECONDS: the length of each measured phase (default 10).
+# SECONDS: the length of each measured phase (default 10). STEPS (default all of
+# "get put mix nginx memory list") picks which figures to measure; the raw limits always run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
+steps=" ${STEPS:-get put mix nginx memory list} "
+want() { [[ $steps == *" $1 "* ]]; }
 bench=build/bench/granary-bench
 granary=build/src/granary
 root=$(pwd)/bench-data/s3
@@ -63,20 +66,25 @@ run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
   "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
 }
-run "4 KiB GET, 32 connections" --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000
-run "4 KiB PUT, 32 connections" --threads 1 --op put --size 4KiB --concurrency 32 --objects 10000
-run "1 MiB GET, 16 connections" --op get --size 1MiB --concurrency 16 --objects 64
-run "1 MiB PUT, 16 connections" --op put --size 1MiB --concurrency 16 --objects 256
-run "64 MiB GET, 4 connections" --op get --size 64MiB --concurrency 4 --objects 8
-run "64 MiB PUT, 4 connections" --op put --size 64MiB --concurrency 4 --objects 8
-run "loader alone: 64 KiB-4 MiB ranged GETs of 64 MiB shards" \
+if want get; then
+  run "4 KiB GET, 32 connections" --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000
+  run "1 MiB GET, 16 connections" --op get --size 1MiB --concurrency 16 --objects 64
+  run "64 MiB GET, 4 connections" --op get --size 64MiB --concurrency 4 --objects 8
+fi
+if want put; then
+  run "4 KiB PUT, 32 connections" --threads 1 --op put --size 4KiB --concurrency 32 --objects 10000
+  run "1 MiB PUT, 16 connections" --op put --size 1MiB --concurrency 16 --objects 256
+  run "64 MiB PUT, 4 connections" --op put --size 64MiB --concurrency 4 --objects 8
+fi
+want mix && run "loader alone: 64 KiB-4 MiB ranged GETs of 64 MiB shards" \
   --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no
-run "checkpoint alone: 256 MiB PUTs" --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
-run "loader while checkpointing" \
+want mix && run "checkpoint alone: 256 MiB PUTs" --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+want mix && run "loader while checkpointing" \
   --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,prepare=skip \
   --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
 
 # nginx serving the same bytes from files, read by the same client.
+if want nginx; then
 mkdir -p "$root/www/granary-bench"
 run "files for nginx (1 MiB and 64 MiB objects, kept)" \
   --workload name=n1,op=put,size=1MiB,objects=64,count=64,prefix=nginx1m/,cleanup=no,concurrency=8 \
@@ -109,11 +117,16 @@ EP=http://127.0.0.1:9191 run "nginx: 1 MiB GET, 16 connections" --no-create-buck
   --workload name=nginx,op=get,size=1MiB,objects=64,prefix=nginx1m/,prepare=skip,cleanup=no,concurrency=16
 EP=http://127.0.0.1:9191 run "nginx: 64 MiB GET, 4 connections" --no-create-bucket \
   --workload name=nginx,op=get,size=64MiB,objects=8,prefix=nginx64m/,prepare=skip,cleanup=no,concurrency=4
+fi
 
 # Resident memory of granary serve under 256 concurrent 64 MiB GET streams, on a fresh
 # server with the default buffer budget.
-echo "== 256 concurrent 64 MiB GET streams: granary serve resident memory"
-bash bench/rss_get.sh 256
+if want memory; then
+  echo "== 256 concurrent 64 MiB GET streams: granary serve resident memory"
+  bash bench/rss_get.sh 256
+fi
 
-run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 --threads 1 \
-  --objects "$LIST_KEYS"
+if want list; then
+  run "LIST, 1,000 keys a page (${LIST_KEYS:=1000000} keys)" --op list --concurrency 1 \
+    --threads 1 --objects "$LIST_KEYS"
+fi
