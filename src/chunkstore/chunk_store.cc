@@ -177,6 +177,22 @@ class ChunkStoreImpl final : public ChunkStore {
     std::span<uint8_t> headIo();
     const uint8_t* headData() { return headIo().data(); }
     std::span<uint8_t> bodyIo();
+
+    // A run of consecutive disk bytes at `at`, scattered over one or two buffers.
+    struct Run {
+      uint64_t at = 0;
+      std::array<std::span<uint8_t>, 2> bufs;
+      size_t count = 0;
+      std::span<const std::span<uint8_t>> parts() const { return {bufs.data(), count}; }
+    };
+    // The plan's synchronous reads: the head alone (merged); head and body in one run
+    // when they are adjacent on the disk; else the head, then the body.
+    struct Runs {
+      std::array<Run, 2> run;
+      size_t count = 0;
+      std::span<const Run> all() const { return {run.data(), count}; }
+    };
+    Runs runs();
   };
   struct AsyncRead;
 
@@ -477,16 +493,12 @@ bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<u
   if (!extents_.cachedFdIfOpen(rec->extent)) return false;  // opening it may wait
   auto plan = planRead(id, *rec, offset, out, false, true);
   if (!plan) return false;
-  const bool adjacent = plan->disk_begin == rec->offset + plan->head_len;
-  const std::array<std::span<uint8_t>, 2> io{plan->headIo(), plan->bodyIo()};
-  const std::span<const std::span<uint8_t>> both(io), head = both.first(1), body = both.last(1);
-  const bool read =
-      plan->merged ? engine_.preadNoWait(plan->fd, head, rec->offset)
-      : adjacent   ? engine_.preadNoWait(plan->fd, both, rec->offset)
-                   : engine_.preadNoWait(plan->fd, head, rec->offset) &&
-                       engine_.preadNoWait(plan->fd, body, plan->disk_begin);
+  const ReadPlan::Runs io = plan->runs();
+  for (const ReadPlan::Run& run : io.all()) {
+    if (!engine_.preadNoWait(plan->fd, run.parts(), run.at)) return false;
+  }
   // A corrupt copy is left to read(), which asks the drive and reports.
-  return read && verifyRead(*plan).isOk();
+  return verifyRead(*plan).isOk();
 }
 
 void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {
@@ -579,6 +591,19 @@ std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
   return direct ? out : body.span().first(disk_end - disk_begin);
 }
 
+ChunkStoreImpl::ReadPlan::Runs ChunkStoreImpl::ReadPlan::runs() {
+  Runs r;
+  if (merged) {
+    r.run[r.count++] = {rec.offset, {headIo()}, 1};
+  } else if (disk_begin == rec.offset + head_len) {
+    r.run[r.count++] = {rec.offset, {headIo(), bodyIo()}, 2};
+  } else {
+    r.run[r.count++] = {rec.offset, {headIo()}, 1};
+    r.run[r.count++] = {disk_begin, {bodyIo()}, 1};
+  }
+  return r;
+}
+
 Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   const IndexRecord& rec = plan.rec;
   auto hdr = decodeHeader(plan.headIo().first(rec.header_region_len));
@@ -611,15 +636,9 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
                                     std::span<uint8_t> out, bool cached) {
   auto plan = planRead(id, rec, offset, out, false, cached);
   if (!plan) return plan.error();
-  if (plan->merged) {
-    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
-  } else if (plan->disk_begin == rec.offset + plan->head_len) {
-    // Header and payload are adjacent on the disk but land apart: one scattered read.
-    const std::array<std::span<uint8_t>, 2> parts{plan->headIo(), plan->bodyIo()};
-    GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->fd, parts, rec.offset));
-  } else {
-    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->headIo(), rec.offset));
-    GRANARY_RETURN_IF_ERROR(engine_.pread(plan->fd, plan->bodyIo(), plan->disk_begin));
+  const ReadPlan::Runs io = plan->runs();
+  for (const ReadPlan::Run& run : io.all()) {
+    GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->fd, run.parts(), run.at));
   }
   return verifyRead(*plan);
 }
