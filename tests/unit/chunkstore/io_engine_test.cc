@@ -34,6 +34,16 @@ struct AlignedBytes {
   size_t size;
 };
 
+// Writes `n` random bytes (from `seed`) at `offset` through an aligned buffer; returns them.
+std::vector<uint8_t> writeRandom(IoEngine& engine, int fd, size_t n, uint64_t offset,
+                                 uint64_t seed) {
+  AlignedBytes in(n);
+  auto data = randomBytes(n, seed);
+  std::copy(data.begin(), data.end(), in.data);
+  REQUIRE(engine.pwrite(fd, in.span(), offset).isOk());
+  return data;
+}
+
 }  // namespace
 
 TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files") {
@@ -45,10 +55,7 @@ TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files
   auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
   REQUIRE(fd.has_value());
   const size_t n = 3 << 20;
-  AlignedBytes in(n);
-  auto data = randomBytes(n, 5);
-  std::copy(data.begin(), data.end(), in.data);
-  REQUIRE(engine->pwrite(*fd, {in.data, n}, 8192).isOk());
+  auto data = writeRandom(*engine, *fd, n, 8192, 5);
   REQUIRE(engine->fdatasync(*fd).isOk());
   AlignedBytes out(n);
   REQUIRE(engine->pread(*fd, out.span(), 8192).isOk());
@@ -75,10 +82,7 @@ TEST_CASE("Both engines scatter one read over several buffers with preadv") {
   auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
   REQUIRE(fd.has_value());
   const size_t n = 64 << 10;
-  AlignedBytes in(n);
-  auto data = randomBytes(n, 7);
-  std::copy(data.begin(), data.end(), in.data);
-  REQUIRE(engine->pwrite(*fd, in.span(), 0).isOk());
+  auto data = writeRandom(*engine, *fd, n, 0, 7);
 
   // Header-like 4 KiB, an empty part, then 40 KiB elsewhere: the bytes at 4096.. in turn.
   AlignedBytes a(4096), b(40 << 10);
@@ -104,10 +108,8 @@ TEST_CASE("preadNoWait reads what the page cache holds, and declines what it doe
   auto direct = engine->open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
   REQUIRE(direct.has_value());
   const size_t n = 64 << 10;
-  AlignedBytes in(n), a(4096), b(n - 4096);
-  auto data = randomBytes(n, 9);
-  std::copy(data.begin(), data.end(), in.data);
-  REQUIRE(engine->pwrite(*direct, in.span(), 0).isOk());  // O_DIRECT: nothing cached
+  auto data = writeRandom(*engine, *direct, n, 0, 9);  // O_DIRECT: nothing cached
+  AlignedBytes a(4096), b(n - 4096);
   REQUIRE(engine->fdatasync(*direct).isOk());
   auto cached = engine->open(path, O_RDONLY, 0);
   REQUIRE(cached.has_value());
