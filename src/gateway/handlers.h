@@ -12,6 +12,7 @@
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
 #include "granary/gateway/repairer.h"
+#include "md5_lanes.h"
 #include "metrics.h"
 #include "object_io.h"
 #include "s3_request.h"
@@ -30,6 +31,7 @@ struct GatewayContext {
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
                                o.repair_verify}) {
     data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
+    if (auto kernel = Md5Lanes::best()) md5_lanes = std::make_unique<Md5Lanes>(*kernel);
   }
 
   GatewayOptions options;
@@ -40,6 +42,9 @@ struct GatewayContext {
   CredentialStore credentials;
   SigningKeyCache signing_keys;
   std::atomic<size_t> connections{0};  // open client connections (the cap's count)
+  // Uploads' ETag MD5s, 16 at a time; null where the CPU has no multi-lane kernel (each
+  // upload's MD5 then runs on its own).
+  std::unique_ptr<Md5Lanes> md5_lanes;
 
   index_kv::Index& index() { return deps.index; }
   WorkerPool& pool() { return deps.pool; }

@@ -133,24 +133,63 @@ S3Result<uint64_t> payloadSize(const S3Request& req, bool chunked, uint64_t max)
 // hash, and the additional checksum the client asked for.
 class Hashes {
  public:
-  Hashes(bool sha256, std::optional<ChecksumAlgorithm> checksum) : md5_(Digest::Kind::kMd5) {
+  Hashes(bool sha256, std::optional<ChecksumAlgorithm> checksum) {
     if (sha256) sha256_.emplace(Digest::Kind::kSha256);
     if (checksum) checksum_.emplace(*checksum);
   }
   void update(std::span<const uint8_t> data) {
     md5_.update(data);
+    updateOthers(data);
+  }
+  // What update() does but the MD5, for a caller that hashes md5Stream() elsewhere.
+  bool hasOthers() const { return sha256_ || checksum_; }
+  void updateOthers(std::span<const uint8_t> data) {
     if (sha256_) sha256_->update(data);
     if (checksum_) checksum_->update(data);
   }
-  std::vector<uint8_t> md5() { return md5_.finish(); }
+  Md5Stream& md5Stream() { return md5_; }
+
+  std::vector<uint8_t> md5() {
+    auto digest = md5_.finish();
+    return {digest.begin(), digest.end()};
+  }
   std::string sha256Hex() { return sha256_ ? toHex(sha256_->finish()) : std::string(); }
   std::string checksum() { return checksum_ ? checksum_->value() : std::string(); }
 
  private:
-  Digest md5_;
+  Md5Stream md5_;
   std::optional<Digest> sha256_;
   std::optional<Checksummer> checksum_;
 };
+
+// Hashes a large chunk off the event loop: its MD5 in the lanes shared by all uploads when
+// the CPU has them, and the other hashes and the observer on the pool meanwhile.
+Task<void> hashOffLoop(GatewayContext& ctx, Hashes& hashes, std::span<const uint8_t> chunk,
+                       const std::function<void(std::span<const uint8_t>)>& observe) {
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(ctx.pool(), ex);
+  if (ctx.md5_lanes) {
+    // On the pool: whoever calls update() may end up hashing everybody's chunks.
+    group.spawnAsync([&](TaskGroup::Done done) {
+      ctx.md5_lanes->update(hashes.md5Stream(), chunk,
+                            [done = std::move(done)]() mutable { done(Status::ok()); });
+    });
+    if (hashes.hasOthers() || observe) {
+      group.spawn([&] {
+        hashes.updateOthers(chunk);
+        if (observe) observe(chunk);
+        return Status::ok();
+      });
+    }
+  } else {
+    group.spawn([&] {
+      hashes.update(chunk);
+      if (observe) observe(chunk);
+      return Status::ok();
+    });
+  }
+  (void)co_await group.wait();
+}
 
 // The additional checksum's verdict: nullopt when it matches (or none was asked for).
 std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
@@ -315,11 +354,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       if (total > *size) break;
       auto chunk = buf.first(*n);
       if (chunk.size() > kOffloadHashAbove || options.observe) {
-        co_await offload(ctx.pool(), [&] {
-          hashes.update(chunk);
-          if (options.observe) options.observe(chunk);
-          return 0;
-        });
+        co_await hashOffLoop(ctx, hashes, chunk, options.observe);
       } else {
         hashes.update(chunk);
       }

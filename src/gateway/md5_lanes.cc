@@ -1,0 +1,311 @@
+#include "md5_lanes.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace granary::gateway {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "MD5 words are little-endian");
+
+// RFC 1321: the sine table and the per-step rotations.
+constexpr uint32_t kK[64] = {
+    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613,
+    0xfd469501, 0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193,
+    0xa679438e, 0x49b40821, 0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d,
+    0x02441453, 0xd8a1e681, 0xe7d3fbc8, 0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed,
+    0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a, 0xfffa3942, 0x8771f681, 0x6d9d6122,
+    0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70, 0x289b7ec6, 0xeaa127fa,
+    0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665, 0xf4292244,
+    0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
+    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb,
+    0xeb86d391};
+constexpr int kS[64] = {7,  12, 17, 22, 7,  12, 17, 22, 7,  12, 17, 22, 7,  12, 17, 22,
+                        5,  9,  14, 20, 5,  9,  14, 20, 5,  9,  14, 20, 5,  9,  14, 20,
+                        4,  11, 16, 23, 4,  11, 16, 23, 4,  11, 16, 23, 4,  11, 16, 23,
+                        6,  10, 15, 21, 6,  10, 15, 21, 6,  10, 15, 21, 6,  10, 15, 21};
+// The message word step i adds.
+constexpr int word(int i) {
+  if (i < 16) return i;
+  if (i < 32) return (5 * i + 1) & 15;
+  if (i < 48) return (3 * i + 5) & 15;
+  return (7 * i) & 15;
+}
+
+// Blocks a hasher hashes before it looks for new streams to hash beside them: 16 KiB a lane.
+constexpr size_t kSlice = 256;
+
+// One stream's 64-byte blocks.
+void compress(uint32_t h[4], const uint8_t* p, size_t blocks) {
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
+  for (size_t n = 0; n < blocks; ++n, p += 64) {
+    uint32_t m[16];
+    std::memcpy(m, p, 64);
+    const uint32_t a0 = a, b0 = b, c0 = c, d0 = d;
+#pragma GCC unroll 64
+    for (int i = 0; i < 64; ++i) {
+      uint32_t f;
+      if (i < 16) {
+        f = d ^ (b & (c ^ d));
+      } else if (i < 32) {
+        f = c ^ (d & (b ^ c));
+      } else if (i < 48) {
+        f = b ^ c ^ d;
+      } else {
+        f = c ^ (b | ~d);
+      }
+      const uint32_t t = a + f + kK[i] + m[word(i)];
+      a = d;
+      d = c;
+      c = b;
+      b += std::rotl(t, kS[i]);
+    }
+    a += a0;
+    b += b0;
+    c += c0;
+    d += d0;
+  }
+  h[0] = a;
+  h[1] = b;
+  h[2] = c;
+  h[3] = d;
+}
+
+// Sixteen lanes' states: st[0] holds A of every lane, st[1] B, and so on.
+using LaneStates = uint32_t[4][Md5Lanes::kLanes];
+
+// What an idle lane hashes: never read back.
+alignas(64) const uint8_t kIdleLane[kSlice * 64] = {};
+
+}  // namespace
+
+// The AVX-512 kernel, compiled for that target alone: nothing else in this file may use
+// AVX-512, since best() runs it only on CPUs that have it.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// g++ 12's AVX-512 intrinsics start some results from _mm512_undefined_epi32(), a
+// self-initialised variable that -Wmaybe-uninitialized reports at -O3: a false alarm.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace {
+
+// Turns 16 rows of 16 words (lane l's block in row l) into 16 columns (word w of every
+// lane in row w).
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);
+  }
+}
+
+// One MD5 step in every lane. The round functions are single ternary-logic instructions:
+// 0xCA is x ? y : z, 0x96 is x ^ y ^ z, 0x39 is y ^ (x | ~z).
+template <int i>
+inline __attribute__((always_inline)) void step(__m512i& a, __m512i& b, __m512i& c,
+                                                __m512i& d, const __m512i* m) {
+  __m512i f;
+  if constexpr (i < 16) {
+    f = _mm512_ternarylogic_epi32(b, c, d, 0xCA);
+  } else if constexpr (i < 32) {
+    f = _mm512_ternarylogic_epi32(d, b, c, 0xCA);
+  } else if constexpr (i < 48) {
+    f = _mm512_ternarylogic_epi32(b, c, d, 0x96);
+  } else {
+    f = _mm512_ternarylogic_epi32(b, c, d, 0x39);
+  }
+  __m512i t = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(int(kK[i]))), m[word(i)]);
+  t = _mm512_rol_epi32(_mm512_add_epi32(t, f), kS[i]);
+  a = d;
+  d = c;
+  c = b;
+  b = _mm512_add_epi32(b, t);
+}
+
+template <int... I>
+inline __attribute__((always_inline)) void steps(__m512i& a, __m512i& b, __m512i& c,
+                                                 __m512i& d, const __m512i* m,
+                                                 std::integer_sequence<int, I...>) {
+  (step<I>(a, b, c, d, m), ...);
+}
+
+void compress16Avx512(LaneStates st, const uint8_t* const p[Md5Lanes::kLanes],
+                      size_t blocks) {
+  __m512i a = _mm512_loadu_si512(st[0]);
+  __m512i b = _mm512_loadu_si512(st[1]);
+  __m512i c = _mm512_loadu_si512(st[2]);
+  __m512i d = _mm512_loadu_si512(st[3]);
+  for (size_t n = 0; n < blocks; ++n) {
+    __m512i m[16];
+    for (size_t l = 0; l < Md5Lanes::kLanes; ++l) m[l] = _mm512_loadu_si512(p[l] + n * 64);
+    transpose16(m);
+    const __m512i a0 = a, b0 = b, c0 = c, d0 = d;
+    steps(a, b, c, d, m, std::make_integer_sequence<int, 64>{});
+    a = _mm512_add_epi32(a, a0);
+    b = _mm512_add_epi32(b, b0);
+    c = _mm512_add_epi32(c, c0);
+    d = _mm512_add_epi32(d, d0);
+  }
+  _mm512_storeu_si512(st[0], a);
+  _mm512_storeu_si512(st[1], b);
+  _mm512_storeu_si512(st[2], c);
+  _mm512_storeu_si512(st[3], d);
+}
+
+}  // namespace
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+Md5Stream::Md5Stream() : h_{0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476}, tail_{} {}
+
+std::span<const uint8_t> Md5Stream::take(std::span<const uint8_t> data) {
+  length_ += data.size();
+  if (tail_len_ > 0) {
+    const size_t n = std::min(data.size(), sizeof(tail_) - tail_len_);
+    std::memcpy(tail_ + tail_len_, data.data(), n);
+    tail_len_ += n;
+    data = data.subspan(n);
+    if (tail_len_ < sizeof(tail_)) return {};
+    compress(h_, tail_, 1);
+    tail_len_ = 0;
+  }
+  const size_t whole = data.size() / 64 * 64;
+  std::memcpy(tail_, data.data() + whole, data.size() - whole);
+  tail_len_ = data.size() - whole;
+  return data.first(whole);
+}
+
+void Md5Stream::update(std::span<const uint8_t> data) {
+  auto blocks = take(data);
+  compress(h_, blocks.data(), blocks.size() / 64);
+}
+
+std::array<uint8_t, 16> Md5Stream::finish() {
+  uint8_t last[128] = {};
+  std::memcpy(last, tail_, tail_len_);
+  last[tail_len_] = 0x80;
+  const size_t len = tail_len_ < 56 ? 64 : 128;
+  const uint64_t bits = length_ * 8;
+  std::memcpy(last + len - 8, &bits, 8);
+  compress(h_, last, len / 64);
+  std::array<uint8_t, 16> out;
+  std::memcpy(out.data(), h_, 16);
+  return out;
+}
+
+std::optional<Md5Lanes::Kernel> Md5Lanes::best() {
+  if (__builtin_cpu_supports("avx512f")) return Kernel::kAvx512;
+  return std::nullopt;
+}
+
+Md5Lanes::Md5Lanes(Kernel kernel) : kernel_(kernel) {}
+
+Md5Lanes::~Md5Lanes() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [this] { return !hashing_ && queue_.empty(); });
+}
+
+uint64_t Md5Lanes::sharedBlocks() const {
+  std::lock_guard lock(mu_);
+  return shared_blocks_;
+}
+
+void Md5Lanes::update(Md5Stream& stream, std::span<const uint8_t> data, Done done) {
+  auto blocks = stream.take(data);
+  if (blocks.empty()) {
+    done();
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Job{stream.h_, blocks.data(), blocks.size() / 64, std::move(done)});
+    if (hashing_) return;
+    hashing_ = true;
+  }
+  hash();
+}
+
+void Md5Lanes::hash() {
+  std::optional<Job> lanes[kLanes];
+  size_t active = 0;
+  std::vector<Done> finished;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto& lane : lanes) {
+        if (lane || queue_.empty()) continue;
+        lane.emplace(std::move(queue_.front()));
+        queue_.pop_front();
+        ++active;
+      }
+      if (active == 0) {
+        hashing_ = false;
+        idle_.notify_all();
+        return;
+      }
+    }
+    // Every lane moves on by the same number of blocks: the fewest any lane has left.
+    size_t n = kSlice;
+    for (const auto& lane : lanes) {
+      if (lane) n = std::min(n, lane->blocks);
+    }
+    if (kernel_ == Kernel::kAvx512 && active > 1) {
+      LaneStates st = {};
+      const uint8_t* p[kLanes];
+      for (size_t l = 0; l < kLanes; ++l) {
+        p[l] = lanes[l] ? lanes[l]->next : kIdleLane;
+        if (!lanes[l]) continue;
+        for (int w = 0; w < 4; ++w) st[w][l] = lanes[l]->h[w];
+      }
+      compress16Avx512(st, p, n);
+      for (size_t l = 0; l < kLanes; ++l) {
+        if (!lanes[l]) continue;
+        for (int w = 0; w < 4; ++w) lanes[l]->h[w] = st[w][l];
+      }
+    } else {
+      // A lone stream runs faster on its own than in one lane of sixteen.
+      for (auto& lane : lanes) {
+        if (lane) compress(lane->h, lane->next, n);
+      }
+    }
+    if (active > 1) {
+      std::lock_guard lock(mu_);
+      shared_blocks_ += n * active;
+    }
+    for (auto& lane : lanes) {
+      if (!lane) continue;
+      lane->next += n * 64;
+      lane->blocks -= n;
+      if (lane->blocks > 0) continue;
+      finished.push_back(std::move(lane->done));
+      lane.reset();
+      --active;
+    }
+    for (auto& done : finished) done();
+    finished.clear();
+  }
+}
+
+}  // namespace granary::gateway
