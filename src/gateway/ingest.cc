@@ -162,33 +162,32 @@ class Hashes {
   std::optional<Checksummer> checksum_;
 };
 
-// Hashes a large chunk off the event loop: its MD5 in the lanes shared by all uploads when
-// the CPU has them, and the other hashes and the observer on the pool meanwhile.
-Task<void> hashOffLoop(GatewayContext& ctx, Hashes& hashes, std::span<const uint8_t> chunk,
-                       const std::function<void(std::span<const uint8_t>)>& observe) {
-  asio::any_io_executor ex = co_await asio::this_coro::executor;
-  TaskGroup group(ctx.pool(), ex);
+// Starts hashing a large chunk off the event loop, as tasks of `group`: its MD5 in the
+// lanes shared by all uploads when the CPU has them, and the other hashes and the observer
+// on the pool meanwhile.
+void hashOffLoop(GatewayContext& ctx, TaskGroup& group, Hashes& hashes,
+                 std::span<const uint8_t> chunk,
+                 const std::function<void(std::span<const uint8_t>)>& observe) {
   if (ctx.md5_lanes) {
     // On the pool: whoever calls update() may end up hashing everybody's chunks.
-    group.spawnAsync([&](TaskGroup::Done done) {
+    group.spawnAsync([&ctx, &hashes, chunk](TaskGroup::Done done) {
       ctx.md5_lanes->update(hashes.md5Stream(), chunk,
                             [done = std::move(done)]() mutable { done(Status::ok()); });
     });
     if (hashes.hasOthers() || observe) {
-      group.spawn([&] {
+      group.spawn([&hashes, &observe, chunk] {
         hashes.updateOthers(chunk);
         if (observe) observe(chunk);
         return Status::ok();
       });
     }
   } else {
-    group.spawn([&] {
+    group.spawn([&hashes, &observe, chunk] {
       hashes.update(chunk);
       if (observe) observe(chunk);
       return Status::ok();
     });
   }
-  (void)co_await group.wait();
 }
 
 // The additional checksum's verdict: nullopt when it matches (or none was asked for).
@@ -306,7 +305,14 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   uint64_t total = 0;
   std::unique_ptr<ObjectWriter> writer;
 
+  // A chunk is hashed while the writer writes it; the hash must end before the chunk's
+  // buffer is filled again or given back.
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup hashing(ctx.pool(), ex);
+  std::span<const uint8_t> hashed;  // the chunk being hashed, if any
+
   auto failWith = [&](const S3Error& e) -> Task<Outcome> {
+    (void)co_await hashing.wait();
     if (writer) co_await writer->abandon();
     co_return Outcome(std::unexpect, IngestFailure{e, !body.done()});
   };
@@ -332,7 +338,6 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       });
     }
   } else {
-    asio::any_io_executor ex = co_await asio::this_coro::executor;
     writer = std::make_unique<ObjectWriter>(ctx.data, out.version, req.bucket, req.key, ex,
                                             *size, options.part);
     // Nothing of the body is read before the writer has its buffer: an upload that waits
@@ -344,6 +349,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     }
     for (;;) {
       auto buf = writer->buffer();
+      if (buf.data() == hashed.data()) (void)co_await hashing.wait();
       auto n = co_await payload.readFull(buf);
       if (!n) {
         S3Error err = n.error();
@@ -353,8 +359,11 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       total += *n;
       if (total > *size) break;
       auto chunk = buf.first(*n);
+      (void)co_await hashing.wait();  // the chunk before this one: MD5 is a serial chain
+      hashed = {};
       if (chunk.size() > kOffloadHashAbove || options.observe) {
-        co_await hashOffLoop(ctx, hashes, chunk, options.observe);
+        hashed = chunk;
+        hashOffLoop(ctx, hashing, hashes, chunk, options.observe);
       } else {
         hashes.update(chunk);
       }
@@ -365,6 +374,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       }
       if (*n < buf.size()) break;
     }
+    (void)co_await hashing.wait();
     Status st = co_await writer->finish();
     if (!st.isOk()) {
       S3Error err = fromStatus(st);

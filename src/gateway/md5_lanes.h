@@ -62,7 +62,7 @@ class Md5Lanes {
   // then, and the stream gets no other update or finish() meanwhile.
   void update(Md5Stream& stream, std::span<const uint8_t> data, Done done);
 
-  // Blocks hashed with at least two streams side by side (for tests and logs).
+  // Blocks hashed in passes over all lanes, with at least 3 streams side by side (tests).
   uint64_t sharedBlocks() const;
 
   static constexpr size_t kLanes = 16;
