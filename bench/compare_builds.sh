@@ -6,7 +6,8 @@
 # `granary serve --scrub-rate 0` (data under ./bench-data/compare) and stops it; the client
 # is this checkout's granary-bench. PHASES (default "put get mix") picks the groups:
 #   put: 1 MiB PUT (16 conns) with the server's fdatasyncs per extent write; 64 MiB PUT
-#        (4 conns)
+#        (4 conns); each with the server's CPU time per PUT (user + system), a figure
+#        this VM's disk noise moves less than throughput
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
 #        64 MiB GET (4 conns)
 #   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
@@ -53,6 +54,19 @@ io_ops() {  # io_ops OP: the server's granary_io_operations_total for OP
     awk -v op="op=\"$1\"" 'index($0, "granary_io_operations_total{") == 1 && index($0, op) { s += $NF } END { print s + 0 }'
 }
 
+cpu_ms() {  # the server's user + system CPU time so far, in ms
+  awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$pid/stat"
+}
+run_cpu() {  # run_cpu NAME granary-bench-args...: run, named NAME, then the server's CPU per op
+  local name=$1 before rows
+  shift
+  before=$(cpu_ms)
+  rows=$(run "$@" | sed "s/^put /$name/")
+  echo "$rows"
+  awk -v ms="$(($(cpu_ms) - before))" -v ops="$(echo "$rows" | awk '{ print $3; exit }')" \
+    'BEGIN { printf "   server CPU per op: %.2f ms (%d ms / %d ops)\n", ops ? ms / ops : 0, ms, ops }'
+}
+
 echo "== machine: $(nproc) cores, $(uname -r); ${secs} s a phase, $rounds rounds"
 echo "workload     op           ops  errors      ops/s      MB/s     keys/s   p50 ms   p90 ms   p99 ms p99.9 ms   max ms"
 for round in $(seq "$rounds"); do
@@ -65,11 +79,11 @@ for round in $(seq "$rounds"); do
     echo "== round $round, $which ($bin)"
     if [[ $phases == *" put "* ]]; then
       start "$bin"
-      run --op put --size 1MiB --concurrency 16 --objects 256 | sed 's/^put /put-1MiB/'
+      run_cpu put-1MiB --op put --size 1MiB --concurrency 16 --objects 256
       awk -v s="$(io_ops fdatasync)" -v w="$(io_ops write)" \
         'BEGIN { printf "   fdatasyncs per extent write: %.2f (%d / %d)\n", w ? s / w : 0, s, w }'
       start "$bin"
-      run --op put --size 64MiB --concurrency 4 --objects 8 | sed 's/^put /put-64MiB/'
+      run_cpu put-64MiB --op put --size 64MiB --concurrency 4 --objects 8
     fi
     if [[ $phases == *" get "* ]]; then
       start "$bin"

@@ -20,6 +20,12 @@
 
 namespace granary::gateway {
 
+// How long an upload's chunk may wait for others to share the MD5 lanes with: less than
+// writing the chunk takes, which its hash overlaps. With no wait, 1 MiB PUTs at 16
+// connections spent 9.6% of the machine's CPU samples hashing one stream at a time (and
+// 10.7% in the lanes); with this one, 2.8% (and 12.0%).
+inline constexpr std::chrono::milliseconds kMd5Linger{5};
+
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, GatewayDeps d, const ec::ErasureCode& code)
       : options(o),
@@ -31,7 +37,9 @@ struct GatewayContext {
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
                                o.repair_verify}) {
     data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
-    if (auto kernel = Md5Lanes::best()) md5_lanes = std::make_unique<Md5Lanes>(*kernel);
+    if (auto kernel = Md5Lanes::best()) {
+      md5_lanes = std::make_unique<Md5Lanes>(*kernel, kMd5Linger);
+    }
   }
 
   GatewayOptions options;

@@ -347,6 +347,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       S3Error err = fromStatus(st);
       co_return co_await failWith(err);
     }
+    Md5Lanes::Member lanes_member(*size > kOffloadHashAbove ? ctx.md5_lanes.get() : nullptr);
     for (;;) {
       auto buf = writer->buffer();
       if (buf.data() == hashed.data()) (void)co_await hashing.wait();

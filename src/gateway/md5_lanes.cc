@@ -225,11 +225,25 @@ std::optional<Md5Lanes::Kernel> Md5Lanes::best() {
   return std::nullopt;
 }
 
-Md5Lanes::Md5Lanes(Kernel kernel) : kernel_(kernel) {}
+Md5Lanes::Md5Lanes(Kernel kernel, std::chrono::microseconds linger)
+    : kernel_(kernel), linger_(linger) {}
 
 Md5Lanes::~Md5Lanes() {
   std::unique_lock lock(mu_);
   idle_.wait(lock, [this] { return !hashing_ && queue_.empty(); });
+}
+
+Md5Lanes::Member::Member(Md5Lanes* lanes) : lanes_(lanes) {
+  if (!lanes_) return;
+  std::lock_guard lock(lanes_->mu_);
+  ++lanes_->members_;
+}
+
+Md5Lanes::Member::~Member() {
+  if (!lanes_) return;
+  std::lock_guard lock(lanes_->mu_);
+  --lanes_->members_;
+  lanes_->arrived_.notify_one();  // a lingering hasher may now wait for nobody
 }
 
 uint64_t Md5Lanes::sharedBlocks() const {
@@ -245,8 +259,12 @@ void Md5Lanes::update(Md5Stream& stream, std::span<const uint8_t> data, Done don
   }
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(Job{stream.h_, blocks.data(), blocks.size() / 64, std::move(done)});
-    if (hashing_) return;
+    queue_.push_back(Job{stream.h_, blocks.data(), blocks.size() / 64, std::move(done),
+                         std::chrono::steady_clock::now()});
+    if (hashing_) {
+      arrived_.notify_one();  // a lingering hasher takes it at once
+      return;
+    }
     hashing_ = true;
   }
   hash();
@@ -258,12 +276,26 @@ void Md5Lanes::hash() {
   std::vector<Done> finished;
   for (;;) {
     {
-      std::lock_guard lock(mu_);
-      for (auto& lane : lanes) {
-        if (lane || queue_.empty()) continue;
-        lane.emplace(std::move(queue_.front()));
-        queue_.pop_front();
-        ++active;
+      std::unique_lock lock(mu_);
+      auto fill = [&] {
+        for (auto& lane : lanes) {
+          if (lane || queue_.empty()) continue;
+          lane.emplace(std::move(queue_.front()));
+          queue_.pop_front();
+          ++active;
+        }
+      };
+      fill();
+      // Too few streams for a pass over the lanes: wait for more while some member may
+      // still hand blocks in, and no stream has waited for company longer than linger_.
+      while (active > 0 && active < kFewestForLanes && queue_.empty() && members_ > active &&
+             linger_.count() > 0) {
+        auto oldest = std::chrono::steady_clock::time_point::max();
+        for (const auto& lane : lanes) {
+          if (lane) oldest = std::min(oldest, lane->since);
+        }
+        if (arrived_.wait_until(lock, oldest + linger_) == std::cv_status::timeout) break;
+        fill();
       }
       if (active == 0) {
         hashing_ = false;

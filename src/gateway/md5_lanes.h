@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -51,7 +52,24 @@ class Md5Lanes {
   // The multi-lane kernel this CPU runs, nullopt if none beats one stream at a time.
   static std::optional<Kernel> best();
 
-  explicit Md5Lanes(Kernel kernel);
+  // `linger`: how long a stream's blocks may wait for other streams to hash beside them
+  // before they are hashed on their own (see Member). Worth it only where the hash holds
+  // nothing up: ingest hashes a chunk while the chunk is written.
+  explicit Md5Lanes(Kernel kernel, std::chrono::microseconds linger = {});
+
+  // Held by an upload for as long as it may hand in blocks: blocks wait for company only
+  // while more uploads hold one than have blocks in the lanes, so a lone upload never
+  // waits.
+  class Member {
+   public:
+    explicit Member(Md5Lanes* lanes);  // null: no lanes, nothing to do
+    ~Member();
+    Member(const Member&) = delete;
+    Member& operator=(const Member&) = delete;
+
+   private:
+    Md5Lanes* lanes_;
+  };
   Md5Lanes(const Md5Lanes&) = delete;
   Md5Lanes& operator=(const Md5Lanes&) = delete;
   ~Md5Lanes();  // waits for the hasher to finish
@@ -73,12 +91,16 @@ class Md5Lanes {
     const uint8_t* next;
     size_t blocks;  // 64-byte blocks left
     Done done;
+    std::chrono::steady_clock::time_point since;  // handed in
   };
   void hash();  // the hasher's loop
 
   const Kernel kernel_;
+  const std::chrono::microseconds linger_;
   mutable std::mutex mu_;
   std::condition_variable idle_;
+  std::condition_variable arrived_;  // a stream was queued, or a member left
+  size_t members_ = 0;
   std::deque<Job> queue_;
   bool hashing_ = false;
   uint64_t shared_blocks_ = 0;

@@ -2,8 +2,10 @@
 // block and padding edges, split at every kind of boundary, and many streams hashed side by
 // side by both lane kernels, from several threads at once.
 #include <atomic>
+#include <chrono>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -142,6 +144,62 @@ TEST_CASE("Md5Lanes puts the streams that arrive while it hashes into lanes side
     }
     // 19 streams of at least 781 blocks each went through the lanes together.
     CHECK(lanes.sharedBlocks() >= 19 * 781);
+  }
+}
+
+TEST_CASE("Md5Lanes lets a member's blocks wait for the other members' to share a pass") {
+  for (auto kernel : kernels()) {
+    INFO("kernel " << static_cast<int>(kernel));
+    // A long linger: the first stream waits until the other two arrive, however late.
+    Md5Lanes lanes(kernel, std::chrono::seconds(60));
+    Md5Lanes::Member a(&lanes), b(&lanes), c(&lanes);
+    const auto in_a = randomBytes(64 * 100, 31), in_b = randomBytes(64 * 100, 32),
+               in_c = randomBytes(64 * 100, 33);
+    Md5Stream sa, sb, sc;
+    std::atomic<int> done{0};
+    std::thread first([&] { lanes.update(sa, in_a, [&] { done.fetch_add(1); }); });
+    std::thread second([&] { lanes.update(sb, in_b, [&] { done.fetch_add(1); }); });
+    lanes.update(sc, in_c, [&] { done.fetch_add(1); });
+    first.join();
+    second.join();
+    CHECK(done.load() == 3);
+    CHECK(lanes.sharedBlocks() == 3 * 100);  // one pass of all three: none hashed alone
+    CHECK(bytes(sa.finish()) == opensslMd5(in_a));
+    CHECK(bytes(sb.finish()) == opensslMd5(in_b));
+    CHECK(bytes(sc.finish()) == opensslMd5(in_c));
+  }
+}
+
+TEST_CASE("Md5Lanes never keeps a lone member waiting, nor one whose company left") {
+  const auto kernel = Md5Lanes::Kernel::kPortable;
+  const auto linger = std::chrono::seconds(60);
+  const auto in = randomBytes(64 * 10, 41);
+  SECTION("a lone member") {
+    Md5Lanes lanes(kernel, linger);
+    Md5Lanes::Member only(&lanes);
+    Md5Stream s;
+    const auto start = std::chrono::steady_clock::now();
+    bool done = false;
+    lanes.update(s, in, [&] { done = true; });
+    CHECK(done);
+    CHECK(std::chrono::steady_clock::now() - start < linger / 2);
+    CHECK(bytes(s.finish()) == opensslMd5(in));
+  }
+  SECTION("the other member leaves while the stream waits for it") {
+    Md5Lanes lanes(kernel, linger);
+    Md5Lanes::Member stays(&lanes);
+    std::optional<Md5Lanes::Member> leaves(&lanes);
+    Md5Stream s;
+    std::atomic<bool> done{false};
+    const auto start = std::chrono::steady_clock::now();
+    std::thread hasher([&] { lanes.update(s, in, [&] { done.store(true); }); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the hasher waits
+    CHECK_FALSE(done.load());
+    leaves.reset();
+    hasher.join();
+    CHECK(done.load());
+    CHECK(std::chrono::steady_clock::now() - start < linger / 2);
+    CHECK(bytes(s.finish()) == opensslMd5(in));
   }
 }
 
