@@ -286,10 +286,11 @@ void Md5Lanes::hash() {
         }
       };
       fill();
-      // Too few streams for a pass over the lanes: wait for more while some member may
-      // still hand blocks in, and no stream has waited for company longer than linger_.
+      // Too few streams for a pass over the lanes: wait for more while members enough for
+      // a pass exist and some may still hand blocks in, and no stream has waited for
+      // company longer than linger_.
       while (active > 0 && active < kFewestForLanes && queue_.empty() && members_ > active &&
-             linger_.count() > 0) {
+             members_ >= kFewestForLanes && linger_.count() > 0) {
         auto oldest = std::chrono::steady_clock::time_point::max();
         for (const auto& lane : lanes) {
           if (lane) oldest = std::min(oldest, lane->since);

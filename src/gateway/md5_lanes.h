@@ -58,8 +58,8 @@ class Md5Lanes {
   explicit Md5Lanes(Kernel kernel, std::chrono::microseconds linger = {});
 
   // Held by an upload for as long as it may hand in blocks: blocks wait for company only
-  // while more uploads hold one than have blocks in the lanes, so a lone upload never
-  // waits.
+  // while more uploads hold one than have blocks in the lanes, and enough for a pass over
+  // the lanes (3), so one or two uploads never wait.
   class Member {
    public:
     explicit Member(Md5Lanes* lanes);  // null: no lanes, nothing to do
