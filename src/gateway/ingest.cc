@@ -327,6 +327,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       co_return co_await failWith(err);
     }
     total = *n;
+    ctx.metrics.bytesIn(total);
     out.inline_data.resize(std::min<uint64_t>(total, *size));
     std::span<const uint8_t> all{reinterpret_cast<const uint8_t*>(out.inline_data.data()),
                                  out.inline_data.size()};
@@ -358,6 +359,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       }
       if (*n == 0) break;
       total += *n;
+      ctx.metrics.bytesIn(*n);  // as it arrives: a long upload shows on dashboards at once
       if (total > *size) break;
       auto chunk = buf.first(*n);
       (void)co_await hashing.wait();  // the chunk before this one: MD5 is a serial chain
@@ -382,7 +384,6 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       co_return co_await failWith(err);
     }
   }
-  ctx.metrics.bytesIn(total);
   out.md5 = hashes.md5();
   const std::string computed_checksum = hashes.checksum();
   std::optional<S3Error> invalid;

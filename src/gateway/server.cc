@@ -49,23 +49,46 @@ beast::tcp_stream& tcpLayer(Stream& stream) {
   return beast::get_lowest_layer(stream);
 }
 
+// A request body. One with a Content-Length (every S3 PUT but HTTP-chunked ones) is read
+// from the socket straight into the caller's buffer, after what the header read already
+// buffered; only the bytes of the body are taken, so a pipelined next request stays in
+// `buffer`. Going through Beast's parser instead copies every byte once more, from its
+// buffer into the caller's (3.6% of the server's CPU at 1 MiB PUTs). Other bodies (HTTP
+// chunked transfer coding) go through the parser.
 template <class Stream>
 class BeastBodySource final : public BodySource {
  public:
   BeastBodySource(Stream& stream, beast::flat_buffer& buffer,
                   http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout)
-      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {}
+      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {
+    if (!parser_.chunked() && parser_.content_length()) remaining_ = *parser_.content_length();
+  }
 
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
-    if (parser_.is_done() || out.empty()) co_return 0;
-    auto& body = parser_.get().body();
-    body.data = out.data();
-    body.size = out.size();
-    tcpLayer(stream_).expires_after(timeout_);
+    if (done() || out.empty()) co_return 0;
     beast::error_code ec;
-    co_await http::async_read(stream_, buffer_, parser_, kRedirect(ec));
-    if (ec == http::error::need_buffer) ec = {};
-    size_t n = out.size() - body.size;
+    size_t n = 0;
+    if (remaining_) {
+      out = out.first(std::min<uint64_t>(out.size(), *remaining_));
+      if (buffer_.size() > 0) {
+        n = std::min(buffer_.size(), out.size());
+        std::memcpy(out.data(), buffer_.data().data(), n);
+        buffer_.consume(n);
+      } else {
+        tcpLayer(stream_).expires_after(timeout_);
+        n = co_await stream_.async_read_some(asio::buffer(out.data(), out.size()),
+                                             kRedirect(ec));
+      }
+      *remaining_ -= n;
+    } else {
+      auto& body = parser_.get().body();
+      body.data = out.data();
+      body.size = out.size();
+      tcpLayer(stream_).expires_after(timeout_);
+      co_await http::async_read(stream_, buffer_, parser_, kRedirect(ec));
+      if (ec == http::error::need_buffer) ec = {};
+      n = out.size() - body.size;
+    }
     if (ec) {
       failed_ = true;
       if (ec == beast::error::timeout) {
@@ -80,7 +103,7 @@ class BeastBodySource final : public BodySource {
     co_return n;
   }
 
-  bool done() const override { return parser_.is_done(); }
+  bool done() const override { return remaining_ ? *remaining_ == 0 : parser_.is_done(); }
   bool failed() const { return failed_; }
   uint64_t bytes() const { return bytes_; }
 
@@ -89,6 +112,7 @@ class BeastBodySource final : public BodySource {
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   std::chrono::seconds timeout_;
+  std::optional<uint64_t> remaining_;  // body bytes not read yet, when read directly
   bool failed_ = false;
   uint64_t bytes_ = 0;
 };
