@@ -38,7 +38,11 @@ struct GatewayContext {
                                o.repair_verify}) {
     data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
     if (auto kernel = Md5Lanes::best()) {
-      md5_lanes = std::make_unique<Md5Lanes>(*kernel, kMd5Linger);
+      // The hasher waits on a pool thread, and other uploads hand their chunks in from pool
+      // threads: with a pool this small, waiting could hold up the company it waits for.
+      const bool linger = d.pool.threads() >= 4;
+      md5_lanes = std::make_unique<Md5Lanes>(
+          *kernel, linger ? kMd5Linger : std::chrono::milliseconds::zero());
     }
   }
 
