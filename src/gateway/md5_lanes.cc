@@ -142,7 +142,8 @@ inline __attribute__((always_inline)) void step(__m512i& a, __m512i& b, __m512i&
     f = _mm512_ternarylogic_epi32(b, c, d, 0x39);
   }
   __m512i t = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(int(kK[i]))), m[word(i)]);
-  t = _mm512_rol_epi32(_mm512_add_epi32(t, f), kS[i]);
+  constexpr int kRotate = kS[i];  // an immediate operand, also in unoptimised builds
+  t = _mm512_rol_epi32(_mm512_add_epi32(t, f), kRotate);
   a = d;
   d = c;
   c = b;
@@ -186,6 +187,7 @@ void compress16Avx512(LaneStates st, const uint8_t* const p[Md5Lanes::kLanes],
 Md5Stream::Md5Stream() : h_{0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476}, tail_{} {}
 
 std::span<const uint8_t> Md5Stream::take(std::span<const uint8_t> data) {
+  if (data.empty()) return {};  // its data() may be null, which memcpy must not see
   length_ += data.size();
   if (tail_len_ > 0) {
     const size_t n = std::min(data.size(), sizeof(tail_) - tail_len_);

@@ -49,6 +49,11 @@ TEST_CASE("Md5Stream matches OpenSSL's MD5 for every length across the padding e
   CHECK(bytes(abc.finish()) == std::vector<uint8_t>{0x90, 0x01, 0x50, 0x98, 0x3c, 0xd2, 0x4f,
                                                     0xb0, 0xd6, 0x96, 0x3f, 0x7d, 0x28, 0xe1,
                                                     0x7f, 0x72});
+  // Empty updates, a null span among them, change nothing.
+  Md5Stream empty;
+  empty.update({});
+  empty.update({reinterpret_cast<const uint8_t*>("x"), 0});
+  CHECK(bytes(empty.finish()) == opensslMd5({}));
   const auto data = randomBytes(300, 1);
   for (size_t len = 0; len <= data.size(); ++len) {
     std::span<const uint8_t> all(data.data(), len);
@@ -73,6 +78,9 @@ TEST_CASE("Md5Lanes hashes one stream like Md5Stream, partial blocks included") 
     const auto data = randomBytes(100'000, 2);
     // Pieces that leave partial blocks behind, then one that completes them.
     Md5Stream s;
+    bool empty_done = false;
+    lanes.update(s, {}, [&] { empty_done = true; });
+    CHECK(empty_done);
     size_t off = 0;
     for (size_t piece : {10, 54, 64, 1000, 33, 65'536, 31}) {
       bool called = false;
