@@ -310,6 +310,13 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup hashing(ctx.pool(), ex);
   std::span<const uint8_t> hashed;  // the chunk being hashed, if any
+  // Every path out awaits the hash, but this frame can also be destroyed while suspended
+  // on a socket read with a hash in flight (its io_context destroyed at shutdown): the
+  // hash reads the writer's buffer and writes `hashes`, declared before this.
+  struct HashedBeforeFreed {
+    TaskGroup& group;
+    ~HashedBeforeFreed() { group.blockUntilIdle(); }
+  } hashed_before_freed{hashing};
 
   auto failWith = [&](const S3Error& e) -> Task<Outcome> {
     (void)co_await hashing.wait();
@@ -348,7 +355,9 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       S3Error err = fromStatus(st);
       co_return co_await failWith(err);
     }
-    Md5Lanes::Member lanes_member(*size > kOffloadHashAbove ? ctx.md5_lanes.get() : nullptr);
+    // A member while it may hand chunks to the MD5 lanes: until the last one is read.
+    std::optional<Md5Lanes::Member> lanes_member;
+    if (*size > kOffloadHashAbove) lanes_member.emplace(ctx.md5_lanes.get());
     for (;;) {
       auto buf = writer->buffer();
       if (buf.data() == hashed.data()) (void)co_await hashing.wait();
@@ -377,6 +386,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       }
       if (*n < buf.size()) break;
     }
+    lanes_member.reset();
     (void)co_await hashing.wait();
     Status st = co_await writer->finish();
     if (!st.isOk()) {

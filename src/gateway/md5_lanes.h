@@ -43,6 +43,9 @@ class Md5Stream {
 
 // Thread safe; owns no threads: the caller of update() that finds nobody hashing becomes
 // the hasher until no work is left, and the other callers' work joins its lanes meanwhile.
+// With a linger, the hasher may wait (at most the linger) for other pool tasks to hand
+// work in: the one bounded exception to TaskGroup's rule that pool tasks never wait for
+// each other, which is why the gateway lingers only with a pool of 4 threads or more.
 class Md5Lanes {
  public:
   enum class Kernel {

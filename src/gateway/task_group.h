@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,14 @@ class TaskGroup {
   bool idle() const {
     std::lock_guard lock(state_->mu);
     return state_->pending == 0;
+  }
+
+  // Blocks the calling thread until every spawned task has finished. For destructors only:
+  // a coroutine frame destroyed while its tasks still use it (an io_context destroyed at
+  // shutdown with the coroutine suspended elsewhere). A coroutine awaits wait() instead.
+  void blockUntilIdle() const {
+    std::unique_lock lock(state_->mu);
+    state_->idle_cv.wait(lock, [st = state_.get()] { return st->pending == 0; });
   }
 
   // Waits until every spawned task has finished; returns the first error, then resets it.
@@ -132,6 +141,7 @@ class TaskGroup {
     int pending = 0;
     Status first_error;
     std::move_only_function<void()> waiter;
+    std::condition_variable idle_cv;  // pending reached 0 (blockUntilIdle)
     asio::any_io_executor executor;
 
     // One task ended with `s`.
@@ -140,7 +150,10 @@ class TaskGroup {
       {
         std::lock_guard lock(mu);
         if (!s.isOk() && first_error.isOk()) first_error = std::move(s);
-        if (--pending == 0) w = std::move(waiter);
+        if (--pending == 0) {
+          w = std::move(waiter);
+          idle_cv.notify_all();
+        }
       }
       if (w) w();
     }

@@ -159,7 +159,7 @@ TEST_CASE("Md5Lanes lets a member's blocks wait for the other members' to share 
   for (auto kernel : kernels()) {
     INFO("kernel " << static_cast<int>(kernel));
     // A long linger: the first stream waits until the other two arrive, however late.
-    Md5Lanes lanes(kernel, std::chrono::seconds(60));
+    Md5Lanes lanes(kernel, std::chrono::seconds(10));
     Md5Lanes::Member a(&lanes), b(&lanes), c(&lanes);
     const auto in_a = randomBytes(64 * 100, 31), in_b = randomBytes(64 * 100, 32),
                in_c = randomBytes(64 * 100, 33);
@@ -180,7 +180,7 @@ TEST_CASE("Md5Lanes lets a member's blocks wait for the other members' to share 
 
 TEST_CASE("Md5Lanes keeps no stream waiting when no pass over the lanes can follow") {
   const auto kernel = Md5Lanes::Kernel::kPortable;
-  const auto linger = std::chrono::seconds(60);
+  const auto linger = std::chrono::seconds(10);
   const auto in = randomBytes(64 * 10, 41);
   SECTION("one or two members: too few for a pass over the lanes") {
     const int members = GENERATE(1, 2);
