@@ -184,6 +184,109 @@ void compress16Avx512(LaneStates st, const uint8_t* const p[Md5Lanes::kLanes],
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
+// The AVX2 kernel, for CPUs without AVX-512: the 16 lanes as two groups of 8, whose
+// independent chains the CPU interleaves. Compiled for AVX2 alone, as above.
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace {
+
+// 8 rows of 8 words into 8 columns.
+inline void transpose8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+  }
+}
+
+struct Group8 {
+  __m256i a, b, c, d;
+  __m256i m[16];  // word w of each of the group's 8 lanes
+};
+
+template <int i>
+inline __attribute__((always_inline)) void step8(Group8& g) {
+  __m256i f;
+  if constexpr (i < 16) {
+    f = _mm256_xor_si256(g.d, _mm256_and_si256(g.b, _mm256_xor_si256(g.c, g.d)));
+  } else if constexpr (i < 32) {
+    f = _mm256_xor_si256(g.c, _mm256_and_si256(g.d, _mm256_xor_si256(g.b, g.c)));
+  } else if constexpr (i < 48) {
+    f = _mm256_xor_si256(_mm256_xor_si256(g.b, g.c), g.d);
+  } else {
+    f = _mm256_xor_si256(g.c, _mm256_or_si256(g.b, _mm256_xor_si256(g.d, _mm256_set1_epi32(-1))));
+  }
+  __m256i t = _mm256_add_epi32(_mm256_add_epi32(g.a, _mm256_set1_epi32(int(kK[i]))),
+                               g.m[word(i)]);
+  t = _mm256_add_epi32(t, f);
+  constexpr int kRotate = kS[i];
+  t = _mm256_or_si256(_mm256_slli_epi32(t, kRotate), _mm256_srli_epi32(t, 32 - kRotate));
+  g.a = g.d;
+  g.d = g.c;
+  g.c = g.b;
+  g.b = _mm256_add_epi32(g.b, t);
+}
+
+template <int... I>
+inline __attribute__((always_inline)) void steps8(Group8& lo, Group8& hi,
+                                                  std::integer_sequence<int, I...>) {
+  ((step8<I>(lo), step8<I>(hi)), ...);
+}
+
+void compress16Avx2(LaneStates st, const uint8_t* const p[Md5Lanes::kLanes], size_t blocks) {
+  Group8 g[2];
+  for (int h = 0; h < 2; ++h) {
+    g[h].a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st[0] + 8 * h));
+    g[h].b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st[1] + 8 * h));
+    g[h].c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st[2] + 8 * h));
+    g[h].d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st[3] + 8 * h));
+  }
+  for (size_t n = 0; n < blocks; ++n) {
+    __m256i s0[2][4];
+    for (int h = 0; h < 2; ++h) {
+      // Words 0-7 of the group's 8 lanes, then words 8-15.
+      for (int half = 0; half < 2; ++half) {
+        __m256i* r = g[h].m + 8 * half;
+        for (int l = 0; l < 8; ++l) {
+          r[l] = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(p[8 * h + l] + n * 64 + 32 * half));
+        }
+        transpose8(r);
+      }
+      s0[h][0] = g[h].a;
+      s0[h][1] = g[h].b;
+      s0[h][2] = g[h].c;
+      s0[h][3] = g[h].d;
+    }
+    steps8(g[0], g[1], std::make_integer_sequence<int, 64>{});
+    for (int h = 0; h < 2; ++h) {
+      g[h].a = _mm256_add_epi32(g[h].a, s0[h][0]);
+      g[h].b = _mm256_add_epi32(g[h].b, s0[h][1]);
+      g[h].c = _mm256_add_epi32(g[h].c, s0[h][2]);
+      g[h].d = _mm256_add_epi32(g[h].d, s0[h][3]);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st[0] + 8 * h), g[h].a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st[1] + 8 * h), g[h].b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st[2] + 8 * h), g[h].c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(st[3] + 8 * h), g[h].d);
+  }
+}
+
+}  // namespace
+#pragma GCC pop_options
+
 Md5Stream::Md5Stream() : h_{0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476}, tail_{} {}
 
 std::span<const uint8_t> Md5Stream::take(std::span<const uint8_t> data) {
@@ -222,8 +325,19 @@ std::array<uint8_t, 16> Md5Stream::finish() {
   return out;
 }
 
+bool Md5Lanes::supported(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kAvx512: return __builtin_cpu_supports("avx512f");
+    case Kernel::kAvx2: return __builtin_cpu_supports("avx2");
+    case Kernel::kPortable: return true;
+  }
+  return false;
+}
+
 std::optional<Md5Lanes::Kernel> Md5Lanes::best() {
-  if (__builtin_cpu_supports("avx512f")) return Kernel::kAvx512;
+  for (Kernel k : {Kernel::kAvx512, Kernel::kAvx2}) {
+    if (supported(k)) return k;
+  }
   return std::nullopt;
 }
 
@@ -312,7 +426,7 @@ void Md5Lanes::hash() {
       if (lane) n = std::min(n, lane->blocks);
     }
     const bool side_by_side = active >= kFewestForLanes;
-    if (side_by_side && kernel_ == Kernel::kAvx512) {
+    if (side_by_side && kernel_ != Kernel::kPortable) {
       LaneStates st = {};
       const uint8_t* p[kLanes];
       for (size_t l = 0; l < kLanes; ++l) {
@@ -320,7 +434,11 @@ void Md5Lanes::hash() {
         if (!lanes[l]) continue;
         for (int w = 0; w < 4; ++w) st[w][l] = lanes[l]->h[w];
       }
-      compress16Avx512(st, p, n);
+      if (kernel_ == Kernel::kAvx512) {
+        compress16Avx512(st, p, n);
+      } else {
+        compress16Avx2(st, p, n);
+      }
       for (size_t l = 0; l < kLanes; ++l) {
         if (!lanes[l]) continue;
         for (int w = 0; w < 4; ++w) lanes[l]->h[w] = st[w][l];

@@ -50,9 +50,11 @@ class Md5Lanes {
  public:
   enum class Kernel {
     kAvx512,    // 16 lanes in one register each for A, B, C and D
+    kAvx2,      // 16 lanes as two groups of 8, for CPUs without AVX-512
     kPortable,  // the same scheduling, each lane hashed by Md5Stream's code (for tests)
   };
-  // The multi-lane kernel this CPU runs, nullopt if none beats one stream at a time.
+  static bool supported(Kernel kernel);  // this CPU can run it
+  // The multi-lane kernel this CPU runs best, nullopt if none beats one stream at a time.
   static std::optional<Kernel> best();
 
   // `linger`: how long a stream's blocks may wait for other streams to hash beside them
