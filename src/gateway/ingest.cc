@@ -162,9 +162,9 @@ class Hashes {
   std::optional<Checksummer> checksum_;
 };
 
-// Starts hashing a large chunk off the event loop, as tasks of `group`: its MD5 in the
-// lanes shared by all uploads when the CPU has them, and the other hashes and the observer
-// on the pool meanwhile.
+// Starts hashing a large chunk off the event loop, as tasks of `group`: its MD5 (in the
+// lanes shared by all uploads when the CPU has them), and beside it the other hashes and
+// the observer.
 void hashOffLoop(GatewayContext& ctx, TaskGroup& group, Hashes& hashes,
                  std::span<const uint8_t> chunk,
                  const std::function<void(std::span<const uint8_t>)>& observe) {
@@ -174,16 +174,15 @@ void hashOffLoop(GatewayContext& ctx, TaskGroup& group, Hashes& hashes,
       ctx.md5_lanes->update(hashes.md5Stream(), chunk,
                             [done = std::move(done)]() mutable { done(Status::ok()); });
     });
-    if (hashes.hasOthers() || observe) {
-      group.spawn([&hashes, &observe, chunk] {
-        hashes.updateOthers(chunk);
-        if (observe) observe(chunk);
-        return Status::ok();
-      });
-    }
   } else {
+    group.spawn([&hashes, chunk] {
+      hashes.md5Stream().update(chunk);
+      return Status::ok();
+    });
+  }
+  if (hashes.hasOthers() || observe) {
     group.spawn([&hashes, &observe, chunk] {
-      hashes.update(chunk);
+      hashes.updateOthers(chunk);
       if (observe) observe(chunk);
       return Status::ok();
     });
