@@ -7,27 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "throughput.h"
+
 #include "granary/ec/erasure_code.h"
 
 using namespace granary;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-template <typename F>
-double bytesPerSecond(double seconds, size_t bytes_per_call, F&& fn) {
-  size_t calls = 0;
-  auto start = Clock::now();
-  auto deadline = start + std::chrono::duration<double>(seconds);
-  while (Clock::now() < deadline) {
-    fn();
-    ++calls;
-  }
-  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return double(calls) * double(bytes_per_call) / elapsed;
-}
-
-}  // namespace
+using bench::bytesPerSecond;
 
 int main(int argc, char** argv) {
   int k = argc > 1 ? std::atoi(argv[1]) : 4;

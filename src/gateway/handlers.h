@@ -23,7 +23,8 @@ namespace granary::gateway {
 // How long an upload's chunk may wait for others to share the MD5 lanes with: less than
 // writing the chunk takes, which its hash overlaps. With no wait, 1 MiB PUTs at 16
 // connections spent 9.6% of the machine's CPU samples hashing one stream at a time (and
-// 10.7% in the lanes); with this one, 2.8% (and 12.0%).
+// 10.7% in the lanes); with this one, 2.8% (and 12.0%) (docs/benchmarks.md, "PUTs: MD5
+// in lanes").
 inline constexpr std::chrono::milliseconds kMd5Linger{5};
 
 struct GatewayContext {

@@ -80,9 +80,9 @@ void compress(uint32_t h[4], const uint8_t* p, size_t blocks) {
 // Sixteen lanes' states: st[0] holds A of every lane, st[1] B, and so on.
 using LaneStates = uint32_t[4][Md5Lanes::kLanes];
 
-// One pass over the 16 lanes takes as long as ~2.4 blocks hashed one stream at a time
-// (4.9 GB/s against 0.73 GB/s on this project's 2-core VM): fewer than 3 streams are
-// hashed one by one.
+// One pass over the 16 lanes takes as long as 2.0 (AVX-512) to 2.4 (AVX2) blocks hashed
+// one stream at a time (`build/bench/md5_bench` on this project's 2-core VM: 5.8 and
+// 4.9 GB/s against 0.73): fewer than 3 streams are hashed one by one.
 constexpr size_t kFewestForLanes = 3;
 
 // What an idle lane hashes: never read back.
