@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <fmt/core.h>
@@ -21,6 +22,7 @@
 
 #include "aligned_buffer.h"
 #include "blob_format.h"
+#include "crc_cache.h"
 #include "extent_set.h"
 #include "group_commit.h"
 #include "granary/chunkstore/io_engine.h"
@@ -51,6 +53,7 @@ class ChunkStoreImpl final : public ChunkStore {
         extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
                  [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
+        crcs_(options.crc_cache_bytes),
         commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
                  [this](std::span<PendingCommit* const> b) { indexCommits(b); },
                  [this](PendingCommit* p) { finishPut(p); }) {}
@@ -99,10 +102,11 @@ class ChunkStoreImpl final : public ChunkStore {
   void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                 IoDone done) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
-    return readAttempts(id, offset, out, firstAttempt());
+    return readAttempts(id, offset, out, firstAttempt(), /*use_crcs=*/true);
   }
   Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
-    return readAttempts(id, offset, out, Attempt::kDrive);
+    // The scrubber's reads: every header is read and verified, never taken from crcs_.
+    return readAttempts(id, offset, out, Attempt::kDrive, /*use_crcs=*/false);
   }
   bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
@@ -170,8 +174,12 @@ class ChunkStoreImpl final : public ChunkStore {
     uint64_t head_len = 0;         // bytes of head to read at rec.offset
     AlignedBuffer head;
     IoBuffer registered_head;  // used instead of head when the engine lent one
+    IoBuffer registered_body;  // used instead of body when the engine lent one
     uint64_t disk_begin = 0, disk_end = 0;  // the payload I/O when not merged (body)
     AlignedBuffer body;
+    // The blob's block CRCs from crcs_: the header region is not read (head_len = 0).
+    std::shared_ptr<const CachedCrcs> crcs;
+    bool fill_crcs = false;  // once verified, put the header's CRCs in crcs_
 
     Status corrupt(const ChunkStoreImpl& store, std::string_view what) const;
     std::span<uint8_t> headIo();
@@ -208,16 +216,17 @@ class ChunkStoreImpl final : public ChunkStore {
   }
   // read() and readFromDrive(), from `attempt` on.
   Status readAttempts(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
-                      Attempt attempt);
+                      Attempt attempt, bool use_crcs);
   // `async`: for the engine's asynchronous path, which can use its registered buffers.
-  // `cached`: through the extent's page-cache descriptor.
+  // `cached`: through the extent's page-cache descriptor. `use_crcs`: the block CRCs may
+  // come from crcs_ (and go there), sparing the header's I/O.
   Result<ReadPlan> planRead(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                            std::span<uint8_t> out, bool async, bool cached);
-  // Checks the header and the CRC of every block read, then copies the bytes to plan.out
-  // (unless they were read there).
+                            std::span<uint8_t> out, bool async, bool cached, bool use_crcs);
+  // Checks the header (unless the CRCs came from crcs_) and the CRC of every block read,
+  // then copies the bytes to plan.out (unless they were read there).
   Status verifyRead(ReadPlan& plan) const;
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                      std::span<uint8_t> out, bool cached);
+                      std::span<uint8_t> out, bool cached, bool use_crcs);
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                          std::span<uint8_t> out, Attempt attempt, IoDone done);
   void finishAsyncRead(AsyncRead* op);
@@ -260,6 +269,8 @@ class ChunkStoreImpl final : public ChunkStore {
   const Clock& clock_;
   std::unique_ptr<RocksIndex> index_;
   ExtentSet extents_;
+  // Verified block CRCs of recently read blobs (thread safe; filled from const verifyRead).
+  mutable CrcCache crcs_;
 
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
@@ -469,18 +480,18 @@ Status ChunkStoreImpl::checkRange(const BlobId& id, const IndexRecord& rec, uint
 }
 
 Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
-                                    std::span<uint8_t> out, Attempt attempt) {
+                                    std::span<uint8_t> out, Attempt attempt, bool use_crcs) {
   auto rec = index_->get(id);
   if (!rec) return rec.error();
   GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
-  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache);
+  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, use_crcs);
   if (st.isCorruption() && attempt == Attempt::kCache) {
-    st = readVerified(id, *rec, offset, out, false);
+    st = readVerified(id, *rec, offset, out, false, use_crcs);
     if (st.isOk()) dropCachedCopy(id, *rec);
   }
   if (st.isCorruption()) {
     auto again = recheckAfterCorruption(id, *rec, offset, out.size(), st);
-    st = again ? readVerified(id, *again, offset, out, false) : again.error();
+    st = again ? readVerified(id, *again, offset, out, false, use_crcs) : again.error();
     if (st.isCorruption()) noteCorrupt(id, st);
   }
   return st;
@@ -491,7 +502,7 @@ bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<u
   auto rec = index_->get(id, /*memory_only=*/true);
   if (!rec || !checkRange(id, *rec, offset, out.size())) return false;
   if (!extents_.cachedFdIfOpen(rec->extent)) return false;  // opening it may wait
-  auto plan = planRead(id, *rec, offset, out, false, true);
+  auto plan = planRead(id, *rec, offset, out, false, true, true);
   if (!plan) return false;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
@@ -531,7 +542,7 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
                                                           const IndexRecord& rec,
                                                           uint64_t offset,
                                                           std::span<uint8_t> out, bool async,
-                                                          bool cached) {
+                                                          bool cached, bool use_crcs) {
   ReadPlan plan;
   plan.id = id;
   plan.rec = rec;
@@ -560,19 +571,34 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
   plan.direct = !out.empty() && reinterpret_cast<uintptr_t>(out.data()) % kIoAlign == 0 &&
                 plan.first * bs == offset && plan.disk_begin == payload_start + offset &&
                 plan.disk_end - plan.disk_begin == out.size();
-  // Otherwise header and payload in one I/O when the payload bytes are close to the header.
-  plan.merged =
-      !plan.direct && (out.empty() || plan.disk_begin - payload_start <= kMergeReadGap);
-  plan.head_len = plan.merged ? plan.disk_end - rec.offset : rec.header_region_len;
-  if (async) plan.registered_head = engine_.registeredBuffer(plan.head_len);
-  if (!plan.registered_head.valid()) {
-    plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
+  // With the blob's CRCs in crcs_, the payload bytes alone; otherwise header and payload
+  // in one I/O when the payload bytes are close to the header.
+  if (use_crcs && !out.empty()) {
+    plan.crcs = crcs_.find(id, rec);
+    plan.fill_crcs = plan.crcs == nullptr;
+  }
+  plan.merged = !plan.direct && !plan.crcs &&
+                (out.empty() || plan.disk_begin - payload_start <= kMergeReadGap);
+  plan.head_len = plan.crcs       ? 0
+                  : plan.merged ? plan.disk_end - rec.offset
+                                : rec.header_region_len;
+  if (plan.head_len > 0) {
+    if (async) plan.registered_head = engine_.registeredBuffer(plan.head_len);
+    if (!plan.registered_head.valid()) {
+      plan.head = AlignedBuffer(plan.head_len, AlignedBuffer::Fill::kUninitialized);
+    }
   }
   if (!plan.merged && !plan.direct) {
-    plan.body = AlignedBuffer(plan.disk_end - plan.disk_begin, AlignedBuffer::Fill::kUninitialized);
+    // The payload alone (CRCs known) is the plan's only I/O: it takes the lent buffer.
+    if (async && plan.head_len == 0) {
+      plan.registered_body = engine_.registeredBuffer(plan.disk_end - plan.disk_begin);
+    }
+    if (!plan.registered_body.valid()) {
+      plan.body = AlignedBuffer(plan.disk_end - plan.disk_begin, AlignedBuffer::Fill::kUninitialized);
+    }
   }
-  if ((!plan.registered_head.valid() && !plan.head.valid()) ||
-      (!plan.merged && !plan.direct && !plan.body.valid())) {
+  if ((plan.head_len > 0 && !plan.registered_head.valid() && !plan.head.valid()) ||
+      (!plan.merged && !plan.direct && !plan.registered_body.valid() && !plan.body.valid())) {
     return fail(Status::unavailable("out of memory for a read buffer"));
   }
   return plan;
@@ -588,12 +614,15 @@ std::span<uint8_t> ChunkStoreImpl::ReadPlan::headIo() {
 }
 
 std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
-  return direct ? out : body.span().first(disk_end - disk_begin);
+  if (direct) return out;
+  return (registered_body.valid() ? registered_body.span() : body.span()).first(disk_end - disk_begin);
 }
 
 ChunkStoreImpl::ReadPlan::Runs ChunkStoreImpl::ReadPlan::runs() {
   Runs r;
-  if (merged) {
+  if (head_len == 0) {  // the CRCs are known: the payload alone
+    r.run[r.count++] = {disk_begin, {bodyIo()}, 1};
+  } else if (merged) {
     r.run[r.count++] = {rec.offset, {headIo()}, 1};
   } else if (disk_begin == rec.offset + head_len) {
     r.run[r.count++] = {rec.offset, {headIo(), bodyIo()}, 2};
@@ -606,11 +635,15 @@ ChunkStoreImpl::ReadPlan::Runs ChunkStoreImpl::ReadPlan::runs() {
 
 Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   const IndexRecord& rec = plan.rec;
-  auto hdr = decodeHeader(plan.headIo().first(rec.header_region_len));
-  if (!hdr) return plan.corrupt(*this, hdr.error().message());
-  if (hdr->id != plan.id || hdr->payload_len != rec.payload_len ||
-      hdr->block_size != rec.block_size) {
-    return plan.corrupt(*this, "header does not match the index entry");
+  std::optional<BlobHeader> hdr;
+  if (!plan.crcs) {
+    auto decoded = decodeHeader(plan.headIo().first(rec.header_region_len));
+    if (!decoded) return plan.corrupt(*this, decoded.error().message());
+    if (decoded->id != plan.id || decoded->payload_len != rec.payload_len ||
+        decoded->block_size != rec.block_size) {
+      return plan.corrupt(*this, "header does not match the index entry");
+    }
+    hdr = std::move(*decoded);
   }
   if (plan.out.empty()) return Status::ok();
   const uint64_t bs = rec.block_size;
@@ -621,11 +654,15 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   for (uint64_t b = plan.first; b < plan.last; ++b) {
     uint64_t len = std::min(bs, rec.payload_len - b * bs);
     uint32_t actual = ec::crc32c({data + (b - plan.first) * bs, len});
-    if (actual != hdr->blockCrc(b)) {
+    const uint32_t stored = plan.crcs ? plan.crcs->crcs[b] : hdr->blockCrc(b);
+    if (actual != stored) {
+      // The next attempt reads the header again: the cached table is suspect too.
+      if (plan.crcs) crcs_.erase(plan.id);
       return plan.corrupt(*this, fmt::format("block {} CRC mismatch (stored {:08x}, computed {:08x})",
-                                             b, hdr->blockCrc(b), actual));
+                                             b, stored, actual));
     }
   }
+  if (plan.fill_crcs) crcs_.insert(plan.id, rec, *hdr);
   if (!plan.direct) {
     std::memcpy(plan.out.data(), data + (plan.offset - plan.first * bs), plan.out.size());
   }
@@ -633,8 +670,8 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
 }
 
 Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                    std::span<uint8_t> out, bool cached) {
-  auto plan = planRead(id, rec, offset, out, false, cached);
+                                    std::span<uint8_t> out, bool cached, bool use_crcs) {
+  auto plan = planRead(id, rec, offset, out, false, cached, use_crcs);
   if (!plan) return plan.error();
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
@@ -664,13 +701,13 @@ void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint
 void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
                                        uint64_t offset, std::span<uint8_t> out,
                                        Attempt attempt, IoDone done) {
-  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache);
+  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache, true);
   if (!plan) return completeAsync(id, rec, offset, out, attempt, plan.error(), std::move(done));
   auto owned = std::make_unique<AsyncRead>();
   owned->plan = std::move(*plan);
   owned->done = std::move(done);
   owned->attempt = attempt;
-  owned->pending = owned->plan.merged ? 1 : 2;
+  owned->pending = (owned->plan.head_len > 0 ? 1 : 0) + (owned->plan.merged ? 0 : 1);
   beginOp();
   AsyncRead* op = owned.release();  // finishAsyncRead deletes it
   auto finished = [this, op](Status st) {
@@ -684,11 +721,12 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   // `op`, before the second is submitted.
   const int fd = op->plan.fd;
   const bool merged = op->plan.merged;
-  const auto head = op->plan.headIo();
+  const bool with_head = op->plan.head_len > 0;
+  const auto head = with_head ? op->plan.headIo() : std::span<uint8_t>();
   const uint64_t head_at = op->plan.rec.offset;
   const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
   const uint64_t body_at = op->plan.disk_begin;
-  engine_.readAsync(fd, head, head_at, finished);
+  if (with_head) engine_.readAsync(fd, head, head_at, finished);
   if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
 }
 
@@ -729,7 +767,7 @@ Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {
 Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
   auto rec = index_->get(id);
   if (!rec) return fail(rec.error());
-  auto plan = planRead(id, *rec, 0, {}, false, false);  // the header region only
+  auto plan = planRead(id, *rec, 0, {}, false, false, false);  // the header region only
   if (!plan) return fail(plan.error());
   GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->fd, plan->headIo(), rec->offset));
   GRANARY_RETURN_IF_ERROR_RESULT(verifyRead(*plan));
@@ -746,6 +784,7 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.
   GRANARY_RETURN_IF_ERROR(index_->remove(id));
+  crcs_.erase(id);
   {
     std::lock_guard lock(corrupt_mu_);
     corrupt_.erase(id);

@@ -149,6 +149,9 @@ struct ChunkStoreOptions {
   // Blob reads through the page cache (writes stay O_DIRECT): hot blobs are served from
   // memory, and every read is still CRC-checked. Off: every read goes to the drive.
   bool cached_reads = true;
+  // Memory for the verified block CRCs of recently read blobs, so that their next reads
+  // skip the header region's I/O (src/chunkstore/crc_cache.h). 0: always read the header.
+  uint64_t crc_cache_bytes = 16ull << 20;
   uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
   CrashPoint crash_point;
 };

@@ -1,0 +1,87 @@
+#include "crc_cache.h"
+
+#include <cstring>
+
+namespace granary::chunkstore {
+
+CrcCache::CrcCache(uint64_t capacity_bytes) : shard_capacity_(capacity_bytes / kShards) {}
+
+size_t CrcCache::Hash::operator()(const BlobId& id) const noexcept {
+  // A version's bytes are its creation time and random bits: mix the random half with the
+  // stripe and fragment (splitmix64's finalizer).
+  uint64_t v = 0;
+  std::memcpy(&v, id.version.bytes.data() + 8, sizeof v);
+  uint64_t z = v ^ (uint64_t(id.stripe) << 16) ^ id.fragment;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<size_t>(z ^ (z >> 31));
+}
+
+std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRecord& rec) {
+  if (shard_capacity_ == 0) return nullptr;
+  Shard& s = shardOf(id);
+  std::lock_guard lock(s.mu);
+  auto it = s.map.find(id);
+  if (it == s.map.end()) return nullptr;
+  const CachedCrcs& e = *it->second->second;
+  if (e.extent != rec.extent || e.offset != rec.offset || e.payload_len != rec.payload_len ||
+      e.block_size != rec.block_size) {
+    eraseLocked(s, it);  // another blob of that id now: this one is gone
+    return nullptr;
+  }
+  s.lru.splice(s.lru.begin(), s.lru, it->second);
+  return it->second->second;
+}
+
+void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header) {
+  const uint64_t cost = header.blocks * 4 + kEntryOverhead;  // = charge() of the entry
+  if (cost > shard_capacity_) return;
+  auto e = std::make_shared<CachedCrcs>();
+  e->extent = rec.extent;
+  e->offset = rec.offset;
+  e->payload_len = rec.payload_len;
+  e->block_size = rec.block_size;
+  e->crcs.resize(header.blocks);
+  for (uint64_t b = 0; b < header.blocks; ++b) e->crcs[b] = header.blockCrc(b);
+  Shard& s = shardOf(id);
+  std::lock_guard lock(s.mu);
+  if (auto it = s.map.find(id); it != s.map.end()) eraseLocked(s, it);
+  s.lru.emplace_front(id, std::move(e));
+  s.map.emplace(id, s.lru.begin());
+  s.bytes += cost;
+  while (s.bytes > shard_capacity_) eraseLocked(s, s.map.find(s.lru.back().first));
+}
+
+void CrcCache::erase(const BlobId& id) {
+  if (shard_capacity_ == 0) return;
+  Shard& s = shardOf(id);
+  std::lock_guard lock(s.mu);
+  if (auto it = s.map.find(id); it != s.map.end()) eraseLocked(s, it);
+}
+
+void CrcCache::eraseLocked(Shard& s,
+                           std::unordered_map<BlobId, Shard::Lru::iterator, Hash>::iterator it) {
+  s.bytes -= charge(*it->second->second);
+  s.lru.erase(it->second);
+  s.map.erase(it);
+}
+
+uint64_t CrcCache::bytes() const {
+  uint64_t total = 0;
+  for (const Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    total += s.bytes;
+  }
+  return total;
+}
+
+uint64_t CrcCache::entries() const {
+  uint64_t total = 0;
+  for (const Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    total += s.map.size();
+  }
+  return total;
+}
+
+}  // namespace granary::chunkstore
