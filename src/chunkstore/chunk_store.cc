@@ -180,16 +180,29 @@ class ChunkStoreImpl final : public ChunkStore {
     // The blob's block CRCs from crcs_: the header region is not read (head_len = 0).
     std::shared_ptr<const CachedCrcs> crcs;
     bool fill_crcs = false;  // once verified, put the header's CRCs in crcs_
+    // In place (a synchronous read through the page cache, CRCs known, a range of any
+    // alignment): the blocks wholly inside the range are read into `out` itself, blocks
+    // [first, first + edge_first) and [last - edge_last, last) (partial ones) into
+    // edge_head and edge_tail, whose asked-for bytes are copied out once verified. Saves
+    // copying the rest of a ranged read twice (page cache to body, body to out).
+    bool in_place = false;
+    uint64_t edge_first = 0, edge_last = 0;  // 0 or 1 block each
+    AlignedBuffer edge_head, edge_tail;
+    uint64_t blockEnd(uint64_t b) const {  // payload offset where block b ends
+      return std::min((b + 1) * rec.block_size, rec.payload_len);
+    }
+    // The verified bytes of block b, wherever the plan read them.
+    const uint8_t* blockData(uint64_t b);
 
     Status corrupt(const ChunkStoreImpl& store, std::string_view what) const;
     std::span<uint8_t> headIo();
     const uint8_t* headData() { return headIo().data(); }
     std::span<uint8_t> bodyIo();
 
-    // A run of consecutive disk bytes at `at`, scattered over one or two buffers.
+    // A run of consecutive disk bytes at `at`, scattered over up to three buffers.
     struct Run {
       uint64_t at = 0;
-      std::array<std::span<uint8_t>, 2> bufs;
+      std::array<std::span<uint8_t>, 3> bufs;
       size_t count = 0;
       std::span<const std::span<uint8_t>> parts() const { return {bufs.data(), count}; }
     };
@@ -577,6 +590,26 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
     plan.crcs = crcs_.find(id, rec);
     plan.fill_crcs = plan.crcs == nullptr;
   }
+  if (cached && !async && plan.crcs && !plan.direct) {
+    const uint64_t bs = rec.block_size;
+    plan.edge_first = plan.first * bs < offset || plan.blockEnd(plan.first) > offset + out.size();
+    plan.edge_last = plan.last - 1 > plan.first && plan.blockEnd(plan.last - 1) > offset + out.size();
+    // Worth it when some whole block lies inside the range.
+    plan.in_place = plan.last - plan.first > plan.edge_first + plan.edge_last;
+  }
+  if (plan.in_place) {
+    // Buffered reads need no alignment: the exact blocks, no 4 KiB rounding.
+    plan.disk_begin = payload_start + plan.first * rec.block_size;
+    plan.disk_end = payload_start + plan.blockEnd(plan.last - 1);
+    if (plan.edge_first) plan.edge_head = AlignedBuffer(rec.block_size, AlignedBuffer::Fill::kUninitialized);
+    if (plan.edge_last) plan.edge_tail = AlignedBuffer(rec.block_size, AlignedBuffer::Fill::kUninitialized);
+    if ((plan.edge_first && !plan.edge_head.valid()) || (plan.edge_last && !plan.edge_tail.valid())) {
+      return fail(Status::unavailable("out of memory for a read buffer"));
+    }
+    plan.merged = false;
+    plan.head_len = 0;
+    return plan;
+  }
   plan.merged = !plan.direct && !plan.crcs &&
                 (out.empty() || plan.disk_begin - payload_start <= kMergeReadGap);
   plan.head_len = plan.crcs       ? 0
@@ -618,9 +651,31 @@ std::span<uint8_t> ChunkStoreImpl::ReadPlan::bodyIo() {
   return (registered_body.valid() ? registered_body.span() : body.span()).first(disk_end - disk_begin);
 }
 
+const uint8_t* ChunkStoreImpl::ReadPlan::blockData(uint64_t b) {
+  const uint64_t bs = rec.block_size;
+  if (in_place) {
+    if (edge_first && b == first) return edge_head.data();
+    if (edge_last && b == last - 1) return edge_tail.data();
+    return out.data() + (b * bs - offset);
+  }
+  if (merged) return headData() + rec.header_region_len + b * bs;
+  return bodyIo().data() + (rec.offset + rec.header_region_len + b * bs - disk_begin);
+}
+
 ChunkStoreImpl::ReadPlan::Runs ChunkStoreImpl::ReadPlan::runs() {
   Runs r;
-  if (head_len == 0) {  // the CRCs are known: the payload alone
+  if (in_place) {
+    const uint64_t bs = rec.block_size;
+    Run& run = r.run[r.count++];
+    run.at = disk_begin;
+    if (edge_first) run.bufs[run.count++] = edge_head.span().first(blockEnd(first) - first * bs);
+    const uint64_t inner_first = first + edge_first, inner_last = last - edge_last;
+    run.bufs[run.count++] = out.subspan(inner_first * bs - offset,
+                                        blockEnd(inner_last - 1) - inner_first * bs);
+    if (edge_last) {
+      run.bufs[run.count++] = edge_tail.span().first(blockEnd(last - 1) - (last - 1) * bs);
+    }
+  } else if (head_len == 0) {  // the CRCs are known: the payload alone
     r.run[r.count++] = {disk_begin, {bodyIo()}, 1};
   } else if (merged) {
     r.run[r.count++] = {rec.offset, {headIo()}, 1};
@@ -647,13 +702,9 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
   }
   if (plan.out.empty()) return Status::ok();
   const uint64_t bs = rec.block_size;
-  const uint8_t* data =  // payload byte (first * bs)
-      plan.merged ? plan.headData() + rec.header_region_len + plan.first * bs
-                  : plan.bodyIo().data() + (rec.offset + rec.header_region_len +
-                                            plan.first * bs - plan.disk_begin);
   for (uint64_t b = plan.first; b < plan.last; ++b) {
     uint64_t len = std::min(bs, rec.payload_len - b * bs);
-    uint32_t actual = ec::crc32c({data + (b - plan.first) * bs, len});
+    uint32_t actual = ec::crc32c({plan.blockData(b), len});
     const uint32_t stored = plan.crcs ? plan.crcs->crcs[b] : hdr->blockCrc(b);
     if (actual != stored) {
       // The next attempt reads the header again: the cached table is suspect too.
@@ -663,8 +714,20 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
     }
   }
   if (plan.fill_crcs) crcs_.insert(plan.id, rec, *hdr);
-  if (!plan.direct) {
-    std::memcpy(plan.out.data(), data + (plan.offset - plan.first * bs), plan.out.size());
+  const uint64_t end = plan.offset + plan.out.size();
+  if (plan.in_place) {  // the whole blocks are in place: the partial ones' bytes
+    if (plan.edge_first) {
+      const uint64_t b = plan.first;
+      std::memcpy(plan.out.data(), plan.blockData(b) + (plan.offset - b * bs),
+                  std::min(end, plan.blockEnd(b)) - plan.offset);
+    }
+    if (plan.edge_last) {
+      const uint64_t b = plan.last - 1;
+      std::memcpy(plan.out.data() + (b * bs - plan.offset), plan.blockData(b), end - b * bs);
+    }
+  } else if (!plan.direct) {
+    std::memcpy(plan.out.data(), plan.blockData(plan.first) + (plan.offset - plan.first * bs),
+                plan.out.size());
   }
   return Status::ok();
 }

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <random>
 #include <vector>
+
+#include <fmt/core.h>
 
 #include "blob_format.h"
 #include "crc_cache.h"
@@ -226,4 +229,57 @@ TEST_CASE("A blob removed and stored again is read with its new CRCs") {
   REQUIRE(f.store->put(descriptor(id), second).isOk());
   REQUIRE(readVia(*f.store, async, id, 0, out).isOk());
   CHECK(out == second);
+}
+
+TEST_CASE("Ranged reads through the page cache land in place and return the exact bytes") {
+  auto real = makeUringEngine();
+  ReadCounter counter(real.get());
+  StoreFixture f(counter);  // cached_reads: through the page cache
+  BlobId id = makeId(1);
+  const auto data = randomBytes(100'000, 1);  // 25 blocks, the last one partial (1,696 bytes)
+  REQUIRE(f.store->put(descriptor(id), data).isOk());
+  std::vector<uint8_t> buf;
+  REQUIRE(f.store->read(id, 0, unaligned(buf, 10)).isOk());  // caches the CRCs
+
+  const auto readsExactly = [&](uint64_t off, uint64_t len, uint64_t disk_bytes) {
+    INFO("range " << off << "+" << len);
+    auto out = unaligned(buf, len);
+    counter.reset();
+    REQUIRE(f.store->read(id, off, out).isOk());
+    CHECK(std::equal(out.begin(), out.end(), data.begin() + off));
+    CHECK(counter.ios == 1);
+    CHECK(counter.bytes == disk_bytes);
+  };
+  // Partial blocks at both ends: blocks 1 to 10, no 4 KiB rounding beyond them.
+  readsExactly(5000, 40'000, 11 * 4096 - 4096);
+  // Whole blocks into an unaligned buffer.
+  readsExactly(8192, 8192, 8192);
+  // Up to the payload's end, whose last block is partial.
+  readsExactly(100, 100'000 - 100, 100'000);
+  // Within one block (not in place: that block, verified, then its bytes copied).
+  readsExactly(4100, 10, 4096);
+
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t off = rng() % data.size();
+    const uint64_t len = 1 + rng() % (data.size() - off);
+    auto out = unaligned(buf, len);
+    REQUIRE(f.store->read(id, off, out).isOk());
+    REQUIRE(std::equal(out.begin(), out.end(), data.begin() + off));
+  }
+}
+
+TEST_CASE("A flipped bit in a block read in place or in an edge block is kCorruption") {
+  auto engine = makeUringEngine();
+  StoreFixture f(*engine);
+  BlobId id = makeId(1);
+  REQUIRE(f.store->put(descriptor(id), randomBytes(64 * 1024, 1)).isOk());
+  std::vector<uint8_t> buf;
+  REQUIRE(f.store->read(id, 0, unaligned(buf, 10)).isOk());  // caches the CRCs
+  uint64_t block = GENERATE(1, 5, 9);  // the first edge, inside, the last edge
+  INFO("block " << block);
+  flipBit(extentPath(f.options.dir, 0), 4096 + block * 4096 + 100);
+  Status st = f.store->read(id, 4096 + 50, unaligned(buf, 8 * 4096));  // blocks 1 to 9
+  CHECK(st.code() == Status::Code::kCorruption);
+  CHECK(st.message().find(fmt::format("block {}", block)) != std::string::npos);
 }
