@@ -882,6 +882,9 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.disk_bytes = disk_bytes_.load();
   s.commit_batches = commits_.batches();
   s.committed_puts = committed_puts_.load();
+  s.crc_cache_hits = crcs_.hits();
+  s.crc_cache_misses = crcs_.misses();
+  s.crc_cache_bytes = crcs_.bytes();
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   {

@@ -18,19 +18,23 @@ size_t CrcCache::Hash::operator()(const BlobId& id) const noexcept {
 }
 
 std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRecord& rec) {
-  if (shard_capacity_ == 0) return nullptr;
-  Shard& s = shardOf(id);
-  std::lock_guard lock(s.mu);
-  auto it = s.map.find(id);
-  if (it == s.map.end()) return nullptr;
-  const CachedCrcs& e = *it->second->second;
-  if (e.extent != rec.extent || e.offset != rec.offset || e.payload_len != rec.payload_len ||
-      e.block_size != rec.block_size) {
-    eraseLocked(s, it);  // another blob of that id now: this one is gone
-    return nullptr;
+  std::shared_ptr<const CachedCrcs> found;
+  if (shard_capacity_ > 0) {
+    Shard& s = shardOf(id);
+    std::lock_guard lock(s.mu);
+    if (auto it = s.map.find(id); it != s.map.end()) {
+      const CachedCrcs& e = *it->second->second;
+      if (e.extent != rec.extent || e.offset != rec.offset ||
+          e.payload_len != rec.payload_len || e.block_size != rec.block_size) {
+        eraseLocked(s, it);  // another blob of that id now: this one is gone
+      } else {
+        s.lru.splice(s.lru.begin(), s.lru, it->second);
+        found = it->second->second;
+      }
+    }
   }
-  s.lru.splice(s.lru.begin(), s.lru, it->second);
-  return it->second->second;
+  (found ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
+  return found;
 }
 
 void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header) {

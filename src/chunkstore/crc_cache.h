@@ -13,6 +13,7 @@
 // out first, in kShards independently locked shards. Thread safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -53,6 +54,9 @@ class CrcCache {
 
   uint64_t bytes() const;
   uint64_t entries() const;
+  // find() calls that returned a table, and those that did not, since construction.
+  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
+  uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 
  private:
   struct Hash {
@@ -71,6 +75,8 @@ class CrcCache {
 
   const uint64_t shard_capacity_;
   Shard shards_[kShards];
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
 };
 
 }  // namespace granary::chunkstore

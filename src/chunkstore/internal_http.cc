@@ -154,6 +154,9 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"scrub_passes", &DriveStats::scrub_passes},
     {"scrubbed_bytes", &DriveStats::scrubbed_bytes},
     {"corrupt_blobs", &DriveStats::corrupt_blobs},
+    {"crc_cache_hits", &DriveStats::crc_cache_hits},
+    {"crc_cache_misses", &DriveStats::crc_cache_misses},
+    {"crc_cache_bytes", &DriveStats::crc_cache_bytes},
     {"capacity_bytes", &DriveStats::capacity_bytes},
     {"available_bytes", &DriveStats::available_bytes},
 };

@@ -95,6 +95,17 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      &chunkstore::DriveStats::scrubbed_bytes},
           DriveGauge{"granary_drive_corrupt_blobs", "Corrupt blobs found by the scrubber",
                      &chunkstore::DriveStats::corrupt_blobs},
+          DriveGauge{"granary_drive_crc_cache_hits",
+                     "Blob reads that took the blob's CRCs from memory, not its header, "
+                     "since the drive opened",
+                     &chunkstore::DriveStats::crc_cache_hits},
+          DriveGauge{"granary_drive_crc_cache_misses",
+                     "Blob reads that read and verified the blob's header region, since the "
+                     "drive opened",
+                     &chunkstore::DriveStats::crc_cache_misses},
+          DriveGauge{"granary_drive_crc_cache_bytes",
+                     "Memory held by the drive's block CRC cache",
+                     &chunkstore::DriveStats::crc_cache_bytes},
       },
       record_index_(prometheus::BuildGauge()
                         .Name("granary_record_index")

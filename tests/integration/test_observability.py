@@ -228,6 +228,16 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
         time.sleep(0.1)
     else:
         raise AssertionError("buffer budget not given back after the GETs")
+    # Each GET above read its 4 data fragments' header regions (the CRCs were not cached
+    # yet); the same GETs again take the CRCs from the block CRC cache.
+    assert grew("granary_drive_crc_cache_misses") >= 5 * 4
+    mid = scrape()
+    for i in range(5):
+        assert s3.get_object(Bucket=bucket, Key=f"io/{i}")["Body"].read() == body
+    final = scrape()
+    assert (metric_value(final, "granary_drive_crc_cache_hits")
+            - metric_value(mid, "granary_drive_crc_cache_hits")) >= 5 * 4
+    assert metric_value(final, "granary_drive_crc_cache_bytes") > 0
 
 
 def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):

@@ -150,6 +150,11 @@ TEST_CASE("A blob read once is read again without its header region") {
     CHECK(counter.ios == 1);
     CHECK(counter.bytes == 4096);
     CHECK(std::equal(out.begin(), out.end(), data.begin()));
+    auto stats = f.store->stats();
+    REQUIRE(stats);
+    CHECK(stats->crc_cache_misses == 1);
+    CHECK(stats->crc_cache_hits == 1);
+    CHECK(stats->crc_cache_bytes == 4 + CrcCache::kEntryOverhead);
   }
   SECTION("a block far into a large blob: one I/O instead of two") {
     BlobId id = makeId(2);
