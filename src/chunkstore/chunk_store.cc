@@ -238,15 +238,20 @@ class ChunkStoreImpl final : public ChunkStore {
   // Checks the header (unless the CRCs came from crcs_) and the CRC of every block read,
   // then copies the bytes to plan.out (unless they were read there).
   Status verifyRead(ReadPlan& plan) const;
+  // `used_crcs`, when given: set to whether the CRCs came from crcs_.
   Status readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                      std::span<uint8_t> out, bool cached, bool use_crcs);
+                      std::span<uint8_t> out, bool cached, bool use_crcs,
+                      bool* used_crcs = nullptr);
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                         std::span<uint8_t> out, Attempt attempt, IoDone done);
+                         std::span<uint8_t> out, Attempt attempt, IoDone done,
+                         bool use_crcs = true);
   void finishAsyncRead(AsyncRead* op);
   // The end of one attempt of an asynchronous read, with status `st`: a corruption goes on
-  // to the next attempt (as read() does), then is reported.
+  // to the next attempt (as read() does), then is reported. `used_crcs`: the attempt took
+  // the CRCs from crcs_, so a corruption first makes it again against the header.
   void completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                     std::span<uint8_t> out, Attempt attempt, Status st, IoDone done);
+                     std::span<uint8_t> out, Attempt attempt, Status st, IoDone done,
+                     bool used_crcs);
   // The page cache held a copy of the blob that failed its CRC while the drive's passed
   // (memory went bad): drop the copy, so that the next read fetches the drive's.
   void dropCachedCopy(const BlobId& id, const IndexRecord& rec);
@@ -297,6 +302,9 @@ class ChunkStoreImpl final : public ChunkStore {
   // A confirmed CRC failure: remembered for stats().corrupt_ids until the blob is removed.
   void noteCorrupt(const BlobId& id, const Status& st) {
     log::warn("{}", st.message());
+    // Reads (repair's check of a suspect above all) must see what is on disk now, header
+    // included, not CRCs cached before the damage.
+    crcs_.erase(id);
     std::lock_guard lock(corrupt_mu_);
     if (corrupt_.size() < kMaxCorruptIds) corrupt_.insert(id);
   }
@@ -497,7 +505,14 @@ Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
   auto rec = index_->get(id);
   if (!rec) return rec.error();
   GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
-  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, use_crcs);
+  bool used_crcs = false;
+  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, use_crcs,
+                           &used_crcs);
+  if (st.isCorruption() && used_crcs) {
+    // The cached CRCs (dropped by now) may be what is wrong: the same attempt again,
+    // checked against the header on disk.
+    st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, false);
+  }
   if (st.isCorruption() && attempt == Attempt::kCache) {
     st = readVerified(id, *rec, offset, out, false, use_crcs);
     if (st.isOk()) dropCachedCopy(id, *rec);
@@ -733,9 +748,11 @@ Status ChunkStoreImpl::verifyRead(ReadPlan& plan) const {
 }
 
 Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                    std::span<uint8_t> out, bool cached, bool use_crcs) {
+                                    std::span<uint8_t> out, bool cached, bool use_crcs,
+                                    bool* used_crcs) {
   auto plan = planRead(id, rec, offset, out, false, cached, use_crcs);
   if (!plan) return plan.error();
+  if (used_crcs != nullptr) *used_crcs = plan->crcs != nullptr;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
     GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->fd, run.parts(), run.at));
@@ -763,9 +780,11 @@ void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint
 
 void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
                                        uint64_t offset, std::span<uint8_t> out,
-                                       Attempt attempt, IoDone done) {
-  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache, true);
-  if (!plan) return completeAsync(id, rec, offset, out, attempt, plan.error(), std::move(done));
+                                       Attempt attempt, IoDone done, bool use_crcs) {
+  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache, use_crcs);
+  if (!plan) {
+    return completeAsync(id, rec, offset, out, attempt, plan.error(), std::move(done), false);
+  }
   auto owned = std::make_unique<AsyncRead>();
   owned->plan = std::move(*plan);
   owned->done = std::move(done);
@@ -797,14 +816,17 @@ void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
   std::unique_ptr<AsyncRead> owned(op);
   Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
   completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->attempt,
-                std::move(st), std::move(op->done));
+                std::move(st), std::move(op->done), op->plan.crcs != nullptr);
   owned.reset();
   endOp();
 }
 
 void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                                    std::span<uint8_t> out, Attempt attempt, Status st,
-                                   IoDone done) {
+                                   IoDone done, bool used_crcs) {
+  if (st.isCorruption() && used_crcs) {  // as in readAttempts
+    return readVerifiedAsync(id, rec, offset, out, attempt, std::move(done), false);
+  }
   if (st.isCorruption() && attempt == Attempt::kCache) {
     return readVerifiedAsync(id, rec, offset, out, Attempt::kDriveAfterCache, std::move(done));
   }

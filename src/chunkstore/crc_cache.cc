@@ -1,6 +1,7 @@
 #include "crc_cache.h"
 
 #include <cstring>
+#include <new>
 
 namespace granary::chunkstore {
 
@@ -40,20 +41,29 @@ std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRe
 void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header) {
   const uint64_t cost = header.blocks * 4 + kEntryOverhead;  // = charge() of the entry
   if (cost > shard_capacity_) return;
-  auto e = std::make_shared<CachedCrcs>();
-  e->extent = rec.extent;
-  e->offset = rec.offset;
-  e->payload_len = rec.payload_len;
-  e->block_size = rec.block_size;
-  e->crcs.resize(header.blocks);
-  for (uint64_t b = 0; b < header.blocks; ++b) e->crcs[b] = header.blockCrc(b);
-  Shard& s = shardOf(id);
-  std::lock_guard lock(s.mu);
-  if (auto it = s.map.find(id); it != s.map.end()) eraseLocked(s, it);
-  s.lru.emplace_front(id, std::move(e));
-  s.map.emplace(id, s.lru.begin());
-  s.bytes += cost;
-  while (s.bytes > shard_capacity_) eraseLocked(s, s.map.find(s.lru.back().first));
+  try {
+    auto e = std::make_shared<CachedCrcs>();
+    e->extent = rec.extent;
+    e->offset = rec.offset;
+    e->payload_len = rec.payload_len;
+    e->block_size = rec.block_size;
+    e->crcs.resize(header.blocks);
+    for (uint64_t b = 0; b < header.blocks; ++b) e->crcs[b] = header.blockCrc(b);
+    Shard& s = shardOf(id);
+    std::lock_guard lock(s.mu);
+    if (auto it = s.map.find(id); it != s.map.end()) eraseLocked(s, it);
+    s.lru.emplace_front(id, std::move(e));
+    try {
+      s.map.emplace(id, s.lru.begin());
+    } catch (...) {
+      s.lru.pop_front();  // every list node has its map entry
+      throw;
+    }
+    s.bytes += cost;
+    while (s.bytes > shard_capacity_) eraseLocked(s, s.map.find(s.lru.back().first));
+  } catch (const std::bad_alloc&) {
+    // Not cached: the next read reads the header.
+  }
 }
 
 void CrcCache::erase(const BlobId& id) {

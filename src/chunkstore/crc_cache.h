@@ -38,7 +38,9 @@ struct CachedCrcs {
 class CrcCache {
  public:
   static constexpr size_t kShards = 16;
-  static constexpr uint64_t kEntryOverhead = 128;  // node, map slot, allocation headers
+  // What an entry costs besides its table: list node, map node and bucket, the shared
+  // CachedCrcs with its control block, allocation headers.
+  static constexpr uint64_t kEntryOverhead = 256;
 
   // capacity_bytes 0: nothing is ever cached.
   explicit CrcCache(uint64_t capacity_bytes);
@@ -48,13 +50,17 @@ class CrcCache {
   // The table of `id` if it is cached for the blob at `rec`'s place (and then the most
   // recently used).
   std::shared_ptr<const CachedCrcs> find(const BlobId& id, const IndexRecord& rec);
-  // Caches the verified table of `header`, the blob at `rec`. No-op when it does not fit.
+  // Caches the verified table of `header`, the blob at `rec`. No-op when it does not fit,
+  // or when memory for it cannot be had (caching is best effort: this runs on completion
+  // threads, which must not throw).
   void insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header);
   void erase(const BlobId& id);
 
   uint64_t bytes() const;
   uint64_t entries() const;
-  // find() calls that returned a table, and those that did not, since construction.
+  // Lookups (find() calls) that returned a table, and those that did not, since
+  // construction. One read may look up more than once (a gateway's try on its event loop,
+  // then on a worker; a retry).
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 

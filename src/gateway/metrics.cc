@@ -96,12 +96,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           DriveGauge{"granary_drive_corrupt_blobs", "Corrupt blobs found by the scrubber",
                      &chunkstore::DriveStats::corrupt_blobs},
           DriveGauge{"granary_drive_crc_cache_hits",
-                     "Blob reads that took the blob's CRCs from memory, not its header, "
-                     "since the drive opened",
+                     "Lookups of a blob's block CRCs in memory that found them (the read "
+                     "skips the blob's header region), since the drive opened",
                      &chunkstore::DriveStats::crc_cache_hits},
           DriveGauge{"granary_drive_crc_cache_misses",
-                     "Blob reads that read and verified the blob's header region, since the "
-                     "drive opened",
+                     "Lookups of a blob's block CRCs in memory that did not find them (the "
+                     "read verifies the blob's header region), since the drive opened",
                      &chunkstore::DriveStats::crc_cache_misses},
           DriveGauge{"granary_drive_crc_cache_bytes",
                      "Memory held by the drive's block CRC cache",

@@ -75,8 +75,9 @@ struct DriveStats {
   uint64_t scrub_passes = 0;
   uint64_t scrubbed_bytes = 0;
   uint64_t corrupt_blobs = 0;     // found by the scrubber since start
-  // The block CRC cache (ChunkStoreOptions::crc_cache_bytes): reads that found a blob's
-  // CRCs there and reads that read its header region, since open; memory it holds now.
+  // The block CRC cache (ChunkStoreOptions::crc_cache_bytes): lookups that found a blob's
+  // CRCs there and lookups that did not (the read verifies the header region), since
+  // open; memory it holds now.
   uint64_t crc_cache_hits = 0;
   uint64_t crc_cache_misses = 0;
   uint64_t crc_cache_bytes = 0;

@@ -92,7 +92,9 @@ IndexRecord placeOf(uint64_t offset, uint64_t blocks) {
 }  // namespace
 
 TEST_CASE("CrcCache keeps tables for their place, least recently used out first") {
-  constexpr uint64_t kPerShard = 1000;  // room for 7 one-block entries (132 bytes each)
+  constexpr uint64_t kPerShard = 2000;  // room for 7 one-block entries (260 bytes each)
+  static_assert(7 * (4 + CrcCache::kEntryOverhead) <= kPerShard &&
+                8 * (4 + CrcCache::kEntryOverhead) > kPerShard);
   CrcCache cache(kPerShard * CrcCache::kShards);
   std::vector<uint8_t> table;
   const BlobHeader one = headerWith(table, 1, 7);
@@ -116,8 +118,8 @@ TEST_CASE("CrcCache keeps tables for their place, least recently used out first"
   }
   SECTION("a table larger than a shard's share is not cached") {
     std::vector<uint8_t> big;
-    cache.insert(makeId(5000), placeOf(0, 300), headerWith(big, 300, 1));
-    CHECK(cache.find(makeId(5000), placeOf(0, 300)) == nullptr);
+    cache.insert(makeId(5000), placeOf(0, 600), headerWith(big, 600, 1));
+    CHECK(cache.find(makeId(5000), placeOf(0, 600)) == nullptr);
     CHECK(cache.bytes() <= kPerShard * CrcCache::kShards);
   }
   SECTION("capacity 0 caches nothing") {
@@ -213,11 +215,14 @@ TEST_CASE("The scrubber's reads verify the header region even when its CRCs are 
   std::vector<uint8_t> out(10);
   REQUIRE(f.store->read(id, 0, out).isOk());
   flipBit(extentPath(f.options.dir, 0), 71);  // in the header's bucket name
-  CHECK(f.store->readFromDrive(id, 0, out).code() == Status::Code::kCorruption);
-  CHECK(f.store->describe(id).error().code() == Status::Code::kCorruption);
-  // A client read checks its blocks against the CRCs verified before the flip: the
-  // payload is intact, so it is served (docs/chunkstore-format.md, "Block CRC cache").
+  // Until the damage is found, a client read checks its blocks against the CRCs verified
+  // before the flip: the payload is intact (docs/chunkstore-format.md, "Block CRC cache").
   CHECK(f.store->read(id, 0, out).isOk());
+  CHECK(f.store->describe(id).error().code() == Status::Code::kCorruption);
+  CHECK(f.store->readFromDrive(id, 0, out).code() == Status::Code::kCorruption);
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{id});
+  // Found: every read now sees the damaged header, repair's check of the suspect too.
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kCorruption);
 }
 
 TEST_CASE("A blob removed and stored again is read with its new CRCs") {
@@ -264,6 +269,20 @@ TEST_CASE("Ranged reads through the page cache land in place and return the exac
   // Within one block (not in place: that block, verified, then its bytes copied).
   readsExactly(4100, 10, 4096);
 
+}
+
+TEST_CASE("Random ranges read in place return the exact bytes, for every block size") {
+  const uint32_t block_size = GENERATE(512u, 4096u, 65536u);
+  INFO("block size " << block_size);
+  auto engine = makeUringEngine();
+  ChunkStoreOptions o;
+  o.block_size = block_size;
+  StoreFixture f(*engine, o);  // cached_reads: through the page cache
+  BlobId id = makeId(1);
+  const auto data = randomBytes(300'001, 2);
+  REQUIRE(f.store->put(descriptor(id), data).isOk());
+  std::vector<uint8_t> buf;
+  REQUIRE(f.store->read(id, 0, unaligned(buf, 10)).isOk());  // caches the CRCs
   std::mt19937_64 rng(7);
   for (int i = 0; i < 300; ++i) {
     const uint64_t off = rng() % data.size();
@@ -271,7 +290,12 @@ TEST_CASE("Ranged reads through the page cache land in place and return the exac
     auto out = unaligned(buf, len);
     REQUIRE(f.store->read(id, off, out).isOk());
     REQUIRE(std::equal(out.begin(), out.end(), data.begin() + off));
+    // readIfCached takes the same path on the event loop (the pages are cached now).
+    std::fill(out.begin(), out.end(), uint8_t{0});
+    REQUIRE(f.store->readIfCached(id, off, out));
+    REQUIRE(std::equal(out.begin(), out.end(), data.begin() + off));
   }
+  CHECK(f.store->stats()->crc_cache_misses <= 2);  // all but the first found the CRCs
 }
 
 TEST_CASE("A flipped bit in a block read in place or in an edge block is kCorruption") {
