@@ -39,7 +39,7 @@ std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRe
 }
 
 void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header) {
-  const uint64_t cost = header.blocks * 4 + kEntryOverhead;  // = charge() of the entry
+  const uint64_t cost = charge(header.blocks);
   if (cost > shard_capacity_) return;
   try {
     auto e = std::make_shared<CachedCrcs>();
@@ -75,7 +75,7 @@ void CrcCache::erase(const BlobId& id) {
 
 void CrcCache::eraseLocked(Shard& s,
                            std::unordered_map<BlobId, Shard::Lru::iterator, Hash>::iterator it) {
-  s.bytes -= charge(*it->second->second);
+  s.bytes -= charge(it->second->second->crcs.size());
   s.lru.erase(it->second);
   s.map.erase(it);
 }

@@ -75,7 +75,7 @@ class CrcCache {
     std::unordered_map<BlobId, Lru::iterator, Hash> map;
     uint64_t bytes = 0;
   };
-  static uint64_t charge(const CachedCrcs& e) { return e.crcs.size() * 4 + kEntryOverhead; }
+  static uint64_t charge(uint64_t blocks) { return blocks * 4 + kEntryOverhead; }
   Shard& shardOf(const BlobId& id) { return shards_[Hash{}(id) % kShards]; }
   static void eraseLocked(Shard& s, std::unordered_map<BlobId, Shard::Lru::iterator, Hash>::iterator it);
 
