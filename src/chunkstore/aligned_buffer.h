@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <utility>
 
@@ -21,7 +22,8 @@ inline constexpr uint64_t alignDown(uint64_t v, uint64_t a) { return v / a * a; 
 namespace detail {
 // One recently freed buffer per thread, reused by the next allocation it fits: a blob
 // put or read allocates and frees a ~1 MiB buffer each time, and glibc serves those with
-// mmap/munmap, whose page faults and TLB shootdowns grow with the core count.
+// mmap/munmap (or trims its heap), whose page faults and zeroing of fresh pages grow with
+// the core count.
 struct ThreadBufferCache {
   static constexpr size_t kMaxBytes = 4u << 20;  // bounds idle memory per thread
   uint8_t* data = nullptr;
@@ -29,6 +31,65 @@ struct ThreadBufferCache {
   ~ThreadBufferCache() { std::free(data); }
 };
 inline thread_local ThreadBufferCache t_buffer_cache;
+
+// Large buffers freed recently, shared by all threads. A put's blob image is allocated by
+// the putting thread and freed on the engine's completion thread (and an asynchronous
+// read's buffer the same way), so a per-thread cache alone never hands it back to a
+// thread that allocates: every 1 MiB put faulted in and zeroed 256 fresh pages.
+class SharedBufferPool {
+ public:
+  static constexpr size_t kMinBytes = 64u << 10;  // smaller ones: malloc's own caches
+  static constexpr size_t kMaxBytes = ThreadBufferCache::kMaxBytes;
+  static constexpr size_t kMaxIdleBytes = 32u << 20;  // bounds the idle memory kept
+
+  static SharedBufferPool& instance() {
+    // Never destroyed: threads may free buffers during static destruction.
+    static auto* pool = new SharedBufferPool;
+    return *pool;
+  }
+  // A buffer whose capacity is in [cap, 2 * cap] (the most recently given), or nullptr.
+  uint8_t* take(size_t cap, size_t* capacity) {
+    if (cap < kMinBytes || cap > kMaxBytes) return nullptr;
+    std::lock_guard lock(mu_);
+    for (size_t i = count_; i-- > 0;) {
+      if (entries_[i].capacity >= cap && entries_[i].capacity / 2 <= cap) {
+        Entry e = entries_[i];
+        entries_[i] = entries_[--count_];
+        idle_bytes_ -= e.capacity;
+        *capacity = e.capacity;
+        return e.data;
+      }
+    }
+    return nullptr;
+  }
+  size_t idleBytes() {
+    std::lock_guard lock(mu_);
+    return idle_bytes_;
+  }
+  // Keeps the buffer if it is in range and there is room, else frees it.
+  void give(uint8_t* data, size_t capacity) {
+    if (capacity >= kMinBytes && capacity <= kMaxBytes) {
+      std::lock_guard lock(mu_);
+      if (count_ < kMaxEntries && idle_bytes_ + capacity <= kMaxIdleBytes) {
+        entries_[count_++] = {data, capacity};
+        idle_bytes_ += capacity;
+        return;
+      }
+    }
+    std::free(data);
+  }
+
+ private:
+  struct Entry {
+    uint8_t* data;
+    size_t capacity;
+  };
+  static constexpr size_t kMaxEntries = kMaxIdleBytes / kMinBytes;
+  std::mutex mu_;
+  Entry entries_[kMaxEntries] = {};
+  size_t count_ = 0;
+  size_t idle_bytes_ = 0;
+};
 }  // namespace detail
 
 class AlignedBuffer {
@@ -45,6 +106,8 @@ class AlignedBuffer {
     if (cache.data != nullptr && cache.capacity >= cap && cache.capacity / 2 <= cap) {
       data_ = std::exchange(cache.data, nullptr);
       capacity_ = std::exchange(cache.capacity, 0);
+    } else if (uint8_t* pooled = detail::SharedBufferPool::instance().take(cap, &capacity_)) {
+      data_ = pooled;
     } else {
       void* p = nullptr;
       if (posix_memalign(&p, kIoAlign, cap) != 0) return;
@@ -79,16 +142,19 @@ class AlignedBuffer {
   std::span<const uint8_t> span() const { return {data_, size_}; }
 
  private:
-  // Keeps the larger of this buffer and the thread's cached one (within the bound).
+  // Keeps the larger of this buffer and the thread's cached one (within the bound) in the
+  // thread's cache; the other goes to the shared pool (which frees it if it has no room).
   void release() {
     if (data_ == nullptr) return;
     auto& cache = detail::t_buffer_cache;
     if (capacity_ <= detail::ThreadBufferCache::kMaxBytes && capacity_ > cache.capacity) {
-      std::free(cache.data);
+      if (cache.data != nullptr) {
+        detail::SharedBufferPool::instance().give(cache.data, cache.capacity);
+      }
       cache.data = data_;
       cache.capacity = capacity_;
     } else {
-      std::free(data_);
+      detail::SharedBufferPool::instance().give(data_, capacity_);
     }
     data_ = nullptr;
     size_ = capacity_ = 0;
