@@ -152,6 +152,14 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
     if (crash_point_ && crash_point_("extent.after_create")) {
       return fail(Status::unavailable("crashed at extent.after_create"));
     }
+    // Presized (a hole: nothing allocated), so that appends do not grow the file. On ext4
+    // an O_DIRECT write past the end of the file holds the inode lock and completes before
+    // the next one starts, so concurrent appends to one extent reach the disk one at a
+    // time (docs/chunkstore-format.md, "Why extents are presized").
+    if (Status st = engine_.resize(*fd, extent_size_); !st) return fail(st);
+    if (crash_point_ && crash_point_("extent.after_resize")) {
+      return fail(Status::unavailable("crashed at extent.after_resize"));
+    }
     // The new extent's directory entry must be durable before an index entry points into it.
     if (Status st = syncDirectory(engine_, dir_); !st) return fail(st);
     has_active_ = true;
@@ -204,8 +212,9 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
     auto ranges = it->second;
     std::sort(ranges.begin(), ranges.end());
     uint64_t pos = 0;
-    auto punchGap = [&](uint64_t begin, uint64_t end) -> Status {
-      // Only the parts of the gap that still hold data (SEEK_DATA/SEEK_HOLE walk).
+    // Calls fn(begin, end) for each run of [begin, end) that holds data (a SEEK_DATA /
+    // SEEK_HOLE walk), so that old holes and a presized extent's unwritten tail are skipped.
+    auto forEachDataRun = [&](uint64_t begin, uint64_t end, auto&& fn) -> Status {
       uint64_t at = begin;
       while (at < end) {
         off_t data = ::lseek(*fd, static_cast<off_t>(at), SEEK_DATA);
@@ -217,28 +226,30 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
         off_t hole = ::lseek(*fd, data, SEEK_HOLE);
         if (hole < 0) return Status::fromErrno(errno, "SEEK_HOLE in " + path(extent));
         uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), end);
-        GRANARY_RETURN_IF_ERROR(
-            engine_.punchHole(*fd, static_cast<uint64_t>(data), stop - data));
+        GRANARY_RETURN_IF_ERROR(fn(static_cast<uint64_t>(data), stop));
         ++stats.ranges_punched;
-        stats.bytes_punched += stop - data;
+        stats.bytes_punched += stop - static_cast<uint64_t>(data);
         at = stop;
       }
       return Status::ok();
     };
     for (const auto& [offset, len] : ranges) {
       if (offset > pos) {
-        if (Status st = punchGap(pos, offset); !st) return fail(st);
+        Status st = forEachDataRun(pos, offset, [&](uint64_t begin, uint64_t stop) {
+          return engine_.punchHole(*fd, begin, stop - begin);
+        });
+        if (!st) return fail(st);
       }
       pos = std::max(pos, offset + len);
     }
     if (static_cast<uint64_t>(size) > pos) {
       // The tail after the last live blob is cut off rather than punched: a torn write can
-      // leave a partial last block, which a punch would only zero, not free.
-      if (::ftruncate(*fd, static_cast<off_t>(pos)) != 0) {
-        return fail(Status::fromErrno(errno, "truncating " + path(extent)));
-      }
-      ++stats.ranges_punched;
-      stats.bytes_punched += static_cast<uint64_t>(size) - pos;
+      // leave a partial last block, which a punch would only zero, not free. Only its data
+      // counts as reclaimed (an extent is presized: most of its tail may be a hole).
+      Status st = forEachDataRun(pos, static_cast<uint64_t>(size),
+                                 [](uint64_t, uint64_t) { return Status::ok(); });
+      if (!st) return fail(st);
+      if (Status cut = engine_.resize(*fd, pos); !cut) return fail(cut);
     }
   }
   found_.clear();

@@ -79,6 +79,8 @@ class MeteredEngine final : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return timed(kPunch, 0, [&] { return inner_->punchHole(fd, offset, len); });
   }
+  // Once per extent: not an I/O operation worth a series of its own.
+  Status resize(int fd, uint64_t size) override { return inner_->resize(fd, size); }
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));
   }

@@ -98,6 +98,15 @@ Status punchHole(int fd, uint64_t offset, uint64_t len) {
   return Status::ok();
 }
 
+Status resize(int fd, uint64_t size) {
+  int rc;
+  do {
+    rc = ::ftruncate(fd, static_cast<off_t>(size));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return Status::fromErrno(errno, fmt::format("ftruncate to {}", size));
+  return Status::ok();
+}
+
 }  // namespace posix_io
 
 namespace {
@@ -123,6 +132,7 @@ class PosixEngine final : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return posix_io::punchHole(fd, offset, len);
   }
+  Status resize(int fd, uint64_t size) override { return posix_io::resize(fd, size); }
 };
 
 }  // namespace

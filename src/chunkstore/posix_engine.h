@@ -1,4 +1,4 @@
-// The POSIX IoEngine (pread/pwrite/fdatasync/fallocate), and the plain syscall helpers
+// The POSIX IoEngine (pread/pwrite/fdatasync/fallocate/ftruncate), and the plain syscall helpers
 // the io_uring engine shares with it. Private to the chunkstore library.
 #pragma once
 
@@ -20,5 +20,6 @@ Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
 bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset);
 Status dataSync(int fd);
 Status punchHole(int fd, uint64_t offset, uint64_t len);
+Status resize(int fd, uint64_t size);
 
 }  // namespace granary::chunkstore::posix_io

@@ -474,10 +474,12 @@ class UringEngine final : public IoEngine {
     return Status::ok();
   }
 
-  // Hole punching is rare (deletes): a plain fallocate(2) is enough.
+  // Hole punching is rare (deletes), and so is resizing (once per extent): plain
+  // fallocate(2) and ftruncate(2) are enough.
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return posix_io::punchHole(fd, offset, len);
   }
+  Status resize(int fd, uint64_t size) override { return posix_io::resize(fd, size); }
 
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     if (!async_) return IoEngine::readAsync(fd, out, offset, std::move(done));

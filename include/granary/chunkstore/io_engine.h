@@ -116,6 +116,9 @@ class IoEngine {
   virtual Status fdatasync(int fd) = 0;
   // Frees the blocks of [offset, offset+len) keeping the file size (FALLOC_FL_PUNCH_HOLE).
   virtual Status punchHole(int fd, uint64_t offset, uint64_t len) = 0;
+  // Sets the file's size (ftruncate(2)): growing it adds a hole and allocates nothing. Like
+  // a write, the new size is durable only after the file's next fdatasync.
+  virtual Status resize(int fd, uint64_t size) = 0;
 
   // Asynchronous forms. The buffer must stay valid until `done` runs. The defaults run the
   // synchronous call on the caller's thread, then `done`.
@@ -163,6 +166,7 @@ class IoEngineWrapper : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return target_->punchHole(fd, offset, len);
   }
+  Status resize(int fd, uint64_t size) override { return target_->resize(fd, size); }
   IoBuffer registeredBuffer(size_t size) override { return target_->registeredBuffer(size); }
 
  protected:

@@ -92,7 +92,8 @@ struct CrashFixture {
 
 TEST_CASE("A crash at any step of put or remove loses nothing acknowledged") {
   const std::string point = GENERATE(as<std::string>{}, "extent.after_persist_next",
-                                     "extent.after_create", "put.after_write",
+                                     "extent.after_create", "extent.after_resize",
+                                     "put.after_write",
                                      "put.after_sync", "put.after_index",
                                      "remove.after_index");
   auto real = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));

@@ -2,8 +2,9 @@
 // powerLoss(), throws it away, as LevelDB's FaultInjectionTestEnv and RocksDB's
 // FaultInjectionTestFS do. `kill -9` cannot catch a missing fdatasync (the page cache
 // survives it); this can:
-//  - bytes written (or holes punched) since the file's last fdatasync are restored to what
-//    they were before the write (saved at write time), and the file size with them;
+//  - bytes written (or holes punched, or sizes changed) since the file's last fdatasync are
+//    restored to what they were before the change (saved at change time), and the file
+//    size with them;
 //  - files created since their directory's last fsync are deleted.
 // crash() simulates the process dying: from then on every call fails with EIO (close still
 // releases the descriptor) until powerLoss() has been applied.
@@ -165,6 +166,31 @@ class PowerLossEngine final : public IoEngineWrapper {
     saveUndo(fd, offset, len);
     return target_->punchHole(fd, offset, len);
   }
+  // A size change is undone like a write over the bytes between the old and new sizes.
+  Status resize(int fd, uint64_t size) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: resize");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw std::runtime_error("PowerLossEngine: cannot stat");
+    const uint64_t old_size = static_cast<uint64_t>(st.st_size);
+    if (size >= old_size) {
+      saveUndo(fd, old_size, size - old_size);
+    } else {
+      // A cut saves the bytes it drops only up to their last data: a presized extent's
+      // tail is a hole of up to a GiB, and a hole reads back as zeros either way.
+      uint64_t data_end = size;
+      for (off_t at = static_cast<off_t>(size);;) {
+        off_t data = ::lseek(fd, at, SEEK_DATA);
+        if (data < 0) break;
+        off_t hole = ::lseek(fd, data, SEEK_HOLE);
+        if (hole < 0) break;
+        data_end = static_cast<uint64_t>(hole);
+        at = hole;
+      }
+      saveUndo(fd, size, old_size - size, data_end - size);
+    }
+    return target_->resize(fd, size);
+  }
 
  private:
   struct Undo {
@@ -175,8 +201,9 @@ class PowerLossEngine final : public IoEngineWrapper {
     uint64_t seq = 0;          // unique per change
   };
 
-  // Returns the change's seq.
-  uint64_t saveUndo(int fd, uint64_t offset, uint64_t len) {
+  // Returns the change's seq. Saves at most `save` of the old bytes (the rest must be a
+  // hole, which reads back as zeros after the file size is restored).
+  uint64_t saveUndo(int fd, uint64_t offset, uint64_t len, uint64_t save = UINT64_MAX) {
     const std::string& path = paths_[fd];
     int rfd = ::open(path.c_str(), O_RDONLY);
     if (rfd < 0) throw std::runtime_error("PowerLossEngine: cannot open " + path);
@@ -188,7 +215,7 @@ class PowerLossEngine final : public IoEngineWrapper {
     u.seq = ++next_seq_;
     u.old_size = static_cast<uint64_t>(st.st_size);
     if (offset < u.old_size) {
-      u.old.resize(std::min<uint64_t>(len, u.old_size - offset));
+      u.old.resize(std::min<uint64_t>({len, u.old_size - offset, save}));
       if (::pread(rfd, u.old.data(), u.old.size(), static_cast<off_t>(offset)) !=
           static_cast<ssize_t>(u.old.size())) {
         ::close(rfd);
