@@ -95,20 +95,27 @@ class SharedBufferPool {
 class AlignedBuffer {
  public:
   enum class Fill { kZero, kUninitialized };
+  // kShared: for buffers freed on another thread than the one that allocates them (a
+  // put's blob image): they come from and go back to SharedBufferPool, never the thread's
+  // cache. Not for read buffers: with pooled buffers, chunkstore_bench's O_DIRECT 1 MiB
+  // reads measured 15-25% slower (not understood yet; docs/benchmarks.md).
+  enum class Reuse { kThread, kShared };
 
   AlignedBuffer() = default;
   // alignUp(size, kIoAlign) bytes, zeroed unless kUninitialized (for buffers that a read
   // fills completely); check valid() (allocation may fail).
-  explicit AlignedBuffer(size_t size, Fill fill = Fill::kZero) {
+  explicit AlignedBuffer(size_t size, Fill fill = Fill::kZero, Reuse reuse = Reuse::kThread)
+      : shared_(reuse == Reuse::kShared) {
     size_t cap = alignUp(size, kIoAlign);
     if (cap == 0) return;
     auto& cache = detail::t_buffer_cache;
-    if (cache.data != nullptr && cache.capacity >= cap && cache.capacity / 2 <= cap) {
+    if (shared_) {
+      data_ = detail::SharedBufferPool::instance().take(cap, &capacity_);
+    } else if (cache.data != nullptr && cache.capacity >= cap && cache.capacity / 2 <= cap) {
       data_ = std::exchange(cache.data, nullptr);
       capacity_ = std::exchange(cache.capacity, 0);
-    } else if (uint8_t* pooled = detail::SharedBufferPool::instance().take(cap, &capacity_)) {
-      data_ = pooled;
-    } else {
+    }
+    if (data_ == nullptr) {
       void* p = nullptr;
       if (posix_memalign(&p, kIoAlign, cap) != 0) return;
       data_ = static_cast<uint8_t*>(p);
@@ -121,13 +128,15 @@ class AlignedBuffer {
   AlignedBuffer(AlignedBuffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
-        capacity_(std::exchange(o.capacity_, 0)) {}
+        capacity_(std::exchange(o.capacity_, 0)),
+        shared_(o.shared_) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     if (this != &o) {
       release();
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       capacity_ = std::exchange(o.capacity_, 0);
+      shared_ = o.shared_;
     }
     return *this;
   }
@@ -142,19 +151,20 @@ class AlignedBuffer {
   std::span<const uint8_t> span() const { return {data_, size_}; }
 
  private:
-  // Keeps the larger of this buffer and the thread's cached one (within the bound) in the
-  // thread's cache; the other goes to the shared pool (which frees it if it has no room).
+  // A shared buffer goes back to the pool (which frees it if it has no room); any other
+  // keeps the larger of it and the thread's cached one (within the bound).
   void release() {
     if (data_ == nullptr) return;
     auto& cache = detail::t_buffer_cache;
-    if (capacity_ <= detail::ThreadBufferCache::kMaxBytes && capacity_ > cache.capacity) {
-      if (cache.data != nullptr) {
-        detail::SharedBufferPool::instance().give(cache.data, cache.capacity);
-      }
+    if (shared_) {
+      detail::SharedBufferPool::instance().give(data_, capacity_);
+    } else if (capacity_ <= detail::ThreadBufferCache::kMaxBytes &&
+               capacity_ > cache.capacity) {
+      std::free(cache.data);
       cache.data = data_;
       cache.capacity = capacity_;
     } else {
-      detail::SharedBufferPool::instance().give(data_, capacity_);
+      std::free(data_);
     }
     data_ = nullptr;
     size_ = capacity_ = 0;
@@ -163,6 +173,7 @@ class AlignedBuffer {
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t capacity_ = 0;  // of the allocation, which may exceed size_ when reused
+  bool shared_ = false;
 };
 
 }  // namespace granary::chunkstore

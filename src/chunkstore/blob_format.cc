@@ -52,7 +52,9 @@ Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8
   EncodedBlob blob;
   blob.header_region_len = static_cast<uint32_t>(region_len);
   blob.bytes = AlignedBuffer(region_len + alignUp(payload_len, kIoAlign),
-                             AlignedBuffer::Fill::kUninitialized);
+                             AlignedBuffer::Fill::kUninitialized,
+                             // freed on the engine's completion thread once written
+                             AlignedBuffer::Reuse::kShared);
   if (!blob.bytes.valid()) {
     return fail(Status::unavailable(
         fmt::format("cannot allocate {} bytes for a blob", region_len + payload_len)));

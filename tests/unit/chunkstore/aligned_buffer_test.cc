@@ -1,5 +1,5 @@
-// AlignedBuffer's reuse of freed buffers: per thread, and through the shared pool across
-// threads (a put's image is freed on the engine's completion thread).
+// AlignedBuffer's shared pool: a buffer made with Reuse::kShared and freed on another
+// thread (a put's image is freed on the engine's completion thread) is reused.
 #include "aligned_buffer.h"
 
 #include <algorithm>
@@ -22,13 +22,12 @@ void freeOnAnotherThread(std::vector<AlignedBuffer> buffers) {
 static void reuseAcrossThreads() {
   constexpr size_t kSize = (1 << 20) + 4096;  // a 1 MiB blob's image
   std::vector<AlignedBuffer> made;
-  made.emplace_back(kSize);
-  made.emplace_back(kSize);
-  uint8_t* second = made[1].data();
+  constexpr auto kShared = AlignedBuffer::Reuse::kShared;
+  made.emplace_back(kSize, AlignedBuffer::Fill::kZero, kShared);
+  uint8_t* second = made[0].data();
   std::fill_n(second, kSize, uint8_t{0xab});
-  // The other thread's cache keeps the first; the second goes to the shared pool.
   freeOnAnotherThread(std::move(made));
-  AlignedBuffer again(kSize);
+  AlignedBuffer again(kSize, AlignedBuffer::Fill::kZero, kShared);
   CHECK(again.data() == second);
   CHECK(again.size() == kSize);
   // Reused memory is still zeroed when asked for.
@@ -36,13 +35,15 @@ static void reuseAcrossThreads() {
 
   // A buffer less than half the size of the pooled ones does not take one.
   std::vector<AlignedBuffer> big;
-  big.emplace_back(kSize);
-  big.emplace_back(kSize);
-  uint8_t* pooled = big[1].data();
+  big.emplace_back(kSize, AlignedBuffer::Fill::kZero, kShared);
+  uint8_t* pooled = big[0].data();
   freeOnAnotherThread(std::move(big));
-  AlignedBuffer small(256 << 10, AlignedBuffer::Fill::kUninitialized);
+  AlignedBuffer small(256 << 10, AlignedBuffer::Fill::kUninitialized, kShared);
   CHECK(small.data() != pooled);
-  AlignedBuffer fits(kSize, AlignedBuffer::Fill::kUninitialized);
+  // A buffer without kShared never takes one from the pool.
+  AlignedBuffer own(kSize, AlignedBuffer::Fill::kUninitialized);
+  CHECK(own.data() != pooled);
+  AlignedBuffer fits(kSize, AlignedBuffer::Fill::kUninitialized, kShared);
   CHECK(fits.data() == pooled);
 }
 
@@ -53,14 +54,16 @@ TEST_CASE("A large buffer freed on another thread is reused by the next allocati
 TEST_CASE("The shared buffer pool keeps a bounded amount of idle memory") {
   auto& pool = detail::SharedBufferPool::instance();
   std::vector<AlignedBuffer> many;
-  for (int i = 0; i < 48; ++i) many.emplace_back(1 << 20, AlignedBuffer::Fill::kUninitialized);
+  for (int i = 0; i < 48; ++i) {
+    many.emplace_back(1 << 20, AlignedBuffer::Fill::kUninitialized, AlignedBuffer::Reuse::kShared);
+  }
   freeOnAnotherThread(std::move(many));
   CHECK(pool.idleBytes() <= detail::SharedBufferPool::kMaxIdleBytes);
   CHECK(pool.idleBytes() >= detail::SharedBufferPool::kMaxIdleBytes - (1 << 20));
   // Small buffers are left to malloc.
   std::vector<AlignedBuffer> small;
   const size_t before = pool.idleBytes();
-  for (int i = 0; i < 4; ++i) small.emplace_back(4096);
+  for (int i = 0; i < 4; ++i) small.emplace_back(4096, AlignedBuffer::Fill::kZero, AlignedBuffer::Reuse::kShared);
   freeOnAnotherThread(std::move(small));
   CHECK(pool.idleBytes() == before);
 }
