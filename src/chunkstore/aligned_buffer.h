@@ -32,10 +32,10 @@ struct ThreadBufferCache {
 };
 inline thread_local ThreadBufferCache t_buffer_cache;
 
-// Large buffers freed recently, shared by all threads. A put's blob image is allocated by
-// the putting thread and freed on the engine's completion thread (and an asynchronous
-// read's buffer the same way), so a per-thread cache alone never hands it back to a
-// thread that allocates: every 1 MiB put faulted in and zeroed 256 fresh pages.
+// Large buffers freed recently, shared by all threads, for AlignedBuffer::Reuse::kShared.
+// A put's blob image is allocated by the putting thread and freed on the engine's
+// completion thread, so a per-thread cache alone never hands it back to a thread that
+// allocates: every 1 MiB put faulted in and zeroed 256 fresh pages.
 class SharedBufferPool {
  public:
   static constexpr size_t kMinBytes = 64u << 10;  // smaller ones: malloc's own caches
