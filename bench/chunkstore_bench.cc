@@ -1,5 +1,6 @@
 // chunkstore_bench: one drive's ChunkStore against the same disk's raw figures from fio,
-// measured in the same run, printed as ratios.
+// measured in the same run, printed as ratios. The first three phases alternate the store
+// and fio in --rounds rounds, and a ratio is the median of the rounds' ratios.
 //
 //   seq-write   1 MiB blob puts from --qd threads (each put durable: group commit)
 //               vs fio io_uring direct=1 1 MiB writes at iodepth --qd with one fdatasync
@@ -10,12 +11,12 @@
 //               --scrub-rate-mib: the p99 ratio and the scrubber's achieved rate
 // Reads run twice: "async", --qd reads kept in flight from one thread through
 // ChunkStore::readAsync (the engine's shared ring, as fio's io_uring engine keeps its
-// iodepth), and "sync", --qd threads each waiting for its ChunkStore::read. The scrub
-// phase uses the async form.
+// iodepth), and "sync", --qd threads each waiting for its ChunkStore::read (once, after
+// the rounds, for comparison). The scrub phase uses the async form.
 //
 // Usage: chunkstore_bench [--dir D] [--engine io_uring|posix] [--qd 32] [--write-mib 2048]
 //                         [--small-blobs 100000] [--seconds 10] [--scrub-rate-mib 50]
-//                         [--scrub-piece-kib 256] [--no-fio]
+//                         [--scrub-piece-kib 256] [--rounds 3] [--no-fio]
 // --dir must be on the disk to measure; the bench removes what it creates there.
 #include <unistd.h>
 
@@ -58,6 +59,7 @@ struct Args {
   double seconds = 10;
   uint64_t scrub_rate_mib = 50;
   uint64_t scrub_piece_kib = 256;
+  int rounds = 3;
   bool fio = true;
 };
 
@@ -65,8 +67,7 @@ struct Args {
   std::fprintf(stderr,
                "chunkstore_bench: %s\nusage: chunkstore_bench [--dir D] [--engine io_uring|posix]"
                " [--qd N] [--write-mib N] [--small-blobs N] [--seconds S] [--scrub-rate-mib N]"
-               " [--scrub-piece-kib N]"
-               " [--no-fio]\n",
+               " [--scrub-piece-kib N] [--rounds N] [--no-fio]\n",
                why);
   std::exit(2);
 }
@@ -87,10 +88,12 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::stod(value());
     else if (k == "--scrub-rate-mib") a.scrub_rate_mib = std::stoull(value());
     else if (k == "--scrub-piece-kib") a.scrub_piece_kib = std::stoull(value());
+    else if (k == "--rounds") a.rounds = std::stoi(value());
     else if (k == "--no-fio") a.fio = false;
     else usage(("unknown argument " + k).c_str());
   }
-  if (a.qd < 1 || a.write_mib < 1 || a.small_blobs < 1 || a.seconds <= 0) usage("bad value");
+  if (a.qd < 1 || a.write_mib < 1 || a.small_blobs < 1 || a.seconds <= 0 ||
+      a.rounds < 1 || static_cast<uint64_t>(a.rounds) > a.write_mib) usage("bad value");
   return a;
 }
 
@@ -258,6 +261,42 @@ void row(const char* what, double mine, double fio, const char* unit, double goa
   }
 }
 
+// One phase's figures in one round: the store's, and fio's right before or after it.
+struct Round {
+  double mine = 0;
+  double fio = 0;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double medianFio(const std::vector<Round>& rounds) {
+  std::vector<double> v;
+  for (const Round& r : rounds) v.push_back(r.fio);
+  return median(v);
+}
+
+// The medians of the store's figures and fio's, the median of the rounds' ratios (what the
+// goal is checked against), then each round's ratio.
+void roundsRow(const char* what, const std::vector<Round>& rounds, const char* unit,
+               double goal) {
+  std::vector<double> mine, ratios;
+  std::string each;
+  for (const Round& r : rounds) {
+    mine.push_back(r.mine);
+    if (r.fio > 0) {
+      ratios.push_back(r.mine / r.fio);
+      each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", r.mine / r.fio);
+    }
+  }
+  if (ratios.empty()) return row(what, median(mine), 0, unit, goal);
+  std::printf("  %-28s %10.1f %-6s fio %10.1f   ratio %.2f (goal >= %.1f; rounds %s)\n", what,
+              median(mine), unit, medianFio(rounds), median(ratios), goal, each.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -293,24 +332,75 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(42);
   for (auto& b : payload) b = static_cast<uint8_t>(rng());
 
-  // 1. Sequential 1 MiB writes.
-  auto before = store.stats();
-  double wsec = parallelFor(args.qd, big, [&](uint64_t i) {
-    return store.put(descriptor(i), payload);
-  });
-  auto after = store.stats();
-  const double write_mibs = double(big) / wsec;
-  const double puts_per_sync =
-      double(after->committed_puts - before->committed_puts) /
-      double(std::max<uint64_t>(1, after->commit_batches - before->commit_batches));
-
-  // 2. Sequential 1 MiB reads (every block CRC-verified).
-  auto seqRead = [&](ReadMode mode) {
-    auto r = runReads(store, mode, args.qd, 1 << 20, big, 1e9, [](uint64_t i) { return i; });
-    return double(r.ops) / r.seconds;
+  // Each of the three measured phases runs in --rounds parts that alternate the store and
+  // fio (the store first in even rounds, fio first in odd ones); a figure is the median of
+  // its rounds, and a ratio the median of the rounds' ratios. This virtio disk's rates
+  // drift by tens of percent within a minute (fio's own 1 MiB reads: 1,084-2,140 MiB/s in
+  // three consecutive runs), so two figures measured once each, a minute apart, gave
+  // ratios that moved with the disk more than with the store.
+  const int rounds = args.rounds;
+  auto roundSlice = [&](int r, uint64_t n) {  // [first, last) of round r's share of n
+    return std::pair<uint64_t, uint64_t>{n * r / rounds, n * (r + 1) / rounds};
   };
-  const double read_mibs = seqRead(ReadMode::kAsync);
-  const double read_mibs_sync = seqRead(ReadMode::kSync);
+  auto inOrder = [&](int r, auto&& store_part, auto&& fio_part) {
+    if (r % 2 == 0) store_part();
+    if (args.fio) fio_part();
+    if (r % 2 == 1) store_part();
+  };
+  auto fioJob = [&](const std::string& name, int r, uint64_t mib, const std::string& extra) {
+    return runFio(fmt::format("--name={} --directory={} --filename=fio-{}.dat "
+                              "--ioengine=io_uring --direct=1 --iodepth={} --size={}M {}",
+                              name, fio_dir, r, args.qd, mib, extra));
+  };
+  if (args.fio) std::printf("fio on the same disk, alternated with the store in %d rounds:\n", rounds);
+
+  // 1. Sequential 1 MiB writes; fio syncs as often as the store's group commit did in the
+  // store's latest round.
+  std::vector<Round> writes(rounds), reads(rounds), rand(rounds);
+  std::vector<double> batch_sizes;
+  int fsync_every = 1;
+  for (int r = 0; r < rounds; ++r) {
+    auto [lo, hi] = roundSlice(r, big);
+    inOrder(
+        r,
+        [&] {
+          auto before = store.stats();
+          double sec = parallelFor(args.qd, hi - lo, [&](uint64_t i) {
+            return store.put(descriptor(lo + i), payload);
+          });
+          auto after = store.stats();
+          const double per_sync =
+              double(after->committed_puts - before->committed_puts) /
+              double(std::max<uint64_t>(1, after->commit_batches - before->commit_batches));
+          batch_sizes.push_back(per_sync);
+          fsync_every = std::max(1, static_cast<int>(per_sync + 0.5));
+          writes[r].mine = double(hi - lo) / sec;
+        },
+        [&] {
+          auto w = fioJob("seqwrite", r, hi - lo,
+                          fmt::format("--rw=write --bs=1M --fdatasync={}", fsync_every));
+          writes[r].fio = w["write"]["bw_bytes"].get<double>() / (1 << 20);
+        });
+  }
+
+  // 2. Sequential 1 MiB reads (every block CRC-verified) of what each round wrote.
+  for (int r = 0; r < rounds; ++r) {
+    auto [lo, hi] = roundSlice(r, big);
+    inOrder(
+        r,
+        [&] {
+          auto got = runReads(store, ReadMode::kAsync, args.qd, 1 << 20, hi - lo, 1e9,
+                              [lo](uint64_t i) { return lo + i; });
+          reads[r].mine = double(got.ops) / got.seconds;
+        },
+        [&] {
+          auto got = fioJob("seqread", r, hi - lo, "--rw=read --bs=1M");
+          reads[r].fio = got["read"]["bw_bytes"].get<double>() / (1 << 20);
+        });
+  }
+  auto sync_read = runReads(store, ReadMode::kSync, args.qd, 1 << 20, big, 1e9,
+                            [](uint64_t i) { return i; });
+  const double read_mibs_sync = double(sync_read.ops) / sync_read.seconds;
 
   // 3. 4 KiB blobs, then random reads of them.
   std::vector<uint8_t> small(4096);
@@ -324,7 +414,29 @@ int main(int argc, char** argv) {
         store, mode, args.qd, 4096, UINT64_MAX, seconds,
         [&](uint64_t i) { return scattered(i, first_small, args.small_blobs); }, raw);
   };
-  Latencies quiet = randomReads(ReadMode::kAsync, args.seconds);
+  const int rand_seconds = std::max(1, static_cast<int>(args.seconds / rounds + 0.5));
+  std::vector<float> quiet_all;
+  std::vector<double> fio_p99s;
+  double quiet_seconds_all = 0;
+  for (int r = 0; r < rounds; ++r) {
+    auto [lo, hi] = roundSlice(r, big);
+    inOrder(
+        r,
+        [&] {
+          Latencies got = randomReads(ReadMode::kAsync, rand_seconds, &quiet_all);
+          quiet_seconds_all += got.seconds;
+          rand[r].mine = double(got.ops) / got.seconds;
+        },
+        [&] {
+          auto got = fioJob("randread", r, hi - lo,
+                            fmt::format("--rw=randread --bs=4k --time_based --runtime={}",
+                                        rand_seconds));
+          rand[r].fio = got["read"]["iops"].get<double>();
+          fio_p99s.push_back(
+              got["read"]["clat_ns"]["percentile"]["99.000000"].get<double>() / 1e3);
+        });
+  }
+  Latencies quiet = percentiles(quiet_all, quiet_seconds_all);
   Latencies quiet_sync = randomReads(ReadMode::kSync, args.seconds);
 
   // 4. Random reads in alternating windows, quiet and with the scrubber running, so that
@@ -356,40 +468,22 @@ int main(int argc, char** argv) {
   Latencies scrubbed = percentiles(scrub_raw, scrub_seconds);
   const double scrub_mibs = double(scrub_bytes) / double(1 << 20) / scrub_seconds;
 
-  double fio_write = 0, fio_read = 0, fio_iops = 0, fio_p99 = 0;
-  int fsync_every = std::max(1, static_cast<int>(puts_per_sync + 0.5));
-  if (args.fio) {
-    std::printf("fio on the same disk (same run):\n");
-    const std::string common = fmt::format(
-        "--directory={} --filename=fio.dat --ioengine=io_uring --direct=1 --iodepth={} "
-        "--size={}M",
-        fio_dir, args.qd, big);
-    auto w = runFio(fmt::format("--name=seqwrite {} --rw=write --bs=1M --fdatasync={}", common,
-                                fsync_every));
-    fio_write = w["write"]["bw_bytes"].get<double>() / (1 << 20);
-    auto r = runFio(fmt::format("--name=seqread {} --rw=read --bs=1M", common));
-    fio_read = r["read"]["bw_bytes"].get<double>() / (1 << 20);
-    auto rr = runFio(fmt::format("--name=randread {} --rw=randread --bs=4k --time_based "
-                                 "--runtime={}",
-                                 common, static_cast<int>(args.seconds)));
-    fio_iops = rr["read"]["iops"].get<double>();
-    fio_p99 = rr["read"]["clat_ns"]["percentile"]["99.000000"].get<double>() / 1e3;
-  }
-
-  std::printf("results:\n");
-  row("seq write 1 MiB (MiB/s)", write_mibs, fio_write, "MiB/s", 0.8);
-  std::printf("  %-28s %10.1f puts per fdatasync (fio: --fdatasync=%d)\n", "group commit",
-              puts_per_sync, fsync_every);
-  row("seq read 1 MiB (MiB/s)", read_mibs, fio_read, "MiB/s", 0.9);
-  row("  sync reads, for comparison", read_mibs_sync, fio_read, "MiB/s", 0.9);
+  std::printf("results (a figure is the median of %d rounds; the ratios of each round follow "
+              "it):\n",
+              rounds);
+  roundsRow("seq write 1 MiB (MiB/s)", writes, "MiB/s", 0.8);
+  std::printf("  %-28s %10.1f puts per fdatasync, median of the rounds (fio syncs as often)\n",
+              "group commit", median(batch_sizes));
+  roundsRow("seq read 1 MiB (MiB/s)", reads, "MiB/s", 0.9);
+  row("  sync reads, for comparison", read_mibs_sync, medianFio(reads), "MiB/s", 0.9);
   row("4 KiB blob put (puts/s)", double(args.small_blobs) / ssec, 0, "", 0);
-  row("rand read 4 KiB (IOPS)", double(quiet.ops) / quiet.seconds, fio_iops, "IOPS", 0.7);
-  row("  sync reads, for comparison", double(quiet_sync.ops) / quiet_sync.seconds, fio_iops,
-      "IOPS", 0.7);
+  roundsRow("rand read 4 KiB (IOPS)", rand, "IOPS", 0.7);
+  row("  sync reads, for comparison", double(quiet_sync.ops) / quiet_sync.seconds,
+      medianFio(rand), "IOPS", 0.7);
   std::printf("  %-28s p50 %.0f us, p99 %.0f us; sync p50 %.0f us, p99 %.0f us (fio p99 %.0f "
               "us)\n",
               "rand read latency", quiet.p50_us, quiet.p99_us, quiet_sync.p50_us,
-              quiet_sync.p99_us, fio_p99);
+              quiet_sync.p99_us, median(fio_p99s));
   std::printf("  %-28s %.0f IOPS, p99 %.0f us = %.2fx the p99 of the quiet windows between "
               "(%.0f us; goal <= 1.5x); scrubbed %.1f MiB/s (configured %llu)\n",
               "rand read + scrubber", double(scrubbed.ops) / scrubbed.seconds, scrubbed.p99_us,
