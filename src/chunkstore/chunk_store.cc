@@ -227,9 +227,23 @@ class ChunkStoreImpl final : public ChunkStore {
   Attempt firstAttempt() const {
     return options_.cached_reads ? Attempt::kCache : Attempt::kDrive;
   }
-  // read() and readFromDrive(), from `attempt` on.
+  // One attempt of a read: where it reads, and whether the block CRCs may come from crcs_.
+  struct Step {
+    Attempt attempt;
+    bool use_crcs;
+  };
+  // The one ladder of read() and readAsync(): after `step` ended with `st` (`used_crcs`: its
+  // CRCs came from crcs_), the next step, or nothing when `st` is the read's outcome (a
+  // corruption is then reported). A corruption is tried again against the header on disk
+  // when the CRCs were cached, then from the drive when it came through the page cache,
+  // then at the blob's current index entry (`rec` is updated) when that moved. `use_crcs`:
+  // the read's own choice, for the steps after the first.
+  std::optional<Step> nextStep(const BlobId& id, IndexRecord& rec, uint64_t offset,
+                               size_t len, Step step, bool use_crcs, bool used_crcs,
+                               Status& st);
+  // read() and readFromDrive(), from `first` on.
   Status readAttempts(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
-                      Attempt attempt, bool use_crcs);
+                      Attempt first, bool use_crcs);
   // `async`: for the engine's asynchronous path, which can use its registered buffers.
   // `cached`: through the extent's page-cache descriptor. `use_crcs`: the block CRCs may
   // come from crcs_ (and go there), sparing the header's I/O.
@@ -243,14 +257,12 @@ class ChunkStoreImpl final : public ChunkStore {
                       std::span<uint8_t> out, bool cached, bool use_crcs,
                       bool* used_crcs = nullptr);
   void readVerifiedAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                         std::span<uint8_t> out, Attempt attempt, IoDone done,
-                         bool use_crcs = true);
+                         std::span<uint8_t> out, Step step, IoDone done);
   void finishAsyncRead(AsyncRead* op);
-  // The end of one attempt of an asynchronous read, with status `st`: a corruption goes on
-  // to the next attempt (as read() does), then is reported. `used_crcs`: the attempt took
-  // the CRCs from crcs_, so a corruption first makes it again against the header.
+  // The end of one step of an asynchronous read, with status `st`: the next step
+  // (nextStep), or `done`.
   void completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                     std::span<uint8_t> out, Attempt attempt, Status st, IoDone done,
+                     std::span<uint8_t> out, Step step, Status st, IoDone done,
                      bool used_crcs);
   // The page cache held a copy of the blob that failed its CRC while the drive's passed
   // (memory went bad): drop the copy, so that the next read fetches the drive's.
@@ -500,27 +512,43 @@ Status ChunkStoreImpl::checkRange(const BlobId& id, const IndexRecord& rec, uint
   return Status::ok();
 }
 
+std::optional<ChunkStoreImpl::Step> ChunkStoreImpl::nextStep(const BlobId& id,
+                                                             IndexRecord& rec,
+                                                             uint64_t offset, size_t len,
+                                                             Step step, bool use_crcs,
+                                                             bool used_crcs, Status& st) {
+  // The cached CRCs (dropped by now) may be what is wrong: the same attempt again, checked
+  // against the header on disk.
+  if (st.isCorruption() && used_crcs) return Step{step.attempt, false};
+  if (st.isCorruption() && step.attempt == Attempt::kCache) {
+    return Step{Attempt::kDriveAfterCache, use_crcs};
+  }
+  if (st.isOk() && step.attempt == Attempt::kDriveAfterCache) dropCachedCopy(id, rec);
+  if (st.isCorruption() && step.attempt != Attempt::kRecheck) {
+    // Rare (a race with remove(), or real corruption): one index get, on the calling
+    // thread (a completion thread, for an asynchronous read).
+    auto again = recheckAfterCorruption(id, rec, offset, len, st);
+    if (again) {
+      rec = *again;
+      return Step{Attempt::kRecheck, use_crcs};
+    }
+    st = again.error();
+  }
+  if (st.isCorruption()) noteCorrupt(id, st);
+  return std::nullopt;
+}
+
 Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
-                                    std::span<uint8_t> out, Attempt attempt, bool use_crcs) {
+                                    std::span<uint8_t> out, Attempt first, bool use_crcs) {
   auto rec = index_->get(id);
   if (!rec) return rec.error();
   GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
-  bool used_crcs = false;
-  Status st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, use_crcs,
-                           &used_crcs);
-  if (st.isCorruption() && used_crcs) {
-    // The cached CRCs (dropped by now) may be what is wrong: the same attempt again,
-    // checked against the header on disk.
-    st = readVerified(id, *rec, offset, out, attempt == Attempt::kCache, false);
-  }
-  if (st.isCorruption() && attempt == Attempt::kCache) {
-    st = readVerified(id, *rec, offset, out, false, use_crcs);
-    if (st.isOk()) dropCachedCopy(id, *rec);
-  }
-  if (st.isCorruption()) {
-    auto again = recheckAfterCorruption(id, *rec, offset, out.size(), st);
-    st = again ? readVerified(id, *again, offset, out, false, use_crcs) : again.error();
-    if (st.isCorruption()) noteCorrupt(id, st);
+  Status st;
+  for (std::optional<Step> step = Step{first, use_crcs}; step;) {
+    bool used_crcs = false;
+    st = readVerified(id, *rec, offset, out, step->attempt == Attempt::kCache, step->use_crcs,
+                      &used_crcs);
+    step = nextStep(id, *rec, offset, out.size(), *step, use_crcs, used_crcs, st);
   }
   return st;
 }
@@ -764,7 +792,7 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
 struct ChunkStoreImpl::AsyncRead {
   ReadPlan plan;
   IoDone done;
-  Attempt attempt = Attempt::kDrive;
+  Step step{Attempt::kDrive, true};
   std::atomic<int> pending{0};
   std::mutex mu;  // error
   Status error;
@@ -775,20 +803,21 @@ void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint
   auto rec = index_->get(id);
   if (!rec) return done(rec.error());
   if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
-  readVerifiedAsync(id, *rec, offset, out, firstAttempt(), std::move(done));
+  readVerifiedAsync(id, *rec, offset, out, Step{firstAttempt(), true}, std::move(done));
 }
 
 void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
-                                       uint64_t offset, std::span<uint8_t> out,
-                                       Attempt attempt, IoDone done, bool use_crcs) {
-  auto plan = planRead(id, rec, offset, out, true, attempt == Attempt::kCache, use_crcs);
+                                       uint64_t offset, std::span<uint8_t> out, Step step,
+                                       IoDone done) {
+  auto plan =
+      planRead(id, rec, offset, out, true, step.attempt == Attempt::kCache, step.use_crcs);
   if (!plan) {
-    return completeAsync(id, rec, offset, out, attempt, plan.error(), std::move(done), false);
+    return completeAsync(id, rec, offset, out, step, plan.error(), std::move(done), false);
   }
   auto owned = std::make_unique<AsyncRead>();
   owned->plan = std::move(*plan);
   owned->done = std::move(done);
-  owned->attempt = attempt;
+  owned->step = step;
   owned->pending = (owned->plan.head_len > 0 ? 1 : 0) + (owned->plan.merged ? 0 : 1);
   beginOp();
   AsyncRead* op = owned.release();  // finishAsyncRead deletes it
@@ -815,31 +844,20 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
   std::unique_ptr<AsyncRead> owned(op);
   Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
-  completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->attempt,
+  completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->step,
                 std::move(st), std::move(op->done), op->plan.crcs != nullptr);
   owned.reset();
   endOp();
 }
 
 void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                                   std::span<uint8_t> out, Attempt attempt, Status st,
-                                   IoDone done, bool used_crcs) {
-  if (st.isCorruption() && used_crcs) {  // as in readAttempts
-    return readVerifiedAsync(id, rec, offset, out, attempt, std::move(done), false);
+                                   std::span<uint8_t> out, Step step, Status st, IoDone done,
+                                   bool used_crcs) {
+  IndexRecord current = rec;  // `rec` may live in the finished read
+  if (auto next = nextStep(id, current, offset, out.size(), step, /*use_crcs=*/true, used_crcs,
+                           st)) {
+    return readVerifiedAsync(id, current, offset, out, *next, std::move(done));
   }
-  if (st.isCorruption() && attempt == Attempt::kCache) {
-    return readVerifiedAsync(id, rec, offset, out, Attempt::kDriveAfterCache, std::move(done));
-  }
-  if (st.isOk() && attempt == Attempt::kDriveAfterCache) dropCachedCopy(id, rec);
-  if (st.isCorruption() && attempt != Attempt::kRecheck) {
-    // Rare (a race with remove(), or real corruption): one index get on this thread.
-    auto again = recheckAfterCorruption(id, rec, offset, out.size(), st);
-    if (again) {
-      return readVerifiedAsync(id, *again, offset, out, Attempt::kRecheck, std::move(done));
-    }
-    st = again.error();
-  }
-  if (st.isCorruption()) noteCorrupt(id, st);
   done(std::move(st));
 }
 
