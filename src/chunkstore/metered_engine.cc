@@ -14,8 +14,9 @@
 namespace granary::chunkstore {
 namespace {
 
-enum OpIndex { kRead, kWrite, kSync, kPunch, kOps };
-constexpr std::array<const char*, kOps> kOpNames = {"read", "write", "fdatasync", "punch_hole"};
+enum OpIndex { kRead, kWrite, kSync, kPunch, kResize, kOps };
+constexpr std::array<const char*, kOps> kOpNames = {"read", "write", "fdatasync", "punch_hole",
+                                                    "resize"};
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
 class MeteredEngine final : public IoEngine {
@@ -80,7 +81,9 @@ class MeteredEngine final : public IoEngine {
     return timed(kPunch, 0, [&] { return inner_->punchHole(fd, offset, len); });
   }
   // Once per extent: not an I/O operation worth a series of its own.
-  Status resize(int fd, uint64_t size) override { return inner_->resize(fd, size); }
+  Status resize(int fd, uint64_t size) override {
+    return timed(kResize, 0, [&] { return inner_->resize(fd, size); });
+  }
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));
   }

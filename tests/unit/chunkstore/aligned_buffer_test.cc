@@ -24,11 +24,11 @@ static void reuseAcrossThreads() {
   std::vector<AlignedBuffer> made;
   constexpr auto kShared = AlignedBuffer::Reuse::kShared;
   made.emplace_back(kSize, AlignedBuffer::Fill::kZero, kShared);
-  uint8_t* second = made[0].data();
-  std::fill_n(second, kSize, uint8_t{0xab});
+  uint8_t* first = made[0].data();
+  std::fill_n(first, kSize, uint8_t{0xab});
   freeOnAnotherThread(std::move(made));
   AlignedBuffer again(kSize, AlignedBuffer::Fill::kZero, kShared);
-  CHECK(again.data() == second);
+  CHECK(again.data() == first);
   CHECK(again.size() == kSize);
   // Reused memory is still zeroed when asked for.
   CHECK(std::all_of(again.data(), again.data() + kSize, [](uint8_t b) { return b == 0; }));
