@@ -6,10 +6,15 @@
 # Needs a build (build/) and `bash scripts/install-deps.sh --bench` (nginx, iperf3).
 # SECONDS: the length of each measured phase (default 10). STEPS (default all of
 # "get put mix nginx memory list") picks which figures to measure; the raw limits always run.
+# ROUNDS (default 3): the figures that are ratios of two phases (the loader with and
+# without the checkpoint class; Granary against nginx on the same bytes) alternate their
+# phases in that many rounds and print each round's ratio and the median, because this
+# VM's disk and CPU drift by tens of percent within minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 steps=" ${STEPS:-get put mix nginx memory list} "
+rounds=${ROUNDS:-3}
 want() { [[ $steps == *" $1 "* ]]; }
 bench=build/bench/granary-bench
 granary=build/src/granary
@@ -66,6 +71,36 @@ run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
   "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
 }
+# ratios KIND JSON...: each round's ratio and the median, from the runs' JSON files, which
+# come in rounds of the phases KIND compares (see the callers).
+ratios() {
+  /usr/bin/python3 - "$@" <<'EOF'
+import json, statistics, sys
+kind, files = sys.argv[1], sys.argv[2:]
+def op(path, workload, name):
+    for w in json.load(open(path))["workloads"]:
+        if w["name"] == workload:
+            return w["ops"][name]
+    raise SystemExit(f"s3_bench: no {workload} in {path}")
+def show(label, values, goal):
+    each = ", ".join(f"{v:.2f}" for v in values)
+    print(f"== {label}: median {statistics.median(values):.2f} (rounds {each}; goal {goal})")
+if kind == "mix":  # per round: loader alone, checkpoint alone, both
+    p99, share = [], []
+    for i in range(0, len(files), 3):
+        alone, ckpt, both = files[i:i + 3]
+        p99.append(op(both, "loader", "range")["latency_ms"]["p99"] /
+                   op(alone, "loader", "range")["latency_ms"]["p99"])
+        share.append(op(both, "checkpoint", "put")["mb_per_s"] /
+                     op(ckpt, "checkpoint", "put")["mb_per_s"])
+    show("loader p99 with the checkpoint class / alone", p99, "<= 1.5")
+    show("checkpoint MB/s with the loader / alone", share, ">= 0.5")
+else:  # per round: Granary, then nginx, on the same objects
+    show(f"{kind} GET, Granary / nginx MB/s",
+         [op(files[i], "granary", "get")["mb_per_s"] / op(files[i + 1], "nginx", "get")["mb_per_s"]
+          for i in range(0, len(files), 2)], ">= 0.8")
+EOF
+}
 if want get; then
   run "4 KiB GET, 32 connections" --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000
   run "1 MiB GET, 16 connections" --op get --size 1MiB --concurrency 16 --objects 64
@@ -76,12 +111,23 @@ if want put; then
   run "1 MiB PUT, 16 connections" --op put --size 1MiB --concurrency 16 --objects 256
   run "64 MiB PUT, 4 connections" --op put --size 64MiB --concurrency 4 --objects 8
 fi
-want mix && run "loader alone: 64 KiB-4 MiB ranged GETs of 64 MiB shards" \
-  --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no
-want mix && run "checkpoint alone: 256 MiB PUTs" --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
-want mix && run "loader while checkpointing" \
-  --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,prepare=skip \
-  --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+if want mix; then
+  loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
+  checkpoint=name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+  mix=()
+  for r in $(seq "$rounds"); do
+    # The loader's shards are written in the first round and kept.
+    alone="$loader,cleanup=no"; [[ $r != 1 ]] && alone="$alone,prepare=skip"
+    run "round $r: loader alone: 64 KiB-4 MiB ranged GETs of 64 MiB shards" \
+      --workload "$alone" --json "$root/mix-$r-a.json"
+    run "round $r: checkpoint alone: 256 MiB PUTs" --workload "$checkpoint" \
+      --json "$root/mix-$r-b.json"
+    run "round $r: loader while checkpointing" --workload "$loader,prepare=skip,cleanup=no" \
+      --workload "$checkpoint" --json "$root/mix-$r-c.json"
+    mix+=("$root/mix-$r-a.json" "$root/mix-$r-b.json" "$root/mix-$r-c.json")
+  done
+  ratios mix "${mix[@]}"
+fi
 
 # nginx serving the same bytes from files, read by the same client.
 if want nginx; then
@@ -113,10 +159,22 @@ http {
 EOF
 nginx -c "$root/nginx.conf" -p "$root"
 sleep 0.5
-EP=http://127.0.0.1:9191 run "nginx: 1 MiB GET, 16 connections" --no-create-bucket \
-  --workload name=nginx,op=get,size=1MiB,objects=64,prefix=nginx1m/,prepare=skip,cleanup=no,concurrency=16
-EP=http://127.0.0.1:9191 run "nginx: 64 MiB GET, 4 connections" --no-create-bucket \
-  --workload name=nginx,op=get,size=64MiB,objects=8,prefix=nginx64m/,prepare=skip,cleanup=no,concurrency=4
+# Granary and nginx alternate on the same objects, Granary first in odd rounds.
+for size in 1MiB 64MiB; do
+  if [[ $size == 1MiB ]]; then prefix=nginx1m/ objects=64 conc=16; else prefix=nginx64m/ objects=8 conc=4; fi
+  files=()
+  for r in $(seq "$rounds"); do
+    order="granary nginx"; [[ $((r % 2)) == 0 ]] && order="nginx granary"
+    for who in $order; do
+      url=$ep; [[ $who == nginx ]] && url=http://127.0.0.1:9191
+      EP=$url run "round $r: $who: $size GET, $conc connections" --no-create-bucket \
+        --workload name=$who,op=get,size=$size,objects=$objects,prefix=$prefix,prepare=skip,cleanup=no,concurrency=$conc \
+        --json "$root/ng-$size-$r-$who.json"
+    done
+    files+=("$root/ng-$size-$r-granary.json" "$root/ng-$size-$r-nginx.json")
+  done
+  ratios "$size" "${files[@]}"
+done
 fi
 
 # Resident memory of granary serve under 256 concurrent 64 MiB GET streams, on a fresh
