@@ -352,7 +352,9 @@ int main(int argc, char** argv) {
                               "--ioengine=io_uring --direct=1 --iodepth={} --size={}M {}",
                               name, fio_dir, r, args.qd, mib, extra));
   };
-  if (args.fio) std::printf("fio on the same disk, alternated with the store in %d rounds:\n", rounds);
+  if (args.fio) {
+    std::printf("fio on the same disk, alternated with the store in %d rounds:\n", rounds);
+  }
 
   // 1. Sequential 1 MiB writes; fio syncs as often as the store's group commit did in the
   // store's latest round.
