@@ -80,9 +80,13 @@ class MeteredEngine final : public IoEngine {
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return timed(kPunch, 0, [&] { return inner_->punchHole(fd, offset, len); });
   }
-  // Once per extent: not an I/O operation worth a series of its own.
+  // Once per extent (presizing) and at recovery's cuts.
   Status resize(int fd, uint64_t size) override {
     return timed(kResize, 0, [&] { return inner_->resize(fd, size); });
+  }
+  // Like open and close, a namespace operation: not counted.
+  Status rename(const std::string& from, const std::string& to) override {
+    return inner_->rename(from, to);
   }
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 
 #include <fmt/core.h>
 
@@ -107,6 +108,13 @@ Status resize(int fd, uint64_t size) {
   return Status::ok();
 }
 
+Status renameFile(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return Status::fromErrno(errno, fmt::format("rename {} to {}", from, to));
+  }
+  return Status::ok();
+}
+
 }  // namespace posix_io
 
 namespace {
@@ -133,6 +141,9 @@ class PosixEngine final : public IoEngine {
     return posix_io::punchHole(fd, offset, len);
   }
   Status resize(int fd, uint64_t size) override { return posix_io::resize(fd, size); }
+  Status rename(const std::string& from, const std::string& to) override {
+    return posix_io::renameFile(from, to);
+  }
 };
 
 }  // namespace

@@ -21,5 +21,6 @@ bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offs
 Status dataSync(int fd);
 Status punchHole(int fd, uint64_t offset, uint64_t len);
 Status resize(int fd, uint64_t size);
+Status renameFile(const std::string& from, const std::string& to);
 
 }  // namespace granary::chunkstore::posix_io

@@ -480,6 +480,9 @@ class UringEngine final : public IoEngine {
     return posix_io::punchHole(fd, offset, len);
   }
   Status resize(int fd, uint64_t size) override { return posix_io::resize(fd, size); }
+  Status rename(const std::string& from, const std::string& to) override {
+    return posix_io::renameFile(from, to);
+  }
 
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     if (!async_) return IoEngine::readAsync(fd, out, offset, std::move(done));

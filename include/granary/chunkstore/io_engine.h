@@ -119,6 +119,9 @@ class IoEngine {
   // Sets the file's size (ftruncate(2)): growing it adds a hole and allocates nothing. Like
   // a write, the new size is durable only after the file's next fdatasync.
   virtual Status resize(int fd, uint64_t size) = 0;
+  // rename(2). Like a created file, the new name is durable only after its directory's
+  // next fsync.
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
 
   // Asynchronous forms. The buffer must stay valid until `done` runs. The defaults run the
   // synchronous call on the caller's thread, then `done`.
@@ -167,6 +170,9 @@ class IoEngineWrapper : public IoEngine {
     return target_->punchHole(fd, offset, len);
   }
   Status resize(int fd, uint64_t size) override { return target_->resize(fd, size); }
+  Status rename(const std::string& from, const std::string& to) override {
+    return target_->rename(from, to);
+  }
   IoBuffer registeredBuffer(size_t size) override { return target_->registeredBuffer(size); }
 
  protected:

@@ -72,6 +72,17 @@ TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files
   CHECK(engine->close(*fd).isOk());
   CHECK(engine->open(dir.path() + "/missing", O_RDONLY, 0).error().code() ==
         Status::Code::kNotFound);
+
+  // rename: the file keeps its bytes under the new name; a missing source is kNotFound.
+  REQUIRE(engine->rename(dir.path() + "/f", dir.path() + "/g").isOk());
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/f"));
+  auto moved = engine->open(dir.path() + "/g", O_RDONLY | O_DIRECT, 0);
+  REQUIRE(moved.has_value());
+  REQUIRE(engine->pread(*moved, {out.data, 4096}, 8192 + (1 << 20)).isOk());
+  CHECK(std::equal(out.data, out.data + 4096, data.begin() + (1 << 20)));
+  CHECK(engine->close(*moved).isOk());
+  CHECK(engine->rename(dir.path() + "/f", dir.path() + "/h").code() ==
+        Status::Code::kNotFound);
 }
 
 TEST_CASE("Both engines scatter one read over several buffers with preadv") {

@@ -5,7 +5,8 @@
 //  - bytes written (or holes punched, or sizes changed) since the file's last fdatasync are
 //    restored to what they were before the change (saved at change time), and the file
 //    size with them;
-//  - files created since their directory's last fsync are deleted.
+//  - files created since their directory's last fsync are deleted;
+//  - renames since their directory's last fsync are undone.
 // crash() simulates the process dying: from then on every call fails with EIO (close still
 // releases the descriptor) until powerLoss() has been applied.
 //
@@ -25,6 +26,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "granary/chunkstore/io_engine.h"
@@ -76,6 +78,10 @@ class PowerLossEngine final : public IoEngineWrapper {
       ++reverted_files_;
     }
     undo_.clear();
+    for (auto it = unsynced_renames_.rbegin(); it != unsynced_renames_.rend(); ++it) {
+      std::filesystem::rename(it->second, it->first);
+    }
+    unsynced_renames_.clear();
     for (const auto& path : unsynced_entries_) {
       std::filesystem::remove(path);
       ++removed_files_;
@@ -145,11 +151,11 @@ class PowerLossEngine final : public IoEngineWrapper {
     const std::string& path = paths_[fd];
     if (std::filesystem::is_directory(path)) {
       // Entries of this directory are durable now.
-      for (auto it = unsynced_entries_.begin(); it != unsynced_entries_.end();) {
-        it = std::filesystem::path(*it).parent_path() == std::filesystem::path(path)
-                 ? unsynced_entries_.erase(it)
-                 : std::next(it);
-      }
+      const auto inDir = [&](const std::string& p) {
+        return std::filesystem::path(p).parent_path() == std::filesystem::path(path);
+      };
+      std::erase_if(unsynced_entries_, inDir);
+      std::erase_if(unsynced_renames_, [&](const auto& r) { return inDir(r.second); });
     } else {
       uint64_t& durable = durable_size_[path];
       std::erase_if(undo_[path], [&](const Undo& u) {
@@ -165,6 +171,31 @@ class PowerLossEngine final : public IoEngineWrapper {
     if (dead_) return Status::ioError("dead: punchHole");
     saveUndo(fd, offset, len);
     return target_->punchHole(fd, offset, len);
+  }
+  // The file's unsynced changes move with it. A file created since its directory's last
+  // fsync still vanishes at a power loss (under its new name); any other rename is undone.
+  Status rename(const std::string& from, const std::string& to) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: rename " + from);
+    Status st = target_->rename(from, to);
+    if (!st) return st;
+    for (auto& [fd, path] : paths_) {
+      if (path == from) path = to;
+    }
+    if (auto node = undo_.extract(from)) {
+      node.key() = to;
+      undo_.insert(std::move(node));
+    }
+    if (auto node = durable_size_.extract(from)) {
+      node.key() = to;
+      durable_size_.insert(std::move(node));
+    }
+    if (unsynced_entries_.erase(from) > 0) {
+      unsynced_entries_.insert(to);
+    } else {
+      unsynced_renames_.emplace_back(from, to);
+    }
+    return st;
   }
   // A size change is undone like a write over the bytes between the old and new sizes.
   Status resize(int fd, uint64_t size) override {
@@ -235,6 +266,7 @@ class PowerLossEngine final : public IoEngineWrapper {
   uint64_t next_seq_ = 0;
   std::map<std::string, std::vector<Undo>> undo_;  // per file, since its last fdatasync
   std::set<std::string> unsynced_entries_;         // created since their dir's last fsync
+  std::vector<std::pair<std::string, std::string>> unsynced_renames_;  // (from, to), in order
   int reverted_files_ = 0;
   int removed_files_ = 0;
   int syncs_ = 0;
