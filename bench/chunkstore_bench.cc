@@ -9,6 +9,9 @@
 //   rand-read   4 KiB blob reads of random blobs vs fio 4 KiB random reads, iodepth --qd
 //   scrub       rand-read in alternating windows, quiet and with the scrubber running at
 //               --scrub-rate-mib: the p99 ratio and the scrubber's achieved rate
+//   pre-zero    durable 4 KiB puts into a fresh extent (a hole) and into a pre-zeroed
+//               spare, on two more drives of the disk, alternated in 5 rounds
+// The main drive pre-zeroes its spares at --spare-zero-rate-mib, as `granary serve` does.
 // Reads run twice: "async", --qd reads kept in flight from one thread through
 // ChunkStore::readAsync (the engine's shared ring, as fio's io_uring engine keeps its
 // iodepth), and "sync", --qd threads each waiting for its ChunkStore::read (once, after
@@ -16,7 +19,8 @@
 //
 // Usage: chunkstore_bench [--dir D] [--engine io_uring|posix] [--qd 32] [--write-mib 2048]
 //                         [--small-blobs 100000] [--seconds 10] [--scrub-rate-mib 50]
-//                         [--scrub-piece-kib 256] [--rounds 3] [--no-fio]
+//                         [--scrub-piece-kib 256] [--spare-zero-rate-mib 64] [--rounds 3]
+//                         [--no-fio]
 // --dir must be on the disk to measure; the bench removes what it creates there.
 #include <unistd.h>
 
@@ -59,6 +63,7 @@ struct Args {
   double seconds = 10;
   uint64_t scrub_rate_mib = 50;
   uint64_t scrub_piece_kib = 256;
+  uint64_t spare_zero_rate_mib = 64;
   int rounds = 3;
   bool fio = true;
 };
@@ -67,7 +72,7 @@ struct Args {
   std::fprintf(stderr,
                "chunkstore_bench: %s\nusage: chunkstore_bench [--dir D] [--engine io_uring|posix]"
                " [--qd N] [--write-mib N] [--small-blobs N] [--seconds S] [--scrub-rate-mib N]"
-               " [--scrub-piece-kib N] [--rounds N] [--no-fio]\n",
+               " [--scrub-piece-kib N] [--spare-zero-rate-mib N] [--rounds N] [--no-fio]\n",
                why);
   std::exit(2);
 }
@@ -88,6 +93,7 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::stod(value());
     else if (k == "--scrub-rate-mib") a.scrub_rate_mib = std::stoull(value());
     else if (k == "--scrub-piece-kib") a.scrub_piece_kib = std::stoull(value());
+    else if (k == "--spare-zero-rate-mib") a.spare_zero_rate_mib = std::stoull(value());
     else if (k == "--rounds") a.rounds = std::stoi(value());
     else if (k == "--no-fio") a.fio = false;
     else usage(("unknown argument " + k).c_str());
@@ -316,6 +322,7 @@ int main(int argc, char** argv) {
   // The drive's own figures, as fio's direct=1 measures them: reads past the page cache
   // (`granary serve --direct-reads`; by default it serves hot blobs from the page cache).
   options.cached_reads = false;
+  options.spare_zero_rate = args.spare_zero_rate_mib << 20;
   auto opened = openChunkStore(options, *engine, resources, clock);
   if (!opened) usage(opened.error().toString().c_str());
   ChunkStore& store = **opened;
@@ -470,6 +477,74 @@ int main(int argc, char** argv) {
   Latencies scrubbed = percentiles(scrub_raw, scrub_seconds);
   const double scrub_mibs = double(scrub_bytes) / double(1 << 20) / scrub_seconds;
 
+  // 5. Durable 4 KiB puts into a fresh extent (a hole: each group commit's fdatasync also
+  // commits the new blocks' allocation to the journal) and into a pre-zeroed spare, on two
+  // more drives with 256 MiB extents. Each round reopens both drives, so that their puts
+  // start a new extent: the spare drive's is the spare it prepared (at full speed, and
+  // waited for) after the round before. The puts fill less than half of it, so no zeroing
+  // runs while they are timed.
+  constexpr int kZeroRounds = 5;
+  constexpr uint64_t kZeroExtent = 256ull << 20;
+  const uint64_t zero_puts = std::min<uint64_t>(args.small_blobs, 15'000);  // <= 117 MiB
+  // 1 MiB puts that then take the extent past half (a 4 KiB blob takes 8 KiB).
+  const uint64_t refill = (kZeroExtent / 2 - zero_puts * 8192) / (1 << 20) + 4;
+  std::vector<Round> prezeroed(kZeroRounds);  // mine: into a spare; fio: into a hole
+  {
+    struct Drive {
+      std::string dir;
+      uint64_t zero_rate;
+      std::unique_ptr<ChunkStore> store;
+    };
+    Drive holes{args.dir + "/drive-holes", 0, nullptr};
+    Drive spares{args.dir + "/drive-spares", 1ull << 40, nullptr};  // unlimited
+    auto reopen = [&](Drive& d) {
+      d.store.reset();
+      ChunkStoreOptions o;
+      o.dir = d.dir;
+      o.extent_size = kZeroExtent;
+      o.spare_zero_rate = d.zero_rate;
+      auto s = openChunkStore(o, *engine, resources, clock);
+      if (!s) usage(s.error().toString().c_str());
+      d.store = std::move(*s);
+    };
+    // Takes the drive's active extent past half with 1 MiB puts (the spare drive then
+    // prepares its spare), and waits for the spare.
+    auto fill = [&](Drive& d, uint64_t base, uint64_t count) {
+      parallelFor(args.qd, count,
+                  [&](uint64_t i) { return d.store->put(descriptor(base + i), payload); });
+      for (int i = 0; d.zero_rate > 0 && !fs::exists(d.dir + "/extents/spare.zero"); ++i) {
+        if (i == 3000) usage("the spare drive made no spare in 30 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    };
+    auto puts = [&](Drive& d, uint64_t base) {
+      double sec = parallelFor(args.qd, zero_puts, [&](uint64_t i) {
+        return d.store->put(descriptor(base + i), small);
+      });
+      return double(zero_puts) / sec;
+    };
+    for (Drive* d : {&holes, &spares}) {
+      reopen(*d);
+      fill(*d, 1ull << 44, kZeroExtent / 2 / (1 << 20) + 8);
+    }
+    for (int r = 0; r < kZeroRounds; ++r) {
+      const uint64_t base = (2ull + r) << 44;
+      auto hole_part = [&] {
+        reopen(holes);
+        prezeroed[r].fio = puts(holes, base);
+        fill(holes, base + zero_puts, refill);
+      };
+      auto spare_part = [&] {
+        reopen(spares);
+        prezeroed[r].mine = puts(spares, base);
+        fill(spares, base + zero_puts, refill);
+      };
+      if (r % 2 == 0) hole_part();
+      spare_part();
+      if (r % 2 == 1) hole_part();
+    }
+  }
+
   std::printf("results (a figure is the median of %d rounds; the ratios of each round follow "
               "it):\n",
               rounds);
@@ -493,6 +568,19 @@ int main(int argc, char** argv) {
               scrub_mibs, static_cast<unsigned long long>(args.scrub_rate_mib));
   std::printf("  %-28s %s (us, quiet/scrubbed, %d windows of %.1f s each)\n", "  p99 by window",
               window_p99s.c_str(), kWindows, window);
+  std::vector<double> spare_rates, hole_rates, zero_ratios;
+  std::string zero_each;
+  for (const Round& r : prezeroed) {
+    spare_rates.push_back(r.mine);
+    hole_rates.push_back(r.fio);
+    zero_ratios.push_back(r.mine / r.fio);
+    zero_each += fmt::format("{}{:.2f}", zero_each.empty() ? "" : ", ", r.mine / r.fio);
+  }
+  std::printf("  %-28s %10.1f puts/s into a pre-zeroed extent, %.1f into a fresh one (a hole): "
+              "%.2fx (median of %d alternated rounds: %s; %llu puts each)\n",
+              "4 KiB put, pre-zeroed", median(spare_rates), median(hole_rates),
+              median(zero_ratios), kZeroRounds, zero_each.c_str(),
+              static_cast<unsigned long long>(zero_puts));
   opened->reset();
   fs::remove_all(args.dir);
   return 0;

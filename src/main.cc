@@ -148,10 +148,20 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
                   chunkstore::IoEngine& engine, RocksResources& rocks, const Clock& clock,
                   const po::variables_map& vm) {
   Stores stores;
+  const double zero_rate = vm["spare-zero-rate"].as<double>();
+  if (zero_rate < 0) die("--spare-zero-rate must be >= 0");
+  const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
+  if (extent_mib < 1 || extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
     co.dir = dir.string();
     co.cached_reads = !vm["direct-reads"].as<bool>();
+    co.extent_size = extent_mib << 20;
+    // Shared evenly, as --scrub-rate is: the drives of one process often share a disk.
+    if (zero_rate > 0) {
+      co.spare_zero_rate =
+          std::max<uint64_t>(1, static_cast<uint64_t>(zero_rate * 1e6 / drives.size()));
+    }
     auto store = chunkstore::openChunkStore(co, engine, rocks, clock);
     if (!store) die("cannot open drive " + id + ": " + store.error().toString());
     stores.emplace(id, std::move(*store));
@@ -174,15 +184,22 @@ std::string metricsToken(const po::variables_map& vm) {
   return token;
 }
 
-// Scrubbing options shared by `serve` and `chunkserver`.
-// Drive options shared by `serve` and `chunkserver`: reads and scrubbing.
+// Drive options shared by `serve` and `chunkserver`: reads, spare zeroing and scrubbing.
 void addDriveOptions(po::options_description& opts) {
-  opts.add_options()("direct-reads", po::bool_switch()->default_value(false),
-                     "read blobs from the drives with O_DIRECT, past the page cache (by "
-                     "default reads go through it, so hot objects are served from memory; "
-                     "writes and scrubs always bypass it)")("scrub-rate", po::value<double>()->default_value(50),
-                     "MB/s the scrubber may read, for all drives of this process together "
-                     "(0: no scrubbing)")(
+  opts.add_options()(
+      "direct-reads", po::bool_switch()->default_value(false),
+      "read blobs from the drives with O_DIRECT, past the page cache (by default reads go "
+      "through it, so hot objects are served from memory; writes and scrubs always bypass "
+      "it)")(
+      "extent-size", po::value<uint64_t>()->default_value(1024),
+      "MiB of blobs per extent file on the drives (new extents only)")(
+      "spare-zero-rate", po::value<double>()->default_value(64),
+      "MB/s the drives may write, all together, to pre-zero their next extent once the "
+      "current one is half full, so that syncs of small writes commit no block allocations "
+      "(0: no pre-zeroing)")(
+      "scrub-rate", po::value<double>()->default_value(50),
+      "MB/s the scrubber may read, for all drives of this process together (0: no "
+      "scrubbing)")(
       "scrub-interval", po::value<double>()->default_value(24),
       "hours between the end of one scrub pass over a drive and the next");
 }

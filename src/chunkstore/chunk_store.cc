@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <fmt/core.h>
 #include <rocksdb/db.h>
@@ -25,9 +26,11 @@
 #include "crc_cache.h"
 #include "extent_set.h"
 #include "group_commit.h"
+#include "io_priority.h"
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
+#include "granary/common/rate_limiter.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/ec/erasure_code.h"
 #include "rocks_index.h"
@@ -39,6 +42,8 @@ namespace {
 // Reads whose first needed payload byte lies within this distance of the header are done
 // as one I/O covering header and payload (saves an IOP for small blobs).
 constexpr uint64_t kMergeReadGap = 64 * 1024;
+// The spare zeroer's write size: a client I/O waits behind at most one such write.
+constexpr uint64_t kZeroPiece = 256 * 1024;
 
 using EncodedId = std::array<uint8_t, BlobId::kEncodedSize>;
 
@@ -58,7 +63,10 @@ class ChunkStoreImpl final : public ChunkStore {
                  [this](std::span<PendingCommit* const> b) { indexCommits(b); },
                  [this](PendingCommit* p) { finishPut(p); }) {}
 
-  ~ChunkStoreImpl() override { drain(); }
+  ~ChunkStoreImpl() override {
+    stopZeroer();
+    drain();
+  }
 
   void drain() override {
     std::unique_lock lock(async_mu_);
@@ -95,6 +103,7 @@ class ChunkStoreImpl final : public ChunkStore {
                 options_.dir, reclaimed->bytes_punched, reclaimed->ranges_punched,
                 reclaimed->extents_removed);
     }
+    if (options_.spare_zero_rate > 0) zeroer_ = std::thread([this] { zeroSpares(); });
     return Status::ok();
   }
 
@@ -293,6 +302,12 @@ class ChunkStoreImpl final : public ChunkStore {
     return Status::unavailable(fmt::format("crashed at {}", point));
   }
   void noteNoSpace(const Status& st);
+  // The spare zeroer's thread (ChunkStoreOptions::spare_zero_rate): prepares a pre-zeroed
+  // extent whenever the set wants one and the drive has room, rate limited, at the lowest
+  // best-effort I/O priority, in small pieces (as the scrubber reads); and punches the
+  // unused tails of the pre-zeroed extents rolled off.
+  void zeroSpares();
+  void stopZeroer();
 
   const ChunkStoreOptions options_;
   IoEngine& engine_;
@@ -333,9 +348,64 @@ class ChunkStoreImpl final : public ChunkStore {
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
+  RateLimiter zero_limiter_{options_.spare_zero_rate,
+                            std::max<uint64_t>(kZeroPiece, options_.spare_zero_rate / 10)};
+  std::mutex zero_mu_;
+  std::condition_variable zero_cv_;
+  bool zero_stop_ = false;  // guarded by zero_mu_
+  std::thread zeroer_;
   // Last: its stage threads use the members above, and it joins them when destroyed.
   GroupCommit<PendingCommit> commits_;
 };
+
+void ChunkStoreImpl::zeroSpares() {
+  lowerIoPriority();
+  constexpr auto kPoll = std::chrono::milliseconds(100);
+  constexpr auto kBackoff = std::chrono::seconds(10);
+  for (;;) {
+    auto wait = kPoll;
+    if (Status st = extents_.freeRolledTails(); !st) {
+      log::warn("{}: freeing a pre-zeroed extent's tail: {}", options_.dir, st.toString());
+      wait = kBackoff;
+    }
+    // Room for the spare and as much again, beyond what writable() keeps free.
+    auto room = [&] {
+      struct statvfs vfs {};
+      return ::statvfs(options_.dir.c_str(), &vfs) == 0 &&
+             static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize >
+                 options_.reserve_bytes + (8u << 20) + 2 * options_.extent_size;
+    };
+    if (extents_.wantsSpare() && room()) {
+      const auto started = std::chrono::steady_clock::now();
+      Status st = extents_.prepareSpare(
+          kZeroPiece, [this](uint64_t bytes) { return zero_limiter_.acquire(bytes); });
+      if (st) {
+        log::info("{}: spare extent ready ({} MiB zeroed in {:.1f} s)", options_.dir,
+                  options_.extent_size >> 20,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                      .count());
+      } else {
+        std::lock_guard lock(zero_mu_);
+        if (zero_stop_) return;
+        log::warn("{}: preparing a spare extent: {}", options_.dir, st.toString());
+        wait = kBackoff;
+      }
+    }
+    std::unique_lock lock(zero_mu_);
+    if (zero_cv_.wait_for(lock, wait, [this] { return zero_stop_; })) return;
+  }
+}
+
+void ChunkStoreImpl::stopZeroer() {
+  if (!zeroer_.joinable()) return;
+  {
+    std::lock_guard lock(zero_mu_);
+    zero_stop_ = true;
+  }
+  zero_limiter_.stop();
+  zero_cv_.notify_all();
+  zeroer_.join();
+}
 
 void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
   // Failing here leaves an orphan range, which the sweep reclaims; not worth failing for.
@@ -351,6 +421,7 @@ void ChunkStoreImpl::noteNoSpace(const Status& st) {
   constexpr int64_t kFullBackoffNanos = 5'000'000'000;
   full_until_ = clock_.nowUnixNanos() + kFullBackoffNanos;
   log::warn("{}: out of space: {}", options_.dir, st.message());
+  extents_.dropSpare();  // its space goes back to the drive
 }
 
 Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> payload) {
@@ -920,6 +991,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.blobs = blobs_.load();
   s.payload_bytes = payload_bytes_.load();
   s.disk_bytes = disk_bytes_.load();
+  s.reserved_bytes = extents_.reservedBytes();
   s.commit_batches = commits_.batches();
   s.committed_puts = committed_puts_.load();
   s.crc_cache_hits = crcs_.hits();

@@ -19,6 +19,8 @@ namespace granary::chunkstore {
 namespace {
 
 constexpr std::string_view kExtentSuffix = ".ext";
+constexpr std::string_view kSpareTmp = "spare.tmp";
+constexpr std::string_view kSpareReady = "spare.zero";
 
 // "0000002a.ext" -> 42; anything else (temp files, strays) is ignored.
 bool parseExtentName(const std::string& name, uint32_t* out) {
@@ -39,6 +41,7 @@ ExtentSet::ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bo
       direct_io_(direct_io) {}
 
 ExtentSet::~ExtentSet() {
+  if (spare_fd_ >= 0) (void)engine_.close(spare_fd_);  // a ready spare stays for next time
   for (const auto* fds : {&fds_, &cached_fds_}) {
     for (const auto& [extent, fd] : *fds) {
       Status st = engine_.close(fd);
@@ -51,6 +54,10 @@ std::string ExtentSet::path(uint32_t extent) const {
   return fmt::format("{}/{:08x}{}", dir_, extent, kExtentSuffix);
 }
 
+std::string ExtentSet::sparePath(bool ready) const {
+  return fmt::format("{}/{}", dir_, ready ? kSpareReady : kSpareTmp);
+}
+
 bool ExtentSet::directIo() const {
   std::shared_lock lock(fds_mu_);
   return direct_io_;
@@ -59,10 +66,13 @@ bool ExtentSet::directIo() const {
 Status ExtentSet::open(uint32_t min_next) {
   std::error_code ec;
   uint32_t next = min_next;
+  bool spare_found = false;
   for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end;
        it.increment(ec)) {
     uint32_t n = 0;
-    if (!parseExtentName(it->path().filename().string(), &n)) continue;
+    const std::string name = it->path().filename().string();
+    if (name == kSpareReady) spare_found = true;
+    if (!parseExtentName(name, &n)) continue;
     found_.push_back(n);
     if (n >= next) {
       if (n == UINT32_MAX) return Status::corruption("extent numbers exhausted in " + dir_);
@@ -70,8 +80,24 @@ Status ExtentSet::open(uint32_t min_next) {
     }
   }
   if (ec) return Status::ioError(fmt::format("listing {}: {}", dir_, ec.message()));
+  // A half-zeroed spare is started over; a ready one (renamed only after its sync) is kept.
+  std::filesystem::remove(sparePath(false), ec);
+  int spare_fd = -1;
+  if (spare_found) {
+    const uint64_t size = std::filesystem::file_size(sparePath(true), ec);
+    if (!ec && size == extent_size_) {
+      std::unique_lock lock(fds_mu_);
+      if (auto fd = openDirect(sparePath(true), O_RDWR)) spare_fd = *fd;
+    }
+    if (spare_fd < 0) std::filesystem::remove(sparePath(true), ec);
+  }
   std::lock_guard lock(alloc_mu_);
   next_extent_ = next;
+  if (spare_fd >= 0) {
+    spare_ = Spare::kReady;
+    spare_fd_ = spare_fd;
+    spare_zeroed_ = extent_size_;
+  }
   return Status::ok();
 }
 
@@ -83,17 +109,15 @@ Status syncDirectory(IoEngine& engine, const std::string& dir) {
   return st.isOk() ? closed : st;
 }
 
-Result<int> ExtentSet::openExtent(uint32_t extent, bool create) {
-  std::unique_lock lock(fds_mu_);
-  if (auto it = fds_.find(extent); it != fds_.end()) return it->second;
-  int flags = O_RDWR | (create ? O_CREAT | O_EXCL : 0);
-  auto fd = engine_.open(path(extent), flags | (direct_io_ ? O_DIRECT : 0), 0644);
+// With fds_mu_ held exclusively.
+Result<int> ExtentSet::openDirect(const std::string& file, int flags) {
+  auto fd = engine_.open(file, flags | (direct_io_ ? O_DIRECT : 0), 0644);
   if (!fd && direct_io_ && fd.error().code() == Status::Code::kIoError) {
     // tmpfs and some FUSE filesystems refuse O_DIRECT (EINVAL). Buffered I/O plus
     // fdatasync keeps the durability contract; only the page-cache bypass is lost. O_EXCL
     // is dropped on the retry: the refused open may already have created the file, and the
-    // extent number is ours alone (persisted before creation).
-    auto buffered = engine_.open(path(extent), flags & ~O_EXCL, 0644);
+    // name is ours alone (an extent number is persisted before creation).
+    auto buffered = engine_.open(file, flags & ~O_EXCL, 0644);
     if (buffered) {
       log::warn("{} refuses O_DIRECT ({}); using buffered I/O for this drive", dir_,
                 fd.error().message());
@@ -101,6 +125,13 @@ Result<int> ExtentSet::openExtent(uint32_t extent, bool create) {
     }
     fd = std::move(buffered);
   }
+  return fd;
+}
+
+Result<int> ExtentSet::openExtent(uint32_t extent, bool create) {
+  std::unique_lock lock(fds_mu_);
+  if (auto it = fds_.find(extent); it != fds_.end()) return it->second;
+  auto fd = openDirect(path(extent), O_RDWR | (create ? O_CREAT | O_EXCL : 0));
   if (!fd) return fd;
   fds_.emplace(extent, *fd);
   return fd;
@@ -147,24 +178,52 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
     if (crash_point_ && crash_point_("extent.after_persist_next")) {
       return fail(Status::unavailable("crashed at extent.after_persist_next"));
     }
-    auto fd = openExtent(extent, /*create=*/true);
-    if (!fd) return fail(fd.error());
-    if (crash_point_ && crash_point_("extent.after_create")) {
-      return fail(Status::unavailable("crashed at extent.after_create"));
+    bool zeroed = false;
+    int new_fd = -1;
+    if (spare_ == Spare::kReady && len <= extent_size_) {
+      // The spare becomes this extent: already the full size, every block written.
+      Status st = engine_.rename(sparePath(true), path(extent));
+      if (st) {
+        {
+          std::unique_lock fds_lock(fds_mu_);
+          fds_.emplace(extent, spare_fd_);
+        }
+        zeroed = true;
+        new_fd = spare_fd_;
+        spare_fd_ = -1;
+        spare_ = Spare::kNone;
+        spare_zeroed_ = 0;
+        if (crash_point_ && crash_point_("extent.after_spare_rename")) {
+          return fail(Status::unavailable("crashed at extent.after_spare_rename"));
+        }
+      } else {
+        log::warn("{}: cannot use the spare extent: {}", dir_, st.toString());
+        dropSpareLocked();
+      }
     }
-    // Presized (a hole: nothing allocated), so that appends do not grow the file. On ext4
-    // an O_DIRECT write past the end of the file holds the inode lock and completes before
-    // the next one starts, so concurrent appends to one extent reach the disk one at a
-    // time (docs/chunkstore-format.md, "Why extents are presized").
-    if (Status st = engine_.resize(*fd, extent_size_); !st) return fail(st);
-    if (crash_point_ && crash_point_("extent.after_resize")) {
-      return fail(Status::unavailable("crashed at extent.after_resize"));
+    if (!zeroed) {
+      auto fd = openExtent(extent, /*create=*/true);
+      if (!fd) return fail(fd.error());
+      if (crash_point_ && crash_point_("extent.after_create")) {
+        return fail(Status::unavailable("crashed at extent.after_create"));
+      }
+      // Presized (a hole: nothing allocated), so that appends do not grow the file. On ext4
+      // an O_DIRECT write past the end of the file holds the inode lock and completes
+      // before the next one starts, so concurrent appends to one extent reach the disk one
+      // at a time (docs/chunkstore-format.md, "Why extents are presized").
+      if (Status st = engine_.resize(*fd, extent_size_); !st) return fail(st);
+      if (crash_point_ && crash_point_("extent.after_resize")) {
+        return fail(Status::unavailable("crashed at extent.after_resize"));
+      }
+      new_fd = *fd;
     }
     // The new extent's directory entry must be durable before an index entry points into it.
     if (Status st = syncDirectory(engine_, dir_); !st) return fail(st);
+    if (has_active_ && active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
     has_active_ = true;
     active_extent_ = extent;
-    active_fd_ = *fd;
+    active_fd_ = new_fd;
+    active_zeroed_ = zeroed;
     cursor_ = 0;
   }
   Allocation a{active_extent_, active_fd_, cursor_};
@@ -174,8 +233,129 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
 
 void ExtentSet::retire(uint32_t extent) {
   std::lock_guard lock(alloc_mu_);
-  if (has_active_ && active_extent_ == extent) has_active_ = false;
+  if (has_active_ && active_extent_ == extent) {
+    if (active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
+    has_active_ = false;
+  }
   retired_.insert(extent);
+}
+
+bool ExtentSet::wantsSpare() const {
+  std::lock_guard lock(alloc_mu_);
+  return spare_ == Spare::kNone && has_active_ && cursor_ >= extent_size_ / 2;
+}
+
+Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t)>& pace) {
+  {
+    std::lock_guard lock(alloc_mu_);
+    if (spare_ != Spare::kNone) return Status::ok();
+    spare_ = Spare::kPreparing;
+    spare_cancel_ = false;
+    spare_zeroed_ = 0;
+  }
+  int fd = -1;
+  bool renamed = false;
+  // Gives up: the partial (or, if dropped meanwhile, the finished) spare is removed.
+  auto abandon = [&](Status why) {
+    if (fd >= 0) (void)engine_.close(fd);
+    std::error_code ec;
+    std::filesystem::remove(sparePath(renamed), ec);
+    std::lock_guard lock(alloc_mu_);
+    spare_ = Spare::kNone;
+    spare_zeroed_ = 0;
+    return why;
+  };
+  std::error_code ec;
+  std::filesystem::remove(sparePath(false), ec);  // a leftover of an earlier failure
+  {
+    std::unique_lock lock(fds_mu_);
+    auto opened = openDirect(sparePath(false), O_RDWR | O_CREAT | O_EXCL);
+    if (!opened) return abandon(opened.error());
+    fd = *opened;
+  }
+  // Sized first, so that the zeroing writes never grow the file (see allocate()).
+  if (Status st = engine_.resize(fd, extent_size_); !st) return abandon(st);
+  const AlignedBuffer zeros(std::min(piece, extent_size_));
+  if (!zeros.valid()) return abandon(Status::noSpace("no memory for the zeroing buffer"));
+  for (uint64_t at = 0; at < extent_size_;) {
+    const uint64_t n = std::min<uint64_t>(zeros.size(), extent_size_ - at);
+    if (!pace(n)) return abandon(Status::unavailable("spare zeroing stopped"));
+    {
+      std::lock_guard lock(alloc_mu_);
+      if (spare_cancel_) return abandon(Status::unavailable("spare dropped"));
+    }
+    if (Status st = engine_.pwrite(fd, {zeros.data(), n}, at); !st) return abandon(st);
+    at += n;
+    std::lock_guard lock(alloc_mu_);
+    spare_zeroed_ = at;
+  }
+  if (Status st = engine_.fdatasync(fd); !st) return abandon(st);
+  if (crash_point_ && crash_point_("spare.after_sync")) {
+    return Status::unavailable("crashed at spare.after_sync");
+  }
+  // Only a synced spare is named ready, so one found at open is whole (its directory entry
+  // is made durable with the extent's, when a roll uses it).
+  if (Status st = engine_.rename(sparePath(false), sparePath(true)); !st) return abandon(st);
+  renamed = true;
+  bool dropped = false;
+  {
+    std::lock_guard lock(alloc_mu_);
+    dropped = spare_cancel_;
+    if (!dropped) {
+      spare_ = Spare::kReady;
+      spare_fd_ = fd;
+    }
+  }
+  return dropped ? abandon(Status::unavailable("spare dropped")) : Status::ok();
+}
+
+void ExtentSet::dropSpareLocked() {
+  if (spare_ == Spare::kPreparing) {
+    spare_cancel_ = true;
+  } else if (spare_ == Spare::kReady) {
+    (void)engine_.close(spare_fd_);
+    spare_fd_ = -1;
+    std::error_code ec;
+    std::filesystem::remove(sparePath(true), ec);
+    spare_ = Spare::kNone;
+    spare_zeroed_ = 0;
+  }
+}
+
+void ExtentSet::dropSpare() {
+  std::lock_guard lock(alloc_mu_);
+  dropSpareLocked();
+}
+
+Status ExtentSet::freeRolledTails() {
+  std::vector<std::pair<uint32_t, uint64_t>> tails;
+  {
+    std::lock_guard lock(alloc_mu_);
+    tails.swap(rolled_tails_);
+  }
+  Status result = Status::ok();
+  for (const auto& [extent, cursor] : tails) {
+    if (cursor >= extent_size_) continue;
+    auto fd = this->fd(extent);
+    Status st = fd ? engine_.punchHole(*fd, cursor, extent_size_ - cursor) : fd.error();
+    if (!st) {
+      // Still allocated (and counted): tried again next time, or cut by recovery.
+      std::lock_guard lock(alloc_mu_);
+      rolled_tails_.emplace_back(extent, cursor);
+      if (result) result = st;
+    }
+  }
+  return result;
+}
+
+uint64_t ExtentSet::reservedBytes() const {
+  std::lock_guard lock(alloc_mu_);
+  uint64_t bytes = spare_zeroed_;
+  if (has_active_ && active_zeroed_ && cursor_ < extent_size_) bytes += extent_size_ - cursor_;
+  for (const auto& [extent, cursor] : rolled_tails_) {
+    if (cursor < extent_size_) bytes += extent_size_ - cursor;
+  }
+  return bytes;
 }
 
 bool ExtentSet::retired(uint32_t extent) const {

@@ -6,6 +6,13 @@
 // Crash safety: a set never appends to an extent it did not create itself. The first
 // allocation after open creates a fresh extent, so bytes of unknown state left by a crash
 // are never written over or next to; they are orphans for the sweep.
+//
+// Pre-zeroed spares (docs/chunkstore-format.md, "Pre-zeroed extents"): a write into blocks
+// that already hold data leaves fdatasync a data flush, while a write into a hole also
+// allocates blocks, which the sync must commit to the journal. prepareSpare() zeroes the
+// next extent ahead of time (D/extents/spare.tmp, renamed spare.zero once synced); the
+// next roll renames it into place instead of creating a hole. A spare found at open (a
+// clean shutdown's) is used; a half-zeroed one is removed.
 // Thread safety: all methods are thread safe.
 #pragma once
 
@@ -83,8 +90,30 @@ class ExtentSet {
   std::string path(uint32_t extent) const;
   bool directIo() const;
 
+  // Whether prepareSpare() has work: no spare is ready or being prepared, and the active
+  // extent is at least half full (a drive that is not being filled gets no spare).
+  bool wantsSpare() const;
+  // Prepares the spare on the calling thread: creates spare.tmp of extent_size, writes
+  // zeros over it in pieces of `piece` bytes, calling pace(bytes) before each, fdatasyncs
+  // it and renames it to spare.zero. kUnavailable, the partial file removed, when pace()
+  // returns false or dropSpare() is called meanwhile.
+  Status prepareSpare(uint64_t piece, const std::function<bool(uint64_t)>& pace);
+  // Removes the spare, ready or in preparation, returning its space (after an ENOSPC).
+  void dropSpare();
+  // Punches the unused tails of pre-zeroed extents that were rolled off (kept off the
+  // allocation path: a punch waits for the file's direct I/O in flight).
+  Status freeRolledTails();
+  // Bytes allocated ahead of use: the spare as far as it is zeroed, the unused tail of the
+  // pre-zeroed active extent, and rolled-off tails not yet punched. With the live blobs'
+  // bytes, this is what `du` sees of the extents.
+  uint64_t reservedBytes() const;
+
  private:
   Result<int> openExtent(uint32_t extent, bool create);
+  Result<int> openDirect(const std::string& path, int flags);
+  std::string sparePath(bool ready) const;
+  // Drops the spare under alloc_mu_; kPreparing is only flagged (prepareSpare cleans up).
+  void dropSpareLocked();
 
   IoEngine& engine_;
   const std::string dir_;
@@ -105,6 +134,14 @@ class ExtentSet {
   uint32_t active_extent_ = 0;
   int active_fd_ = -1;
   uint64_t cursor_ = 0;
+  bool active_zeroed_ = false;  // the active extent was a spare: its tail is allocated
+
+  enum class Spare { kNone, kPreparing, kReady };
+  Spare spare_ = Spare::kNone;  // guarded by alloc_mu_, like the rest of the spare state
+  bool spare_cancel_ = false;   // dropSpare() during kPreparing
+  int spare_fd_ = -1;           // kReady: the spare's descriptor
+  uint64_t spare_zeroed_ = 0;   // bytes of the spare zeroed so far
+  std::vector<std::pair<uint32_t, uint64_t>> rolled_tails_;  // (extent, cursor) to punch
 };
 
 }  // namespace granary::chunkstore

@@ -59,6 +59,7 @@ Json driveJson(GatewayContext& ctx, const placement::Drive& d) {
     j["blobs"] = st->blobs;
     j["payload_bytes"] = st->payload_bytes;
     j["disk_bytes"] = st->disk_bytes;
+    j["reserved_bytes"] = st->reserved_bytes;
     j["capacity_bytes"] = st->capacity_bytes;
     j["available_bytes"] = st->available_bytes;
     j["corrupt_blobs"] = st->corrupt_blobs;

@@ -78,6 +78,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           DriveGauge{"granary_drive_disk_bytes",
                      "Bytes the live blobs of a drive occupy on disk (headers, padding)",
                      &chunkstore::DriveStats::disk_bytes},
+          DriveGauge{"granary_drive_reserved_bytes",
+                     "Extent bytes of a drive allocated ahead of use (the pre-zeroed spare "
+                     "extent, the unused tail of a pre-zeroed extent)",
+                     &chunkstore::DriveStats::reserved_bytes},
           DriveGauge{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
                      &chunkstore::DriveStats::capacity_bytes},
           DriveGauge{"granary_drive_available_bytes",

@@ -69,6 +69,9 @@ struct DriveStats {
   uint64_t blobs = 0;
   uint64_t payload_bytes = 0;     // sum of live blob payloads
   uint64_t disk_bytes = 0;        // sum of live blobs' on-disk lengths (headers, padding)
+  // Extent bytes allocated ahead of use: the pre-zeroed spare extent and the unused tail of
+  // a pre-zeroed extent being filled. disk_bytes + reserved_bytes is what `du` sees.
+  uint64_t reserved_bytes = 0;
   uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
   uint64_t committed_puts = 0;    // puts those batches made durable
   // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).
@@ -159,6 +162,10 @@ struct ChunkStoreOptions {
   // skip the header region's I/O (src/chunkstore/crc_cache.h). 0: always read the header.
   uint64_t crc_cache_bytes = 16ull << 20;
   uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
+  // Bytes per second a background thread may write to pre-zero the next extent, so that
+  // the syncs of the writes into it commit no block allocations (docs/chunkstore-format.md,
+  // "Pre-zeroed extents"). 0: no spares, every extent starts as a hole.
+  uint64_t spare_zero_rate = 0;
   CrashPoint crash_point;
 };
 

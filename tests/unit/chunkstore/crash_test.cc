@@ -41,8 +41,9 @@ void checkSpaceMatchesDisk(StoreFixture& f) {
     ++files;
   }
   const int64_t allocated = extentBytes(f.options.dir);
-  const int64_t live = static_cast<int64_t>(stats->disk_bytes);
-  INFO("store disk_bytes " << live << ", " << files << " extents allocate " << allocated);
+  const int64_t live = static_cast<int64_t>(stats->disk_bytes + stats->reserved_bytes);
+  INFO("store disk_bytes " << stats->disk_bytes << " + reserved " << stats->reserved_bytes
+                           << ", " << files << " extent files allocate " << allocated);
   CHECK(allocated >= live);
   CHECK(allocated <= live + files * 2 * 4096);
 }
@@ -57,14 +58,33 @@ void checkReadsBack(ChunkStore& store, const std::map<uint64_t, std::vector<uint
   }
 }
 
+// Spare zeroing on small extents: spares are prepared and used within a few puts.
+ChunkStoreOptions spareOptions() {
+  ChunkStoreOptions o;
+  o.extent_size = 256 * 1024;
+  o.spare_zero_rate = 1ull << 30;
+  return o;
+}
+
+std::string sparePath(const ChunkStoreOptions& o) { return o.dir + "/extents/spare.zero"; }
+
+// Waits (up to 10 s) until the drive's spare extent is ready.
+bool waitForSpare(const ChunkStoreOptions& o) {
+  for (int i = 0; i < 1000 && !std::filesystem::exists(sparePath(o)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::filesystem::exists(sparePath(o));
+}
+
 // A fixture whose crash hook fires at one armed point: the engine then dies, as the
 // process would.
 struct CrashFixture {
-  explicit CrashFixture(IoEngine& real) : engine(&real), f(engine, options()) {}
+  explicit CrashFixture(IoEngine& real, ChunkStoreOptions base = {})
+      : engine(&real), f(engine, options(std::move(base))) {}
 
-  ChunkStoreOptions options() {
-    ChunkStoreOptions o;
+  ChunkStoreOptions options(ChunkStoreOptions o) {
     o.crash_point = [this](std::string_view point) {
+      std::lock_guard lock(mu);  // the spare zeroer's thread calls it too
       if (armed != point) return false;
       armed.clear();
       fired = true;
@@ -72,6 +92,10 @@ struct CrashFixture {
       return true;
     };
     return o;
+  }
+  void arm(std::string point) {
+    std::lock_guard lock(mu);
+    armed = std::move(point);
   }
   // Power loss, then the process starts again on the same drive.
   void restart() {
@@ -82,8 +106,10 @@ struct CrashFixture {
     REQUIRE(st.isOk());
   }
 
-  std::string armed;  // declared before `f`: the hook may run while `f` is built
-  bool fired = false;
+  // Declared before `f`: the hook may run while `f` is built.
+  std::mutex mu;
+  std::string armed;  // guarded by mu
+  std::atomic<bool> fired{false};
   PowerLossEngine engine;
   StoreFixture f;
 };
@@ -108,7 +134,7 @@ TEST_CASE("A crash at any step of put or remove loses nothing acknowledged") {
   // A restart makes the next put create a new extent, so extent points are reached too.
   c.restart();
 
-  c.armed = point;
+  c.arm(point);
   const auto doomed = randomBytes(50'000, 99);
   if (point == "remove.after_index") {
     Status st = c.f.store->remove(makeId(3));
@@ -286,10 +312,13 @@ TEST_CASE("Power cuts at random moments under concurrent puts and removes, with 
   // Each round: 6 threads put (and some remove) blobs until the "power" fails at a random
   // moment; unsynced writes are torn at random 512-byte boundaries. After the restart
   // every acknowledged blob reads back exactly, every listed blob reads back verified,
-  // and the drive holds no orphan bytes.
+  // and the drive holds no orphan bytes. With spares, 256 KiB extents roll every few puts
+  // and most start as pre-zeroed spares, prepared while the puts run.
+  const bool spares = GENERATE(false, true);
+  INFO((spares ? "with" : "without") << " pre-zeroed spare extents");
   auto real = makeUringEngine();
   PowerLossEngine engine(real.get());
-  StoreFixture f(engine);
+  StoreFixture f(engine, spares ? spareOptions() : ChunkStoreOptions{});
   std::mutex mu;
   std::map<uint64_t, std::vector<uint8_t>> acked;  // guarded by mu
   std::mt19937_64 rng(20261122);
@@ -344,4 +373,137 @@ TEST_CASE("Power cuts at random moments under concurrent puts and removes, with 
     CHECK(listed->size() >= acked.size());
     checkSpaceMatchesDisk(f);
   }
+}
+
+TEST_CASE("Pre-zeroed spare extents: rolls use them, and space matches the disk") {
+  class FullDisk final : public IoEngineWrapper {
+   public:
+    using IoEngineWrapper::IoEngineWrapper;
+    Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) override {
+      if (full) return Status::fromErrno(ENOSPC, "injected pwrite ENOSPC");
+      return target_->pwrite(fd, data, offset);
+    }
+    void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset,
+                    IoDone done) override {
+      if (full) return done(Status::fromErrno(ENOSPC, "injected write ENOSPC"));
+      target_->writeAsync(fd, data, offset, std::move(done));
+    }
+    std::atomic<bool> full{false};
+  };
+  auto real = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
+  FullDisk engine(real.get());
+  StoreFixture f(engine, spareOptions());
+  const uint64_t extent = f.options.extent_size;
+  std::map<uint64_t, std::vector<uint8_t>> acked;
+  uint64_t n = 0;
+  // A 30,000-byte blob takes 36 KiB (a 4 KiB header region): 7 fit in a 256 KiB extent.
+  auto putOne = [&](size_t size = 30'000) {
+    ++n;
+    acked[n] = randomBytes(size, n);
+    REQUIRE(f.store->put(descriptor(makeId(n)), acked[n]).isOk());
+  };
+  auto reserved = [&] {
+    auto stats = f.store->stats();
+    REQUIRE(stats);
+    return stats->reserved_bytes;
+  };
+
+  // A drive gets a spare once its active extent is half full, not before.
+  for (int i = 0; i < 3; ++i) putOne();  // 108 KiB
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(std::filesystem::exists(sparePath(f.options)));
+  CHECK(reserved() == 0);
+  putOne();  // 144 KiB
+  REQUIRE(waitForSpare(f.options));
+  CHECK(reserved() == extent);
+  checkSpaceMatchesDisk(f);
+
+  // The roll renames the spare into place: extent 1 is allocated whole from the start, and
+  // its unused part counts as reserved.
+  for (int i = 0; i < 4; ++i) putOne();  // blob 8 opens extent 1
+  CHECK(allocatedBytes(extentPath(f.options.dir, 1)) == static_cast<int64_t>(extent));
+  CHECK(reserved() == extent - 36 * 1024);
+  checkSpaceMatchesDisk(f);
+
+  // Rolling off a pre-zeroed extent frees its unused tail.
+  for (int i = 0; i < 3; ++i) putOne();  // extent 1: 144 KiB
+  REQUIRE(waitForSpare(f.options));
+  putOne();                              // 180 KiB
+  putOne(100'000);                       // 104 KiB: does not fit, opens extent 2 (a spare)
+  const uint64_t extent2_tail = extent - 104 * 1024;
+  for (int i = 0; i < 200 && reserved() != extent2_tail; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(reserved() == extent2_tail);
+  CHECK(allocatedBytes(extentPath(f.options.dir, 1)) <= static_cast<int64_t>(188 * 1024));
+  checkSpaceMatchesDisk(f);
+  checkReadsBack(*f.store, acked);
+
+  // A ready spare outlives a reopen, and the first extent after it is the spare.
+  putOne();  // extent 2: 140 KiB
+  REQUIRE(waitForSpare(f.options));
+  REQUIRE(f.reopen().isOk());
+  CHECK(std::filesystem::exists(sparePath(f.options)));
+  CHECK(reserved() == extent);  // extent 2's tail was cut by recovery
+  checkSpaceMatchesDisk(f);
+  putOne();
+  CHECK(allocatedBytes(extentPath(f.options.dir, 3)) == static_cast<int64_t>(extent));
+  CHECK_FALSE(std::filesystem::exists(sparePath(f.options)));
+  checkReadsBack(*f.store, acked);
+
+  // ENOSPC gives the spare's space back to the drive, and the zeroer makes no new one
+  // while writes fail.
+  for (int i = 0; i < 3; ++i) putOne();  // extent 3: 144 KiB
+  REQUIRE(waitForSpare(f.options));
+  engine.full = true;
+  CHECK(f.store->put(descriptor(makeId(999)), randomBytes(1000, 999)).code() ==
+        Status::Code::kNoSpace);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(std::filesystem::exists(sparePath(f.options)));
+  // Only extent 3's unused part remains reserved (the failed put took 8 KiB of it, which
+  // is punched).
+  CHECK(reserved() == extent - 152 * 1024);
+  checkReadsBack(*f.store, acked);
+  engine.full = false;
+  checkSpaceMatchesDisk(f);
+}
+
+TEST_CASE("A crash while a spare extent is zeroed or put in place loses nothing") {
+  const std::string point =
+      GENERATE(as<std::string>{}, "spare.after_sync", "extent.after_spare_rename");
+  auto real = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
+  CrashFixture c(*real, spareOptions());
+  std::map<uint64_t, std::vector<uint8_t>> acked;
+  auto put = [&](uint64_t n) {
+    acked[n] = randomBytes(30'000, n);
+    REQUIRE(c.f.store->put(descriptor(makeId(n)), acked[n]).isOk());
+  };
+  if (point == "spare.after_sync") {
+    c.arm(point);
+    for (uint64_t n = 1; n <= 4; ++n) put(n);  // half full: the zeroer starts, and dies
+    for (int i = 0; i < 1000 && !c.fired; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } else {
+    for (uint64_t n = 1; n <= 7; ++n) put(n);
+    REQUIRE(waitForSpare(c.f.options));
+    c.arm(point);
+    CHECK(c.f.store->put(descriptor(makeId(8)), randomBytes(30'000, 8)).code() ==
+          Status::Code::kUnavailable);
+  }
+  REQUIRE(c.fired);
+  c.restart();
+  checkReadsBack(*c.f.store, acked);
+  std::vector<uint8_t> out(10);
+  CHECK(c.f.store->read(makeId(8), 0, out).code() == Status::Code::kNotFound);
+  checkSpaceMatchesDisk(c.f);
+
+  // The store keeps working, with spares, across more rolls and a power cut.
+  for (uint64_t n = 10; n <= 30; ++n) put(n);
+  c.restart();
+  checkReadsBack(*c.f.store, acked);
+  checkSpaceMatchesDisk(c.f);
+  auto listed = c.f.store->list(std::nullopt, 100);
+  REQUIRE(listed);
+  CHECK(listed->size() == acked.size());
 }
