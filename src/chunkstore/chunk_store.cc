@@ -368,10 +368,12 @@ void ChunkStoreImpl::zeroSpares() {
       log::warn("{}: freeing a pre-zeroed extent's tail: {}", options_.dir, st.toString());
       wait = kBackoff;
     }
-    // Room for the spare and as much again, beyond what writable() keeps free.
+    // Room for the spare and as much again, beyond what writable() keeps free; and no
+    // ENOSPC lately (a drive that just ran out of space gives its spare back).
     auto room = [&] {
       struct statvfs vfs {};
-      return ::statvfs(options_.dir.c_str(), &vfs) == 0 &&
+      return clock_.nowUnixNanos() >= full_until_.load() &&
+             ::statvfs(options_.dir.c_str(), &vfs) == 0 &&
              static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize >
                  options_.reserve_bytes + (8u << 20) + 2 * options_.extent_size;
     };
@@ -1036,8 +1038,8 @@ Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& opti
         fmt::format("block size {} is not a multiple of 512 in [512, 64 MiB]",
                     options.block_size)));
   }
-  if (options.extent_size < kIoAlign) {
-    return fail(Status::invalidArgument("extent size below 4 KiB"));
+  if (options.extent_size < kIoAlign || options.extent_size % kIoAlign != 0) {
+    return fail(Status::invalidArgument("extent size is not a multiple of 4 KiB"));
   }
   std::error_code ec;
   for (const char* sub : {"/extents", "/index"}) {

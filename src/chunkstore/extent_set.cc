@@ -8,6 +8,7 @@
 #include <charconv>
 #include <filesystem>
 #include <mutex>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -198,7 +199,7 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
         }
       } else {
         log::warn("{}: cannot use the spare extent: {}", dir_, st.toString());
-        dropSpareLocked();
+        removeSpare(dropSpareLocked());
       }
     }
     if (!zeroed) {
@@ -218,7 +219,11 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       new_fd = *fd;
     }
     // The new extent's directory entry must be durable before an index entry points into it.
-    if (Status st = syncDirectory(engine_, dir_); !st) return fail(st);
+    if (Status st = syncDirectory(engine_, dir_); !st) {
+      // Never used: a spare's blocks are freed with the rolled-off tails.
+      if (zeroed) rolled_tails_.emplace_back(extent, 0);
+      return fail(st);
+    }
     if (has_active_ && active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
     has_active_ = true;
     active_extent_ = extent;
@@ -309,41 +314,51 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   return dropped ? abandon(Status::unavailable("spare dropped")) : Status::ok();
 }
 
-void ExtentSet::dropSpareLocked() {
-  if (spare_ == Spare::kPreparing) {
-    spare_cancel_ = true;
-  } else if (spare_ == Spare::kReady) {
-    (void)engine_.close(spare_fd_);
-    spare_fd_ = -1;
-    std::error_code ec;
-    std::filesystem::remove(sparePath(true), ec);
-    spare_ = Spare::kNone;
-    spare_zeroed_ = 0;
-  }
+int ExtentSet::dropSpareLocked() {
+  if (spare_ == Spare::kPreparing) spare_cancel_ = true;
+  if (spare_ != Spare::kReady) return -1;
+  spare_ = Spare::kNone;
+  spare_zeroed_ = 0;
+  return std::exchange(spare_fd_, -1);
+}
+
+void ExtentSet::removeSpare(int fd) {
+  if (fd < 0) return;
+  (void)engine_.close(fd);
+  std::error_code ec;
+  std::filesystem::remove(sparePath(true), ec);
 }
 
 void ExtentSet::dropSpare() {
-  std::lock_guard lock(alloc_mu_);
-  dropSpareLocked();
+  int fd = -1;
+  {
+    std::lock_guard lock(alloc_mu_);
+    fd = dropSpareLocked();
+  }
+  // Unlinked outside the lock: freeing a GiB of blocks takes a while.
+  removeSpare(fd);
 }
 
 Status ExtentSet::freeRolledTails() {
   std::vector<std::pair<uint32_t, uint64_t>> tails;
   {
     std::lock_guard lock(alloc_mu_);
-    tails.swap(rolled_tails_);
+    tails = rolled_tails_;  // counted by reservedBytes() until punched
   }
   Status result = Status::ok();
-  for (const auto& [extent, cursor] : tails) {
-    if (cursor >= extent_size_) continue;
-    auto fd = this->fd(extent);
-    Status st = fd ? engine_.punchHole(*fd, cursor, extent_size_ - cursor) : fd.error();
-    if (!st) {
-      // Still allocated (and counted): tried again next time, or cut by recovery.
-      std::lock_guard lock(alloc_mu_);
-      rolled_tails_.emplace_back(extent, cursor);
-      if (result) result = st;
+  for (const auto& tail : tails) {
+    const auto& [extent, cursor] = tail;
+    if (cursor < extent_size_) {
+      auto fd = this->fd(extent);
+      Status st = fd ? engine_.punchHole(*fd, cursor, extent_size_ - cursor) : fd.error();
+      if (!st) {
+        // Still allocated (and counted): tried again next time, or cut by recovery.
+        if (result) result = st;
+        continue;
+      }
     }
+    std::lock_guard lock(alloc_mu_);
+    std::erase(rolled_tails_, tail);
   }
   return result;
 }

@@ -112,8 +112,11 @@ class ExtentSet {
   Result<int> openExtent(uint32_t extent, bool create);
   Result<int> openDirect(const std::string& path, int flags);
   std::string sparePath(bool ready) const;
-  // Drops the spare under alloc_mu_; kPreparing is only flagged (prepareSpare cleans up).
-  void dropSpareLocked();
+  // Drops the spare under alloc_mu_ and returns its descriptor for removeSpare() (-1 when
+  // none was ready; one in preparation is only flagged, prepareSpare cleans up).
+  int dropSpareLocked();
+  // Closes a dropped spare's descriptor and unlinks it.
+  void removeSpare(int fd);
 
   IoEngine& engine_;
   const std::string dir_;

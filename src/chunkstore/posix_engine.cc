@@ -109,7 +109,7 @@ Status resize(int fd, uint64_t size) {
 }
 
 Status renameFile(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
     return Status::fromErrno(errno, fmt::format("rename {} to {}", from, to));
   }
   return Status::ok();

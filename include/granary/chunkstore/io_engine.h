@@ -119,8 +119,8 @@ class IoEngine {
   // Sets the file's size (ftruncate(2)): growing it adds a hole and allocates nothing. Like
   // a write, the new size is durable only after the file's next fdatasync.
   virtual Status resize(int fd, uint64_t size) = 0;
-  // rename(2). Like a created file, the new name is durable only after its directory's
-  // next fsync.
+  // rename(2), but never over an existing file (RENAME_NOREPLACE: kAlreadyExists). Like a
+  // created file, the new name is durable only after its directory's next fsync.
   virtual Status rename(const std::string& from, const std::string& to) = 0;
 
   // Asynchronous forms. The buffer must stay valid until `done` runs. The defaults run the

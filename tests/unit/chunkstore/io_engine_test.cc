@@ -83,6 +83,13 @@ TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files
   CHECK(engine->close(*moved).isOk());
   CHECK(engine->rename(dir.path() + "/f", dir.path() + "/h").code() ==
         Status::Code::kNotFound);
+  // Never over an existing file.
+  auto other = engine->open(dir.path() + "/h", O_RDWR | O_CREAT, 0644);
+  REQUIRE(other.has_value());
+  CHECK(engine->close(*other).isOk());
+  CHECK(engine->rename(dir.path() + "/g", dir.path() + "/h").code() ==
+        Status::Code::kAlreadyExists);
+  CHECK(std::filesystem::exists(dir.path() + "/g"));
 }
 
 TEST_CASE("Both engines scatter one read over several buffers with preadv") {

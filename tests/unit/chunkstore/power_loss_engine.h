@@ -78,15 +78,19 @@ class PowerLossEngine final : public IoEngineWrapper {
       ++reverted_files_;
     }
     undo_.clear();
-    for (auto it = unsynced_renames_.rbegin(); it != unsynced_renames_.rend(); ++it) {
-      std::filesystem::rename(it->second, it->first);
-    }
-    unsynced_renames_.clear();
+    // Files created since their directory's fsync first, then renames, latest first: a
+    // rename's old name may since have been taken by such a file.
     for (const auto& path : unsynced_entries_) {
       std::filesystem::remove(path);
+      durable_size_.erase(path);
       ++removed_files_;
     }
     unsynced_entries_.clear();
+    for (auto it = unsynced_renames_.rbegin(); it != unsynced_renames_.rend(); ++it) {
+      std::filesystem::rename(it->second, it->first);
+      moveKey(durable_size_, it->second, it->first);
+    }
+    unsynced_renames_.clear();
     dead_ = false;
   }
 
@@ -174,6 +178,7 @@ class PowerLossEngine final : public IoEngineWrapper {
   }
   // The file's unsynced changes move with it. A file created since its directory's last
   // fsync still vanishes at a power loss (under its new name); any other rename is undone.
+  // (Engines never rename over an existing file, so there is no replaced file to model.)
   Status rename(const std::string& from, const std::string& to) override {
     std::lock_guard lock(mu_);
     if (dead_) return Status::ioError("dead: rename " + from);
@@ -182,14 +187,9 @@ class PowerLossEngine final : public IoEngineWrapper {
     for (auto& [fd, path] : paths_) {
       if (path == from) path = to;
     }
-    if (auto node = undo_.extract(from)) {
-      node.key() = to;
-      undo_.insert(std::move(node));
-    }
-    if (auto node = durable_size_.extract(from)) {
-      node.key() = to;
-      durable_size_.insert(std::move(node));
-    }
+    // Records left under `to` belong to a file removed behind the engine's back.
+    moveKey(undo_, from, to);
+    moveKey(durable_size_, from, to);
     if (unsynced_entries_.erase(from) > 0) {
       unsynced_entries_.insert(to);
     } else {
@@ -231,6 +231,16 @@ class PowerLossEngine final : public IoEngineWrapper {
     uint64_t new_len = 0;      // bytes the change covered
     uint64_t seq = 0;          // unique per change
   };
+
+  // Moves map[from] to map[to], replacing what `to` held; drops map[to] if `from` has none.
+  template <typename Map>
+  static void moveKey(Map& map, const std::string& from, const std::string& to) {
+    map.erase(to);
+    if (auto node = map.extract(from)) {
+      node.key() = to;
+      map.insert(std::move(node));
+    }
+  }
 
   // Returns the change's seq. Saves at most `save` of the old bytes (the rest must be a
   // hole, which reads back as zeros after the file size is restored).
