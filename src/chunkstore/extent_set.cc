@@ -272,12 +272,13 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   };
   std::error_code ec;
   std::filesystem::remove(sparePath(false), ec);  // a leftover of an earlier failure
-  {
+  Result<int> opened = [&] {
     std::unique_lock lock(fds_mu_);
-    auto opened = openDirect(sparePath(false), O_RDWR | O_CREAT | O_EXCL);
-    if (!opened) return abandon(opened.error());
-    fd = *opened;
-  }
+    return openDirect(sparePath(false), O_RDWR | O_CREAT | O_EXCL);
+  }();
+  // Not under fds_mu_: abandon() takes alloc_mu_, which allocate() takes before fds_mu_.
+  if (!opened) return abandon(opened.error());
+  fd = *opened;
   // Sized first, so that the zeroing writes never grow the file (see allocate()).
   if (Status st = engine_.resize(fd, extent_size_); !st) return abandon(st);
   const AlignedBuffer zeros(std::min(piece, extent_size_));

@@ -87,6 +87,9 @@ class PowerLossEngine final : public IoEngineWrapper {
     }
     unsynced_entries_.clear();
     for (auto it = unsynced_renames_.rbegin(); it != unsynced_renames_.rend(); ++it) {
+      // A file removed since, behind the engine's back (the store deletes spare extents
+      // with plain unlink), stays removed: one outcome a power cut may leave.
+      if (!std::filesystem::exists(it->second)) continue;
       std::filesystem::rename(it->second, it->first);
       moveKey(durable_size_, it->second, it->first);
     }
