@@ -994,6 +994,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.payload_bytes = payload_bytes_.load();
   s.disk_bytes = disk_bytes_.load();
   s.reserved_bytes = extents_.reservedBytes();
+  s.spare_zeroed_bytes = extents_.zeroedBytes();
   s.commit_batches = commits_.batches();
   s.committed_puts = committed_puts_.load();
   s.crc_cache_hits = crcs_.hits();

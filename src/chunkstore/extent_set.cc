@@ -294,6 +294,7 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
     at += n;
     std::lock_guard lock(alloc_mu_);
     spare_zeroed_ = at;
+    zeroed_total_ += n;
   }
   if (Status st = engine_.fdatasync(fd); !st) return abandon(st);
   if (crash_point_ && crash_point_("spare.after_sync")) {
@@ -362,6 +363,11 @@ Status ExtentSet::freeRolledTails() {
     std::erase(rolled_tails_, tail);
   }
   return result;
+}
+
+uint64_t ExtentSet::zeroedBytes() const {
+  std::lock_guard lock(alloc_mu_);
+  return zeroed_total_;
 }
 
 uint64_t ExtentSet::reservedBytes() const {

@@ -107,6 +107,8 @@ class ExtentSet {
   // pre-zeroed active extent, and rolled-off tails not yet punched. With the live blobs'
   // bytes, this is what `du` sees of the extents.
   uint64_t reservedBytes() const;
+  // Bytes prepareSpare() has written since open (background writes, not blobs).
+  uint64_t zeroedBytes() const;
 
  private:
   Result<int> openExtent(uint32_t extent, bool create);
@@ -144,6 +146,7 @@ class ExtentSet {
   bool spare_cancel_ = false;   // dropSpare() during kPreparing
   int spare_fd_ = -1;           // kReady: the spare's descriptor
   uint64_t spare_zeroed_ = 0;   // bytes of the spare zeroed so far
+  uint64_t zeroed_total_ = 0;   // bytes of spares zeroed since open
   std::vector<std::pair<uint32_t, uint64_t>> rolled_tails_;  // (extent, cursor) to punch
 };
 

@@ -150,6 +150,7 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"payload_bytes", &DriveStats::payload_bytes},
     {"disk_bytes", &DriveStats::disk_bytes},
     {"reserved_bytes", &DriveStats::reserved_bytes},
+    {"spare_zeroed_bytes", &DriveStats::spare_zeroed_bytes},
     {"commit_batches", &DriveStats::commit_batches},
     {"committed_puts", &DriveStats::committed_puts},
     {"scrub_passes", &DriveStats::scrub_passes},

@@ -82,6 +82,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      "Extent bytes of a drive allocated ahead of use (the pre-zeroed spare "
                      "extent, the unused tail of a pre-zeroed extent)",
                      &chunkstore::DriveStats::reserved_bytes},
+          DriveGauge{"granary_drive_spare_zeroed_bytes",
+                     "Zeros written to prepare a drive's spare extents since it opened "
+                     "(background writes; they count in granary_io_bytes_total too)",
+                     &chunkstore::DriveStats::spare_zeroed_bytes},
           DriveGauge{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
                      &chunkstore::DriveStats::capacity_bytes},
           DriveGauge{"granary_drive_available_bytes",

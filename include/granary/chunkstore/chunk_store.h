@@ -72,6 +72,7 @@ struct DriveStats {
   // Extent bytes allocated ahead of use: the pre-zeroed spare extent and the unused tail of
   // a pre-zeroed extent being filled. disk_bytes + reserved_bytes is what `du` sees.
   uint64_t reserved_bytes = 0;
+  uint64_t spare_zeroed_bytes = 0;  // zeros written to prepare spares since open
   uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
   uint64_t committed_puts = 0;    // puts those batches made durable
   // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).

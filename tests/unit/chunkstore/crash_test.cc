@@ -414,6 +414,7 @@ TEST_CASE("Pre-zeroed spare extents: rolls use them, and space matches the disk"
   putOne();  // 144 KiB
   REQUIRE(waitForSpare(f.options));
   CHECK(reserved() == extent);
+  CHECK(f.store->stats()->spare_zeroed_bytes == extent);
   checkSpaceMatchesDisk(f);
 
   // The roll renames the spare into place: extent 1 is allocated whole from the start, and
