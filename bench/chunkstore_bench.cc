@@ -267,7 +267,8 @@ void row(const char* what, double mine, double fio, const char* unit, double goa
   }
 }
 
-// One phase's figures in one round: the store's, and fio's right before or after it.
+// One phase's figures in one round: the store's, and the reference's (fio's, measured right
+// before or after it, or for the pre-zero phase a hole's).
 struct Round {
   double mine = 0;
   double fio = 0;
@@ -285,10 +286,11 @@ double medianFio(const std::vector<Round>& rounds) {
   return median(v);
 }
 
-// The medians of the store's figures and fio's, the median of the rounds' ratios (what the
-// goal is checked against), then each round's ratio.
+// The medians of the store's figures and the reference's (fio's, unless `base` names
+// another), the median of the rounds' ratios (what the goal, if any, is checked against),
+// then each round's ratio.
 void roundsRow(const char* what, const std::vector<Round>& rounds, const char* unit,
-               double goal) {
+               double goal, const char* base = "fio") {
   std::vector<double> mine, ratios;
   std::string each;
   for (const Round& r : rounds) {
@@ -299,8 +301,9 @@ void roundsRow(const char* what, const std::vector<Round>& rounds, const char* u
     }
   }
   if (ratios.empty()) return row(what, median(mine), 0, unit, goal);
-  std::printf("  %-28s %10.1f %-6s fio %10.1f   ratio %.2f (goal >= %.1f; rounds %s)\n", what,
-              median(mine), unit, medianFio(rounds), median(ratios), goal, each.c_str());
+  const std::string goal_text = goal > 0 ? fmt::format("goal >= {:.1f}; ", goal) : "";
+  std::printf("  %-28s %10.1f %-6s %s %10.1f   ratio %.2f (%srounds %s)\n", what, median(mine),
+              unit, base, medianFio(rounds), median(ratios), goal_text.c_str(), each.c_str());
 }
 
 }  // namespace
@@ -488,7 +491,7 @@ int main(int argc, char** argv) {
   const uint64_t zero_puts = std::min<uint64_t>(args.small_blobs, 15'000);  // <= 117 MiB
   // 1 MiB puts that then take the extent past half (a 4 KiB blob takes 8 KiB).
   const uint64_t refill = (kZeroExtent / 2 - zero_puts * 8192) / (1 << 20) + 4;
-  std::vector<Round> prezeroed(kZeroRounds);  // mine: into a spare; fio: into a hole
+  std::vector<Round> prezeroed(kZeroRounds);  // mine: into a spare; fio: into a hole (the base)
   {
     struct Drive {
       std::string dir;
@@ -568,18 +571,8 @@ int main(int argc, char** argv) {
               scrub_mibs, static_cast<unsigned long long>(args.scrub_rate_mib));
   std::printf("  %-28s %s (us, quiet/scrubbed, %d windows of %.1f s each)\n", "  p99 by window",
               window_p99s.c_str(), kWindows, window);
-  std::vector<double> spare_rates, hole_rates, zero_ratios;
-  std::string zero_each;
-  for (const Round& r : prezeroed) {
-    spare_rates.push_back(r.mine);
-    hole_rates.push_back(r.fio);
-    zero_ratios.push_back(r.mine / r.fio);
-    zero_each += fmt::format("{}{:.2f}", zero_each.empty() ? "" : ", ", r.mine / r.fio);
-  }
-  std::printf("  %-28s %10.1f puts/s into a pre-zeroed extent, %.1f into a fresh one (a hole): "
-              "%.2fx (median of %d alternated rounds: %s; %llu puts each)\n",
-              "4 KiB put, pre-zeroed", median(spare_rates), median(hole_rates),
-              median(zero_ratios), kZeroRounds, zero_each.c_str(),
+  roundsRow("4 KiB put into a spare", prezeroed, "puts/s", 0, "hole");
+  std::printf("  %-28s the same puts into a fresh extent (a hole), %llu per round\n", "",
               static_cast<unsigned long long>(zero_puts));
   opened->reset();
   fs::remove_all(args.dir);

@@ -302,6 +302,14 @@ class ChunkStoreImpl final : public ChunkStore {
     return Status::unavailable(fmt::format("crashed at {}", point));
   }
   void noteNoSpace(const Status& st);
+  // Whether the drive's free space exceeds `bytes` beyond what writable() keeps free: the
+  // reserve, and room for one large fragment (a statvfs; false if it fails).
+  bool hasRoomFor(uint64_t bytes) const {
+    struct statvfs vfs {};
+    return ::statvfs(options_.dir.c_str(), &vfs) == 0 &&
+           static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize >
+               options_.reserve_bytes + (8u << 20) + bytes;
+  }
   // The spare zeroer's thread (ChunkStoreOptions::spare_zero_rate): prepares a pre-zeroed
   // extent whenever the set wants one and the drive has room, rate limited, at the lowest
   // best-effort I/O priority, in small pieces (as the scrubber reads); and punches the
@@ -370,14 +378,8 @@ void ChunkStoreImpl::zeroSpares() {
     }
     // Room for the spare and as much again, beyond what writable() keeps free; and no
     // ENOSPC lately (a drive that just ran out of space gives its spare back).
-    auto room = [&] {
-      struct statvfs vfs {};
-      return clock_.nowUnixNanos() >= full_until_.load() &&
-             ::statvfs(options_.dir.c_str(), &vfs) == 0 &&
-             static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize >
-                 options_.reserve_bytes + (8u << 20) + 2 * options_.extent_size;
-    };
-    if (extents_.wantsSpare() && room()) {
+    if (extents_.wantsSpare() && clock_.nowUnixNanos() >= full_until_.load() &&
+        hasRoomFor(2 * options_.extent_size)) {
       const auto started = std::chrono::steady_clock::now();
       Status st = extents_.prepareSpare(
           kZeroPiece, [this](uint64_t bytes) { return zero_limiter_.acquire(bytes); });
@@ -1014,14 +1016,7 @@ bool ChunkStoreImpl::writable() {
   if (now < full_until_.load()) return false;
   // Placement asks for every stripe, on event-loop threads: statvfs at most once a second.
   if (now >= space_checked_until_.load()) {
-    struct statvfs vfs {};
-    bool ok = false;
-    if (::statvfs(options_.dir.c_str(), &vfs) == 0) {
-      const uint64_t available = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-      // Room for at least one large fragment beyond the reserve.
-      ok = available > options_.reserve_bytes + (8u << 20);
-    }
-    space_ok_ = ok;
+    space_ok_ = hasRoomFor(0);
     space_checked_until_ = now + 1'000'000'000;
   }
   return space_ok_.load();

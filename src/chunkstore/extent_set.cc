@@ -81,8 +81,9 @@ Status ExtentSet::open(uint32_t min_next) {
     }
   }
   if (ec) return Status::ioError(fmt::format("listing {}: {}", dir_, ec.message()));
-  // A half-zeroed spare is started over; a ready one (renamed only after its sync) is kept.
-  std::filesystem::remove(sparePath(false), ec);
+  // A half-zeroed spare is started over (prepareSpare() removes it again if this fails); a
+  // ready one (renamed only after its sync) is kept.
+  (void)engine_.remove(sparePath(false));
   int spare_fd = -1;
   if (spare_found) {
     const uint64_t size = std::filesystem::file_size(sparePath(true), ec);
@@ -90,7 +91,7 @@ Status ExtentSet::open(uint32_t min_next) {
       std::unique_lock lock(fds_mu_);
       if (auto fd = openDirect(sparePath(true), O_RDWR)) spare_fd = *fd;
     }
-    if (spare_fd < 0) std::filesystem::remove(sparePath(true), ec);
+    if (spare_fd < 0) (void)engine_.remove(sparePath(true));
   }
   std::lock_guard lock(alloc_mu_);
   next_extent_ = next;
@@ -263,15 +264,16 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   // Gives up: the partial (or, if dropped meanwhile, the finished) spare is removed.
   auto abandon = [&](Status why) {
     if (fd >= 0) (void)engine_.close(fd);
-    std::error_code ec;
-    std::filesystem::remove(sparePath(renamed), ec);
+    (void)engine_.remove(sparePath(renamed));  // if this fails, the next try removes it
     std::lock_guard lock(alloc_mu_);
     spare_ = Spare::kNone;
     spare_zeroed_ = 0;
     return why;
   };
-  std::error_code ec;
-  std::filesystem::remove(sparePath(false), ec);  // a leftover of an earlier failure
+  // Leftovers of an earlier failure (no spare is ours now).
+  for (bool ready : {false, true}) {
+    if (Status st = engine_.remove(sparePath(ready)); !st) return abandon(st);
+  }
   Result<int> opened = [&] {
     std::unique_lock lock(fds_mu_);
     return openDirect(sparePath(false), O_RDWR | O_CREAT | O_EXCL);
@@ -327,8 +329,7 @@ int ExtentSet::dropSpareLocked() {
 void ExtentSet::removeSpare(int fd) {
   if (fd < 0) return;
   (void)engine_.close(fd);
-  std::error_code ec;
-  std::filesystem::remove(sparePath(true), ec);
+  (void)engine_.remove(sparePath(true));  // if this fails, prepareSpare() removes it
 }
 
 void ExtentSet::dropSpare() {
@@ -400,10 +401,7 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
           }
         }
       }
-      std::error_code ec;
-      std::filesystem::remove(path(extent), ec);
-      if (ec) return fail(Status::ioError(fmt::format("removing {}: {}", path(extent),
-                                                      ec.message())));
+      if (Status st = engine_.remove(path(extent)); !st) return fail(st);
       ++stats.extents_removed;
       continue;
     }

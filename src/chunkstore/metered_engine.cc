@@ -84,10 +84,11 @@ class MeteredEngine final : public IoEngine {
   Status resize(int fd, uint64_t size) override {
     return timed(kResize, 0, [&] { return inner_->resize(fd, size); });
   }
-  // Like open and close, a namespace operation: not counted.
+  // Like open and close, namespace operations: not counted.
   Status rename(const std::string& from, const std::string& to) override {
     return inner_->rename(from, to);
   }
+  Status remove(const std::string& path) override { return inner_->remove(path); }
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));
   }

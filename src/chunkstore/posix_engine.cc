@@ -115,6 +115,13 @@ Status renameFile(const std::string& from, const std::string& to) {
   return Status::ok();
 }
 
+Status removeFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Status::fromErrno(errno, "unlink " + path);
+  }
+  return Status::ok();
+}
+
 }  // namespace posix_io
 
 namespace {
@@ -144,6 +151,7 @@ class PosixEngine final : public IoEngine {
   Status rename(const std::string& from, const std::string& to) override {
     return posix_io::renameFile(from, to);
   }
+  Status remove(const std::string& path) override { return posix_io::removeFile(path); }
 };
 
 }  // namespace

@@ -22,5 +22,6 @@ Status dataSync(int fd);
 Status punchHole(int fd, uint64_t offset, uint64_t len);
 Status resize(int fd, uint64_t size);
 Status renameFile(const std::string& from, const std::string& to);
+Status removeFile(const std::string& path);
 
 }  // namespace granary::chunkstore::posix_io

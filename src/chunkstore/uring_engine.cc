@@ -483,6 +483,7 @@ class UringEngine final : public IoEngine {
   Status rename(const std::string& from, const std::string& to) override {
     return posix_io::renameFile(from, to);
   }
+  Status remove(const std::string& path) override { return posix_io::removeFile(path); }
 
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     if (!async_) return IoEngine::readAsync(fd, out, offset, std::move(done));

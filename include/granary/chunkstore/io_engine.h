@@ -122,6 +122,8 @@ class IoEngine {
   // rename(2), but never over an existing file (RENAME_NOREPLACE: kAlreadyExists). Like a
   // created file, the new name is durable only after its directory's next fsync.
   virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // unlink(2); a file that does not exist is not an error.
+  virtual Status remove(const std::string& path) = 0;
 
   // Asynchronous forms. The buffer must stay valid until `done` runs. The defaults run the
   // synchronous call on the caller's thread, then `done`.
@@ -173,6 +175,7 @@ class IoEngineWrapper : public IoEngine {
   Status rename(const std::string& from, const std::string& to) override {
     return target_->rename(from, to);
   }
+  Status remove(const std::string& path) override { return target_->remove(path); }
   IoBuffer registeredBuffer(size_t size) override { return target_->registeredBuffer(size); }
 
  protected:

@@ -6,7 +6,9 @@
 //    restored to what they were before the change (saved at change time), and the file
 //    size with them;
 //  - files created since their directory's last fsync are deleted;
-//  - renames since their directory's last fsync are undone.
+//  - renames since their directory's last fsync are undone;
+//  - a removal (unlink) is durable at once: a power cut may also undo one, but the store
+//    only removes what it would remove again at its next open (orphans, spares).
 // crash() simulates the process dying: from then on every call fails with EIO (close still
 // releases the descriptor) until powerLoss() has been applied.
 //
@@ -87,9 +89,6 @@ class PowerLossEngine final : public IoEngineWrapper {
     }
     unsynced_entries_.clear();
     for (auto it = unsynced_renames_.rbegin(); it != unsynced_renames_.rend(); ++it) {
-      // A file removed since, behind the engine's back (the store deletes spare extents
-      // with plain unlink), stays removed: one outcome a power cut may leave.
-      if (!std::filesystem::exists(it->second)) continue;
       std::filesystem::rename(it->second, it->first);
       moveKey(durable_size_, it->second, it->first);
     }
@@ -190,7 +189,6 @@ class PowerLossEngine final : public IoEngineWrapper {
     for (auto& [fd, path] : paths_) {
       if (path == from) path = to;
     }
-    // Records left under `to` belong to a file removed behind the engine's back.
     moveKey(undo_, from, to);
     moveKey(durable_size_, from, to);
     if (unsynced_entries_.erase(from) > 0) {
@@ -198,6 +196,18 @@ class PowerLossEngine final : public IoEngineWrapper {
     } else {
       unsynced_renames_.emplace_back(from, to);
     }
+    return st;
+  }
+  Status remove(const std::string& path) override {
+    std::lock_guard lock(mu_);
+    if (dead_) return Status::ioError("dead: remove " + path);
+    Status st = target_->remove(path);
+    if (!st) return st;
+    undo_.erase(path);
+    durable_size_.erase(path);
+    unsynced_entries_.erase(path);
+    // A renamed file that is gone has no rename left to undo.
+    std::erase_if(unsynced_renames_, [&](const auto& r) { return r.second == path; });
     return st;
   }
   // A size change is undone like a write over the bytes between the old and new sizes.
