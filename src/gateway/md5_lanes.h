@@ -4,8 +4,10 @@
 // time (MD5 is a serial chain of 32-bit operations: one core, ~750 MB/s here). Md5Lanes
 // hashes up to 16 uploads at once, one per 32-bit lane of an AVX-512 register, as
 // isa-l_crypto's md5_mb and MinIO's md5-simd do; neither exists as a C/C++ library in
-// Debian 12, hence this file. Md5Stream is an incremental MD5 (RFC 1321) whose state lives
-// here, so that the lanes can pick it up; alone it runs at ~0.95 of OpenSSL's speed.
+// Debian 12, hence this file. Two uploads, too few for the lanes, are hashed two by two:
+// their chains interleaved on one thread, ~1.7x one stream's rate. Md5Stream is an
+// incremental MD5 (RFC 1321) whose state lives here, so that the lanes can pick it up;
+// alone it runs at ~0.95 of OpenSSL's speed.
 #pragma once
 
 #include <array>
@@ -87,6 +89,8 @@ class Md5Lanes {
 
   // Blocks hashed in passes over all lanes, with at least 3 streams side by side (tests).
   uint64_t sharedBlocks() const;
+  // Blocks hashed two streams at a time, interleaved on one thread (tests).
+  uint64_t pairedBlocks() const;
 
   static constexpr size_t kLanes = 16;
 
@@ -109,6 +113,7 @@ class Md5Lanes {
   std::deque<Job> queue_;
   bool hashing_ = false;
   uint64_t shared_blocks_ = 0;
+  uint64_t paired_blocks_ = 0;
 };
 
 }  // namespace granary::gateway

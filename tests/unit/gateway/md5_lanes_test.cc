@@ -160,6 +160,31 @@ TEST_CASE("Md5Lanes puts the streams that arrive while it hashes into lanes side
   }
 }
 
+TEST_CASE("Md5Lanes hashes two streams two by two, interleaved on one thread") {
+  for (auto kernel : kernels()) {
+    INFO("kernel " << static_cast<int>(kernel));
+    Md5Lanes lanes(kernel);
+    // Handed in by the first stream's completion, the two wait in line together and are
+    // hashed as a pair until the shorter ends (its last partial block is its own).
+    const auto first = randomBytes(1'000, 40);
+    const auto a = randomBytes(300'000 + 17, 41);
+    const auto b = randomBytes(200'000 + 3, 42);
+    Md5Stream s0, sa, sb;
+    int done = 0;
+    lanes.update(s0, first, [&] {
+      ++done;
+      lanes.update(sa, a, [&] { ++done; });
+      lanes.update(sb, b, [&] { ++done; });
+    });
+    CHECK(done == 3);
+    CHECK(bytes(s0.finish()) == opensslMd5(first));
+    CHECK(bytes(sa.finish()) == opensslMd5(a));
+    CHECK(bytes(sb.finish()) == opensslMd5(b));
+    CHECK(lanes.pairedBlocks() == 2 * (200'000 / 64));  // b's whole blocks, beside a's
+    CHECK(lanes.sharedBlocks() == 0);
+  }
+}
+
 TEST_CASE("Md5Lanes lets a member's blocks wait for the other members' to share a pass") {
   for (auto kernel : kernels()) {
     INFO("kernel " << static_cast<int>(kernel));
