@@ -352,9 +352,26 @@ int main(int argc, char** argv) {
   auto roundSlice = [&](int r, uint64_t n) {  // [first, last) of round r's share of n
     return std::pair<uint64_t, uint64_t>{n * r / rounds, n * (r + 1) / rounds};
   };
+  // The store's spare zeroer runs at full speed once the drive has been quiet for 250 ms,
+  // as it is while fio runs: fio starts only once the zeroer has had its quiet turn (its
+  // zeroed-bytes count stood still for longer than that), so that it measures the disk
+  // alone, as the store's rounds do with the zeroer at its rate.
+  auto zeroerDone = [&] {
+    uint64_t last = UINT64_MAX;
+    for (int i = 0; i < 100; ++i) {
+      auto stats = store.stats();
+      if (!stats) return;
+      if (stats->spare_zeroed_bytes == last) return;
+      last = stats->spare_zeroed_bytes;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  };
   auto inOrder = [&](int r, auto&& store_part, auto&& fio_part) {
     if (r % 2 == 0) store_part();
-    if (args.fio) fio_part();
+    if (args.fio) {
+      zeroerDone();
+      fio_part();
+    }
     if (r % 2 == 1) store_part();
   };
   auto fioJob = [&](const std::string& name, int r, uint64_t mib, const std::string& extra) {

@@ -195,8 +195,8 @@ void addDriveOptions(po::options_description& opts) {
       "MiB of blobs per extent file on the drives (new extents only)")(
       "spare-zero-rate", po::value<double>()->default_value(64),
       "MB/s the drives may write, all together, to pre-zero their next extent once the "
-      "current one is half full, so that syncs of small writes commit no block allocations "
-      "(0: no pre-zeroing)")(
+      "current one is half full, so that syncs of small writes commit no block allocations; "
+      "unlimited on a drive no client has used for 250 ms (0: no pre-zeroing)")(
       "scrub-rate", po::value<double>()->default_value(50),
       "MB/s the scrubber may read, for all drives of this process together (0: no "
       "scrubbing)")(

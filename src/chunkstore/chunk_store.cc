@@ -111,6 +111,7 @@ class ChunkStoreImpl final : public ChunkStore {
   void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                 IoDone done) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
+    noteForeground();
     return readAttempts(id, offset, out, firstAttempt(), /*use_crcs=*/true);
   }
   Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
@@ -311,9 +312,10 @@ class ChunkStoreImpl final : public ChunkStore {
                options_.reserve_bytes + (8u << 20) + bytes;
   }
   // The spare zeroer's thread (ChunkStoreOptions::spare_zero_rate): prepares a pre-zeroed
-  // extent whenever the set wants one and the drive has room, rate limited, at the lowest
-  // best-effort I/O priority, in small pieces (as the scrubber reads); and punches the
-  // unused tails of the pre-zeroed extents rolled off.
+  // extent whenever the set wants one and the drive has room, rate limited (at full speed
+  // while the drive is quiet()), at the lowest best-effort I/O priority, in small pieces
+  // (as the scrubber reads); and punches the unused tails of the pre-zeroed extents
+  // rolled off.
   void zeroSpares();
   void stopZeroer();
 
@@ -356,6 +358,18 @@ class ChunkStoreImpl final : public ChunkStore {
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
+  // When a client last asked this drive for a read, a put or a removal (the store's
+  // monotonic clock; the scrubber's reads do not count): the spare zeroer runs at full
+  // speed once the drive has been quiet for kQuietNanos.
+  static constexpr int64_t kQuietNanos = 250'000'000;
+  std::atomic<int64_t> last_foreground_{0};
+  void noteForeground() {
+    last_foreground_.store(clock_.monotonicNanos(), std::memory_order_relaxed);
+  }
+  bool quiet() const {
+    return clock_.monotonicNanos() - last_foreground_.load(std::memory_order_relaxed) >=
+           kQuietNanos;
+  }
   RateLimiter zero_limiter_{options_.spare_zero_rate,
                             std::max<uint64_t>(kZeroPiece, options_.spare_zero_rate / 10)};
   std::mutex zero_mu_;
@@ -381,8 +395,9 @@ void ChunkStoreImpl::zeroSpares() {
     if (extents_.wantsSpare() && clock_.nowUnixNanos() >= full_until_.load() &&
         hasRoomFor(2 * options_.extent_size)) {
       const auto started = std::chrono::steady_clock::now();
-      Status st = extents_.prepareSpare(
-          kZeroPiece, [this](uint64_t bytes) { return zero_limiter_.acquire(bytes); });
+      Status st = extents_.prepareSpare(kZeroPiece, [this](uint64_t bytes) {
+        return zero_limiter_.acquire(bytes, [this] { return quiet(); });
+      });
       if (st) {
         log::info("{}: spare extent ready ({} MiB zeroed in {:.1f} s)", options_.dir,
                   options_.extent_size >> 20,
@@ -445,6 +460,7 @@ Status putFailed(const BlobId& id, const Status& st) {
 
 void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                               IoDone done) {
+  noteForeground();
   // Validate and build the image before claiming anything.
   const int64_t created = clock_.nowUnixNanos();
   auto blob = encodeBlob(desc, payload, options_.block_size, created);
@@ -875,6 +891,7 @@ struct ChunkStoreImpl::AsyncRead {
 
 void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                                IoDone done) {
+  noteForeground();
   auto rec = index_->get(id);
   if (!rec) return done(rec.error());
   if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
@@ -956,6 +973,7 @@ Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
 }
 
 Status ChunkStoreImpl::remove(const BlobId& id) {
+  noteForeground();
   IdClaim claim(*this, id);
   auto rec = index_->get(id);
   if (!rec) return rec.error();

@@ -10,13 +10,17 @@ RateLimiter::RateLimiter(uint64_t bytes_per_second, uint64_t burst)
       tokens_(static_cast<double>(burst)),
       last_(Clock::now()) {}
 
-bool RateLimiter::acquire(uint64_t bytes) {
+bool RateLimiter::acquire(uint64_t bytes) { return acquire(bytes, {}); }
+
+bool RateLimiter::acquire(uint64_t bytes, const std::function<bool()>& waived) {
+  constexpr auto kRecheck = std::chrono::milliseconds(100);
   std::unique_lock lock(mu_);
   if (rate_ == 0) return !stopped_;
   // Debt is allowed (a request larger than the burst goes through once enough time has
   // passed to pay for it), so any request size works and the average rate holds.
   for (;;) {
     if (stopped_) return false;
+    if (waived && waived()) return true;
     const auto now = Clock::now();
     tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() *
                                              static_cast<double>(rate_));
@@ -25,8 +29,10 @@ bool RateLimiter::acquire(uint64_t bytes) {
       tokens_ -= static_cast<double>(bytes);
       return true;
     }
-    const auto wait = std::chrono::duration<double>(-tokens_ / static_cast<double>(rate_));
-    cv_.wait_for(lock, std::chrono::duration_cast<Clock::duration>(wait));
+    auto wait = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(-tokens_ / static_cast<double>(rate_)));
+    if (waived) wait = std::min<Clock::duration>(wait, kRecheck);
+    cv_.wait_for(lock, wait);
   }
 }
 

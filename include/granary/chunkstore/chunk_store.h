@@ -165,7 +165,8 @@ struct ChunkStoreOptions {
   uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
   // Bytes per second a background thread may write to pre-zero the next extent, so that
   // the syncs of the writes into it commit no block allocations (docs/chunkstore-format.md,
-  // "Pre-zeroed extents"). 0: no spares, every extent starts as a hole.
+  // "Pre-zeroed extents"); unlimited while the drive is quiet (no client read, put or
+  // removal for 250 ms). 0: no spares, every extent starts as a hole.
   uint64_t spare_zero_rate = 0;
   CrashPoint crash_point;
 };

@@ -467,6 +467,34 @@ TEST_CASE("Pre-zeroed spare extents: rolls use them, and space matches the disk"
   checkSpaceMatchesDisk(f);
 }
 
+TEST_CASE("The spare zeroer keeps to its rate while clients use the drive, not when quiet") {
+  auto engine = makePosixEngine();
+  ChunkStoreOptions o;
+  o.extent_size = 1 << 20;
+  o.spare_zero_rate = 4096;  // past its 256 KiB burst, a 1 MiB spare would take minutes
+  StoreFixture f(*engine, o);
+  const uint64_t extent = f.options.extent_size;
+  for (uint64_t n = 1; n <= 15; ++n) {  // 15 x 36 KiB: past half of the active extent
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(30'000, n)).isOk());
+  }
+  // The store's clock stands still, so the puts were "just now": the zeroer keeps to its
+  // rate (the burst and one piece of debt, 512 KiB, then minutes of waiting).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK_FALSE(std::filesystem::exists(sparePath(f.options)));
+  CHECK(f.store->stats()->spare_zeroed_bytes <= extent / 2);
+  // Reads keep it at its rate too.
+  f.clock.advance(1'000'000'000);
+  std::vector<uint8_t> out(30'000);
+  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(std::filesystem::exists(sparePath(f.options)));
+  // Quiet for a second: the rest is zeroed at once, uncharged.
+  f.clock.advance(1'000'000'000);
+  REQUIRE(waitForSpare(f.options));
+  CHECK(f.store->stats()->spare_zeroed_bytes == extent);
+  CHECK(f.store->stats()->reserved_bytes == extent);
+}
+
 TEST_CASE("A crash while a spare extent is zeroed or put in place loses nothing") {
   // "durable": the spare's directory entry was fsynced before the crash (by another
   // extent's creation), so the power loss undoes the rename instead of deleting the file.

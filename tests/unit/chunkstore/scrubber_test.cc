@@ -79,6 +79,38 @@ TEST_CASE("A running scrubber makes passes and stops promptly") {
   CHECK(std::chrono::steady_clock::now() - stop_start < std::chrono::seconds(2));
 }
 
+TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it") {
+  RateLimiter slow(1024, 1024);  // 1 KiB/s
+  std::atomic<bool> idle{false};
+  auto waived = [&] { return idle.load(); };
+  REQUIRE(slow.acquire(1024, waived));
+  REQUIRE(slow.acquire(1 << 20, waived));  // a debt of about 17 minutes
+  std::atomic<bool> returned{false};
+  std::atomic<bool> result{false};
+  std::thread waiter([&] {
+    result = slow.acquire(1, waived);  // waits for the debt, until the waiver
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  CHECK_FALSE(returned);
+  const auto waived_at = std::chrono::steady_clock::now();
+  idle = true;
+  waiter.join();
+  CHECK(result);
+  CHECK(std::chrono::steady_clock::now() - waived_at < std::chrono::seconds(5));
+  slow.stop();
+
+  // Waived work is not charged: 100 MiB through a 1 MiB/s limiter while the waiver holds
+  // leaves its full burst, not 100 s of debt.
+  RateLimiter fast(1 << 20, 1 << 20);
+  for (int i = 0; i < 100; ++i) REQUIRE(fast.acquire(1 << 20, waived));
+  idle = false;
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(fast.acquire(1 << 20, waived));
+  REQUIRE(fast.acquire(1));  // the burst is spent now: this one pays for it, about 1 s
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
 TEST_CASE("RateLimiter: unlimited never waits; stop releases waiters") {
   RateLimiter unlimited(0);
   for (int i = 0; i < 1000; ++i) REQUIRE(unlimited.acquire(1 << 30));
