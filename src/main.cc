@@ -152,11 +152,15 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
   if (zero_rate < 0) die("--spare-zero-rate must be >= 0");
   const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
   if (extent_mib < 1 || extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
+  // One activity record for all the drives: a spare is zeroed at full speed only while no
+  // drive of this process serves a client (they often share a disk).
+  auto activity = std::make_shared<chunkstore::DriveActivity>();
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
     co.dir = dir.string();
     co.cached_reads = !vm["direct-reads"].as<bool>();
     co.extent_size = extent_mib << 20;
+    co.activity = activity;
     // Shared evenly, as --scrub-rate is: the drives of one process often share a disk.
     if (zero_rate > 0) {
       co.spare_zero_rate =
@@ -196,7 +200,7 @@ void addDriveOptions(po::options_description& opts) {
       "spare-zero-rate", po::value<double>()->default_value(64),
       "MB/s the drives may write, all together, to pre-zero their next extent once the "
       "current one is half full, so that syncs of small writes commit no block allocations; "
-      "unlimited on a drive no client has used for 250 ms (0: no pre-zeroing)")(
+      "unlimited while no drive has served a client for 250 ms (0: no pre-zeroing)")(
       "scrub-rate", po::value<double>()->default_value(50),
       "MB/s the scrubber may read, for all drives of this process together (0: no "
       "scrubbing)")(

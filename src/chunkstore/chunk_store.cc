@@ -111,7 +111,7 @@ class ChunkStoreImpl final : public ChunkStore {
   void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                 IoDone done) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
-    noteForeground();
+    ForegroundOp op(*this);
     return readAttempts(id, offset, out, firstAttempt(), /*use_crcs=*/true);
   }
   Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
@@ -287,11 +287,14 @@ class ChunkStoreImpl final : public ChunkStore {
   void indexCommits(std::span<PendingCommit* const> batch);
   // A put's end (on a commit stage thread): accounting, cleanup of a failed write, `done`.
   void finishPut(PendingCommit* p);
+  // An asynchronous put or read (both clients' work), from its submission to its end.
   void beginOp() {
+    beginForeground();
     std::lock_guard lock(async_mu_);
     ++async_ops_;
   }
   void endOp() {
+    endForeground();
     std::lock_guard lock(async_mu_);
     if (--async_ops_ == 0) async_cv_.notify_all();
   }
@@ -358,18 +361,26 @@ class ChunkStoreImpl final : public ChunkStore {
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
-  // When a client last asked this drive for a read, a put or a removal (the store's
-  // monotonic clock; the scrubber's reads do not count): the spare zeroer runs at full
-  // speed once the drive has been quiet for kQuietNanos.
+  // Client reads, puts and removals in flight, and when one last began or ended (the
+  // scrubber's reads and readIfCached() do not count): the spare zeroer runs at full speed
+  // once none has run on any drive of the activity set for kQuietNanos.
   static constexpr int64_t kQuietNanos = 250'000'000;
-  std::atomic<int64_t> last_foreground_{0};
-  void noteForeground() {
-    last_foreground_.store(clock_.monotonicNanos(), std::memory_order_relaxed);
-  }
-  bool quiet() const {
-    return clock_.monotonicNanos() - last_foreground_.load(std::memory_order_relaxed) >=
-           kQuietNanos;
-  }
+  const std::shared_ptr<DriveActivity> activity_ =
+      options_.activity ? options_.activity : std::make_shared<DriveActivity>();
+  void beginForeground() { activity_->begin(clock_.monotonicNanos()); }
+  void endForeground() { activity_->end(clock_.monotonicNanos()); }
+  // A synchronous client operation, for its whole length.
+  class ForegroundOp {
+   public:
+    explicit ForegroundOp(ChunkStoreImpl& store) : store_(store) { store_.beginForeground(); }
+    ~ForegroundOp() { store_.endForeground(); }
+    ForegroundOp(const ForegroundOp&) = delete;
+    ForegroundOp& operator=(const ForegroundOp&) = delete;
+
+   private:
+    ChunkStoreImpl& store_;
+  };
+  bool quiet() const { return activity_->quietFor(clock_.monotonicNanos(), kQuietNanos); }
   RateLimiter zero_limiter_{options_.spare_zero_rate,
                             std::max<uint64_t>(kZeroPiece, options_.spare_zero_rate / 10)};
   std::mutex zero_mu_;
@@ -460,7 +471,7 @@ Status putFailed(const BlobId& id, const Status& st) {
 
 void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                               IoDone done) {
-  noteForeground();
+  ForegroundOp op(*this);  // beginOp() covers the rest, from the write on
   // Validate and build the image before claiming anything.
   const int64_t created = clock_.nowUnixNanos();
   auto blob = encodeBlob(desc, payload, options_.block_size, created);
@@ -891,7 +902,7 @@ struct ChunkStoreImpl::AsyncRead {
 
 void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                                IoDone done) {
-  noteForeground();
+  ForegroundOp op(*this);  // beginOp() covers the rest, from the read on
   auto rec = index_->get(id);
   if (!rec) return done(rec.error());
   if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
@@ -960,6 +971,7 @@ Result<BlobInfo> ChunkStoreImpl::stat(const BlobId& id) {
 }
 
 Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
+  ForegroundOp op(*this);  // reads the header from the drive
   auto rec = index_->get(id);
   if (!rec) return fail(rec.error());
   auto plan = planRead(id, *rec, 0, {}, false, false, false);  // the header region only
@@ -973,7 +985,7 @@ Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
 }
 
 Status ChunkStoreImpl::remove(const BlobId& id) {
-  noteForeground();
+  ForegroundOp op(*this);
   IdClaim claim(*this, id);
   auto rec = index_->get(id);
   if (!rec) return rec.error();

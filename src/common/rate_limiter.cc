@@ -20,7 +20,13 @@ bool RateLimiter::acquire(uint64_t bytes, const std::function<bool()>& waived) {
   // passed to pay for it), so any request size works and the average rate holds.
   for (;;) {
     if (stopped_) return false;
-    if (waived && waived()) return true;
+    if (waived && waived()) {
+      // Uncharged, and no tokens saved up meanwhile: when the waiver ends, the rate holds
+      // from the next request on.
+      last_ = Clock::now();
+      tokens_ = std::min(tokens_, 0.0);
+      return true;
+    }
     const auto now = Clock::now();
     tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() *
                                              static_cast<double>(rate_));

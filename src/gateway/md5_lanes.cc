@@ -512,8 +512,11 @@ void Md5Lanes::hash() {
     }
     if (side_by_side || paired > 0) {
       std::lock_guard lock(mu_);
-      if (side_by_side) shared_blocks_ += n * active;
-      paired_blocks_ += paired;
+      if (side_by_side) {
+        shared_blocks_ += n * active;  // the portable kernel's pairs count here alone
+      } else {
+        paired_blocks_ += paired;
+      }
     }
     for (auto& lane : lanes) {
       if (!lane) continue;

@@ -53,7 +53,7 @@ class Md5Lanes {
   enum class Kernel {
     kAvx512,    // 16 lanes in one register each for A, B, C and D
     kAvx2,      // 16 lanes as two groups of 8, for CPUs without AVX-512
-    kPortable,  // the same scheduling, each lane hashed by Md5Stream's code (for tests)
+    kPortable,  // the same scheduling, lanes hashed two by two with scalar code (tests)
   };
   static bool supported(Kernel kernel);  // this CPU can run it
   // The multi-lane kernel this CPU runs best, nullopt if none beats one stream at a time.
@@ -89,7 +89,8 @@ class Md5Lanes {
 
   // Blocks hashed in passes over all lanes, with at least 3 streams side by side (tests).
   uint64_t sharedBlocks() const;
-  // Blocks hashed two streams at a time, interleaved on one thread (tests).
+  // Blocks of fewer streams than a pass needs, hashed two at a time, interleaved on one
+  // thread (tests).
   uint64_t pairedBlocks() const;
 
   static constexpr size_t kLanes = 16;

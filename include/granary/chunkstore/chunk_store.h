@@ -21,6 +21,7 @@
 // Thread safety: every method may be called concurrently from many threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -151,6 +152,31 @@ class ChunkStore {
 // kUnavailable. Null in production.
 using CrashPoint = std::function<bool(std::string_view point)>;
 
+// Client operations on a set of drives (ChunkStoreOptions::activity): the spare zeroer of
+// each runs at full speed only while the whole set is quiet, since drives that share a
+// disk (or a process's drives, which often do) compete for it. Thread safe; times are a
+// Clock's monotonicNanos(), the same clock for every drive of the set.
+class DriveActivity {
+ public:
+  void begin(int64_t now) {
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    last_.store(now, std::memory_order_relaxed);
+  }
+  void end(int64_t now) {
+    last_.store(now, std::memory_order_relaxed);
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // No operation in flight, and none began or ended in the last `nanos`.
+  bool quietFor(int64_t now, int64_t nanos) const {
+    return in_flight_.load(std::memory_order_relaxed) == 0 &&
+           now - last_.load(std::memory_order_relaxed) >= nanos;
+  }
+
+ private:
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> last_{0};
+};
+
 struct ChunkStoreOptions {
   std::string dir;                      // the drive's directory (created if missing)
   uint32_t block_size = 4096;           // CRC32C granularity of new blobs
@@ -166,8 +192,11 @@ struct ChunkStoreOptions {
   // Bytes per second a background thread may write to pre-zero the next extent, so that
   // the syncs of the writes into it commit no block allocations (docs/chunkstore-format.md,
   // "Pre-zeroed extents"); unlimited while the drive is quiet (no client read, put or
-  // removal for 250 ms). 0: no spares, every extent starts as a hole.
+  // removal on any drive of `activity` for 250 ms). 0: no spares, every extent starts as a
+  // hole.
   uint64_t spare_zero_rate = 0;
+  // Shared by the drives of a disk or a process (null: this drive's own).
+  std::shared_ptr<DriveActivity> activity;
   CrashPoint crash_point;
 };
 

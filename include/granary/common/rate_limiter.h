@@ -22,8 +22,9 @@ class RateLimiter {
   // Waits until `bytes` may be used. Returns false (at once) if stop() was called.
   bool acquire(uint64_t bytes);
   // As acquire(bytes), but whenever `waived()` holds (checked first, then at least every
-  // 100 ms of a wait) returns true at once without charging the bytes: background work
-  // that may run at full speed while nothing else wants the drive. `waived` runs under
+  // 100 ms of a wait) returns true at once without charging the bytes, and drops any
+  // tokens saved up: background work that may run at full speed while nothing else wants
+  // the drive, and at its rate again from the first request after. `waived` runs under
   // the limiter's lock: it must be quick and take no lock of the caller's.
   bool acquire(uint64_t bytes, const std::function<bool()>& waived);
   // Wakes every waiter; later acquire() calls return false.

@@ -100,15 +100,19 @@ TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it"
   CHECK(std::chrono::steady_clock::now() - waived_at < std::chrono::seconds(5));
   slow.stop();
 
-  // Waived work is not charged: 100 MiB through a 1 MiB/s limiter while the waiver holds
-  // leaves its full burst, not 100 s of debt.
+  // Waived work is not charged (100 MiB through a 1 MiB/s limiter leave no 100 s of
+  // debt), and saves up no tokens either: once the waiver ends, the rate holds from the
+  // next request on.
   RateLimiter fast(1 << 20, 1 << 20);
   for (int i = 0; i < 100; ++i) REQUIRE(fast.acquire(1 << 20, waived));
   idle = false;
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE(fast.acquire(1 << 20, waived));
-  REQUIRE(fast.acquire(1));  // the burst is spent now: this one pays for it, about 1 s
-  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  REQUIRE(fast.acquire(1 << 20, waived));  // nothing owed: at once, leaving 1 MiB owed
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE(fast.acquire(1));  // waits for that MiB: about 1 s (no burst was saved up)
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= std::chrono::milliseconds(500));
+  CHECK(waited < std::chrono::seconds(10));
 }
 
 TEST_CASE("RateLimiter: unlimited never waits; stop releases waiters") {
