@@ -287,7 +287,8 @@ class ChunkStoreImpl final : public ChunkStore {
   void indexCommits(std::span<PendingCommit* const> batch);
   // A put's end (on a commit stage thread): accounting, cleanup of a failed write, `done`.
   void finishPut(PendingCommit* p);
-  // An asynchronous put or read (both clients' work), from its submission to its end.
+  // An asynchronous put or read (both clients' work), from its submission to its end (the
+  // checks and the index lookup before it are too short to matter to the zeroer).
   void beginOp() {
     beginForeground();
     std::lock_guard lock(async_mu_);
@@ -471,7 +472,6 @@ Status putFailed(const BlobId& id, const Status& st) {
 
 void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                               IoDone done) {
-  ForegroundOp op(*this);  // beginOp() covers the rest, from the write on
   // Validate and build the image before claiming anything.
   const int64_t created = clock_.nowUnixNanos();
   auto blob = encodeBlob(desc, payload, options_.block_size, created);
@@ -902,7 +902,6 @@ struct ChunkStoreImpl::AsyncRead {
 
 void ChunkStoreImpl::readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                                IoDone done) {
-  ForegroundOp op(*this);  // beginOp() covers the rest, from the read on
   auto rec = index_->get(id);
   if (!rec) return done(rec.error());
   if (Status st = checkRange(id, *rec, offset, out.size()); !st) return done(std::move(st));
