@@ -85,6 +85,8 @@ TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets t
   BufferBudget budget(100, std::chrono::seconds(60), std::chrono::milliseconds(50));
   BufferBudget::Lease held = budget.tryAcquire(20, BufferBudget::Kind::kUpload);
   std::vector<std::string> order;
+  // Taken before io.poll() starts the waits: their 50 ms count from there.
+  const auto start = std::chrono::steady_clock::now();
   // Uploads may hold 50: "upload" (40) does not fit and heads the queue; "small" (10)
   // would fit but must not overtake it, until the upload gives up.
   asio::co_spawn(io, borrower(budget, 40, "upload", order, 0, BufferBudget::Kind::kUpload),
@@ -93,7 +95,6 @@ TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets t
                  asio::detached);
   io.poll();
   CHECK(order.empty());
-  const auto start = std::chrono::steady_clock::now();
   io.run();
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(50));
   CHECK(order == std::vector<std::string>{"upload:refused", "small"});
