@@ -186,21 +186,18 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       // The spare becomes this extent: already the full size, every block written.
       Status st = engine_.rename(sparePath(true), path(extent));
       if (st) {
+        zeroed = true;
+        new_fd = takeSpareLocked();
         {
           std::unique_lock fds_lock(fds_mu_);
-          fds_.emplace(extent, spare_fd_);
+          fds_.emplace(extent, new_fd);
         }
-        zeroed = true;
-        new_fd = spare_fd_;
-        spare_fd_ = -1;
-        spare_ = Spare::kNone;
-        spare_zeroed_ = 0;
         if (crash_point_ && crash_point_("extent.after_spare_rename")) {
           return fail(Status::unavailable("crashed at extent.after_spare_rename"));
         }
       } else {
         log::warn("{}: cannot use the spare extent: {}", dir_, st.toString());
-        removeSpare(dropSpareLocked());
+        removeSpare(takeSpareLocked());
       }
     }
     if (!zeroed) {
@@ -318,7 +315,7 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   return dropped ? abandon(Status::unavailable("spare dropped")) : Status::ok();
 }
 
-int ExtentSet::dropSpareLocked() {
+int ExtentSet::takeSpareLocked() {
   if (spare_ == Spare::kPreparing) spare_cancel_ = true;
   if (spare_ != Spare::kReady) return -1;
   spare_ = Spare::kNone;
@@ -336,7 +333,7 @@ void ExtentSet::dropSpare() {
   int fd = -1;
   {
     std::lock_guard lock(alloc_mu_);
-    fd = dropSpareLocked();
+    fd = takeSpareLocked();
   }
   // Unlinked outside the lock: freeing a GiB of blocks takes a while.
   removeSpare(fd);

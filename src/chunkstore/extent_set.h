@@ -114,9 +114,10 @@ class ExtentSet {
   Result<int> openExtent(uint32_t extent, bool create);
   Result<int> openDirect(const std::string& path, int flags);
   std::string sparePath(bool ready) const;
-  // Drops the spare under alloc_mu_ and returns its descriptor for removeSpare() (-1 when
-  // none was ready; one in preparation is only flagged, prepareSpare cleans up).
-  int dropSpareLocked();
+  // Takes the spare out of the set under alloc_mu_ and returns its descriptor, to become an
+  // extent or to go to removeSpare() (-1 when none was ready; one in preparation is only
+  // flagged to stop, prepareSpare cleans up).
+  int takeSpareLocked();
   // Closes a dropped spare's descriptor and unlinks it.
   void removeSpare(int fd);
 
