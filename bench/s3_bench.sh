@@ -9,7 +9,10 @@
 # ROUNDS (default 3): the figures that are ratios of two phases (the loader with and
 # without the checkpoint class; Granary against nginx on the same bytes) alternate their
 # phases in that many rounds and print each round's ratio and the median, because this
-# VM's disk and CPU drift by tens of percent within minutes.
+# VM's disk and CPU drift by tens of percent within minutes. Each phase also prints how
+# busy the machine's CPUs were (/proc/stat over the phase, load generator included).
+# POOL_NICE=N: renice the server's worker pool (MD5, erasure coding, write submission)
+# after start, as the loader/checkpoint priority experiment in docs/benchmarks.md did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -46,6 +49,12 @@ pids+=($!)
 gpid=$!
 for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
 ep=http://127.0.0.1:9190
+if [[ -n ${POOL_NICE:-} ]]; then
+  for task in /proc/$gpid/task/*; do
+    [[ $(cat "$task/comm") == granary-io* ]] && renice -n "$POOL_NICE" -p "${task##*/}" >/dev/null
+  done
+  echo "== the server's worker pool reniced to $POOL_NICE"
+fi
 
 echo "== machine: $(nproc) cores, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== raw limits"
@@ -67,9 +76,16 @@ fio_one "fio 1 MiB read, qd 32" --name=r --rw=read --bs=1m --iodepth=32
 fio_one "fio 4 KiB write+fdatasync, qd 1" --name=s --rw=write --bs=4k --iodepth=1 --fdatasync=1
 rm -f "$root"/w.* "$root"/r.* "$root"/s.*
 
+cpu_ticks() {  # busy and total ticks of all CPUs so far (iowait counts as idle)
+  awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
 run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
+  local before after
+  before=$(cpu_ticks)
   "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
+  after=$(cpu_ticks)
+  echo "$before $after" | awk '{ printf "   CPUs busy %.0f%% of the phase (preparation included)\n", 100 * ($3 - $1) / ($4 - $2) }'
 }
 # ratios KIND JSON...: each round's ratio and the median, from the runs' JSON files, which
 # come in rounds of the phases KIND compares (see the callers).
