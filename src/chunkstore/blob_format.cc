@@ -30,7 +30,8 @@ constexpr size_t kOffBucket = 70;
 }  // namespace
 
 Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8_t> payload,
-                               uint32_t block_size, int64_t created_unix_nanos) {
+                               uint32_t block_size, int64_t created_unix_nanos,
+                               PayloadCopy copy) {
   if (desc.bucket.size() > kMaxBucketLen) {
     return fail(Status::invalidArgument(
         fmt::format("bucket name of {} bytes exceeds {}", desc.bucket.size(), kMaxBucketLen)));
@@ -51,20 +52,27 @@ Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8
   }
   EncodedBlob blob;
   blob.header_region_len = static_cast<uint32_t>(region_len);
-  blob.bytes = AlignedBuffer(region_len + alignUp(payload_len, kIoAlign),
-                             AlignedBuffer::Fill::kUninitialized,
+  const bool aligned = reinterpret_cast<uintptr_t>(payload.data()) % kIoAlign == 0;
+  if (copy == PayloadCopy::kIfUnsuited && payload_len >= kInPlaceMin &&
+      payload_len % kIoAlign == 0 && aligned) {
+    blob.payload = payload;
+  }
+  const uint64_t image_len =
+      region_len + (blob.payload.empty() ? alignUp(payload_len, kIoAlign) : 0);
+  blob.bytes = AlignedBuffer(image_len, AlignedBuffer::Fill::kUninitialized,
                              // freed on the engine's completion thread once written
                              AlignedBuffer::Reuse::kShared);
   if (!blob.bytes.valid()) {
-    return fail(Status::unavailable(
-        fmt::format("cannot allocate {} bytes for a blob", region_len + payload_len)));
+    return fail(Status::unavailable(fmt::format("cannot allocate {} bytes for a blob", image_len)));
   }
 
   uint8_t* h = blob.bytes.data();
   // Zero what is not written below: the header region (flags, padding) and the payload's
-  // padding to kIoAlign. The payload itself is copied over.
+  // padding to kIoAlign. The payload itself is copied over, unless it stays in place.
   std::memset(h, 0, region_len);
-  std::memset(h + region_len + payload_len, 0, blob.bytes.size() - region_len - payload_len);
+  if (blob.payload.empty()) {
+    std::memset(h + region_len + payload_len, 0, blob.bytes.size() - region_len - payload_len);
+  }
   std::memcpy(h, kBlobMagic.data(), kBlobMagic.size());
   putLe(h + kOffVersion, kBlobFormatVersion, 2);
   putLe(h + kOffRegionLen, region_len, 4);
@@ -94,7 +102,9 @@ Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8
   }
   putLe(h + pos, ec::crc32c({h, pos}), 4);
 
-  if (payload_len > 0) std::memcpy(h + region_len, payload.data(), payload_len);
+  if (blob.payload.empty() && payload_len > 0) {
+    std::memcpy(h + region_len, payload.data(), payload_len);
+  }
   return blob;
 }
 

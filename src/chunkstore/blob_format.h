@@ -40,16 +40,33 @@ inline uint64_t blockCount(uint64_t payload_len, uint32_t block_size) {
   return payload_len / block_size + (payload_len % block_size != 0 ? 1 : 0);
 }
 
-// A blob ready to be written: header region followed by the payload padded to kIoAlign.
+// Where encodeBlob puts the payload.
+enum class PayloadCopy {
+  kAlways,     // into the image, after the header region
+  kIfUnsuited  // leave it in place when it can be written from there (kInPlaceMin)
+};
+// A payload at least this long, 4 KiB aligned in memory and of whole 4 KiB blocks, can be
+// written from the caller's memory by O_DIRECT: copying it would cost more than the second
+// I/O (the header region's) that leaving it in place takes.
+inline constexpr uint64_t kInPlaceMin = 64 << 10;
+
+// A blob ready to be written: its on-disk image is the header region followed by the
+// payload padded to kIoAlign. `bytes` holds the header region, and the payload after it
+// unless encodeBlob left it in place: `payload` then points at the caller's bytes, which
+// follow the header region on disk as they are (whole 4 KiB blocks, no padding).
 struct EncodedBlob {
-  AlignedBuffer bytes;             // bytes.size() is the blob's whole on-disk length
-  uint32_t header_region_len = 0;  // multiple of kIoAlign
+  AlignedBuffer bytes;
+  uint32_t header_region_len = 0;    // multiple of kIoAlign
+  std::span<const uint8_t> payload;  // empty when the payload was copied into `bytes`
+  // The blob's whole on-disk length.
+  uint64_t diskLen() const { return bytes.size() + payload.size(); }
 };
 
 // Builds the on-disk image of a blob. kInvalidArgument for an over-long bucket or key,
-// kNoSpace if memory for the buffer cannot be had.
+// kUnavailable if memory for the buffer cannot be had.
 Result<EncodedBlob> encodeBlob(const BlobDescriptor& desc, std::span<const uint8_t> payload,
-                               uint32_t block_size, int64_t created_unix_nanos);
+                               uint32_t block_size, int64_t created_unix_nanos,
+                               PayloadCopy copy = PayloadCopy::kAlways);
 
 // A verified header, decoded from the header region it points into (which must outlive it).
 struct BlobHeader {

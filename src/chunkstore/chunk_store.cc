@@ -133,7 +133,13 @@ class ChunkStoreImpl final : public ChunkStore {
   // One put, from its write to its completion: the blob image stays here until then.
   struct PendingCommit {
     std::unique_ptr<IdClaim> claim;
-    AlignedBuffer image;  // the blob to write (header region and payload), until written
+    // The blob to write, until written: the header region, and the payload after it unless
+    // `in_place` holds it (the caller's bytes, written from where they are).
+    AlignedBuffer image;
+    std::span<const uint8_t> in_place;
+    // Each write's outcome (the image, then `in_place`); the write that ends last goes on.
+    Status write_results[2];
+    std::atomic<int> writes_left{0};
     int fd = -1;
     uint32_t extent = 0;
     BlobId id;
@@ -474,7 +480,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
                               IoDone done) {
   // Validate and build the image before claiming anything.
   const int64_t created = clock_.nowUnixNanos();
-  auto blob = encodeBlob(desc, payload, options_.block_size, created);
+  auto blob = encodeBlob(desc, payload, options_.block_size, created, PayloadCopy::kIfUnsuited);
   if (!blob) return done(blob.error());
   auto claim = std::make_unique<IdClaim>(*this, desc.id);
   // A put that ends here releases the id before the caller hears of it, as finishPut does.
@@ -489,7 +495,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   // Write order (docs/chunkstore-format.md): data; fdatasync; synced index entry. The
   // data goes to the engine's asynchronous path; the last two are shared with concurrent
   // puts (group commit), and `done` runs once they are over.
-  auto alloc = extents_.allocate(blob->bytes.size());
+  auto alloc = extents_.allocate(blob->diskLen());
   if (!alloc) {
     noteNoSpace(alloc.error());
     return early(putFailed(desc.id, alloc.error()));
@@ -497,18 +503,24 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   auto owned = std::make_unique<PendingCommit>();
   owned->claim = std::move(claim);
   owned->image = std::move(blob->bytes);
+  owned->in_place = blob->payload;
   owned->fd = alloc->fd;
   owned->extent = alloc->extent;
   owned->id = desc.id;
   owned->rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
                            payload.size(), options_.block_size, created};
   owned->done = std::move(done);
+  owned->writes_left = owned->in_place.empty() ? 1 : 2;
   beginOp();
   PendingCommit* p = owned.release();  // finishPut deletes it
   // The completion may run on the engine's thread, which must not block: a failed write
   // goes through the commit thread too, which cleans up after it.
-  auto written = [this, p](Status st) {
+  auto written = [this, p](int part, Status st) {
+    p->write_results[part] = std::move(st);
+    if (p->writes_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     p->image = AlignedBuffer();  // on disk (or failed): not needed any more
+    p->in_place = {};
+    st = p->write_results[0] ? std::move(p->write_results[1]) : std::move(p->write_results[0]);
     if (!st) {
       p->write_failed = true;
       p->result = std::move(st);
@@ -519,11 +531,22 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
     }
     commits_.submit(p);
   };
-  try {
-    engine_.writeAsync(p->fd, p->image.span(), p->rec.offset, written);
-  } catch (const std::exception& e) {  // the submission could not allocate
-    written(Status::internal(fmt::format("submitting the write: {}", e.what())));
-  }
+  auto submit = [&](int part, std::span<const uint8_t> bytes, uint64_t offset) {
+    try {
+      engine_.writeAsync(p->fd, bytes, offset, [written, part](Status st) {
+        written(part, std::move(st));
+      });
+    } catch (const std::exception& e) {  // the submission could not allocate
+      written(part, Status::internal(fmt::format("submitting the write: {}", e.what())));
+    }
+  };
+  // Two writes for a payload in place, one after the other on the disk; the group
+  // commit's fdatasync covers both.
+  const std::span<const uint8_t> image = p->image.span();
+  const std::span<const uint8_t> in_place = p->in_place;
+  const uint64_t offset = p->rec.offset;
+  submit(0, image, offset);
+  if (!in_place.empty()) submit(1, in_place, offset + image.size());
 }
 
 void ChunkStoreImpl::finishPut(PendingCommit* p) {

@@ -18,6 +18,27 @@ namespace granary::gateway {
 namespace {
 constexpr uint64_t kAlign = 4096;
 uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Bytes at a 4 KiB-aligned address, not zeroed: a stripe's fragments, which the chunk
+// store writes from where they are (ChunkStore::putAsync), and a stripe slice, whose whole
+// fragments it reads straight into them (ChunkStore::read).
+class AlignedBytes {
+ public:
+  static constexpr std::align_val_t kAlign{4096};
+  explicit AlignedBytes(size_t size)
+      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(size, 1), kAlign))),
+        size_(size) {}
+  ~AlignedBytes() { ::operator delete[](data_, kAlign); }
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  uint8_t* data() { return data_; }
+  std::span<const uint8_t> span() const { return {data_, size_}; }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
+};
+
 }  // namespace
 
 DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
@@ -44,12 +65,9 @@ uint32_t DataPath::fragmentLenFor(uint64_t len) const {
 // that is sent.
 struct ObjectWriter::Slot {
   Slot(size_t data_len, size_t parity_len, BufferBudget::Lease lease)
-      : data(std::make_unique_for_overwrite<uint8_t[]>(data_len)),
-        parity(std::make_unique_for_overwrite<uint8_t[]>(parity_len)),
-        data_len(data_len),
-        lease(std::move(lease)) {}
-  std::unique_ptr<uint8_t[]> data;
-  std::unique_ptr<uint8_t[]> parity;
+      : data(data_len), parity(parity_len), data_len(data_len), lease(std::move(lease)) {}
+  AlignedBytes data;
+  AlignedBytes parity;
   size_t data_len;
   BufferBudget::Lease lease;
 };
@@ -87,7 +105,7 @@ Task<Status> ObjectWriter::start() {
 
 std::span<uint8_t> ObjectWriter::buffer() {
   Slot& slot = *slots_[current_];  // start() succeeded
-  return {slot.data.get(), slot.data_len};
+  return {slot.data.data(), slot.data_len};
 }
 
 uint16_t ObjectWriter::driveIndex(const std::string& drive) {
@@ -117,7 +135,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   Slot& slot = *slots_[current_];
   if (len > slot.data_len) co_return Status::invalidArgument("stripe larger than its buffer");
   // Data fragment j starts at j * fl; zero the padding after the object bytes.
-  std::fill(slot.data.get() + len, slot.data.get() + uint64_t(profile.k) * fl, 0);
+  std::fill(slot.data.data() + len, slot.data.data() + uint64_t(profile.k) * fl, 0);
 
   size_t full = 0;
   // With servers down, a stripe may go degraded onto k failure domains (a domain then
@@ -149,8 +167,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
   Status encoded = co_await offload(dp_.pool(), [&slot, fl, profile, this] {
     std::vector<const uint8_t*> data(profile.k);
     std::vector<uint8_t*> parity(profile.m);
-    for (int j = 0; j < profile.k; ++j) data[j] = slot.data.get() + uint64_t(j) * fl;
-    for (int j = 0; j < profile.m; ++j) parity[j] = slot.parity.get() + uint64_t(j) * fl;
+    for (int j = 0; j < profile.k; ++j) data[j] = slot.data.data() + uint64_t(j) * fl;
+    for (int j = 0; j < profile.m; ++j) parity[j] = slot.parity.data() + uint64_t(j) * fl;
     dp_.code().encode(fl, data, parity);
     dp_.counters().encoded_bytes.Increment(double(profile.k) * fl);
     return Status::ok();
@@ -162,8 +180,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
       flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
   auto group = std::make_unique<TaskGroup>(dp_.pool(), executor_);
   for (int j = 0; j < profile.total(); ++j) {
-    const uint8_t* p = j < profile.k ? slot.data.get() + uint64_t(j) * fl
-                                     : slot.parity.get() + uint64_t(j - profile.k) * fl;
+    const uint8_t* p = j < profile.k ? slot.data.data() + uint64_t(j) * fl
+                                     : slot.parity.data() + uint64_t(j - profile.k) * fl;
     chunkstore::BlobDescriptor desc;
     desc.id = BlobId{version_, stripe, static_cast<uint16_t>(j)};
     desc.ec = profile;
@@ -247,39 +265,20 @@ Task<void> ObjectWriter::abandon() {
 
 namespace {
 
-// A stripe slice's bytes, 4 KiB aligned so that the chunk store reads whole fragments
-// straight into them (ChunkStore::read), and not zeroed: the reads fill all of them.
-class SliceBytes {
- public:
-  static constexpr std::align_val_t kAlign{4096};
-  explicit SliceBytes(size_t size)
-      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(size, 1), kAlign))),
-        size_(size) {}
-  ~SliceBytes() { ::operator delete[](data_, kAlign); }
-  SliceBytes(const SliceBytes&) = delete;
-  SliceBytes& operator=(const SliceBytes&) = delete;
-  uint8_t* data() { return data_; }
-  std::span<const uint8_t> span() const { return {data_, size_}; }
-
- private:
-  uint8_t* data_;
-  size_t size_;
-};
-
 // A stripe slice being read: [first, first + length) of the stripe's object bytes.
 struct FastReads {
   std::mutex mu;
   std::vector<Status> results;  // per data fragment touched
   std::vector<bool> done;
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
-  std::shared_ptr<SliceBytes> out;
+  std::shared_ptr<AlignedBytes> out;
 };
 
 struct StripeRead {
   const index_kv::StripeLayout* layout = nullptr;
   uint64_t first = 0;
   uint64_t length = 0;
-  std::shared_ptr<SliceBytes> out;  // the stripe slice's bytes once read
+  std::shared_ptr<AlignedBytes> out;  // the stripe slice's bytes once read
   std::shared_ptr<FastReads> reads;
   std::unique_ptr<TaskGroup> group;
 };
@@ -300,7 +299,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->layout = &s;
   r->first = first;
   r->length = length;
-  r->out = std::make_shared<SliceBytes>(length);
+  r->out = std::make_shared<AlignedBytes>(length);
   r->group = std::make_unique<TaskGroup>(dp.pool(), ex);
   const uint64_t fl = s.fragment_len;
   const int j0 = static_cast<int>(first / fl);
@@ -432,7 +431,7 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   }
   dp.counters().hedged_stripes.Increment();
   auto fast = r.out;
-  r.out = std::make_shared<SliceBytes>(r.length);
+  r.out = std::make_shared<AlignedBytes>(r.length);
   Status st = co_await decodeStripe(dp, m, r, slow);
   if (st.isOk()) co_return st;
   log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",

@@ -99,13 +99,15 @@ class ChunkStore {
  public:
   virtual ~ChunkStore() = default;
   virtual Status put(const BlobDescriptor& desc, std::span<const uint8_t> payload) = 0;
-  // put() that does not wait for the I/O: the blob is encoded (copied) and its existence
-  // checked on the calling thread (a RocksDB get, which may read the disk: call this from a
-  // worker, not from an event loop), its write goes to the engine's asynchronous path, and
-  // its sync and index entry to the group commit. `done` runs with put()'s outcome once
-  // the blob is durable (or failed), on a commit thread, or on this thread before putAsync
-  // returns when the put fails early; it must not block. `payload` need only stay valid
-  // until putAsync returns. Destroying the store waits for the puts in flight.
+  // put() that does not wait for the I/O: the blob is encoded and its existence checked on
+  // the calling thread (a RocksDB get, which may read the disk: call this from a worker,
+  // not from an event loop), its write goes to the engine's asynchronous path, and its
+  // sync and index entry to the group commit. `done` runs with put()'s outcome once the
+  // blob is durable (or failed), on a commit thread, or on this thread before putAsync
+  // returns when the put fails early; it must not block. `payload` must stay valid and
+  // unchanged until `done` runs: a payload of 64 KiB or more, 4 KiB aligned in memory and
+  // of whole 4 KiB blocks, is written from where it is (O_DIRECT), not copied. Destroying
+  // the store waits for the puts in flight.
   virtual void putAsync(const BlobDescriptor& desc, std::span<const uint8_t> payload,
                         IoDone done) = 0;
   // Reads payload bytes [offset, offset + out.size()). Reading past the end is

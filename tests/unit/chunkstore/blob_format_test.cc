@@ -34,6 +34,35 @@ TEST_CASE("A blob header decodes to what was encoded, CRC table included") {
   CHECK(getLe(blob->bytes.data() + 52, 8) == 10'000);
 }
 
+TEST_CASE("A large page-aligned payload of whole blocks is left in place, others are copied") {
+  const auto data = randomBytes(128 << 10, 5);
+  PageAlignedCopy aligned(data);
+  auto blob = encodeBlob(descriptor(makeId(1)), aligned.span(), 4096, 0, PayloadCopy::kIfUnsuited);
+  REQUIRE(blob.has_value());
+  CHECK(blob->bytes.size() == 4096);  // the header region alone
+  CHECK(blob->payload.data() == aligned.span().data());
+  CHECK(blob->payload.size() == data.size());
+  CHECK(blob->diskLen() == 4096 + data.size());
+  auto hdr = decodeHeader(blob->bytes.span());
+  REQUIRE(hdr.has_value());
+  CHECK(hdr->payload_len == data.size());
+  CHECK(hdr->blockCrc(31) == ec::crc32c(std::span<const uint8_t>(data).subspan(31 * 4096)));
+
+  // The same bytes by default, or not page-aligned: one image, payload copied after the
+  // header region.
+  auto copied = encodeBlob(descriptor(makeId(1)), aligned.span(), 4096, 0);
+  REQUIRE(copied.has_value());
+  CHECK(copied->payload.empty());
+  CHECK(copied->diskLen() == 4096 + data.size());
+  CHECK(std::equal(data.begin(), data.end(), copied->bytes.data() + 4096));
+  CHECK(std::equal(blob->bytes.data(), blob->bytes.data() + 4096, copied->bytes.data()));
+  auto unaligned = encodeBlob(descriptor(makeId(1)), aligned.span().subspan(512), 4096, 0,
+                              PayloadCopy::kIfUnsuited);
+  REQUIRE(unaligned.has_value());
+  CHECK(unaligned->payload.empty());
+  CHECK(unaligned->bytes.size() == 4096 + data.size());  // 512 bytes short: padded up
+}
+
 TEST_CASE("Large CRC tables grow the header region in 4 KiB steps") {
   auto payload = randomBytes(8 << 20, 2);  // 2048 blocks -> 8 KiB of CRCs
   auto blob = encodeBlob(descriptor(makeId(1)), payload, 4096, 0);

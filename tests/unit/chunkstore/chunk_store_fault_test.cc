@@ -323,6 +323,42 @@ TEST_CASE("A put whose data write fails is neither indexed nor readable") {
   CHECK(f.store->stats()->commit_batches == 2);
 }
 
+TEST_CASE("A payload written in place: a failure of either write fails the put") {
+  // A large page-aligned payload goes to the disk as two writes, the header region's and
+  // the payload's (ChunkStore::putAsync); each may fail alone.
+  class FailOneWrite final : public IoEngineWrapper {
+   public:
+    using IoEngineWrapper::IoEngineWrapper;
+    Status pwrite(int fd, std::span<const uint8_t> data, uint64_t offset) override {
+      if (data.size() == fail_size) return Status::fromErrno(EIO, "injected pwrite fault");
+      return target_->pwrite(fd, data, offset);
+    }
+    std::atomic<size_t> fail_size{0};
+  };
+  const bool header = GENERATE(true, false);
+  INFO((header ? "the header region's write fails" : "the payload's write fails"));
+  auto base = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
+  FailOneWrite engine(base.get());
+  StoreFixture f(engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100, 1)).isOk());
+  const auto data = randomBytes(256 << 10, 2);
+  PageAlignedCopy payload(data);
+  engine.fail_size = header ? 4096 : data.size();
+  BlobId id = makeId(2);
+  Status st = f.store->put(descriptor(id), payload.span());
+  CHECK(st.code() == Status::Code::kIoError);
+  std::vector<uint8_t> out(10);
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kNotFound);
+  CHECK(f.store->stats()->blobs == 1);
+  engine.fail_size = 0;
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->read(id, 0, out).code() == Status::Code::kNotFound);
+  REQUIRE(f.store->put(descriptor(id), payload.span()).isOk());
+  out.resize(data.size());
+  REQUIRE(f.store->read(id, 0, out).isOk());
+  CHECK(out == data);
+}
+
 TEST_CASE("A put whose fdatasync fails is not indexed") {
   auto base = makePosixEngine();
   FaultyEngine engine(base.get());

@@ -8,11 +8,14 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
+#include <new>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,6 +49,26 @@ inline std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
   for (auto& b : v) b = static_cast<uint8_t>(rng());
   return v;
 }
+
+// A copy of `bytes` at a 4 KiB-aligned address: a put of 64 KiB or more of whole 4 KiB
+// blocks from it is written in place (ChunkStore::putAsync), as the gateway's are.
+class PageAlignedCopy {
+ public:
+  static constexpr std::align_val_t kAlign{4096};
+  explicit PageAlignedCopy(std::span<const uint8_t> bytes)
+      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(bytes.size(), 1), kAlign))),
+        size_(bytes.size()) {
+    std::copy(bytes.begin(), bytes.end(), data_);
+  }
+  ~PageAlignedCopy() { ::operator delete[](data_, kAlign); }
+  PageAlignedCopy(const PageAlignedCopy&) = delete;
+  PageAlignedCopy& operator=(const PageAlignedCopy&) = delete;
+  std::span<uint8_t> span() { return {data_, size_}; }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
+};
 
 inline BlobDescriptor descriptor(const BlobId& id) {
   BlobDescriptor d;
