@@ -23,6 +23,7 @@
 
 #include "granary/rpc/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -239,7 +240,8 @@ class ServerImpl final : public Server {
         co_await http::async_write(stream, cont, kRedirect(ec));
         if (ec) break;
       }
-      req.body_storage = std::make_unique_for_overwrite<uint8_t[]>(length);
+      req.body_storage.reset(
+          static_cast<uint8_t*>(::operator new[](std::max<uint64_t>(length, 1), kBodyAlign)));
       req.body = {req.body_storage.get(), length};
       bool body_ok = co_await readBody(stream, buffer, head, req.body);
       if (!body_ok) break;  // the client went away or stalled; nobody to answer

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 
@@ -37,12 +38,19 @@ class WorkerPool;
 
 namespace granary::rpc {
 
+// Frees what `::operator new[](n, kBodyAlign)` allocated.
+inline constexpr std::align_val_t kBodyAlign{4096};
+struct BodyDelete {
+  void operator()(uint8_t* p) const { ::operator delete[](p, kBodyAlign); }
+};
+
 struct Request {
   std::string method;
   std::string target;
   Headers headers;  // names in lower case
-  // The body, read straight into storage that is not zero-filled first.
-  std::unique_ptr<uint8_t[]> body_storage;
+  // The body, read straight into storage that is not zero-filled first, 4 KiB aligned: a
+  // blob PUT's payload is written to the drive from here (ChunkStore::putAsync).
+  std::unique_ptr<uint8_t[], BodyDelete> body_storage;
   std::span<uint8_t> body;
   uint32_t declared_crc = 0;
 };
