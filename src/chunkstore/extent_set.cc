@@ -285,10 +285,14 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   for (uint64_t at = 0; at < extent_size_;) {
     const uint64_t n = std::min<uint64_t>(zeros.size(), extent_size_ - at);
     if (!pace(n)) return abandon(Status::unavailable("spare zeroing stopped"));
+    bool dropped = false;
     {
       std::lock_guard lock(alloc_mu_);
-      if (spare_cancel_) return abandon(Status::unavailable("spare dropped"));
+      dropped = spare_cancel_;
     }
+    // Not under alloc_mu_: abandon() takes it (dropSpare() after an ENOSPC used to leave
+    // the drive's allocation lock held here forever).
+    if (dropped) return abandon(Status::unavailable("spare dropped"));
     if (Status st = engine_.pwrite(fd, {zeros.data(), n}, at); !st) return abandon(st);
     at += n;
     std::lock_guard lock(alloc_mu_);

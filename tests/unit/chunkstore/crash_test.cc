@@ -5,12 +5,17 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "extent_set.h"
 #include "power_loss_engine.h"
 #include "test_util.h"
 
@@ -382,6 +387,44 @@ TEST_CASE("Power cuts at random moments under concurrent puts and removes, with 
     CHECK(listed->size() >= acked.size());
     checkSpaceMatchesDisk(f);
   }
+}
+
+TEST_CASE("A spare dropped while it is zeroed is abandoned, and the drive goes on") {
+  // dropSpare() is what an ENOSPC on a put calls; the zeroer sees it between two pieces.
+  auto engine = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/extents");
+  ExtentSet set(*engine, dir.path() + "/extents", 256 * 1024, /*direct_io=*/true,
+                [](uint32_t) { return Status::ok(); }, nullptr);
+  REQUIRE(set.open(0).isOk());
+  std::promise<void> zeroing, dropped;
+  int pieces = 0;
+  auto pace = [&, waited = dropped.get_future().share()](uint64_t) {
+    if (++pieces == 2) {  // one piece written: the spare is half made
+      zeroing.set_value();
+      waited.wait();
+    }
+    return true;
+  };
+  std::promise<Status> result;
+  std::thread zeroer([&] { result.set_value(set.prepareSpare(64 * 1024, pace)); });
+  zeroing.get_future().wait();
+  set.dropSpare();
+  dropped.set_value();
+  auto outcome = result.get_future();
+  if (outcome.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // The zeroer holds the extent set's lock forever: every put of the drive would hang.
+    std::fprintf(stderr, "prepareSpare did not return after dropSpare(): deadlock\n");
+    std::abort();
+  }
+  zeroer.join();
+  CHECK(outcome.get().code() == Status::Code::kUnavailable);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/extents/spare.tmp"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/extents/spare.zero"));
+  // The drive's allocation lock is free: blobs go on being placed.
+  auto alloc = set.allocate(4096);
+  REQUIRE(alloc);
+  CHECK_FALSE(set.retired(alloc->extent));
 }
 
 TEST_CASE("Pre-zeroed spare extents: rolls use them, and space matches the disk") {
