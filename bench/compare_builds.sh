@@ -5,7 +5,9 @@
 # "GETs, asynchronous fragment reads"). Each phase starts a fresh
 # `granary serve --scrub-rate 0` (data under ./bench-data/compare) and stops it; the client
 # is this checkout's granary-bench. PHASES (default "put get mix") picks the groups:
-#   put: 1 MiB PUT (16 conns) with the server's fdatasyncs per extent write; 64 MiB PUT
+#   put: 1 MiB PUT (16 conns) with the blob puts per group commit (fragments made durable
+#        by one fdatasync and one index sync; until 2026-11-25 the script printed
+#        fdatasyncs per extent write instead, which counts write calls); 64 MiB PUT
 #        (4 conns); each with the server's CPU time per PUT (user + system), a figure
 #        this VM's disk noise moves less than throughput
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
@@ -49,9 +51,9 @@ run() {  # run granary-bench-args...: the table's rows, without the header
   "$bench" --endpoint "$ep" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p' |
     grep -v -e '^workload' -e '^$'
 }
-io_ops() {  # io_ops OP: the server's granary_io_operations_total for OP
+metric_sum() {  # metric_sum NAME: the server's NAME summed over its labels (all drives)
   curl -s "$ep/_granary/metrics" |
-    awk -v op="op=\"$1\"" 'index($0, "granary_io_operations_total{") == 1 && index($0, op) { s += $NF } END { print s + 0 }'
+    awk -v name="$1" 'index($0, name "{") == 1 || index($0, name " ") == 1 { s += $NF } END { print s + 0 }'
 }
 
 cpu_ms() {  # the server's user + system CPU time so far, in ms
@@ -80,8 +82,9 @@ for round in $(seq "$rounds"); do
     if [[ $phases == *" put "* ]]; then
       start "$bin"
       run_cpu put-1MiB --op put --size 1MiB --concurrency 16 --objects 256
-      awk -v s="$(io_ops fdatasync)" -v w="$(io_ops write)" \
-        'BEGIN { printf "   fdatasyncs per extent write: %.2f (%d / %d)\n", w ? s / w : 0, s, w }'
+      awk -v p="$(metric_sum granary_drive_committed_puts)" \
+        -v c="$(metric_sum granary_drive_group_commits)" \
+        'BEGIN { printf "   blob puts per group commit: %.1f (%d / %d)\n", c ? p / c : 0, p, c }'
       start "$bin"
       run_cpu put-64MiB --op put --size 64MiB --concurrency 4 --objects 8
     fi
