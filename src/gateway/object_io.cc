@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 
+#include "granary/common/aligned_bytes.h"
 #include "granary/common/log.h"
 #include "granary/placement/placement.h"
 
@@ -18,27 +19,6 @@ namespace granary::gateway {
 namespace {
 constexpr uint64_t kAlign = 4096;
 uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// Bytes at a 4 KiB-aligned address, not zeroed: a stripe's fragments, which the chunk
-// store writes from where they are (ChunkStore::putAsync), and a stripe slice, whose whole
-// fragments it reads straight into them (ChunkStore::read).
-class AlignedBytes {
- public:
-  static constexpr std::align_val_t kAlign{4096};
-  explicit AlignedBytes(size_t size)
-      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(size, 1), kAlign))),
-        size_(size) {}
-  ~AlignedBytes() { ::operator delete[](data_, kAlign); }
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  uint8_t* data() { return data_; }
-  std::span<const uint8_t> span() const { return {data_, size_}; }
-
- private:
-  uint8_t* data_;
-  size_t size_;
-};
-
 }  // namespace
 
 DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,

@@ -240,9 +240,8 @@ class ServerImpl final : public Server {
         co_await http::async_write(stream, cont, kRedirect(ec));
         if (ec) break;
       }
-      req.body_storage.reset(
-          static_cast<uint8_t*>(::operator new[](std::max<uint64_t>(length, 1), kBodyAlign)));
-      req.body = {req.body_storage.get(), length};
+      req.body_storage = AlignedBytes(length);
+      req.body = req.body_storage.span();
       bool body_ok = co_await readBody(stream, buffer, head, req.body);
       if (!body_ok) break;  // the client went away or stalled; nobody to answer
 

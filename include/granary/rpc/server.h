@@ -24,10 +24,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <new>
 #include <span>
 #include <string>
 
+#include "granary/common/aligned_bytes.h"
 #include "granary/common/status.h"
 #include "granary/rpc/wire.h"
 
@@ -38,19 +38,13 @@ class WorkerPool;
 
 namespace granary::rpc {
 
-// Frees what `::operator new[](n, kBodyAlign)` allocated.
-inline constexpr std::align_val_t kBodyAlign{4096};
-struct BodyDelete {
-  void operator()(uint8_t* p) const { ::operator delete[](p, kBodyAlign); }
-};
-
 struct Request {
   std::string method;
   std::string target;
   Headers headers;  // names in lower case
   // The body, read straight into storage that is not zero-filled first, 4 KiB aligned: a
   // blob PUT's payload is written to the drive from here (ChunkStore::putAsync).
-  std::unique_ptr<uint8_t[], BodyDelete> body_storage;
+  AlignedBytes body_storage;
   std::span<uint8_t> body;
   uint32_t declared_crc = 0;
 };

@@ -36,7 +36,7 @@ TEST_CASE("A blob header decodes to what was encoded, CRC table included") {
 
 TEST_CASE("A large page-aligned payload of whole blocks is left in place, others are copied") {
   const auto data = randomBytes(128 << 10, 5);
-  PageAlignedCopy aligned(data);
+  auto aligned = pageAlignedCopy(data);
   auto blob = encodeBlob(descriptor(makeId(1)), aligned.span(), 4096, 0, PayloadCopy::kIfUnsuited);
   REQUIRE(blob.has_value());
   CHECK(blob->bytes.size() == 4096);  // the header region alone

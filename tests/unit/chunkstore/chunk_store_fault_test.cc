@@ -342,7 +342,7 @@ TEST_CASE("A payload written in place: a failure of either write fails the put")
   StoreFixture f(engine);
   REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(100, 1)).isOk());
   const auto data = randomBytes(256 << 10, 2);
-  PageAlignedCopy payload(data);
+  auto payload = pageAlignedCopy(data);
   engine.fail_size = header ? 4096 : data.size();
   BlobId id = makeId(2);
   Status st = f.store->put(descriptor(id), payload.span());

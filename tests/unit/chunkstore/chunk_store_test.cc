@@ -98,7 +98,7 @@ TEST_CASE("Large page-aligned payloads are written in place, as two writes, and 
     auto data = randomBytes(c.size, i + 1);
     std::vector<uint8_t> padded(c.skew, 0);
     padded.insert(padded.end(), data.begin(), data.end());
-    PageAlignedCopy buf(padded);
+    auto buf = pageAlignedCopy(padded);
     REQUIRE(f.store->put(descriptor(makeId(i)), buf.span().subspan(c.skew)).isOk());
     CHECK(engine.take() == c.writes);
   }

@@ -145,7 +145,7 @@ TEST_CASE("A crash at any step of put or remove loses nothing acknowledged") {
   const bool in_place = GENERATE(false, true);
   INFO((in_place ? "payload written in place" : "payload copied"));
   const auto doomed = randomBytes(in_place ? 128 << 10 : 50'000, 99);
-  PageAlignedCopy doomed_payload(doomed);
+  auto doomed_payload = pageAlignedCopy(doomed);
   if (point == "remove.after_index") {
     Status st = c.f.store->remove(makeId(3));
     CHECK(st.code() == Status::Code::kUnavailable);
@@ -345,7 +345,7 @@ TEST_CASE("Power cuts at random moments under concurrent puts and removes, with 
           // place, as two writes that a power cut may tear or keep apart.
           auto data = n % 2 == 0 ? randomBytes(1 + (n * 7919) % 70'000, n)
                                  : randomBytes((16 + n % 24) * 4096, n);
-          PageAlignedCopy payload(data);
+          auto payload = pageAlignedCopy(data);
           if (f.store->put(descriptor(makeId(n)), payload.span()).isOk()) {
             std::lock_guard lock(mu);
             acked[n] = std::move(data);

@@ -22,24 +22,11 @@ using namespace granary::chunkstore::testing;
 
 namespace {
 
-struct AlignedBytes {
-  explicit AlignedBytes(size_t n) : size(n) {
-    void* p = nullptr;
-    REQUIRE(posix_memalign(&p, 4096, n) == 0);
-    data = static_cast<uint8_t*>(p);
-  }
-  ~AlignedBytes() { free(data); }
-  std::span<uint8_t> span() { return {data, size}; }
-  uint8_t* data;
-  size_t size;
-};
-
 // Writes `n` random bytes (from `seed`) at `offset` through an aligned buffer; returns them.
 std::vector<uint8_t> writeRandom(IoEngine& engine, int fd, size_t n, uint64_t offset,
                                  uint64_t seed) {
-  AlignedBytes in(n);
   auto data = randomBytes(n, seed);
-  std::copy(data.begin(), data.end(), in.data);
+  auto in = pageAlignedCopy(data);
   REQUIRE(engine.pwrite(fd, in.span(), offset).isOk());
   return data;
 }
@@ -59,16 +46,16 @@ TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files
   REQUIRE(engine->fdatasync(*fd).isOk());
   AlignedBytes out(n);
   REQUIRE(engine->pread(*fd, out.span(), 8192).isOk());
-  CHECK(std::equal(data.begin(), data.end(), out.data));
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
 
   // Reading past the end of the file is corruption: the index promised bytes that are not there.
   CHECK(engine->pread(*fd, out.span(), 8192 + 4096).code() == Status::Code::kCorruption);
 
   REQUIRE(engine->punchHole(*fd, 8192, 1 << 20).isOk());
-  REQUIRE(engine->pread(*fd, {out.data, 4096}, 8192).isOk());
-  CHECK(std::all_of(out.data, out.data + 4096, [](uint8_t b) { return b == 0; }));
-  REQUIRE(engine->pread(*fd, {out.data, 4096}, 8192 + (1 << 20)).isOk());
-  CHECK(std::equal(out.data, out.data + 4096, data.begin() + (1 << 20)));
+  REQUIRE(engine->pread(*fd, {out.data(), 4096}, 8192).isOk());
+  CHECK(std::all_of(out.data(), out.data() + 4096, [](uint8_t b) { return b == 0; }));
+  REQUIRE(engine->pread(*fd, {out.data(), 4096}, 8192 + (1 << 20)).isOk());
+  CHECK(std::equal(out.data(), out.data() + 4096, data.begin() + (1 << 20)));
   CHECK(engine->close(*fd).isOk());
   CHECK(engine->open(dir.path() + "/missing", O_RDONLY, 0).error().code() ==
         Status::Code::kNotFound);
@@ -78,8 +65,8 @@ TEST_CASE("Both engines write, sync, read back and punch holes in O_DIRECT files
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/f"));
   auto moved = engine->open(dir.path() + "/g", O_RDONLY | O_DIRECT, 0);
   REQUIRE(moved.has_value());
-  REQUIRE(engine->pread(*moved, {out.data, 4096}, 8192 + (1 << 20)).isOk());
-  CHECK(std::equal(out.data, out.data + 4096, data.begin() + (1 << 20)));
+  REQUIRE(engine->pread(*moved, {out.data(), 4096}, 8192 + (1 << 20)).isOk());
+  CHECK(std::equal(out.data(), out.data() + 4096, data.begin() + (1 << 20)));
   CHECK(engine->close(*moved).isOk());
   CHECK(engine->rename(dir.path() + "/f", dir.path() + "/h").code() ==
         Status::Code::kNotFound);
@@ -106,14 +93,14 @@ TEST_CASE("Both engines scatter one read over several buffers with preadv") {
   AlignedBytes a(4096), b(40 << 10);
   const std::array<std::span<uint8_t>, 3> parts{a.span(), std::span<uint8_t>(), b.span()};
   REQUIRE(engine->preadv(*fd, parts, 4096).isOk());
-  CHECK(std::equal(a.data, a.data + 4096, data.begin() + 4096));
-  CHECK(std::equal(b.data, b.data + (40 << 10), data.begin() + 8192));
+  CHECK(std::equal(a.data(), a.data() + 4096, data.begin() + 4096));
+  CHECK(std::equal(b.data(), b.data() + (40 << 10), data.begin() + 8192));
 
   // The file ends inside the second buffer: the first readv comes back short, the rest
   // finds the end of the file, and that is corruption as for pread.
   const std::array<std::span<uint8_t>, 2> past{a.span(), b.span()};
   CHECK(engine->preadv(*fd, past, n - 8192).code() == Status::Code::kCorruption);
-  CHECK(std::equal(a.data, a.data + 4096, data.begin() + (n - 8192)));
+  CHECK(std::equal(a.data(), a.data() + 4096, data.begin() + (n - 8192)));
   CHECK(engine->close(*fd).isOk());
 }
 
@@ -136,10 +123,10 @@ TEST_CASE("preadNoWait reads what the page cache holds, and declines what it doe
   CHECK_FALSE(engine->preadNoWait(*cached, parts, 0));
 
   REQUIRE(engine->preadv(*cached, parts, 0).isOk());  // a read that may wait fills the cache
-  std::fill(a.data, a.data + 4096, 0);
+  std::fill(a.data(), a.data() + 4096, 0);
   REQUIRE(engine->preadNoWait(*cached, parts, 0));
-  CHECK(std::equal(a.data, a.data + 4096, data.begin()));
-  CHECK(std::equal(b.data, b.data + (n - 4096), data.begin() + 4096));
+  CHECK(std::equal(a.data(), a.data() + 4096, data.begin()));
+  CHECK(std::equal(b.data(), b.data() + (n - 4096), data.begin() + 4096));
   // Past the end of the file is a short read: declined.
   CHECK_FALSE(engine->preadNoWait(*cached, parts, 8192));
   CHECK(engine->close(*cached).isOk());
@@ -205,14 +192,14 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   constexpr int kBlocks = 1000;
   constexpr size_t kBlock = 4096;
   AlignedBytes in(kBlocks * kBlock);
-  auto data = randomBytes(in.size, 7);
-  std::copy(data.begin(), data.end(), in.data);
+  auto data = randomBytes(in.size(), 7);
+  std::copy(data.begin(), data.end(), in.data());
   Completions writes;
   std::vector<std::thread> submitters;
   for (int t = 0; t < 4; ++t) {
     submitters.emplace_back([&, t] {
       for (int b = t; b < kBlocks; b += 4) {
-        engine->writeAsync(*fd, {in.data + b * kBlock, kBlock}, b * kBlock, writes.callback());
+        engine->writeAsync(*fd, {in.data() + b * kBlock, kBlock}, b * kBlock, writes.callback());
       }
     });
   }
@@ -223,15 +210,15 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   CHECK(writes.threads.size() == 1);  // the completion thread
   REQUIRE(waitAsync([&](IoDone d) { engine->fdatasyncAsync(*fd, std::move(d)); }).isOk());
 
-  AlignedBytes out(in.size);
-  std::memset(out.data, 0, out.size);
+  AlignedBytes out(in.size());
+  std::memset(out.data(), 0, out.size());
   Completions reads;
   for (int b = 0; b < kBlocks; ++b) {
-    engine->readAsync(*fd, {out.data + b * kBlock, kBlock}, b * kBlock, reads.callback());
+    engine->readAsync(*fd, {out.data() + b * kBlock, kBlock}, b * kBlock, reads.callback());
   }
   reads.waitFor(kBlocks);
   CHECK(reads.failed == 0);
-  CHECK(std::equal(data.begin(), data.end(), out.data));
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
   CHECK(engine->close(*fd).isOk());
 }
 

@@ -13,7 +13,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <new>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -22,6 +21,7 @@
 
 #include "granary/chunkstore/chunk_store.h"
 #include "granary/chunkstore/io_engine.h"
+#include "granary/common/aligned_bytes.h"
 #include "granary/common/clock.h"
 #include "granary/common/ids.h"
 #include "granary/common/rocks_resources.h"
@@ -52,23 +52,11 @@ inline std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
 
 // A copy of `bytes` at a 4 KiB-aligned address: a put of 64 KiB or more of whole 4 KiB
 // blocks from it is written in place (ChunkStore::putAsync), as the gateway's are.
-class PageAlignedCopy {
- public:
-  static constexpr std::align_val_t kAlign{4096};
-  explicit PageAlignedCopy(std::span<const uint8_t> bytes)
-      : data_(static_cast<uint8_t*>(::operator new[](std::max<size_t>(bytes.size(), 1), kAlign))),
-        size_(bytes.size()) {
-    std::copy(bytes.begin(), bytes.end(), data_);
-  }
-  ~PageAlignedCopy() { ::operator delete[](data_, kAlign); }
-  PageAlignedCopy(const PageAlignedCopy&) = delete;
-  PageAlignedCopy& operator=(const PageAlignedCopy&) = delete;
-  std::span<uint8_t> span() { return {data_, size_}; }
-
- private:
-  uint8_t* data_;
-  size_t size_;
-};
+inline AlignedBytes pageAlignedCopy(std::span<const uint8_t> bytes) {
+  AlignedBytes out(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), out.data());
+  return out;
+}
 
 inline BlobDescriptor descriptor(const BlobId& id) {
   BlobDescriptor d;
