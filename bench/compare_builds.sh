@@ -9,11 +9,14 @@
 #        by one fdatasync and one index sync; until 2026-11-25 the script printed
 #        fdatasyncs per extent write instead, which counts write calls); 64 MiB PUT
 #        (4 conns); each with the server's CPU time per PUT (user + system), a figure
-#        this VM's disk noise moves less than throughput
+#        this VM's disk noise moves less than throughput, and its context switches
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
 #        64 MiB GET (4 conns)
 #   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
 #   list: LIST of 20,000 keys, 1,000 a page, one connection (not in the default)
+#   small: 4 KiB PUT, acknowledged durable (32 conns, one client thread, as s3_bench.sh),
+#        and the time its clean-up by DeleteObjects took; 4 KiB DELETE (32 conns) of
+#        20,000 objects (not in the default)
 #
 # To build the old binary next to this checkout:
 #   git worktree add /tmp/old <commit> && cd /tmp/old && \
@@ -59,14 +62,22 @@ metric_sum() {  # metric_sum NAME: the server's NAME summed over its labels (all
 cpu_ms() {  # the server's user + system CPU time so far, in ms
   awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$pid/stat"
 }
-run_cpu() {  # run_cpu NAME granary-bench-args...: run, named NAME, then the server's CPU per op
-  local name=$1 before rows
+ctx_switches() {  # voluntary + involuntary context switches of all the server's threads
+  cat /proc/"$pid"/task/*/status 2>/dev/null |
+    awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
+}
+run_cpu() {  # run_cpu NAME granary-bench-args...: run, named NAME, then the server's
+  # CPU time and context switches per op
+  local name=$1 before switches rows
   shift
   before=$(cpu_ms)
+  switches=$(ctx_switches)
   rows=$(run "$@" | sed "s/^put /$name/")
   echo "$rows"
-  awk -v ms="$(($(cpu_ms) - before))" -v ops="$(echo "$rows" | awk '{ print $3; exit }')" \
-    'BEGIN { printf "   server CPU per op: %.2f ms (%d ms / %d ops)\n", ops ? ms / ops : 0, ms, ops }'
+  awk -v ms="$(($(cpu_ms) - before))" -v cs="$(($(ctx_switches) - switches))" \
+    -v ops="$(echo "$rows" | awk '{ print $3; exit }')" \
+    'BEGIN { printf "   server CPU per op: %.3f ms (%d ms / %d ops); context switches per op: %.1f\n",
+             ops ? ms / ops : 0, ms, ops, ops ? cs / ops : 0 }'
 }
 
 echo "== machine: $(nproc) cores, $(uname -r); ${secs} s a phase, $rounds rounds"
@@ -93,6 +104,18 @@ for round in $(seq "$rounds"); do
       run --threads 1 --op get --size 4KiB --concurrency 32 --objects 1000 | sed 's/^get /get-4KiB/'
       run --op get --size 1MiB --concurrency 16 --objects 64 | sed 's/^get /get-1MiB/'
       run --op get --size 64MiB --concurrency 4 --objects 8 | sed 's/^get /get-64MiB/'
+    fi
+    if [[ $phases == *" small "* ]]; then
+      start "$bin"
+      t0=$(date +%s.%N)
+      run_cpu put-4KiB --threads 1 --op put --size 4KiB --concurrency 32 --objects 10000
+      # granary-bench then removes what it put with DeleteObjects, 1,000 keys a request and
+      # 8 requests at a time: the time past the phase's duration is mostly that.
+      awk -v t1="$(date +%s.%N)" -v t0="$t0" -v s="$secs" \
+        'BEGIN { printf "   clean-up (DeleteObjects) after the phase: %.1f s\n", t1 - t0 - s }'
+      start "$bin"
+      run --threads 1 --op delete --size 4KiB --concurrency 32 --objects 20000 |
+        sed 's/^delete /delete-4KiB/'
     fi
     if [[ $phases == *" list "* ]]; then
       start "$bin"

@@ -152,9 +152,7 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     m.stripes = writer.stripes();
   }
   m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
-  auto committed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().putObject(req.bucket, req.key, m, *precondition);
-  });
+  auto committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
   if (!committed) {
     S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);

@@ -26,22 +26,23 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
   if (!bucket) co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req);
 
+  // Every key's removal is queued at once: the index commits them in a few synced batches.
   std::vector<DeleteOutcome> outcomes(parsed->keys.size());
+  std::vector<Result<std::optional<VersionId>>> removed(parsed->keys.size());
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(ctx.pool(), ex);
   for (size_t i = 0; i < parsed->keys.size(); ++i) {
     outcomes[i].key = parsed->keys[i];
-    group.spawn([&ctx, &req, &out = outcomes[i]] {
-      if (out.key.empty() || out.key.size() > 1024) {
-        out.error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid key"};
-        return Status::ok();
-      }
-      auto removed = ctx.index().deleteObject(req.bucket, out.key, index_kv::Precondition::none());
-      if (!removed) out.error = fromStatus(removed.error(), S3ErrorCode::kNoSuchBucket);
-      return Status::ok();
-    });
+    if (outcomes[i].key.empty() || outcomes[i].key.size() > 1024) {
+      outcomes[i].error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid key"};
+      continue;
+    }
+    removeObjectIn(group, ctx, req.bucket, outcomes[i].key, removed[i]);
   }
   (void)co_await group.wait();
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!removed[i]) outcomes[i].error = fromStatus(removed[i].error(), S3ErrorCode::kNoSuchBucket);
+  }
   co_return xmlResponse(deleteResultXml(outcomes, parsed->quiet));
 }
 

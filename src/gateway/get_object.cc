@@ -209,9 +209,7 @@ Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) 
 }
 
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req) {
-  auto removed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().deleteObject(req.bucket, req.key, index_kv::Precondition::none());
-  });
+  auto removed = co_await removeObject(ctx, req.bucket, req.key);
   if (!removed) {
     co_return errorResponse(fromStatus(removed.error(), S3ErrorCode::kNoSuchBucket), req);
   }

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "credentials.h"
@@ -17,6 +19,7 @@
 #include "object_io.h"
 #include "s3_request.h"
 #include "sigv4.h"
+#include "task_group.h"
 
 namespace granary::gateway {
 
@@ -26,6 +29,29 @@ namespace granary::gateway {
 // 10.7% in the lanes); with this one, 2.8% (and 12.0%) (docs/benchmarks.md, "PUTs: MD5
 // in lanes").
 inline constexpr std::chrono::milliseconds kMd5Linger{5};
+
+// Counts calls that end on another thread and must end before the event loops are
+// destroyed. Thread safe.
+class CallsInFlight {
+ public:
+  void begin() {
+    std::lock_guard lock(mu_);
+    ++n_;
+  }
+  void end() {
+    std::lock_guard lock(mu_);
+    if (--n_ == 0) none_.notify_all();
+  }
+  void waitNone() {
+    std::unique_lock lock(mu_);
+    none_.wait(lock, [this] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable none_;
+  size_t n_ = 0;
+};
 
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, GatewayDeps d, const ec::ErasureCode& code)
@@ -58,6 +84,10 @@ struct GatewayContext {
   // Uploads' ETag MD5s, 16 at a time; null where the CPU has no multi-lane kernel (each
   // upload's MD5 then runs on its own).
   std::unique_ptr<Md5Lanes> md5_lanes;
+
+  // Index commits whose answer an event loop still awaits (commitObject): the server
+  // waits for none before its loops go away.
+  CallsInFlight commits;
 
   index_kv::Index& index() { return deps.index; }
   WorkerPool& pool() { return deps.pool; }
@@ -167,6 +197,21 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
 // answer without I/O, else on a worker thread.
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,
                                               std::string_view key);
+// index_commit.cc: Index::putObject and Index::deleteObject for an event loop: with no
+// thread waiting for the group commit where the index commits asynchronously (the
+// embedded one), else on a worker thread. Each returns the version it replaced or removed.
+Task<Result<std::optional<VersionId>>> commitObject(GatewayContext& ctx,
+                                                    std::string_view bucket,
+                                                    std::string_view key,
+                                                    const index_kv::Manifest& m,
+                                                    index_kv::Precondition pre);
+Task<Result<std::optional<VersionId>>> removeObject(GatewayContext& ctx,
+                                                    std::string_view bucket,
+                                                    std::string_view key);
+// Adds removeObject(bucket, key) to `group`; `out` gets its answer. The group's coroutine
+// awaits it with the group's other tasks.
+void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
+                    std::string_view key, Result<std::optional<VersionId>>& out);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation in `bucket`.
 Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st);
 // lookupObject, with a missing object (or bucket) turned into its S3 error.

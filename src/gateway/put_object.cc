@@ -59,17 +59,13 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
                                           in.checksum, "FULL_OBJECT"};
   }
   if (indexer) m.records = co_await offload(ctx.pool(), [&] { return indexer->finish(); });
-  auto committed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().putObject(req.bucket, req.key, m, *precondition);
-  });
+  auto committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
   if (!committed) {
     if (auto plain = retryWithoutRecords(m.records, committed.error())) {
       // A swept record set is refused, not the upload: store the object unindexed (if
       // the request's own precondition failed, it fails again, as it should).
       m.records = *plain;
-      committed = co_await offload(ctx.pool(), [&] {
-        return ctx.index().putObject(req.bucket, req.key, m, *precondition);
-      });
+      committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
     }
   }
   // Rows no commit published (and none that may have): the record sweep gets the others.

@@ -483,6 +483,8 @@ class BeastGatewayServer final : public GatewayServer {
     // the loops their sockets belong to still exist.
     ctx_.data.budget().dropWaiters();
     ctx_.repairer.stop();
+    // An index commit still running posts its answer to a loop: let it find one.
+    ctx_.commits.waitNone();
   }
 
   Status bind() {

@@ -50,6 +50,16 @@ class TaskGroup {
     });
   }
 
+  // A task that starts on the calling thread, which must not block, and ends when `done`
+  // is called, from any thread: for calls that are asynchronous themselves.
+  void startHere(std::move_only_function<void(Done)> fn) {
+    {
+      std::lock_guard lock(state_->mu);
+      ++state_->pending;
+    }
+    fn([st = state_](Status s) { st->finish(std::move(s)); });
+  }
+
   bool idle() const {
     std::lock_guard lock(state_->mu);
     return state_->pending == 0;

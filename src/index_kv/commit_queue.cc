@@ -25,7 +25,16 @@ CommitQueue::~CommitQueue() {
   // Only reachable if start() failed or was never called: fail whatever is left.
   for (CommitRequest* req : pending_) {
     req->status = Status::unavailable("index: shutting down");
-    req->done.set_value();
+    finish(*req);
+  }
+}
+
+void CommitQueue::finish(CommitRequest& req) {
+  if (req.on_done) {
+    std::move_only_function<void()> done = std::move(req.on_done);
+    done();  // may free `req`
+  } else {
+    req.done.set_value();
   }
 }
 
@@ -50,6 +59,24 @@ void CommitQueue::submit(CommitRequest& req) {
   }
   cv_.notify_one();
   done.wait();
+}
+
+void CommitQueue::submitAsync(CommitRequest& req) {
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ && thread_.joinable()) {
+      pending_.push_back(&req);
+      queued = true;
+    }
+  }
+  // Once queued, `req` may already be committed and freed: touch it no more.
+  if (queued) {
+    cv_.notify_one();
+    return;
+  }
+  req.status = Status::unavailable("index: not accepting commits");
+  finish(req);
 }
 
 CommitStats CommitQueue::stats() const {
@@ -100,8 +127,8 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
     }
   }
   requests_.fetch_add(batch.size(), std::memory_order_relaxed);
-  // The caller may destroy its request as soon as `done` fires: touch nothing after.
-  for (CommitRequest* req : batch) req->done.set_value();
+  // The caller may destroy its request as soon as it is told: touch nothing after.
+  for (CommitRequest* req : batch) finish(*req);
 }
 
 }  // namespace granary::index_kv

@@ -4,9 +4,11 @@
 // before it in the same batch (BatchBuilder's overlay), so preconditions are exact and a
 // failed request fails alone. See docs/index-format.md, "Commit queue".
 //
-// Thread safety: submit() may be called from any number of threads; it blocks until the
-// request's batch is durable (or failed). The destructor drains pending requests, then
-// joins the committer; no submit() may start after destruction begins.
+// Thread safety: submit() and submitAsync() may be called from any number of threads;
+// submit() blocks until the request's batch is durable (or failed), submitAsync() returns
+// at once and the request's `on_done` runs on the committer thread then. The destructor
+// drains pending requests, then joins the committer; no submit may start after
+// destruction begins.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -16,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -82,7 +85,11 @@ struct CommitRequest {
   std::optional<VersionId> replaced;
   RecordIndexInfo record_result;  // kAttachRecords: the container's record index after it
   std::string record_lost;        // kAttachRecords: why the set could not be attached
-  std::promise<void> done;
+  std::promise<void> done;        // submit(): fulfilled when the outcome is set
+  // submitAsync(): called once with the outcome set, on the committer thread (on the
+  // submitting thread if the queue no longer takes requests). It may own, and so free, the
+  // request: the queue moves it out before calling it and touches the request no more.
+  std::move_only_function<void()> on_done;
 };
 
 struct CommitStats {
@@ -189,11 +196,16 @@ class CommitQueue {
   Status start();
   // Enqueues `req` and blocks until it is durable or failed; the outcome is in `req`.
   void submit(CommitRequest& req);
+  // Enqueues `req` and returns; req.on_done (set) runs once its outcome is in `req`. For
+  // callers that must not block (an event loop): no thread waits for the group's sync.
+  void submitAsync(CommitRequest& req);
   CommitStats stats() const;
 
  private:
   void run();
   void commitBatch(const std::vector<CommitRequest*>& batch);
+  // Whichever of submit()'s promise and submitAsync()'s callback `req` waits on.
+  static void finish(CommitRequest& req);
 
   rocksdb::DB* db_;
   ColumnFamilies cfs_;

@@ -95,6 +95,15 @@ class MeteredIndex final : public Index {
                                              const Manifest& m, Precondition pre) override {
     return timed(kPutObject, [&] { return inner_->putObject(bucket, key, m, pre); });
   }
+  bool asyncCommits() const override { return inner_->asyncCommits(); }
+  void putObjectAsync(std::string_view bucket, std::string_view key, Manifest m,
+                      Precondition pre, CommitDone done) override {
+    inner_->putObjectAsync(bucket, key, std::move(m), pre, timedDone(kPutObject, std::move(done)));
+  }
+  void deleteObjectAsync(std::string_view bucket, std::string_view key, Precondition pre,
+                         CommitDone done) override {
+    inner_->deleteObjectAsync(bucket, key, pre, timedDone(kDeleteObject, std::move(done)));
+  }
   Result<Manifest> getManifest(const VersionId& version) override {
     return timed(kGetManifest, [&] { return inner_->getManifest(version); });
   }
@@ -206,6 +215,14 @@ class MeteredIndex final : public Index {
     m.latency->Observe(std::chrono::duration<double>(Clock::now() - start).count());
     m.ops->Increment();
     if (error) m.errors->Increment();
+  }
+  // `done`, counted and timed from now to its call.
+  CommitDone timedDone(Op op, CommitDone done) {
+    return [this, op, start = Clock::now(), done = std::move(done)](
+               Result<std::optional<VersionId>> r) mutable {
+      record(op, start, failed(r));
+      done(std::move(r));
+    };
   }
   template <typename F>
   auto timed(Op op, F&& call) -> std::invoke_result_t<F&> {

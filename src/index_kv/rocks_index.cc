@@ -182,6 +182,34 @@ Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
   return req.replaced;
 }
 
+void RocksIndex::putObjectAsync(std::string_view bucket, std::string_view key,
+                                Manifest manifest, Precondition pre, CommitDone done) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
+  if (key.empty()) return done(fail(Status::invalidArgument("index: empty object key")));
+  if (Status st = validateManifest(manifest); !st.isOk()) return done(fail(st));
+  auto commit = std::make_unique<AsyncCommit>();
+  commit->manifest = std::move(manifest);
+  CommitRequest& req = commit->req;
+  req.kind = CommitRequest::Kind::kPutObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  stageManifest(req, commit->manifest);
+  submitAsync(std::move(commit), std::move(done));
+}
+
+void RocksIndex::submitAsync(std::unique_ptr<AsyncCommit> commit, CommitDone done) {
+  CommitRequest& req = commit->req;
+  // The callback owns the request; the queue moves it out of the request before calling
+  // it, so the request dies with the callback, after it ran.
+  req.on_done = [commit = std::move(commit), done = std::move(done)]() mutable {
+    CommitRequest& r = commit->req;
+    done(r.status.isOk() ? Result<std::optional<VersionId>>(std::move(r.replaced))
+                         : fail(r.status));
+  };
+  queue_->submitAsync(req);
+}
+
 Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view key,
                                      const Manifest& expected, const Manifest& updated) {
   if (Status st = validateManifest(updated); !st.isOk()) return st;
@@ -273,6 +301,18 @@ Result<std::optional<VersionId>> RocksIndex::deleteObject(std::string_view bucke
   req.pre = pre;
   if (Status st = submit(req); !st.isOk()) return fail(st);
   return req.replaced;
+}
+
+void RocksIndex::deleteObjectAsync(std::string_view bucket, std::string_view key,
+                                   Precondition pre, CommitDone done) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
+  auto commit = std::make_unique<AsyncCommit>();
+  CommitRequest& req = commit->req;
+  req.kind = CommitRequest::Kind::kDeleteObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  submitAsync(std::move(commit), std::move(done));
 }
 
 Result<ListResult> RocksIndex::listObjects(std::string_view bucket, const ListRequest& req) {

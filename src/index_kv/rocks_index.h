@@ -38,6 +38,11 @@ class RocksIndex final : public Index {
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
                                              const Manifest& manifest,
                                              Precondition pre) override;
+  bool asyncCommits() const override { return true; }
+  void putObjectAsync(std::string_view bucket, std::string_view key, Manifest manifest,
+                      Precondition pre, CommitDone done) override;
+  void deleteObjectAsync(std::string_view bucket, std::string_view key, Precondition pre,
+                         CommitDone done) override;
   Result<Manifest> getObject(std::string_view bucket, std::string_view key) override;
   std::optional<Result<Manifest>> getObjectFromMemory(std::string_view bucket,
                                                       std::string_view key) override;
@@ -93,6 +98,14 @@ class RocksIndex final : public Index {
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
   Status submit(CommitRequest& req);
+  // A request of putObjectAsync or deleteObjectAsync, and the manifest it points to.
+  struct AsyncCommit {
+    CommitRequest req;
+    Manifest manifest;
+  };
+  // Queues commit->req without waiting; `done` gets its outcome (req.replaced or its
+  // error) on the committer thread, and the request is freed after.
+  void submitAsync(std::unique_ptr<AsyncCommit> commit, CommitDone done);
   // collectRecordGarbage's two halves.
   Status markOrphanSets(int64_t orphan_before_unix_nanos);
   Status removeDeadSet(const VersionId& set, const std::string& gc_value, size_t& budget,

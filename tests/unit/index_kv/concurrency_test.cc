@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <latch>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -210,3 +213,167 @@ TEST_CASE("Every acknowledged concurrent commit survives reopening the index") {
   CHECK(ok == 64);
   CHECK(f.index->listObjects("b", ListRequest{})->objects.size() == 64);
 }
+
+namespace {
+
+// Collects the answers of asynchronous puts, and the threads they came on.
+struct AsyncAnswers {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Result<std::optional<VersionId>>> answers;
+  std::set<std::thread::id> threads;
+
+  Index::CommitDone collector() {
+    return [this](Result<std::optional<VersionId>> r) {
+      std::lock_guard lock(mu);
+      answers.push_back(std::move(r));
+      threads.insert(std::this_thread::get_id());
+      cv.notify_all();
+    };
+  }
+  void waitFor(size_t n) {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return answers.size() >= n; }));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Asynchronous puts and deletes from one thread share synced batches and survive reopening") {
+  IndexFixture f;
+  f.makeBucket("b");
+  constexpr size_t kPuts = 400;
+  std::vector<Manifest> manifests;
+  for (size_t i = 0; i < kPuts; ++i) manifests.push_back(f.inlineManifest("body"));
+  CommitStats before = statsOf(f.backing());
+  AsyncAnswers got;
+  for (size_t i = 0; i < kPuts; ++i) {
+    f.index->putObjectAsync("b", fmt::format("k{:04}", i), manifests[i],
+                            Precondition::mustNotExist(), got.collector());
+  }
+  got.waitFor(kPuts);
+  for (const auto& r : got.answers) {
+    REQUIRE(r.has_value());
+    CHECK(!r->has_value());  // new keys: nothing replaced
+  }
+  const CommitStats after = statsOf(f.backing());
+  CHECK(after.requests - before.requests == kPuts);
+#ifndef GRANARY_INDEX_OVER_RPC
+  // The committer's thread answers, not the caller's, and no caller waits for a batch's
+  // sync: the queue holds what one thread submitted meanwhile, so batches are large.
+  REQUIRE(f.index->asyncCommits());
+  CHECK(!got.threads.contains(std::this_thread::get_id()));
+  CHECK(got.threads.size() == 1);
+  CHECK(after.batches - before.batches <= kPuts / 8);
+#else
+  // The remote index commits synchronously: putObjectAsync is putObject, then `done`.
+  CHECK(!f.index->asyncCommits());
+  CHECK(got.threads == std::set<std::thread::id>{std::this_thread::get_id()});
+#endif
+  // Deletes of every other key, queued the same way.
+  AsyncAnswers deleted;
+  for (size_t i = 1; i < kPuts; i += 2) {
+    f.index->deleteObjectAsync("b", fmt::format("k{:04}", i), Precondition::none(),
+                               deleted.collector());
+  }
+  deleted.waitFor(kPuts / 2);
+  for (size_t n = 0; n < kPuts / 2; ++n) {
+    REQUIRE(deleted.answers[n].has_value());
+    CHECK(deleted.answers[n]->has_value());  // each removed a version
+  }
+  f.reopen();
+  auto list = f.index->listObjects("b", ListRequest{"", "", "", 100000});
+  REQUIRE(list.has_value());
+  CHECK(list->objects.size() == kPuts / 2);
+  for (size_t i = 0; i < kPuts; i += 42) {
+    auto m = f.index->getObject("b", fmt::format("k{:04}", i));
+    REQUIRE(m.has_value());
+    CHECK(m->version == manifests[i].version);
+    CHECK(m->inline_data == "body");
+    CHECK(f.index->getObject("b", fmt::format("k{:04}", i + 1)).error().isNotFound());
+  }
+}
+
+TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject answer") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest first = f.inlineManifest("one");
+  Manifest second = f.inlineManifest("two");
+  REQUIRE(f.index->putObject("b", "k", first, Precondition::none()).has_value());
+  AsyncAnswers got;
+  // In order: a replacing put, a refused precondition, a missing bucket, a bad bucket name
+  // (refused before it is queued), an empty key.
+  f.index->putObjectAsync("b", "k", second, Precondition::mustMatch(first.version),
+                          got.collector());
+  got.waitFor(1);
+  f.index->putObjectAsync("b", "k", f.inlineManifest("three"), Precondition::mustNotExist(),
+                          got.collector());
+  got.waitFor(2);
+  f.index->putObjectAsync("nope", "k", f.inlineManifest("four"), Precondition::none(),
+                          got.collector());
+  got.waitFor(3);
+  f.index->putObjectAsync("a/b", "k", f.inlineManifest("five"), Precondition::none(),
+                          got.collector());
+  got.waitFor(4);
+  f.index->putObjectAsync("b", "", f.inlineManifest("six"), Precondition::none(),
+                          got.collector());
+  got.waitFor(5);
+  REQUIRE(got.answers.size() == 5);
+  REQUIRE(got.answers[0].has_value());
+  CHECK(*got.answers[0] == std::optional<VersionId>(first.version));
+  REQUIRE(!got.answers[1].has_value());
+  CHECK(got.answers[1].error().code() == Status::Code::kPreconditionFailed);
+  REQUIRE(!got.answers[2].has_value());
+  CHECK(got.answers[2].error().isNotFound());
+  REQUIRE(!got.answers[3].has_value());
+  CHECK(got.answers[3].error().code() == Status::Code::kInvalidArgument);
+  REQUIRE(!got.answers[4].has_value());
+  CHECK(got.answers[4].error().code() == Status::Code::kInvalidArgument);
+  auto current = f.index->getObject("b", "k");
+  REQUIRE(current.has_value());
+  CHECK(current->version == second.version);
+  CHECK(current->inline_data == "two");
+
+  // Deletes: of the key (its version removed), of it again (nothing: S3 DELETE of a
+  // missing key succeeds), in a missing bucket, under a bad bucket name.
+  AsyncAnswers del;
+  f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
+  del.waitFor(1);
+  f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
+  del.waitFor(2);
+  f.index->deleteObjectAsync("nope", "k", Precondition::none(), del.collector());
+  del.waitFor(3);
+  f.index->deleteObjectAsync("a/b", "k", Precondition::none(), del.collector());
+  del.waitFor(4);
+  REQUIRE(del.answers.size() == 4);
+  REQUIRE(del.answers[0].has_value());
+  CHECK(*del.answers[0] == std::optional<VersionId>(second.version));
+  REQUIRE(del.answers[1].has_value());
+  CHECK(!del.answers[1]->has_value());
+  REQUIRE(!del.answers[2].has_value());
+  CHECK(del.answers[2].error().isNotFound());
+  REQUIRE(!del.answers[3].has_value());
+  CHECK(del.answers[3].error().code() == Status::Code::kInvalidArgument);
+  CHECK(f.index->getObject("b", "k").error().isNotFound());
+}
+
+#ifndef GRANARY_INDEX_OVER_RPC
+TEST_CASE("A commit queue that takes no requests answers an asynchronous one at once") {
+  // Never started (as when its thread could not be created): nothing reaches the DB.
+  ManualClock clock{0};
+  CommitQueue queue(nullptr, ColumnFamilies{}, clock, 16);
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kPutObject;
+  std::thread::id answered_on;
+  bool answered = false;
+  req.on_done = [&] {
+    answered = true;
+    answered_on = std::this_thread::get_id();
+  };
+  queue.submitAsync(req);
+  CHECK(answered);
+  CHECK(answered_on == std::this_thread::get_id());
+  CHECK(req.status.code() == Status::Code::kUnavailable);
+  CHECK(!req.on_done);  // moved out before it ran
+}
+#endif
