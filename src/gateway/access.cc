@@ -41,7 +41,7 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
                                           std::string_view bucket, bool read_only) {
   if (req.root) co_return std::nullopt;
   const bool anonymous = req.principal.empty();
-  auto info = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(bucket); });
+  auto info = co_await lookupBucket(ctx, bucket);
   if (!info) {
     // A bucket that does not exist: the handler answers NoSuchBucket to a user; an
     // anonymous request learns nothing.

@@ -103,7 +103,7 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
   info.public_read = *public_read;
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createBucket(info); });
   if (st.code() == Status::Code::kAlreadyExists) {
-    auto existing = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+    auto existing = co_await lookupBucket(ctx, req.bucket);
     if (existing && existing->owner == req.principal) {
       co_return errorResponse({S3ErrorCode::kBucketAlreadyOwnedByYou,
                                "Your previous request to create the named bucket succeeded and "
@@ -121,7 +121,7 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
 }
 
 Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req) {
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   S3Response res;
   res.set("x-amz-bucket-region", ctx.options.region);
@@ -142,9 +142,14 @@ Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req) {
 }
 
 Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   co_return xmlResponse(locationXml(ctx.options.region));
+}
+
+Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name) {
+  if (auto hit = ctx.index().getBucketFromMemory(name)) co_return std::move(*hit);
+  co_return co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(name); });
 }
 
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,
@@ -155,7 +160,7 @@ Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_v
 
 Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st) {
   if (!st.isNotFound()) co_return fromStatus(st);
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(bucket); });
+  auto b = co_await lookupBucket(ctx, bucket);
   if (!b && b.error().isNotFound()) {
     co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
   }
@@ -180,7 +185,7 @@ namespace {
 template <typename Change>
 Task<S3Result<index_kv::BucketInfo>> changeBucket(GatewayContext& ctx, const S3Request& req,
                                                   Change change) {
-  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket) co_return std::unexpected(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket));
   change(*bucket);
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(*bucket); });
@@ -200,7 +205,7 @@ S3Result<bool> cannedAclPublicRead(const S3Request& req) {
 }
 
 Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req) {
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
 }
@@ -228,7 +233,7 @@ Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySou
 }
 
 Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   if (b->lifecycle.empty()) {
     co_return errorResponse({S3ErrorCode::kNoSuchLifecycleConfiguration,

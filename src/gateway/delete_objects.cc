@@ -23,7 +23,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   auto parsed = parseDeleteObjects(*xml);
   if (!parsed) co_return errorResponse(parsed.error(), req);
 
-  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket) co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req);
 
   // Every key's removal is queued at once: the index commits them in a few synced batches.

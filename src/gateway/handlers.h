@@ -193,6 +193,9 @@ S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 // against the signed payload hash (XAmzContentSHA256Mismatch), if the request has one.
 Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body,
                                           size_t limit);
+// The bucket's settings: from memory on the event loop when the index can answer without
+// I/O (access checks of named users ask on every request), else on a worker thread.
+Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name);
 // The current manifest of bucket/key: from memory on the event loop when the index can
 // answer without I/O, else on a worker thread.
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,

@@ -76,7 +76,7 @@ S3Result<size_t> maxRecordsOf(const S3Request& req, size_t dflt, size_t cap) {
 }
 
 Task<std::optional<S3Error>> checkBucket(GatewayContext& ctx, const S3Request& req) {
-  auto b = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return fromStatus(b.error(), S3ErrorCode::kNoSuchBucket);
   co_return std::nullopt;
 }
@@ -514,7 +514,7 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
 }
 
 Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket) {
     co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req, body);
   }

@@ -45,7 +45,7 @@ Task<S3Result<std::optional<IndexRequest>>> resolveIndexRequest(GatewayContext& 
                                                                 const S3Request& req) {
   auto own = indexRequestOf(req);
   if (!own || *own) co_return own;
-  auto bucket = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket || bucket->index_format.empty()) co_return std::optional<IndexRequest>();
   co_return indexRequestOf(bucket->index_format,
                            bucket->index_key.empty()

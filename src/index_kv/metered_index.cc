@@ -73,6 +73,12 @@ class MeteredIndex final : public Index {
   Result<BucketInfo> getBucket(std::string_view name) override {
     return timed(kGetBucket, [&] { return inner_->getBucket(name); });
   }
+  std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view name) override {
+    const auto start = Clock::now();
+    auto r = inner_->getBucketFromMemory(name);
+    if (r) record(kGetBucket, start, failed(*r));  // a miss is counted by getBucket
+    return r;
+  }
   Result<std::vector<BucketInfo>> listBuckets() override {
     return timed(kListBuckets, [&] { return inner_->listBuckets(); });
   }

@@ -108,13 +108,27 @@ Status RocksIndex::updateBucket(const BucketInfo& bucket) {
   return submit(req);
 }
 
-Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
-  std::string value;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), cfs_.buckets, rocksdb::Slice(name), &value);
+namespace {
+// With kBlockCacheTier, a read that would need a file answers nullopt.
+std::optional<Result<BucketInfo>> readBucket(rocksdb::DB* db, const ColumnFamilies& cfs,
+                                             std::string_view name, rocksdb::ReadTier tier) {
+  rocksdb::ReadOptions options;
+  options.read_tier = tier;
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db->Get(options, cfs.buckets, rocksdb::Slice(name), &value);
+  if (s.IsIncomplete()) return std::nullopt;
   if (s.IsNotFound()) return fail(Status::notFound("no bucket " + std::string(name)));
   if (!s.ok()) return fail(fromRocks(s, "index: reading bucket"));
-  return decodeBucket(value);
+  return decodeBucket(value.ToStringView());
+}
+}  // namespace
+
+Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
+  return *readBucket(db_.get(), cfs_, name, rocksdb::kReadAllTier);
+}
+
+std::optional<Result<BucketInfo>> RocksIndex::getBucketFromMemory(std::string_view name) {
+  return readBucket(db_.get(), cfs_, name, rocksdb::kBlockCacheTier);
 }
 
 Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {

@@ -25,6 +25,7 @@ class RocksIndex final : public Index {
 
   Status createBucket(const BucketInfo& bucket) override;
   Result<BucketInfo> getBucket(std::string_view name) override;
+  std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view name) override;
   Result<std::vector<BucketInfo>> listBuckets() override;
   Status updateBucket(const BucketInfo& bucket) override;
   Status createUser(const UserInfo& user) override;

@@ -313,6 +313,11 @@ class Index {
   // kAlreadyExists if the bucket exists.
   virtual Status createBucket(const BucketInfo& bucket) = 0;
   virtual Result<BucketInfo> getBucket(std::string_view name) = 0;
+  // getBucket's answer if it can be had without blocking on I/O, as getObjectFromMemory
+  // below. The default never answers.
+  virtual std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view /*name*/) {
+    return std::nullopt;
+  }
   virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
   // Replaces a bucket's settings (owner and creation time are kept). kNotFound.
   virtual Status updateBucket(const BucketInfo& bucket) = 0;

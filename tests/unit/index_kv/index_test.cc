@@ -449,3 +449,39 @@ TEST_CASE("relocateFragments moves fragments and reclaims only the old locations
   CHECK(f.index->relocateFragments("b", "k", next, next).code() == Code::kNotFound);
   CHECK(f.index->relocateFragments("nob", "k", next, next).code() == Code::kNotFound);
 }
+
+#ifndef GRANARY_INDEX_OVER_RPC
+TEST_CASE("Lookups from memory answer as the full read does, or not at all") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("body");
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  // In the memtable: answered, and the same as the full read.
+  auto bucket = f.index->getBucketFromMemory("b");
+  REQUIRE(bucket.has_value());
+  REQUIRE(bucket->has_value());
+  CHECK(**bucket == *f.index->getBucket("b"));
+  auto object = f.index->getObjectFromMemory("b", "k");
+  REQUIRE(object.has_value());
+  REQUIRE(object->has_value());
+  CHECK((*object)->version == m.version);
+  auto missing = f.index->getBucketFromMemory("nope");
+  REQUIRE(missing.has_value());
+  CHECK(missing->error().isNotFound());
+
+  // Reopened, the rows sit in a table file whose blocks no read has cached yet: no answer
+  // without I/O. The full read then caches them, and memory answers again.
+  f.reopen();
+  CHECK(!f.index->getBucketFromMemory("b").has_value());
+  CHECK(!f.index->getObjectFromMemory("b", "k").has_value());
+  REQUIRE(f.index->getBucket("b").has_value());
+  REQUIRE(f.index->getObject("b", "k").has_value());
+  bucket = f.index->getBucketFromMemory("b");
+  REQUIRE(bucket.has_value());
+  CHECK((*bucket)->name == "b");
+  object = f.index->getObjectFromMemory("b", "k");
+  REQUIRE(object.has_value());
+  REQUIRE(object->has_value());
+  CHECK((*object)->inline_data == "body");
+}
+#endif
