@@ -183,5 +183,35 @@ TEST_CASE("Many concurrent coroutines offloading to a small pool all get their o
   for (int i = 0; i < kCoroutines; ++i) CHECK(results[i] == i * i);
 }
 
+// Tasks that start on the waiter's own thread and end on others (an index committer).
+Task<Observed> startHereAndWait(WorkerPool& pool, int n, std::vector<std::thread>& enders) {
+  Observed obs;
+  obs.ran_on.resize(n);
+  asio::any_io_executor ex = co_await asio::this_coro::executor;
+  TaskGroup group(pool, ex);
+  for (int i = 0; i < n; ++i) {
+    group.startHere([i, &obs, &enders](TaskGroup::Done done) {
+      obs.ran_on[i] = std::this_thread::get_id();
+      enders.emplace_back([i, done = std::move(done)]() mutable {
+        done(i == 2 ? Status::ioError("third") : Status::ok());
+      });
+    });
+  }
+  obs.status = co_await group.wait();
+  obs.resumed_on = std::this_thread::get_id();
+  co_return obs;
+}
+
+TEST_CASE("TaskGroup::startHere starts on the calling thread; the waiter resumes when all end") {
+  WorkerPool pool(1, "tg-test");
+  asio::io_context io;
+  std::vector<std::thread> enders;
+  Observed obs = runTask(io, startHereAndWait(pool, 4, enders));
+  for (auto& t : enders) t.join();
+  CHECK(obs.status.code() == Status::Code::kIoError);
+  CHECK(obs.resumed_on == std::this_thread::get_id());
+  for (const auto& id : obs.ran_on) CHECK(id == std::this_thread::get_id());
+}
+
 }  // namespace
 }  // namespace granary::gateway
