@@ -1,5 +1,5 @@
-// DeleteObjects: POST /bucket?delete with up to 1000 keys. The deletes run concurrently on
-// the worker pool, so the index's commit queue merges them into a few synced batches.
+// DeleteObjects: POST /bucket?delete with up to 1000 keys. Every delete is queued at once
+// (index_commit.cc), so the index's commit queue merges them into a few synced batches.
 #include "digest.h"
 #include "handlers.h"
 #include "s3_xml.h"
@@ -31,6 +31,12 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   std::vector<Result<std::optional<VersionId>>> removed(parsed->keys.size());
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(ctx.pool(), ex);
+  // If this frame unwinds (an exception) with removals queued, their answers must not
+  // land in freed `removed`: wait for them first.
+  struct DrainFirst {
+    TaskGroup& group;
+    ~DrainFirst() { group.blockUntilIdle(); }
+  } drain{group};
   for (size_t i = 0; i < parsed->keys.size(); ++i) {
     outcomes[i].key = parsed->keys[i];
     if (outcomes[i].key.empty() || outcomes[i].key.size() > 1024) {

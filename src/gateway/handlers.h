@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
@@ -31,9 +32,28 @@ namespace granary::gateway {
 inline constexpr std::chrono::milliseconds kMd5Linger{5};
 
 // Counts calls that end on another thread and must end before the event loops are
-// destroyed. Thread safe.
+// destroyed: each holds a Token until it is over. Thread safe.
 class CallsInFlight {
  public:
+  class Token {
+   public:
+    explicit Token(CallsInFlight& calls) : calls_(&calls) { calls.begin(); }
+    Token(Token&& o) noexcept : calls_(std::exchange(o.calls_, nullptr)) {}
+    Token& operator=(Token&&) = delete;
+    ~Token() {
+      if (calls_ != nullptr) calls_->end();
+    }
+
+   private:
+    CallsInFlight* calls_;
+  };
+
+  void waitNone() {
+    std::unique_lock lock(mu_);
+    none_.wait(lock, [this] { return n_ == 0; });
+  }
+
+ private:
   void begin() {
     std::lock_guard lock(mu_);
     ++n_;
@@ -42,12 +62,7 @@ class CallsInFlight {
     std::lock_guard lock(mu_);
     if (--n_ == 0) none_.notify_all();
   }
-  void waitNone() {
-    std::unique_lock lock(mu_);
-    none_.wait(lock, [this] { return n_ == 0; });
-  }
 
- private:
   std::mutex mu_;
   std::condition_variable none_;
   size_t n_ = 0;
@@ -85,8 +100,8 @@ struct GatewayContext {
   // upload's MD5 then runs on its own).
   std::unique_ptr<Md5Lanes> md5_lanes;
 
-  // Index commits whose answer an event loop still awaits (commitObject): the server
-  // waits for none before its loops go away.
+  // Index commits whose answer an event loop still awaits (commitObject, removeObject,
+  // removeObjectIn): the server waits for none before its loops go away.
   CallsInFlight commits;
 
   index_kv::Index& index() { return deps.index; }

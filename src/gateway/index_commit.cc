@@ -15,13 +15,19 @@ using StartCommit = std::move_only_function<void(index_kv::Index::CommitDone)>;
 // every such answer (ctx.commits) before its event loops, which the answers are posted
 // to, go away.
 void startCommit(TaskGroup& group, GatewayContext& ctx, StartCommit start, Committed& out) {
-  group.startHere([&ctx, &out, start = std::move(start)](TaskGroup::Done done) mutable {
-    ctx.commits.begin();
-    start([&ctx, &out, done = std::move(done)](Committed r) mutable {
-      out = std::move(r);
+  // The answer's callback. Members go in reverse order: `done` (which holds the loop's
+  // executor) before the token that lets the server destroy the loop.
+  struct Answer {
+    CallsInFlight::Token in_flight;
+    TaskGroup::Done done;
+    Committed* out;
+    void operator()(Committed r) {
+      *out = std::move(r);
       done(Status::ok());
-      ctx.commits.end();
-    });
+    }
+  };
+  group.startHere([&ctx, &out, start = std::move(start)](TaskGroup::Done done) mutable {
+    start(Answer{CallsInFlight::Token(ctx.commits), std::move(done), &out});
   });
 }
 

@@ -32,9 +32,13 @@ CommitQueue::~CommitQueue() {
 void CommitQueue::finish(CommitRequest& req) {
   if (req.on_done) {
     std::move_only_function<void()> done = std::move(req.on_done);
-    done();  // may free `req`
+    try {
+      done();  // may free `req`
+    } catch (const std::exception& e) {  // e.g. bad_alloc posting the answer
+      log::error("index: answering a commit failed: {}", e.what());
+    }
   } else {
-    req.done.set_value();
+    req.done->set_value();
   }
 }
 
@@ -48,7 +52,7 @@ Status CommitQueue::start() {
 }
 
 void CommitQueue::submit(CommitRequest& req) {
-  std::future<void> done = req.done.get_future();
+  std::future<void> done = req.done.emplace().get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || !thread_.joinable()) {
@@ -62,12 +66,17 @@ void CommitQueue::submit(CommitRequest& req) {
 }
 
 void CommitQueue::submitAsync(CommitRequest& req) {
+  Status refused = Status::unavailable("index: not accepting commits");
   bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_ && thread_.joinable()) {
-      pending_.push_back(&req);
-      queued = true;
+      try {
+        pending_.push_back(&req);
+        queued = true;
+      } catch (const std::exception& e) {
+        refused = Status::internal(std::string("index: cannot queue a commit: ") + e.what());
+      }
     }
   }
   // Once queued, `req` may already be committed and freed: touch it no more.
@@ -75,7 +84,7 @@ void CommitQueue::submitAsync(CommitRequest& req) {
     cv_.notify_one();
     return;
   }
-  req.status = Status::unavailable("index: not accepting commits");
+  req.status = std::move(refused);
   finish(req);
 }
 

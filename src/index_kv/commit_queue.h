@@ -85,10 +85,12 @@ struct CommitRequest {
   std::optional<VersionId> replaced;
   RecordIndexInfo record_result;  // kAttachRecords: the container's record index after it
   std::string record_lost;        // kAttachRecords: why the set could not be attached
-  std::promise<void> done;        // submit(): fulfilled when the outcome is set
+  std::optional<std::promise<void>> done;  // submit(): fulfilled when the outcome is set
   // submitAsync(): called once with the outcome set, on the committer thread (on the
-  // submitting thread if the queue no longer takes requests). It may own, and so free, the
-  // request: the queue moves it out before calling it and touches the request no more.
+  // calling thread if the queue does not take the request, or on the destroying thread for
+  // a queue never started). It may own, and so free, the request: the queue moves it out
+  // before calling it and touches the request no more. What it throws is logged and
+  // dropped.
   std::move_only_function<void()> on_done;
 };
 

@@ -238,8 +238,10 @@ class MeteredIndex final : public Index {
     return r;
   }
 
-  std::unique_ptr<Index> inner_;
   std::array<OpMetrics, kOpCount> metrics_{};
+  // After the metrics: an index destroyed with commits pending answers them (and so
+  // records them) while it goes.
+  std::unique_ptr<Index> inner_;
 };
 
 }  // namespace

@@ -124,7 +124,9 @@ std::optional<Result<BucketInfo>> readBucket(rocksdb::DB* db, const ColumnFamili
 }  // namespace
 
 Result<BucketInfo> RocksIndex::getBucket(std::string_view name) {
-  return *readBucket(db_.get(), cfs_, name, rocksdb::kReadAllTier);
+  auto r = readBucket(db_.get(), cfs_, name, rocksdb::kReadAllTier);
+  if (!r) return fail(Status::internal("index: a full-tier read returned Incomplete"));
+  return std::move(*r);
 }
 
 std::optional<Result<BucketInfo>> RocksIndex::getBucketFromMemory(std::string_view name) {
@@ -196,30 +198,43 @@ Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
   return req.replaced;
 }
 
+template <typename Stage>
+void RocksIndex::commitAsync(Manifest manifest, CommitDone done, Stage stage) {
+  std::unique_ptr<AsyncCommit> commit;
+  try {
+    commit = std::make_unique<AsyncCommit>();
+    commit->manifest = std::move(manifest);
+    stage(commit->req, commit->manifest);
+  } catch (const std::exception& e) {  // e.g. bad_alloc
+    return done(fail(Status::internal(std::string("index: commit failed: ") + e.what())));
+  }
+  commit->done = std::move(done);
+  submitAsync(std::move(commit));
+}
+
 void RocksIndex::putObjectAsync(std::string_view bucket, std::string_view key,
                                 Manifest manifest, Precondition pre, CommitDone done) {
   if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
   if (key.empty()) return done(fail(Status::invalidArgument("index: empty object key")));
   if (Status st = validateManifest(manifest); !st.isOk()) return done(fail(st));
-  auto commit = std::make_unique<AsyncCommit>();
-  commit->manifest = std::move(manifest);
-  CommitRequest& req = commit->req;
-  req.kind = CommitRequest::Kind::kPutObject;
-  req.bucket = std::string(bucket);
-  req.key = std::string(key);
-  req.pre = pre;
-  stageManifest(req, commit->manifest);
-  submitAsync(std::move(commit), std::move(done));
+  commitAsync(std::move(manifest), std::move(done), [&](CommitRequest& req, Manifest& m) {
+    req.kind = CommitRequest::Kind::kPutObject;
+    req.bucket = std::string(bucket);
+    req.key = std::string(key);
+    req.pre = pre;
+    stageManifest(req, m);
+  });
 }
 
-void RocksIndex::submitAsync(std::unique_ptr<AsyncCommit> commit, CommitDone done) {
+void RocksIndex::submitAsync(std::unique_ptr<AsyncCommit> commit) {
   CommitRequest& req = commit->req;
   // The callback owns the request; the queue moves it out of the request before calling
-  // it, so the request dies with the callback, after it ran.
-  req.on_done = [commit = std::move(commit), done = std::move(done)]() mutable {
+  // it, so the request dies with the callback, after it ran. (A lambda holding one
+  // pointer: move_only_function keeps it without allocating, so this cannot throw.)
+  req.on_done = [commit = std::move(commit)]() mutable {
     CommitRequest& r = commit->req;
-    done(r.status.isOk() ? Result<std::optional<VersionId>>(std::move(r.replaced))
-                         : fail(r.status));
+    commit->done(r.status.isOk() ? Result<std::optional<VersionId>>(std::move(r.replaced))
+                                 : fail(r.status));
   };
   queue_->submitAsync(req);
 }
@@ -320,13 +335,12 @@ Result<std::optional<VersionId>> RocksIndex::deleteObject(std::string_view bucke
 void RocksIndex::deleteObjectAsync(std::string_view bucket, std::string_view key,
                                    Precondition pre, CommitDone done) {
   if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
-  auto commit = std::make_unique<AsyncCommit>();
-  CommitRequest& req = commit->req;
-  req.kind = CommitRequest::Kind::kDeleteObject;
-  req.bucket = std::string(bucket);
-  req.key = std::string(key);
-  req.pre = pre;
-  submitAsync(std::move(commit), std::move(done));
+  commitAsync(Manifest(), std::move(done), [&](CommitRequest& req, Manifest&) {
+    req.kind = CommitRequest::Kind::kDeleteObject;
+    req.bucket = std::string(bucket);
+    req.key = std::string(key);
+    req.pre = pre;
+  });
 }
 
 Result<ListResult> RocksIndex::listObjects(std::string_view bucket, const ListRequest& req) {

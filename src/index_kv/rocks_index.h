@@ -99,14 +99,20 @@ class RocksIndex final : public Index {
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
   Status submit(CommitRequest& req);
-  // A request of putObjectAsync or deleteObjectAsync, and the manifest it points to.
+  // A request of putObjectAsync or deleteObjectAsync, the manifest it points to, and who
+  // gets its outcome.
   struct AsyncCommit {
     CommitRequest req;
     Manifest manifest;
+    CommitDone done;
   };
-  // Queues commit->req without waiting; `done` gets its outcome (req.replaced or its
-  // error) on the committer thread, and the request is freed after.
-  void submitAsync(std::unique_ptr<AsyncCommit> commit, CommitDone done);
+  // Queues commit->req without waiting; commit->done gets its outcome (req.replaced or
+  // its error) on the committer thread, and the request is freed after.
+  void submitAsync(std::unique_ptr<AsyncCommit> commit);
+  // putObjectAsync and deleteObjectAsync: stage(req) fills the request, then it is queued;
+  // `done` is answered in every case, an exception while staging included.
+  template <typename Stage>
+  void commitAsync(Manifest manifest, CommitDone done, Stage stage);
   // collectRecordGarbage's two halves.
   Status markOrphanSets(int64_t orphan_before_unix_nanos);
   Status removeDeadSet(const VersionId& set, const std::string& gc_value, size_t& budget,

@@ -338,13 +338,14 @@ class Index {
                                                      const Manifest& manifest,
                                                      Precondition pre) = 0;
   // putObject and deleteObject without a thread that waits for the commit: `done` gets
-  // what the synchronous call would return, once. Where asyncCommits() is true, these
-  // return at once and `done` runs on the index's committer thread, so it must not block
-  // (post to an event loop); a request refused before it is queued (a bad name) is
-  // answered on the calling thread. Elsewhere (the default) they are the synchronous call
-  // followed by `done` on the calling thread, which blocks: callers on an event loop ask
-  // asyncCommits() first and hand the synchronous call to a worker thread otherwise.
-  // putObjectAsync takes the manifest by value: it may outlive the caller's.
+  // what the synchronous call would return, exactly once. Where asyncCommits() is true,
+  // these return at once and `done` runs on the index's committer thread, so it must not
+  // block (post to an event loop); a request refused before it is queued (a bad name, an
+  // empty key, an invalid manifest, a queue shutting down) is answered on the calling
+  // thread. Elsewhere (the default) they are the synchronous call followed by `done` on
+  // the calling thread, which blocks: callers on an event loop ask asyncCommits() first
+  // and hand the synchronous call to a worker thread otherwise. putObjectAsync takes the
+  // manifest by value: it may outlive the caller's.
   using CommitDone = std::move_only_function<void(Result<std::optional<VersionId>>)>;
   virtual bool asyncCommits() const { return false; }
   virtual void putObjectAsync(std::string_view bucket, std::string_view key, Manifest manifest,

@@ -240,13 +240,16 @@ struct AsyncAnswers {
 }  // namespace
 
 TEST_CASE("Asynchronous puts and deletes from one thread share synced batches and survive reopening") {
+  // Before the fixture: an index that is torn down with answers owed (a failed wait)
+  // still gives them to a live collector.
+  AsyncAnswers got;
+  AsyncAnswers deleted;
   IndexFixture f;
   f.makeBucket("b");
   constexpr size_t kPuts = 400;
   std::vector<Manifest> manifests;
   for (size_t i = 0; i < kPuts; ++i) manifests.push_back(f.inlineManifest("body"));
   CommitStats before = statsOf(f.backing());
-  AsyncAnswers got;
   for (size_t i = 0; i < kPuts; ++i) {
     f.index->putObjectAsync("b", fmt::format("k{:04}", i), manifests[i],
                             Precondition::mustNotExist(), got.collector());
@@ -264,14 +267,16 @@ TEST_CASE("Asynchronous puts and deletes from one thread share synced batches an
   REQUIRE(f.index->asyncCommits());
   CHECK(!got.threads.contains(std::this_thread::get_id()));
   CHECK(got.threads.size() == 1);
-  CHECK(after.batches - before.batches <= kPuts / 8);
+  // At least two a sync (5 measured under ASan on 2 cores, more in a release build).
+  const uint64_t batches = after.batches - before.batches;
+  CHECK(batches <= kPuts / 2);
+  WARN("asynchronous puts: " << kPuts << " in " << batches << " synced batches");
 #else
   // The remote index commits synchronously: putObjectAsync is putObject, then `done`.
   CHECK(!f.index->asyncCommits());
   CHECK(got.threads == std::set<std::thread::id>{std::this_thread::get_id()});
 #endif
   // Deletes of every other key, queued the same way.
-  AsyncAnswers deleted;
   for (size_t i = 1; i < kPuts; i += 2) {
     f.index->deleteObjectAsync("b", fmt::format("k{:04}", i), Precondition::none(),
                                deleted.collector());
@@ -295,12 +300,13 @@ TEST_CASE("Asynchronous puts and deletes from one thread share synced batches an
 }
 
 TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject answer") {
+  AsyncAnswers got;  // before the fixture, as above
+  AsyncAnswers del;
   IndexFixture f;
   f.makeBucket("b");
   Manifest first = f.inlineManifest("one");
   Manifest second = f.inlineManifest("two");
   REQUIRE(f.index->putObject("b", "k", first, Precondition::none()).has_value());
-  AsyncAnswers got;
   // In order: a replacing put, a refused precondition, a missing bucket, a bad bucket name
   // (refused before it is queued), an empty key.
   f.index->putObjectAsync("b", "k", second, Precondition::mustMatch(first.version),
@@ -336,7 +342,6 @@ TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject 
 
   // Deletes: of the key (its version removed), of it again (nothing: S3 DELETE of a
   // missing key succeeds), in a missing bucket, under a bad bucket name.
-  AsyncAnswers del;
   f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
   del.waitFor(1);
   f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
@@ -365,15 +370,14 @@ TEST_CASE("A commit queue that takes no requests answers an asynchronous one at 
   CommitRequest req;
   req.kind = CommitRequest::Kind::kPutObject;
   std::thread::id answered_on;
-  bool answered = false;
+  int answers = 0;
   req.on_done = [&] {
-    answered = true;
+    ++answers;
     answered_on = std::this_thread::get_id();
   };
   queue.submitAsync(req);
-  CHECK(answered);
+  CHECK(answers == 1);
   CHECK(answered_on == std::this_thread::get_id());
   CHECK(req.status.code() == Status::Code::kUnavailable);
-  CHECK(!req.on_done);  // moved out before it ran
 }
 #endif
