@@ -88,6 +88,12 @@ struct GatewayContext {
     }
   }
 
+  // An index commit's answer holds a token on `commits` until its callback is gone, which
+  // is after the answer reached the loop: wait for the last before `commits` goes.
+  ~GatewayContext() { commits.waitNone(); }
+  GatewayContext(const GatewayContext&) = delete;
+  GatewayContext& operator=(const GatewayContext&) = delete;
+
   GatewayOptions options;
   GatewayDeps deps;
   GatewayMetrics metrics;  // before data: the data path holds references to its counters
