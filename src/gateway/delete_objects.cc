@@ -32,11 +32,8 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(ctx.pool(), ex);
   // If this frame unwinds (an exception) with removals queued, their answers must not
-  // land in freed `removed`: wait for them first.
-  struct DrainFirst {
-    TaskGroup& group;
-    ~DrainFirst() { group.blockUntilIdle(); }
-  } drain{group};
+  // land in freed `removed`.
+  IdleBeforeFreed removed_before_freed(group);
   for (size_t i = 0; i < parsed->keys.size(); ++i) {
     outcomes[i].key = parsed->keys[i];
     if (outcomes[i].key.empty() || outcomes[i].key.size() > 1024) {

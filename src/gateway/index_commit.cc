@@ -10,11 +10,21 @@ namespace {
 
 using Committed = Result<std::optional<VersionId>>;
 using StartCommit = std::move_only_function<void(index_kv::Index::CommitDone)>;
+using SyncCommit = std::move_only_function<Committed()>;
 
-// Adds the commit `start` begins to `group`; `out` gets its answer. The server waits for
-// every such answer (ctx.commits) before its event loops, which the answers are posted
-// to, go away.
-void startCommit(TaskGroup& group, GatewayContext& ctx, StartCommit start, Committed& out) {
+// Adds one commit to `group`; `out` gets its answer. `start` begins it where the index
+// commits asynchronously, `sync` runs on a worker thread elsewhere. The server waits for
+// every asynchronous answer (ctx.commits) before its event loops, which the answers are
+// posted to, go away.
+void commitIn(TaskGroup& group, GatewayContext& ctx, StartCommit start, SyncCommit sync,
+              Committed& out) {
+  if (!ctx.index().asyncCommits()) {
+    group.spawn([sync = std::move(sync), &out]() mutable {
+      out = sync();
+      return Status::ok();
+    });
+    return;
+  }
   // The answer's callback. Members go in reverse order: `done` (which holds the loop's
   // executor) before the token that lets the server destroy the loop.
   struct Answer {
@@ -31,15 +41,15 @@ void startCommit(TaskGroup& group, GatewayContext& ctx, StartCommit start, Commi
   });
 }
 
-// The caller's `start` and `sync` outlive the await. (By reference: g++ 12 may destroy a
-// co_await expression's temporaries twice, TaskGroup::wait says more.)
-Task<Committed> awaitCommit(GatewayContext& ctx, StartCommit& start,
-                            std::move_only_function<Committed()>& sync) {
-  if (!ctx.index().asyncCommits()) co_return co_await offload(ctx.pool(), [&] { return sync(); });
+// One commit, awaited: add(group, out) adds it. `add` is the caller's and outlives the
+// await (by reference: g++ 12 may destroy a co_await expression's temporaries twice,
+// TaskGroup::wait says more).
+template <typename Add>
+Task<Committed> awaitCommit(GatewayContext& ctx, Add& add) {
   Committed out;
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(ctx.pool(), ex);
-  startCommit(group, ctx, std::move(start), out);
+  add(group, out);
   (void)co_await group.wait();
   co_return out;
 }
@@ -49,43 +59,34 @@ Task<Committed> awaitCommit(GatewayContext& ctx, StartCommit& start,
 Task<Committed> commitObject(GatewayContext& ctx, std::string_view bucket,
                              std::string_view key, const index_kv::Manifest& m,
                              index_kv::Precondition pre) {
-  StartCommit start = [&](index_kv::Index::CommitDone done) {
-    ctx.index().putObjectAsync(bucket, key, m, pre, std::move(done));
+  auto add = [&](TaskGroup& group, Committed& out) {
+    commitIn(
+        group, ctx,
+        [&](index_kv::Index::CommitDone done) {
+          ctx.index().putObjectAsync(bucket, key, m, pre, std::move(done));
+        },
+        [&] { return ctx.index().putObject(bucket, key, m, pre); }, out);
   };
-  std::move_only_function<Committed()> sync = [&] {
-    return ctx.index().putObject(bucket, key, m, pre);
-  };
-  co_return co_await awaitCommit(ctx, start, sync);
+  co_return co_await awaitCommit(ctx, add);
 }
 
 Task<Committed> removeObject(GatewayContext& ctx, std::string_view bucket,
                              std::string_view key) {
-  const auto none = index_kv::Precondition::none();
-  StartCommit start = [&](index_kv::Index::CommitDone done) {
-    ctx.index().deleteObjectAsync(bucket, key, none, std::move(done));
+  auto add = [&](TaskGroup& group, Committed& out) {
+    removeObjectIn(group, ctx, bucket, key, out);
   };
-  std::move_only_function<Committed()> sync = [&] {
-    return ctx.index().deleteObject(bucket, key, none);
-  };
-  co_return co_await awaitCommit(ctx, start, sync);
+  co_return co_await awaitCommit(ctx, add);
 }
 
 void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
                     std::string_view key, Committed& out) {
   const auto none = index_kv::Precondition::none();
-  if (!ctx.index().asyncCommits()) {
-    group.spawn([&ctx, bucket, key, none, &out] {
-      out = ctx.index().deleteObject(bucket, key, none);
-      return Status::ok();
-    });
-    return;
-  }
-  startCommit(
+  commitIn(
       group, ctx,
       [&ctx, bucket, key, none](index_kv::Index::CommitDone done) {
         ctx.index().deleteObjectAsync(bucket, key, none, std::move(done));
       },
-      out);
+      [&ctx, bucket, key, none] { return ctx.index().deleteObject(bucket, key, none); }, out);
 }
 
 }  // namespace granary::gateway

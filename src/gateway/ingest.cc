@@ -312,10 +312,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   // Every path out awaits the hash, but this frame can also be destroyed while suspended
   // on a socket read with a hash in flight (its io_context destroyed at shutdown): the
   // hash reads the writer's buffer and writes `hashes`, declared before this.
-  struct HashedBeforeFreed {
-    TaskGroup& group;
-    ~HashedBeforeFreed() { group.blockUntilIdle(); }
-  } hashed_before_freed{hashing};
+  IdleBeforeFreed hashed_before_freed(hashing);
 
   auto failWith = [&](const S3Error& e) -> Task<Outcome> {
     (void)co_await hashing.wait();

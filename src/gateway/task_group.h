@@ -177,6 +177,20 @@ class TaskGroup {
   std::shared_ptr<State> state_;
 };
 
+// Blocks, when it goes, until `group` is idle. Declared after what the group's tasks use,
+// it keeps a coroutine frame destroyed with tasks in flight (an exception, or its
+// io_context destroyed at shutdown) from freeing that under them.
+class IdleBeforeFreed {
+ public:
+  explicit IdleBeforeFreed(const TaskGroup& group) : group_(group) {}
+  IdleBeforeFreed(const IdleBeforeFreed&) = delete;
+  IdleBeforeFreed& operator=(const IdleBeforeFreed&) = delete;
+  ~IdleBeforeFreed() { group_.blockUntilIdle(); }
+
+ private:
+  const TaskGroup& group_;
+};
+
 // Runs fn() on the pool and returns its result to the awaiting coroutine.
 template <typename F>
 auto offload(WorkerPool& pool, F fn) -> Task<std::invoke_result_t<F&>> {

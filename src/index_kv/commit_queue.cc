@@ -30,15 +30,11 @@ CommitQueue::~CommitQueue() {
 }
 
 void CommitQueue::finish(CommitRequest& req) {
-  if (req.on_done) {
-    std::move_only_function<void()> done = std::move(req.on_done);
-    try {
-      done();  // may free `req`
-    } catch (const std::exception& e) {  // e.g. bad_alloc posting the answer
-      log::error("index: answering a commit failed: {}", e.what());
-    }
-  } else {
-    req.done->set_value();
+  std::move_only_function<void()> done = std::move(req.on_done);
+  try {
+    done();  // may free `req`
+  } catch (const std::exception& e) {  // e.g. bad_alloc posting the answer
+    log::error("index: answering a commit failed: {}", e.what());
   }
 }
 
@@ -52,16 +48,10 @@ Status CommitQueue::start() {
 }
 
 void CommitQueue::submit(CommitRequest& req) {
-  std::future<void> done = req.done.emplace().get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || !thread_.joinable()) {
-      req.status = Status::unavailable("index: not accepting commits");
-      return;
-    }
-    pending_.push_back(&req);
-  }
-  cv_.notify_one();
+  std::promise<void> answered;
+  std::future<void> done = answered.get_future();
+  req.on_done = [&answered] { answered.set_value(); };
+  submitAsync(req);
   done.wait();
 }
 

@@ -85,12 +85,11 @@ struct CommitRequest {
   std::optional<VersionId> replaced;
   RecordIndexInfo record_result;  // kAttachRecords: the container's record index after it
   std::string record_lost;        // kAttachRecords: why the set could not be attached
-  std::optional<std::promise<void>> done;  // submit(): fulfilled when the outcome is set
-  // submitAsync(): called once with the outcome set, on the committer thread (on the
-  // calling thread if the queue does not take the request, or on the destroying thread for
-  // a queue never started). It may own, and so free, the request: the queue moves it out
-  // before calling it and touches the request no more. What it throws is logged and
-  // dropped.
+  // Called once with the outcome set, on the committer thread (on the calling thread if
+  // the queue does not take the request, or on the destroying thread for a queue never
+  // started); submit() sets it to wake its caller. It may own, and so free, the request:
+  // the queue moves it out before calling it and touches the request no more. What it
+  // throws is logged and dropped.
   std::move_only_function<void()> on_done;
 };
 
@@ -206,7 +205,7 @@ class CommitQueue {
  private:
   void run();
   void commitBatch(const std::vector<CommitRequest*>& batch);
-  // Whichever of submit()'s promise and submitAsync()'s callback `req` waits on.
+  // Calls (and drops) req.on_done.
   static void finish(CommitRequest& req);
 
   rocksdb::DB* db_;

@@ -74,10 +74,7 @@ class MeteredIndex final : public Index {
     return timed(kGetBucket, [&] { return inner_->getBucket(name); });
   }
   std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view name) override {
-    const auto start = Clock::now();
-    auto r = inner_->getBucketFromMemory(name);
-    if (r) record(kGetBucket, start, failed(*r));  // a miss is counted by getBucket
-    return r;
+    return timedIfAnswered(kGetBucket, [&] { return inner_->getBucketFromMemory(name); });
   }
   Result<std::vector<BucketInfo>> listBuckets() override {
     return timed(kListBuckets, [&] { return inner_->listBuckets(); });
@@ -123,10 +120,7 @@ class MeteredIndex final : public Index {
   }
   std::optional<Result<Manifest>> getObjectFromMemory(std::string_view bucket,
                                                       std::string_view key) override {
-    const auto start = Clock::now();
-    auto r = inner_->getObjectFromMemory(bucket, key);
-    if (r) record(kGetObject, start, failed(*r));  // a miss is counted by getObject
-    return r;
+    return timedIfAnswered(kGetObject, [&] { return inner_->getObjectFromMemory(bucket, key); });
   }
   Result<std::optional<VersionId>> deleteObject(std::string_view bucket, std::string_view key,
                                                 Precondition pre) override {
@@ -235,6 +229,15 @@ class MeteredIndex final : public Index {
     const auto start = Clock::now();
     auto r = call();
     record(op, start, failed(r));
+    return r;
+  }
+  // A lookup from memory: counted when it answers; a miss is counted by the full lookup
+  // the caller makes next.
+  template <typename F>
+  auto timedIfAnswered(Op op, F&& call) -> std::invoke_result_t<F&> {
+    const auto start = Clock::now();
+    auto r = call();
+    if (r) record(op, start, failed(*r));
     return r;
   }
 

@@ -179,21 +179,39 @@ void stageManifest(CommitRequest& req, const Manifest& manifest) {
                                                   manifest.records.set});
   req.manifest_value = encodeManifest(manifest);
 }
+
+// The requests of putObject and deleteObject, synchronous or not. `manifest` must stay
+// alive until the request is answered.
+Status stagePutObject(CommitRequest& req, std::string_view bucket, std::string_view key,
+                      const Manifest& manifest, Precondition pre) {
+  GRANARY_RETURN_IF_ERROR(checkBucketName(bucket));
+  if (key.empty()) return Status::invalidArgument("index: empty object key");
+  GRANARY_RETURN_IF_ERROR(validateManifest(manifest));
+  req.kind = CommitRequest::Kind::kPutObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  stageManifest(req, manifest);
+  return Status::ok();
+}
+
+Status stageDeleteObject(CommitRequest& req, std::string_view bucket, std::string_view key,
+                         Precondition pre) {
+  GRANARY_RETURN_IF_ERROR(checkBucketName(bucket));
+  req.kind = CommitRequest::Kind::kDeleteObject;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.pre = pre;
+  return Status::ok();
+}
 }  // namespace
 
 Result<std::optional<VersionId>> RocksIndex::putObject(std::string_view bucket,
                                                        std::string_view key,
                                                        const Manifest& manifest,
                                                        Precondition pre) {
-  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
-  if (key.empty()) return fail(Status::invalidArgument("index: empty object key"));
-  if (Status st = validateManifest(manifest); !st.isOk()) return fail(st);
   CommitRequest req;
-  req.kind = CommitRequest::Kind::kPutObject;
-  req.bucket = std::string(bucket);
-  req.key = std::string(key);
-  req.pre = pre;
-  stageManifest(req, manifest);
+  if (Status st = stagePutObject(req, bucket, key, manifest, pre); !st.isOk()) return fail(st);
   if (Status st = submit(req); !st.isOk()) return fail(st);
   return req.replaced;
 }
@@ -204,29 +222,11 @@ void RocksIndex::commitAsync(Manifest manifest, CommitDone done, Stage stage) {
   try {
     commit = std::make_unique<AsyncCommit>();
     commit->manifest = std::move(manifest);
-    stage(commit->req, commit->manifest);
+    if (Status st = stage(commit->req, commit->manifest); !st.isOk()) return done(fail(st));
   } catch (const std::exception& e) {  // e.g. bad_alloc
     return done(fail(Status::internal(std::string("index: commit failed: ") + e.what())));
   }
   commit->done = std::move(done);
-  submitAsync(std::move(commit));
-}
-
-void RocksIndex::putObjectAsync(std::string_view bucket, std::string_view key,
-                                Manifest manifest, Precondition pre, CommitDone done) {
-  if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
-  if (key.empty()) return done(fail(Status::invalidArgument("index: empty object key")));
-  if (Status st = validateManifest(manifest); !st.isOk()) return done(fail(st));
-  commitAsync(std::move(manifest), std::move(done), [&](CommitRequest& req, Manifest& m) {
-    req.kind = CommitRequest::Kind::kPutObject;
-    req.bucket = std::string(bucket);
-    req.key = std::string(key);
-    req.pre = pre;
-    stageManifest(req, m);
-  });
-}
-
-void RocksIndex::submitAsync(std::unique_ptr<AsyncCommit> commit) {
   CommitRequest& req = commit->req;
   // The callback owns the request; the queue moves it out of the request before calling
   // it, so the request dies with the callback, after it ran. (A lambda holding one
@@ -237,6 +237,13 @@ void RocksIndex::submitAsync(std::unique_ptr<AsyncCommit> commit) {
                                  : fail(r.status));
   };
   queue_->submitAsync(req);
+}
+
+void RocksIndex::putObjectAsync(std::string_view bucket, std::string_view key,
+                                Manifest manifest, Precondition pre, CommitDone done) {
+  commitAsync(std::move(manifest), std::move(done), [&](CommitRequest& req, Manifest& m) {
+    return stagePutObject(req, bucket, key, m, pre);
+  });
 }
 
 Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view key,
@@ -322,24 +329,16 @@ std::optional<Result<Manifest>> RocksIndex::getObjectFromMemory(std::string_view
 Result<std::optional<VersionId>> RocksIndex::deleteObject(std::string_view bucket,
                                                           std::string_view key,
                                                           Precondition pre) {
-  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
   CommitRequest req;
-  req.kind = CommitRequest::Kind::kDeleteObject;
-  req.bucket = std::string(bucket);
-  req.key = std::string(key);
-  req.pre = pre;
+  if (Status st = stageDeleteObject(req, bucket, key, pre); !st.isOk()) return fail(st);
   if (Status st = submit(req); !st.isOk()) return fail(st);
   return req.replaced;
 }
 
 void RocksIndex::deleteObjectAsync(std::string_view bucket, std::string_view key,
                                    Precondition pre, CommitDone done) {
-  if (Status st = checkBucketName(bucket); !st.isOk()) return done(fail(st));
   commitAsync(Manifest(), std::move(done), [&](CommitRequest& req, Manifest&) {
-    req.kind = CommitRequest::Kind::kDeleteObject;
-    req.bucket = std::string(bucket);
-    req.key = std::string(key);
-    req.pre = pre;
+    return stageDeleteObject(req, bucket, key, pre);
   });
 }
 

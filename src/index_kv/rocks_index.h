@@ -106,11 +106,10 @@ class RocksIndex final : public Index {
     Manifest manifest;
     CommitDone done;
   };
-  // Queues commit->req without waiting; commit->done gets its outcome (req.replaced or
-  // its error) on the committer thread, and the request is freed after.
-  void submitAsync(std::unique_ptr<AsyncCommit> commit);
-  // putObjectAsync and deleteObjectAsync: stage(req) fills the request, then it is queued;
-  // `done` is answered in every case, an exception while staging included.
+  // putObjectAsync and deleteObjectAsync: stage(req, manifest) checks and fills the
+  // request (a Status), then it is queued without waiting; `done` gets its outcome
+  // (req.replaced or its error) on the committer thread, or here if staging fails or
+  // throws, and the request is freed after.
   template <typename Stage>
   void commitAsync(Manifest manifest, CommitDone done, Stage stage);
   // collectRecordGarbage's two halves.

@@ -307,23 +307,20 @@ TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject 
   Manifest first = f.inlineManifest("one");
   Manifest second = f.inlineManifest("two");
   REQUIRE(f.index->putObject("b", "k", first, Precondition::none()).has_value());
+  // One at a time, each answered before the next is sent.
+  auto put = [&](std::string_view bucket, std::string_view key, const Manifest& m,
+                 Precondition pre) {
+    const size_t before = got.answers.size();
+    f.index->putObjectAsync(bucket, key, m, pre, got.collector());
+    got.waitFor(before + 1);
+  };
   // In order: a replacing put, a refused precondition, a missing bucket, a bad bucket name
   // (refused before it is queued), an empty key.
-  f.index->putObjectAsync("b", "k", second, Precondition::mustMatch(first.version),
-                          got.collector());
-  got.waitFor(1);
-  f.index->putObjectAsync("b", "k", f.inlineManifest("three"), Precondition::mustNotExist(),
-                          got.collector());
-  got.waitFor(2);
-  f.index->putObjectAsync("nope", "k", f.inlineManifest("four"), Precondition::none(),
-                          got.collector());
-  got.waitFor(3);
-  f.index->putObjectAsync("a/b", "k", f.inlineManifest("five"), Precondition::none(),
-                          got.collector());
-  got.waitFor(4);
-  f.index->putObjectAsync("b", "", f.inlineManifest("six"), Precondition::none(),
-                          got.collector());
-  got.waitFor(5);
+  put("b", "k", second, Precondition::mustMatch(first.version));
+  put("b", "k", f.inlineManifest("three"), Precondition::mustNotExist());
+  put("nope", "k", f.inlineManifest("four"), Precondition::none());
+  put("a/b", "k", f.inlineManifest("five"), Precondition::none());
+  put("b", "", f.inlineManifest("six"), Precondition::none());
   REQUIRE(got.answers.size() == 5);
   REQUIRE(got.answers[0].has_value());
   CHECK(*got.answers[0] == std::optional<VersionId>(first.version));
@@ -342,14 +339,11 @@ TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject 
 
   // Deletes: of the key (its version removed), of it again (nothing: S3 DELETE of a
   // missing key succeeds), in a missing bucket, under a bad bucket name.
-  f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
-  del.waitFor(1);
-  f.index->deleteObjectAsync("b", "k", Precondition::none(), del.collector());
-  del.waitFor(2);
-  f.index->deleteObjectAsync("nope", "k", Precondition::none(), del.collector());
-  del.waitFor(3);
-  f.index->deleteObjectAsync("a/b", "k", Precondition::none(), del.collector());
-  del.waitFor(4);
+  for (const char* bucket : {"b", "b", "nope", "a/b"}) {
+    const size_t before = del.answers.size();
+    f.index->deleteObjectAsync(bucket, "k", Precondition::none(), del.collector());
+    del.waitFor(before + 1);
+  }
   REQUIRE(del.answers.size() == 4);
   REQUIRE(del.answers[0].has_value());
   CHECK(*del.answers[0] == std::optional<VersionId>(second.version));
