@@ -5,6 +5,9 @@
 //    requests in flight, submissions batched, and completions signalled through an eventfd
 //    registered with the ring, which an Asio io_context on the engine's completion thread
 //    waits on (Asio 1.74 has no io_uring backend of its own). The callbacks run there.
+//    The ring's lock covers preparing SQEs, not the io_uring_enter that submits them (the
+//    completion thread would wait for the whole kernel submission path), nor the CQ,
+//    which only the completion thread reads.
 //    The ring has 1 MiB of registered buffers, lent in 16 KiB slots (registeredBuffer) for
 //    small reads: their I/O is READ_FIXED/WRITE_FIXED, with no page pinning per request.
 // Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c).
@@ -20,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -140,6 +144,9 @@ class AsyncRing final : public IoBufferPool {
         std::unique_lock lock(mu_);
         idle_cv_.wait(lock, [&] { return idle(); });
       }
+      // A submitter may still be in its io_uring_enter for an operation that another
+      // thread's call already submitted, and that has completed since.
+      while (entering_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
       work_.reset();
       ctx_.stop();
       thread_.join();
@@ -168,16 +175,22 @@ class AsyncRing final : public IoBufferPool {
     // Nothing to transfer: the kernel would answer 0, which reads as a short transfer.
     if (op.len == 0 && op.kind != kSync) return op.done(Status::ok());
     auto owned = std::make_unique<Op>(std::move(op));
-    std::lock_guard lock(mu_);
-    if (inflight_ >= kAsyncDepth) {
-      backlog_.push_back(std::move(*owned));
-      return;
+    {
+      std::lock_guard lock(mu_);
+      if (inflight_ >= kAsyncDepth) {
+        backlog_.push_back(std::move(*owned));
+        return;
+      }
+      ++inflight_;
+      queue(owned.release());
+      // Callbacks run on the completion thread; what they submit goes to the kernel in one
+      // batch when the thread has handled every completion it found.
+      if (t_reaping == this) return;
+      publish();
+      entering_.fetch_add(1, std::memory_order_relaxed);
     }
-    ++inflight_;
-    queue(owned.release());
-    // Callbacks run on the completion thread; what they submit goes to the kernel in one
-    // batch when the thread has handled every completion it found.
-    if (t_reaping != this) flush();
+    enter();  // outside the lock: the completion thread reaps meanwhile
+    entering_.fetch_sub(1, std::memory_order_release);
   }
 
  private:
@@ -245,16 +258,29 @@ class AsyncRing final : public IoBufferPool {
     io_uring_sqe_set_data(sqe, op);
   }
 
-  // Caller holds mu_. Hands the prepared SQEs to the kernel. When it refuses them for now
-  // (EAGAIN, EBUSY, ENOMEM) they stay queued, and a signal on the eventfd makes the
-  // completion thread try again on its next turn, without holding the lock meanwhile.
-  void flush() {
+  // Caller holds mu_. Makes the prepared SQEs visible to the kernel (what liburing's
+  // io_uring_submit does before it enters): the SQ tail, stored with release order, as the
+  // kernel may take the entries on another thread's io_uring_enter.
+  void publish() {
+    io_uring_sq& sq = ring_.sq;
+    if (sq.sqe_head != sq.sqe_tail) {
+      sq.sqe_head = sq.sqe_tail;
+      io_uring_smp_store_release(sq.ktail, sq.sqe_tail);
+    }
+  }
+
+  // Without mu_: hands every published SQE to the kernel. The SQ ring's entries are taken
+  // under the kernel's own lock, so concurrent calls each take what is there (to_submit is
+  // an upper bound); holding mu_ through the system call would stall the completion thread.
+  // When the kernel refuses them for now (EAGAIN, EBUSY, ENOMEM) they stay in the ring, and
+  // a signal on the eventfd makes the completion thread try again on its next turn.
+  void enter() {
     int rc;
     do {
-      rc = io_uring_submit(&ring_);
+      rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncDepth, 0, 0, nullptr);
     } while (rc == -EINTR);
     if (rc < 0) {
-      log::warn("io_uring_submit: {}; retrying", std::strerror(-rc));
+      log::warn("io_uring_enter: {}; retrying", std::strerror(-rc));
       const uint64_t one = 1;
       (void)!::write(efd_, &one, sizeof one);
     }
@@ -273,32 +299,37 @@ class AsyncRing final : public IoBufferPool {
   }
 
   // On the completion thread: handles every CQE there is, then submits what the callbacks
-  // and the re-queued short transfers prepared.
+  // and the re-queued short transfers prepared. Only this thread touches the CQ, so it
+  // reads it without mu_; the lock is taken once a turn, for the SQ and the counts.
   void reap() {
     uint64_t count;
     (void)!::read(efd_, &count, sizeof count);  // clears the signal; the CQ tells the rest
     std::vector<std::pair<IoDone, Status>> finished;
+    finished.swap(finished_);  // reused: no allocation a turn
+    unsigned completed = 0;
+    retry_.clear();
+    io_uring_cqe* cqe;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      if (std::optional<Status> st = advance(*op, res)) {
+        finished.emplace_back(std::move(op->done), std::move(*st));
+        delete op;
+        ++completed;
+      } else {
+        retry_.push_back(op);  // the rest of a short transfer, or a retry
+      }
+    }
     {
       std::lock_guard lock(mu_);
       running_callbacks_ = true;  // until they ran: what they submit is not lost to ~AsyncRing
-      io_uring_cqe* cqe;
-      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
-        auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
-        int res = cqe->res;
-        io_uring_cqe_seen(&ring_, cqe);
-        if (std::optional<Status> st = advance(*op, res)) {
-          finished.emplace_back(std::move(op->done), std::move(*st));
-          delete op;
-          if (!backlog_.empty()) {
-            queue(new Op(std::move(backlog_.front())));
-            backlog_.pop_front();
-          } else {
-            --inflight_;
-          }
-        } else {
-          queue(op);  // the rest of a short transfer, or a retry
-        }
+      for (Op* op : retry_) queue(op);
+      for (; completed > 0 && !backlog_.empty(); --completed) {
+        queue(new Op(std::move(backlog_.front())));
+        backlog_.pop_front();
       }
+      inflight_ -= completed;
     }
     t_reaping = this;
     for (auto& [done, st] : finished) {
@@ -310,10 +341,18 @@ class AsyncRing final : public IoBufferPool {
       }
     }
     t_reaping = nullptr;
-    std::lock_guard lock(mu_);
-    running_callbacks_ = false;
-    if (io_uring_sq_ready(&ring_) > 0) flush();
-    if (idle()) idle_cv_.notify_all();
+    finished.clear();
+    finished_.swap(finished);
+    unsigned unsubmitted;
+    {
+      std::lock_guard lock(mu_);
+      running_callbacks_ = false;
+      publish();
+      // What the kernel has not taken yet, including a refused submission's entries.
+      unsubmitted = ring_.sq.sqe_tail - io_uring_smp_load_acquire(ring_.sq.khead);
+      if (idle()) idle_cv_.notify_all();
+    }
+    if (unsubmitted > 0) enter();
   }
 
   // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
@@ -355,11 +394,15 @@ class AsyncRing final : public IoBufferPool {
   std::mutex slots_mu_;
   std::vector<uint8_t*> free_slots_;
 
-  std::mutex mu_;  // the SQ, inflight_ and backlog_
+  std::mutex mu_;  // the SQ (not the CQ: the completion thread's alone), inflight_, backlog_
   unsigned inflight_ = 0;
   std::deque<Op> backlog_;
   bool running_callbacks_ = false;
+  std::atomic<int> entering_{0};  // submitters between publish() and the end of enter()
   std::condition_variable idle_cv_;
+  // The completion thread's, kept between turns.
+  std::vector<std::pair<IoDone, Status>> finished_;
+  std::vector<Op*> retry_;
 };
 
 thread_local const AsyncRing* AsyncRing::t_reaping = nullptr;
