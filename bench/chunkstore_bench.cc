@@ -15,8 +15,10 @@
 // Reads run twice: "async", --qd reads kept in flight from one thread through
 // ChunkStore::readAsync (the engine's shared ring, as fio's io_uring engine keeps its
 // iodepth), and "sync", --qd threads each waiting for its ChunkStore::read (once, after
-// the rounds, for comparison), then with io_uring "chained": each completion starts the
-// next read on the engine's completion thread, no submitting thread at all (once, for
+// the rounds, for comparison), "async from N threads": the async form with its --qd reads
+// submitted from one thread per core, as the chunk server's event loops submit theirs
+// (once, for comparison), then with io_uring "chained": each completion starts the next
+// read on the engine's completion thread, no submitting thread at all (once, for
 // comparison). The scrub phase uses the async form.
 //
 // Usage: chunkstore_bench [--dir D] [--engine io_uring|posix] [--qd 32] [--write-mib 2048]
@@ -24,6 +26,7 @@
 //                         [--scrub-piece-kib 256] [--spare-zero-rate-mib 64] [--rounds 3]
 //                         [--no-fio]
 // --dir must be on the disk to measure; the bench removes what it creates there.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,7 +159,16 @@ struct Latencies {
   double seconds = 0;
   double p50_us = 0;
   double p99_us = 0;
+  double cpu_seconds = 0;  // the process's user and system time meanwhile, every thread
 };
+
+// The process's user and system CPU time so far, every thread.
+double cpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
 
 // Sorts `all` and reads its median and 99th percentile.
 Latencies percentiles(std::vector<float>& all, double seconds) {
@@ -196,10 +208,17 @@ enum class ReadMode { kSync, kAsync, kChained };
 // when given, also receives every latency.
 template <typename Pick>
 Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_t count,
-                   double seconds, Pick pick, std::vector<float>* raw = nullptr) {
+                   double seconds, Pick pick, std::vector<float>* raw = nullptr,
+                   int submitters = 1) {
   std::vector<std::vector<float>> lat(qd);
   std::vector<std::vector<uint8_t>> bufs(qd, std::vector<uint8_t>(len));
+  const double cpu_start = cpuSeconds();
   const auto start = SteadyClock::now();
+  auto summarizeAll = [&] {
+    Latencies out = summarize(lat, secondsSince(start), raw);
+    out.cpu_seconds = cpuSeconds() - cpu_start;
+    return out;
+  };
   const auto deadline = start + std::chrono::duration<double>(seconds);
   if (mode == ReadMode::kSync) {
     std::atomic<uint64_t> next{0};
@@ -214,7 +233,7 @@ Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_
       });
     }
     for (auto& t : pool) t.join();
-    return summarize(lat, secondsSince(start), raw);
+    return summarizeAll();
   }
   if (mode == ReadMode::kChained) {
     std::mutex mu;
@@ -237,31 +256,41 @@ Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_
     for (int s = 0; s < qd; ++s) readNext(s);
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return running == 0; });
-    return summarize(lat, secondsSince(start), raw);
+    return summarizeAll();
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int> idle(qd);  // buffers (slots) with no read in flight
-  for (int s = 0; s < qd; ++s) idle[s] = s;
-  for (uint64_t i = 0; i < count && SteadyClock::now() < deadline; ++i) {
-    int s;
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return !idle.empty(); });
-      s = idle.back();
-      idle.pop_back();
+  // kAsync: `submitters` threads, each keeping its share of the qd slots busy.
+  std::atomic<uint64_t> next{0};
+  auto submit = [&](int first_slot, int slots) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int> idle;  // buffers (slots) with no read in flight
+    for (int s = first_slot; s < first_slot + slots; ++s) idle.push_back(s);
+    for (uint64_t i; SteadyClock::now() < deadline && (i = next.fetch_add(1)) < count;) {
+      int s;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return !idle.empty(); });
+        s = idle.back();
+        idle.pop_back();
+      }
+      store.readAsync(blobId(pick(i)), 0, bufs[s], [&, s, t0 = SteadyClock::now()](Status st) {
+        if (!st) die(st);
+        lat[s].push_back(static_cast<float>(secondsSince(t0) * 1e6));
+        std::lock_guard lock(mu);
+        idle.push_back(s);
+        cv.notify_one();
+      });
     }
-    store.readAsync(blobId(pick(i)), 0, bufs[s], [&, s, t0 = SteadyClock::now()](Status st) {
-      if (!st) die(st);
-      lat[s].push_back(static_cast<float>(secondsSince(t0) * 1e6));
-      std::lock_guard lock(mu);
-      idle.push_back(s);
-      cv.notify_one();
-    });
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return idle.size() == static_cast<size_t>(slots); });
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < submitters; ++t) {
+    threads.emplace_back(submit, qd * t / submitters, qd * (t + 1) / submitters - qd * t / submitters);
   }
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return idle.size() == static_cast<size_t>(qd); });
-  return summarize(lat, secondsSince(start), raw);
+  submit(0, qd / submitters);
+  for (auto& t : threads) t.join();
+  return summarizeAll();
 }
 
 // A random-looking, repeatable blob number in [first, first + count) for read i.
@@ -469,15 +498,17 @@ int main(int argc, char** argv) {
   double ssec = parallelFor(args.qd, args.small_blobs, [&](uint64_t i) {
     return store.put(descriptor(first_small + i), small);
   });
-  auto randomReads = [&](ReadMode mode, double seconds, std::vector<float>* raw = nullptr) {
+  auto randomReads = [&](ReadMode mode, double seconds, std::vector<float>* raw = nullptr,
+                         int submitters = 1) {
     return runReads(
         store, mode, args.qd, 4096, UINT64_MAX, seconds,
-        [&](uint64_t i) { return scattered(i, first_small, args.small_blobs); }, raw);
+        [&](uint64_t i) { return scattered(i, first_small, args.small_blobs); }, raw,
+        submitters);
   };
   const int rand_seconds = std::max(1, static_cast<int>(args.seconds / rounds + 0.5));
   std::vector<float> quiet_all;
   std::vector<double> fio_p99s;
-  double quiet_seconds_all = 0;
+  double quiet_seconds_all = 0, quiet_cpu_all = 0;
   for (int r = 0; r < rounds; ++r) {
     auto [lo, hi] = roundSlice(r, big);
     inOrder(
@@ -485,6 +516,7 @@ int main(int argc, char** argv) {
         [&] {
           Latencies got = randomReads(ReadMode::kAsync, rand_seconds, &quiet_all);
           quiet_seconds_all += got.seconds;
+          quiet_cpu_all += got.cpu_seconds;
           rand[r].mine = double(got.ops) / got.seconds;
         },
         [&] {
@@ -497,7 +529,13 @@ int main(int argc, char** argv) {
         });
   }
   Latencies quiet = percentiles(quiet_all, quiet_seconds_all);
+  quiet.cpu_seconds = quiet_cpu_all;
   Latencies quiet_sync = randomReads(ReadMode::kSync, args.seconds);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::optional<Latencies> quiet_per_core;
+  if (cores > 1 && args.qd >= cores) {
+    quiet_per_core = randomReads(ReadMode::kAsync, args.seconds, nullptr, cores);
+  }
   std::optional<Latencies> quiet_chained;
   if (args.engine == "io_uring") quiet_chained = randomReads(ReadMode::kChained, args.seconds);
 
@@ -610,10 +648,20 @@ int main(int argc, char** argv) {
   roundsRow("rand read 4 KiB (IOPS)", rand, "IOPS", 0.7);
   row("  sync reads, for comparison", double(quiet_sync.ops) / quiet_sync.seconds,
       medianFio(rand), "IOPS", 0.7);
+  if (quiet_per_core) {
+    row(fmt::format("  async from {} threads", cores).c_str(),
+        double(quiet_per_core->ops) / quiet_per_core->seconds, medianFio(rand), "IOPS", 0.7);
+  }
   if (quiet_chained) {
     row("  chained from completions", double(quiet_chained->ops) / quiet_chained->seconds,
         medianFio(rand), "IOPS", 0.7);
   }
+  auto cpuPerRead = [](const Latencies& l) { return l.cpu_seconds / std::max<double>(1, l.ops) * 1e6; };
+  std::string cpu_line = fmt::format("async {:.1f}, sync {:.1f}", cpuPerRead(quiet), cpuPerRead(quiet_sync));
+  if (quiet_per_core) cpu_line += fmt::format(", async from {} threads {:.1f}", cores, cpuPerRead(*quiet_per_core));
+  if (quiet_chained) cpu_line += fmt::format(", chained {:.1f}", cpuPerRead(*quiet_chained));
+  std::printf("  %-28s %s (us of the process's CPU, all threads, user and system)\n",
+              "rand read CPU per read", cpu_line.c_str());
   std::printf("  %-28s p50 %.0f us, p99 %.0f us; sync p50 %.0f us, p99 %.0f us (fio p99 %.0f "
               "us)\n",
               "rand read latency", quiet.p50_us, quiet.p99_us, quiet_sync.p50_us,
