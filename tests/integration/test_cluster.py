@@ -224,6 +224,17 @@ def test_gateways_are_stateless_either_serves_every_object(cluster):
     s3b.delete_object(Bucket="stateless", Key="small")
     with pytest.raises(s3a.exceptions.NoSuchKey):
         s3a.get_object(Bucket="stateless", Key="small")
+    # DeleteObjects through the remote index: a key that never existed counts as deleted,
+    # as in AWS S3.
+    gone = ["empty", "one-stripe", "never-written"]
+    answer = s3a.delete_objects(Bucket="stateless",
+                                Delete={"Objects": [{"Key": k} for k in gone]})
+    assert sorted(d["Key"] for d in answer["Deleted"]) == sorted(gone)
+    assert not answer.get("Errors")
+    listed = [o["Key"] for o in s3b.list_objects_v2(Bucket="stateless")["Contents"]]
+    assert listed == ["mp.bin", "multi-stripe"]
+    with pytest.raises(s3b.exceptions.NoSuchKey):
+        s3b.get_object(Bucket="stateless", Key="one-stripe")
 
 
 class Load:
