@@ -10,7 +10,8 @@
 //    which only the completion thread reads.
 //    The ring has 1 MiB of registered buffers, lent in 16 KiB slots (registeredBuffer) for
 //    small reads: their I/O is READ_FIXED/WRITE_FIXED, with no page pinning per request.
-// Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c).
+// Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c),
+// and in the shared ring -ECANCELED too (a submitting thread that exits; see advance()).
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
@@ -46,8 +47,13 @@ namespace {
 
 constexpr unsigned kRingDepth = 64;
 // The shared ring: at most this many operations in the kernel at once (more wait in a
-// queue of our own), so neither the SQ nor the CQ (twice as deep) can overflow.
+// queue of our own). Its SQ has twice as many entries: the kernel moves the SQ head only
+// at the end of a batch, and an operation of that batch may complete (on an io-wq worker,
+// or inline) and be reaped before then, freeing its place in kAsyncDepth but not yet its
+// SQE; so the SQ holds at most one batch's taken entries plus kAsyncDepth new ones. The
+// CQ (twice the SQ) holds at most one CQE per operation.
 constexpr unsigned kAsyncDepth = 256;
+constexpr unsigned kAsyncSqEntries = 2 * kAsyncDepth;
 
 // Registered buffers of the shared ring: kSlots slots of kSlotBytes, enough for a small
 // blob read (header and payload in one I/O). Registered memory counts against
@@ -121,6 +127,7 @@ class AsyncRing final : public IoBufferPool {
     uint64_t offset;
     size_t done_bytes;
     IoDone done;
+    unsigned cancels = 0;  // times the kernel cancelled it (see advance)
   };
 
   // Null (with a warning) where the ring or its eventfd cannot be set up: asynchronous
@@ -199,13 +206,17 @@ class AsyncRing final : public IoBufferPool {
   Status init() {
     efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (efd_ < 0) return Status::fromErrno(errno, "eventfd");
-    int rc = io_uring_queue_init(kAsyncDepth, &ring_, 0);
+    int rc = io_uring_queue_init(kAsyncSqEntries, &ring_, 0);
     if (rc != 0) return Status::fromErrno(-rc, "io_uring_queue_init");
     ring_ok_ = true;
     rc = io_uring_register_eventfd(&ring_, efd_);
     if (rc != 0) return Status::fromErrno(-rc, "io_uring_register_eventfd");
     event_.emplace(ctx_, efd_);
     registerBuffers();
+    // A turn's completions, one per operation in flight: no allocation on the completion
+    // thread unless more complete while it drains the CQ.
+    finished_.reserve(kAsyncDepth);
+    retry_.reserve(kAsyncDepth);
     return Status::ok();
   }
 
@@ -228,9 +239,16 @@ class AsyncRing final : public IoBufferPool {
     return arena_ != nullptr && buf >= arena_ && buf < arena_ + kSlots * kSlotBytes;
   }
 
-  // Caller holds mu_. Prepares the SQE for the rest of `op` (there is room: see kAsyncDepth).
+  // Caller holds mu_. Prepares the SQE for the rest of `op` (there is room: see
+  // kAsyncSqEntries). io_uring_get_sqe reads the kernel's SQ head without acquire order
+  // (liburing 2.3, no SQPOLL): enough on x86-64, whose loads are not reordered with
+  // later stores.
   void queue(Op* op) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {  // the bound above is broken: a bug, not a condition to handle
+      log::error("io_uring shared ring: no free SQE with {} operations in flight", inflight_);
+      std::abort();
+    }
     switch (op->kind) {
       case kRead:
         if (registered(op->buf)) {
@@ -277,7 +295,7 @@ class AsyncRing final : public IoBufferPool {
   void enter() {
     int rc;
     do {
-      rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncDepth, 0, 0, nullptr);
+      rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncSqEntries, 0, 0, nullptr);
     } while (rc == -EINTR);
     if (rc < 0) {
       log::warn("io_uring_enter: {}; retrying", std::strerror(-rc));
@@ -305,7 +323,7 @@ class AsyncRing final : public IoBufferPool {
     uint64_t count;
     (void)!::read(efd_, &count, sizeof count);  // clears the signal; the CQ tells the rest
     std::vector<std::pair<IoDone, Status>> finished;
-    finished.swap(finished_);  // reused: no allocation a turn
+    finished.swap(finished_);  // reused, reserved: see init()
     unsigned completed = 0;
     retry_.clear();
     io_uring_cqe* cqe;
@@ -358,6 +376,14 @@ class AsyncRing final : public IoBufferPool {
   // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
   static std::optional<Status> advance(Op& op, int res) {
     if (res == -EAGAIN || res == -EINTR) return std::nullopt;
+    // The kernel cancels the requests waiting on the io-wq workers of a thread that exits:
+    // the thread whose io_uring_enter submitted them, which on a shared ring need not be
+    // the one that asked for the I/O, nor still be around. The engine never cancels a
+    // request itself, and every operation here is positional (a retry rewrites the same
+    // bytes at the same place), so it goes again, to be submitted by a live thread; a
+    // bounded number of times, in case the cancellation has another cause.
+    constexpr unsigned kMaxCancels = 16;
+    if (res == -ECANCELED && ++op.cancels <= kMaxCancels) return std::nullopt;
     const uint64_t at = op.offset + op.done_bytes;
     switch (op.kind) {
       case kSync:
