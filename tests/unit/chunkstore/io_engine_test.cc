@@ -224,7 +224,8 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   CHECK(engine->close(*fd).isOk());
 }
 
-// More than the ring's depth, from threads that exit before their I/O is done:
+// More than the ring's depth, from threads that exit before their I/O is done, and from
+// callbacks that submit more while the backlog is full:
 //  - threads submit outside the engine's lock, so the kernel may still hold one batch's SQ
 //    entries (it moves the SQ head at the batch's end) while their operations have
 //    completed (fdatasync on an io-wq worker, page-cache I/O inline) and the completion
@@ -241,6 +242,7 @@ TEST_CASE("io_uring asynchronous I/O: more than the ring's depth of mixed work f
   constexpr size_t kBlock = 4096;
   auto data = randomBytes(kThreads * kEach * kBlock, 13);
   std::vector<std::vector<uint8_t>> out(kThreads * kEach, std::vector<uint8_t>(kBlock));
+  std::vector<std::vector<uint8_t>> again(kThreads * kEach, std::vector<uint8_t>(kBlock));
   for (bool reading : {false, true}) {
     Completions ops;
     std::atomic<int> submitted{0};
@@ -249,7 +251,15 @@ TEST_CASE("io_uring asynchronous I/O: more than the ring's depth of mixed work f
       submitters.emplace_back([&, t] {
         for (int b = t; b < kThreads * kEach; b += kThreads) {
           if (reading) {
-            engine->readAsync(*fd, out[b], b * kBlock, ops.callback());
+            IoDone done = ops.callback();
+            if (b % 3 == 0) {  // a callback that submits more, with the backlog full
+              ++submitted;
+              done = [&, b, then = std::move(done)](Status st) mutable {
+                engine->readAsync(*fd, again[b], b * kBlock, ops.callback());
+                then(std::move(st));
+              };
+            }
+            engine->readAsync(*fd, out[b], b * kBlock, std::move(done));
           } else {
             engine->writeAsync(*fd, {data.data() + b * kBlock, kBlock}, b * kBlock,
                                ops.callback());
@@ -269,6 +279,7 @@ TEST_CASE("io_uring asynchronous I/O: more than the ring's depth of mixed work f
   }
   for (int b = 0; b < kThreads * kEach; ++b) {
     REQUIRE(std::equal(out[b].begin(), out[b].end(), data.begin() + b * kBlock));
+    if (b % 3 == 0) REQUIRE(std::equal(again[b].begin(), again[b].end(), data.begin() + b * kBlock));
   }
   CHECK(engine->close(*fd).isOk());
 }
