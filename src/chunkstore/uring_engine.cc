@@ -11,7 +11,8 @@
 //    The ring has 1 MiB of registered buffers, lent in 16 KiB slots (registeredBuffer) for
 //    small reads: their I/O is READ_FIXED/WRITE_FIXED, with no page pinning per request.
 // Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c),
-// and in the shared ring -ECANCELED too (a submitting thread that exits; see advance()).
+// and in the shared ring -ECANCELED and -EFAULT too (a submitting thread that exits; see
+// advance()).
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
@@ -127,7 +128,7 @@ class AsyncRing final : public IoBufferPool {
     uint64_t offset;
     size_t done_bytes;
     IoDone done;
-    unsigned cancels = 0;  // times the kernel cancelled it (see advance)
+    unsigned orphaned = 0;  // times its submitting thread's exit failed it (see advance)
   };
 
   // Null (with a warning) where the ring or its eventfd cannot be set up: asynchronous
@@ -376,14 +377,18 @@ class AsyncRing final : public IoBufferPool {
   // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
   static std::optional<Status> advance(Op& op, int res) {
     if (res == -EAGAIN || res == -EINTR) return std::nullopt;
-    // The kernel cancels the requests waiting on the io-wq workers of a thread that exits:
-    // the thread whose io_uring_enter submitted them, which on a shared ring need not be
-    // the one that asked for the I/O, nor still be around. The engine never cancels a
-    // request itself, and every operation here is positional (a retry rewrites the same
-    // bytes at the same place), so it goes again, to be submitted by a live thread; a
-    // bounded number of times, in case the cancellation has another cause.
-    constexpr unsigned kMaxCancels = 16;
-    if (res == -ECANCELED && ++op.cancels <= kMaxCancels) return std::nullopt;
+    // A request belongs to the thread whose io_uring_enter submitted it, which on a shared
+    // ring need not be the one that asked for the I/O, nor still be around. When it exits,
+    // the kernel cancels its requests waiting on io-wq workers (-ECANCELED), and fails a
+    // buffered read that waited for its page (-EFAULT: the task work that would resume it
+    // finds the thread gone). The engine never cancels a request, its buffers are the
+    // callers' (valid), and every operation is positional (a retry rewrites or rereads the
+    // same bytes at the same place): such a request goes again, to be submitted by a live
+    // thread; a bounded number of times, in case the error has another cause.
+    constexpr unsigned kMaxOrphaned = 16;
+    if ((res == -ECANCELED || res == -EFAULT) && ++op.orphaned <= kMaxOrphaned) {
+      return std::nullopt;
+    }
     const uint64_t at = op.offset + op.done_bytes;
     switch (op.kind) {
       case kSync:
