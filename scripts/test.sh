@@ -14,8 +14,10 @@ bash scripts/install-deps.sh
 echo "== build (Release)"
 bash scripts/build.sh
 
+# A test that hangs fails after 600 s instead of holding CI until its limit (the slowest,
+# under ASan, takes ~110 s).
 echo "== unit tests (Release)"
-ctest --test-dir build --output-on-failure -j"$JOBS"
+ctest --test-dir build --output-on-failure --timeout 600 -j"$JOBS"
 
 if [[ "${GRANARY_SKIP_SANITIZERS:-0}" != 1 ]]; then
   echo "== unit tests (ASan + UBSan)"
@@ -23,7 +25,7 @@ if [[ "${GRANARY_SKIP_SANITIZERS:-0}" != 1 ]]; then
     -DGRANARY_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan -j"$JOBS"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+    ctest --test-dir build-asan --output-on-failure --timeout 600 -j"$JOBS"
 else
   echo "== unit tests (ASan + UBSan): SKIPPED because GRANARY_SKIP_SANITIZERS=1"
 fi
