@@ -191,8 +191,9 @@ class AsyncRing final : public IoBufferPool {
       }
       ++inflight_;
       queue(owned.release());
-      // Callbacks run on the completion thread; what they submit goes to the kernel in one
-      // batch when the thread has handled every completion it found.
+      // Callbacks run on the completion thread; what they submit goes to the kernel when
+      // the thread has handled every completion it found, in one batch (or earlier, with
+      // another thread's submission).
       if (t_reaping == this) return;
       publish();
       entering_.fetch_add(1, std::memory_order_relaxed);
