@@ -242,11 +242,13 @@ class AsyncRing final : public IoBufferPool {
   }
 
   // Caller holds mu_. Prepares the SQE for the rest of `op` (there is room: see
-  // kAsyncSqEntries). io_uring_get_sqe reads the kernel's SQ head without acquire order
-  // (liburing 2.3, no SQPOLL): enough on x86-64, whose loads are not reordered with
-  // later stores.
+  // kAsyncSqEntries).
   void queue(Op* op) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    // io_uring_get_sqe reads the kernel's SQ head without acquire order (liburing 2.3, no
+    // SQPOLL: it assumes the submitting thread moved it), but here another thread's enter
+    // may have: the fence keeps our writes to the SQE after the kernel's reads of it.
+    std::atomic_thread_fence(std::memory_order_acquire);
     if (sqe == nullptr) {  // the bound above is broken: a bug, not a condition to handle
       log::error("io_uring shared ring: no free SQE with {} operations in flight", inflight_);
       std::abort();
