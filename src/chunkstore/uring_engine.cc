@@ -326,17 +326,14 @@ class AsyncRing final : public IoBufferPool {
   void reap() {
     uint64_t count;
     (void)!::read(efd_, &count, sizeof count);  // clears the signal; the CQ tells the rest
-    std::vector<std::pair<IoDone, Status>> finished;
-    finished.swap(finished_);  // reused, reserved: see init()
     unsigned completed = 0;
-    retry_.clear();
     io_uring_cqe* cqe;
     while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
       auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
       const int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       if (std::optional<Status> st = advance(*op, res)) {
-        finished.emplace_back(std::move(op->done), std::move(*st));
+        finished_.emplace_back(std::move(op->done), std::move(*st));
         delete op;
         ++completed;
       } else {
@@ -347,6 +344,7 @@ class AsyncRing final : public IoBufferPool {
       std::lock_guard lock(mu_);
       running_callbacks_ = true;  // until they ran: what they submit is not lost to ~AsyncRing
       for (Op* op : retry_) queue(op);
+      retry_.clear();
       for (; completed > 0 && !backlog_.empty(); --completed) {
         queue(new Op(std::move(backlog_.front())));
         backlog_.pop_front();
@@ -354,7 +352,7 @@ class AsyncRing final : public IoBufferPool {
       inflight_ -= completed;
     }
     t_reaping = this;
-    for (auto& [done, st] : finished) {
+    for (auto& [done, st] : finished_) {
       // A throwing callback must not take the completion thread (and every later I/O) down.
       try {
         done(std::move(st));
@@ -363,8 +361,7 @@ class AsyncRing final : public IoBufferPool {
       }
     }
     t_reaping = nullptr;
-    finished.clear();
-    finished_.swap(finished);
+    finished_.clear();
     unsigned unsubmitted;
     {
       std::lock_guard lock(mu_);
@@ -434,7 +431,8 @@ class AsyncRing final : public IoBufferPool {
   bool running_callbacks_ = false;
   std::atomic<int> entering_{0};  // submitters between publish() and the end of enter()
   std::condition_variable idle_cv_;
-  // The completion thread's, kept between turns.
+  // The completion thread's alone (reap() is not re-entered: callbacks only submit), kept
+  // between turns so that a turn allocates nothing (reserved in init()).
   std::vector<std::pair<IoDone, Status>> finished_;
   std::vector<Op*> retry_;
 };
