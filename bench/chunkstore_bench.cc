@@ -258,9 +258,12 @@ Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_
     cv.wait(lock, [&] { return running == 0; });
     return summarizeAll();
   }
-  // kAsync: `submitters` threads, each keeping its share of the qd slots busy.
+  // kAsync: `submitters` threads, each keeping its share of the qd slots busy: submitter t
+  // has slots [qd * t / submitters, qd * (t + 1) / submitters).
   std::atomic<uint64_t> next{0};
-  auto submit = [&](int first_slot, int slots) {
+  auto submit = [&](int t) {
+    const int first_slot = qd * t / submitters;
+    const int slots = qd * (t + 1) / submitters - first_slot;
     std::mutex mu;
     std::condition_variable cv;
     std::vector<int> idle;  // buffers (slots) with no read in flight
@@ -285,10 +288,8 @@ Latencies runReads(ChunkStore& store, ReadMode mode, int qd, size_t len, uint64_
     cv.wait(lock, [&] { return idle.size() == static_cast<size_t>(slots); });
   };
   std::vector<std::thread> threads;
-  for (int t = 1; t < submitters; ++t) {
-    threads.emplace_back(submit, qd * t / submitters, qd * (t + 1) / submitters - qd * t / submitters);
-  }
-  submit(0, qd / submitters);
+  for (int t = 1; t < submitters; ++t) threads.emplace_back(submit, t);
+  submit(0);  // the first share on this thread
   for (auto& t : threads) t.join();
   return summarizeAll();
 }
@@ -656,9 +657,14 @@ int main(int argc, char** argv) {
     row("  chained from completions", double(quiet_chained->ops) / quiet_chained->seconds,
         medianFio(rand), "IOPS", 0.7);
   }
-  auto cpuPerRead = [](const Latencies& l) { return l.cpu_seconds / std::max<double>(1, l.ops) * 1e6; };
-  std::string cpu_line = fmt::format("async {:.1f}, sync {:.1f}", cpuPerRead(quiet), cpuPerRead(quiet_sync));
-  if (quiet_per_core) cpu_line += fmt::format(", async from {} threads {:.1f}", cores, cpuPerRead(*quiet_per_core));
+  auto cpuPerRead = [](const Latencies& l) {
+    return l.cpu_seconds / std::max<double>(1, static_cast<double>(l.ops)) * 1e6;
+  };
+  std::string cpu_line =
+      fmt::format("async {:.1f}, sync {:.1f}", cpuPerRead(quiet), cpuPerRead(quiet_sync));
+  if (quiet_per_core) {
+    cpu_line += fmt::format(", async from {} threads {:.1f}", cores, cpuPerRead(*quiet_per_core));
+  }
   if (quiet_chained) cpu_line += fmt::format(", chained {:.1f}", cpuPerRead(*quiet_chained));
   std::printf("  %-28s %s (us of the process's CPU, all threads, user and system)\n",
               "rand read CPU per read", cpu_line.c_str());
