@@ -24,23 +24,30 @@ struct Observed {
   std::vector<std::thread::id> ran_on;
 };
 
-// Spawns `n` tasks; task i fails with `failures[i]` when that entry is not ok.
-Task<Observed> spawnAndWait(WorkerPool& pool, int n, std::vector<Status>& failures,
-                            std::atomic<int>& finished) {
+// Starts `n` tasks with start(group, i, ran_on[i]) and waits for them all.
+template <typename Start>
+Task<Observed> startAndWait(WorkerPool& pool, int n, Start start) {
   Observed obs;
   obs.ran_on.resize(n);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(pool, ex);
-  for (int i = 0; i < n; ++i) {
-    group.spawn([i, &obs, &failures, &finished] {
-      obs.ran_on[i] = std::this_thread::get_id();
-      finished.fetch_add(1);
-      return i < static_cast<int>(failures.size()) ? failures[i] : Status::ok();
-    });
-  }
+  for (int i = 0; i < n; ++i) start(group, i, obs.ran_on[i]);
   obs.status = co_await group.wait();
   obs.resumed_on = std::this_thread::get_id();
   co_return obs;
+}
+
+// Spawns `n` tasks; task i fails with `failures[i]` when that entry is not ok.
+Task<Observed> spawnAndWait(WorkerPool& pool, int n, std::vector<Status>& failures,
+                            std::atomic<int>& finished) {
+  return startAndWait(pool, n, [&failures, &finished](TaskGroup& group, int i,
+                                                       std::thread::id& ran_on) {
+    group.spawn([i, &ran_on, &failures, &finished] {
+      ran_on = std::this_thread::get_id();
+      finished.fetch_add(1);
+      return i < static_cast<int>(failures.size()) ? failures[i] : Status::ok();
+    });
+  });
 }
 
 TEST_CASE("TaskGroup runs tasks on the pool and resumes the waiter on its executor thread") {
@@ -185,21 +192,14 @@ TEST_CASE("Many concurrent coroutines offloading to a small pool all get their o
 
 // Tasks that start on the waiter's own thread and end on others (an index committer).
 Task<Observed> startHereAndWait(WorkerPool& pool, int n, std::vector<std::thread>& enders) {
-  Observed obs;
-  obs.ran_on.resize(n);
-  asio::any_io_executor ex = co_await asio::this_coro::executor;
-  TaskGroup group(pool, ex);
-  for (int i = 0; i < n; ++i) {
-    group.startHere([i, &obs, &enders](TaskGroup::Done done) {
-      obs.ran_on[i] = std::this_thread::get_id();
+  return startAndWait(pool, n, [&enders](TaskGroup& group, int i, std::thread::id& ran_on) {
+    group.startHere([i, &ran_on, &enders](TaskGroup::Done done) {
+      ran_on = std::this_thread::get_id();
       enders.emplace_back([i, done = std::move(done)]() mutable {
         done(i == 2 ? Status::ioError("third") : Status::ok());
       });
     });
-  }
-  obs.status = co_await group.wait();
-  obs.resumed_on = std::this_thread::get_id();
-  co_return obs;
+  });
 }
 
 TEST_CASE("TaskGroup::startHere starts on the calling thread; the waiter resumes when all end") {

@@ -239,7 +239,8 @@ struct AsyncAnswers {
 
 }  // namespace
 
-TEST_CASE("Asynchronous puts and deletes from one thread share synced batches and survive reopening") {
+TEST_CASE("Asynchronous puts and deletes from one thread share synced batches and survive "
+          "reopening") {
   // Before the fixture: an index that is torn down with answers owed (a failed wait)
   // still gives them to a live collector.
   AsyncAnswers got;
