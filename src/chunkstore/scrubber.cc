@@ -20,8 +20,11 @@ Scrubber::Scrubber(ChunkStore& store, std::string name, ScrubOptions options,
       name_(std::move(name)),
       options_(options),
       on_corrupt_(std::move(on_corrupt)),
-      limiter_(options.rate_bytes_per_second,
-               std::max<uint64_t>(options.piece_bytes, options.rate_bytes_per_second / 10)) {}
+      // Saves up at most two pieces: the scrub reads one piece at a time, evenly paced,
+      // never a run of back-to-back pieces (a start-up burst of a tenth of a second's
+      // worth, 20 pieces at 50 MB/s, took a client read's p99 from 1.1x to 1.4x the quiet
+      // one's in 0.5 s windows); the second piece makes up a late wake-up.
+      limiter_(options.rate_bytes_per_second, 2 * std::max<uint64_t>(options.piece_bytes, 4096)) {}
 
 Scrubber::~Scrubber() { stop(); }
 

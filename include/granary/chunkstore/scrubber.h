@@ -27,7 +27,7 @@ namespace granary::chunkstore {
 
 struct ScrubOptions {
   uint64_t rate_bytes_per_second = 50ull << 20;  // 0 = unlimited
-  uint64_t piece_bytes = 256 << 10;              // largest single scrub read
+  uint64_t piece_bytes = 64 << 10;               // largest single scrub read
   std::chrono::milliseconds pass_interval{std::chrono::hours(24)};
 };
 
