@@ -7,8 +7,9 @@
 //               per N writes, N = the store's measured puts per group commit
 //   seq-read    1 MiB blob reads (CRC-verified) vs fio 1 MiB reads, iodepth --qd
 //   rand-read   4 KiB blob reads of random blobs vs fio 4 KiB random reads, iodepth --qd
-//   scrub       rand-read in alternating windows, quiet and with the scrubber running at
-//               --scrub-rate-mib: the p99 ratio and the scrubber's achieved rate
+//   scrub       rand-read in alternating 0.5 s windows, quiet and with the scrubber running
+//               at --scrub-rate-mib: the p99 ratio, the scrubber's achieved rate, and a
+//               quiet-against-quiet control ratio
 //   pre-zero    durable 4 KiB puts into a fresh extent (a hole) and into a pre-zeroed
 //               spare, on two more drives of the disk, alternated in 5 rounds
 // The main drive pre-zeroes its spares at --spare-zero-rate-mib, as `granary serve` does.
@@ -542,19 +543,20 @@ int main(int argc, char** argv) {
 
   // 4. Random reads in alternating windows, quiet and with the scrubber running, so that
   // the disk's own drift (this virtio disk's p99 moves by tens of percent from one second
-  // to the next) falls on both sides alike: many short windows, 2 x --seconds in all. With
-  // four pairs of 2.5 s windows, the same binary measured 0.75x to 2.53x; a quiet-against-
-  // quiet control, 0.79x to 1.21x. Each window starts a fresh scrubber.
+  // to the next) falls on both sides alike: many short windows. With four pairs of 2.5 s
+  // windows, the same binary measured 0.75x to 2.53x. Each scrubbed window starts a fresh
+  // scrubber and is followed by a second quiet window: the ratio of the second quiet
+  // windows' p99 to the first's is the run's control, the spread that drift alone gives.
   constexpr double kWindow = 0.5;
   const int windows = std::max(4, static_cast<int>(args.seconds / kWindow + 0.5));
   ScrubOptions so;
   so.rate_bytes_per_second = args.scrub_rate_mib << 20;
   so.piece_bytes = args.scrub_piece_kib << 10;
   so.pass_interval = std::chrono::milliseconds(0);
-  std::vector<float> quiet_raw, scrub_raw;
+  std::vector<float> quiet_raw, scrub_raw, control_raw;
   std::vector<double> quiet_p99s, scrub_p99s;
   uint64_t scrub_bytes = 0;
-  double quiet_seconds = 0, scrub_seconds = 0;
+  double quiet_seconds = 0, scrub_seconds = 0, control_seconds = 0;
   for (int w = 0; w < windows; ++w) {
     Latencies q = randomReads(ReadMode::kAsync, kWindow, &quiet_raw);
     Scrubber scrubber(store, "bench", so);
@@ -562,13 +564,16 @@ int main(int argc, char** argv) {
     Latencies s = randomReads(ReadMode::kAsync, kWindow, &scrub_raw);
     scrubber.stop();
     scrub_bytes += scrubber.stats().bytes;
+    Latencies c = randomReads(ReadMode::kAsync, kWindow, &control_raw);
     quiet_seconds += q.seconds;
     scrub_seconds += s.seconds;
+    control_seconds += c.seconds;
     quiet_p99s.push_back(q.p99_us);
     scrub_p99s.push_back(s.p99_us);
   }
   Latencies alternated_quiet = percentiles(quiet_raw, quiet_seconds);
   Latencies scrubbed = percentiles(scrub_raw, scrub_seconds);
+  Latencies control = percentiles(control_raw, control_seconds);
   const double scrub_mibs = double(scrub_bytes) / double(1 << 20) / scrub_seconds;
 
   // 5. Durable 4 KiB puts into a fresh extent (a hole: each group commit's fdatasync also
@@ -686,6 +691,10 @@ int main(int argc, char** argv) {
   std::printf("  %-28s quiet %s, scrubbed %s us (%d pairs of %.1f s windows)\n",
               "  p99 of single windows", range(quiet_p99s).c_str(), range(scrub_p99s).c_str(),
               windows, kWindow);
+  std::printf("  %-28s %.2fx (p99 %.0f us of the quiet windows after the scrubbed ones, "
+              "against those before: what drift alone gives)\n",
+              "  control", control.p99_us / std::max(1.0, alternated_quiet.p99_us),
+              control.p99_us);
   roundsRow("4 KiB put into a spare", prezeroed, "puts/s", 0, "hole");
   std::printf("  %-28s the same puts into a fresh extent (a hole), %llu per round\n", "",
               static_cast<unsigned long long>(zero_puts));
