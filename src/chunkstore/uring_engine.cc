@@ -27,6 +27,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -41,10 +42,24 @@
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/log.h"
 #include "posix_engine.h"
+#include "uring_testing.h"
 
 namespace granary::chunkstore {
 
 namespace {
+
+std::atomic<int> g_refused_enters{0};  // testing::refuseSharedRingEnters
+
+// -EAGAIN, taking one of the refusals a test asked for; 0 (almost always) to enter.
+int refusedForTest() {
+  int n = g_refused_enters.load(std::memory_order_relaxed);
+  while (n > 0) {
+    if (g_refused_enters.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+      return -EAGAIN;
+    }
+  }
+  return 0;
+}
 
 constexpr unsigned kRingDepth = 64;
 // The shared ring: at most this many operations in the kernel at once (more wait in a
@@ -141,7 +156,10 @@ class AsyncRing final : public IoBufferPool {
       return nullptr;
     }
     ring->waitForCompletions();
-    ring->thread_ = std::thread([r = ring.get()] { r->ctx_.run(); });
+    ring->thread_ = std::thread([r = ring.get()] {
+      t_completion_thread = r;
+      r->ctx_.run();
+    });
     return ring;
   }
 
@@ -296,16 +314,29 @@ class AsyncRing final : public IoBufferPool {
   // an upper bound); holding mu_ through the system call would stall the completion thread.
   // When the kernel refuses them for now (EAGAIN, EBUSY, ENOMEM) they stay in the ring, and
   // a signal on the eventfd makes the completion thread try again on its next turn.
+  // On the completion thread, a refusal waits 1 ms before that signal, so that one that
+  // lasts does not spin the thread; the warning is logged at most once a second.
   void enter() {
-    int rc;
-    do {
+    int rc = refusedForTest();
+    while (rc == 0) {
       rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncSqEntries, 0, 0, nullptr);
-    } while (rc == -EINTR);
-    if (rc < 0) {
-      log::warn("io_uring_enter: {}; retrying", std::strerror(-rc));
-      const uint64_t one = 1;
-      (void)!::write(efd_, &one, sizeof one);
+      if (rc != -EINTR) break;
+      rc = 0;
     }
+    if (rc >= 0) return;
+    const uint64_t refusals = refusals_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
+    if (now - last >= 1000 &&
+        last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+      log::warn("io_uring_enter: {} ({} refusals so far); retrying", std::strerror(-rc),
+                refusals);
+    }
+    if (t_completion_thread == this) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const uint64_t one = 1;
+    (void)!::write(efd_, &one, sizeof one);
   }
 
   // Caller holds mu_. Nothing in the kernel, queued, or in a callback.
@@ -420,6 +451,10 @@ class AsyncRing final : public IoBufferPool {
   std::thread thread_;
   // Set on the completion thread while it runs callbacks.
   static thread_local const AsyncRing* t_reaping;
+  // Set on the completion thread for its whole life.
+  static thread_local const AsyncRing* t_completion_thread;
+  std::atomic<uint64_t> refusals_{0};            // io_uring_enter calls the kernel refused
+  std::atomic<int64_t> last_refusal_log_ms_{-1000000};  // steady clock, of the last warning
 
   uint8_t* arena_ = nullptr;  // the registered buffers (null: none)
   std::mutex slots_mu_;
@@ -438,6 +473,7 @@ class AsyncRing final : public IoBufferPool {
 };
 
 thread_local const AsyncRing* AsyncRing::t_reaping = nullptr;
+thread_local const AsyncRing* AsyncRing::t_completion_thread = nullptr;
 
 class UringEngine final : public IoEngine {
  public:
@@ -583,6 +619,12 @@ class UringEngine final : public IoEngine {
 };
 
 }  // namespace
+
+void testing::refuseSharedRingEnters(int n) {
+  g_refused_enters.store(n, std::memory_order_relaxed);
+}
+
+int testing::sharedRingRefusalsLeft() { return g_refused_enters.load(std::memory_order_relaxed); }
 
 std::unique_ptr<IoEngine> makeUringEngine() {
   io_uring probe{};

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "test_util.h"
+#include "uring_testing.h"
 
 using namespace granary;
 using namespace granary::chunkstore;
@@ -189,6 +190,21 @@ struct Completions {
   }
 };
 
+// Writes `in` in `block`-sized asynchronous writes at its own offsets, from `threads`
+// threads (block b from thread b % threads), which have all returned when this does.
+void writeBlocksAsync(IoEngine& engine, int fd, AlignedBytes& in, size_t block, int threads,
+                      Completions& writes) {
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < threads; ++t) {
+    submitters.emplace_back([&, t] {
+      for (size_t b = t; b * block < in.size(); b += threads) {
+        engine.writeAsync(fd, {in.data() + b * block, block}, b * block, writes.callback());
+      }
+    });
+  }
+  for (auto& th : submitters) th.join();
+}
+
 }  // namespace
 
 TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the engine's thread") {
@@ -203,15 +219,7 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   auto data = randomBytes(in.size(), 7);
   std::copy(data.begin(), data.end(), in.data());
   Completions writes;
-  std::vector<std::thread> submitters;
-  for (int t = 0; t < 4; ++t) {
-    submitters.emplace_back([&, t] {
-      for (int b = t; b < kBlocks; b += 4) {
-        engine->writeAsync(*fd, {in.data() + b * kBlock, kBlock}, b * kBlock, writes.callback());
-      }
-    });
-  }
-  for (auto& th : submitters) th.join();
+  writeBlocksAsync(*engine, *fd, in, kBlock, 4, writes);
   writes.waitFor(kBlocks);
   CHECK(writes.failed == 0);
   CHECK_FALSE(writes.threads.contains(std::this_thread::get_id()));
@@ -225,6 +233,43 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
     engine->readAsync(*fd, {out.data() + b * kBlock, kBlock}, b * kBlock, reads.callback());
   }
   reads.waitFor(kBlocks);
+  CHECK(reads.failed == 0);
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
+  CHECK(engine->close(*fd).isOk());
+}
+
+// The kernel may refuse a submission for now (io_uring_enter: EAGAIN, EBUSY, ENOMEM); the
+// entries stay in the ring and the completion thread submits them on a later turn.
+TEST_CASE("io_uring asynchronous I/O: submissions the kernel refuses go in later") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  constexpr int kBlocks = 300;  // past the ring's depth: the backlog refills it meanwhile
+  constexpr size_t kBlock = 4096;
+  AlignedBytes in(kBlocks * kBlock);
+  auto data = randomBytes(in.size(), 11);
+  std::copy(data.begin(), data.end(), in.data());
+  AlignedBytes out(in.size());
+  std::memset(out.data(), 0, out.size());
+
+  // Some refusals fall on the submitting threads' calls, the rest on the completion
+  // thread's retries (each of those waits 1 ms).
+  testing::refuseSharedRingEnters(40);
+  Completions writes;
+  writeBlocksAsync(*engine, *fd, in, kBlock, 4, writes);
+  writes.waitFor(kBlocks);
+  CHECK(testing::sharedRingRefusalsLeft() == 0);
+  CHECK(writes.failed == 0);
+  testing::refuseSharedRingEnters(5);
+  REQUIRE(waitAsync([&](IoDone d) { engine->fdatasyncAsync(*fd, std::move(d)); }).isOk());
+  Completions reads;
+  for (int b = 0; b < kBlocks; ++b) {
+    engine->readAsync(*fd, {out.data() + b * kBlock, kBlock}, b * kBlock, reads.callback());
+  }
+  reads.waitFor(kBlocks);
+  CHECK(testing::sharedRingRefusalsLeft() == 0);
+  testing::refuseSharedRingEnters(0);
   CHECK(reads.failed == 0);
   CHECK(std::equal(data.begin(), data.end(), out.data()));
   CHECK(engine->close(*fd).isOk());
