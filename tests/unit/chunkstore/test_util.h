@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -73,10 +76,16 @@ inline std::unique_ptr<IoEngine> makeEngine(const std::string& name) {
 }
 
 // Starts an asynchronous operation with a callback and waits for the status it reports.
+// Aborts after 30 s: a lost callback cannot be unwound from (it would set a promise that is
+// gone, and the engine would wait for the operation forever).
 inline Status waitAsync(const std::function<void(IoDone)>& start) {
   std::promise<Status> result;
   auto future = result.get_future();
   start([&result](Status st) { result.set_value(std::move(st)); });
+  if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    std::fprintf(stderr, "waitAsync: no completion after 30 s\n");
+    std::abort();
+  }
   return future.get();
 }
 
