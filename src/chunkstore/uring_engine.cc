@@ -318,10 +318,10 @@ class AsyncRing final : public IoBufferPool {
   // lasts does not spin the thread; the warning is logged at most once a second.
   void enter() {
     int rc = refusedForTest();
-    while (rc == 0) {
-      rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncSqEntries, 0, 0, nullptr);
-      if (rc != -EINTR) break;
-      rc = 0;
+    if (rc == 0) {
+      do {
+        rc = io_uring_enter(static_cast<unsigned>(ring_.ring_fd), kAsyncSqEntries, 0, 0, nullptr);
+      } while (rc == -EINTR);
     }
     if (rc >= 0) return;
     const uint64_t refusals = refusals_.fetch_add(1, std::memory_order_relaxed) + 1;
