@@ -326,6 +326,8 @@ void addGatewayOptions(po::options_description& opts) {
       "hedge-ms", po::value<int>()->default_value(500),
       "decode a stripe from parity when its data fragments have not all answered after this "
       "many ms (0: never)")(
+      "no-sendfile", "send every GET body through a stripe buffer, never with sendfile from "
+      "the page cache")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addMetricsOptions(opts);
 }
@@ -370,6 +372,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.repair_verify = vm.count("repair-verify") > 0;
   gopts.hedge_after_ms = vm["hedge-ms"].as<int>();
   if (gopts.hedge_after_ms < 0) die("--hedge-ms must be >= 0");
+  gopts.sendfile = vm.count("no-sendfile") == 0;
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
                                   parts.registry, parts.root});

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -61,11 +62,17 @@ class ChunkStoreImpl final : public ChunkStore {
         crcs_(options.crc_cache_bytes),
         commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
                  [this](std::span<PendingCommit* const> b) { indexCommits(b); },
-                 [this](PendingCommit* p) { finishPut(p); }) {}
+                 [this](PendingCommit* p) { finishPut(p); }) {
+    pins_->store = this;
+  }
 
   ~ChunkStoreImpl() override {
     stopZeroer();
     drain();
+    // Pins released later find no store: their deferred punches are left to the next
+    // open's orphan sweep.
+    std::lock_guard lock(pins_->mu);
+    pins_->store = nullptr;
   }
 
   void drain() override {
@@ -119,6 +126,8 @@ class ChunkStoreImpl final : public ChunkStore {
     return readAttempts(id, offset, out, Attempt::kDrive, /*use_crcs=*/false);
   }
   bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
+  std::optional<CachedRange> pinIfCached(const BlobId& id, uint64_t offset,
+                                         uint64_t len) override;
   void readAsync(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
                  IoDone done) override;
   Result<BlobInfo> stat(const BlobId& id) override;
@@ -288,6 +297,27 @@ class ChunkStoreImpl final : public ChunkStore {
   Result<IndexRecord> recheckAfterCorruption(const BlobId& id, const IndexRecord& rec,
                                              uint64_t offset, size_t len, Status corruption);
   void punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len);
+  // readIfCached() of a blob whose entry is `rec`.
+  bool readCached(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                  std::span<uint8_t> out);
+
+  // The blobs pinIfCached() pinned, each with its count of pins and, once remove()
+  // deleted its index entry meanwhile, the range to punch when the last pin goes. Shared
+  // with the pins, which may outlive the store.
+  struct PinTable {
+    struct Entry {
+      uint32_t count = 0;
+      std::optional<IndexRecord> punch;
+    };
+    std::mutex mu;
+    std::map<EncodedId, Entry> entries;
+    ChunkStoreImpl* store = nullptr;  // null once the store is gone
+  };
+  // A pin on `id`, taken before its index entry is looked up: a remove() that deletes the
+  // entry after that sees the pin and defers its punch.
+  std::shared_ptr<void> pinBlob(const BlobId& id);
+  // remove()'s punch, now or, while `id` is pinned, when its last pin goes.
+  void punchUnlessPinned(const BlobId& id, const IndexRecord& rec);
   // The two stages of the group commit (group_commit.h).
   void syncCommits(std::span<PendingCommit* const> batch);
   void indexCommits(std::span<PendingCommit* const> batch);
@@ -340,6 +370,8 @@ class ChunkStoreImpl final : public ChunkStore {
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
   std::set<EncodedId> busy_;
+
+  const std::shared_ptr<PinTable> pins_ = std::make_shared<PinTable>();
 
   // Asynchronous reads and puts in flight: the destructor waits for them.
   std::mutex async_mu_;
@@ -681,9 +713,14 @@ Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
 bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) {
   if (!options_.cached_reads || out.empty()) return false;
   auto rec = index_->get(id, /*memory_only=*/true);
-  if (!rec || !checkRange(id, *rec, offset, out.size())) return false;
-  if (!extents_.cachedFdIfOpen(rec->extent)) return false;  // opening it may wait
-  auto plan = planRead(id, *rec, offset, out, false, true, true);
+  return rec && readCached(id, *rec, offset, out);
+}
+
+bool ChunkStoreImpl::readCached(const BlobId& id, const IndexRecord& rec, uint64_t offset,
+                                std::span<uint8_t> out) {
+  if (!checkRange(id, rec, offset, out.size())) return false;
+  if (!extents_.cachedFdIfOpen(rec.extent)) return false;  // opening it may wait
+  auto plan = planRead(id, rec, offset, out, false, true, true);
   if (!plan) return false;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
@@ -691,6 +728,61 @@ bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<u
   }
   // A corrupt copy is left to read(), which asks the drive and reports.
   return verifyRead(*plan).isOk();
+}
+
+std::optional<CachedRange> ChunkStoreImpl::pinIfCached(const BlobId& id, uint64_t offset,
+                                                       uint64_t len) {
+  if (!options_.cached_reads || len == 0) return std::nullopt;
+  std::shared_ptr<void> pin = pinBlob(id);
+  auto rec = index_->get(id, /*memory_only=*/true);
+  if (!rec || !checkRange(id, *rec, offset, len)) return std::nullopt;
+  auto fd = extents_.cachedFdIfOpen(rec->extent);
+  if (!fd) return std::nullopt;
+  const uint64_t bs = rec->block_size;
+  // Verified whole blocks at a time, in pieces small enough to stay in the CPU's cache:
+  // the bytes are read again from the page cache by sendfile, never from this buffer.
+  constexpr uint64_t kPiece = 128 << 10;
+  const uint64_t piece = std::max<uint64_t>(bs, kPiece / bs * bs);
+  AlignedBuffer scratch(piece, AlignedBuffer::Fill::kUninitialized);
+  if (!scratch.valid()) return std::nullopt;
+  const uint64_t end = std::min(alignUp(offset + len, bs), rec->payload_len);
+  for (uint64_t at = alignDown(offset, bs); at < end; at += piece) {
+    if (!readCached(id, *rec, at, scratch.span().first(std::min(piece, end - at)))) {
+      return std::nullopt;
+    }
+  }
+  return CachedRange{*fd, rec->offset + rec->header_region_len + offset, len, std::move(pin)};
+}
+
+std::shared_ptr<void> ChunkStoreImpl::pinBlob(const BlobId& id) {
+  const EncodedId key = id.encode();
+  {
+    std::lock_guard lock(pins_->mu);
+    ++pins_->entries[key].count;
+  }
+  return std::shared_ptr<void>(nullptr, [pins = pins_, key](void*) {
+    std::lock_guard lock(pins->mu);
+    auto it = pins->entries.find(key);
+    if (--it->second.count > 0) return;
+    // Under the lock, so that the store cannot go meanwhile; rare (a remove() during a
+    // send), and a punch is one fallocate.
+    if (it->second.punch && pins->store) {
+      const IndexRecord& r = *it->second.punch;
+      pins->store->punchBestEffort(r.extent, r.offset, r.diskLen());
+    }
+    pins->entries.erase(it);
+  });
+}
+
+void ChunkStoreImpl::punchUnlessPinned(const BlobId& id, const IndexRecord& rec) {
+  {
+    std::lock_guard lock(pins_->mu);
+    if (auto it = pins_->entries.find(id.encode()); it != pins_->entries.end()) {
+      it->second.punch = rec;
+      return;
+    }
+  }
+  punchBestEffort(rec.extent, rec.offset, rec.diskLen());
 }
 
 void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {
@@ -1023,7 +1115,7 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   payload_bytes_ -= rec->payload_len;
   disk_bytes_ -= rec->diskLen();
   if (crashAt("remove.after_index")) return crashed("remove.after_index");
-  punchBestEffort(rec->extent, rec->offset, rec->diskLen());
+  punchUnlessPinned(id, *rec);
   return Status::ok();
 }
 

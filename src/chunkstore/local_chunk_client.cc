@@ -42,6 +42,14 @@ bool LocalChunkClient::readIfCached(std::string_view drive, const BlobId& id, ui
   return store && (*store)->readIfCached(id, offset, out);
 }
 
+std::optional<CachedRange> LocalChunkClient::pinIfCached(std::string_view drive,
+                                                        const BlobId& id, uint64_t offset,
+                                                        uint64_t len) {
+  auto store = find(drive);
+  if (!store) return std::nullopt;
+  return (*store)->pinIfCached(id, offset, len);
+}
+
 void LocalChunkClient::readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                                  std::span<uint8_t> out, IoDone done) {
   auto store = find(drive);

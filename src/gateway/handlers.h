@@ -79,6 +79,7 @@ struct GatewayContext {
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
                                o.repair_verify}) {
     data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
+    data.setSendfile(o.sendfile);
     if (auto kernel = Md5Lanes::best()) {
       // The hasher waits on a pool thread, and other uploads hand their chunks in from pool
       // threads: with a pool this small, waiting could hold up the company it waits for.

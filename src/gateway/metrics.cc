@@ -49,6 +49,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                 "was slower than the hedging delay")
                           .Register(registry)
                           .Add({})),
+      sent_from_cache_(prometheus::BuildCounter()
+                           .Name("granary_get_sent_from_cache_bytes_total")
+                           .Help("GET body bytes sent with sendfile from the page cache, "
+                                 "verified there, without a copy through a buffer")
+                           .Register(registry)
+                           .Add({})),
       fragment_errors_(prometheus::BuildCounter()
                            .Name("granary_fragment_read_errors_total")
                            .Help("Fragment reads that failed: missing, corrupt or I/O error")
@@ -167,7 +173,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
   return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_,
-          hedged_stripes_};
+          hedged_stripes_, sent_from_cache_};
 }
 
 void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveStats& stats) {

@@ -52,6 +52,7 @@ class GatewayMetrics {
   prometheus::Counter& bytes_out_;
   prometheus::Counter& degraded_stripes_;
   prometheus::Counter& hedged_stripes_;
+  prometheus::Counter& sent_from_cache_;
   prometheus::Counter& fragment_errors_;
   prometheus::Counter& encoded_bytes_;
   prometheus::Counter& decoded_bytes_;

@@ -485,22 +485,64 @@ Result<std::vector<Slice>> slicesOf(const index_kv::Manifest& manifest, uint64_t
 }
 }  // namespace
 
+namespace {
+// Calls fn(drive, blob, offset, length) for each data fragment range holding the slice's
+// bytes, in order, until it returns false; returns whether it never did.
+template <class Fn>
+bool forEachFragmentRange(const index_kv::Manifest& manifest, const Slice& sl, Fn&& fn) {
+  const uint64_t fl = sl.s->fragment_len;
+  for (uint64_t at = sl.first; at < sl.first + sl.length;) {
+    const uint64_t j = at / fl;
+    const uint64_t n = std::min(sl.first + sl.length, (j + 1) * fl) - at;
+    if (!fn(manifest.drives[sl.s->drives[j]], blobOf(*sl.s, static_cast<int>(j)), at - j * fl,
+            n)) {
+      return false;
+    }
+    at += n;
+  }
+  return true;
+}
+
+// A stripe slice on its way to the client: its bytes read into a buffer (`read`, charged
+// to `lease`), or its data fragments' ranges pinned in the page cache (`pinned`), which
+// the sink sends from there.
+struct PreparedSlice {
+  std::unique_ptr<StripeRead> read;
+  BufferBudget::Lease lease;
+  std::vector<chunkstore::CachedRange> pinned;
+  bool ready() const { return read || !pinned.empty(); }
+};
+
+// The slice's fragment ranges pinned, if every one is in the page cache and verified
+// there; else nothing is pinned.
+std::vector<chunkstore::CachedRange> pinSlice(DataPath& dp, const index_kv::Manifest& m,
+                                              const Slice& sl) {
+  std::vector<chunkstore::CachedRange> ranges;
+  const bool all = forEachFragmentRange(
+      m, sl, [&](const std::string& drive, const BlobId& id, uint64_t off, uint64_t n) {
+        auto r = dp.chunks().pinIfCached(drive, id, off, n);
+        if (r) ranges.push_back(std::move(*r));
+        return r.has_value();
+      });
+  if (!all) ranges.clear();
+  return ranges;
+}
+}  // namespace
+
 Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                        uint64_t length, uint8_t* out) {
   if (length == 0) return Status::ok();
   auto slices = slicesOf(manifest, first, length);
   if (!slices) return slices.error();
+  Status st;
   for (const Slice& sl : *slices) {
-    const uint64_t fl = sl.s->fragment_len;
-    for (uint64_t at = sl.first; at < sl.first + sl.length;) {
-      const uint64_t j = at / fl;
-      const uint64_t n = std::min(sl.first + sl.length, (j + 1) * fl) - at;
-      GRANARY_RETURN_IF_ERROR(dp.chunks().read(manifest.drives[sl.s->drives[j]],
-                                               blobOf(*sl.s, static_cast<int>(j)), at - j * fl,
-                                               {out, n}));
-      out += n;
-      at += n;
-    }
+    forEachFragmentRange(
+        manifest, sl, [&](const std::string& drive, const BlobId& id, uint64_t off, uint64_t n) {
+          st = dp.chunks().read(drive, id, off, {out, n});
+          out += n;
+          return st.isOk();
+        });
+    if (!st.isOk()) return st;
   }
   return Status::ok();
 }
@@ -513,31 +555,53 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   if (!sliced) co_return sliced.error();
   const std::vector<Slice>& slices = *sliced;
 
-  // Each stripe buffer is charged to the data path's BufferBudget. The one being sent is
-  // waited for, holding nothing; the read-ahead of the next stripe is started only when the
-  // budget has room for it now (buffer_budget.h, "Deadlock rule").
-  std::unique_ptr<StripeRead> next;
-  BufferBudget::Lease next_lease;
+  // A slice whose data fragments are all in the page cache (and pass their CRCs there)
+  // goes out with sendfile when the sink can: pinned where it lies, no buffer, no copy.
+  // Any other is read into a stripe buffer charged to the data path's BufferBudget. The
+  // one being sent is waited for, holding nothing; the read-ahead of the next slice is
+  // started only when the budget has room for it now (buffer_budget.h, "Deadlock rule").
+  const bool send_files = dp.sendfile() && sink.sendsFiles();
+  PreparedSlice next;
   for (size_t i = 0; i < slices.size(); ++i) {
-    if (!next) {
-      // Initialised from the co_await, then moved: no temporary of a co_await expression
-      // with a destructor (the g++ 12 note in task_group.h).
-      BufferBudget::Lease got = co_await dp.budget().acquire(slices[i].length);
-      next_lease = std::move(got);
-      next = startStripeRead(dp, manifest, *slices[i].s, slices[i].first, slices[i].length, ex);
+    if (!next.ready()) {
+      if (send_files) next.pinned = pinSlice(dp, manifest, slices[i]);
+      if (next.pinned.empty()) {
+        // Initialised from the co_await, then moved: no temporary of a co_await
+        // expression with a destructor (the g++ 12 note in task_group.h).
+        BufferBudget::Lease got = co_await dp.budget().acquire(slices[i].length);
+        next.lease = std::move(got);
+        next.read =
+            startStripeRead(dp, manifest, *slices[i].s, slices[i].first, slices[i].length, ex);
+      }
     }
-    BufferBudget::Lease lease = std::move(next_lease);
-    std::unique_ptr<StripeRead> cur = std::move(next);
-    Status st = co_await finishStripeRead(dp, manifest, *cur);
-    if (!st.isOk()) co_return st;
+    PreparedSlice cur = std::move(next);
+    next = PreparedSlice{};
+    if (cur.read) {
+      Status st = co_await finishStripeRead(dp, manifest, *cur.read);
+      if (!st.isOk()) co_return st;
+    }
     if (i + 1 < slices.size()) {
       const auto& n = slices[i + 1];
-      next_lease = dp.budget().tryAcquire(n.length);
-      if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+      if (send_files) next.pinned = pinSlice(dp, manifest, n);
+      if (next.pinned.empty()) {
+        next.lease = dp.budget().tryAcquire(n.length);
+        if (next.lease.held()) {
+          next.read = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+        }
+      }
     }
-    st = co_await sink.write(cur->out->span());
+    Status st;
+    if (cur.read) {
+      st = co_await sink.write(cur.read->out->span());
+    } else {
+      for (const chunkstore::CachedRange& r : cur.pinned) {
+        st = co_await sink.sendFile(r.fd, r.offset, r.length);
+        if (!st.isOk()) break;
+      }
+      if (st.isOk()) dp.counters().sent_from_cache.Increment(static_cast<double>(slices[i].length));
+    }
     if (!st.isOk()) {
-      if (next) (void)co_await next->group->wait();
+      if (next.read) (void)co_await next.read->group->wait();
       co_return st;
     }
   }

@@ -43,6 +43,7 @@ struct DataPathCounters {
   prometheus::Counter& decoded_bytes;     // stripe bytes rebuilt from parity
   prometheus::Counter& crc_failures;      // fragment reads that failed verification
   prometheus::Counter& hedged_stripes;    // stripes decoded because a data fragment was slow
+  prometheus::Counter& sent_from_cache;   // object bytes sent from the page cache (sendfile)
 };
 
 class DataPath {
@@ -70,6 +71,9 @@ class DataPath {
   // Hedged reads (GatewayOptions::hedge_after_ms); 0 = off, the default here.
   void setHedgeAfter(std::chrono::milliseconds after) { hedge_after_ = after; }
   std::chrono::milliseconds hedgeAfter() const { return hedge_after_; }
+  // Whether readObjectRange may send page-cache ranges with sendfile (GatewayOptions::sendfile).
+  void setSendfile(bool on) { sendfile_ = on; }
+  bool sendfile() const { return sendfile_; }
 
  private:
   const placement::ClusterMap& map_;
@@ -80,6 +84,7 @@ class DataPath {
   DataPathCounters counters_;
   BufferBudget budget_;
   std::chrono::milliseconds hedge_after_{0};
+  bool sendfile_ = true;
 };
 
 // Writes one object version's stripes. Usage: start(), then fill buffer() (up to

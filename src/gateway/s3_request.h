@@ -80,6 +80,15 @@ class BodySink {
   // segment for a small object); flush() sends a head still held.
   virtual Task<Status> writeHead(const S3Response& head, uint64_t content_length) = 0;
   virtual Task<Status> write(std::span<const uint8_t> data) = 0;
+  // Whether sendFile() may be called now: the body goes to a plain TCP socket with a
+  // Content-Length (not TLS, not chunked).
+  virtual bool sendsFiles() const { return false; }
+  // write() of `length` bytes of the open file `fd` at `offset`, with sendfile(2): from
+  // the page cache to the socket without a copy through user space. The bytes must stay
+  // unchanged until it returns. Only when sendsFiles().
+  virtual Task<Status> sendFile(int /*fd*/, uint64_t /*offset*/, uint64_t /*length*/) {
+    co_return Status::internal("this response cannot send files");
+  }
   // Ends a chunked body (a no-op for a body with a Content-Length).
   virtual Task<Status> finish() { co_return Status::ok(); }
   // Sends whatever is held back; the server calls it after every streamed response.

@@ -10,7 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/sendfile.h>
+
 #include <array>
+#include <csignal>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 
 #include "asio.h"
 #include "granary/common/clock.h"
@@ -179,6 +183,49 @@ class BeastBodySink final : public BodySink {
     if (ec) co_return Status::ioError("write body: " + ec.message());
     bytes_ += data.size();
     co_return Status::ok();
+  }
+
+  bool sendsFiles() const override {
+    return std::is_same_v<Stream, beast::tcp_stream> && !chunked_;
+  }
+
+  Task<Status> sendFile(int fd, uint64_t offset, uint64_t length) override {
+    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+      co_return co_await BodySink::sendFile(fd, offset, length);
+    } else {
+      if (chunked_) co_return co_await BodySink::sendFile(fd, offset, length);
+      if (Status st = co_await flush(); !st.isOk()) co_return st;
+      tcp::socket& socket = stream_.socket();
+      beast::error_code ec;
+      if (!socket.native_non_blocking()) socket.native_non_blocking(true, ec);
+      if (ec) co_return Status::ioError("write body: " + ec.message());
+      auto at = static_cast<off_t>(offset);
+      const auto end = static_cast<off_t>(offset + length);
+      while (at < end) {
+        // SIGPIPE cannot be turned off per call here as MSG_NOSIGNAL does for send():
+        // run() ignores it.
+        const ssize_t n = ::sendfile(socket.native_handle(), fd, &at,
+                                     static_cast<size_t>(end - at));
+        if (n > 0) continue;  // `at` moved on
+        if (n == 0) co_return Status::ioError("write body: the file ended early");
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) co_return Status::fromErrno(errno, "write body (sendfile)");
+        // The socket's buffer is full: wait until it drains, for at most the timeout.
+        asio::steady_timer timer(socket.get_executor());
+        timer.expires_after(timeout_);
+        timer.async_wait([&socket](beast::error_code timer_ec) {
+          if (!timer_ec) socket.cancel();
+        });
+        co_await socket.async_wait(tcp::socket::wait_write, kRedirect(ec));
+        timer.cancel();
+        if (ec == asio::error::operation_aborted) {
+          co_return Status::timeout("write body: the client stopped reading");
+        }
+        if (ec) co_return Status::ioError("write body: " + ec.message());
+      }
+      bytes_ += length;
+      co_return Status::ok();
+    }
   }
 
   Task<Status> finish() override {
@@ -567,6 +614,9 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   void run() override {
+    // A GET's body may go out with sendfile(2), which raises SIGPIPE when the client has
+    // gone (there is no MSG_NOSIGNAL for it): the error is enough.
+    ::signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < contexts_.size(); ++i) {
       asio::co_spawn(*contexts_[i], acceptLoop(acceptors_[i]), asio::detached);
     }

@@ -37,6 +37,13 @@ class ChunkClient {
                             uint64_t /*offset*/, std::span<uint8_t> /*out*/) {
     return false;
   }
+  // ChunkStore::pinIfCached on `drive`; a client whose drives are not in this process
+  // answers nothing.
+  virtual std::optional<CachedRange> pinIfCached(std::string_view /*drive*/,
+                                                 const BlobId& /*id*/, uint64_t /*offset*/,
+                                                 uint64_t /*len*/) {
+    return std::nullopt;
+  }
   // read() with ChunkStore::readAsync's contract; the default reads synchronously, then
   // calls `done` on this thread.
   virtual void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
@@ -71,6 +78,8 @@ class LocalChunkClient final : public ChunkClient {
               std::span<uint8_t> out) override;
   bool readIfCached(std::string_view drive, const BlobId& id, uint64_t offset,
                     std::span<uint8_t> out) override;
+  std::optional<CachedRange> pinIfCached(std::string_view drive, const BlobId& id,
+                                         uint64_t offset, uint64_t len) override;
   void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                  std::span<uint8_t> out, IoDone done) override;
   Status remove(std::string_view drive, const BlobId& id) override;

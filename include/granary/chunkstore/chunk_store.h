@@ -15,7 +15,8 @@
 //    Concurrent puts share their syncs (group commit): one fdatasync per touched extent and
 //    one synced RocksDB WriteBatch for every blob written while the previous group synced.
 //    put() is putAsync() and a wait: no thread waits for the disk while a put is in flight.
-//  - remove() deletes the index entry (synced), then punches the blob's hole.
+//  - remove() deletes the index entry (synced), then punches the blob's hole (once no
+//    pinIfCached() range of it is held any more).
 //  - Opening a drive reclaims orphans: extent ranges no index entry covers (a crash between
 //    a blob's write and its index entry, or between an index removal and its punch).
 // Thread safety: every method may be called concurrently from many threads.
@@ -95,6 +96,18 @@ struct DriveStats {
 
 inline constexpr size_t kMaxCorruptIds = 1024;
 
+// A blob's payload bytes, verified where they lie in the page cache and pinned there: the
+// `length` bytes at `offset` of the open file `fd` are the blob's until `pin` is released
+// (a remove() meanwhile defers its hole punch to then; extent descriptors stay open while
+// the store is). For sendfile(2): the bytes go from the page cache to a socket without a
+// copy through user space. Release the pin (destroy or reset it) before the store.
+struct CachedRange {
+  int fd = -1;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::shared_ptr<void> pin;
+};
+
 class ChunkStore {
  public:
   virtual ~ChunkStore() = default;
@@ -123,6 +136,12 @@ class ChunkStore {
   // known (not cached, or any failure; `out` is unspecified): call read() or readAsync().
   // Safe on an event loop.
   virtual bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  // readIfCached() that leaves the bytes where they are: payload bytes [offset, offset +
+  // len), verified in the page cache as readIfCached() verifies them (through a small
+  // buffer that stays in the CPU's cache), pinned there (CachedRange). Nothing when
+  // readIfCached() would decline. Safe on an event loop.
+  virtual std::optional<CachedRange> pinIfCached(const BlobId& id, uint64_t offset,
+                                                 uint64_t len) = 0;
   // read() whose I/O goes to the engine's asynchronous path (io_engine.h). The index lookup
   // runs on the calling thread (a RocksDB get, which may read the disk: call this from a
   // worker, not from an event loop); `done` runs once the bytes are verified, on the

@@ -80,6 +80,9 @@ struct GatewayOptions {
   // Hedged reads: a stripe whose data fragment reads have not all answered after this many
   // milliseconds is decoded from the other fragments instead; 0 = never.
   int hedge_after_ms = 500;
+  // GET bodies whose fragments are in the page cache (and verified there) go out with
+  // sendfile(2), on plain-TCP connections; false = always through a stripe buffer.
+  bool sendfile = true;
 };
 
 struct RootUser {

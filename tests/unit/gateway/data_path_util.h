@@ -41,6 +41,11 @@ struct Counters {
                                     .Help("hedged")
                                     .Register(registry)
                                     .Add({});
+  prometheus::Counter& sent_from_cache = prometheus::BuildCounter()
+                                             .Name("test_sent_from_cache_bytes_total")
+                                             .Help("sendfile")
+                                             .Register(registry)
+                                             .Add({});
   prometheus::Counter& crc_failures = prometheus::BuildCounter()
                                           .Name("test_crc_failures_total")
                                           .Help("crc")
@@ -67,7 +72,7 @@ inline Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
 
 inline DataPathCounters countersOf(Counters& c) {
   return DataPathCounters{c.degraded, c.fragment_errors, c.encoded, c.decoded, c.crc_failures,
-                          c.hedged};
+                          c.hedged, c.sent_from_cache};
 }
 
 }  // namespace granary::gateway::testing

@@ -111,6 +111,12 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     std::this_thread::sleep_for(delayOf(read_delays_, drive));
     return target_.read(drive, id, offset, out);
   }
+  // A drive with a read fault or delay has nothing in memory: its reads meet the fault.
+  std::optional<chunkstore::CachedRange> pinIfCached(std::string_view drive, const BlobId& id,
+                                                     uint64_t offset, uint64_t len) override {
+    if (read_faults_.contains(drive) || read_delays_.contains(drive)) return std::nullopt;
+    return target_.pinIfCached(drive, id, offset, len);
+  }
   void readAsync(std::string_view drive, const BlobId& id, uint64_t offset,
                  std::span<uint8_t> out, chunkstore::IoDone done) override {
     if (auto f = fault(read_faults_, drive)) return completeLater(*f, {}, std::move(done));
