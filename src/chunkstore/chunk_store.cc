@@ -17,7 +17,10 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include <fmt/core.h>
 #include <rocksdb/db.h>
@@ -70,8 +73,8 @@ class ChunkStoreImpl final : public ChunkStore {
     stopZeroer();
     drain();
     // Pins released later find no store: their deferred punches are left to the next
-    // open's orphan sweep.
-    std::lock_guard lock(pins_->mu);
+    // open's orphan sweep. Waits for a deferred punch being made.
+    std::unique_lock lock(pins_->store_mu);
     pins_->store = nullptr;
   }
 
@@ -307,12 +310,17 @@ class ChunkStoreImpl final : public ChunkStore {
   struct PinTable {
     struct Entry {
       uint32_t count = 0;
-      std::optional<IndexRecord> punch;
+      std::vector<IndexRecord> punch;  // removed meanwhile (a later copy of the id too)
     };
     std::mutex mu;
     std::map<EncodedId, Entry> entries;
+    // Held shared by a deferred punch, exclusively by the store's destructor.
+    std::shared_mutex store_mu;
     ChunkStoreImpl* store = nullptr;  // null once the store is gone
   };
+  // The punches a blob's last pin left to make: on a thread of their own, as the pin may
+  // go on an event loop and a punch waits for the file's direct I/O in flight.
+  static void punchDeferred(std::shared_ptr<PinTable> pins, std::vector<IndexRecord> punch);
   // A pin on `id`, taken before its index entry is looked up: a remove() that deletes the
   // entry after that sees the pin and defers its punch.
   std::shared_ptr<void> pinBlob(const BlobId& id);
@@ -761,24 +769,38 @@ std::shared_ptr<void> ChunkStoreImpl::pinBlob(const BlobId& id) {
     ++pins_->entries[key].count;
   }
   return std::shared_ptr<void>(nullptr, [pins = pins_, key](void*) {
-    std::lock_guard lock(pins->mu);
-    auto it = pins->entries.find(key);
-    if (--it->second.count > 0) return;
-    // Under the lock, so that the store cannot go meanwhile; rare (a remove() during a
-    // send), and a punch is one fallocate.
-    if (it->second.punch && pins->store) {
-      const IndexRecord& r = *it->second.punch;
-      pins->store->punchBestEffort(r.extent, r.offset, r.diskLen());
+    std::vector<IndexRecord> punch;
+    {
+      std::lock_guard lock(pins->mu);
+      auto it = pins->entries.find(key);
+      if (--it->second.count > 0) return;
+      punch = std::move(it->second.punch);
+      pins->entries.erase(it);
     }
-    pins->entries.erase(it);
+    if (!punch.empty()) punchDeferred(pins, std::move(punch));
   });
+}
+
+void ChunkStoreImpl::punchDeferred(std::shared_ptr<PinTable> pins,
+                                   std::vector<IndexRecord> punch) {
+  auto run = [](const std::shared_ptr<PinTable>& table, const std::vector<IndexRecord>& ranges) {
+    std::shared_lock lock(table->store_mu);
+    if (table->store == nullptr) return;  // the next open's sweep reclaims them
+    for (const IndexRecord& r : ranges) table->store->punchBestEffort(r.extent, r.offset, r.diskLen());
+  };
+  // Rare (a blob removed while a GET was sending it): a thread each time is cheap enough.
+  try {
+    std::thread([pins, punch, run] { run(pins, punch); }).detach();
+  } catch (const std::system_error&) {
+    run(pins, punch);  // no thread to be had: here, then
+  }
 }
 
 void ChunkStoreImpl::punchUnlessPinned(const BlobId& id, const IndexRecord& rec) {
   {
     std::lock_guard lock(pins_->mu);
     if (auto it = pins_->entries.find(id.encode()); it != pins_->entries.end()) {
-      it->second.punch = rec;
+      it->second.punch.push_back(rec);
       return;
     }
   }

@@ -486,46 +486,45 @@ Result<std::vector<Slice>> slicesOf(const index_kv::Manifest& manifest, uint64_t
 }  // namespace
 
 namespace {
-// Calls fn(drive, blob, offset, length) for each data fragment range holding the slice's
-// bytes, in order, until it returns false; returns whether it never did.
-template <class Fn>
-bool forEachFragmentRange(const index_kv::Manifest& manifest, const Slice& sl, Fn&& fn) {
+// A data fragment's share of a stripe slice: payload bytes [offset, offset + length) of
+// blob `id` on `drive`.
+struct FragmentRange {
+  const std::string& drive;
+  BlobId id;
+  uint64_t offset, length;
+};
+
+// The data fragment ranges holding the slice's bytes, in order.
+std::vector<FragmentRange> fragmentRanges(const index_kv::Manifest& manifest, const Slice& sl) {
+  std::vector<FragmentRange> out;
   const uint64_t fl = sl.s->fragment_len;
   for (uint64_t at = sl.first; at < sl.first + sl.length;) {
     const uint64_t j = at / fl;
     const uint64_t n = std::min(sl.first + sl.length, (j + 1) * fl) - at;
-    if (!fn(manifest.drives[sl.s->drives[j]], blobOf(*sl.s, static_cast<int>(j)), at - j * fl,
-            n)) {
-      return false;
-    }
+    out.push_back({manifest.drives[sl.s->drives[j]], blobOf(*sl.s, static_cast<int>(j)),
+                   at - j * fl, n});
     at += n;
   }
-  return true;
+  return out;
 }
 
-// A stripe slice on its way to the client: its bytes read into a buffer (`read`, charged
-// to `lease`), or its data fragments' ranges pinned in the page cache (`pinned`), which
-// the sink sends from there.
-struct PreparedSlice {
-  std::unique_ptr<StripeRead> read;
-  BufferBudget::Lease lease;
-  std::vector<chunkstore::CachedRange> pinned;
-  bool ready() const { return read || !pinned.empty(); }
-};
-
-// The slice's fragment ranges pinned, if every one is in the page cache and verified
-// there; else nothing is pinned.
-std::vector<chunkstore::CachedRange> pinSlice(DataPath& dp, const index_kv::Manifest& m,
-                                              const Slice& sl) {
-  std::vector<chunkstore::CachedRange> ranges;
-  const bool all = forEachFragmentRange(
-      m, sl, [&](const std::string& drive, const BlobId& id, uint64_t off, uint64_t n) {
-        auto r = dp.chunks().pinIfCached(drive, id, off, n);
-        if (r) ranges.push_back(std::move(*r));
-        return r.has_value();
-      });
-  if (!all) ranges.clear();
-  return ranges;
+// Sends the slice's leading fragment ranges that are in the page cache with the sink's
+// sendFile, each verified and pinned there just before its send (so the window in which
+// the kernel could drop a checked page and read it again unchecked stays one range's
+// send); `sent` is set to the bytes sent, up to the first range that is not cached.
+Task<Status> sendCachedRanges(DataPath& dp, const index_kv::Manifest& manifest,
+                              const Slice& sl, BodySink& sink, uint64_t& sent) {
+  sent = 0;
+  for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
+    std::optional<chunkstore::CachedRange> r =
+        dp.chunks().pinIfCached(fr.drive, fr.id, fr.offset, fr.length);
+    if (!r) break;
+    Status st = co_await sink.sendFile(r->fd, r->offset, r->length);
+    if (!st.isOk()) co_return st;
+    dp.counters().sent_from_cache.Increment(static_cast<double>(fr.length));
+    sent += fr.length;
+  }
+  co_return Status::ok();
 }
 }  // namespace
 
@@ -534,15 +533,11 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
   if (length == 0) return Status::ok();
   auto slices = slicesOf(manifest, first, length);
   if (!slices) return slices.error();
-  Status st;
   for (const Slice& sl : *slices) {
-    forEachFragmentRange(
-        manifest, sl, [&](const std::string& drive, const BlobId& id, uint64_t off, uint64_t n) {
-          st = dp.chunks().read(drive, id, off, {out, n});
-          out += n;
-          return st.isOk();
-        });
-    if (!st.isOk()) return st;
+    for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
+      GRANARY_RETURN_IF_ERROR(dp.chunks().read(fr.drive, fr.id, fr.offset, {out, fr.length}));
+      out += fr.length;
+    }
   }
   return Status::ok();
 }
@@ -555,53 +550,43 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   if (!sliced) co_return sliced.error();
   const std::vector<Slice>& slices = *sliced;
 
-  // A slice whose data fragments are all in the page cache (and pass their CRCs there)
-  // goes out with sendfile when the sink can: pinned where it lies, no buffer, no copy.
-  // Any other is read into a stripe buffer charged to the data path's BufferBudget. The
-  // one being sent is waited for, holding nothing; the read-ahead of the next slice is
+  // Fragment ranges in the page cache (that pass their CRCs there) go out with sendfile
+  // when the sink can: no buffer, no copy. The rest of a slice is read into a stripe buffer
+  // charged to the data path's BufferBudget. The one being sent is waited for, holding
+  // nothing; the read-ahead of the next slice, after a slice that needed a buffer, is
   // started only when the budget has room for it now (buffer_budget.h, "Deadlock rule").
   const bool send_files = dp.sendfile() && sink.sendsFiles();
-  PreparedSlice next;
+  std::unique_ptr<StripeRead> next;
+  BufferBudget::Lease next_lease;
   for (size_t i = 0; i < slices.size(); ++i) {
-    if (!next.ready()) {
-      if (send_files) next.pinned = pinSlice(dp, manifest, slices[i]);
-      if (next.pinned.empty()) {
-        // Initialised from the co_await, then moved: no temporary of a co_await
-        // expression with a destructor (the g++ 12 note in task_group.h).
-        BufferBudget::Lease got = co_await dp.budget().acquire(slices[i].length);
-        next.lease = std::move(got);
-        next.read =
-            startStripeRead(dp, manifest, *slices[i].s, slices[i].first, slices[i].length, ex);
-      }
-    }
-    PreparedSlice cur = std::move(next);
-    next = PreparedSlice{};
-    if (cur.read) {
-      Status st = co_await finishStripeRead(dp, manifest, *cur.read);
+    Slice sl = slices[i];
+    if (!next && send_files) {
+      uint64_t sent = 0;
+      Status st = co_await sendCachedRanges(dp, manifest, sl, sink, sent);
       if (!st.isOk()) co_return st;
+      if (sent == sl.length) continue;
+      sl.first += sent;
+      sl.length -= sent;
     }
+    if (!next) {
+      // Initialised from the co_await, then moved: no temporary of a co_await expression
+      // with a destructor (the g++ 12 note in task_group.h).
+      BufferBudget::Lease got = co_await dp.budget().acquire(sl.length);
+      next_lease = std::move(got);
+      next = startStripeRead(dp, manifest, *sl.s, sl.first, sl.length, ex);
+    }
+    BufferBudget::Lease lease = std::move(next_lease);
+    std::unique_ptr<StripeRead> cur = std::move(next);
+    Status st = co_await finishStripeRead(dp, manifest, *cur);
+    if (!st.isOk()) co_return st;
     if (i + 1 < slices.size()) {
       const auto& n = slices[i + 1];
-      if (send_files) next.pinned = pinSlice(dp, manifest, n);
-      if (next.pinned.empty()) {
-        next.lease = dp.budget().tryAcquire(n.length);
-        if (next.lease.held()) {
-          next.read = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
-        }
-      }
+      next_lease = dp.budget().tryAcquire(n.length);
+      if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
     }
-    Status st;
-    if (cur.read) {
-      st = co_await sink.write(cur.read->out->span());
-    } else {
-      for (const chunkstore::CachedRange& r : cur.pinned) {
-        st = co_await sink.sendFile(r.fd, r.offset, r.length);
-        if (!st.isOk()) break;
-      }
-      if (st.isOk()) dp.counters().sent_from_cache.Increment(static_cast<double>(slices[i].length));
-    }
+    st = co_await sink.write(cur->out->span());
     if (!st.isOk()) {
-      if (next.read) (void)co_await next.read->group->wait();
+      if (next) (void)co_await next->group->wait();
       co_return st;
     }
   }
