@@ -13,6 +13,7 @@
 # busy the machine's CPUs were (/proc/stat over the phase, load generator included).
 # POOL_NICE=N: renice the server's worker pool (MD5, erasure coding, write submission)
 # after start, as the loader/checkpoint priority experiment in docs/benchmarks.md did.
+# GRANARY_ARGS: more `granary serve` options (e.g. --no-sendfile, to compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -43,8 +44,9 @@ export GRANARY_ROOT_USER=s3bench GRANARY_ROOT_PASSWORD=s3bench-secret-key
 export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD
 # --gc-grace 5: the PUT phases overwrite their keys; replaced versions are freed within
 # seconds instead of a minute, or they fill a disk with less than ~30 GB free.
+# shellcheck disable=SC2086 # GRANARY_ARGS: more server options, e.g. --no-sendfile
 "$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 --gc-grace 5 \
-  >"$root/granary.log" 2>&1 &
+  ${GRANARY_ARGS:-} >"$root/granary.log" 2>&1 &
 pids+=($!)
 gpid=$!
 for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
