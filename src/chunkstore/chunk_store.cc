@@ -786,7 +786,9 @@ void ChunkStoreImpl::punchDeferred(std::shared_ptr<PinTable> pins,
   auto run = [](const std::shared_ptr<PinTable>& table, const std::vector<IndexRecord>& ranges) {
     std::shared_lock lock(table->store_mu);
     if (table->store == nullptr) return;  // the next open's sweep reclaims them
-    for (const IndexRecord& r : ranges) table->store->punchBestEffort(r.extent, r.offset, r.diskLen());
+    for (const IndexRecord& r : ranges) {
+      table->store->punchBestEffort(r.extent, r.offset, r.diskLen());
+    }
   };
   // Rare (a blob removed while a GET was sending it): a thread each time is cheap enough.
   try {

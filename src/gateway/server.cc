@@ -190,56 +190,10 @@ class BeastBodySink final : public BodySink {
   }
 
   Task<Status> sendFile(int fd, uint64_t offset, uint64_t length) override {
-    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
-      co_return co_await BodySink::sendFile(fd, offset, length);
-    } else {
-      if (chunked_) co_return co_await BodySink::sendFile(fd, offset, length);
-      tcp::socket& socket = stream_.socket();
-      beast::error_code ec;
-      if (!socket.native_non_blocking()) socket.native_non_blocking(true, ec);
-      if (ec) co_return Status::ioError("write body: " + ec.message());
-      // A held head goes first, corked (MSG_MORE) to leave with the body's first bytes.
-      if (!head_.empty()) {
-        const ssize_t n = ::send(socket.native_handle(), head_.data(), head_.size(),
-                                 MSG_MORE | MSG_NOSIGNAL);
-        if (n > 0) head_.erase(0, static_cast<size_t>(n));
-        if (Status st = co_await flush(); !st.isOk()) co_return st;  // what is left of it
-      }
-      // The whole range within the timeout, as one write() of the same bytes would be.
-      const auto deadline = std::chrono::steady_clock::now() + timeout_;
-      auto at = static_cast<off_t>(offset);
-      const auto end = static_cast<off_t>(offset + length);
-      while (at < end) {
-        // SIGPIPE cannot be turned off per call here as MSG_NOSIGNAL does for send():
-        // run() ignores it.
-        const ssize_t n = ::sendfile(socket.native_handle(), fd, &at,
-                                     static_cast<size_t>(end - at));
-        if (n > 0) {
-          bytes_ += static_cast<uint64_t>(n);
-          continue;  // `at` moved on
-        }
-        if (n == 0) co_return Status::ioError("write body: the file ended early");
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN) co_return Status::fromErrno(errno, "write body (sendfile)");
-        // The socket's buffer is full: wait until it drains, up to the deadline. The timer's
-        // handler may run after the wait ended (both ready in one poll): `waiting` tells it
-        // to leave the socket alone then, which may be gone by that time.
-        auto waiting = std::make_shared<bool>(true);
-        asio::steady_timer timer(socket.get_executor());
-        timer.expires_at(deadline);
-        timer.async_wait([&socket, waiting](beast::error_code timer_ec) {
-          if (!timer_ec && *waiting) socket.cancel();
-        });
-        co_await socket.async_wait(tcp::socket::wait_write, kRedirect(ec));
-        *waiting = false;
-        timer.cancel();
-        if (ec == asio::error::operation_aborted) {
-          co_return Status::timeout("write body: the client stopped reading");
-        }
-        if (ec) co_return Status::ioError("write body: " + ec.message());
-      }
-      co_return Status::ok();
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      if (!chunked_) co_return co_await sendFileTcp(fd, offset, length);
     }
+    co_return co_await BodySink::sendFile(fd, offset, length);
   }
 
   Task<Status> finish() override {
@@ -266,6 +220,62 @@ class BeastBodySink final : public BodySink {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // sendFile() on a plain-TCP stream.
+  Task<Status> sendFileTcp(int fd, uint64_t offset, uint64_t length) {
+    tcp::socket& socket = stream_.socket();
+    beast::error_code ec;
+    if (!socket.native_non_blocking()) socket.native_non_blocking(true, ec);
+    if (ec) co_return Status::ioError("write body: " + ec.message());
+    // A held head goes first, corked (MSG_MORE) to leave with the body's first bytes.
+    if (!head_.empty()) {
+      const ssize_t n = ::send(socket.native_handle(), head_.data(), head_.size(),
+                               MSG_MORE | MSG_NOSIGNAL);
+      if (n > 0) head_.erase(0, static_cast<size_t>(n));
+      if (Status st = co_await flush(); !st.isOk()) co_return st;  // what is left of it
+    }
+    // The whole range within the timeout, as one write() of the same bytes would be: one
+    // timer, armed at the first full buffer, cancels the wait in progress at the deadline.
+    // Its handler may run after a wait ended (both ready in one poll), even after this
+    // response: `waiting` tells it to leave the socket alone then.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    std::optional<asio::steady_timer> timer;
+    auto waiting = std::make_shared<bool>(false);
+    auto at = static_cast<off_t>(offset);
+    const auto end = static_cast<off_t>(offset + length);
+    while (at < end) {
+      // SIGPIPE cannot be turned off per call here as MSG_NOSIGNAL does for send():
+      // run() ignores it.
+      const ssize_t n =
+          ::sendfile(socket.native_handle(), fd, &at, static_cast<size_t>(end - at));
+      if (n > 0) {
+        bytes_ += static_cast<uint64_t>(n);
+        continue;  // `at` moved on
+      }
+      if (n == 0) co_return Status::ioError("write body: the file ended early");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) co_return Status::fromErrno(errno, "write body (sendfile)");
+      // The socket's buffer is full: wait until it drains.
+      if (!timer) {
+        timer.emplace(socket.get_executor());
+        timer->expires_at(deadline);
+        timer->async_wait([&socket, waiting](beast::error_code timer_ec) {
+          if (!timer_ec && *waiting) socket.cancel();
+        });
+      }
+      if (std::chrono::steady_clock::now() >= deadline) ec = asio::error::operation_aborted;
+      if (!ec) {
+        *waiting = true;
+        co_await socket.async_wait(tcp::socket::wait_write, kRedirect(ec));
+        *waiting = false;
+      }
+      if (ec == asio::error::operation_aborted) {
+        co_return Status::timeout("write body: the client stopped reading");
+      }
+      if (ec) co_return Status::ioError("write body: " + ec.message());
+    }
+    co_return Status::ok();
+  }
+
   Stream& stream_;
   const S3Request& req_;
   const Clock& clock_;
