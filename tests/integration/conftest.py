@@ -210,6 +210,13 @@ def metric_value(text, name, **labels):
     return total if found else None
 
 
+def server_metric(server, name, **labels):
+    """metric_value() of a fresh scrape of `server`'s /_granary/metrics; 0 if absent."""
+    text = urllib.request.urlopen(server.endpoint + "/_granary/metrics",
+                                  timeout=10).read().decode()
+    return metric_value(text, name, **labels) or 0.0
+
+
 @pytest.fixture(scope="session")
 def granary_bin():
     if not os.access(GRANARY, os.X_OK):

@@ -4,12 +4,11 @@ bytes until its send is done, and a client that stops reading is dropped."""
 import os
 import socket
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import Server, metric_value
+from conftest import Server, server_metric
 
 MiB = 1024 * 1024
 
@@ -30,14 +29,8 @@ def fs3(fserver):
     return c
 
 
-def metrics(server, name):
-    text = urllib.request.urlopen(server.endpoint + "/_granary/metrics",
-                                  timeout=10).read().decode()
-    return metric_value(text, name) or 0.0
-
-
 def sent_from_cache(server):
-    return metrics(server, "granary_get_sent_from_cache_bytes_total")
+    return server_metric(server, "granary_get_sent_from_cache_bytes_total")
 
 
 def slow_get(server, s3, key, rcvbuf=64 * 1024):
@@ -94,7 +87,7 @@ def test_a_blob_collected_during_its_send_keeps_its_bytes(fserver, fs3):
     data = os.urandom(6 * MiB + 12345)
     fs3.put_object(Bucket="sendfile", Key="doomed", Body=data)
     assert fs3.get_object(Bucket="sendfile", Key="doomed")["Body"].read() == data
-    blobs = metrics(fserver, "granary_drive_blobs")
+    blobs = server_metric(fserver, "granary_drive_blobs")
     before = sent_from_cache(fserver)
     s, body = slow_get(fserver, fs3, "doomed")
     try:
@@ -102,9 +95,12 @@ def test_a_blob_collected_during_its_send_keeps_its_bytes(fserver, fs3):
         fs3.delete_object(Bucket="sendfile", Key="doomed")
         # The collector removes the fragments 1 s after the delete (the suite's --gc-grace).
         deadline = time.monotonic() + 2.5  # under the server's 3 s write timeout
-        while metrics(fserver, "granary_drive_blobs") > blobs - 12 and time.monotonic() < deadline:
+
+        def collected():
+            return server_metric(fserver, "granary_drive_blobs") <= blobs - 12
+        while not collected() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert metrics(fserver, "granary_drive_blobs") <= blobs - 12, "fragments not collected"
+        assert collected(), "fragments not collected"
         stalled_at = len(body)
         body = read_all(s, body, len(data))
     finally:
