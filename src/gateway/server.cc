@@ -127,6 +127,16 @@ void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::date, httpDate(clock.nowUnixNanos()));
 }
 
+// A completion condition for asio::async_write that offers the socket everything left in
+// each call. asio's own (transfer_all and the like) offer 64 KiB a call, and each call's
+// completion is posted through the event loop, where it waits its turn behind other
+// connections' work: a 4 MiB body took 64 turns. Beside connections that send a whole
+// page-cache range per turn with sendfile, such bodies fell behind by 100 ms and more
+// (docs/benchmarks.md, "Body writes in one call").
+inline size_t allAtOnce(const beast::error_code& ec, size_t /*transferred*/) {
+  return ec ? 0 : std::numeric_limits<size_t>::max();
+}
+
 template <class Stream>
 class BeastBodySink final : public BodySink {
  public:
@@ -171,13 +181,13 @@ class BeastBodySink final : public BodySink {
       auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
       // The held head (empty after the first write) goes out with the first chunk.
       auto buffers = beast::buffers_cat(asio::buffer(head_), chunk);
-      co_await asio::async_write(stream_, buffers, kRedirect(ec));
+      co_await asio::async_write(stream_, buffers, allAtOnce, kRedirect(ec));
       head_.clear();
     } else {
       tcpLayer(stream_).expires_after(timeout_);
       std::array<asio::const_buffer, 2> buffers{asio::buffer(head_),
                                                 asio::buffer(data.data(), data.size())};
-      co_await asio::async_write(stream_, buffers, kRedirect(ec));
+      co_await asio::async_write(stream_, buffers, allAtOnce, kRedirect(ec));
       head_.clear();
     }
     if (ec) co_return Status::ioError("write body: " + ec.message());
