@@ -10,7 +10,8 @@
 //    which only the completion thread reads.
 //    The ring has 1 MiB of registered buffers, lent in 16 KiB slots (registeredBuffer) for
 //    small reads: their I/O is READ_FIXED/WRITE_FIXED, with no page pinning per request.
-// Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c),
+// Short transfers and -EAGAIN/-EINTR are re-queued in both (as liburing's io_uring-cp.c;
+// up to kMaxAgain -EAGAIN/-EINTR in a row),
 // and in the shared ring -ECANCELED and -EFAULT too (a submitting thread that exits; see
 // advance()).
 #include <liburing.h>
@@ -59,6 +60,31 @@ int refusedForTest() {
     }
   }
   return 0;
+}
+
+std::atomic<int> g_again_results{0};  // testing::askAgainCompletions
+
+// A completion's result: `res`, or -EAGAIN while a test asks for such results.
+int resultForTest(int res) {
+  int n = g_again_results.load(std::memory_order_relaxed);
+  while (n > 0) {
+    if (g_again_results.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+      return -EAGAIN;
+    }
+  }
+  return res;
+}
+
+// Whether a request's result asks for it again (-EAGAIN, -EINTR), counting such results
+// in a row in `again`: at most kMaxAgain in a row, so that a device that keeps answering so
+// fails the request with that errno instead of spinning a thread on it forever.
+constexpr unsigned kMaxAgain = 1000;
+bool askAgain(int res, unsigned& again) {
+  if (res != -EAGAIN && res != -EINTR) {
+    again = 0;
+    return false;
+  }
+  return ++again <= kMaxAgain;
 }
 
 constexpr unsigned kRingDepth = 64;
@@ -125,7 +151,7 @@ int submitAndWait(io_uring* ring, Prep&& prep) {
     rc = io_uring_wait_cqe(ring, &cqe);
   } while (rc == -EINTR);
   if (rc < 0) return rc;
-  int res = cqe->res;
+  int res = resultForTest(cqe->res);
   io_uring_cqe_seen(ring, cqe);
   return res;
 }
@@ -144,6 +170,7 @@ class AsyncRing final : public IoBufferPool {
     size_t done_bytes;
     IoDone done;
     unsigned orphaned = 0;  // times its submitting thread's exit failed it (see advance)
+    unsigned again = 0;     // -EAGAIN/-EINTR results in a row (askAgain)
   };
 
   // Null (with a warning) where the ring or its eventfd cannot be set up: asynchronous
@@ -361,7 +388,7 @@ class AsyncRing final : public IoBufferPool {
     io_uring_cqe* cqe;
     while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
       auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
-      const int res = cqe->res;
+      const int res = resultForTest(cqe->res);
       io_uring_cqe_seen(&ring_, cqe);
       if (std::optional<Status> st = advance(*op, res)) {
         finished_.emplace_back(std::move(op->done), std::move(*st));
@@ -407,7 +434,7 @@ class AsyncRing final : public IoBufferPool {
 
   // The outcome of one CQE for `op`: its final status, or nullopt to submit the rest.
   static std::optional<Status> advance(Op& op, int res) {
-    if (res == -EAGAIN || res == -EINTR) return std::nullopt;
+    if (askAgain(res, op.again)) return std::nullopt;
     // A request belongs to the thread whose io_uring_enter submitted it, which on a shared
     // ring need not be the one that asked for the I/O, nor still be around. When it exits,
     // the kernel cancels its requests waiting on io-wq workers (-ECANCELED), and fails a
@@ -488,12 +515,13 @@ class UringEngine final : public IoEngine {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::writeAll(fd, data, offset);
     size_t done = 0;
+    unsigned again = 0;
     while (done < data.size()) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_write(sqe, fd, data.data() + done, chunk(data.size() - done),
                             offset + done);
       });
-      if (res == -EAGAIN || res == -EINTR) continue;
+      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring write at {}", offset + done));
       }
@@ -509,11 +537,12 @@ class UringEngine final : public IoEngine {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::readAll(fd, out, offset);
     size_t done = 0;
+    unsigned again = 0;
     while (done < out.size()) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_read(sqe, fd, out.data() + done, chunk(out.size() - done), offset + done);
       });
-      if (res == -EAGAIN || res == -EINTR) continue;
+      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring read at {}", offset + done));
       }
@@ -541,12 +570,13 @@ class UringEngine final : public IoEngine {
     }
     size_t first = 0;  // iov[first..n) is still to read, at offset + done
     uint64_t done = 0;
+    unsigned again = 0;
     while (first < n) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_readv(sqe, fd, &iov[first], static_cast<unsigned>(n - first),
                             offset + done);
       });
-      if (res == -EAGAIN || res == -EINTR) continue;
+      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring readv at {}", offset + done));
       }
@@ -576,11 +606,12 @@ class UringEngine final : public IoEngine {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::dataSync(fd);
     int res;
+    unsigned again = 0;
     do {
       res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
       });
-    } while (res == -EAGAIN || res == -EINTR);
+    } while (askAgain(res, again));
     if (res < 0) return Status::fromErrno(-res, "io_uring fdatasync");
     return Status::ok();
   }
@@ -625,6 +656,10 @@ void testing::refuseSharedRingEnters(int n) {
 }
 
 int testing::sharedRingRefusalsLeft() { return g_refused_enters.load(std::memory_order_relaxed); }
+
+void testing::askAgainCompletions(int n) { g_again_results.store(n, std::memory_order_relaxed); }
+
+int testing::againCompletionsLeft() { return g_again_results.load(std::memory_order_relaxed); }
 
 std::unique_ptr<IoEngine> makeUringEngine() {
   io_uring probe{};

@@ -9,4 +9,12 @@ void refuseSharedRingEnters(int n);
 // How many of those refusals are still to come.
 int sharedRingRefusalsLeft();
 
+// The next `n` completions of io_uring requests (the shared ring's and the threads' own
+// rings') report -EAGAIN in place of their result, as if the kernel asked for the request
+// again: the engine submits it again (every request is positional), up to kMaxAgain (1,000)
+// times in a row, then fails it.
+void askAgainCompletions(int n);
+// How many of those results are still to come.
+int againCompletionsLeft();
+
 }  // namespace granary::chunkstore::testing

@@ -278,6 +278,59 @@ TEST_CASE("io_uring asynchronous I/O: submissions the kernel refuses go in later
   CHECK(engine->close(*fd).isOk());
 }
 
+// A request whose completion asks for it again (-EAGAIN, -EINTR) is submitted again, a
+// bounded number of times in a row: a device that keeps answering so fails the request
+// instead of spinning a thread on it forever.
+TEST_CASE("io_uring: a request asked for again is retried up to a bound and then fails") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  constexpr size_t kBlock = 4096;
+  constexpr int kPastBound = 1001;  // kMaxAgain + 1
+  AlignedBytes in(kBlock), out(kBlock);
+  auto data = randomBytes(kBlock, 17);
+  std::copy(data.begin(), data.end(), in.data());
+  struct ClearAgain {
+    ~ClearAgain() { testing::askAgainCompletions(0); }
+  } clear_again;
+
+  SECTION("on the calling thread's ring") {
+    testing::askAgainCompletions(3);
+    REQUIRE(engine->pwrite(*fd, {in.data(), kBlock}, 0).isOk());
+    CHECK(testing::againCompletionsLeft() == 0);
+    testing::askAgainCompletions(3);
+    REQUIRE(engine->pread(*fd, {out.data(), kBlock}, 0).isOk());
+    CHECK(std::equal(data.begin(), data.end(), out.data()));
+    testing::askAgainCompletions(kPastBound);
+    Status st = engine->pread(*fd, {out.data(), kBlock}, 0);
+    CHECK_FALSE(st.isOk());
+    CHECK(testing::againCompletionsLeft() == 0);
+    testing::askAgainCompletions(kPastBound);
+    CHECK_FALSE(engine->fdatasync(*fd).isOk());
+    CHECK(testing::againCompletionsLeft() == 0);
+  }
+  SECTION("on the shared ring") {
+    testing::askAgainCompletions(3);
+    REQUIRE(waitAsync([&](IoDone d) {
+              engine->writeAsync(*fd, {in.data(), kBlock}, 0, std::move(d));
+            }).isOk());
+    CHECK(testing::againCompletionsLeft() == 0);
+    testing::askAgainCompletions(3);
+    REQUIRE(waitAsync([&](IoDone d) {
+              engine->readAsync(*fd, {out.data(), kBlock}, 0, std::move(d));
+            }).isOk());
+    CHECK(std::equal(data.begin(), data.end(), out.data()));
+    testing::askAgainCompletions(kPastBound);
+    Status st = waitAsync([&](IoDone d) {
+      engine->readAsync(*fd, {out.data(), kBlock}, 0, std::move(d));
+    });
+    CHECK_FALSE(st.isOk());
+    CHECK(testing::againCompletionsLeft() == 0);
+  }
+  CHECK(engine->close(*fd).isOk());
+}
+
 // More than the ring's depth, from threads that exit before their I/O is done, and from
 // callbacks that submit more while the backlog is full:
 //  - threads submit outside the engine's lock, so the kernel may still hold one batch's SQ
