@@ -51,29 +51,22 @@ namespace {
 
 std::atomic<int> g_refused_enters{0};  // testing::refuseSharedRingEnters
 
-// -EAGAIN, taking one of the refusals a test asked for; 0 (almost always) to enter.
-int refusedForTest() {
-  int n = g_refused_enters.load(std::memory_order_relaxed);
+// Takes one of the `count` left, if any.
+bool takeOne(std::atomic<int>& count) {
+  int n = count.load(std::memory_order_relaxed);
   while (n > 0) {
-    if (g_refused_enters.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
-      return -EAGAIN;
-    }
+    if (count.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
   }
-  return 0;
+  return false;
 }
+
+// -EAGAIN, taking one of the refusals a test asked for; 0 (almost always) to enter.
+int refusedForTest() { return takeOne(g_refused_enters) ? -EAGAIN : 0; }
 
 std::atomic<int> g_again_results{0};  // testing::askAgainCompletions
 
 // A completion's result: `res`, or -EAGAIN while a test asks for such results.
-int resultForTest(int res) {
-  int n = g_again_results.load(std::memory_order_relaxed);
-  while (n > 0) {
-    if (g_again_results.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
-      return -EAGAIN;
-    }
-  }
-  return res;
-}
+int resultForTest(int res) { return takeOne(g_again_results) ? -EAGAIN : res; }
 
 // Whether a request's result asks for it again (-EAGAIN, -EINTR), counting such results
 // in a row in `again`: at most kMaxAgain in a row, so that a device that keeps answering so
