@@ -126,9 +126,9 @@ struct ThreadRing {
 
 thread_local ThreadRing t_ring;
 
-// Submits the SQE prepared by `prep` and returns its CQE result (negative errno on error).
+// Submits the SQE prepared by `prep` once and returns its CQE result (negative errno).
 template <typename Prep>
-int submitAndWait(io_uring* ring, Prep&& prep) {
+int submitOnceAndWait(io_uring* ring, Prep& prep) {
   io_uring_sqe* sqe = io_uring_get_sqe(ring);
   if (sqe == nullptr) return -EBUSY;  // cannot happen: one SQE in flight at a time
   prep(sqe);
@@ -146,6 +146,18 @@ int submitAndWait(io_uring* ring, Prep&& prep) {
   if (rc < 0) return rc;
   int res = resultForTest(cqe->res);
   io_uring_cqe_seen(ring, cqe);
+  return res;
+}
+
+// Submits the SQE prepared by `prep` and returns its CQE result (negative errno on error),
+// submitting it again while the result asks for that (askAgain).
+template <typename Prep>
+int submitAndWait(io_uring* ring, Prep&& prep) {
+  unsigned again = 0;
+  int res;
+  do {
+    res = submitOnceAndWait(ring, prep);
+  } while (askAgain(res, again));
   return res;
 }
 
@@ -508,13 +520,11 @@ class UringEngine final : public IoEngine {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::writeAll(fd, data, offset);
     size_t done = 0;
-    unsigned again = 0;
     while (done < data.size()) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_write(sqe, fd, data.data() + done, chunk(data.size() - done),
                             offset + done);
       });
-      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring write at {}", offset + done));
       }
@@ -530,12 +540,10 @@ class UringEngine final : public IoEngine {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::readAll(fd, out, offset);
     size_t done = 0;
-    unsigned again = 0;
     while (done < out.size()) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_read(sqe, fd, out.data() + done, chunk(out.size() - done), offset + done);
       });
-      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring read at {}", offset + done));
       }
@@ -563,13 +571,11 @@ class UringEngine final : public IoEngine {
     }
     size_t first = 0;  // iov[first..n) is still to read, at offset + done
     uint64_t done = 0;
-    unsigned again = 0;
     while (first < n) {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_readv(sqe, fd, &iov[first], static_cast<unsigned>(n - first),
                             offset + done);
       });
-      if (askAgain(res, again)) continue;
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring readv at {}", offset + done));
       }
@@ -598,13 +604,9 @@ class UringEngine final : public IoEngine {
   Status fdatasync(int fd) override {
     io_uring* ring = t_ring.get();
     if (ring == nullptr) return posix_io::dataSync(fd);
-    int res;
-    unsigned again = 0;
-    do {
-      res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
-        io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
-      });
-    } while (askAgain(res, again));
+    const int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
+      io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+    });
     if (res < 0) return Status::fromErrno(-res, "io_uring fdatasync");
     return Status::ok();
   }
