@@ -215,9 +215,8 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   // More blocks than the shared ring's depth (256): the rest wait in the engine's queue.
   constexpr int kBlocks = 1000;
   constexpr size_t kBlock = 4096;
-  AlignedBytes in(kBlocks * kBlock);
-  auto data = randomBytes(in.size(), 7);
-  std::copy(data.begin(), data.end(), in.data());
+  auto data = randomBytes(kBlocks * kBlock, 7);
+  AlignedBytes in = pageAlignedCopy(data);
   Completions writes;
   writeBlocksAsync(*engine, *fd, in, kBlock, 4, writes);
   writes.waitFor(kBlocks);
@@ -247,9 +246,8 @@ TEST_CASE("io_uring asynchronous I/O: submissions the kernel refuses go in later
   REQUIRE(fd.has_value());
   constexpr int kBlocks = 300;  // past the ring's depth: the backlog refills it meanwhile
   constexpr size_t kBlock = 4096;
-  AlignedBytes in(kBlocks * kBlock);
-  auto data = randomBytes(in.size(), 11);
-  std::copy(data.begin(), data.end(), in.data());
+  auto data = randomBytes(kBlocks * kBlock, 11);
+  AlignedBytes in = pageAlignedCopy(data);
   AlignedBytes out(in.size());
   std::memset(out.data(), 0, out.size());
 
@@ -288,9 +286,8 @@ TEST_CASE("io_uring: a request asked for again is retried up to a bound and then
   REQUIRE(fd.has_value());
   constexpr size_t kBlock = 4096;
   constexpr int kPastBound = 1001;  // kMaxAgain + 1
-  AlignedBytes in(kBlock), out(kBlock);
   auto data = randomBytes(kBlock, 17);
-  std::copy(data.begin(), data.end(), in.data());
+  AlignedBytes in = pageAlignedCopy(data), out(kBlock);
   struct ClearAgain {
     ~ClearAgain() { testing::askAgainCompletions(0); }
   } clear_again;
