@@ -36,6 +36,11 @@ inline uint64_t getLe(const uint8_t* p, int bytes) {
   return v;
 }
 
+// A blob id's hash for unordered containers.
+struct BlobIdHash {
+  size_t operator()(const BlobId& id) const noexcept;
+};
+
 inline uint64_t blockCount(uint64_t payload_len, uint32_t block_size) {
   return payload_len / block_size + (payload_len % block_size != 0 ? 1 : 0);
 }

@@ -7,17 +7,6 @@ namespace granary::chunkstore {
 
 CrcCache::CrcCache(uint64_t capacity_bytes) : shard_capacity_(capacity_bytes / kShards) {}
 
-size_t CrcCache::Hash::operator()(const BlobId& id) const noexcept {
-  // A version's bytes are its creation time and random bits: mix the random half with the
-  // stripe and fragment (splitmix64's finalizer).
-  uint64_t v = 0;
-  std::memcpy(&v, id.version.bytes.data() + 8, sizeof v);
-  uint64_t z = v ^ (uint64_t(id.stripe) << 16) ^ id.fragment;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<size_t>(z ^ (z >> 31));
-}
-
 std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRecord& rec) {
   std::shared_ptr<const CachedCrcs> found;
   if (shard_capacity_ > 0) {

@@ -65,9 +65,7 @@ class CrcCache {
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
 
  private:
-  struct Hash {
-    size_t operator()(const BlobId& id) const noexcept;
-  };
+  using Hash = BlobIdHash;
   struct Shard {
     using Lru = std::list<std::pair<BlobId, std::shared_ptr<const CachedCrcs>>>;
     mutable std::mutex mu;
