@@ -155,12 +155,25 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
   // One activity record for all the drives: a spare is zeroed at full speed only while no
   // drive of this process serves a client (they often share a disk).
   auto activity = std::make_shared<chunkstore::DriveActivity>();
+  // Kernel mappings (VMAs) for verified blobs, all drives together: a process may have
+  // 65,530 by default (vm.max_map_count), RocksDB and the allocator need some.
+  constexpr size_t kVerifiedMappings = 16384;
+  const int64_t verified_mib = vm["verified-cache"].as<int64_t>();
+  uint64_t verified_bytes = 0;
+  if (verified_mib < 0) {  // default: a quarter of the machine's memory
+    verified_bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                     static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4;
+  } else {
+    verified_bytes = static_cast<uint64_t>(verified_mib) << 20;
+  }
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
     co.dir = dir.string();
     co.cached_reads = !vm["direct-reads"].as<bool>();
     co.extent_size = extent_mib << 20;
     co.activity = activity;
+    co.verified_mappings = kVerifiedMappings / drives.size();
+    co.verified_mapping_bytes = verified_bytes / drives.size();
     // Shared evenly, as --scrub-rate is: the drives of one process often share a disk.
     if (zero_rate > 0) {
       co.spare_zero_rate =
@@ -195,6 +208,11 @@ void addDriveOptions(po::options_description& opts) {
       "read blobs from the drives with O_DIRECT, past the page cache (by default reads go "
       "through it, so hot objects are served from memory; writes and scrubs always bypass "
       "it)")(
+      "verified-cache", po::value<int64_t>()->default_value(-1),
+      "MiB of blob bytes in the page cache whose CRC check is remembered while they stay "
+      "there, so that sending them again skips reading them to verify (each such blob is "
+      "mapped read-only: its pages count in RSS as file pages; default -1: a quarter of "
+      "the memory; 0: verify on every read)")(
       "extent-size", po::value<uint64_t>()->default_value(1024),
       "MiB of blobs per extent file on the drives (new extents only)")(
       "spare-zero-rate", po::value<double>()->default_value(64),

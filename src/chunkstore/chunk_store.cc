@@ -38,6 +38,7 @@
 #include "granary/common/rocks_resources.h"
 #include "granary/ec/erasure_code.h"
 #include "rocks_index.h"
+#include "verified_mappings.h"
 
 namespace granary::chunkstore {
 
@@ -63,6 +64,7 @@ class ChunkStoreImpl final : public ChunkStore {
                  [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
         crcs_(options.crc_cache_bytes),
+        mappings_({options.verified_mappings, options.verified_mapping_bytes}),
         commits_([this](std::span<PendingCommit* const> b) { syncCommits(b); },
                  [this](std::span<PendingCommit* const> b) { indexCommits(b); },
                  [this](PendingCommit* p) { finishPut(p); }) {
@@ -295,6 +297,10 @@ class ChunkStoreImpl final : public ChunkStore {
   // The page cache held a copy of the blob that failed its CRC while the drive's passed
   // (memory went bad): drop the copy, so that the next read fetches the drive's.
   void dropCachedCopy(const BlobId& id, const IndexRecord& rec);
+  // Verifies payload bytes [begin, end) of the blob at `rec` in the page cache (readCached),
+  // whole blocks at a time through `scratch`, a buffer of whole blocks.
+  bool verifyCached(const BlobId& id, const IndexRecord& rec, uint64_t begin, uint64_t end,
+                    std::span<uint8_t> scratch);
   // After a read found `corruption`: the blob's current entry when it moved (read again),
   // or the final status (NotFound when it was removed meanwhile, else `corruption`).
   Result<IndexRecord> recheckAfterCorruption(const BlobId& id, const IndexRecord& rec,
@@ -374,6 +380,7 @@ class ChunkStoreImpl final : public ChunkStore {
   ExtentSet extents_;
   // Verified block CRCs of recently read blobs (thread safe; filled from const verifyRead).
   mutable CrcCache crcs_;
+  VerifiedMappings mappings_;
 
   std::mutex busy_mu_;
   std::condition_variable busy_cv_;
@@ -392,6 +399,7 @@ class ChunkStoreImpl final : public ChunkStore {
     // Reads (repair's check of a suspect above all) must see what is on disk now, header
     // included, not CRCs cached before the damage.
     crcs_.erase(id);
+    mappings_.forget(id);
     std::lock_guard lock(corrupt_mu_);
     if (corrupt_.size() < kMaxCorruptIds) corrupt_.insert(id);
   }
@@ -746,20 +754,32 @@ std::optional<CachedRange> ChunkStoreImpl::pinIfCached(const BlobId& id, uint64_
   if (!rec || !checkRange(id, *rec, offset, len)) return std::nullopt;
   auto fd = extents_.cachedFdIfOpen(rec->extent);
   if (!fd) return std::nullopt;
-  const uint64_t bs = rec->block_size;
+  CachedRange range{*fd, rec->offset + rec->header_region_len + offset, len, std::move(pin)};
+  if (mappings_.verified(id, *rec, offset, len)) return range;
   // Verified whole blocks at a time, in pieces small enough to stay in the CPU's cache:
   // the bytes are read again from the page cache by sendfile, never from this buffer.
+  const uint64_t bs = rec->block_size;
   constexpr uint64_t kPiece = 128 << 10;
-  const uint64_t piece = std::max<uint64_t>(bs, kPiece / bs * bs);
-  AlignedBuffer scratch(piece, AlignedBuffer::Fill::kUninitialized);
+  AlignedBuffer scratch(std::max<uint64_t>(bs, kPiece / bs * bs),
+                        AlignedBuffer::Fill::kUninitialized);
   if (!scratch.valid()) return std::nullopt;
-  const uint64_t end = std::min(alignUp(offset + len, bs), rec->payload_len);
-  for (uint64_t at = alignDown(offset, bs); at < end; at += piece) {
-    if (!readCached(id, *rec, at, scratch.span().first(std::min(piece, end - at)))) {
-      return std::nullopt;
+  if (!verifyCached(id, *rec, offset, offset + len, scratch.span())) return std::nullopt;
+  mappings_.noteVerified(id, *rec, *fd, [&] {
+    return verifyCached(id, *rec, 0, rec->payload_len, scratch.span());
+  });
+  return range;
+}
+
+bool ChunkStoreImpl::verifyCached(const BlobId& id, const IndexRecord& rec, uint64_t begin,
+                                  uint64_t end, std::span<uint8_t> scratch) {
+  const uint64_t bs = rec.block_size;
+  const uint64_t last = std::min(alignUp(end, bs), rec.payload_len);
+  for (uint64_t at = alignDown(begin, bs); at < last; at += scratch.size()) {
+    if (!readCached(id, rec, at, scratch.first(std::min<uint64_t>(scratch.size(), last - at)))) {
+      return false;
     }
   }
-  return CachedRange{*fd, rec->offset + rec->header_region_len + offset, len, std::move(pin)};
+  return true;
 }
 
 std::shared_ptr<void> ChunkStoreImpl::pinBlob(const BlobId& id) {
@@ -813,6 +833,7 @@ void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {
   log::warn("blob {} in {}: the page cache's copy failed its CRC, the drive's passed; "
             "dropping the copy (check this machine's memory)",
             id.toString(), extents_.path(rec.extent));
+  mappings_.forget(id);  // a mapped page is not dropped
   if (auto fd = extents_.cachedFd(rec.extent)) {
     (void)::posix_fadvise(*fd, static_cast<off_t>(rec.offset),
                           static_cast<off_t>(rec.diskLen()), POSIX_FADV_DONTNEED);
@@ -1131,6 +1152,7 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   // entry pointing at a hole.
   GRANARY_RETURN_IF_ERROR(index_->remove(id));
   crcs_.erase(id);
+  mappings_.forget(id);  // its hole punch is to free the space: no mapping may hold the file
   {
     std::lock_guard lock(corrupt_mu_);
     corrupt_.erase(id);
@@ -1170,6 +1192,11 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.crc_cache_hits = crcs_.hits();
   s.crc_cache_misses = crcs_.misses();
   s.crc_cache_bytes = crcs_.bytes();
+  const VerifiedMappings::Stats mapped = mappings_.stats();
+  s.verified_hits = mapped.hits;
+  s.verified_admitted = mapped.admitted;
+  s.verified_blobs = mapped.mappings;
+  s.verified_bytes = mapped.bytes;
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   {

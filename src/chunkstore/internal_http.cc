@@ -159,6 +159,10 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"crc_cache_hits", &DriveStats::crc_cache_hits},
     {"crc_cache_misses", &DriveStats::crc_cache_misses},
     {"crc_cache_bytes", &DriveStats::crc_cache_bytes},
+    {"verified_hits", &DriveStats::verified_hits},
+    {"verified_admitted", &DriveStats::verified_admitted},
+    {"verified_blobs", &DriveStats::verified_blobs},
+    {"verified_bytes", &DriveStats::verified_bytes},
     {"capacity_bytes", &DriveStats::capacity_bytes},
     {"available_bytes", &DriveStats::available_bytes},
 };

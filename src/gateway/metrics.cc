@@ -120,6 +120,20 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           DriveGauge{"granary_drive_crc_cache_bytes",
                      "Memory held by the drive's block CRC cache",
                      &chunkstore::DriveStats::crc_cache_bytes},
+          DriveGauge{"granary_drive_verified_hits",
+                     "Page-cache ranges sent without verifying them again (their pages "
+                     "verified earlier and cached since), since the drive opened",
+                     &chunkstore::DriveStats::verified_hits},
+          DriveGauge{"granary_drive_verified_admitted",
+                     "Blobs whose verified page-cache pages were mapped to be trusted while "
+                     "cached, since the drive opened",
+                     &chunkstore::DriveStats::verified_admitted},
+          DriveGauge{"granary_drive_verified_blobs",
+                     "Blobs whose verified page-cache pages are mapped now",
+                     &chunkstore::DriveStats::verified_blobs},
+          DriveGauge{"granary_drive_verified_bytes",
+                     "Bytes of verified page-cache pages mapped now (in RSS as file pages)",
+                     &chunkstore::DriveStats::verified_bytes},
       },
       record_index_(prometheus::BuildGauge()
                         .Name("granary_record_index")

@@ -87,6 +87,13 @@ struct DriveStats {
   uint64_t crc_cache_hits = 0;
   uint64_t crc_cache_misses = 0;
   uint64_t crc_cache_bytes = 0;
+  // ChunkStoreOptions::verified_mappings: pinIfCached() ranges that needed no verification
+  // (their pages verified earlier and cached since) and blobs admitted, since open; blobs
+  // and bytes mapped now.
+  uint64_t verified_hits = 0;
+  uint64_t verified_admitted = 0;
+  uint64_t verified_blobs = 0;
+  uint64_t verified_bytes = 0;
   // Blobs still stored that failed their CRC32C (a read's or the scrubber's) since the
   // drive was opened, at most kMaxCorruptIds: what repair rebuilds without a verify pass.
   std::vector<BlobId> corrupt_ids;
@@ -209,6 +216,13 @@ struct ChunkStoreOptions {
   // Memory for the verified block CRCs of recently read blobs, so that their next reads
   // skip the header region's I/O (src/chunkstore/crc_cache.h). 0: always read the header.
   uint64_t crc_cache_bytes = 16ull << 20;
+  // Blobs whose verified page-cache bytes are trusted while they stay cached
+  // (src/chunkstore/verified_mappings.h): pinIfCached() skips verifying again a range of
+  // one that never left the page cache since. Each is one read-only mapping of the blob's
+  // payload (counted in the process's RSS as file pages). 0 in either: every pinIfCached()
+  // verifies.
+  size_t verified_mappings = 0;
+  uint64_t verified_mapping_bytes = 0;
   uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
   // Bytes per second a background thread may write to pre-zero the next extent, so that
   // the syncs of the writes into it commit no block allocations (docs/chunkstore-format.md,

@@ -45,10 +45,6 @@ class FaultyEngine final : public IoEngineWrapper {
   std::atomic<int> read_errno{0};
 };
 
-// The first blob of a fresh store sits at offset 0 of extent 0; a small blob's header
-// region is one 4 KiB page (docs/chunkstore-format.md).
-constexpr uint64_t kFirstPayload = 4096;
-
 }  // namespace
 
 TEST_CASE("A flipped payload bit fails reads touching its block only") {
@@ -250,14 +246,6 @@ TEST_CASE("readIfCached serves verified bytes from memory, and declines anything
     REQUIRE(f.store->read(id, 0, out).isOk());
     CHECK_FALSE(f.store->readIfCached(id, 0, out));
   }
-}
-
-// The bytes a CachedRange names, read from its descriptor.
-std::vector<uint8_t> rangeBytes(const CachedRange& r) {
-  std::vector<uint8_t> out(r.length);
-  REQUIRE(::pread(r.fd, out.data(), out.size(), static_cast<off_t>(r.offset)) ==
-          static_cast<ssize_t>(out.size()));
-  return out;
 }
 
 TEST_CASE("pinIfCached pins verified page-cache bytes, and a remove punches once the pin goes") {

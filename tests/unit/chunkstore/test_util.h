@@ -114,6 +114,20 @@ inline void flipBit(const std::string& path, uint64_t offset) {
   if (!ok) throw std::runtime_error("flipBit: cannot rewrite " + path);
 }
 
+// The first blob of a fresh store sits at offset 0 of extent 0; a small blob's header
+// region is one 4 KiB page (docs/chunkstore-format.md): its payload starts here.
+inline constexpr uint64_t kFirstPayload = 4096;
+
+// The bytes a CachedRange names, read from its descriptor.
+inline std::vector<uint8_t> rangeBytes(const CachedRange& r) {
+  std::vector<uint8_t> out(r.length);
+  if (::pread(r.fd, out.data(), out.size(), static_cast<off_t>(r.offset)) !=
+      static_cast<ssize_t>(out.size())) {
+    throw std::runtime_error("rangeBytes: short read");
+  }
+  return out;
+}
+
 inline int64_t allocatedBytes(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return -1;
