@@ -2,10 +2,11 @@
 # rss_get.sh [BUFFER_MIB...]: peak resident memory of `granary serve` under 256 concurrent
 # 64 MiB GET streams (issue 6's memory target), once per --buffer-memory value (default:
 # 256 and 100000, i.e. the default budget and practically none). Per run: a fresh server
-# (data under ./bench-data/rss, removed after), granary-bench for 20 s, VmRSS sampled every
-# 0.2 s, then the server's buffer-budget metrics. $GRANARY picks the binary (default
-# build/src/granary), $WORKLOAD other granary-bench arguments (e.g. 256 concurrent 64 MiB
-# PUTs: "--duration 10s --op put --size 64MiB --concurrency 256 --objects 256").
+# (data under ./bench-data/rss, removed after), granary-bench for 20 s, VmRSS (and its
+# RssAnon and RssFile parts) sampled every 0.2 s, then the server's buffer-budget
+# metrics. $GRANARY picks the binary (default build/src/granary), $WORKLOAD other
+# granary-bench arguments (e.g. 256 concurrent 64 MiB PUTs: "--duration 10s --op put
+# --size 64MiB --concurrency 256 --objects 256").
 # Build first: bash scripts/build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,16 +29,21 @@ for m in "${budgets[@]}"; do
   # shellcheck disable=SC2086 # WORKLOAD is a list of arguments
   "$bench" --endpoint http://127.0.0.1:9410 --quiet $workload >"$root/bench.out" 2>&1 &
   bpid=$!
-  peak=0
+  peak=0 peak_anon=0 peak_file=0
   while kill -0 $bpid 2>/dev/null; do
-    rss=$(awk '/VmRSS/ {print $2}' /proc/$gpid/status)
+    read -r rss anon file < <(awk '/^VmRSS/ {r=$2} /^RssAnon/ {a=$2} /^RssFile/ {f=$2}
+                                   END {print r, a, f}' /proc/$gpid/status)
     ((rss > peak)) && peak=$rss
+    ((anon > peak_anon)) && peak_anon=$anon
+    ((file > peak_file)) && peak_file=$file
     sleep 0.2
   done
   # Failed operations (e.g. uploads answered 503 after --buffer-wait) are reported in the
   # output below, not fatal.
   wait $bpid || true
-  echo "== --buffer-memory $m: peak VmRSS $((peak / 1024)) MiB"
+  # RssFile: mapped file pages, the binary's and the page-cache pages of blobs kept mapped
+  # as verified (--verified-cache), which are the kernel's page cache, not allocations.
+  echo "== --buffer-memory $m: peak VmRSS $((peak / 1024)) MiB (peak RssAnon $((peak_anon / 1024)) MiB, RssFile $((peak_file / 1024)) MiB)"
   sed -n '/^workload/,$p' "$root/bench.out"
   curl -s http://127.0.0.1:9410/_granary/metrics | grep '^granary_buffer_budget'
   kill "$gpid"; wait "$gpid" 2>/dev/null || true; gpid=
