@@ -470,16 +470,24 @@ TEST_CASE("Lookups from memory answer as the full read does, or not at all") {
   CHECK(missing->error().isNotFound());
 
   // Reopened, the rows sit in a table file whose blocks no read has cached yet: no answer
-  // without I/O. The full read then caches them, and memory answers again.
+  // without I/O. The full read then caches them, and memory answers again. A lookup from
+  // memory may miss right after a full read, which its contract allows ("or not at all"):
+  // seen once in a loaded ctest run (ASan, -j2), never in ~150 runs since, cause not found
+  // (RocksDB's background work after the reopen, or an eviction, are the candidates). So
+  // the full read gets three chances to leave what memory then answers.
   f.reopen();
   CHECK(!f.index->getBucketFromMemory("b").has_value());
   CHECK(!f.index->getObjectFromMemory("b", "k").has_value());
-  REQUIRE(f.index->getBucket("b").has_value());
-  REQUIRE(f.index->getObject("b", "k").has_value());
-  bucket = f.index->getBucketFromMemory("b");
+  for (int attempt = 1;; ++attempt) {
+    INFO("full read " << attempt);
+    REQUIRE(f.index->getBucket("b").has_value());
+    REQUIRE(f.index->getObject("b", "k").has_value());
+    bucket = f.index->getBucketFromMemory("b");
+    object = f.index->getObjectFromMemory("b", "k");
+    if ((bucket.has_value() && object.has_value()) || attempt == 3) break;
+  }
   REQUIRE(bucket.has_value());
   CHECK((*bucket)->name == "b");
-  object = f.index->getObjectFromMemory("b", "k");
   REQUIRE(object.has_value());
   REQUIRE(object->has_value());
   CHECK((*object)->inline_data == "body");
