@@ -14,6 +14,9 @@
 # POOL_NICE=N: renice the server's worker pool (MD5, erasure coding, write submission)
 # after start, as the loader/checkpoint priority experiment in docs/benchmarks.md did.
 # GRANARY_ARGS: more `granary serve` options (e.g. --no-sendfile, to compare).
+# PACE (default 0.5): the mix step also runs the loader paced (granary-bench's rate=), at
+# this fraction of the ops/s its closed loop reached alone in the same round, as a trainer
+# reads: alone, then beside the checkpoint class.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
@@ -113,6 +116,19 @@ if kind == "mix":  # per round: loader alone, checkpoint alone, both
                      op(ckpt, "checkpoint", "put")["mb_per_s"])
     show("loader p99 with the checkpoint class / alone", p99, "<= 1.5")
     show("checkpoint MB/s with the loader / alone", share, ">= 0.5")
+elif kind == "paced":  # per round: paced loader alone, checkpoint alone, both
+    p99, share, kept = [], [], []
+    for i in range(0, len(files), 3):
+        alone, ckpt, both = files[i:i + 3]
+        p99.append(op(both, "loader", "range")["latency_ms"]["p99"] /
+                   op(alone, "loader", "range")["latency_ms"]["p99"])
+        share.append(op(both, "checkpoint", "put")["mb_per_s"] /
+                     op(ckpt, "checkpoint", "put")["mb_per_s"])
+        kept.append(op(both, "loader", "range")["ops_per_s"] /
+                    op(alone, "loader", "range")["ops_per_s"])
+    show("paced loader p99 with the checkpoint class / alone", p99, "<= 1.5")
+    show("checkpoint MB/s with the paced loader / alone", share, ">= 0.5")
+    show("paced loader ops/s with the checkpoint class / alone", kept, "1.00: it kept its pace")
 else:  # per round: Granary, then nginx, on the same objects
     show(f"{kind} GET, Granary / nginx MB/s",
          [op(files[i], "granary", "get")["mb_per_s"] / op(files[i + 1], "nginx", "get")["mb_per_s"]
@@ -137,7 +153,7 @@ fi
 if want mix; then
   loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
   checkpoint=name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
-  mix=()
+  mix=() paced=()
   for r in $(seq "$rounds"); do
     # The loader's shards are written in the first round and kept.
     alone="$loader,cleanup=no"; [[ $r != 1 ]] && alone="$alone,prepare=skip"
@@ -148,8 +164,19 @@ if want mix; then
     run "round $r: loader while checkpointing" --workload "$loader,prepare=skip,cleanup=no" \
       --workload "$checkpoint" --json "$root/mix-$r-c.json"
     mix+=("$root/mix-$r-a.json" "$root/mix-$r-b.json" "$root/mix-$r-c.json")
+    rate=$(/usr/bin/python3 -c '
+import json, sys
+w = json.load(open(sys.argv[1]))["workloads"][0]
+print("%.1f" % (float(sys.argv[2]) * w["ops"]["range"]["ops_per_s"]))' "$root/mix-$r-a.json" "${PACE:-0.5}")
+    run "round $r: loader alone, paced at $rate ops/s (${PACE:-0.5} of its closed loop's)" \
+      --workload "$loader,prepare=skip,cleanup=no,rate=$rate" --json "$root/mix-$r-pa.json"
+    run "round $r: loader paced at $rate ops/s while checkpointing" \
+      --workload "$loader,prepare=skip,cleanup=no,rate=$rate" --workload "$checkpoint" \
+      --json "$root/mix-$r-pc.json"
+    paced+=("$root/mix-$r-pa.json" "$root/mix-$r-b.json" "$root/mix-$r-pc.json")
   done
   ratios mix "${mix[@]}"
+  ratios paced "${paced[@]}"
 fi
 
 # nginx serving the same bytes from files, read by the same client.

@@ -243,6 +243,7 @@ struct WorkloadRun {
   unsigned mix_total = 0;
   uint64_t put_start = 0;
   std::atomic<uint64_t> tickets{0};
+  std::atomic<uint64_t> next_due{0};  // a paced workload's next operation (spec.rate)
   std::atomic<uint64_t> next_put{0};
   std::atomic<uint64_t> next_delete{0};
   std::atomic<bool> exhausted{false};  // op=delete ran out of objects
@@ -448,10 +449,27 @@ asio::awaitable<void> worker(Shared& sh, WorkloadRun& w, unsigned id, Clock::tim
   std::mt19937_64 rng(std::hash<std::string>{}(w.spec.name) ^ (0x9E3779B97F4A7C15ull * (id + 1)));
   WorkloadStats local;
   ListState list;
+  asio::steady_timer pace(co_await asio::this_coro::executor);
   while (Clock::now() < deadline && !w.exhausted) {
     if (w.spec.count && w.tickets.fetch_add(1) >= w.spec.count) break;
+    Clock::time_point t0 = Clock::now();
+    if (w.spec.rate > 0) {
+      // Operation i is due at start + i / rate. A connection that finds it overdue sends
+      // it at once, and its latency counts from when it was due: waiting for a connection
+      // is part of what a reader at this pace sees (no coordinated omission, as in wrk2).
+      const uint64_t i = w.next_due.fetch_add(1);
+      const auto due = w.start + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(static_cast<double>(i) /
+                                                                   w.spec.rate));
+      if (due >= deadline) break;
+      if (due > t0) {
+        pace.expires_at(due);
+        beast::error_code ignored;
+        co_await pace.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      }
+      t0 = due;
+    }
     Op op = w.pick(rng);
-    auto t0 = Clock::now();
     Outcome o = co_await doOp(op, conn, sh, w, rng, list);
     if (o.skip) break;
     auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();

@@ -94,6 +94,7 @@ std::string WorkloadSpec::describe() const {
   if (op == Op::kList) out += fmt::format(",page={}", list_page);
   out += fmt::format(",objects={},concurrency={}", objects, concurrency);
   if (count) out += fmt::format(",count={}", count);
+  if (rate > 0) out += fmt::format(",rate={}", rate);
   out += fmt::format(",prefix={},prepare={},cleanup={}", prefix, prepare ? "auto" : "skip",
                      cleanup ? "yes" : "no");
   return out;
@@ -208,6 +209,14 @@ Result<WorkloadSpec> parseWorkload(std::string_view text) {
     } else if (name == "count") {
       num = parseUnsigned(value, "count");
       if (num) spec.count = *num;
+    } else if (name == "rate") {
+      double r = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), r);
+      if (ec != std::errc() || end != value.data() + value.size() || !(r > 0) || r > 1e7) {
+        return fail(Status::invalidArgument(
+            fmt::format("bad rate '{}' (operations a second, above 0)", value)));
+      }
+      spec.rate = r;
     } else if (name == "page") {
       num = parseUnsigned(value, "page");
       if (num && (*num == 0 || *num > 1000)) {

@@ -2,8 +2,8 @@
 // ("loader", "checkpoint"); several workloads run at the same time against one endpoint.
 //
 // Spec syntax (one --workload each):  name=loader,op=range,size=64MiB,range=64KiB-4MiB,
-//   objects=16,concurrency=8[,count=N][,prefix=P][,prepare=auto|skip][,cleanup=yes|no]
-//   [,mix=get:70+put:20+head:10]
+//   objects=16,concurrency=8[,count=N][,rate=OPS][,prefix=P][,prepare=auto|skip]
+//   [,cleanup=yes|no][,mix=get:70+put:20+head:10]
 // Pure code: parsing and validation only, so it is unit tested without a network.
 #pragma once
 
@@ -40,6 +40,11 @@ struct WorkloadSpec {
                                      // for put: keys cycled over (0: a new key per PUT)
   unsigned concurrency = 8;          // connections, one request in flight each
   uint64_t count = 0;                // stop after this many operations (0: duration only)
+  // Operations a second, started on a fixed schedule whether or not the endpoint keeps up
+  // (an open loop, as a data loader consumes at its trainer's pace), each one's latency
+  // counted from when it was due; `concurrency` bounds how many are in flight. 0: a closed
+  // loop, each connection sending its next request when its last one ends.
+  double rate = 0;
   std::string prefix;                // key prefix; default "<run id>/<name>/"
   bool prepare = true;               // upload `objects` first (prepare=skip: they exist)
   bool cleanup = true;               // delete what the run created (cleanup=no keeps it)

@@ -104,6 +104,22 @@ def test_two_classes_are_accounted_apart(server, s3, bench_bin, tmp_path, bucket
     assert keys_under(s3, bucket, "two/") == []
 
 
+def test_a_paced_workload_sends_at_its_rate(server, s3, bench_bin, tmp_path, bucket):
+    # 50 operations a second for 2 s: the 100 due before the end, however fast the server
+    # is; the closed loop beside it sends as fast as it can.
+    rc, report, log = run_bench(
+        server, tmp_path, "--bucket", bucket, "--run-id", "paced", "--duration", "2s",
+        "--workload", "name=paced,op=get,size=4KiB,objects=4,concurrency=4,rate=50",
+        "--workload", "name=flat,op=get,size=4KiB,objects=4,concurrency=4")
+    assert rc == 0, log
+    paced = op_figures(report, "paced", "get")
+    assert 95 <= paced["ops"] <= 100, paced
+    assert paced["errors"] == 0
+    assert "rate=50" in report["workloads"][0]["spec"]
+    assert op_figures(report, "flat", "get")["ops"] > 2 * paced["ops"]
+    assert keys_under(s3, bucket, "paced/") == []
+
+
 def test_a_mix_deletes_only_what_it_put(server, s3, bench_bin, tmp_path, bucket):
     rc, report, log = run_bench(
         server, tmp_path, "--bucket", bucket, "--run-id", "mix", "--duration", "2s",

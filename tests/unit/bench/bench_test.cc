@@ -71,6 +71,22 @@ TEST_CASE("A workload spec parses every field and fills defaults") {
   CHECK_FALSE(put->needsObjects());
 }
 
+TEST_CASE("A paced workload keeps its rate; a bad rate is refused") {
+  auto spec = parseWorkload("name=loader,op=range,size=64MiB,rate=250.5");
+  REQUIRE(spec);
+  CHECK(spec->rate == Approx(250.5));
+  auto again = parseWorkload(spec->describe());
+  REQUIRE(again);
+  CHECK(again->rate == Approx(250.5));
+  CHECK(parseWorkload("op=get")->rate == 0);  // a closed loop unless asked
+  CHECK(parseWorkload("op=get")->describe().find("rate") == std::string::npos);
+  for (const char* bad : {"op=get,rate=0", "op=get,rate=-5", "op=get,rate=fast", "op=get,rate=",
+                          "op=get,rate=nan", "op=get,rate=inf", "op=get,rate=1e9"}) {
+    INFO(bad);
+    CHECK_FALSE(parseWorkload(bad));
+  }
+}
+
 TEST_CASE("A mix spec keeps its weights") {
   auto spec = parseWorkload("name=m,mix=get:70+put:20+delete:10,objects=5");
   REQUIRE(spec);
