@@ -81,8 +81,8 @@ fio_one "fio 1 MiB read, qd 32" --name=r --rw=read --bs=1m --iodepth=32
 fio_one "fio 4 KiB write+fdatasync, qd 1" --name=s --rw=write --bs=4k --iodepth=1 --fdatasync=1
 rm -f "$root"/w.* "$root"/r.* "$root"/s.*
 
-cpu_ticks() {  # busy and total ticks of all CPUs so far (iowait counts as idle)
-  awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+cpu_ticks() {  # busy, total and stolen ticks of all CPUs so far (iowait counts as idle)
+  awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9 }' /proc/stat
 }
 run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
@@ -90,7 +90,9 @@ run() {  # run LABEL granary-bench-args...
   before=$(cpu_ticks)
   "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
   after=$(cpu_ticks)
-  echo "$before $after" | awk '{ printf "   CPUs busy %.0f%% of the phase (preparation included)\n", 100 * ($3 - $1) / ($4 - $2) }'
+  # Steal: time the hypervisor ran something else on our CPUs (counted as busy above).
+  # Figures of a phase with more than a few percent are the neighbours', not ours.
+  echo "$before $after" | awk '{ printf "   CPUs busy %.0f%% of the phase (preparation included), stolen %.0f%%\n", 100 * ($4 - $1) / ($5 - $2), 100 * ($6 - $3) / ($5 - $2) }'
 }
 # ratios KIND JSON...: each round's ratio and the median, from the runs' JSON files, which
 # come in rounds of the phases KIND compares (see the callers).

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       ("region", po::value(&cfg.creds.region)->default_value("us-east-1"), "SigV4 region")
       ("bucket", po::value(&cfg.bucket)->default_value("granary-bench"), "bucket (created if missing)")
       ("duration", po::value(&duration)->default_value("30s"), "measured phase length (30s, 2m)")
-      ("threads", po::value(&threads), "event-loop threads (default: cores, at most 4)")
+      ("threads", po::value(&threads), "event-loop threads of each workload (default: cores, at most 4)")
       ("timeout", po::value(&cfg.timeout_s)->default_value(120), "seconds per network operation")
       ("prepare-concurrency", po::value(&cfg.prepare_concurrency)->default_value(32),
        "connections uploading prepared objects")

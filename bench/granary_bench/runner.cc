@@ -24,6 +24,7 @@
 #include <mutex>
 #include <openssl/evp.h>
 #include <pugixml.hpp>
+#include <pthread.h>
 #include <random>
 #include <thread>
 #include <unistd.h>
@@ -493,21 +494,30 @@ asio::awaitable<void> worker(Shared& sh, WorkloadRun& w, unsigned id, Clock::tim
   if (--w.workers_left == 0) w.end = Clock::now();
 }
 
-// Runs coroutines spawned by `spawn(executor for connection i)` on `threads` threads until all
-// finish, calling tick() about once a second meanwhile.
+// Runs coroutines spawned by `spawn(loop)` until all finish, calling tick() about once a
+// second meanwhile. Each group of connections (named in `groups`) has `threads` threads of
+// its own, named "gb-<group>": `loop(g)` gives group g's threads in turn. Workloads are
+// groups of their own, so that one class's work (a checkpoint's large bodies) never holds
+// up another's connections in this process: in use they are separate clients.
 template <typename Spawn, typename Tick>
-void runPhase(unsigned threads, Spawn&& spawn, Tick&& tick) {
+void runPhase(unsigned threads, const std::vector<std::string>& groups, Spawn&& spawn,
+              Tick&& tick) {
   std::vector<std::unique_ptr<asio::io_context>> loops;
-  for (unsigned i = 0; i < threads; ++i) loops.push_back(std::make_unique<asio::io_context>(1));
-  unsigned next = 0;
-  spawn([&]() -> asio::io_context& { return *loops[next++ % threads]; });
-  std::atomic<unsigned> running{threads};
+  for (size_t i = 0; i < threads * groups.size(); ++i) {
+    loops.push_back(std::make_unique<asio::io_context>(1));
+  }
+  std::vector<unsigned> next(groups.size(), 0);
+  spawn([&](size_t g) -> asio::io_context& { return *loops[g * threads + next[g]++ % threads]; });
+  std::atomic<size_t> running{loops.size()};
   std::vector<std::thread> pool;
-  for (auto& loop : loops) {
-    pool.emplace_back([&running, &loop] {
-      loop->run();
+  for (size_t i = 0; i < loops.size(); ++i) {
+    pool.emplace_back([&running, &loop = *loops[i]] {
+      loop.run();
       --running;
     });
+    // For per-thread CPU figures (top -H, bench/cpu_share.sh); at most 15 characters.
+    const std::string name = ("gb-" + groups[i / threads]).substr(0, 15);
+    pthread_setname_np(pool.back().native_handle(), name.c_str());
   }
   auto last = Clock::now();
   while (running > 0) {
@@ -594,10 +604,10 @@ uint64_t cleanup(Shared& sh, const std::vector<CleanupRange>& ranges, std::vecto
     }
   };
   runPhase(
-      sh.cfg.threads,
+      sh.cfg.threads, {"cleanup"},
       [&](auto loop) {
         for (unsigned i = 0; i < std::min<size_t>(8, batches.size()); ++i) {
-          asio::co_spawn(loop(), deleter(), asio::detached);
+          asio::co_spawn(loop(0), deleter(), asio::detached);
         }
       },
       [] {});
@@ -670,14 +680,14 @@ Result<RunResult> run(RunConfig cfg) {
     auto t0 = Clock::now();
     std::vector<std::array<uint64_t, 2>> last(preps.size());
     runPhase(
-        cfg.threads,
+        cfg.threads, {"prepare"},
         [&](auto loop) {
           for (auto& p : preps) {
             unsigned n = static_cast<unsigned>(
                 std::min<uint64_t>(cfg.prepare_concurrency, std::max<uint64_t>(p->spec.count, 1)));
             p->workers_left = n;
             for (unsigned i = 0; i < n; ++i) {
-              asio::co_spawn(loop(), worker(sh, *p, i, Clock::time_point::max()), asio::detached);
+              asio::co_spawn(loop(0), worker(sh, *p, i, Clock::time_point::max()), asio::detached);
             }
           }
         },
@@ -708,15 +718,18 @@ Result<RunResult> run(RunConfig cfg) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(static_cast<int64_t>(cfg.duration_s * 1000));
   std::vector<std::array<uint64_t, 2>> last(runs.size());
+  std::vector<std::string> names;
+  for (const auto& w : runs) names.push_back(w->spec.name);
   runPhase(
-      cfg.threads,
+      cfg.threads, names,
       [&](auto loop) {
-        for (auto& w : runs) {
+        for (size_t g = 0; g < runs.size(); ++g) {
+          WorkloadRun* w = runs[g].get();
           w->start = start;
           w->end = start;
           w->workers_left = w->spec.concurrency;
           for (unsigned i = 0; i < w->spec.concurrency; ++i) {
-            asio::co_spawn(loop(), worker(sh, *w, i, deadline), asio::detached);
+            asio::co_spawn(loop(g), worker(sh, *w, i, deadline), asio::detached);
           }
         }
       },

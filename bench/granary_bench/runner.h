@@ -1,7 +1,7 @@
 // granary-bench: runs workloads against an S3 endpoint. Phases: create the bucket, prepare
 // (upload the objects reads need), run every workload at once for the duration, clean up.
 // Each workload is `concurrency` keep-alive connections with one request in flight each,
-// spread over `threads` event-loop threads; every request is signed with SigV4.
+// spread over `threads` event-loop threads of its own; every request is signed with SigV4.
 // No Beast in this header.
 #pragma once
 

@@ -1,9 +1,11 @@
 """granary-bench (bench/granary_bench) against the real `granary serve`: every operation and
 a two-class run with separate accounting, the JSON report, cleanup, and, the point of a
 verifying load generator, that wrong bytes and wrong credentials are reported, not timed."""
+import glob
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -102,6 +104,38 @@ def test_two_classes_are_accounted_apart(server, s3, bench_bin, tmp_path, bucket
     assert op_figures(report, "checkpoint", "put")["ops"] > 2  # so keys were overwritten
     assert "prefix=two/checkpoint/" in report["workloads"][1]["spec"]
     assert keys_under(s3, bucket, "two/") == []
+
+
+def test_each_class_runs_on_threads_of_its_own(server, s3, bench_bin, tmp_path, bucket):
+    # Separate clients in use: one class's large bodies must not hold up another's
+    # connections in the load generator. Its threads are named after their workload.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_ACCESS_KEY_ID"] = server.access_key
+    env["AWS_SECRET_ACCESS_KEY"] = server.secret_key
+    proc = subprocess.Popen(
+        [BENCH, "--endpoint", server.endpoint, "--quiet", "--threads", "2", "--bucket", bucket,
+         "--run-id", "threads", "--duration", "4s",
+         "--workload", "name=reader,op=get,size=4KiB,objects=4,concurrency=2",
+         "--workload", "name=writer,op=put,size=1MiB,objects=2,concurrency=2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = {}
+    try:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            names = []
+            for task in glob.glob(f"/proc/{proc.pid}/task/*/comm"):
+                try:
+                    names.append(open(task).read().strip())
+                except OSError:
+                    pass  # the thread ended
+            seen = {n: names.count(n) for n in ("gb-reader", "gb-writer")}
+            if seen == {"gb-reader": 2, "gb-writer": 2}:
+                break
+            time.sleep(0.05)
+    finally:
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert seen == {"gb-reader": 2, "gb-writer": 2}, out
 
 
 def test_a_paced_workload_sends_at_its_rate(server, s3, bench_bin, tmp_path, bucket):
