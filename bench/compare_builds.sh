@@ -13,6 +13,8 @@
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
 #        64 MiB GET (4 conns)
 #   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
+#   paced: the same, with the loader paced at PACED_RATE ops/s (default 500; granary-bench's
+#        rate=), the same rate for both binaries (not in the default)
 #   list: LIST of 20,000 keys, 1,000 a page, one connection (not in the default)
 #   small: 4 KiB PUT, acknowledged durable (32 conns, one client thread, as s3_bench.sh),
 #        and the time its clean-up by DeleteObjects took; 4 KiB DELETE (32 conns) of
@@ -121,14 +123,17 @@ for round in $(seq "$rounds"); do
       start "$bin"
       run --threads 1 --op list --objects 20000 --concurrency 1
     fi
-    [[ $phases == *" mix "* ]] || continue
-    start "$bin"
-    run --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,cleanup=no |
-      sed 's/^loader /loader-alone/'
-    run --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2 |
-      sed 's/^checkpoint /ckpt-alone/'
-    run --workload name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/,prepare=skip \
-      --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+    for group in mix paced; do
+      [[ $phases == *" $group "* ]] || continue
+      loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
+      [[ $group == paced ]] && loader="$loader,rate=${PACED_RATE:-500}"
+      start "$bin"
+      run --workload "$loader,cleanup=no" | sed "s/^loader /$group-alone/"
+      run --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2 |
+        sed 's/^checkpoint /ckpt-alone/'
+      run --workload "$loader,prepare=skip" \
+        --workload name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+    done
   done
 done
 stop

@@ -310,6 +310,9 @@ void addGatewayOptions(po::options_description& opts) {
       "HOST:PORT to serve S3 on (port 0 picks a free port)")(
       "event-loops", po::value<int>()->default_value(0), "event-loop threads (0: one per core)")(
       "workers", po::value<int>()->default_value(0), "blocking-I/O worker threads (0: auto)")(
+      "bulk-nice", po::value<int>()->default_value(10),
+      "niceness (0-19) of the threads that hash and erasure-code uploads, so that reads and "
+      "index calls get the CPUs first when they are short (0: the same as every thread)")(
       "gc-grace", po::value<int>()->default_value(60), "seconds before replaced blobs are deleted")(
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),
@@ -367,6 +370,11 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   const int workers = vm["workers"].as<int>();
   if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
+  const int bulk_nice = vm["bulk-nice"].as<int>();
+  if (bulk_nice < 0 || bulk_nice > 19) die("--bulk-nice must be 0..19");
+  // As many threads as the pool: a remote chunk client's fragment writes block theirs.
+  auto bulk_pool =
+      std::make_unique<WorkerPool>(workerThreads(workers), "granary-bulk", bulk_nice);
 
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(vm["listen"].as<std::string>());
@@ -393,7 +401,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.sendfile = vm.count("no-sendfile") == 0;
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
-                                  parts.registry, parts.root});
+                                  parts.registry, parts.root, bulk_pool.get()});
   if (!server) die(server.error().toString());
 
   gateway::ReclaimerOptions ropts;

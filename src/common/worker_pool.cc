@@ -1,14 +1,38 @@
 #include "granary/common/worker_pool.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "granary/common/log.h"
 
 namespace granary {
 
-WorkerPool::WorkerPool(size_t threads, std::string name) {
+namespace {
+// Sets the calling thread's niceness (Linux: setpriority on a thread id is per thread).
+void niceThisThread(int nice) {
+  if (nice == 0) return;
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      log::warn("worker pool: cannot set niceness {} ({})", nice, std::strerror(errno));
+    }
+  }
+}
+}  // namespace
+
+WorkerPool::WorkerPool(size_t threads, std::string name, int nice) {
   if (threads == 0) threads = 1;
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) {
-    threads_.emplace_back([this] { run(); });
+    threads_.emplace_back([this, nice] {
+      niceThisThread(nice);
+      run();
+    });
     std::string tname = name.substr(0, 12) + std::to_string(i);
     pthread_setname_np(threads_.back().native_handle(), tname.c_str());
   }

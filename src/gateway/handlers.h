@@ -73,8 +73,9 @@ struct GatewayContext {
       : options(o),
         deps(d),
         metrics(d.registry),
-        data(d.map, d.chunks, code, d.pool, o.fragment_len, metrics.dataPathCounters(),
-             o.buffer_memory, std::chrono::seconds(o.buffer_wait_seconds)),
+        data(d.map, d.chunks, code, d.pool, d.bulk_pool ? *d.bulk_pool : d.pool, o.fragment_len,
+             metrics.dataPathCounters(), o.buffer_memory,
+             std::chrono::seconds(o.buffer_wait_seconds)),
         repairer(d.index, d.chunks, d.map, d.clock, d.registry,
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
                                o.repair_verify}) {
@@ -83,7 +84,7 @@ struct GatewayContext {
     if (auto kernel = Md5Lanes::best()) {
       // The hasher waits on a pool thread, and other uploads hand their chunks in from pool
       // threads: with a pool this small, waiting could hold up the company it waits for.
-      const bool linger = d.pool.threads() >= 4;
+      const bool linger = data.bulkPool().threads() >= 4;
       md5_lanes = std::make_unique<Md5Lanes>(
           *kernel, linger ? kMd5Linger : std::chrono::milliseconds::zero());
     }
@@ -113,6 +114,7 @@ struct GatewayContext {
 
   index_kv::Index& index() { return deps.index; }
   WorkerPool& pool() { return deps.pool; }
+  WorkerPool& bulkPool() { return data.bulkPool(); }
 };
 
 // Authenticated request: what the router learnt from SigV4, for handlers that need it

@@ -307,7 +307,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   // A chunk is hashed while the writer writes it; the hash must end before the chunk's
   // buffer is filled again or given back.
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  TaskGroup hashing(ctx.pool(), ex);
+  TaskGroup hashing(ctx.bulkPool(), ex);
   std::span<const uint8_t> hashed;  // the chunk being hashed, if any
   // Every path out awaits the hash, but this frame can also be destroyed while suspended
   // on a socket read with a hash in flight (its io_context destroyed at shutdown): the

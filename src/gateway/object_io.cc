@@ -22,13 +22,14 @@ uint64_t roundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
 DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
-                   const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
-                   DataPathCounters counters, uint64_t buffer_budget,
+                   const ec::ErasureCode& code, WorkerPool& pool, WorkerPool& bulk_pool,
+                   uint32_t fragment_len, DataPathCounters counters, uint64_t buffer_budget,
                    std::chrono::milliseconds admission_wait)
     : map_(map),
       chunks_(chunks),
       code_(code),
       pool_(pool),
+      bulk_pool_(bulk_pool),
       fragment_len_(fragment_len),
       counters_(counters),
       budget_(buffer_budget, BufferBudget::kDefaultPatience, admission_wait) {}
@@ -144,7 +145,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   for (size_t d : *chosen) layout.drives.push_back(driveIndex(dp_.map().drives[d].id));
 
   // Parity first (CPU work off the event loop), then all k + m fragment writes at once.
-  Status encoded = co_await offload(dp_.pool(), [&slot, fl, profile, this] {
+  Status encoded = co_await offload(dp_.bulkPool(), [&slot, fl, profile, this] {
     std::vector<const uint8_t*> data(profile.k);
     std::vector<uint8_t*> parity(profile.m);
     for (int j = 0; j < profile.k; ++j) data[j] = slot.data.data() + uint64_t(j) * fl;
@@ -158,7 +159,7 @@ Task<Status> ObjectWriter::flush(size_t len) {
   written_ += len;
   const uint16_t flags =
       flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
-  auto group = std::make_unique<TaskGroup>(dp_.pool(), executor_);
+  auto group = std::make_unique<TaskGroup>(dp_.bulkPool(), executor_);
   for (int j = 0; j < profile.total(); ++j) {
     const uint8_t* p = j < profile.k ? slot.data.data() + uint64_t(j) * fl
                                      : slot.parity.data() + uint64_t(j - profile.k) * fl;

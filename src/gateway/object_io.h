@@ -51,8 +51,11 @@ class DataPath {
   // `buffer_budget`: bytes of stripe buffers all GET streams and uploads may hold at once
   // (GatewayOptions::buffer_memory); `admission_wait`: how long an upload waits for its
   // first buffer before it is refused (GatewayOptions::buffer_wait_seconds).
+  // `pool` runs reads' blocking calls and decoding; `bulk_pool` writers' encoding and
+  // fragment writes (GatewayDeps::bulk_pool).
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
-           const ec::ErasureCode& code, WorkerPool& pool, uint32_t fragment_len,
+           const ec::ErasureCode& code, WorkerPool& pool, WorkerPool& bulk_pool,
+           uint32_t fragment_len,
            DataPathCounters counters, uint64_t buffer_budget,
            std::chrono::milliseconds admission_wait = BufferBudget::kDefaultAdmissionWait);
 
@@ -60,6 +63,7 @@ class DataPath {
   chunkstore::ChunkClient& chunks() { return chunks_; }
   const ec::ErasureCode& code() const { return code_; }
   WorkerPool& pool() { return pool_; }
+  WorkerPool& bulkPool() { return bulk_pool_; }
   uint32_t fragmentLen() const { return fragment_len_; }
   uint64_t stripeCapacity() const { return uint64_t(code_.profile().k) * fragment_len_; }
   DataPathCounters& counters() { return counters_; }
@@ -80,6 +84,7 @@ class DataPath {
   chunkstore::ChunkClient& chunks_;
   const ec::ErasureCode& code_;
   WorkerPool& pool_;
+  WorkerPool& bulk_pool_;
   uint32_t fragment_len_;
   DataPathCounters counters_;
   BufferBudget budget_;

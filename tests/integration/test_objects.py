@@ -315,3 +315,30 @@ def test_delete_objects_keeps_whitespace_only_keys(s3, bucket):
                                                               {"Key": "\t"}]})
     assert sorted(d["Key"] for d in res["Deleted"]) == sorted([" ", "  ", "\t"])
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])] == ["x"]
+
+
+def thread_nices(pid, prefix):
+    """Niceness of each thread of `pid` whose name starts with `prefix`."""
+    nices = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        if name.startswith(prefix):
+            nices.append(int(fields[16]))  # field 19 of stat: nice
+    return nices
+
+
+def test_uploads_hash_and_encode_at_a_lower_priority(server, s3, bucket):
+    # --bulk-nice (default 10): the threads that hash and erasure-code uploads yield the
+    # CPUs to reads and index calls; the rest of the server keeps the process's niceness.
+    body = os.urandom(20 * MiB)
+    s3.put_object(Bucket=bucket, Key="bulk", Body=body)
+    assert s3.get_object(Bucket=bucket, Key="bulk")["Body"].read() == body
+    bulk = thread_nices(server.proc.pid, "granary-bulk")
+    assert bulk and set(bulk) == {10}, bulk
+    assert set(thread_nices(server.proc.pid, "granary-io")) == {0}

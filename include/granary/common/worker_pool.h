@@ -3,6 +3,10 @@
 //
 // Thread safety: submit() may be called from any thread. Tasks run in FIFO order on any
 // worker. The destructor drains queued tasks, then joins.
+//
+// `nice` > 0 runs the threads at that niceness (setpriority per thread; raising it needs
+// no privilege): a pool of work that may wait while others' is served first. Where the
+// kernel refuses, the threads run at the process's niceness (logged once).
 #pragma once
 
 #include <condition_variable>
@@ -20,7 +24,7 @@ class WorkerPool {
  public:
   using Task = std::move_only_function<void()>;
 
-  WorkerPool(size_t threads, std::string name);
+  WorkerPool(size_t threads, std::string name, int nice = 0);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;

@@ -99,6 +99,10 @@ struct GatewayDeps {
   WorkerPool& pool;
   prometheus::Registry& registry;
   RootUser root;
+  // Uploads' per-byte CPU work (their hashes, erasure coding, the fragment writes'
+  // submission), run at a lower priority than `pool`'s, so that reads, index calls and
+  // everything a waiting client needs next go first when the CPUs are short; null: `pool`.
+  WorkerPool* bulk_pool = nullptr;
 };
 
 class GatewayServer {

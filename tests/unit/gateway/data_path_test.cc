@@ -7,12 +7,15 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <optional>
 #include <random>
 #include <set>
@@ -98,13 +101,15 @@ Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first,
   co_return st;
 }
 
+constexpr int kBulkNice = 5;
+
 struct DataPathFixture {
   explicit DataPathFixture(int drives = 6, uint32_t fragment_len = kFragmentLen,
                            uint64_t buffer_budget = 512ull << 20,
                            std::chrono::milliseconds admission_wait = std::chrono::seconds(30))
       : cluster(drives),
         code(std::move(*ec::ErasureCode::create({4, 2}))),
-        dp(cluster.map, *cluster.chunks, *code, pool, fragment_len,
+        dp(cluster.map, *cluster.chunks, *code, pool, bulk, fragment_len,
            testing::countersOf(counters), buffer_budget, admission_wait) {}
 
   // Writes `data` as a new version and returns its manifest (REQUIREs success).
@@ -154,6 +159,7 @@ struct DataPathFixture {
   SeededRandom random{7};
   Counters counters;
   WorkerPool pool{4, "dp-test"};  // after the cluster: drained before the stores close
+  WorkerPool bulk{4, "dp-bulk", kBulkNice};
   DataPath dp;
   asio::io_context io;
 };
@@ -195,6 +201,27 @@ TEST_CASE("Cached stripes go to a sink that sends files as verified page-cache r
     readFiles(0, size, sink);
     CHECK(sink.files_sent == 0);
   }
+}
+
+TEST_CASE("Writers encode and write on the bulk pool, at its lower priority") {
+  DataPathFixture f;
+  // Every thread of the reads' pool held: an upload needs none of them.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  for (size_t i = 0; i < f.pool.threads(); ++i) f.pool.submit([released] { released.wait(); });
+  const std::string data = randomString(2 * kStripe + 123, 5);
+  index_kv::Manifest m = f.write(data);
+  release.set_value();
+  auto [st, body] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(body == data);
+
+  std::promise<int> nice;
+  f.bulk.submit([&nice] {
+    errno = 0;
+    nice.set_value(::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())));
+  });
+  CHECK(nice.get_future().get() == kBulkNice);
 }
 
 TEST_CASE("Objects of many sizes round-trip through stripes, and ranges equal the source") {

@@ -38,7 +38,7 @@ constexpr uint64_t kStripe = 4 * kFragLen;  // k = 4
 struct RecoveryFixture {
   RecoveryFixture()
       : code(std::move(*ec::ErasureCode::create({4, 2}))),
-        dp(cluster.map, *cluster.chunks, *code, pool, kFragLen, testing::countersOf(counters),
+        dp(cluster.map, *cluster.chunks, *code, pool, pool, kFragLen, testing::countersOf(counters),
            64 << 20),
         index(cluster.index()) {
     makeBucket(index, "bucket");
