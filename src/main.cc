@@ -311,8 +311,9 @@ void addGatewayOptions(po::options_description& opts) {
       "event-loops", po::value<int>()->default_value(0), "event-loop threads (0: one per core)")(
       "workers", po::value<int>()->default_value(0), "blocking-I/O worker threads (0: auto)")(
       "bulk-nice", po::value<int>()->default_value(10),
-      "niceness (0-19) of the threads that hash and erasure-code uploads, so that reads and "
-      "index calls get the CPUs first when they are short (0: the same as every thread)")(
+      "added to the niceness of the threads that hash and erasure-code uploads (0-19), so "
+      "that reads and index calls get the CPUs first when they are short (0: the same as "
+      "every thread)")(
       "gc-grace", po::value<int>()->default_value(60), "seconds before replaced blobs are deleted")(
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -13,14 +14,18 @@
 namespace granary {
 
 namespace {
-// Sets the calling thread's niceness (Linux: setpriority on a thread id is per thread).
+// Adds `nice` to the calling thread's niceness, at most 19 (Linux: setpriority on a thread
+// id is per thread).
 void niceThisThread(int nice) {
   if (nice == 0) return;
-  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0) {
-    static std::atomic<bool> logged{false};
-    if (!logged.exchange(true)) {
-      log::warn("worker pool: cannot set niceness {} ({})", nice, std::strerror(errno));
-    }
+  const auto tid = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);  // -1 is a valid niceness
+  if (errno == 0 && ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice)) == 0) return;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    log::warn("worker pool: cannot add {} to its threads' niceness ({})", nice,
+              std::strerror(errno));
   }
 }
 }  // namespace

@@ -4,9 +4,9 @@
 // Thread safety: submit() may be called from any thread. Tasks run in FIFO order on any
 // worker. The destructor drains queued tasks, then joins.
 //
-// `nice` > 0 runs the threads at that niceness (setpriority per thread; raising it needs
-// no privilege): a pool of work that may wait while others' is served first. Where the
-// kernel refuses, the threads run at the process's niceness (logged once).
+// `nice` > 0 adds that much to the threads' niceness, up to 19 (setpriority per thread;
+// raising it needs no privilege): a pool of work that may wait while others' is served
+// first. Where the kernel refuses, the threads keep the process's niceness (logged once).
 #pragma once
 
 #include <condition_variable>
