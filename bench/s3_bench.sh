@@ -108,29 +108,20 @@ def op(path, workload, name):
 def show(label, values, goal):
     each = ", ".join(f"{v:.2f}" for v in values)
     print(f"== {label}: median {statistics.median(values):.2f} (rounds {each}; goal {goal})")
-if kind == "mix":  # per round: loader alone, checkpoint alone, both
-    p99, share = [], []
-    for i in range(0, len(files), 3):
-        alone, ckpt, both = files[i:i + 3]
-        p99.append(op(both, "loader", "range")["latency_ms"]["p99"] /
-                   op(alone, "loader", "range")["latency_ms"]["p99"])
-        share.append(op(both, "checkpoint", "put")["mb_per_s"] /
-                     op(ckpt, "checkpoint", "put")["mb_per_s"])
-    show("loader p99 with the checkpoint class / alone", p99, "<= 1.5")
-    show("checkpoint MB/s with the loader / alone", share, ">= 0.5")
-elif kind == "paced":  # per round: paced loader alone, checkpoint alone, both
+if kind in ("mix", "paced"):  # per round: the loader alone, the checkpoint alone, both
+    loader = "loader" if kind == "mix" else "paced loader"
     p99, share, kept = [], [], []
     for i in range(0, len(files), 3):
         alone, ckpt, both = files[i:i + 3]
-        p99.append(op(both, "loader", "range")["latency_ms"]["p99"] /
-                   op(alone, "loader", "range")["latency_ms"]["p99"])
+        ranged = [op(f, "loader", "range") for f in (alone, both)]
+        p99.append(ranged[1]["latency_ms"]["p99"] / ranged[0]["latency_ms"]["p99"])
+        kept.append(ranged[1]["ops_per_s"] / ranged[0]["ops_per_s"])
         share.append(op(both, "checkpoint", "put")["mb_per_s"] /
                      op(ckpt, "checkpoint", "put")["mb_per_s"])
-        kept.append(op(both, "loader", "range")["ops_per_s"] /
-                    op(alone, "loader", "range")["ops_per_s"])
-    show("paced loader p99 with the checkpoint class / alone", p99, "<= 1.5")
-    show("checkpoint MB/s with the paced loader / alone", share, ">= 0.5")
-    show("paced loader ops/s with the checkpoint class / alone", kept, "1.00: it kept its pace")
+    show(f"{loader} p99 with the checkpoint class / alone", p99, "<= 1.5")
+    show(f"checkpoint MB/s with the {loader} / alone", share, ">= 0.5")
+    if kind == "paced":
+        show("paced loader ops/s with the checkpoint class / alone", kept, "1.00: it kept its pace")
 else:  # per round: Granary, then nginx, on the same objects
     show(f"{kind} GET, Granary / nginx MB/s",
          [op(files[i], "granary", "get")["mb_per_s"] / op(files[i + 1], "nginx", "get")["mb_per_s"]

@@ -22,15 +22,21 @@ def bench_bin():
     return BENCH
 
 
+def bench_env(server, secret=None):
+    """This environment with the server's credentials (and no other AWS_ setting)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_ACCESS_KEY_ID"] = server.access_key
+    env["AWS_SECRET_ACCESS_KEY"] = secret or server.secret_key
+    return env
+
+
 def run_bench(server, tmp_path, *args, secret=None, endpoint=None):
     """Runs granary-bench with the server's credentials; returns (exit code, report JSON or
     None, stdout + stderr)."""
     out = tmp_path / "bench.json"
     if out.exists():
         out.unlink()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["AWS_ACCESS_KEY_ID"] = server.access_key
-    env["AWS_SECRET_ACCESS_KEY"] = secret or server.secret_key
+    env = bench_env(server, secret)
     res = subprocess.run([BENCH, "--endpoint", endpoint or server.endpoint, "--quiet", "--json", str(out),
                           "--threads", "2", *args],
                          env=env, capture_output=True, text=True, timeout=300)
@@ -109,15 +115,12 @@ def test_two_classes_are_accounted_apart(server, s3, bench_bin, tmp_path, bucket
 def test_each_class_runs_on_threads_of_its_own(server, s3, bench_bin, tmp_path, bucket):
     # Separate clients in use: one class's large bodies must not hold up another's
     # connections in the load generator. Its threads are named after their workload.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["AWS_ACCESS_KEY_ID"] = server.access_key
-    env["AWS_SECRET_ACCESS_KEY"] = server.secret_key
     proc = subprocess.Popen(
         [BENCH, "--endpoint", server.endpoint, "--quiet", "--threads", "2", "--bucket", bucket,
          "--run-id", "threads", "--duration", "4s",
          "--workload", "name=reader,op=get,size=4KiB,objects=4,concurrency=2",
          "--workload", "name=writer,op=put,size=1MiB,objects=2,concurrency=2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=bench_env(server), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = {}
     try:
         deadline = time.monotonic() + 30
