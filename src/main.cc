@@ -402,7 +402,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.sendfile = vm.count("no-sendfile") == 0;
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
-                                  parts.registry, parts.root, bulk_pool.get()});
+                                  *bulk_pool, parts.registry, parts.root});
   if (!server) die(server.error().toString());
 
   gateway::ReclaimerOptions ropts;

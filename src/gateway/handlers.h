@@ -73,7 +73,7 @@ struct GatewayContext {
       : options(o),
         deps(d),
         metrics(d.registry),
-        data(d.map, d.chunks, code, d.pool, d.bulk_pool ? *d.bulk_pool : d.pool, o.fragment_len,
+        data(d.map, d.chunks, code, d.pool, d.bulk_pool, o.fragment_len,
              metrics.dataPathCounters(), o.buffer_memory,
              std::chrono::seconds(o.buffer_wait_seconds)),
         repairer(d.index, d.chunks, d.map, d.clock, d.registry,
@@ -84,7 +84,7 @@ struct GatewayContext {
     if (auto kernel = Md5Lanes::best()) {
       // The hasher waits on a pool thread, and other uploads hand their chunks in from pool
       // threads: with a pool this small, waiting could hold up the company it waits for.
-      const bool linger = data.bulkPool().threads() >= 4;
+      const bool linger = d.bulk_pool.threads() >= 4;
       md5_lanes = std::make_unique<Md5Lanes>(
           *kernel, linger ? kMd5Linger : std::chrono::milliseconds::zero());
     }
@@ -114,7 +114,7 @@ struct GatewayContext {
 
   index_kv::Index& index() { return deps.index; }
   WorkerPool& pool() { return deps.pool; }
-  WorkerPool& bulkPool() { return data.bulkPool(); }
+  WorkerPool& bulkPool() { return deps.bulk_pool; }
 };
 
 // Authenticated request: what the router learnt from SigV4, for handlers that need it

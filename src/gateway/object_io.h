@@ -52,7 +52,7 @@ class DataPath {
   // (GatewayOptions::buffer_memory); `admission_wait`: how long an upload waits for its
   // first buffer before it is refused (GatewayOptions::buffer_wait_seconds).
   // `pool` runs reads' blocking calls and decoding; `bulk_pool` writers' encoding and
-  // fragment writes (GatewayDeps::bulk_pool).
+  // fragment writes (GatewayDeps::bulk_pool; may be the same pool).
   DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& chunks,
            const ec::ErasureCode& code, WorkerPool& pool, WorkerPool& bulk_pool,
            uint32_t fragment_len,

@@ -97,12 +97,12 @@ struct GatewayDeps {
   const Clock& clock;
   Random& random;
   WorkerPool& pool;
-  prometheus::Registry& registry;
-  RootUser root;
   // Uploads' per-byte CPU work (their hashes, erasure coding, the fragment writes'
   // submission), run at a lower priority than `pool`'s, so that reads, index calls and
-  // everything a waiting client needs next go first when the CPUs are short; null: `pool`.
-  WorkerPool* bulk_pool = nullptr;
+  // everything a waiting client needs next go first when the CPUs are short.
+  WorkerPool& bulk_pool;
+  prometheus::Registry& registry;
+  RootUser root;
 };
 
 class GatewayServer {

@@ -165,7 +165,8 @@ struct GatewayFixture {
     GatewayDeps deps{cluster.map,     *cluster.chunks,
                      cluster.index(), cluster.clock,
                      random,          pool,
-                     registry,        RootUser{kAccessKey, kSecret}};
+                     pool,            registry,
+                     RootUser{kAccessKey, kSecret}};
     ctx = std::make_unique<GatewayContext>(options, deps, *code);
     ctx->credentials.setRoot(kAccessKey, kSecret);
   }
