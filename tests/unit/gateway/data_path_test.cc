@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <future>
+#include <latch>
 #include <optional>
 #include <random>
 #include <set>
@@ -205,13 +208,23 @@ TEST_CASE("Cached stripes go to a sink that sends files as verified page-cache r
 
 TEST_CASE("Writers encode and write on the bulk pool, at its lower priority") {
   DataPathFixture f;
-  // Every thread of the reads' pool held: an upload needs none of them.
+  // Every thread of the reads' pool held: an upload needs none of them. An upload that did
+  // would wait until the holders give up after 30 s, and the check below fails.
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  for (size_t i = 0; i < f.pool.threads(); ++i) f.pool.submit([released] { released.wait(); });
+  std::atomic<int> gave_up{0};
+  std::latch holders(static_cast<std::ptrdiff_t>(f.pool.threads()));
+  for (size_t i = 0; i < f.pool.threads(); ++i) {
+    f.pool.submit([&, released] {
+      if (released.wait_for(std::chrono::seconds(30)) != std::future_status::ready) ++gave_up;
+      holders.count_down();
+    });
+  }
   const std::string data = randomString(2 * kStripe + 123, 5);
   index_kv::Manifest m = f.write(data);
   release.set_value();
+  holders.wait();
+  CHECK(gave_up == 0);
   auto [st, body] = f.read(m, 0, data.size());
   REQUIRE(st.isOk());
   CHECK(body == data);
