@@ -53,6 +53,7 @@
 #include "granary/chunkstore/io_engine.h"
 #include "granary/chunkstore/scrubber.h"
 #include "granary/common/clock.h"
+#include "granary/common/cpus.h"
 #include "granary/common/log.h"
 #include "granary/common/rocks_resources.h"
 
@@ -394,11 +395,11 @@ int main(int argc, char** argv) {
 
   const uint64_t big = args.write_mib;  // 1 MiB blobs
   std::printf("chunkstore_bench: dir %s, engine %s, %d threads (queue depth), %llu x 1 MiB "
-              "blobs, %llu x 4 KiB blobs, %.0f s random reads, %u cores\n",
+              "blobs, %llu x 4 KiB blobs, %.0f s random reads, %zu cores\n",
               args.dir.c_str(), std::string(engine->name()).c_str(), args.qd,
               static_cast<unsigned long long>(big),
               static_cast<unsigned long long>(args.small_blobs), args.seconds,
-              std::thread::hardware_concurrency());
+              usableCores());
 
   std::vector<uint8_t> payload(1 << 20);
   std::mt19937_64 rng(42);
@@ -533,7 +534,7 @@ int main(int argc, char** argv) {
   Latencies quiet = percentiles(quiet_all, quiet_seconds_all);
   quiet.cpu_seconds = quiet_cpu_all;
   Latencies quiet_sync = randomReads(ReadMode::kSync, args.seconds);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = static_cast<int>(usableCores());
   std::optional<Latencies> quiet_per_core;
   if (cores > 1 && args.qd >= cores) {
     quiet_per_core = randomReads(ReadMode::kAsync, args.seconds, nullptr, cores);

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "granary/common/cpus.h"
 #include "runner.h"
 
 namespace po = boost::program_options;
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
     die("no credentials: --access-key/--secret-key or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY");
   }
   cfg.duration_s = orDie(parseSeconds(duration));
-  cfg.threads = threads ? threads : std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  cfg.threads = threads ? threads : static_cast<unsigned>(std::clamp<size_t>(usableCores(), 1, 4));
   cfg.progress = !vm.count("quiet");
   cfg.create_bucket = !vm.count("no-create-bucket");
   if (run_id.empty()) {

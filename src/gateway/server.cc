@@ -26,6 +26,7 @@
 
 #include "asio.h"
 #include "granary/common/clock.h"
+#include "granary/common/cpus.h"
 #include "granary/common/hex.h"
 #include "granary/common/log.h"
 #include "granary/common/random.h"
@@ -570,7 +571,7 @@ class BeastGatewayServer final : public GatewayServer {
 
   Status bind() {
     size_t loops = ctx_.options.event_loops;
-    if (loops == 0) loops = std::max(1u, std::thread::hardware_concurrency());
+    if (loops == 0) loops = usableCores();
     beast::error_code ec;
     auto address = asio::ip::make_address(ctx_.options.listen_host, ec);
     if (ec) return Status::invalidArgument("bad listen address: " + ctx_.options.listen_host);

@@ -34,6 +34,7 @@
 
 #include "granary/common/bearer_token.h"
 #include "granary/common/clock.h"
+#include "granary/common/cpus.h"
 #include "granary/common/log.h"
 #include "granary/common/worker_pool.h"
 #include "granary/ec/erasure_code.h"
@@ -109,7 +110,7 @@ class ServerImpl final : public Server {
 
   Status bind() {
     size_t loops = options_.event_loops;
-    if (loops == 0) loops = std::max(1u, std::thread::hardware_concurrency());
+    if (loops == 0) loops = usableCores();
     for (size_t i = 0; i < loops; ++i) {
       auto& ioc = *contexts_.emplace_back(std::make_unique<asio::io_context>(1));
       guards_.emplace_back(ioc.get_executor());

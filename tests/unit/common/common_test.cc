@@ -1,10 +1,15 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <latch>
+#include <thread>
+
+#include <sched.h>
 
 #include "granary/common/clock.h"
+#include "granary/common/cpus.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
 #include "granary/common/random.h"
@@ -65,4 +70,22 @@ TEST_CASE("WorkerPool runs every submitted task, drained before destruction") {
     for (int i = 0; i < 1000; ++i) pool.submit([&] { done++; });
   }
   CHECK(done == 1000);
+}
+
+TEST_CASE("usableCores counts the CPUs of the thread's affinity mask, not every CPU online") {
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  CHECK(usableCores() == static_cast<size_t>(CPU_COUNT(&mine)));
+  CHECK(usableCores() <= std::max(1u, std::thread::hardware_concurrency()));
+  // A thread pinned to one CPU of the mask (as `taskset -c N` pins a process) sees one.
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  size_t pinned = 0;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = usableCores();
+  }).join();
+  CHECK(pinned == 1);
 }
