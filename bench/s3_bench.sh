@@ -17,19 +17,32 @@
 # PACE (default 0.5): the mix step also runs the loader paced (granary-bench's rate=), at
 # this fraction of the ops/s its closed loop reached alone in the same round, as a trainer
 # reads: alone, then beside the checkpoint class.
+# SERVER_CPUS, CLIENT_CPUS (taskset lists, e.g. 0-1 and 8-15): pin the server and the load
+# generator to CPUs of their own, on a machine with more cores than the one measured here,
+# to see a figure without the load generator's share of the CPUs (docs/benchmarks.md,
+# "Scaling with cores"). GRANARY, BENCH, PYTHON: the binaries and python3 to use. RAW=no skips the raw limits (for a machine without fio and
+# iperf3: then only the ratios of two Granary phases mean anything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
 steps=" ${STEPS:-get put mix nginx memory list} "
 rounds=${ROUNDS:-3}
 want() { [[ $steps == *" $1 "* ]]; }
-bench=build/bench/granary-bench
-granary=build/src/granary
+bench=${BENCH:-build/bench/granary-bench}
+granary=${GRANARY:-build/src/granary}
+py=${PYTHON:-/usr/bin/python3}  # the system's, which has boto3 (the nginx step)
 root=$(pwd)/bench-data/s3
 for tool in "$bench" "$granary"; do
   [[ -x $tool ]] || { echo "s3_bench: build first ($tool missing)"; exit 1; }
 done
-for tool in nginx iperf3 fio; do
+raw=${RAW:-yes}
+needed="iperf3 fio"; [[ $raw == no ]] && needed=""
+want nginx && needed="$needed nginx"
+# taskset prefixes, empty when not pinned
+server_pin=() client_pin=()
+[[ -n ${SERVER_CPUS:-} ]] && server_pin=(taskset -c "$SERVER_CPUS")
+[[ -n ${CLIENT_CPUS:-} ]] && client_pin=(taskset -c "$CLIENT_CPUS")
+for tool in $needed; do
   command -v "$tool" >/dev/null || PATH=$PATH:/usr/sbin
   command -v "$tool" >/dev/null || { echo "s3_bench: $tool missing: bash scripts/install-deps.sh --bench"; exit 1; }
 done
@@ -48,7 +61,7 @@ export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_
 # --gc-grace 5: the PUT phases overwrite their keys; replaced versions are freed within
 # seconds instead of a minute, or they fill a disk with less than ~30 GB free.
 # shellcheck disable=SC2086 # GRANARY_ARGS: more server options, e.g. --no-sendfile
-"$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 --gc-grace 5 \
+"${server_pin[@]}" "$granary" serve --data "$root/granary-data" --listen 127.0.0.1:9190 --scrub-rate 0 --gc-grace 5 \
   ${GRANARY_ARGS:-} >"$root/granary.log" 2>&1 &
 pids+=($!)
 gpid=$!
@@ -62,6 +75,9 @@ if [[ -n ${POOL_NICE:-} ]]; then
 fi
 
 echo "== machine: $(nproc) cores, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+[[ ${#server_pin[@]} -gt 0 || ${#client_pin[@]} -gt 0 ]] &&
+  echo "== server on CPUs ${SERVER_CPUS:-all}, granary-bench on CPUs ${CLIENT_CPUS:-all}"
+if [[ $raw != no ]]; then
 echo "== raw limits"
 iperf3 -s -p 5299 -1 >/dev/null 2>&1 &
 sleep 0.5
@@ -80,6 +96,7 @@ fio_one "fio 1 MiB write, qd 32, fdatasync every 32" --name=w --rw=write --bs=1m
 fio_one "fio 1 MiB read, qd 32" --name=r --rw=read --bs=1m --iodepth=32
 fio_one "fio 4 KiB write+fdatasync, qd 1" --name=s --rw=write --bs=4k --iodepth=1 --fdatasync=1
 rm -f "$root"/w.* "$root"/r.* "$root"/s.*
+fi
 
 cpu_ticks() {  # busy, total and stolen ticks of all CPUs so far (iowait counts as idle)
   awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9 }' /proc/stat
@@ -88,7 +105,7 @@ run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
   local before after
   before=$(cpu_ticks)
-  "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
+  "${client_pin[@]}" "$bench" --endpoint "${EP:-$ep}" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p'
   after=$(cpu_ticks)
   # Steal: time the hypervisor ran something else on our CPUs (counted as busy above).
   # Figures of a phase with more than a few percent are the neighbours', not ours.
@@ -97,7 +114,7 @@ run() {  # run LABEL granary-bench-args...
 # ratios KIND JSON...: each round's ratio and the median, from the runs' JSON files, which
 # come in rounds of the phases KIND compares (see the callers).
 ratios() {
-  /usr/bin/python3 - "$@" <<'EOF'
+  "$py" - "$@" <<'EOF'
 import json, statistics, sys
 kind, files = sys.argv[1], sys.argv[2:]
 def op(path, workload, name):
@@ -157,7 +174,7 @@ if want mix; then
     run "round $r: loader while checkpointing" --workload "$loader,prepare=skip,cleanup=no" \
       --workload "$checkpoint" --json "$root/mix-$r-c.json"
     mix+=("$root/mix-$r-a.json" "$root/mix-$r-b.json" "$root/mix-$r-c.json")
-    rate=$(/usr/bin/python3 -c '
+    rate=$("$py" -c '
 import json, sys
 w = json.load(open(sys.argv[1]))["workloads"][0]
 print("%.1f" % (float(sys.argv[2]) * w["ops"]["range"]["ops_per_s"]))' "$root/mix-$r-a.json" "${PACE:-0.5}")
@@ -178,7 +195,7 @@ mkdir -p "$root/www/granary-bench"
 run "files for nginx (1 MiB and 64 MiB objects, kept)" \
   --workload name=n1,op=put,size=1MiB,objects=64,count=64,prefix=nginx1m/,cleanup=no,concurrency=8 \
   --workload name=n64,op=put,size=64MiB,objects=8,count=8,prefix=nginx64m/,cleanup=no,concurrency=4 >/dev/null
-/usr/bin/python3 - "$ep" "$root/www/granary-bench" <<'EOF'
+"$py" - "$ep" "$root/www/granary-bench" <<'EOF'
 import os, sys, boto3
 from botocore.config import Config
 s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
