@@ -52,9 +52,9 @@ start() {  # start BIN: a fresh server on an empty data directory
   for _ in $(seq 100); do grep -q "serving S3" "$root/log" && return; sleep 0.1; done
   echo "compare_builds: $1 did not start"; cat "$root/log"; exit 1
 }
-run() {  # run granary-bench-args...: the table's rows, without the header
-  "$bench" --endpoint "$ep" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,$p' |
-    grep -v -e '^workload' -e '^$'
+run() {  # run granary-bench-args...: the table's rows, without the header (nor the phases)
+  "$bench" --endpoint "$ep" --quiet --duration "${secs}s" "$@" | sed -n '/^workload/,/^phases/p' |
+    grep -v -e '^workload' -e '^phases' -e '^$'
 }
 metric_sum() {  # metric_sum NAME: the server's NAME summed over its labels (all drives)
   curl -s "$ep/_granary/metrics" |

@@ -53,6 +53,13 @@ nlohmann::json latencyJson(const LatencySummary& l) {
           {"p99", l.p99_ms},   {"p99.9", l.p999_ms}, {"max", l.max_ms}};
 }
 
+// Where the latency went (stats.h, LatencyPhases); sorts the samples.
+nlohmann::json phasesJson(OpStats& s) {
+  return {{"wait", latencyJson(summarize(s.wait_us))},
+          {"to_head", latencyJson(summarize(s.to_head_us))},
+          {"body", latencyJson(summarize(s.body_us))}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,10 +176,26 @@ int main(int argc, char** argv) {
                                             {"bytes", s.bytes},       {"keys", s.items},
                                             {"ops_per_s", ops_s},
                                             {"mb_per_s", mb_s},       {"keys_per_s", keys_s},
-                                            {"latency_ms", latencyJson(l)}};
+                                            {"latency_ms", latencyJson(l)},
+                                            {"phases_ms", phasesJson(s)}};
     }
     for (const auto& e : w.error_samples) std::printf("  %s error: %s\n", w.spec.name.c_str(), e.c_str());
     out["workloads"].push_back(std::move(wj));
+  }
+  // Where the time went: waiting for a connection (a paced workload's operations that
+  // fell due while all its connections were busy), until the response head, the body.
+  std::printf("\n%-12s %-6s %17s %17s %17s\n", "phases", "op", "wait p50/p99 ms",
+              "to head p50/p99", "body p50/p99");
+  for (const auto& wj : out["workloads"]) {
+    for (const auto& [op, figures] : wj["ops"].items()) {
+      const auto& ph = figures["phases_ms"];
+      auto cell = [&](const char* phase) {
+        return fmt::format("{:.2f}/{:.2f}", ph[phase]["p50"].get<double>(),
+                           ph[phase]["p99"].get<double>());
+      };
+      std::printf("%-12s %-6s %17s %17s %17s\n", wj["name"].get<std::string>().c_str(),
+                  op.c_str(), cell("wait").c_str(), cell("to_head").c_str(), cell("body").c_str());
+    }
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);

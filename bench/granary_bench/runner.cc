@@ -73,6 +73,7 @@ struct Reply {
   std::optional<uint64_t> content_length;
   uint64_t body_bytes = 0;
   std::string body;  // kCollect, and error (non-2xx) bodies
+  Clock::time_point sent_at, head_at;  // sending began; the response head was read
 };
 
 class Connection {
@@ -84,6 +85,7 @@ class Connection {
 
   asio::awaitable<Reply> exchange(const Request& r) {
     Reply out;
+    out.sent_at = Clock::now();  // a connect, when needed, counts as sending
     beast::error_code ec;
     auto token = asio::redirect_error(asio::use_awaitable, ec);
     const auto timeout = std::chrono::milliseconds(
@@ -159,6 +161,7 @@ class Connection {
       close();
       co_return out;
     }
+    out.head_at = Clock::now();
     out.status = parser.get().result_int();
     if (auto n = parser.content_length()) out.content_length = *n;
     const bool ok_status = out.status >= 200 && out.status < 300;
@@ -278,6 +281,7 @@ struct Outcome {
   uint64_t items = 0;
   std::string error;
   bool skip = false;  // nothing done (op=delete out of objects)
+  Clock::time_point sent_at, head_at;  // the exchange's (Reply)
 };
 
 struct ListState {
@@ -373,6 +377,8 @@ asio::awaitable<Outcome> doOp(Op op, Connection& conn, Shared& sh, WorkloadRun& 
   if (req.target.empty()) req.target = objectPath(sh.cfg, key);
 
   Reply reply = co_await conn.exchange(req);
+  out.sent_at = reply.sent_at;
+  out.head_at = reply.head_at;
   const std::string what = fmt::format("{} {}", opName(op), key.empty() ? w.spec.prefix : key);
   if (!reply.error.empty()) {
     out.error = describe(what, reply);
@@ -473,10 +479,15 @@ asio::awaitable<void> worker(Shared& sh, WorkloadRun& w, unsigned id, Clock::tim
     Op op = w.pick(rng);
     Outcome o = co_await doOp(op, conn, sh, w, rng, list);
     if (o.skip) break;
-    auto micros = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    const auto end = Clock::now();
+    auto us = [](Clock::duration d) {
+      return static_cast<uint64_t>(
+          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
+    };
     OpStats& s = local[static_cast<size_t>(o.op)];
     if (o.ok) {
-      s.record(static_cast<uint64_t>(micros), o.bytes, o.items);
+      s.record(us(end - t0), o.bytes, o.items,
+               {us(o.sent_at - t0), us(o.head_at - o.sent_at), us(end - o.head_at)});
       w.live_ops.fetch_add(1, std::memory_order_relaxed);
       w.live_bytes.fetch_add(o.bytes, std::memory_order_relaxed);
     } else {

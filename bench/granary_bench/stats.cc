@@ -9,11 +9,22 @@
 
 namespace granary::bench {
 
-void OpStats::record(uint64_t micros, uint64_t payload_bytes, uint64_t listed) {
+namespace {
+uint32_t clampUs(uint64_t micros) { return static_cast<uint32_t>(std::min<uint64_t>(micros, UINT32_MAX)); }
+void append(std::vector<uint32_t>& to, const std::vector<uint32_t>& from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
+}  // namespace
+
+void OpStats::record(uint64_t micros, uint64_t payload_bytes, uint64_t listed,
+                     const LatencyPhases& phases) {
   ++ops;
   bytes += payload_bytes;
   items += listed;
-  latency_us.push_back(static_cast<uint32_t>(std::min<uint64_t>(micros, UINT32_MAX)));
+  latency_us.push_back(clampUs(micros));
+  wait_us.push_back(clampUs(phases.wait_us));
+  to_head_us.push_back(clampUs(phases.to_head_us));
+  body_us.push_back(clampUs(phases.body_us));
 }
 
 void OpStats::merge(const OpStats& other) {
@@ -21,7 +32,10 @@ void OpStats::merge(const OpStats& other) {
   errors += other.errors;
   bytes += other.bytes;
   items += other.items;
-  latency_us.insert(latency_us.end(), other.latency_us.begin(), other.latency_us.end());
+  append(latency_us, other.latency_us);
+  append(wait_us, other.wait_us);
+  append(to_head_us, other.to_head_us);
+  append(body_us, other.body_us);
 }
 
 LatencySummary summarize(std::vector<uint32_t>& samples) {

@@ -14,6 +14,13 @@
 
 namespace granary::bench {
 
+// Where one operation's latency went, in microseconds; the three add up to it.
+struct LatencyPhases {
+  uint64_t wait_us = 0;     // due until sent: waiting for a free connection (paced only)
+  uint64_t to_head_us = 0;  // request sent (body included) until the response head came
+  uint64_t body_us = 0;     // response head until its last byte
+};
+
 // One operation type's figures inside one connection; merged at the end of the run.
 struct OpStats {
   uint64_t ops = 0;     // completed without error
@@ -21,8 +28,11 @@ struct OpStats {
   uint64_t bytes = 0;   // payload bytes moved (sent for PUT, received for GET)
   uint64_t items = 0;   // keys listed (LIST)
   std::vector<uint32_t> latency_us;  // one sample per successful op
+  // Per successful op, in the same order: its LatencyPhases.
+  std::vector<uint32_t> wait_us, to_head_us, body_us;
 
-  void record(uint64_t micros, uint64_t payload_bytes, uint64_t listed = 0);
+  void record(uint64_t micros, uint64_t payload_bytes, uint64_t listed = 0,
+              const LatencyPhases& phases = {});
   void merge(const OpStats& other);
 };
 

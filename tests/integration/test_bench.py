@@ -83,7 +83,16 @@ def test_every_operation_counts_and_cleans_up(server, s3, bench_bin, tmp_path, b
         for figures in w["ops"].values():
             lat = figures["latency_ms"]
             assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+            # Each operation's phases add up to its latency: their means add up (to the
+            # microsecond rounding of each), and no phase's percentile passes the whole's.
+            phases = figures["phases_ms"]
+            assert sum(phases[p]["mean"] for p in ("wait", "to_head", "body")) == \
+                pytest.approx(lat["mean"], abs=0.01)
+            for p in ("wait", "to_head", "body"):
+                for q in ("p50", "p99", "max"):
+                    assert 0 <= phases[p][q] <= lat[q]
     assert "puts" in log and "p99 ms" in log  # the table
+    assert "to head p50/p99" in log  # the phases
     # Everything the run created is gone (and it did create objects under ops/: the same
     # PUT workload with cleanup=no leaves exactly its keys).
     assert keys_under(s3, bucket, "ops/") == []

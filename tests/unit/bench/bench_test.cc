@@ -141,6 +141,20 @@ TEST_CASE("OpStats merge adds counts and keeps every sample") {
   CHECK(a.latency_us.size() == 2);
 }
 
+TEST_CASE("OpStats keeps each operation's latency phases beside its latency, merged in order") {
+  OpStats a, b;
+  a.record(100, 10, 0, {5, 60, 35});
+  b.record(300, 20, 0, {200, 70, 30});
+  a.merge(b);
+  REQUIRE(a.latency_us.size() == 2);
+  CHECK(a.wait_us == std::vector<uint32_t>{5, 200});
+  CHECK(a.to_head_us == std::vector<uint32_t>{60, 70});
+  CHECK(a.body_us == std::vector<uint32_t>{35, 30});
+  for (size_t i = 0; i < a.latency_us.size(); ++i) {
+    CHECK(a.wait_us[i] + a.to_head_us[i] + a.body_us[i] == a.latency_us[i]);
+  }
+}
+
 TEST_CASE("The payload checks any byte range and catches a flipped byte") {
   Payload payload(4096, 7);  // a small pattern, so objects wrap around it
   const uint64_t seed = payload.seedFor("bucket/obj-00000001");
