@@ -593,6 +593,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   const std::span<const uint8_t> image = p->image.span();
   const std::span<const uint8_t> in_place = p->in_place;
   const uint64_t offset = p->rec.offset;
+  IoBatch batch(engine_);  // both writes in one system call
   submit(0, image, offset);
   if (!in_place.empty()) submit(1, in_place, offset + image.size());
 }
@@ -1099,6 +1100,7 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   const uint64_t head_at = op->plan.rec.offset;
   const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
   const uint64_t body_at = op->plan.disk_begin;
+  IoBatch batch(engine_);  // both reads in one system call
   if (with_head) engine_.readAsync(fd, head, head_at, finished);
   if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
 }

@@ -99,6 +99,8 @@ class MeteredEngine final : public IoEngine {
     inner_->fdatasyncAsync(fd, timedDone(kSync, 0, std::move(done)));
   }
   IoBuffer registeredBuffer(size_t size) override { return inner_->registeredBuffer(size); }
+  void beginBatch() override { inner_->beginBatch(); }
+  void endBatch() override { inner_->endBatch(); }
 
  private:
   struct OpMetrics {

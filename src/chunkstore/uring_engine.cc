@@ -245,11 +245,41 @@ class AsyncRing final : public IoBufferPool {
       // the thread has handled every completion it found, in one batch (or earlier, with
       // another thread's submission).
       if (t_reaping == this) return;
+      // In a batch: submitted at its end (or with another thread's enter meanwhile).
+      if (t_batching == this) {
+        t_batched = true;
+        return;
+      }
       publish();
+      // Counted under the lock that queued the operation: it may complete, and the ring
+      // be destroyed by its owner, before this thread's enter returns (see ~AsyncRing).
       entering_.fetch_add(1, std::memory_order_relaxed);
     }
     enter();  // outside the lock: the completion thread reaps meanwhile
     entering_.fetch_sub(1, std::memory_order_release);
+  }
+
+  // IoEngine::beginBatch/endBatch, on the calling thread. An open batch counts in
+  // entering_ like a submitter in its enter: its operations may complete (with another
+  // thread's enter) and their owner destroy the ring before the batch's end has returned.
+  void beginBatch() {
+    if (t_batch_depth++ > 0) return;
+    t_batching = this;
+    entering_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void endBatch() {
+    if (t_batch_depth == 0 || --t_batch_depth > 0) return;
+    AsyncRing* ring = std::exchange(t_batching, nullptr);  // the one that began it
+    // Nothing queued, nothing to enter for; on the completion thread, its turn's end
+    // submits what the callbacks queued.
+    if (std::exchange(t_batched, false) && t_reaping != ring) {
+      {
+        std::lock_guard lock(ring->mu_);
+        ring->publish();
+      }
+      ring->enter();  // outside the lock: the completion thread reaps meanwhile
+    }
+    ring->entering_.fetch_sub(1, std::memory_order_release);
   }
 
  private:
@@ -485,6 +515,11 @@ class AsyncRing final : public IoBufferPool {
   static thread_local const AsyncRing* t_reaping;
   // Set on the completion thread for its whole life.
   static thread_local const AsyncRing* t_completion_thread;
+  // The calling thread's open batch (beginBatch): its ring, depth, and whether it queued
+  // an operation that is still to be submitted.
+  static thread_local AsyncRing* t_batching;
+  static thread_local unsigned t_batch_depth;
+  static thread_local bool t_batched;
   std::atomic<uint64_t> refusals_{0};            // io_uring_enter calls the kernel refused
   std::atomic<int64_t> last_refusal_log_ms_{-1000000};  // steady clock, of the last warning
 
@@ -506,6 +541,9 @@ class AsyncRing final : public IoBufferPool {
 
 thread_local const AsyncRing* AsyncRing::t_reaping = nullptr;
 thread_local const AsyncRing* AsyncRing::t_completion_thread = nullptr;
+thread_local AsyncRing* AsyncRing::t_batching = nullptr;
+thread_local unsigned AsyncRing::t_batch_depth = 0;
+thread_local bool AsyncRing::t_batched = false;
 
 class UringEngine final : public IoEngine {
  public:
@@ -638,6 +676,12 @@ class UringEngine final : public IoEngine {
   }
   IoBuffer registeredBuffer(size_t size) override {
     return async_ ? async_->registeredBuffer(size) : IoBuffer();
+  }
+  void beginBatch() override {
+    if (async_) async_->beginBatch();
+  }
+  void endBatch() override {
+    if (async_) async_->endBatch();
   }
 
  private:

@@ -137,6 +137,25 @@ class IoEngine {
   // A registered buffer of at least `size` bytes (4 KiB aligned) for asynchronous I/O, or
   // an empty one: the caller then uses memory of its own.
   virtual IoBuffer registeredBuffer(size_t /*size*/) { return {}; }
+  // Batched submission (use IoBatch): the asynchronous calls this thread makes between
+  // beginBatch() and its endBatch() may reach the kernel together, in one system call at
+  // endBatch() (or sooner, with another thread's). Batches nest; the outermost end submits.
+  // A batch ends on the thread that began it, before that thread waits for any of its
+  // completions. The defaults do nothing: each call is submitted as it is made.
+  virtual void beginBatch() {}
+  virtual void endBatch() {}
+};
+
+// One batch of asynchronous submissions on this thread (IoEngine::beginBatch), for a scope.
+class IoBatch {
+ public:
+  explicit IoBatch(IoEngine& engine) : engine_(engine) { engine_.beginBatch(); }
+  ~IoBatch() { engine_.endBatch(); }
+  IoBatch(const IoBatch&) = delete;
+  IoBatch& operator=(const IoBatch&) = delete;
+
+ private:
+  IoEngine& engine_;
 };
 
 // io_uring engine; if the kernel or a seccomp profile refuses io_uring, logs a warning
@@ -177,6 +196,8 @@ class IoEngineWrapper : public IoEngine {
   }
   Status remove(const std::string& path) override { return target_->remove(path); }
   IoBuffer registeredBuffer(size_t size) override { return target_->registeredBuffer(size); }
+  void beginBatch() override { target_->beginBatch(); }
+  void endBatch() override { target_->endBatch(); }
 
  protected:
   IoEngine* target_;

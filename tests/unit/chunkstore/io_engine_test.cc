@@ -237,6 +237,65 @@ TEST_CASE("io_uring asynchronous I/O: many requests in flight, completed on the 
   CHECK(engine->close(*fd).isOk());
 }
 
+TEST_CASE("io_uring asynchronous I/O: a batch reaches the kernel when it ends, nested or not") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  constexpr int kBlocks = 64;
+  constexpr size_t kBlock = 4096;
+  auto data = writeRandom(*engine, *fd, kBlocks * kBlock, 0, 11);
+  REQUIRE(engine->fdatasync(*fd).isOk());
+  AlignedBytes out(kBlocks * kBlock);
+  std::memset(out.data(), 0, out.size());
+  auto readBlock = [&](int b, Completions& c) {
+    engine->readAsync(*fd, {out.data() + b * kBlock, kBlock}, b * kBlock, c.callback());
+  };
+  auto doneNow = [](Completions& c) {
+    std::lock_guard lock(c.mu);
+    return c.done;
+  };
+  // Control: outside a batch a read goes in at once, and completes within the wait below.
+  Completions alone;
+  readBlock(0, alone);
+  alone.waitFor(1);
+
+  Completions batched;
+  {
+    IoBatch outer(*engine);
+    for (int b = 0; b < kBlocks / 2; ++b) readBlock(b, batched);
+    {
+      IoBatch inner(*engine);
+      for (int b = kBlocks / 2; b < kBlocks; ++b) readBlock(b, batched);
+    }
+    // The inner batch's end submits nothing: the outer one is still open. Nothing else is
+    // in flight, so no other thread's enter takes them either.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(doneNow(batched) == 0);
+  }
+  batched.waitFor(kBlocks);
+  CHECK(batched.failed == 0);
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
+
+  // Batches on several threads at once, and an empty batch, which submits nothing.
+  { IoBatch empty(*engine); }
+  Completions many;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 8; ++round) {
+        IoBatch batch(*engine);
+        for (int b = t; b < kBlocks; b += 4) readBlock(b, many);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  many.waitFor(8 * kBlocks);
+  CHECK(many.failed == 0);
+  CHECK(std::equal(data.begin(), data.end(), out.data()));
+  CHECK(engine->close(*fd).isOk());
+}
+
 // The kernel may refuse a submission for now (io_uring_enter: EAGAIN, EBUSY, ENOMEM); the
 // entries stay in the ring and the completion thread submits them on a later turn.
 TEST_CASE("io_uring asynchronous I/O: submissions the kernel refuses go in later") {
