@@ -76,6 +76,15 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                               "CRC32C (or header) check")
                         .Register(registry)
                         .Add({})),
+      loop_lag_(prometheus::BuildHistogram()
+                    .Name("granary_event_loop_lag_seconds")
+                    .Help("How late each S3 event loop ran a timer it set every 50 ms: the "
+                          "wait its busy turns (or a lack of CPU) add to every connection "
+                          "on it")
+                    .Register(registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{
+                                 0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                 0.25, 1})),
       drives_{
           DriveGauge{"granary_drive_blobs", "Blobs (fragments) stored on a drive",
                      &chunkstore::DriveStats::blobs},

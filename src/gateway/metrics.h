@@ -29,6 +29,9 @@ class GatewayMetrics {
   void connectionRefused() { connections_refused_.Increment(); }
   void bytesIn(uint64_t n) { bytes_in_.Increment(static_cast<double>(n)); }
   void bytesOut(uint64_t n) { bytes_out_.Increment(static_cast<double>(n)); }
+  // How late an event loop ran a timer (server.cc, the lag probe): what every connection
+  // on that loop waits, beyond its own work, when the loop is busy or short of CPU.
+  void loopLag(double seconds) { loop_lag_.Observe(seconds); }
   prometheus::Registry& registry() { return registry_; }
   DataPathCounters dataPathCounters();
   // Per-drive gauges, refreshed from ChunkClient::stats before each scrape.
@@ -57,6 +60,7 @@ class GatewayMetrics {
   prometheus::Counter& encoded_bytes_;
   prometheus::Counter& decoded_bytes_;
   prometheus::Counter& crc_failures_;
+  prometheus::Histogram& loop_lag_;
   // One gauge family per DriveStats field.
   struct DriveGauge {
     const char* name;

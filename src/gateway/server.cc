@@ -654,6 +654,7 @@ class BeastGatewayServer final : public GatewayServer {
     ::signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < contexts_.size(); ++i) {
       asio::co_spawn(*contexts_[i], acceptLoop(acceptors_[i]), asio::detached);
+      asio::co_spawn(*contexts_[i], lagProbeLoop(), asio::detached);
     }
     asio::co_spawn(*contexts_[0], refreshUsersLoop(), asio::detached);
     std::vector<std::thread> threads;
@@ -669,6 +670,23 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
  private:
+  // Every 50 ms, how late this loop runs a timer (granary_event_loop_lag_seconds). A turn
+  // that runs long (a large cached send, a slow handler) or a loop thread short of CPU
+  // delays every connection on the loop; this shows it, for a few wake-ups a second.
+  Task<void> lagProbeLoop() {
+    constexpr auto kInterval = std::chrono::milliseconds(50);
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+      const auto due = std::chrono::steady_clock::now() + kInterval;
+      timer.expires_at(due);
+      beast::error_code ec;
+      co_await timer.async_wait(kRedirect(ec));
+      if (ec) co_return;
+      ctx_.metrics.loopLag(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - due).count());
+    }
+  }
+
   Task<void> refreshUsersLoop() {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     for (;;) {

@@ -46,6 +46,19 @@ def test_metrics_count_requests_by_operation(server, s3, bucket):
     assert "granary_s3_request_duration_seconds_bucket" in text
 
 
+def test_event_loop_lag_is_probed_on_every_loop(server):
+    def count():
+        text = urllib.request.urlopen(server.endpoint + "/_granary/metrics",
+                                      timeout=10).read().decode()
+        line = next(x for x in text.splitlines()
+                    if x.startswith("granary_event_loop_lag_seconds_count"))
+        return float(line.split()[-1])
+    first = count()
+    time.sleep(0.5)
+    # Each loop probes every 50 ms: half a second adds ~10 a loop (at least one loop).
+    assert count() - first >= 5
+
+
 def free_port():
     import socket
     with socket.socket() as s:
