@@ -34,5 +34,11 @@ echo "== fuzzing (libFuzzer + ASan + UBSan, 10 s per target)"
 bash scripts/fuzz.sh 10
 
 echo "== integration tests (real granary, boto3, aws-cli, s3cmd, JavaScript SDK)"
+# The tests' data (~13 GB a run: servers' drives, uploads) goes under a directory of this
+# run's own, removed when they pass and kept (its path printed) when they fail. pytest's
+# default keeps the last three runs under /tmp, which filled a developer's disk.
+basetemp=$(mktemp -d -t granary-tests.XXXXXX)
 GRANARY_BIN="$PWD/build/src/granary" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  tests/integration "$@"
+  --basetemp="$basetemp" tests/integration "$@" ||
+  { rc=$?; echo "integration tests failed; their data is in $basetemp"; exit "$rc"; }
+rm -rf "$basetemp"
