@@ -294,6 +294,10 @@ void runUntilSignal(const sigset_t& sigs, Server& server,
   signal_thread.join();
 }
 
+// --event-loops, the same for every server subcommand.
+constexpr const char* kEventLoopsHelp =
+    "event-loop threads (0: one per CPU this process may run on)";
+
 // --workers: blocking-I/O threads; 0 picks enough to keep many drives busy.
 size_t workerThreads(int requested) {
   const size_t cores = usableCores();
@@ -309,7 +313,7 @@ void addGatewayOptions(po::options_description& opts) {
   opts.add_options()(
       "listen", po::value<std::string>()->default_value("127.0.0.1:9000"),
       "HOST:PORT to serve S3 on (port 0 picks a free port)")(
-      "event-loops", po::value<int>()->default_value(0), "event-loop threads (0: one per CPU this process may run on)")(
+      "event-loops", po::value<int>()->default_value(0), kEventLoopsHelp)(
       "workers", po::value<int>()->default_value(0), "blocking-I/O worker threads (0: auto)")(
       "bulk-nice", po::value<int>()->default_value(10),
       "added to the niceness of the threads that hash and erasure-code uploads (0-19), so "
@@ -599,7 +603,7 @@ int indexCommand(int argc, char** argv) {
       "seconds between index checkpoints (with --cluster; SIGUSR1 makes one at once)")(
       "checkpoint-keep", po::value(&checkpoint_keep)->default_value(3),
       "complete checkpoints kept on the chunk servers")(
-      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per CPU this process may run on)")(
+      "event-loops", po::value(&loops)->default_value(0), kEventLoopsHelp)(
       "workers", po::value(&workers)->default_value(64),
       "threads that run index calls (a commit waits in its thread for its group's sync)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
@@ -770,7 +774,7 @@ int chunkserver(int argc, char** argv) {
       "dir", po::value(&dirs)->composing(),
       "drive directory as [ID=]PATH, repeatable; ID defaults to the directory's name")(
       "listen", po::value(&listen), "HOST:PORT to serve on (port 0 picks a free port)")(
-      "event-loops", po::value(&loops)->default_value(0), "event-loop threads (0: one per CPU this process may run on)")(
+      "event-loops", po::value(&loops)->default_value(0), kEventLoopsHelp)(
       "workers", po::value(&workers)->default_value(0), "blocking-I/O worker threads (0: auto)")(
       "idle-timeout", po::value<int>()->default_value(60),
       "seconds an idle keep-alive connection or an unfinished request head may wait")(
