@@ -63,6 +63,19 @@ bool takeOne(std::atomic<int>& count) {
 // -EAGAIN, taking one of the refusals a test asked for; 0 (almost always) to enter.
 int refusedForTest() { return takeOne(g_refused_enters) ? -EAGAIN : 0; }
 
+// For warnings logged at most once a second: true when the last time, `last_ms` (steady
+// clock milliseconds), was a second ago or more, and then `now` becomes the last time.
+bool onceASecond(std::atomic<int64_t>& last_ms) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_ms.load(std::memory_order_relaxed);
+  return now - last >= 1000 &&
+         last_ms.compare_exchange_strong(last, now, std::memory_order_relaxed);
+}
+
+std::atomic<int> g_refused_submits{0};  // testing::refuseThreadRingSubmits
+
 std::atomic<int> g_again_results{0};  // testing::askAgainCompletions
 
 // A completion's result: `res`, or -EAGAIN while a test asks for such results.
@@ -132,12 +145,26 @@ int submitOnceAndWait(io_uring* ring, Prep& prep) {
   io_uring_sqe* sqe = io_uring_get_sqe(ring);
   if (sqe == nullptr) return -EBUSY;  // cannot happen: one SQE in flight at a time
   prep(sqe);
+  // A refusal for now (EAGAIN, EBUSY: the kernel is short of memory for requests) is
+  // retried, the SQE still in the ring, until the kernel takes it: giving up would leave
+  // it there for this thread's next call, whose wait would then reap its CQE. After a few
+  // quick tries the thread sleeps between them, 0.1 ms doubling up to 12.8 ms, so that a
+  // refusal that lasts does not spin a core; the warning is logged at most once a second.
   int rc;
-  do {
+  for (unsigned refused = 0;; ++refused) {
     // A retried submit re-reads the SQ tail, so an SQE the kernel already took is not
     // submitted twice.
-    rc = io_uring_submit(ring);
-  } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
+    rc = takeOne(g_refused_submits) ? -EAGAIN : io_uring_submit(ring);
+    if (rc == -EINTR) continue;
+    if (rc != -EAGAIN && rc != -EBUSY) break;
+    if (refused < 3) continue;
+    static std::atomic<int64_t> last_log_ms{-1000000};
+    if (onceASecond(last_log_ms)) {
+      log::warn("io_uring_submit: {} ({} times in a row); retrying", std::strerror(-rc),
+                refused + 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100u << std::min(refused - 3, 7u)));
+  }
   if (rc < 0) return rc;
   io_uring_cqe* cqe = nullptr;
   do {
@@ -270,9 +297,9 @@ class AsyncRing final : public IoBufferPool {
   void endBatch() {
     if (t_batch_depth == 0 || --t_batch_depth > 0) return;
     AsyncRing* ring = std::exchange(t_batching, nullptr);  // the one that began it
-    // Nothing queued, nothing to enter for; on the completion thread, its turn's end
-    // submits what the callbacks queued.
-    if (std::exchange(t_batched, false) && t_reaping != ring) {
+    // Nothing queued, nothing to enter for. (On the completion thread submit() never marks
+    // the batch: its turn's end submits what the callbacks queued.)
+    if (std::exchange(t_batched, false)) {
       {
         std::lock_guard lock(ring->mu_);
         ring->publish();
@@ -387,12 +414,7 @@ class AsyncRing final : public IoBufferPool {
     }
     if (rc >= 0) return;
     const uint64_t refusals = refusals_.fetch_add(1, std::memory_order_relaxed) + 1;
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    int64_t last = last_refusal_log_ms_.load(std::memory_order_relaxed);
-    if (now - last >= 1000 &&
-        last_refusal_log_ms_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    if (onceASecond(last_refusal_log_ms_)) {
       log::warn("io_uring_enter: {} ({} refusals so far); retrying", std::strerror(-rc),
                 refusals);
     }
@@ -695,6 +717,14 @@ void testing::refuseSharedRingEnters(int n) {
 }
 
 int testing::sharedRingRefusalsLeft() { return g_refused_enters.load(std::memory_order_relaxed); }
+
+void testing::refuseThreadRingSubmits(int n) {
+  g_refused_submits.store(n, std::memory_order_relaxed);
+}
+
+int testing::threadRingRefusalsLeft() {
+  return g_refused_submits.load(std::memory_order_relaxed);
+}
 
 void testing::askAgainCompletions(int n) { g_again_results.store(n, std::memory_order_relaxed); }
 

@@ -9,6 +9,13 @@ void refuseSharedRingEnters(int n);
 // How many of those refusals are still to come.
 int sharedRingRefusalsLeft();
 
+// The next `n` submissions on the calling threads' own rings (synchronous calls) fail as
+// if the kernel refused them for now (io_uring_submit returning -EAGAIN): the entry stays
+// in the ring and the call tries again, sleeping between tries after the first few.
+void refuseThreadRingSubmits(int n);
+// How many of those refusals are still to come.
+int threadRingRefusalsLeft();
+
 // The next `n` completions of io_uring requests (the shared ring's and the threads' own
 // rings') report -EAGAIN in place of their result, as if the kernel asked for the request
 // again: the engine submits it again (every request is positional), up to kMaxAgain (1,000)

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -341,6 +342,39 @@ TEST_CASE("io_uring asynchronous I/O: submissions the kernel refuses go in later
   CHECK(testing::sharedRingRefusalsLeft() == 0);
   CHECK(reads.failed == 0);
   CHECK(std::equal(data.begin(), data.end(), out.data()));
+  CHECK(engine->close(*fd).isOk());
+}
+
+// A synchronous call whose submission the kernel refuses for now (-EAGAIN) tries again,
+// with its entry still in the ring, until the kernel takes it: each request runs once and
+// the next call reaps its own completion, not a stale one. Past the first few quick tries
+// it sleeps between them (0.1 ms doubling), so 12 refusals take some milliseconds.
+TEST_CASE("io_uring: a thread ring's refused submission is retried with a pause, once") {
+  auto engine = makeUringEngine();
+  TempDir dir;
+  auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  REQUIRE(fd.has_value());
+  constexpr size_t kBlock = 4096;
+  auto a = randomBytes(kBlock, 21), b = randomBytes(kBlock, 22);
+  AlignedBytes in_a = pageAlignedCopy(a), in_b = pageAlignedCopy(b), out(2 * kBlock);
+  struct ClearRefusals {
+    ~ClearRefusals() { testing::refuseThreadRingSubmits(0); }
+  } clear_refusals;
+
+  testing::refuseThreadRingSubmits(12);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(engine->pwrite(*fd, {in_a.data(), kBlock}, 0).isOk());
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(testing::threadRingRefusalsLeft() == 0);
+  // 9 pauses of 0.1, 0.2, ... 12.8 ms (the last ones capped): at least 25 ms in all.
+  CHECK(waited >= std::chrono::milliseconds(25));
+  testing::refuseThreadRingSubmits(2);
+  REQUIRE(engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk());
+  testing::refuseThreadRingSubmits(5);
+  REQUIRE(engine->pread(*fd, {out.data(), 2 * kBlock}, 0).isOk());
+  CHECK(testing::threadRingRefusalsLeft() == 0);
+  CHECK(std::equal(a.begin(), a.end(), out.data()));
+  CHECK(std::equal(b.begin(), b.end(), out.data() + kBlock));
   CHECK(engine->close(*fd).isOk());
 }
 
