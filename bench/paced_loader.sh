@@ -9,7 +9,11 @@
 # for each paced phase the server's own latency of the ranged GETs (access log), its
 # event-loop lag (granary_event_loop_lag_seconds: the first bucket bound at or above each
 # quantile) and the kernel's TCP retransmission counters (nstat, when present).
-#   SECONDS (env, default 8): each phase's length. GRANARY_ARGS: more server options.
+# CONTROL=nginx adds the control: nginx (one worker, pinned to SERVER_CPUS) serving the
+# same shards from files to the loader at the same pace, alone and with Granary's
+# checkpoint (a second granary-bench, also on CLIENT_CPUS) writing to the server beside it.
+#   SECONDS_PER_PHASE (env, default 8): each phase's length. GRANARY_ARGS: more server
+#   options. The control needs nginx and boto3 (`bash scripts/install-deps.sh --bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 granary=${GRANARY:-build/src/granary}
@@ -23,7 +27,7 @@ export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_
 taskset -c "${SERVER_CPUS:-0}" "$granary" serve --data "$root/data" --listen 127.0.0.1:9490 \
   --scrub-rate 0 --gc-grace 5 --access-log "$root/access.log" ${GRANARY_ARGS:-} >"$root/log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null' EXIT
+trap 'kill $pid 2>/dev/null; [[ -f $root/nginx.pid ]] && kill "$(cat "$root/nginx.pid")"; wait 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
 ep=http://127.0.0.1:9490
 loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
@@ -68,3 +72,45 @@ print("%.1f" % (float(sys.argv[2]) * w["ops"]["range"]["ops_per_s"]))' "$root/cl
 run "paced-alone" --workload "$loader,prepare=skip,cleanup=no,rate=$rate"
 run "paced-with-checkpoint" --workload "$loader,prepare=skip,cleanup=no,rate=$rate" \
   --workload "$checkpoint"
+
+[[ ${CONTROL:-} == nginx ]] || exit 0
+# The control: the same shards as files, served by nginx on the server's CPUs.
+mkdir -p "$root/www/granary-bench"
+"${PYTHON:-/usr/bin/python3}" - "$ep" "$root/www/granary-bench" <<'EOF'
+import os, sys, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}))
+for o in s3.list_objects_v2(Bucket="granary-bench", Prefix="shards/")["Contents"]:
+    path = os.path.join(sys.argv[2], o["Key"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    s3.download_file("granary-bench", o["Key"], path)
+EOF
+cat >"$root/nginx.conf" <<EOF
+worker_processes 1;
+pid $root/nginx.pid;
+error_log $root/nginx-error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  server { listen 127.0.0.1:9491; root $root/www; }
+}
+EOF
+taskset -c "${SERVER_CPUS:-0}" nginx -c "$root/nginx.conf" -p "$root"
+for _ in $(seq 50); do [[ -s $root/nginx.pid ]] && break; sleep 0.1; done
+nginx_loader() {  # the loader against nginx, at the same pace: its table
+  taskset -c "${CLIENT_CPUS:-1}" "$bench" --endpoint http://127.0.0.1:9491 --quiet \
+    --no-create-bucket --duration "${secs}s" --json "$root/$1.json" \
+    --workload "$loader,prepare=skip,cleanup=no,rate=$rate" | sed -n '/^workload/,$p'
+}
+echo "== nginx-paced-alone"
+nginx_loader nginx-paced-alone
+echo "== nginx-paced-with-checkpoint (the checkpoint writes to Granary, from a second client)"
+taskset -c "${CLIENT_CPUS:-1}" "$bench" --endpoint "$ep" --quiet --duration "$((secs + 2))s" \
+  --json "$root/nginx-checkpoint.json" --workload "$checkpoint" >"$root/nginx-checkpoint.out" &
+ck=$!
+sleep 1  # the checkpoint under way before the loader starts
+nginx_loader nginx-paced-with-checkpoint
+wait $ck
+sed -n '/^workload/,$p' "$root/nginx-checkpoint.out"
