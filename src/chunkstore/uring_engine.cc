@@ -102,6 +102,9 @@ constexpr unsigned kRingDepth = 64;
 // CQ (twice the SQ) holds at most one CQE per operation.
 constexpr unsigned kAsyncDepth = 256;
 constexpr unsigned kAsyncSqEntries = 2 * kAsyncDepth;
+// The completion thread enters for what its callbacks submitted every this many operations
+// within a turn (and at the turn's end).
+constexpr unsigned kTurnBatch = 4;
 
 // Registered buffers of the shared ring: kSlots slots of kSlotBytes, enough for a small
 // blob read (header and payload in one I/O). Registered memory counts against
@@ -268,10 +271,13 @@ class AsyncRing final : public IoBufferPool {
       }
       ++inflight_;
       queue(owned.release());
-      // Callbacks run on the completion thread; what they submit goes to the kernel when
-      // the thread has handled every completion it found, in one batch (or earlier, with
-      // another thread's submission).
-      if (t_reaping == this) return;
+      // Callbacks run on the completion thread; what they submit goes to the kernel in
+      // batches: every kTurnBatch operations, and what is left when the thread has
+      // handled every completion it found (or earlier, with another thread's submission).
+      if (t_reaping == this) {
+        ++turn_queued_;
+        return;
+      }
       // In a batch: submitted at its end (or with another thread's enter meanwhile).
       if (t_batching == this) {
         t_batched = true;
@@ -467,12 +473,24 @@ class AsyncRing final : public IoBufferPool {
       inflight_ -= completed;
     }
     t_reaping = this;
+    turn_queued_ = 0;
     for (auto& [done, st] : finished_) {
       // A throwing callback must not take the completion thread (and every later I/O) down.
       try {
         done(std::move(st));
       } catch (const std::exception& e) {
         log::error("io_uring completion callback threw: {}", e.what());
+      }
+      // Not all at the turn's end: while the callbacks of a burst of completions run, the
+      // drive would sit idle with the burst's follow-ups queued here (reads chained from
+      // their completions ran at 0.4x fio's 4 KiB IOPS so; docs/benchmarks.md).
+      if (turn_queued_ >= kTurnBatch) {
+        turn_queued_ = 0;
+        {
+          std::lock_guard lock(mu_);
+          publish();
+        }
+        enter();
       }
     }
     t_reaping = nullptr;
@@ -534,6 +552,8 @@ class AsyncRing final : public IoBufferPool {
   std::optional<boost::asio::posix::stream_descriptor> event_;
   std::thread thread_;
   // Set on the completion thread while it runs callbacks.
+  // Operations the completion thread's callbacks queued this turn since its last enter.
+  unsigned turn_queued_ = 0;
   static thread_local const AsyncRing* t_reaping;
   // Set on the completion thread for its whole life.
   static thread_local const AsyncRing* t_completion_thread;
