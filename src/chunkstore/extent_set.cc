@@ -304,19 +304,23 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
     return Status::unavailable("crashed at spare.after_sync");
   }
   // Only a synced spare is named ready, so one found at open is whole (its directory entry
-  // is made durable with the extent's, when a roll uses it).
-  if (Status st = engine_.rename(sparePath(false), sparePath(true)); !st) return abandon(st);
-  renamed = true;
+  // is made durable with the extent's, when a roll uses it). Renamed under alloc_mu_, with
+  // the state: a roll between the two used to find the spare still preparing, cancel it,
+  // and leave its zeroing wasted (as rolls do syncDirectory, a rename fits under the lock).
   bool dropped = false;
+  Status st;
   {
     std::lock_guard lock(alloc_mu_);
     dropped = spare_cancel_;
-    if (!dropped) {
+    if (!dropped && (st = engine_.rename(sparePath(false), sparePath(true)))) {
+      renamed = true;
       spare_ = Spare::kReady;
       spare_fd_ = fd;
     }
   }
-  return dropped ? abandon(Status::unavailable("spare dropped")) : Status::ok();
+  // Not under alloc_mu_: abandon() takes it.
+  if (dropped) return abandon(Status::unavailable("spare dropped"));
+  return st ? Status::ok() : abandon(st);
 }
 
 int ExtentSet::takeSpareLocked() {
