@@ -409,34 +409,36 @@ TEST_CASE("writable() follows the server's drive list, refreshed at most every i
   RemoteChunkClientOptions o;
   o.drive_list_refresh = 0ms;
   auto fresh = c.client(o);
-  o.drive_list_refresh = 1h;
-  auto cached = c.client(o);
-  // writable() never waits for the network: the lists arrive in the background.
+  // writable() never waits for the network: the lists arrive in the background, and
+  // until one has, every drive counts as writable.
+  CHECK(fresh->writable("d1"));
   auto eventually = [](auto&& condition) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (!condition() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(5ms);
     }
     return condition();
   };
-  CHECK(fresh->writable("d1"));
-  CHECK(cached->writable("d1"));
-  std::this_thread::sleep_for(100ms);  // both first lists fetched
   c.scripted->setUnwritable("d1");
   CHECK(eventually([&] { return !fresh->writable("d1"); }));
-  CHECK(fresh->writable("d0"));
+  o.drive_list_refresh = 1h;
+  auto cached = c.client(o);
+  CHECK(eventually([&] { return !cached->writable("d1"); }));  // its first list came
+  c.scripted->setUnwritable("d0");  // and d1 writable again
+  CHECK(eventually([&] { return !fresh->writable("d0") && fresh->writable("d1"); }));
   std::this_thread::sleep_for(100ms);
-  CHECK(cached->writable("d1"));  // still the list fetched an hour "ago"
+  CHECK(cached->writable("d0"));   // still the list fetched an hour "ago"
+  CHECK_FALSE(cached->writable("d1"));
   CHECK(fresh->writable("d9"));   // not in the server's list: unknown, so true
 
   // A server that accepts but never answers does not stall writable().
   auto [listener, hung_endpoint] = silentListener();
   RemoteChunkClientOptions hung_opts;
-  hung_opts.io_timeout = 2s;
+  hung_opts.io_timeout = 10s;
   RemoteChunkClient hung({{"h0", hung_endpoint}}, kSecret, hung_opts, c.clock);
   const auto start = std::chrono::steady_clock::now();
   CHECK(hung.writable("h0"));
-  CHECK(std::chrono::steady_clock::now() - start < 500ms);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the I/O timeout
   ::close(listener);
 }
 
@@ -496,9 +498,16 @@ TEST_CASE("Connections beyond max_connections are closed at accept; freed slots 
   ::close(over);
   ::close(a);
   ::close(b);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // sessions ended
+  // Once the server has seen both ends (at once here, later on a loaded machine), a new
+  // connection gets a slot; a slot that leaked would refuse it for good.
   auto client = c.client();
-  CHECK(client->stats("d0").has_value());
+  bool served = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(served = client->stats("d0").has_value()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(served);
 }
 
 TEST_CASE("list() pages up to its limit; a limit over the server's cap is refused") {
@@ -645,7 +654,7 @@ TEST_CASE("A stopped server is kUnavailable, quickly") {
   CHECK(client->read("d0", id, 0, out).code() == Code::kUnavailable);
   CHECK(client->put("d0", descriptor(makeId(6)), data).code() == Code::kUnavailable);
   CHECK(client->stats("d0").error().code() == Code::kUnavailable);
-  CHECK(secondsSince(started) < 1.0);
+  CHECK(secondsSince(started) < 3.0);  // refused at once: no I/O timeout waited for
   // And back when it is.
   c.start();
   REQUIRE(client->read("d0", id, 0, out).isOk());
@@ -662,7 +671,7 @@ TEST_CASE("A pooled connection the server closed while idle is replaced transpar
   auto data = randomBytes(2000, 1);
   REQUIRE(client->put("d0", descriptor(makeId(1)), data).isOk());
   CHECK(client->connectionsOpened() == 1);
-  std::this_thread::sleep_for(1500ms);  // the server's idle timeout closes it
+  std::this_thread::sleep_for(3s);  // the server's idle timeout (1 s) closes it
   REQUIRE(client->put("d0", descriptor(makeId(2)), data).isOk());
   std::vector<uint8_t> out(data.size());
   REQUIRE(client->read("d0", makeId(2), 0, out).isOk());
@@ -703,9 +712,11 @@ TEST_CASE("A server that stops answering hits the client's I/O timeout") {
 TEST_CASE("Many threads share one client and its connection pool") {
   Cluster c;
   RemoteChunkClientOptions co;
-  co.max_idle_per_endpoint = 4;
-  auto client = c.client(co);
   constexpr int kThreads = 8, kPerThread = 40;
+  // Room for every thread's connection while idle: then none is ever closed and opened
+  // again, whatever the scheduling, and each thread needs at most one at a time.
+  co.max_idle_per_endpoint = kThreads;
+  auto client = c.client(co);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -725,7 +736,7 @@ TEST_CASE("Many threads share one client and its connection pool") {
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
   CHECK(c.local->stats("d0")->blobs + c.local->stats("d1")->blobs == kThreads * kPerThread);
-  CHECK(client->connectionsOpened() <= 2 * kThreads);  // reused, not one per request
+  CHECK(client->connectionsOpened() <= kThreads);  // reused, not one per request
 }
 
 TEST_CASE("The internal API's wire helpers round-trip what they encode") {

@@ -108,8 +108,10 @@ TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it"
   // next request on.
   RateLimiter fast(1 << 20, 1 << 20);
   for (int i = 0; i < 100; ++i) REQUIRE(fast.acquire(1 << 20, waived));
-  idle = false;
+  // Timed from before the waiver ends: the refill runs from the last waived acquire, so
+  // a stall of this thread here must count in `waited`.
   const auto start = std::chrono::steady_clock::now();
+  idle = false;
   REQUIRE(fast.acquire(1 << 20, waived));  // nothing owed: at once, leaving 1 MiB owed
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   REQUIRE(fast.acquire(1));  // waits for that MiB: about 1 s (no burst was saved up)

@@ -453,7 +453,7 @@ TEST_CASE("A degraded read charges its decode space to the buffer budget and wai
                    result = e ? Status::internal("exception") : std::move(st);
                  });
   f.io.restart();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (f.dp.budget().stats().waiting == 0 && !result &&
          std::chrono::steady_clock::now() < deadline) {
     f.io.run_one_for(std::chrono::milliseconds(5));
@@ -553,14 +553,16 @@ TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes 
 TEST_CASE("The writer keeps at most two stripes in flight, and overlaps them") {
   DataPathFixture f;
   for (const auto& d : f.cluster.map.drives) {
-    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(100));
+    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(300));
   }
   std::string data = randomString(4 * kStripe, 18);
   index_kv::Manifest m = f.write(data);
   CHECK(m.stripes.size() == 4);
-  // A stripe is submitted while the one before it is still being acknowledged (12 puts),
-  // and the writer waits for that one before it refills its buffer (never 18).
-  CHECK(f.cluster.chunks->peakPutsInFlight() == 2 * 6);
+  // A stripe is submitted while the one before it is still being acknowledged (up to 12
+  // puts: 12 unless the machine is too loaded to submit a stripe within the 300 ms), and
+  // the writer waits for that one before it refills its buffer (never 18).
+  CHECK(f.cluster.chunks->peakPutsInFlight() > 6);
+  CHECK(f.cluster.chunks->peakPutsInFlight() <= 2 * 6);
   auto [st, got] = f.read(m, 0, data.size());
   REQUIRE(st.isOk());
   CHECK(got == data);
@@ -570,12 +572,13 @@ TEST_CASE("A writer the budget cannot spare a second buffer writes one stripe at
   constexpr uint64_t kSlot = kStripe + 2 * kFragmentLen;  // data and parity of one stripe
   DataPathFixture f(6, kFragmentLen, 2 * kSlot);  // uploads may hold half: one buffer
   for (const auto& d : f.cluster.map.drives) {
-    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(20));
+    f.cluster.chunks->delayPuts(d.id, std::chrono::milliseconds(100));
   }
   std::string data = randomString(3 * kStripe + 5, 19);
   index_kv::Manifest m = f.write(data);
   CHECK(m.stripes.size() == 4);
-  CHECK(f.cluster.chunks->peakPutsInFlight() == 6);  // never two stripes at once
+  CHECK(f.cluster.chunks->peakPutsInFlight() <= 6);  // never two stripes at once
+  CHECK(f.cluster.chunks->peakPutsInFlight() > 1);   // a stripe's puts overlap
   auto stats = f.dp.budget().stats();
   CHECK(stats.peak == kSlot);
   CHECK(stats.used == 0);  // given back when the writer ended

