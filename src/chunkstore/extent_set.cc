@@ -312,7 +312,8 @@ Status ExtentSet::prepareSpare(uint64_t piece, const std::function<bool(uint64_t
   {
     std::lock_guard lock(alloc_mu_);
     dropped = spare_cancel_;
-    if (!dropped && (st = engine_.rename(sparePath(false), sparePath(true)))) {
+    if (!dropped) st = engine_.rename(sparePath(false), sparePath(true));
+    if (!dropped && st) {
       renamed = true;
       spare_ = Spare::kReady;
       spare_fd_ = fd;

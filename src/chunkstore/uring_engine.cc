@@ -305,13 +305,7 @@ class AsyncRing final : public IoBufferPool {
     AsyncRing* ring = std::exchange(t_batching, nullptr);  // the one that began it
     // Nothing queued, nothing to enter for. (On the completion thread submit() never marks
     // the batch: its turn's end submits what the callbacks queued.)
-    if (std::exchange(t_batched, false)) {
-      {
-        std::lock_guard lock(ring->mu_);
-        ring->publish();
-      }
-      ring->enter();  // outside the lock: the completion thread reaps meanwhile
-    }
+    if (std::exchange(t_batched, false)) ring->publishAndEnter();
     ring->entering_.fetch_sub(1, std::memory_order_release);
   }
 
@@ -429,6 +423,16 @@ class AsyncRing final : public IoBufferPool {
     (void)!::write(efd_, &one, sizeof one);
   }
 
+  // Without mu_: publishes what is queued, then enters outside the lock (the completion
+  // thread reaps meanwhile).
+  void publishAndEnter() {
+    {
+      std::lock_guard lock(mu_);
+      publish();
+    }
+    enter();
+  }
+
   // Caller holds mu_. Nothing in the kernel, queued, or in a callback.
   bool idle() const { return inflight_ == 0 && backlog_.empty() && !running_callbacks_; }
 
@@ -486,11 +490,7 @@ class AsyncRing final : public IoBufferPool {
       // their completions ran at 0.4x fio's 4 KiB IOPS so; docs/benchmarks.md).
       if (turn_queued_ >= kTurnBatch) {
         turn_queued_ = 0;
-        {
-          std::lock_guard lock(mu_);
-          publish();
-        }
-        enter();
+        publishAndEnter();
       }
     }
     t_reaping = nullptr;
@@ -551,9 +551,9 @@ class AsyncRing final : public IoBufferPool {
       ctx_.get_executor()};
   std::optional<boost::asio::posix::stream_descriptor> event_;
   std::thread thread_;
-  // Set on the completion thread while it runs callbacks.
   // Operations the completion thread's callbacks queued this turn since its last enter.
   unsigned turn_queued_ = 0;
+  // Set on the completion thread while it runs callbacks.
   static thread_local const AsyncRing* t_reaping;
   // Set on the completion thread for its whole life.
   static thread_local const AsyncRing* t_completion_thread;
