@@ -16,6 +16,8 @@
 #   options. The control needs nginx and boto3 (`bash scripts/install-deps.sh --bench`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/nginx_files.sh
+source bench/nginx_files.sh
 granary=${GRANARY:-build/src/granary}
 bench=${BENCH:-build/bench/granary-bench}
 root=$(pwd)/bench-data/paced
@@ -75,30 +77,8 @@ run "paced-with-checkpoint" --workload "$loader,prepare=skip,cleanup=no,rate=$ra
 
 [[ ${CONTROL:-} == nginx ]] || exit 0
 # The control: the same shards as files, served by nginx on the server's CPUs.
-mkdir -p "$root/www/granary-bench"
-"${PYTHON:-/usr/bin/python3}" - "$ep" "$root/www/granary-bench" <<'EOF'
-import os, sys, boto3
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
-                  config=Config(s3={"addressing_style": "path"}))
-for o in s3.list_objects_v2(Bucket="granary-bench", Prefix="shards/")["Contents"]:
-    path = os.path.join(sys.argv[2], o["Key"])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    s3.download_file("granary-bench", o["Key"], path)
-EOF
-cat >"$root/nginx.conf" <<EOF
-worker_processes 1;
-pid $root/nginx.pid;
-error_log $root/nginx-error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  server { listen 127.0.0.1:9491; root $root/www; }
-}
-EOF
-taskset -c "${SERVER_CPUS:-0}" nginx -c "$root/nginx.conf" -p "$root"
-for _ in $(seq 50); do [[ -s $root/nginx.pid ]] && break; sleep 0.1; done
+nginx_fetch "${PYTHON:-/usr/bin/python3}" "$ep" "$root" shards/
+nginx_start "$root" 9491 1 "${SERVER_CPUS:-0}"
 nginx_loader() {  # the loader against nginx, at the same pace: its table
   taskset -c "${CLIENT_CPUS:-1}" "$bench" --endpoint http://127.0.0.1:9491 --quiet \
     --no-create-bucket --duration "${secs}s" --json "$root/$1.json" \

@@ -25,6 +25,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-10}
+# shellcheck source=bench/nginx_files.sh
+source bench/nginx_files.sh
 steps=" ${STEPS:-get put mix nginx memory list} "
 rounds=${ROUNDS:-3}
 want() { [[ $steps == *" $1 "* ]]; }
@@ -191,34 +193,11 @@ fi
 
 # nginx serving the same bytes from files, read by the same client.
 if want nginx; then
-mkdir -p "$root/www/granary-bench"
 run "files for nginx (1 MiB and 64 MiB objects, kept)" \
   --workload name=n1,op=put,size=1MiB,objects=64,count=64,prefix=nginx1m/,cleanup=no,concurrency=8 \
   --workload name=n64,op=put,size=64MiB,objects=8,count=8,prefix=nginx64m/,cleanup=no,concurrency=4 >/dev/null
-"$py" - "$ep" "$root/www/granary-bench" <<'EOF'
-import os, sys, boto3
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
-                  config=Config(s3={"addressing_style": "path"}))
-for prefix in ("nginx1m/", "nginx64m/"):
-    for o in s3.list_objects_v2(Bucket="granary-bench", Prefix=prefix)["Contents"]:
-        path = os.path.join(sys.argv[2], o["Key"])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        s3.download_file("granary-bench", o["Key"], path)
-EOF
-cat >"$root/nginx.conf" <<EOF
-worker_processes $(nproc);
-pid $root/nginx.pid;
-error_log $root/nginx-error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  server { listen 127.0.0.1:9191; root $root/www; }
-}
-EOF
-nginx -c "$root/nginx.conf" -p "$root"
-sleep 0.5
+nginx_fetch "$py" "$ep" "$root" nginx1m/ nginx64m/
+nginx_start "$root" 9191 "$(nproc)"
 # Granary and nginx alternate on the same objects, Granary first in odd rounds.
 for size in 1MiB 64MiB; do
   if [[ $size == 1MiB ]]; then prefix=nginx1m/ objects=64 conc=16; else prefix=nginx64m/ objects=8 conc=4; fi
