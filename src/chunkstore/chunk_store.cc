@@ -1194,6 +1194,9 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.crc_cache_hits = crcs_.hits();
   s.crc_cache_misses = crcs_.misses();
   s.crc_cache_bytes = crcs_.bytes();
+  s.index_cache_hits = index_->cacheHits();
+  s.index_cache_misses = index_->cacheMisses();
+  s.index_cache_bytes = index_->cacheBytes();
   const VerifiedMappings::Stats mapped = mappings_.stats();
   s.verified_hits = mapped.hits;
   s.verified_admitted = mapped.admitted;
@@ -1252,7 +1255,7 @@ Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& opti
       }
     }
   }
-  auto index = RocksIndex::open(options.dir + "/index", resources);
+  auto index = RocksIndex::open(options.dir + "/index", resources, options.index_cache_bytes);
   if (!index) return fail(index.error());
   auto store = std::make_unique<ChunkStoreImpl>(options, engine, clock, std::move(*index));
   if (Status st = store->init(); !st) return fail(st);

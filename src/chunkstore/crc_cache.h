@@ -10,19 +10,15 @@
 // caller's index entry.
 //
 // Bounded by bytes (each entry costs its table plus kEntryOverhead), least recently used
-// out first, in kShards independently locked shards. Thread safe.
+// out first (blob_lru.h). Thread safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
-#include <mutex>
-#include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "blob_format.h"
+#include "blob_lru.h"
 #include "granary/common/ids.h"
 
 namespace granary::chunkstore {
@@ -37,15 +33,13 @@ struct CachedCrcs {
 
 class CrcCache {
  public:
-  static constexpr size_t kShards = 16;
+  static constexpr size_t kShards = BlobLru<int>::kShards;
   // What an entry costs besides its table: list node, map node and bucket, the shared
   // CachedCrcs with its control block, allocation headers.
   static constexpr uint64_t kEntryOverhead = 256;
 
   // capacity_bytes 0: nothing is ever cached.
-  explicit CrcCache(uint64_t capacity_bytes);
-  CrcCache(const CrcCache&) = delete;
-  CrcCache& operator=(const CrcCache&) = delete;
+  explicit CrcCache(uint64_t capacity_bytes) : lru_(capacity_bytes) {}
 
   // The table of `id` if it is cached for the blob at `rec`'s place (and then the most
   // recently used).
@@ -54,33 +48,18 @@ class CrcCache {
   // or when memory for it cannot be had (caching is best effort: this runs on completion
   // threads, which must not throw).
   void insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header);
-  void erase(const BlobId& id);
+  void erase(const BlobId& id) { lru_.erase(id); }
 
-  uint64_t bytes() const;
-  uint64_t entries() const;
+  uint64_t bytes() const { return lru_.bytes(); }
+  uint64_t entries() const { return lru_.entries(); }
   // Lookups (find() calls) that returned a table, and those that did not, since
   // construction. One read may look up more than once (a gateway's try on its event loop,
   // then on a worker; a retry).
-  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
-  uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
+  uint64_t hits() const { return lru_.hits(); }
+  uint64_t misses() const { return lru_.misses(); }
 
  private:
-  using Hash = BlobIdHash;
-  struct Shard {
-    using Lru = std::list<std::pair<BlobId, std::shared_ptr<const CachedCrcs>>>;
-    mutable std::mutex mu;
-    Lru lru;  // most recently used first
-    std::unordered_map<BlobId, Lru::iterator, Hash> map;
-    uint64_t bytes = 0;
-  };
-  static uint64_t charge(uint64_t blocks) { return blocks * 4 + kEntryOverhead; }
-  Shard& shardOf(const BlobId& id) { return shards_[Hash{}(id) % kShards]; }
-  static void eraseLocked(Shard& s, std::unordered_map<BlobId, Shard::Lru::iterator, Hash>::iterator it);
-
-  const uint64_t shard_capacity_;
-  Shard shards_[kShards];
-  std::atomic<uint64_t> hits_{0};
-  std::atomic<uint64_t> misses_{0};
+  BlobLru<std::shared_ptr<const CachedCrcs>> lru_;
 };
 
 }  // namespace granary::chunkstore

@@ -43,7 +43,8 @@ std::span<const uint8_t> bytes(const rocksdb::Slice& s) {
 }  // namespace
 
 Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const std::string& path,
-                                                     RocksResources& resources) {
+                                                     RocksResources& resources,
+                                                     uint64_t cache_bytes) {
   rocksdb::Options options = resources.baseOptions();
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {rocksdb::kDefaultColumnFamilyName, resources.columnFamilyOptions()},
@@ -53,7 +54,7 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const std::string& path,
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(options), path, families, &handles, &db);
   if (!s.ok()) return fail(fromRocks(s, "opening blob index " + path));
-  std::unique_ptr<RocksIndex> index(new RocksIndex());
+  std::unique_ptr<RocksIndex> index(new RocksIndex(cache_bytes));
   index->path_ = path;
   index->db_ = db;
   index->blobs_ = handles[0];
@@ -73,6 +74,15 @@ RocksIndex::~RocksIndex() {
 }
 
 Result<IndexRecord> RocksIndex::get(const BlobId& id, bool memory_only) {
+  if (!cache_.enabled()) return getStored(id, memory_only);
+  if (auto cached = cache_.find(id)) return *cached;
+  const uint64_t generation = cache_.generation(id);
+  auto rec = getStored(id, memory_only);
+  if (rec) cache_.insertIfUnchanged(id, *rec, kCachedEntryCost, generation);
+  return rec;
+}
+
+Result<IndexRecord> RocksIndex::getStored(const BlobId& id, bool memory_only) {
   auto key = id.encode();
   rocksdb::PinnableSlice value;
   rocksdb::ReadOptions ro;
@@ -101,12 +111,16 @@ Status RocksIndex::putBatch(std::span<const std::pair<BlobId, IndexRecord>> entr
   }
   rocksdb::Status s = db_->Write(syncedWrite(), &batch);
   if (!s.ok()) return fromRocks(s, fmt::format("indexing {} blobs", entries.size()));
+  for (const auto& [id, record] : entries) cache_.insert(id, record, kCachedEntryCost);
   return Status::ok();
 }
 
 Status RocksIndex::remove(const BlobId& id) {
   auto key = id.encode();
   rocksdb::Status s = db_->Delete(syncedWrite(), blobs_, slice(key));
+  // After the delete, whatever it returned: a lookup that read the entry before it can no
+  // longer cache it, and one after it finds nothing.
+  cache_.erase(id);
   if (!s.ok()) return fromRocks(s, "unindexing blob " + id.toString());
   return Status::ok();
 }

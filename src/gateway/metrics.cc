@@ -129,6 +129,16 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           DriveGauge{"granary_drive_crc_cache_bytes",
                      "Memory held by the drive's block CRC cache",
                      &chunkstore::DriveStats::crc_cache_bytes},
+          DriveGauge{"granary_drive_index_cache_hits",
+                     "Blob index lookups answered from memory without RocksDB, since the "
+                     "drive opened",
+                     &chunkstore::DriveStats::index_cache_hits},
+          DriveGauge{"granary_drive_index_cache_misses",
+                     "Blob index lookups that went to RocksDB, since the drive opened",
+                     &chunkstore::DriveStats::index_cache_misses},
+          DriveGauge{"granary_drive_index_cache_bytes",
+                     "Memory held by the drive's in-memory blob index entries",
+                     &chunkstore::DriveStats::index_cache_bytes},
           DriveGauge{"granary_drive_verified_hits",
                      "Page-cache ranges sent without verifying them again (their pages "
                      "verified earlier and cached since), since the drive opened",
