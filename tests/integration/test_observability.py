@@ -253,6 +253,11 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert (metric_value(final, "granary_drive_crc_cache_hits")
             - metric_value(mid, "granary_drive_crc_cache_hits")) >= 5 * 4
     assert metric_value(final, "granary_drive_crc_cache_bytes") > 0
+    # The fragments' blob index entries were kept in memory when they were put: the GETs
+    # found them there, not in RocksDB.
+    assert (metric_value(final, "granary_drive_index_cache_hits")
+            - metric_value(mid, "granary_drive_index_cache_hits")) >= 5 * 4
+    assert metric_value(final, "granary_drive_index_cache_bytes") > 0
 
 
 def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
