@@ -1,16 +1,21 @@
-// BlobLru<V>: a memory-bounded map from BlobId to V, least recently used out first, in
+// BlobLru<V>: a memory-bounded map from BlobId to V, least recently used out first (by the
+// CLOCK approximation: a hit only marks its entry, and eviction gives a marked entry a
+// second chance, so that a hit touches one list node instead of relinking four), in
 // kShards independently locked shards. The one cache structure of a drive's caches: the
 // blob index's (rocks_index.h) and the block CRCs' (crc_cache.h).
 //
 // Each entry is charged what the caller says it costs; a shard holds capacity / kShards.
-// Every change to a shard (insert, erase) moves its generation on, so that a value read
-// from the source of truth outside the lock can be inserted only if nothing changed the
-// shard meanwhile (generation() before the read, insertIfUnchanged() after): a lookup that
-// races a removal can never cache what was removed. Thread safe.
+// Every write to a shard (insert, erase) moves its generation on, so that a value read
+// from the source of truth outside the lock can be inserted only if no write touched the
+// shard meanwhile (the generation from find() or generation() before the read,
+// insertIfUnchanged() after): a lookup that races a removal can never cache what was
+// removed. Fills by insertIfUnchanged() (and their evictions) change no source of truth
+// and leave the generation as it is. Thread safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <new>
@@ -34,9 +39,11 @@ class BlobLru {
   BlobLru& operator=(const BlobLru&) = delete;
 
   bool enabled() const { return shard_capacity_ > 0; }
+  // Whether an entry of `cost` bytes can be cached at all (it must fit in one shard).
+  bool fits(uint64_t cost) const { return cost <= shard_capacity_ && enabled(); }
 
-  // A copy of the value of `id` (then the most recently used) if it is cached and
-  // `valid(value)`; an entry that is not valid is erased. Counts a hit or a miss.
+  // A copy of the value of `id` (then marked used) if it is cached and `valid(value)`; an
+  // entry that is not valid is erased. Counts a hit or a miss.
   template <typename Valid>
   std::optional<V> find(const BlobId& id, Valid&& valid) {
     std::optional<V> found;
@@ -47,7 +54,7 @@ class BlobLru {
         if (!valid(it->second->value)) {
           eraseLocked(s, it);
         } else {
-          s.lru.splice(s.lru.begin(), s.lru, it->second);
+          it->second->used = true;
           found = it->second->value;
         }
       }
@@ -58,14 +65,32 @@ class BlobLru {
   std::optional<V> find(const BlobId& id) {
     return find(id, [](const V&) { return true; });
   }
+  // find(), and on a miss the shard's generation (for insertIfUnchanged()) under the same
+  // lock.
+  std::optional<V> find(const BlobId& id, uint64_t& generation) {
+    std::optional<V> found;
+    Shard& s = shardOf(id);
+    {
+      std::lock_guard lock(s.mu);
+      if (auto it = s.map.find(id); it != s.map.end()) {
+        it->second->used = true;
+        found = it->second->value;
+      } else {
+        generation = s.generation;
+      }
+    }
+    (found ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
+    return found;
+  }
 
   // Caches `value` for `id` at `cost` bytes, replacing what `id` had. No-op when it does
   // not fit, or when memory for it cannot be had (caching is best effort: callers include
   // completion threads, which must not throw).
   void insert(const BlobId& id, V value, uint64_t cost) {
-    if (cost > shard_capacity_) return;
+    if (!fits(cost)) return;
     Shard& s = shardOf(id);
     std::lock_guard lock(s.mu);
+    ++s.generation;
     put(s, id, std::move(value), cost);
   }
 
@@ -78,7 +103,7 @@ class BlobLru {
   // insert(), but only when `id`'s shard is still at `generation` (nothing inserted or
   // erased there since it was taken) and `id` is not cached.
   void insertIfUnchanged(const BlobId& id, V value, uint64_t cost, uint64_t generation) {
-    if (cost > shard_capacity_) return;
+    if (!fits(cost)) return;
     Shard& s = shardOf(id);
     std::lock_guard lock(s.mu);
     if (s.generation != generation || s.map.count(id) > 0) return;
@@ -108,11 +133,12 @@ class BlobLru {
     BlobId id;
     V value;
     uint64_t cost;
+    bool used = false;  // found since it was inserted or last given a second chance
   };
-  struct Shard {
+  struct alignas(64) Shard {  // no two shards' locks on one cache line
     using Lru = std::list<Entry>;
     mutable std::mutex mu;
-    Lru lru;  // most recently used first
+    Lru lru;  // most recently inserted (or given a second chance) first
     std::unordered_map<BlobId, typename Lru::iterator, BlobIdHash> map;
     uint64_t bytes = 0;
     uint64_t generation = 0;
@@ -122,10 +148,9 @@ class BlobLru {
   Shard& shardOf(const BlobId& id) { return shards_[BlobIdHash{}(id) % kShards]; }
 
   void put(Shard& s, const BlobId& id, V&& value, uint64_t cost) {
-    ++s.generation;
     if (auto it = s.map.find(id); it != s.map.end()) eraseLocked(s, it);
     try {
-      s.lru.push_front(Entry{id, std::move(value), cost});
+      s.lru.push_front(Entry{id, std::move(value), cost, false});
       try {
         s.map.emplace(id, s.lru.begin());
       } catch (...) {
@@ -136,7 +161,18 @@ class BlobLru {
       return;  // not cached
     }
     s.bytes += cost;
-    while (s.bytes > shard_capacity_) eraseLocked(s, s.map.find(s.lru.back().id));
+    // The new entry (at the front) stays; a marked entry gets a second chance, unmarked,
+    // just behind it (in front of it, a shard of marked entries would turn around and
+    // evict the new one first).
+    while (s.bytes > shard_capacity_) {
+      Entry& oldest = s.lru.back();
+      if (oldest.used) {
+        oldest.used = false;
+        s.lru.splice(std::next(s.lru.begin()), s.lru, std::prev(s.lru.end()));
+      } else {
+        eraseLocked(s, s.map.find(oldest.id));
+      }
+    }
   }
 
   static void eraseLocked(Shard& s, MapIt it) {

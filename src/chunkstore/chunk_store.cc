@@ -124,11 +124,13 @@ class ChunkStoreImpl final : public ChunkStore {
                 IoDone done) override;
   Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
     ForegroundOp op(*this);
-    return readAttempts(id, offset, out, firstAttempt(), /*use_crcs=*/true);
+    return readAttempts(id, index_->get(id), offset, out, firstAttempt(), /*use_crcs=*/true);
   }
   Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override {
-    // The scrubber's reads: every header is read and verified, never taken from crcs_.
-    return readAttempts(id, offset, out, Attempt::kDrive, /*use_crcs=*/false);
+    // The scrubber's reads: every header is read and verified, never taken from crcs_,
+    // and its walk over every blob leaves the in-memory index entries to client reads.
+    return readAttempts(id, index_->getUncached(id), offset, out, Attempt::kDrive,
+                        /*use_crcs=*/false);
   }
   bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
   std::optional<CachedRange> pinIfCached(const BlobId& id, uint64_t offset,
@@ -271,9 +273,9 @@ class ChunkStoreImpl final : public ChunkStore {
   std::optional<Step> nextStep(const BlobId& id, IndexRecord& rec, uint64_t offset,
                                size_t len, Step step, bool use_crcs, bool used_crcs,
                                Status& st);
-  // read() and readFromDrive(), from `first` on.
-  Status readAttempts(const BlobId& id, uint64_t offset, std::span<uint8_t> out,
-                      Attempt first, bool use_crcs);
+  // read() and readFromDrive() of the blob indexed at `rec`, from `first` on.
+  Status readAttempts(const BlobId& id, Result<IndexRecord> rec, uint64_t offset,
+                      std::span<uint8_t> out, Attempt first, bool use_crcs);
   // `async`: for the engine's asynchronous path, which can use its registered buffers.
   // `cached`: through the extent's page-cache descriptor. `use_crcs`: the block CRCs may
   // come from crcs_ (and go there), sparing the header's I/O.
@@ -536,7 +538,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
     claim.reset();
     done(std::move(st));
   };
-  auto existing = index_->get(desc.id);
+  auto existing = index_->getUncached(desc.id);  // almost always absent: no cache lookup
   if (existing) return early(Status::alreadyExists("blob " + desc.id.toString() + " already stored"));
   if (!existing.error().isNotFound()) return early(existing.error());
 
@@ -712,9 +714,8 @@ std::optional<ChunkStoreImpl::Step> ChunkStoreImpl::nextStep(const BlobId& id,
   return std::nullopt;
 }
 
-Status ChunkStoreImpl::readAttempts(const BlobId& id, uint64_t offset,
+Status ChunkStoreImpl::readAttempts(const BlobId& id, Result<IndexRecord> rec, uint64_t offset,
                                     std::span<uint8_t> out, Attempt first, bool use_crcs) {
-  auto rec = index_->get(id);
   if (!rec) return rec.error();
   GRANARY_RETURN_IF_ERROR(checkRange(id, *rec, offset, out.size()));
   Status st;
@@ -1148,7 +1149,7 @@ Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
 Status ChunkStoreImpl::remove(const BlobId& id) {
   ForegroundOp op(*this);
   IdClaim claim(*this, id);
-  auto rec = index_->get(id);
+  auto rec = index_->getUncached(id);  // not cached on its way out
   if (!rec) return rec.error();
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.

@@ -14,7 +14,8 @@ std::shared_ptr<const CachedCrcs> CrcCache::find(const BlobId& id, const IndexRe
 }
 
 void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader& header) {
-  if (!lru_.enabled()) return;
+  const uint64_t cost = header.blocks * 4 + kEntryOverhead;
+  if (!lru_.fits(cost)) return;  // before building a table that would not be kept
   try {
     auto e = std::make_shared<CachedCrcs>();
     e->extent = rec.extent;
@@ -23,7 +24,7 @@ void CrcCache::insert(const BlobId& id, const IndexRecord& rec, const BlobHeader
     e->block_size = rec.block_size;
     e->crcs.resize(header.blocks);
     for (uint64_t b = 0; b < header.blocks; ++b) e->crcs[b] = header.blockCrc(b);
-    lru_.insert(id, std::move(e), header.blocks * 4 + kEntryOverhead);
+    lru_.insert(id, std::move(e), cost);
   } catch (const std::bad_alloc&) {
     // Not cached: the next read reads the header.
   }

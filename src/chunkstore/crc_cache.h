@@ -10,7 +10,7 @@
 // caller's index entry.
 //
 // Bounded by bytes (each entry costs its table plus kEntryOverhead), least recently used
-// out first (blob_lru.h). Thread safe.
+// out first (approximately: blob_lru.h). Thread safe.
 #pragma once
 
 #include <cstdint>

@@ -75,8 +75,8 @@ RocksIndex::~RocksIndex() {
 
 Result<IndexRecord> RocksIndex::get(const BlobId& id, bool memory_only) {
   if (!cache_.enabled()) return getStored(id, memory_only);
-  if (auto cached = cache_.find(id)) return *cached;
-  const uint64_t generation = cache_.generation(id);
+  uint64_t generation = 0;
+  if (auto cached = cache_.find(id, generation)) return *cached;
   auto rec = getStored(id, memory_only);
   if (rec) cache_.insertIfUnchanged(id, *rec, kCachedEntryCost, generation);
   return rec;

@@ -9,7 +9,9 @@
 // thread's time in random 4 KiB reads (docs/benchmarks.md). Writes go to RocksDB first
 // and then to the cache; a lookup that misses caches what it read only if no write
 // touched the cache meanwhile (BlobLru::insertIfUnchanged), so a removed blob is never
-// found in the cache.
+// found in the cache. That holds as long as callers do not put and remove one id at the
+// same time (ChunkStore's IdClaim serializes them): a put whose cache insert came after a
+// concurrent removal would leave the entry cached.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,10 @@ class RocksIndex {
   // not in the cache, RocksDB's memtables or its block cache (no disk read; for an event
   // loop).
   Result<IndexRecord> get(const BlobId& id, bool memory_only = false);
+  // get() without the in-memory entries: RocksDB only, nothing cached or counted (for
+  // lookups that are no client's read: a put's existence check, a removal, the scrubber's
+  // walk, which would push out the entries of the blobs clients read).
+  Result<IndexRecord> getUncached(const BlobId& id) { return getStored(id, false); }
   // Indexes every blob of `entries` in one synced WriteBatch (group commit): all or none.
   Status putBatch(std::span<const std::pair<BlobId, IndexRecord>> entries);
   Status remove(const BlobId& id);

@@ -23,14 +23,20 @@ bool samePlace(const IndexRecord& a, const IndexRecord& b) {
   return a.extent == b.extent && a.offset == b.offset && a.payload_len == b.payload_len;
 }
 
-// An id other than `id` that falls in the same BlobLru shard.
-BlobId neighbourOf(const BlobId& id) {
+// `count` ids other than `id`, and other than each other, in the same BlobLru shard as it.
+std::vector<BlobId> neighboursOf(const BlobId& id, size_t count) {
   const size_t shard = BlobIdHash{}(id) % BlobLru<int>::kShards;
-  for (uint64_t n = 1'000'000;; ++n) {
+  std::vector<BlobId> out;
+  for (uint64_t n = 1'000'000; out.size() < count; ++n) {
     BlobId other = makeId(n);
-    if (other != id && BlobIdHash{}(other) % BlobLru<int>::kShards == shard) return other;
+    if (other != id && BlobIdHash{}(other) % BlobLru<int>::kShards == shard) {
+      out.push_back(other);
+    }
   }
+  return out;
 }
+
+BlobId neighbourOf(const BlobId& id) { return neighboursOf(id, 1)[0]; }
 
 }  // namespace
 
@@ -38,17 +44,12 @@ TEST_CASE("BlobLru keeps what fits, least recently used out first") {
   constexpr uint64_t kCost = 100;
   BlobLru<int> lru(3 * kCost * BlobLru<int>::kShards);  // three entries a shard
   const BlobId a = makeId(1);
-  const BlobId b = neighbourOf(a);
-  const BlobId c = neighbourOf(b == makeId(1'000'000) ? a : b);
+  const std::vector<BlobId> more = neighboursOf(a, 3);
+  const BlobId b = more[0], c = more[1], d = more[2];
   lru.insert(a, 1, kCost);
   lru.insert(b, 2, kCost);
   lru.insert(c, 3, kCost);
-  CHECK(lru.find(a) == 1);  // a is now the most recently used: b is next out
-  BlobId d = makeId(2'000'000);
-  while (d == a || d == b || d == c ||
-         BlobIdHash{}(d) % BlobLru<int>::kShards != BlobIdHash{}(a) % BlobLru<int>::kShards) {
-    d = makeId(BlobIdHash{}(d) + 1);
-  }
+  CHECK(lru.find(a) == 1);  // a is now marked used: b, the oldest unmarked, is next out
   lru.insert(d, 4, kCost);
   CHECK(lru.find(b) == std::nullopt);
   CHECK(lru.find(a) == 1);
@@ -59,6 +60,16 @@ TEST_CASE("BlobLru keeps what fits, least recently used out first") {
   CHECK(lru.hits() == 4);
   CHECK(lru.misses() == 1);
 
+  SECTION("a shard whose entries were all found since keeps the new one") {
+    // a, c and d were all found above: one of them goes, never the newcomer.
+    const BlobId e = neighboursOf(a, 4)[3];
+    lru.insert(e, 5, kCost);
+    CHECK(lru.find(e) == 5);
+    CHECK(lru.entries() == 3);
+    int kept = 0;
+    for (const BlobId& old : {a, c, d}) kept += lru.find(old).has_value() ? 1 : 0;
+    CHECK(kept == 2);
+  }
   SECTION("an insert replaces the value") {
     lru.insert(a, 10, kCost);
     CHECK(lru.find(a) == 10);
@@ -102,6 +113,23 @@ TEST_CASE("BlobLru caches a value read outside its lock only if nothing changed 
     lru.insert(neighbour, 2, 10);
     lru.insertIfUnchanged(id, 1, 10, g);
     CHECK(lru.find(id) == std::nullopt);
+  }
+  SECTION("a fill of another id in between does not stop it (fills write nothing)") {
+    const uint64_t g = lru.generation(id);
+    lru.insertIfUnchanged(neighbour, 2, 10, lru.generation(neighbour));
+    lru.insertIfUnchanged(id, 1, 10, g);
+    CHECK(lru.find(id) == 1);
+    CHECK(lru.find(neighbour) == 2);
+  }
+  SECTION("find() gives the generation of a miss") {
+    uint64_t g = 0;
+    CHECK(lru.find(id, g) == std::nullopt);
+    lru.erase(id);
+    lru.insertIfUnchanged(id, 1, 10, g);
+    CHECK(lru.find(id) == std::nullopt);
+    CHECK(lru.find(id, g) == std::nullopt);
+    lru.insertIfUnchanged(id, 1, 10, g);
+    CHECK(lru.find(id) == 1);
   }
   SECTION("never replaces a newer value") {
     const uint64_t g = lru.generation(id);
@@ -151,10 +179,15 @@ TEST_CASE("The blob index reopened finds its entries in RocksDB and caches them"
   }
   auto index = RocksIndex::open(dir.path() + "/index", resources, 1 << 20);
   REQUIRE(index);
+  // Lookups that are no client's read neither use nor fill the entries in memory.
+  REQUIRE((*index)->getUncached(id));
+  CHECK((*index)->cacheBytes() == 0);
+  CHECK((*index)->cacheMisses() == 0);
   REQUIRE((*index)->get(id));
   REQUIRE((*index)->get(id));
   CHECK((*index)->cacheMisses() == 1);
   CHECK((*index)->cacheHits() == 1);
+  CHECK((*index)->cacheBytes() == RocksIndex::kCachedEntryCost);
 }
 
 TEST_CASE("A blob index lookup racing a removal never leaves the removed entry in memory") {
