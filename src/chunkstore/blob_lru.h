@@ -43,21 +43,22 @@ class BlobLru {
   bool fits(uint64_t cost) const { return cost <= shard_capacity_ && enabled(); }
 
   // A copy of the value of `id` (then marked used) if it is cached and `valid(value)`; an
-  // entry that is not valid is erased. Counts a hit or a miss.
+  // entry that is not valid is erased. On a miss, `generation` (when given) receives the
+  // shard's generation under the same lock, for insertIfUnchanged(). Counts a hit or a
+  // miss.
   template <typename Valid>
-  std::optional<V> find(const BlobId& id, Valid&& valid) {
+  std::optional<V> find(const BlobId& id, Valid&& valid, uint64_t* generation = nullptr) {
     std::optional<V> found;
     if (enabled()) {
       Shard& s = shardOf(id);
       std::lock_guard lock(s.mu);
-      if (auto it = s.map.find(id); it != s.map.end()) {
-        if (!valid(it->second->value)) {
-          eraseLocked(s, it);
-        } else {
-          it->second->used = true;
-          found = it->second->value;
-        }
+      if (auto it = s.map.find(id); it != s.map.end() && !valid(it->second->value)) {
+        eraseLocked(s, it);
+      } else if (it != s.map.end()) {
+        it->second->used = true;
+        found = it->second->value;
       }
+      if (!found && generation != nullptr) *generation = s.generation;
     }
     (found ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
     return found;
@@ -65,22 +66,8 @@ class BlobLru {
   std::optional<V> find(const BlobId& id) {
     return find(id, [](const V&) { return true; });
   }
-  // find(), and on a miss the shard's generation (for insertIfUnchanged()) under the same
-  // lock.
   std::optional<V> find(const BlobId& id, uint64_t& generation) {
-    std::optional<V> found;
-    Shard& s = shardOf(id);
-    {
-      std::lock_guard lock(s.mu);
-      if (auto it = s.map.find(id); it != s.map.end()) {
-        it->second->used = true;
-        found = it->second->value;
-      } else {
-        generation = s.generation;
-      }
-    }
-    (found ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
-    return found;
+    return find(id, [](const V&) { return true; }, &generation);
   }
 
   // Caches `value` for `id` at `cost` bytes, replacing what `id` had. No-op when it does
