@@ -34,17 +34,19 @@ for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; do
 ep=http://127.0.0.1:9490
 loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
 checkpoint=name=checkpoint,op=put,size=256MiB,objects=2,concurrency=2
+metrics_to() {  # metrics_to FILE: the server's metrics now
+  python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
+    "$ep/_granary/metrics" "$1"
+}
 run() {  # run NAME granary-bench-args...: the tables; the server's figures over the phase
   local name=$1; shift
   echo "== $name"
-  python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
-    "$ep/_granary/metrics" "$root/before.prom"
+  metrics_to "$root/before.prom"
   local lines; lines=$(wc -l <"$root/access.log")
   { nstat -n >/dev/null 2>&1 || true; }
   taskset -c "${CLIENT_CPUS:-1}" "$bench" --endpoint "$ep" --quiet --duration "${secs}s" \
     --json "$root/$name.json" "$@" | sed -n '/^workload/,$p'
-  python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
-    "$ep/_granary/metrics" "$root/after.prom"
+  metrics_to "$root/after.prom"
   tail -n +"$((lines + 1))" "$root/access.log" >"$root/$name.access"
   python3 - "$root/before.prom" "$root/after.prom" "$root/$name.access" <<'EOF'
 import json, math, re, sys
