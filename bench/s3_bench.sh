@@ -5,7 +5,8 @@
 # Starts its own `granary serve` (data under ./bench-data/s3) and nginx, and stops both.
 # Needs a build (build/) and `bash scripts/install-deps.sh --bench` (nginx, iperf3).
 # SECONDS: the length of each measured phase (default 10). STEPS (default all of
-# "get put mix nginx memory list") picks which figures to measure; the raw limits always run.
+# "get put sweep mix nginx memory list") picks which figures to measure; the raw limits
+# always run. sweep: PUT and GET of each size at four connection counts, one line each.
 # ROUNDS (default 3): the figures that are ratios of two phases (the loader with and
 # without the checkpoint class; Granary against nginx on the same bytes) alternate their
 # phases in that many rounds and print each round's ratio and the median, because this
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-10}
 # shellcheck source=bench/nginx_files.sh
 source bench/nginx_files.sh
-steps=" ${STEPS:-get put mix nginx memory list} "
+steps=" ${STEPS:-get put sweep mix nginx memory list} "
 rounds=${ROUNDS:-3}
 want() { [[ $steps == *" $1 "* ]]; }
 bench=${BENCH:-build/bench/granary-bench}
@@ -161,6 +162,25 @@ if want put; then
   run "4 KiB PUT, 32 connections" --threads 1 --op put --size 4KiB --concurrency 32 --objects 10000
   run "1 MiB PUT, 16 connections" --op put --size 1MiB --concurrency 16 --objects 256
   run "64 MiB PUT, 4 connections" --op put --size 64MiB --concurrency 4 --objects 8
+fi
+if want sweep; then
+  # Each size's PUTs, then its GETs, at four connection counts (each GET phase writes its
+  # own objects first, then reads them), one line a phase, from granary-bench's JSON.
+  echo "== concurrency sweep: PUT and GET at four connection counts ($secs s a phase)"
+  printf '%-6s %-4s %6s %10s %9s %9s %9s %6s\n' size op conns ops/s MB/s "p50 ms" "p99 ms" CPUs
+  for spec in "4KiB 1000 1 8 32 128" "1MiB 64 1 4 16 64" "64MiB 8 1 2 4 8"; do
+    read -r size objects concs <<<"$spec"
+    for op in put get; do
+      for c in $concs; do
+        before=$(cpu_ticks)
+        "${client_pin[@]}" "$bench" --endpoint "$ep" --quiet --duration "${secs}s" --op "$op" \
+          --size "$size" --concurrency "$c" --objects "$objects" --json "$root/sweep.json" >/dev/null
+        after=$(cpu_ticks)
+        # shellcheck disable=SC2086 # the tick counts are three words each
+        "$py" bench/sweep_line.py "$root/sweep.json" "$size" "$op" "$c" $before $after
+      done
+    done
+  done
 fi
 if want mix; then
   loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/
