@@ -511,6 +511,8 @@ int main(int argc, char** argv) {
   const int rand_seconds = std::max(1, static_cast<int>(args.seconds / rounds + 0.5));
   std::vector<float> quiet_all;
   std::vector<double> fio_p99s;
+  // The blob index's entries in memory, counted over the quiet random reads (all forms).
+  const auto index_before = store.stats();
   double quiet_seconds_all = 0, quiet_cpu_all = 0;
   for (int r = 0; r < rounds; ++r) {
     auto [lo, hi] = roundSlice(r, big);
@@ -541,6 +543,7 @@ int main(int argc, char** argv) {
   }
   std::optional<Latencies> quiet_chained;
   if (args.engine == "io_uring") quiet_chained = randomReads(ReadMode::kChained, args.seconds);
+  const auto index_after = store.stats();
 
   // 4. Random reads in alternating windows, quiet and with the scrubber running, so that
   // the disk's own drift (this virtio disk's p99 moves by tens of percent from one second
@@ -676,6 +679,18 @@ int main(int argc, char** argv) {
   if (quiet_chained) cpu_line += fmt::format(", chained {:.1f}", cpuPerRead(*quiet_chained));
   std::printf("  %-28s %s (us of the process's CPU, all threads, user and system)\n",
               "rand read CPU per read", cpu_line.c_str());
+  if (index_before && index_after) {
+    const uint64_t hits = index_after->index_cache_hits - index_before->index_cache_hits;
+    const uint64_t misses = index_after->index_cache_misses - index_before->index_cache_misses;
+    std::printf("  %-28s %.1f%% of %llu lookups found in memory, %llu went to RocksDB (%llu "
+                "blobs, %.1f MiB of entries)\n",
+                "rand read index entries",
+                100.0 * double(hits) / double(std::max<uint64_t>(1, hits + misses)),
+                static_cast<unsigned long long>(hits + misses),
+                static_cast<unsigned long long>(misses),
+                static_cast<unsigned long long>(args.small_blobs),
+                double(index_after->index_cache_bytes) / double(1 << 20));
+  }
   std::printf("  %-28s p50 %.0f us, p99 %.0f us; sync p50 %.0f us, p99 %.0f us (fio p99 %.0f "
               "us)\n",
               "rand read latency", quiet.p50_us, quiet.p99_us, quiet_sync.p50_us,
