@@ -456,23 +456,8 @@ Task<void> removeBlobs(GatewayContext& ctx, const Status& commit_error,
               commit_error.toString());
     co_return;
   }
-  asio::any_io_executor ex = co_await asio::this_coro::executor;
-  TaskGroup cleanup(ctx.pool(), ex);
-  for (const auto& s : stripes) {
-    for (size_t j = 0; j < s.drives.size(); ++j) {
-      if (s.drives[j] >= drives.size()) continue;
-      BlobId id{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
-      std::string drive = drives[s.drives[j]];
-      cleanup.spawn([&ctx, id, drive] {
-        Status st = ctx.data.chunks().remove(drive, id);
-        if (!st.isOk() && !st.isNotFound()) {
-          log::warn("cleanup: cannot remove {} on {}: {}", id.toString(), drive, st.toString());
-        }
-        return Status::ok();
-      });
-    }
-  }
-  (void)co_await cleanup.wait();
+  co_await removeFragments(ctx.data, co_await asio::this_coro::executor, drives, stripes,
+                           "cleanup");
 }
 
 }  // namespace granary::gateway

@@ -225,23 +225,31 @@ Task<Status> ObjectWriter::finish() {
   co_return st;
 }
 
-Task<void> ObjectWriter::abandon() {
-  (void)co_await finish();
-  TaskGroup cleanup(dp_.pool(), executor_);
-  for (const auto& s : stripes_) {
+Task<void> removeFragments(DataPath& dp, asio::any_io_executor executor,
+                           const std::vector<std::string>& drives,
+                           const std::vector<index_kv::StripeLayout>& stripes,
+                           std::string_view what) {
+  TaskGroup cleanup(dp.bulkPool(), std::move(executor));
+  for (const auto& s : stripes) {
     for (size_t j = 0; j < s.drives.size(); ++j) {
+      if (s.drives[j] >= drives.size()) continue;
       BlobId id{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
-      std::string drive = drives_[s.drives[j]];
-      cleanup.spawn([this, id, drive] {
-        Status st = dp_.chunks().remove(drive, id);
+      std::string drive = drives[s.drives[j]];
+      cleanup.spawn([&dp, id, drive, what] {
+        Status st = dp.chunks().remove(drive, id);
         if (!st.isOk() && !st.isNotFound()) {
-          log::warn("abandon: cannot remove {} on {}: {}", id.toString(), drive, st.toString());
+          log::warn("{}: cannot remove {} on {}: {}", what, id.toString(), drive, st.toString());
         }
         return Status::ok();
       });
     }
   }
   (void)co_await cleanup.wait();
+}
+
+Task<void> ObjectWriter::abandon() {
+  (void)co_await finish();
+  co_await removeFragments(dp_, executor_, drives_, stripes_, "abandon");
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -91,6 +92,15 @@ class DataPath {
   std::chrono::milliseconds hedge_after_{0};
   bool sendfile_ = true;
 };
+
+// Best-effort removal of every fragment blob of `stripes` (fragments that no manifest
+// will point at: a failed or refused upload's), on the bulk pool, where uploads' work
+// runs, so that a burst of failed uploads does not take the threads reads need. A
+// removal that fails is logged with `what` and left to the orphan sweep.
+Task<void> removeFragments(DataPath& dp, asio::any_io_executor executor,
+                           const std::vector<std::string>& drives,
+                           const std::vector<index_kv::StripeLayout>& stripes,
+                           std::string_view what);
 
 // Writes one object version's stripes. Usage: start(), then fill buffer() (up to
 // stripeCapacity()) and call flush(n); repeat; then finish(). On any failure after start()
