@@ -104,6 +104,9 @@ fi
 cpu_ticks() {  # busy, total and stolen ticks of all CPUs so far (iowait counts as idle)
   awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9 }' /proc/stat
 }
+cpu_share() {  # cpu_share BEFORE AFTER (cpu_ticks of each): busy and stolen % between them
+  echo "$1 $2" | awk '{ printf "%.0f %.0f\n", 100 * ($4 - $1) / ($5 - $2), 100 * ($6 - $3) / ($5 - $2) }'
+}
 run() {  # run LABEL granary-bench-args...
   echo "== $1"; shift
   local before after
@@ -112,7 +115,9 @@ run() {  # run LABEL granary-bench-args...
   after=$(cpu_ticks)
   # Steal: time the hypervisor ran something else on our CPUs (counted as busy above).
   # Figures of a phase with more than a few percent are the neighbours', not ours.
-  echo "$before $after" | awk '{ printf "   CPUs busy %.0f%% of the phase (preparation included), stolen %.0f%%\n", 100 * ($4 - $1) / ($5 - $2), 100 * ($6 - $3) / ($5 - $2) }'
+  local busy stolen
+  read -r busy stolen < <(cpu_share "$before" "$after")
+  echo "   CPUs busy $busy% of the phase (preparation included), stolen $stolen%"
 }
 # ratios KIND JSON...: each round's ratio and the median, from the runs' JSON files, which
 # come in rounds of the phases KIND compares (see the callers).
@@ -176,8 +181,9 @@ if want sweep; then
         "${client_pin[@]}" "$bench" --endpoint "$ep" --quiet --duration "${secs}s" --op "$op" \
           --size "$size" --concurrency "$c" --objects "$objects" --json "$root/sweep.json" >/dev/null
         after=$(cpu_ticks)
-        # shellcheck disable=SC2086 # the tick counts are three words each
-        "$py" bench/sweep_line.py "$root/sweep.json" "$size" "$op" "$c" $before $after
+        # shellcheck disable=SC2046 # busy and stolen: two arguments
+        "$py" bench/sweep_line.py "$root/sweep.json" "$size" "$op" "$c" \
+          $(cpu_share "$before" "$after")
       done
     done
   done
