@@ -9,7 +9,9 @@
 #        by one fdatasync and one index sync; until 2026-11-25 the script printed
 #        fdatasyncs per extent write instead, which counts write calls); 64 MiB PUT
 #        (4 conns); each with the server's CPU time per PUT (user + system), a figure
-#        this VM's disk noise moves less than throughput, and its context switches
+#        this VM's disk noise moves less than throughput, its context switches, and the
+#        disk's write requests and MB written per PUT (/proc/diskstats, the device under
+#        bench-data)
 #   get: 4 KiB GET (32 conns, one client thread, as s3_bench.sh); 1 MiB GET (16 conns);
 #        64 MiB GET (4 conns)
 #   mix: the loader alone, the checkpoint alone, and both at once (as s3_bench.sh)
@@ -64,22 +66,36 @@ metric_sum() {  # metric_sum NAME: the server's NAME summed over its labels (all
 cpu_ms() {  # the server's user + system CPU time so far, in ms
   awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$pid/stat"
 }
+mkdir -p "$root"
+# The block device under the data directory, as /proc/diskstats names it (empty when it is
+# not a block device: then no disk figures are printed).
+disk=$(basename "$(df --output=source "$root" | tail -1)")
+grep -q " $disk " /proc/diskstats || disk=
+disk_writes() {  # write requests completed, and sectors written, on $disk so far
+  if [[ -n $disk ]]; then awk -v d="$disk" '$3 == d { print $8, $10 }' /proc/diskstats; else echo 0 0; fi
+}
 ctx_switches() {  # voluntary + involuntary context switches of all the server's threads
   cat /proc/"$pid"/task/*/status 2>/dev/null |
     awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
 }
 run_cpu() {  # run_cpu NAME granary-bench-args...: run, named NAME, then the server's
-  # CPU time and context switches per op
-  local name=$1 before switches rows
+  # CPU time and context switches per op, and the disk's write requests and bytes per op
+  # (the whole device's: anything else writing to it counts too)
+  local name=$1 before switches rows writes sectors w2 s2 ops
   shift
   before=$(cpu_ms)
   switches=$(ctx_switches)
+  read -r writes sectors < <(disk_writes)
   rows=$(run "$@" | sed "s/^put /$name/")
+  read -r w2 s2 < <(disk_writes)
   echo "$rows"
-  awk -v ms="$(($(cpu_ms) - before))" -v cs="$(($(ctx_switches) - switches))" \
-    -v ops="$(echo "$rows" | awk '{ print $3; exit }')" \
+  ops=$(echo "$rows" | awk '{ print $3; exit }')
+  awk -v ms="$(($(cpu_ms) - before))" -v cs="$(($(ctx_switches) - switches))" -v ops="$ops" \
     'BEGIN { printf "   server CPU per op: %.3f ms (%d ms / %d ops); context switches per op: %.1f\n",
              ops ? ms / ops : 0, ms, ops, ops ? cs / ops : 0 }'
+  [[ -z $disk ]] || awk -v w="$((w2 - writes))" -v s="$((s2 - sectors))" -v ops="$ops" -v d="$disk" \
+    'BEGIN { printf "   %s write requests per op: %.1f; MB written per op: %.2f\n",
+             d, ops ? w / ops : 0, ops ? s * 512 / 1e6 / ops : 0 }'
 }
 
 echo "== machine: $(nproc) cores, $(uname -r); ${secs} s a phase, $rounds rounds"

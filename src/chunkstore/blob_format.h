@@ -51,8 +51,8 @@ enum class PayloadCopy {
   kIfUnsuited  // leave it in place when it can be written from there (kInPlaceMin)
 };
 // A payload at least this long, 4 KiB aligned in memory and of whole 4 KiB blocks, can be
-// written from the caller's memory by O_DIRECT: copying it would cost more than the second
-// I/O (the header region's) that leaving it in place takes.
+// written from the caller's memory by O_DIRECT (one writev with the header region):
+// copying it costs more than the second part of that write.
 inline constexpr uint64_t kInPlaceMin = 64 << 10;
 
 // A blob ready to be written: its on-disk image is the header region followed by the

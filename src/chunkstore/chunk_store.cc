@@ -153,9 +153,6 @@ class ChunkStoreImpl final : public ChunkStore {
     // `in_place` holds it (the caller's bytes, written from where they are).
     AlignedBuffer image;
     std::span<const uint8_t> in_place;
-    // Each write's outcome (the image, then `in_place`); the write that ends last goes on.
-    Status write_results[2];
-    std::atomic<int> writes_left{0};
     int fd = -1;
     uint32_t extent = 0;
     BlobId id;
@@ -560,17 +557,13 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   owned->rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
                            payload.size(), options_.block_size, created};
   owned->done = std::move(done);
-  owned->writes_left = owned->in_place.empty() ? 1 : 2;
   beginOp();
   PendingCommit* p = owned.release();  // finishPut deletes it
   // The completion may run on the engine's thread, which must not block: a failed write
   // goes through the commit thread too, which cleans up after it.
-  auto written = [this, p](int part, Status st) {
-    p->write_results[part] = std::move(st);
-    if (p->writes_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  auto written = [this, p](Status st) {
     p->image = AlignedBuffer();  // on disk (or failed): not needed any more
     p->in_place = {};
-    st = p->write_results[0] ? std::move(p->write_results[1]) : std::move(p->write_results[0]);
     if (!st) {
       p->write_failed = true;
       p->result = std::move(st);
@@ -581,23 +574,14 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
     }
     commits_.submit(p);
   };
-  auto submit = [&](int part, std::span<const uint8_t> bytes, uint64_t offset) {
-    try {
-      engine_.writeAsync(p->fd, bytes, offset, [written, part](Status st) {
-        written(part, std::move(st));
-      });
-    } catch (const std::exception& e) {  // the submission could not allocate
-      written(part, Status::internal(fmt::format("submitting the write: {}", e.what())));
-    }
-  };
-  // Two writes for a payload in place, one after the other on the disk; the group
-  // commit's fdatasync covers both.
-  const std::span<const uint8_t> image = p->image.span();
-  const std::span<const uint8_t> in_place = p->in_place;
-  const uint64_t offset = p->rec.offset;
-  IoBatch batch(engine_);  // both writes in one system call
-  submit(0, image, offset);
-  if (!in_place.empty()) submit(1, in_place, offset + image.size());
+  // One write: the image, then a payload in place right after it (one writev; two writes
+  // took twice the requests, and the drive's queue merged only some of them). The group
+  // commit's fdatasync covers it.
+  try {
+    engine_.writeAsync(p->fd, p->image.span(), p->in_place, p->rec.offset, written);
+  } catch (const std::exception& e) {  // the submission could not allocate
+    written(Status::internal(fmt::format("submitting the write: {}", e.what())));
+  }
 }
 
 void ChunkStoreImpl::finishPut(PendingCommit* p) {

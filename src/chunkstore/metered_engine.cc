@@ -92,8 +92,10 @@ class MeteredEngine final : public IoEngine {
   void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
     inner_->readAsync(fd, out, offset, timedDone(kRead, out.size(), std::move(done)));
   }
-  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
-    inner_->writeAsync(fd, data, offset, timedDone(kWrite, data.size(), std::move(done)));
+  void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                  uint64_t offset, IoDone done) override {
+    inner_->writeAsync(fd, head, tail, offset,
+                       timedDone(kWrite, head.size() + tail.size(), std::move(done)));
   }
   void fdatasyncAsync(int fd, IoDone done) override {
     inner_->fdatasyncAsync(fd, timedDone(kSync, 0, std::move(done)));

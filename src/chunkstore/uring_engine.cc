@@ -77,9 +77,16 @@ bool onceASecond(std::atomic<int64_t>& last_ms) {
 std::atomic<int> g_refused_submits{0};  // testing::refuseThreadRingSubmits
 
 std::atomic<int> g_again_results{0};  // testing::askAgainCompletions
+std::atomic<int> g_short_results{0};  // testing::shortenCompletions
 
-// A completion's result: `res`, or -EAGAIN while a test asks for such results.
-int resultForTest(int res) { return takeOne(g_again_results) ? -EAGAIN : res; }
+// A completion's result: `res`; -EAGAIN while a test asks for such results; or, while a
+// test asks for short transfers, a transfer of more than 4 KiB cut to half of it, in whole
+// 4 KiB blocks (the rest, resubmitted, stays aligned for O_DIRECT).
+int resultForTest(int res) {
+  if (takeOne(g_again_results)) return -EAGAIN;
+  if (res > 4096 && takeOne(g_short_results)) return std::max(4096, res / 2 / 4096 * 4096);
+  return res;
+}
 
 // Whether a request's result asks for it again (-EAGAIN, -EINTR), counting such results
 // in a row in `again`: at most kMaxAgain in a row, so that a device that keeps answering so
@@ -114,7 +121,8 @@ constexpr size_t kSlotBytes = 16 << 10;
 constexpr size_t kSlots = 64;
 
 // An SQE's length field is 32 bits; larger transfers go in 1 GiB pieces.
-unsigned chunk(size_t left) { return static_cast<unsigned>(std::min<size_t>(left, size_t{1} << 30)); }
+constexpr size_t kMaxChunk = size_t{1} << 30;
+unsigned chunk(size_t left) { return static_cast<unsigned>(std::min<size_t>(left, kMaxChunk)); }
 
 // One ring per thread (DESIGN: "one ring per thread"): a ring is not safe to share
 // without a lock, and the synchronous skeleton never has more than one SQE in flight, so
@@ -206,6 +214,12 @@ class AsyncRing final : public IoBufferPool {
     IoDone done;
     unsigned orphaned = 0;  // times its submitting thread's exit failed it (see advance)
     unsigned again = 0;     // -EAGAIN/-EINTR results in a row (askAgain)
+    // A write of two parts: `buf` holds the first head_len of the len bytes, `tail` the
+    // rest. Written with one WRITEV while any of the head is left; `iov` is its vector,
+    // built when the SQE is prepared (the Op outlives the request).
+    uint8_t* tail = nullptr;
+    size_t head_len = 0;
+    iovec iov[2]{};
   };
 
   // Null (with a warning) where the ring or its eventfd cannot be set up: asynchronous
@@ -371,7 +385,17 @@ class AsyncRing final : public IoBufferPool {
         }
         break;
       case kWrite:
-        if (registered(op->buf)) {
+        if (op->tail != nullptr && op->done_bytes < op->head_len &&
+            op->head_len - op->done_bytes < kMaxChunk) {
+          const size_t head_left = op->head_len - op->done_bytes;
+          op->iov[0] = {op->buf + op->done_bytes, head_left};
+          op->iov[1] = {op->tail, std::min(op->len - op->head_len, kMaxChunk - head_left)};
+          io_uring_prep_writev(sqe, op->fd, op->iov, 2, op->offset + op->done_bytes);
+        } else if (op->tail != nullptr && op->done_bytes >= op->head_len) {
+          const size_t tail_done = op->done_bytes - op->head_len;
+          io_uring_prep_write(sqe, op->fd, op->tail + tail_done,
+                              chunk(op->len - op->done_bytes), op->offset + op->done_bytes);
+        } else if (registered(op->buf)) {
           io_uring_prep_write_fixed(sqe, op->fd, op->buf + op->done_bytes,
                                     chunk(op->len - op->done_bytes), op->offset + op->done_bytes,
                                     0);
@@ -706,11 +730,18 @@ class UringEngine final : public IoEngine {
     if (!async_) return IoEngine::readAsync(fd, out, offset, std::move(done));
     async_->submit({AsyncRing::kRead, fd, out.data(), out.size(), offset, 0, std::move(done)});
   }
-  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
-    if (!async_) return IoEngine::writeAsync(fd, data, offset, std::move(done));
-    // The kernel only reads from a write's buffer.
-    async_->submit({AsyncRing::kWrite, fd, const_cast<uint8_t*>(data.data()), data.size(),
-                    offset, 0, std::move(done)});
+  void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                  uint64_t offset, IoDone done) override {
+    if (!async_) return IoEngine::writeAsync(fd, head, tail, offset, std::move(done));
+    if (head.empty()) std::swap(head, tail);
+    // The kernel only reads from a write's buffers.
+    AsyncRing::Op op{AsyncRing::kWrite, fd, const_cast<uint8_t*>(head.data()),
+                     head.size() + tail.size(), offset, 0, std::move(done)};
+    if (!tail.empty()) {
+      op.tail = const_cast<uint8_t*>(tail.data());
+      op.head_len = head.size();
+    }
+    async_->submit(std::move(op));
   }
   void fdatasyncAsync(int fd, IoDone done) override {
     if (!async_) return IoEngine::fdatasyncAsync(fd, std::move(done));
@@ -749,6 +780,10 @@ int testing::threadRingRefusalsLeft() {
 void testing::askAgainCompletions(int n) { g_again_results.store(n, std::memory_order_relaxed); }
 
 int testing::againCompletionsLeft() { return g_again_results.load(std::memory_order_relaxed); }
+
+void testing::shortenCompletions(int n) { g_short_results.store(n, std::memory_order_relaxed); }
+
+int testing::shortCompletionsLeft() { return g_short_results.load(std::memory_order_relaxed); }
 
 std::unique_ptr<IoEngine> makeUringEngine() {
   io_uring probe{};

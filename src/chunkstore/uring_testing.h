@@ -24,4 +24,11 @@ void askAgainCompletions(int n);
 // How many of those results are still to come.
 int againCompletionsLeft();
 
+// The next `n` completions of io_uring requests that transferred more than 4 KiB report
+// half of it (whole 4 KiB blocks) as if the transfer came back short: the engine submits
+// the rest, at its offset, from the right place in the caller's buffers.
+void shortenCompletions(int n);
+// How many of those results are still to come.
+int shortCompletionsLeft();
+
 }  // namespace granary::chunkstore::testing

@@ -130,8 +130,15 @@ class IoEngine {
   virtual void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) {
     done(pread(fd, out, offset));
   }
-  virtual void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) {
-    done(pwrite(fd, data, offset));
+  // Writes `head` and then `tail` (may be empty) right after it, at `offset`: one write
+  // (pwritev) where the engine can, so that a blob's header region and its payload, each
+  // written from where it is, take one I/O. The default writes each part with pwrite, so a
+  // wrapper's fault on pwrite applies here too.
+  virtual void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                          uint64_t offset, IoDone done) {
+    Status st = pwrite(fd, head, offset);
+    if (st && !tail.empty()) st = pwrite(fd, tail, offset + head.size());
+    done(std::move(st));
   }
   virtual void fdatasyncAsync(int fd, IoDone done) { done(fdatasync(fd)); }
   // A registered buffer of at least `size` bytes (4 KiB aligned) for asynchronous I/O, or

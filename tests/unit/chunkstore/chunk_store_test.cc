@@ -468,8 +468,9 @@ class GatedSyncEngine final : public IoEngineWrapper {
   }
   // Writes keep the target's asynchronous path; counted once the store has had their
   // completion.
-  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
-    target_->writeAsync(fd, data, offset, [this, done = std::move(done)](Status st) mutable {
+  void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                  uint64_t offset, IoDone done) override {
+    target_->writeAsync(fd, head, tail, offset, [this, done = std::move(done)](Status st) mutable {
       done(std::move(st));
       std::lock_guard lock(mu_);
       ++writes_;

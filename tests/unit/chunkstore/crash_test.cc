@@ -432,10 +432,10 @@ TEST_CASE("Pre-zeroed spare extents: rolls use them, and space matches the disk"
    public:
     using IoEngineWrapper::IoEngineWrapper;
     // Only the puts' writes fail: the zeroer's (synchronous) writes would succeed.
-    void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset,
-                    IoDone done) override {
+    void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                    uint64_t offset, IoDone done) override {
       if (full) return done(Status::fromErrno(ENOSPC, "injected write ENOSPC"));
-      target_->writeAsync(fd, data, offset, std::move(done));
+      target_->writeAsync(fd, head, tail, offset, std::move(done));
     }
     std::atomic<bool> full{false};
   };

@@ -128,15 +128,16 @@ class PowerLossEngine final : public IoEngineWrapper {
   // The target's asynchronous write, so the store's real asynchronous path runs. Its undo
   // is saved before it is submitted and kept by any fdatasync that starts before it
   // completes: such a sync does not cover it.
-  void writeAsync(int fd, std::span<const uint8_t> data, uint64_t offset, IoDone done) override {
+  void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                  uint64_t offset, IoDone done) override {
     uint64_t seq = 0;
     {
       std::lock_guard lock(mu_);
       if (dead_) return done(Status::ioError("dead: writeAsync"));
-      seq = saveUndo(fd, offset, data.size());
+      seq = saveUndo(fd, offset, head.size() + tail.size());
       in_flight_.insert(seq);
     }
-    target_->writeAsync(fd, data, offset, [this, seq, done = std::move(done)](Status st) mutable {
+    target_->writeAsync(fd, head, tail, offset, [this, seq, done = std::move(done)](Status st) mutable {
       {
         std::lock_guard lock(mu_);
         in_flight_.erase(seq);
