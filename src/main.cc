@@ -167,8 +167,15 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
   } else {
     verified_bytes = static_cast<uint64_t>(verified_mib) << 20;
   }
+  // The caches of block CRCs and blob index entries: one budget each for the process,
+  // shared evenly by its drives (a server with many drives does not multiply it).
+  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
+  const int64_t index_mib = vm["index-cache"].as<int64_t>();
+  if (crc_mib < 0 || index_mib < 0) die("--crc-cache and --index-cache must be >= 0");
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
+    co.crc_cache_bytes = (static_cast<uint64_t>(crc_mib) << 20) / drives.size();
+    co.index_cache_bytes = (static_cast<uint64_t>(index_mib) << 20) / drives.size();
     co.dir = dir.string();
     co.cached_reads = !vm["direct-reads"].as<bool>();
     co.extent_size = extent_mib << 20;
@@ -214,6 +221,13 @@ void addDriveOptions(po::options_description& opts) {
       "there, so that sending them again skips reading them to verify (each such blob is "
       "mapped read-only: its pages count in RSS as file pages; default -1: a quarter of "
       "the memory; 0: verify on every read)")(
+      "crc-cache", po::value<int64_t>()->default_value(96),
+      "MiB of memory for recently read blobs' block CRCs, all drives together, so that "
+      "their next reads skip the header's I/O (0: always read it)")(
+      "index-cache", po::value<int64_t>()->default_value(96),
+      "MiB of memory for recently put or read blobs' index entries, all drives together "
+      "(about 87,000 blobs in 16 MiB), so that a read finds its blob without RocksDB "
+      "(0: every lookup asks RocksDB)")(
       "extent-size", po::value<uint64_t>()->default_value(1024),
       "MiB of blobs per extent file on the drives (new extents only)")(
       "spare-zero-rate", po::value<double>()->default_value(64),

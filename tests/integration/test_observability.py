@@ -260,6 +260,35 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert metric_value(final, "granary_drive_index_cache_bytes") > 0
 
 
+def test_cache_budgets_of_zero_turn_the_drives_caches_off(granary_bin, tmp_data):
+    """--crc-cache and --index-cache are the whole process's budgets, shared by its drives:
+    at 0 no drive keeps a blob's CRCs or index entry, and reads repeated find nothing in
+    memory (the default server above finds them)."""
+    srv = Server(tmp_data, extra_args=["--crc-cache", "0", "--index-cache", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="nocache")
+        body = os.urandom(3 << 20)
+        for i in range(3):
+            s3.put_object(Bucket="nocache", Key=f"k{i}", Body=body)
+
+        def scrape():
+            return urllib.request.urlopen(srv.endpoint + "/_granary/metrics",
+                                          timeout=10).read().decode()
+        for _ in range(2):
+            for i in range(3):
+                assert s3.get_object(Bucket="nocache", Key=f"k{i}")["Body"].read() == body
+        text = scrape()
+    finally:
+        srv.stop()
+    assert metric_value(text, "granary_drive_crc_cache_hits") == 0
+    assert metric_value(text, "granary_drive_crc_cache_misses") >= 2 * 3 * 4
+    assert metric_value(text, "granary_drive_crc_cache_bytes") == 0
+    # (With no index cache a lookup goes straight to RocksDB: not counted as a miss.)
+    assert metric_value(text, "granary_drive_index_cache_hits") == 0
+    assert metric_value(text, "granary_drive_index_cache_bytes") == 0
+
+
 def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
     import subprocess
     import urllib.error
