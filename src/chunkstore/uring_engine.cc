@@ -121,8 +121,7 @@ constexpr size_t kSlotBytes = 16 << 10;
 constexpr size_t kSlots = 64;
 
 // An SQE's length field is 32 bits; larger transfers go in 1 GiB pieces.
-constexpr size_t kMaxChunk = size_t{1} << 30;
-unsigned chunk(size_t left) { return static_cast<unsigned>(std::min<size_t>(left, kMaxChunk)); }
+unsigned chunk(size_t left) { return static_cast<unsigned>(std::min<size_t>(left, size_t{1} << 30)); }
 
 // One ring per thread (DESIGN: "one ring per thread"): a ring is not safe to share
 // without a lock, and the synchronous skeleton never has more than one SQE in flight, so
@@ -215,8 +214,8 @@ class AsyncRing final : public IoBufferPool {
     unsigned orphaned = 0;  // times its submitting thread's exit failed it (see advance)
     unsigned again = 0;     // -EAGAIN/-EINTR results in a row (askAgain)
     // A write of two parts: `buf` holds the first head_len of the len bytes, `tail` the
-    // rest. Written with one WRITEV while any of the head is left; `iov` is its vector,
-    // built when the SQE is prepared (the Op outlives the request).
+    // rest. Written with WRITEV, resumed where a short write stopped; `iov` is its
+    // vector, built when the SQE is prepared (the Op outlives the request).
     uint8_t* tail = nullptr;
     size_t head_len = 0;
     iovec iov[2]{};
@@ -385,16 +384,15 @@ class AsyncRing final : public IoBufferPool {
         }
         break;
       case kWrite:
-        if (op->tail != nullptr && op->done_bytes < op->head_len &&
-            op->head_len - op->done_bytes < kMaxChunk) {
-          const size_t head_left = op->head_len - op->done_bytes;
-          op->iov[0] = {op->buf + op->done_bytes, head_left};
-          op->iov[1] = {op->tail, std::min(op->len - op->head_len, kMaxChunk - head_left)};
-          io_uring_prep_writev(sqe, op->fd, op->iov, 2, op->offset + op->done_bytes);
-        } else if (op->tail != nullptr && op->done_bytes >= op->head_len) {
-          const size_t tail_done = op->done_bytes - op->head_len;
-          io_uring_prep_write(sqe, op->fd, op->tail + tail_done,
-                              chunk(op->len - op->done_bytes), op->offset + op->done_bytes);
+        if (op->tail != nullptr) {  // what is left of the head (if any), then of the tail
+          unsigned n = 0;
+          if (op->done_bytes < op->head_len) {
+            op->iov[n++] = {op->buf + op->done_bytes, op->head_len - op->done_bytes};
+          }
+          const size_t tail_done = std::max(op->done_bytes, op->head_len) - op->head_len;
+          op->iov[n++] = {op->tail + tail_done, op->len - op->head_len - tail_done};
+          // The kernel writes at most MAX_RW_COUNT (2 GiB - 4 KiB) a call: a short write.
+          io_uring_prep_writev(sqe, op->fd, op->iov, n, op->offset + op->done_bytes);
         } else if (registered(op->buf)) {
           io_uring_prep_write_fixed(sqe, op->fd, op->buf + op->done_bytes,
                                     chunk(op->len - op->done_bytes), op->offset + op->done_bytes,
