@@ -161,6 +161,18 @@ class Server(_Process):
         })
         return env
 
+    def admin(self, *args, access=None, secret=None, check=True):
+        """`granary admin ARGS` against this server, as root unless told otherwise."""
+        env = dict(os.environ)
+        env.update({"AWS_ACCESS_KEY_ID": access or self.access_key,
+                    "AWS_SECRET_ACCESS_KEY": secret or self.secret_key,
+                    "GRANARY_ENDPOINT": self.endpoint})
+        res = subprocess.run([GRANARY, "admin", *args], env=env, capture_output=True,
+                             text=True, timeout=300)
+        if check and res.returncode != 0:
+            raise AssertionError(f"granary admin {args} failed ({res.returncode}): {res.stderr}")
+        return res
+
     def aws(self, *args, aws_bin=DEBIAN_AWS, check=True):
         cmd = [aws_bin, "--endpoint-url", self.endpoint] + list(args)
         res = subprocess.run(cmd, env=self.aws_env(), capture_output=True, text=True,

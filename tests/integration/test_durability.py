@@ -2,9 +2,11 @@
 import concurrent.futures
 import glob
 import hashlib
+import json
 import os
 import random
 import re
+import shutil
 import threading
 import time
 import urllib.request
@@ -139,6 +141,48 @@ def test_lost_and_corrupted_fragments_are_decoded_from_parity(granary_bin, tmp_d
         r = s3.get_object(Bucket="degraded", Key=key, Range="bytes=1000-5000000")
         assert r["Body"].read() == body[1000:5000001]
         assert metric(srv, "granary_degraded_stripes_total") > 0
+    finally:
+        srv.stop()
+
+
+def test_a_wiped_drive_is_rebuilt_by_a_repair_pass(granary_bin, tmp_data):
+    # A single node loses a whole drive directory (a replaced disk): `granary serve`
+    # starts with it empty, `granary admin repair` rebuilds its fragments from parity,
+    # and afterwards two *other* drives can be lost (m = 2) with every object still
+    # readable, which holds only if the wiped drive's fragments are back.
+    args = ["--repair-interval", "0"]  # no background pass: the test runs each one
+    srv = Server(tmp_data, extra_args=args).start()
+    s3 = srv.client()
+    s3.create_bucket(Bucket="rebuild")
+    objs = put_many(s3, "rebuild", SIZES + [12 * MiB])
+    srv.stop()
+
+    def wipe(*drives):
+        for d in drives:
+            shutil.rmtree(os.path.join(tmp_data, "drives", d))
+
+    wipe("d0")
+    srv = Server(tmp_data, extra_args=args).start()
+    try:
+        found = json.loads(srv.admin("repair", "--dry-run").stdout)
+        assert found["dry_run"] and found["fragments_missing"] > 0, found
+        assert found["fragments_rebuilt"] == 0, found
+        report = json.loads(srv.admin("repair").stdout)
+        print("repair:", found, report)
+        assert report["fragments_missing"] == found["fragments_missing"], report
+        assert report["fragments_rebuilt"] == report["fragments_missing"], report
+        assert report["errors"] == 0 and report["unrecoverable_stripes"] == 0, report
+        again = json.loads(srv.admin("repair", "--dry-run").stdout)
+        assert again["fragments_missing"] == 0 and again["fragments_corrupt"] == 0, again
+        assert metric(srv, "granary_repair_fragments_total", 'outcome="rebuilt"') == \
+            report["fragments_rebuilt"]
+    finally:
+        srv.stop()
+
+    wipe("d1", "d2")
+    srv = Server(tmp_data, extra_args=args).start()
+    try:
+        check_all(srv.client(), "rebuild", objs)
     finally:
         srv.stop()
 

@@ -1,7 +1,6 @@
 """Named users, bucket ownership and public-read buckets, driven through the admin CLI
 (`granary admin user`), boto3, aws-cli and s3cmd against the real binary."""
 import json
-import os
 import subprocess
 import uuid
 
@@ -9,21 +8,13 @@ import botocore
 import pytest
 from botocore.config import Config
 
-from conftest import GRANARY, Server
+from conftest import Server
 
 S3CMD = "/usr/bin/s3cmd"
 
 
 def admin(server, *args, access=None, secret=None, check=True):
-    env = dict(os.environ)
-    env.update({"AWS_ACCESS_KEY_ID": access or server.access_key,
-                "AWS_SECRET_ACCESS_KEY": secret or server.secret_key,
-                "GRANARY_ENDPOINT": server.endpoint})
-    res = subprocess.run([GRANARY, "admin", *args], env=env, capture_output=True, text=True,
-                         timeout=60)
-    if check and res.returncode != 0:
-        raise AssertionError(f"granary admin {args} failed ({res.returncode}): {res.stderr}")
-    return res
+    return server.admin(*args, access=access, secret=secret, check=check)
 
 
 def add_user(server, name, *extra):
