@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -32,19 +33,39 @@ Status closeFile(int fd) {
   return Status::ok();
 }
 
-Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
-                         static_cast<off_t>(offset + done));
-    if (n < 0) {
+Status writeAll(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                uint64_t offset) {
+  std::array<iovec, 2> iov{};
+  size_t n = 0;
+  for (auto part : {head, tail}) {
+    if (!part.empty()) iov[n++] = {const_cast<uint8_t*>(part.data()), part.size()};
+  }
+  size_t first = 0;  // iov[first..n) is still to write, at offset + done
+  uint64_t done = 0;
+  while (first < n) {
+    ssize_t wrote = ::pwritev(fd, &iov[first], static_cast<int>(n - first),
+                              static_cast<off_t>(offset + done));
+    if (wrote < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return Status::fromErrno(errno, fmt::format("pwrite at {}", offset + done));
     }
-    if (n == 0) return Status::ioError(fmt::format("pwrite at {} wrote nothing", offset + done));
-    done += static_cast<size_t>(n);
+    if (wrote == 0) {
+      return Status::ioError(fmt::format("pwrite at {} wrote nothing", offset + done));
+    }
+    done += static_cast<uint64_t>(wrote);
+    for (auto left = static_cast<size_t>(wrote); left > 0;) {
+      const size_t take = std::min(left, iov[first].iov_len);
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      left -= take;
+      if (iov[first].iov_len == 0) ++first;
+    }
   }
   return Status::ok();
+}
+
+Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset) {
+  return writeAll(fd, data, {}, offset);
 }
 
 Status readAll(int fd, std::span<uint8_t> out, uint64_t offset) {
@@ -138,6 +159,10 @@ class PosixEngine final : public IoEngine {
   }
   Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
     return posix_io::readAll(fd, out, offset);
+  }
+  void writeAsync(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                  uint64_t offset, IoDone done) override {
+    done(posix_io::writeAll(fd, head, tail, offset));
   }
   bool preadNoWait(int fd, std::span<const std::span<uint8_t>> parts,
                    uint64_t offset) override {

@@ -14,6 +14,10 @@ namespace granary::chunkstore::posix_io {
 
 Result<int> openFile(const std::string& path, int flags, mode_t mode);
 Status closeFile(int fd);
+// Writes `head` then `tail` as consecutive bytes at `offset`, in one pwritev (resumed
+// where a transfer ends short); writeAll is the same with no tail.
+Status writeAll(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
+                uint64_t offset);
 Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset);
 Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
 // IoEngine::preadNoWait, with preadv2(RWF_NOWAIT).
