@@ -53,15 +53,19 @@ Status writeAll(int fd, std::span<const uint8_t> head, std::span<const uint8_t> 
       return Status::ioError(fmt::format("pwrite at {} wrote nothing", offset + done));
     }
     done += static_cast<uint64_t>(wrote);
-    for (auto left = static_cast<size_t>(wrote); left > 0;) {
-      const size_t take = std::min(left, iov[first].iov_len);
-      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      left -= take;
-      if (iov[first].iov_len == 0) ++first;
-    }
+    consumeIovecs(std::span(iov.data(), n), first, static_cast<size_t>(wrote));
   }
   return Status::ok();
+}
+
+void consumeIovecs(std::span<iovec> iov, size_t& first, size_t bytes) {
+  while (bytes > 0 && first < iov.size()) {
+    const size_t take = std::min(bytes, iov[first].iov_len);
+    iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
+    iov[first].iov_len -= take;
+    bytes -= take;
+    if (iov[first].iov_len == 0) ++first;
+  }
 }
 
 Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset) {

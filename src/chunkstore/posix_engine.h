@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <span>
@@ -19,6 +20,9 @@ Status closeFile(int fd);
 Status writeAll(int fd, std::span<const uint8_t> head, std::span<const uint8_t> tail,
                 uint64_t offset);
 Status writeAll(int fd, std::span<const uint8_t> data, uint64_t offset);
+// After a vectored transfer of `bytes`: drops the buffers of iov[first..] it covered and
+// the part of the next one, moving `first` past every buffer now empty.
+void consumeIovecs(std::span<iovec> iov, size_t& first, size_t bytes);
 Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
 // IoEngine::preadNoWait, with preadv2(RWF_NOWAIT).
 bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset);

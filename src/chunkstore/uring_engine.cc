@@ -687,13 +687,7 @@ class UringEngine final : public IoEngine {
       }
       done += static_cast<uint64_t>(res);
       // A short read: skip the buffers it filled, and the part of the next one.
-      for (size_t got = static_cast<size_t>(res); got > 0;) {
-        const size_t take = std::min(got, iov[first].iov_len);
-        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
-        iov[first].iov_len -= take;
-        got -= take;
-        if (iov[first].iov_len == 0) ++first;
-      }
+      posix_io::consumeIovecs(std::span(iov.data(), n), first, static_cast<size_t>(res));
     }
     return Status::ok();
   }
