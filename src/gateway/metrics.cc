@@ -171,6 +171,17 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Name("granary_index_storage_bytes")
                          .Help("Index size (RocksDB): sst files, memtables, live data estimate")
                          .Register(registry)),
+      index_group_commits_(prometheus::BuildGauge()
+                               .Name("granary_index_group_commits")
+                               .Help("Synced index batches written since the index opened")
+                               .Register(registry)
+                               .Add({})),
+      index_committed_requests_(prometheus::BuildGauge()
+                                    .Name("granary_index_committed_requests")
+                                    .Help("Index writes those batches completed (their ratio "
+                                          "is the batch size)")
+                                    .Register(registry)
+                                    .Add({})),
       buffer_budget_(prometheus::BuildGauge()
                          .Name("granary_buffer_budget_bytes")
                          .Help("Stripe-buffer budget of GET streams and uploads "
@@ -226,6 +237,11 @@ void GatewayMetrics::setIndexStorage(const index_kv::IndexStorageStats& stats) {
   index_storage_.Add({{"what", "sst"}}).Set(static_cast<double>(stats.sst_bytes));
   index_storage_.Add({{"what", "memtable"}}).Set(static_cast<double>(stats.memtable_bytes));
   index_storage_.Add({{"what", "live_data"}}).Set(static_cast<double>(stats.live_data_bytes));
+}
+
+void GatewayMetrics::setIndexCommits(const index_kv::IndexCommitStats& stats) {
+  index_group_commits_.Set(static_cast<double>(stats.batches));
+  index_committed_requests_.Set(static_cast<double>(stats.requests));
 }
 
 void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {

@@ -39,6 +39,7 @@ class GatewayMetrics {
   // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
   void setRecordIndex(const index_kv::RecordIndexStats& stats);
   void setIndexStorage(const index_kv::IndexStorageStats& stats);
+  void setIndexCommits(const index_kv::IndexCommitStats& stats);
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
   // scrape.
   void setBufferBudget(const BufferBudget::Stats& stats);
@@ -73,6 +74,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;
   prometheus::Family<prometheus::Gauge>& index_storage_;
+  prometheus::Gauge& index_group_commits_;
+  prometheus::Gauge& index_committed_requests_;
   prometheus::Family<prometheus::Gauge>& buffer_budget_;
   prometheus::Gauge& buffer_waiting_;
   prometheus::Counter& buffer_waits_;

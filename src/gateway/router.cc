@@ -206,6 +206,7 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
       }
       ctx.metrics.setRecordIndex(ctx.index().recordIndexStats());
       ctx.metrics.setIndexStorage(ctx.index().storageStats());
+      ctx.metrics.setIndexCommits(ctx.index().commitStats());
       ctx.metrics.setBufferBudget(ctx.data.budget().stats());
       return 0;
     });

@@ -78,8 +78,8 @@ void CommitQueue::submitAsync(CommitRequest& req) {
   finish(req);
 }
 
-CommitStats CommitQueue::stats() const {
-  return CommitStats{batches_.load(), requests_.load()};
+IndexCommitStats CommitQueue::stats() const {
+  return IndexCommitStats{batches_.load(), requests_.load()};
 }
 
 void CommitQueue::run() {

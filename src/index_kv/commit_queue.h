@@ -93,11 +93,6 @@ struct CommitRequest {
   std::move_only_function<void()> on_done;
 };
 
-struct CommitStats {
-  uint64_t batches = 0;   // synced WriteBatches written
-  uint64_t requests = 0;  // requests completed (successfully or not) by the committer
-};
-
 // Evaluates the requests of one batch in order and stages their writes in one WriteBatch.
 // Lives on the committer thread for one batch.
 class BatchBuilder {
@@ -200,7 +195,7 @@ class CommitQueue {
   // Enqueues `req` and returns; req.on_done (set) runs once its outcome is in `req`. For
   // callers that must not block (an event loop): no thread waits for the group's sync.
   void submitAsync(CommitRequest& req);
-  CommitStats stats() const;
+  IndexCommitStats stats() const;
 
  private:
   void run();

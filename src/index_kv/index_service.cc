@@ -346,6 +346,11 @@ const std::map<std::string, Op, std::less<>>& operations() {
                      {"memtable_bytes", s.memtable_bytes},
                      {"live_data_bytes", s.live_data_bytes}};
        }},
+      {"commit_stats",
+       [](Index& x, const Json&) -> Result<Json> {
+         IndexCommitStats s = x.commitStats();
+         return Json{{"batches", s.batches}, {"requests", s.requests}};
+       }},
   };
   return ops;
 }
@@ -594,6 +599,12 @@ class RemoteIndex final : public Index {
                                j.at("live_data_bytes").get<uint64_t>()};
     });
     return r ? *r : IndexStorageStats{};
+  }
+  IndexCommitStats commitStats() override {
+    auto r = query("commit_stats", Json::object(), [](const Json& j) {
+      return IndexCommitStats{j.at("batches").get<uint64_t>(), j.at("requests").get<uint64_t>()};
+    });
+    return r ? *r : IndexCommitStats{};
   }
 
  private:

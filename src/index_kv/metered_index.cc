@@ -200,6 +200,7 @@ class MeteredIndex final : public Index {
   }
   RecordIndexStats recordIndexStats() override { return inner_->recordIndexStats(); }
   IndexStorageStats storageStats() override { return inner_->storageStats(); }
+  IndexCommitStats commitStats() override { return inner_->commitStats(); }
   Status checkpoint(const std::string& dir) override { return inner_->checkpoint(dir); }
 
  private:

@@ -91,10 +91,8 @@ class RocksIndex final : public Index {
                                              int64_t orphan_before_unix_nanos) override;
   RecordIndexStats recordIndexStats() override;
   IndexStorageStats storageStats() override;
+  IndexCommitStats commitStats() override { return queue_->stats(); }
   Status checkpoint(const std::string& dir) override;
-
-  // Group-commit counters: synced batches written and requests committed so far.
-  CommitStats commitStats() const { return queue_->stats(); }
 
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}

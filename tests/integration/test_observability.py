@@ -227,6 +227,11 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert grew("granary_index_operation_duration_seconds_count", op="put_object") == 5
     assert metric_value(after, "granary_index_errors_total", op="put_object") == 0
     assert metric_value(after, "granary_index_storage_bytes", what="memtable") > 0
+    # One after another, the five PUTs' manifests took a batch each (background jobs may
+    # have written more meanwhile, alone or in the same batches).
+    batches = grew("granary_index_group_commits")
+    assert batches >= 5
+    assert grew("granary_index_committed_requests") >= batches
     assert metric_value(after, "granary_crc_failures_total") == 0
     assert metric_value(after, "granary_ec_decoded_bytes_total") == 0
     # The GET streams' buffer budget: the default capacity, a 3 MiB object's one stripe

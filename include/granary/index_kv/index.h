@@ -217,6 +217,12 @@ struct RecordIndexStats {
   uint64_t dead_sets = 0;   // sets waiting for their rows to be removed
 };
 
+// The index's group commit since it opened: each batch is one synced RocksDB write.
+struct IndexCommitStats {
+  uint64_t batches = 0;   // synced batches written
+  uint64_t requests = 0;  // write requests the batches completed (successfully or not)
+};
+
 struct RecordGcStats {
   uint64_t rows_removed = 0;
   uint64_t sets_removed = 0;
@@ -468,6 +474,7 @@ class Index {
                                                      int64_t orphan_before_unix_nanos) = 0;
   virtual RecordIndexStats recordIndexStats() = 0;
   virtual IndexStorageStats storageStats() { return {}; }
+  virtual IndexCommitStats commitStats() { return {}; }
   // A consistent copy of the whole index as RocksDB files in `dir` (which must not exist;
   // created on the index's filesystem, hard links where possible): openIndex on it opens
   // the index as of this call. Only where the database is (kInvalidArgument elsewhere, e.g. over RPC).

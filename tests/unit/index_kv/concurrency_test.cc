@@ -20,7 +20,7 @@ using granary::index_kv::testing::IndexFixture;
 
 namespace {
 
-CommitStats statsOf(Index& index) {
+IndexCommitStats statsOf(Index& index) {
   auto* rocks = dynamic_cast<RocksIndex*>(&index);
   REQUIRE(rocks != nullptr);
   return rocks->commitStats();
@@ -51,7 +51,7 @@ TEST_CASE("Concurrent puts of distinct keys are group-committed into few synced 
   for (auto& list : manifests) {
     for (int i = 0; i < kPerThread; ++i) list.push_back(f.inlineManifest("body"));
   }
-  CommitStats before = statsOf(f.backing());
+  IndexCommitStats before = statsOf(f.backing());
   std::atomic<int> failures{0};
   concurrently(kThreads, [&](int t) {
     for (int i = 0; i < kPerThread; ++i) {
@@ -61,7 +61,7 @@ TEST_CASE("Concurrent puts of distinct keys are group-committed into few synced 
     }
   });
   CHECK(failures == 0);
-  CommitStats after = statsOf(f.backing());
+  IndexCommitStats after = statsOf(f.backing());
   const uint64_t requests = after.requests - before.requests;
   const uint64_t batches = after.batches - before.batches;
   CHECK(requests == kThreads * kPerThread);
@@ -251,7 +251,7 @@ TEST_CASE("Asynchronous puts and deletes from one thread share synced batches an
   constexpr size_t kPuts = 400;
   std::vector<Manifest> manifests;
   for (size_t i = 0; i < kPuts; ++i) manifests.push_back(f.inlineManifest("body"));
-  CommitStats before = statsOf(f.backing());
+  IndexCommitStats before = statsOf(f.backing());
   for (size_t i = 0; i < kPuts; ++i) {
     f.index->putObjectAsync("b", fmt::format("k{:04}", i), manifests[i],
                             Precondition::mustNotExist(), got.collector());
@@ -261,7 +261,7 @@ TEST_CASE("Asynchronous puts and deletes from one thread share synced batches an
     REQUIRE(r.has_value());
     CHECK(!r->has_value());  // new keys: nothing replaced
   }
-  const CommitStats after = statsOf(f.backing());
+  const IndexCommitStats after = statsOf(f.backing());
   CHECK(after.requests - before.requests == kPuts);
 #ifndef GRANARY_INDEX_OVER_RPC
   // The committer's thread answers, not the caller's, and no caller waits for a batch's
