@@ -56,9 +56,12 @@ Result<std::optional<std::string>> BatchBuilder::bucketValue(const std::string& 
   if (auto it = buckets_.find(bucket); it != buckets_.end()) return it->second;
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.buckets, bucket, &value);
-  if (s.IsNotFound()) return std::optional<std::string>();
-  if (!s.ok()) return fail(fromRocks(s, "index: reading bucket"));
-  return std::optional<std::string>(std::move(value));
+  if (!s.ok() && !s.IsNotFound()) return fail(fromRocks(s, "index: reading bucket"));
+  // Kept for the rest of the batch: only this thread writes buckets, so the row cannot
+  // change under it, and a batch of PUTs into one bucket reads it once.
+  auto row = s.IsNotFound() ? std::optional<std::string>() : std::optional(std::move(value));
+  buckets_.emplace(bucket, row);
+  return row;
 }
 
 Result<bool> BatchBuilder::bucketExists(const std::string& bucket) {

@@ -165,7 +165,8 @@ class BatchBuilder {
   const Clock& clock_;
   rocksdb::WriteBatch batch_;
   // Overlay: effects of the requests already staged in this batch.
-  // name -> the bucket's value as this batch leaves it (nullopt: deleted)
+  // name -> the bucket's value as this batch leaves it (nullopt: deleted or absent), also
+  // for buckets only read
   std::map<std::string, std::optional<std::string>> buckets_;
   std::map<std::string, std::optional<VersionId>> objects_;      // object key -> current
   std::map<VersionId, const Manifest*> manifests_;               // written in this batch
