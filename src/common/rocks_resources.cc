@@ -32,12 +32,6 @@ rocksdb::ColumnFamilyOptions RocksResources::columnFamilyOptions() const {
   table.block_cache = cache_;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.cache_index_and_filter_blocks = true;
-  // A flush puts the blocks it writes into the cache: what was just written is what is
-  // read next (a GET of a new object, the previous version's manifest when a key is
-  // overwritten, a listing of a bucket just filled), and would otherwise be read back
-  // from the file and decoded on its first Get.
-  table.prepopulate_block_cache =
-      rocksdb::BlockBasedTableOptions::PrepopulateBlockCache::kFlushOnly;
   cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   cf.write_buffer_size = 32 << 20;
   return cf;
