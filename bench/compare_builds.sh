@@ -74,6 +74,9 @@ grep -q " $disk " /proc/diskstats || disk=
 disk_writes() {  # write requests completed, and sectors written, on $disk so far
   if [[ -n $disk ]]; then awk -v d="$disk" '$3 == d { print $8, $10 }' /proc/diskstats; else echo 0 0; fi
 }
+minor_faults() {  # the server's minor page faults so far (all threads)
+  awk '{ print $10 }' "/proc/$pid/stat"
+}
 ctx_switches() {  # voluntary + involuntary context switches of all the server's threads
   cat /proc/"$pid"/task/*/status 2>/dev/null |
     awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
@@ -81,18 +84,20 @@ ctx_switches() {  # voluntary + involuntary context switches of all the server's
 run_cpu() {  # run_cpu NAME granary-bench-args...: run, named NAME, then the server's
   # CPU time and context switches per op, and the disk's write requests and bytes per op
   # (the whole device's: anything else writing to it counts too)
-  local name=$1 before switches rows writes sectors w2 s2 ops
+  local name=$1 before switches faults rows writes sectors w2 s2 ops
   shift
   before=$(cpu_ms)
   switches=$(ctx_switches)
+  faults=$(minor_faults)
   read -r writes sectors < <(disk_writes)
   rows=$(run "$@" | sed "s/^put /$name/")
   read -r w2 s2 < <(disk_writes)
   echo "$rows"
   ops=$(echo "$rows" | awk '{ print $3; exit }')
   awk -v ms="$(($(cpu_ms) - before))" -v cs="$(($(ctx_switches) - switches))" -v ops="$ops" \
-    'BEGIN { printf "   server CPU per op: %.3f ms (%d ms / %d ops); context switches per op: %.1f\n",
-             ops ? ms / ops : 0, ms, ops, ops ? cs / ops : 0 }'
+    -v pf="$(($(minor_faults) - faults))" \
+    'BEGIN { printf "   server CPU per op: %.3f ms (%d ms / %d ops); context switches per op: %.1f; minor page faults per op: %.1f\n",
+             ops ? ms / ops : 0, ms, ops, ops ? cs / ops : 0, ops ? pf / ops : 0 }'
   [[ -z $disk ]] || awk -v w="$((w2 - writes))" -v s="$((s2 - sectors))" -v ops="$ops" -v d="$disk" \
     'BEGIN { printf "   %s write requests per op: %.1f; MB written per op: %.2f\n",
              d, ops ? w / ops : 0, ops ? s * 512 / 1e6 / ops : 0 }'

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <latch>
+#include <set>
 #include <thread>
 
 #include <sched.h>
@@ -40,6 +41,29 @@ TEST_CASE("Version ids sort by creation time and round-trip through hex") {
   REQUIRE(parsed.has_value());
   CHECK(*parsed == a);
   CHECK_FALSE(VersionId::fromHex("xyz").has_value());
+}
+
+TEST_CASE("SecureRandom: small draws from its per-thread block never repeat, large ones bypass it") {
+  SecureRandom random;
+  // Draws of every small size, crossing the block's refills many times: no 16-byte draw
+  // repeats, and no draw is all zeros (a wiped or unfilled block would give zeros).
+  std::set<std::array<uint8_t, 16>> seen;
+  for (int i = 0; i < 2000; ++i) {
+    std::array<uint8_t, 16> id{};
+    random.fill(id);
+    CHECK(seen.insert(id).second);
+    std::array<uint8_t, 33> odd{};
+    random.fill(std::span<uint8_t>(odd.data(), 1 + static_cast<size_t>(i) % odd.size()));
+    CHECK(std::any_of(id.begin(), id.end(), [](uint8_t b) { return b != 0; }));
+  }
+  // Another thread draws from its own block: its first draws differ from this one's.
+  std::array<uint8_t, 16> mine{}, theirs{};
+  random.fill(mine);
+  std::thread([&] { random.fill(theirs); }).join();
+  CHECK(mine != theirs);
+  std::vector<uint8_t> large(4096);
+  random.fill(large);
+  CHECK(std::count(large.begin(), large.end(), 0) < 64);  // ~16 expected
 }
 
 TEST_CASE("Blob ids encode to 22 bytes and decode back") {
