@@ -391,7 +391,8 @@ Result<UserInfo> decodeUser(std::string_view value) {
 namespace {
 
 // A summary value (docs/index-format.md, "ObjectSummary"): tag, be64 size, be64 mtime,
-// version (16 B), flags, record set (16 B, when flag 1 is set), ETag (the rest). LIST
+// version (16 B), flags, record set (16 B, when flag 1 is set), ETag (the rest); flag 2:
+// the manifest names no blobs. LIST
 // decodes one per key, and reading the CBOR map these were before was a quarter of a
 // listing's server time; this layout is read with a few loads. A CBOR map's first byte is
 // 0xA0-0xBF, so the tag's 0x00 tells the summaries written before it apart.
@@ -400,6 +401,7 @@ constexpr size_t kSumAtSize = 2, kSumAtMtime = 10, kSumAtVersion = 18, kSumAtFla
                  kSumAtRecordSet = 35;
 constexpr size_t kSummaryFixed = kSumAtRecordSet;  // without the optional record set
 constexpr uint8_t kSummaryHasRecordSet = 1;
+constexpr uint8_t kSummaryNoBlobs = 2;
 
 }  // namespace
 
@@ -412,7 +414,8 @@ std::string encodeSummary(const ObjectSummary& summary) {
   putBe64(p + kSumAtSize, summary.size);
   putBe64(p + kSumAtMtime, static_cast<uint64_t>(summary.mtime_unix_nanos));
   std::copy(summary.version.bytes.begin(), summary.version.bytes.end(), p + kSumAtVersion);
-  p[kSumAtFlags] = has_set ? kSummaryHasRecordSet : 0;
+  p[kSumAtFlags] = static_cast<uint8_t>((has_set ? kSummaryHasRecordSet : 0) |
+                                        (summary.names_blobs ? 0 : kSummaryNoBlobs));
   if (has_set) {
     std::copy(summary.record_set.bytes.begin(), summary.record_set.bytes.end(),
               p + kSumAtRecordSet);
@@ -459,7 +462,7 @@ Result<ObjectSummary> decodeFixedSummary(std::string_view key, std::string_view 
   if (value.size() < kSummaryFixed || value[1] != kSummaryTag[1]) return bad("bad header");
   const auto* p = reinterpret_cast<const uint8_t*>(value.data());
   const uint8_t flags = p[kSumAtFlags];
-  if (flags & ~kSummaryHasRecordSet) return bad("unknown flags");
+  if (flags & ~(kSummaryHasRecordSet | kSummaryNoBlobs)) return bad("unknown flags");
   const bool has_set = flags & kSummaryHasRecordSet;
   const size_t fixed = kSummaryFixed + (has_set ? 16 : 0);
   if (value.size() < fixed) return bad("record set past the end");
@@ -469,6 +472,7 @@ Result<ObjectSummary> decodeFixedSummary(std::string_view key, std::string_view 
   s.mtime_unix_nanos = static_cast<int64_t>(getBe64(p + kSumAtMtime));
   copyVersion({p + kSumAtVersion, 16}, s.version);
   if (has_set) copyVersion({p + kSumAtRecordSet, 16}, s.record_set);
+  s.names_blobs = !(flags & kSummaryNoBlobs);
   s.etag = std::string(value.substr(fixed));
   return s;
 }
@@ -806,6 +810,17 @@ Status validateManifest(const Manifest& m) {
 }
 
 std::vector<BlobRef> manifestBlobs(const Manifest& m) { return stripeBlobs(m.drives, m.stripes); }
+
+ObjectSummary summaryOf(const Manifest& m) {
+  ObjectSummary s;
+  s.size = m.size;
+  s.etag = m.etag;
+  s.mtime_unix_nanos = m.mtime_unix_nanos;
+  s.version = m.version;
+  s.record_set = m.records.set;
+  s.names_blobs = !m.stripes.empty();  // every blob is a stripe's (foreign ones too)
+  return s;
+}
 
 Status validatePart(const PartInfo& p) {
   if (p.part_number < 1 || p.part_number > 10000) {

@@ -80,6 +80,8 @@ Result<UserInfo> decodeUser(std::string_view value);
 
 // The summary value does not repeat the key: decodeSummary takes it from the caller.
 std::string encodeSummary(const ObjectSummary& summary);
+// The summary row of `manifest` (its key left empty).
+ObjectSummary summaryOf(const Manifest& manifest);
 Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value);
 
 std::string encodeManifest(const Manifest& manifest);

@@ -98,6 +98,7 @@ Result<std::optional<VersionId>> BatchBuilder::currentVersion(const std::string&
   if (!s.ok()) return fail(fromRocks(s, "index: reading object"));
   auto summary = decodeSummary(object_key, value);
   if (!summary) return fail(summary.error());
+  if (!summary->names_blobs) blobless_[summary->version] = summary->record_set;
   return std::optional<VersionId>(summary->version);
 }
 
@@ -135,6 +136,18 @@ Result<std::string> BatchBuilder::freeGcKey(const VersionId& version) {
 
 Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_version,
                                                         const Manifest* keep) {
+  // A version whose summary says its manifest names no blobs (an inline object: most
+  // overwrites of small objects), and whose manifest this batch has not rewritten: only
+  // its rows go, and the manifest, 4 KiB of inline body, is not read to learn that.
+  if (auto it = blobless_.find(old_version);
+      it != blobless_.end() && !manifests_.contains(old_version)) {
+    const VersionId set = it->second;
+    GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));
+    if (!set.isZero() && (keep == nullptr || keep->records.set != set)) {
+      if (Status st = markRecordSetDead(set); !st.isOk()) return fail(st);
+    }
+    return std::optional<std::string>();
+  }
   auto old = loadManifest(old_version);
   if (!old) return fail(old.error());
   GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));

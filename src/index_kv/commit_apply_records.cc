@@ -63,10 +63,7 @@ Status BatchBuilder::attachRecords(CommitRequest& req) {
     return lose("the container version has another record set");
   }
   GRANARY_STAGE(batch_.Put(cfs_.manifests, versionKey(m->version), encodeManifest(*m)));
-  GRANARY_STAGE(batch_.Put(cfs_.objects, okey,
-                           encodeSummary(ObjectSummary{std::string(), m->size, m->etag,
-                                                       m->mtime_unix_nanos, m->version,
-                                                       m->records.set})));
+  GRANARY_STAGE(batch_.Put(cfs_.objects, okey, encodeSummary(summaryOf(*m))));
   req.record_result = m->records;
   manifests_[m->version] = m.get();
   owned_manifests_.push_back(std::move(m));

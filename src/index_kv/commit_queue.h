@@ -176,6 +176,9 @@ class BatchBuilder {
   std::map<std::string, bool> upload_ids_;                       // upload id -> taken
   std::map<std::string, std::optional<PartInfo>> parts_;         // parts key -> row
   std::set<VersionId> dead_sets_;                                // record sets marked dead
+  // Versions whose summary, read in this batch, says their manifest names no blobs ->
+  // their record set: retire() needs no manifest read for them.
+  std::map<VersionId, VersionId> blobless_;
   std::map<std::string, std::optional<UserInfo>> users_;         // name -> row (nullopt: gone)
   std::vector<VersionId> dead_added_;  // by the request being applied (undone on failure)
   std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch

@@ -174,9 +174,7 @@ namespace {
 // The encoded rows a manifest commit writes (putObject and completeUpload alike).
 void stageManifest(CommitRequest& req, const Manifest& manifest) {
   req.manifest = &manifest;
-  req.summary_value = encodeSummary(ObjectSummary{std::string(), manifest.size, manifest.etag,
-                                                  manifest.mtime_unix_nanos, manifest.version,
-                                                  manifest.records.set});
+  req.summary_value = encodeSummary(summaryOf(manifest));
   req.manifest_value = encodeManifest(manifest);
 }
 

@@ -154,6 +154,10 @@ struct ObjectSummary {
   int64_t mtime_unix_nanos = 0;
   VersionId version;
   VersionId record_set;  // = the manifest's records.set (zero: no visible rows)
+  // False when the manifest names no blobs (an inline or empty object): replacing or
+  // deleting the object then reclaims nothing but its rows, and the index does not read
+  // the manifest to find out. True when not known (summaries written before the flag).
+  bool names_blobs = true;
 };
 
 // One record of a container: where its unit lies in the container version.

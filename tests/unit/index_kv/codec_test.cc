@@ -238,7 +238,7 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(decodeUser(encodeBucket(b)).error().code() == Status::Code::kCorruption);
 
   Manifest m = sampleManifest();
-  ObjectSummary s{"", 99, "etag", 42, m.version, VersionId{}};
+  ObjectSummary s{"", 99, "etag", 42, m.version, VersionId{}, true};
   auto sb = decodeSummary("some/key", encodeSummary(s));
   REQUIRE(sb.has_value());
   CHECK(sb->key == "some/key");
@@ -255,7 +255,7 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
 
 TEST_CASE("A summary is the fixed layout of docs/index-format.md, and refuses what is cut short") {
   ObjectSummary s{"", 0x0102030405060708, "d41d8cd98f00b204e9800998ecf8427e-3", -2,
-                  sampleManifest().version, VersionId{}};
+                  sampleManifest().version, VersionId{}, true};
   const std::string plain = encodeSummary(s);
   REQUIRE(plain.size() == 35 + s.etag.size());
   CHECK(plain.substr(0, 2) == std::string("\0S", 2));
@@ -278,6 +278,15 @@ TEST_CASE("A summary is the fixed layout of docs/index-format.md, and refuses wh
   CHECK(back->mtime_unix_nanos == -2);
   CHECK(back->version == s.version);
   CHECK(back->record_set == s.record_set);
+  CHECK(back->names_blobs);
+
+  // Flag 2: the manifest names no blobs.
+  s.names_blobs = false;
+  const std::string blobless = encodeSummary(s);
+  CHECK(blobless[34] == '\x03');
+  CHECK_FALSE(decodeSummary("k", blobless)->names_blobs);
+  CHECK(decodeSummary("k", blobless)->record_set == s.record_set);
+  s.names_blobs = true;
 
   // An empty ETag is the whole value's end: still a summary.
   s.etag.clear();
@@ -289,7 +298,7 @@ TEST_CASE("A summary is the fixed layout of docs/index-format.md, and refuses wh
     CHECK(cut.error().isCorruption());
   }
   std::string flagged = with_set;
-  flagged[34] = '\x03';
+  flagged[34] = '\x05';
   CHECK(decodeSummary("k", flagged).error().isCorruption());
   std::string retagged = with_set;
   retagged[1] = 'I';
@@ -303,8 +312,20 @@ TEST_CASE("Record index fields and keys round-trip") {
   m.records = RecordIndexInfo{"tar", "malformed", "truncated at byte 1024", VersionId{}, 0, 0};
   CHECK(decodeManifest(encodeManifest(m)).value() == m);
 
-  ObjectSummary s{"", 1, "e", 2, m.version, m.stripes[1].blob_version};
+  ObjectSummary s{"", 1, "e", 2, m.version, m.stripes[1].blob_version, true};
   CHECK(decodeSummary("k", encodeSummary(s))->record_set == s.record_set);
+
+  // A manifest's summary: flag 2 exactly when it has no stripes (inline or empty objects).
+  m.records.set = m.version;
+  CHECK(summaryOf(m).names_blobs);
+  CHECK(summaryOf(m).record_set == m.version);
+  Manifest small;
+  small.version = m.version;
+  small.is_inline = true;
+  small.inline_data = "body";
+  small.size = 4;
+  CHECK_FALSE(summaryOf(small).names_blobs);
+  CHECK_FALSE(decodeSummary("k", encodeSummary(summaryOf(small)))->names_blobs);
 
   MultipartUpload u;
   u.upload_id = "u1";
@@ -424,6 +445,7 @@ TEST_CASE("Well-formed CBOR with wrong field types or bounds is kCorruption") {
   REQUIRE(decoded);
   CHECK(decoded->size == 1);
   CHECK(decoded->version.bytes[15] == 7);
+  CHECK(decoded->names_blobs);  // from before the flag: not known, so the manifest is read
   CHECK(decoded->record_set.isZero());
   summary["t"] = -12;
   CHECK(decodeSummary("k", cbor(summary))->mtime_unix_nanos == -12);

@@ -145,6 +145,12 @@ TEST_CASE("Overwriting an inline object queues nothing for GC") {
   CHECK(put->value() == first.version);
   CHECK(allGc(*f.index).empty());
   CHECK_FALSE(f.index->isBlobVersionReferenced(first.version).value());
+  // Its summary said it named no blobs: the old manifest row went without being read.
+  CHECK(f.index->getManifest(first.version).error().code() == Code::kNotFound);
+  const VersionId second = f.index->getObject("b", "k")->version;
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
+  CHECK(f.index->getManifest(second).error().code() == Code::kNotFound);
+  CHECK(allGc(*f.index).empty());
 }
 
 TEST_CASE("Deleting an object returns its version, queues its blobs, and hides it") {
