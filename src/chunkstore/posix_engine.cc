@@ -47,10 +47,10 @@ Status writeAll(int fd, std::span<const uint8_t> head, std::span<const uint8_t> 
                               static_cast<off_t>(offset + done));
     if (wrote < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return Status::fromErrno(errno, fmt::format("pwrite at {}", offset + done));
+      return Status::fromErrno(errno, fmt::format("pwritev at {}", offset + done));
     }
     if (wrote == 0) {
-      return Status::ioError(fmt::format("pwrite at {} wrote nothing", offset + done));
+      return Status::ioError(fmt::format("pwritev at {} wrote nothing", offset + done));
     }
     done += static_cast<uint64_t>(wrote);
     consumeIovecs(std::span(iov.data(), n), first, static_cast<size_t>(wrote));

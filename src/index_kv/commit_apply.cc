@@ -136,32 +136,33 @@ Result<std::string> BatchBuilder::freeGcKey(const VersionId& version) {
 
 Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_version,
                                                         const Manifest* keep) {
-  // A version whose summary says its manifest names no blobs (an inline object: most
-  // overwrites of small objects), and whose manifest this batch has not rewritten: only
-  // its rows go, and the manifest, 4 KiB of inline body, is not read to learn that.
+  GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));
+  // The manifest is read only to find blobs to reclaim. A version whose summary, read in
+  // this batch, says it names none (an inline object: most overwrites of small objects),
+  // and whose manifest this batch has not rewritten, is retired from its summary alone.
+  std::optional<Manifest> loaded;
+  VersionId set;
   if (auto it = blobless_.find(old_version);
       it != blobless_.end() && !manifests_.contains(old_version)) {
-    const VersionId set = it->second;
-    GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));
-    if (!set.isZero() && (keep == nullptr || keep->records.set != set)) {
-      if (Status st = markRecordSetDead(set); !st.isOk()) return fail(st);
+    set = it->second;
+  } else {
+    auto old = loadManifest(old_version);
+    if (!old) return fail(old.error());
+    if (!old->has_value()) {
+      // An object row without its manifest: nothing to reclaim. Should not happen.
+      log::warn("index: object version {} has no manifest row", old_version.toHex());
+      return std::optional<std::string>();
     }
-    return std::optional<std::string>();
+    loaded = std::move(*old);
+    set = loaded->records.set;
   }
-  auto old = loadManifest(old_version);
-  if (!old) return fail(old.error());
-  GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.manifests, versionKey(old_version)));
-  if (!old->has_value()) {
-    // An object row without its manifest: nothing to reclaim. Should not happen.
-    log::warn("index: object version {} has no manifest row", old_version.toHex());
-    return std::optional<std::string>();
-  }
-  const Manifest& m = **old;
   // The old version's record rows become invisible with this commit (the new summary no
   // longer names their set); mark the set dead so its rows are removed.
-  if (!m.records.set.isZero() && (keep == nullptr || keep->records.set != m.records.set)) {
-    if (Status st = markRecordSetDead(m.records.set); !st.isOk()) return fail(st);
+  if (!set.isZero() && (keep == nullptr || keep->records.set != set)) {
+    if (Status st = markRecordSetDead(set); !st.isOk()) return fail(st);
   }
+  if (!loaded) return std::optional<std::string>();
+  const Manifest& m = *loaded;
   for (const VersionId& bv : foreignBlobVersions(m)) {
     GRANARY_STAGE_OR_FAIL(batch_.Delete(cfs_.blobrefs, blobRefManifestKey(bv, m.version)));
   }
