@@ -657,3 +657,34 @@ def test_a_stalled_chunk_server_is_read_around_by_hedged_reads(healthy):
         os.kill(cluster.pid(server), signal.SIGCONT)
     assert got == data
     assert gateway_metric(cluster, 1, "granary_hedged_stripes_total") > before
+
+
+def test_a_cluster_gateway_reports_its_index_servers_group_commits(healthy):
+    """The index's group-commit gauges of a gateway in cluster mode come from its index
+    server (the RPC `commit_stats`), not from a local index it does not have."""
+    cluster = healthy
+
+    def commits(gateway):  # (batches, requests), from one scrape
+        text = requests.get(cluster.endpoint(gateway) + "/_granary/metrics", timeout=10).text
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("granary_index_group_commits", "granary_index_committed_requests"):
+                values[name] = float(value)
+        return (values["granary_index_group_commits"],
+                values["granary_index_committed_requests"])
+
+    s3 = cluster.client(1)
+    s3.create_bucket(Bucket="commits")
+    batches, committed = commits(1)
+    # The bucket's creation was committed by the index server before this scrape.
+    assert batches >= 1 and committed >= batches
+    for i in range(5):
+        s3.put_object(Bucket="commits", Key=f"k{i}", Body=body_of(i, 1000))
+    # Five PUTs one after another: a batch each, at least (other gateways' jobs may add).
+    batches_after, committed_after = commits(1)
+    assert batches_after - batches >= 5
+    assert committed_after - committed >= 5
+    assert committed_after >= batches_after
+    # Both gateways ask the same index server.
+    assert commits(0)[0] >= batches_after
