@@ -37,9 +37,8 @@ perf record --call-graph dwarf,16384 -F 2000 -p "$gpid" -o "$root/perf.data" -- 
   >/dev/null 2>&1
 wait $bpid
 sed -n '/^workload/,$p' "$root/bench.txt"
-echo "server samples, inclusive (perf report --children):"
-perf report -i "$root/perf.data" --children --sort sym 2>/dev/null |
-  grep -E '^ +[0-9.]+%' |
-  grep -E '(readManifest|rocksdb::DBImpl::GetImpl|parseCbor|decodeManifest|decodeSummary|gateway::.*authenticate|BeastBodySink::writeHead|operator new|tcp_sendmsg|tcp_recvmsg|__memset_avx512_unaligned_erms|exc_page_fault)( |$)' |
-  sed -E 's/^ +([0-9.]+%) +[0-9.]+% +\[.\] /  \1  /' | cut -c1-100 |
-  awk '!seen[$2]++' | sort -rn
+echo "server samples, inclusive (bench/perf_share.py):"
+python3 bench/perf_share.py --callers 0 "$root/perf.data" readManifest DBImpl::GetImpl \
+  parseCbor decodeManifest decodeSummary "gateway::(anonymous namespace)::authenticate" \
+  "::writeHead" "operator new" tcp_sendmsg tcp_recvmsg __memset_avx512_unaligned_erms \
+  exc_page_fault | tail -n +2

@@ -628,12 +628,19 @@ def test_index_lost_with_its_disk_is_rebuilt_from_a_checkpoint_and_the_fragments
     assert s3.get_object(Bucket="idxloss", Key="new")["Body"].read() == b"after the rebuild"
 
 
-def gateway_metric(cluster, gateway, name):
+def gateway_metrics(cluster, gateway, *names):
+    """The values of `names` (the first series of each; 0.0 if absent), from one scrape."""
     text = requests.get(cluster.endpoint(gateway) + "/_granary/metrics", timeout=10).text
+    values = {}
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names and name not in values:
+            values[name] = float(line.rsplit(" ", 1)[1])
+    return tuple(values.get(name, 0.0) for name in names)
+
+
+def gateway_metric(cluster, gateway, name):
+    return gateway_metrics(cluster, gateway, name)[0]
 
 
 def test_a_stalled_chunk_server_is_read_around_by_hedged_reads(healthy):
@@ -665,14 +672,8 @@ def test_a_cluster_gateway_reports_its_index_servers_group_commits(healthy):
     cluster = healthy
 
     def commits(gateway):  # (batches, requests), from one scrape
-        text = requests.get(cluster.endpoint(gateway) + "/_granary/metrics", timeout=10).text
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in ("granary_index_group_commits", "granary_index_committed_requests"):
-                values[name] = float(value)
-        return (values["granary_index_group_commits"],
-                values["granary_index_committed_requests"])
+        return gateway_metrics(cluster, gateway, "granary_index_group_commits",
+                               "granary_index_committed_requests")
 
     s3 = cluster.client(1)
     s3.create_bucket(Bucket="commits")
