@@ -267,7 +267,7 @@ std::string authorization(std::string_view method, std::string_view target,
                           const HeaderList& headers, std::string_view payload_hash,
                           std::string_view amz_date, const S3Credentials& creds,
                           gateway::SigningKeyCache* keys) {
-  gateway::HttpRequestView view{method, target, headers};
+  gateway::HttpRequestView view{method, target, headers, {}};
   gateway::AuthInfo auth;
   auth.access_key = creds.access_key;
   auth.date = std::string(amz_date.substr(0, 8));

@@ -2,6 +2,7 @@
 # no network, no Beast. Included by src/gateway/CMakeLists.txt.
 add_library(granary_s3core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/s3_error.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sigv2.cc
   ${CMAKE_CURRENT_LIST_DIR}/sigv4.cc
   ${CMAKE_CURRENT_LIST_DIR}/aws_chunked.cc
   ${CMAKE_CURRENT_LIST_DIR}/http_range.cc

@@ -64,6 +64,7 @@ namespace {
 // subresource or option this gateway does not know: it is NotImplemented, never taken for
 // the plain operation (a DELETE ?metadataTable must not delete the bucket).
 constexpr std::array kKnownParameters = {
+    "AWSAccessKeyId", "Expires", "Signature",  // SigV2 presigned URLs
     "after", "bucket-region", "container", "continuation-token", "delete", "delimiter",
     "encoding-type", "fetch-owner", "format", "key", "key-marker", "list-type", "location",
     "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
@@ -159,8 +160,10 @@ S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtua
   return {};
 }
 
-S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
-  HttpRequestView view{req.method, req.target, req.headers};
+// `virtual_host`: the Host header named the bucket (SigV2 signs the bucket either way).
+S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req, bool virtual_host) {
+  HttpRequestView view{req.method, req.target, req.headers,
+                       virtual_host ? std::string_view(req.bucket) : std::string_view()};
   auto parsed = parseAuth(view);
   if (!parsed) return std::unexpected(parsed.error());
   req.principal.clear();
@@ -177,8 +180,10 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req) {
   auto ok = verify(view, info, user->secret_key, now, ctx.signing_keys);
   if (!ok) return std::unexpected(ok.error());
   RequestAuth auth;
-  auth.signing_key =
-      ctx.signing_keys.get(user->secret_key, info.date, info.region, info.service);
+  if (info.version == 4) {  // aws-chunked bodies are signed with it
+    auth.signing_key =
+        ctx.signing_keys.get(user->secret_key, info.date, info.region, info.service);
+  }
   if (info.payload_hash.size() == 64) req.signed_payload_hash = info.payload_hash;
   auth.info = std::move(info);
   req.principal = user->name;
@@ -230,7 +235,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     co_return errorResponse(parsed.error(), req);
   }
   if (!virtual_host && req.path.starts_with("/_granary/admin/")) {
-    auto admin_auth = authenticate(ctx, req);
+    auto admin_auth = authenticate(ctx, req, false);
     if (!admin_auth) {
       op = "Auth";
       co_return errorResponse(admin_auth.error(), req);
@@ -245,7 +250,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     co_return co_await serveInternal(ctx, req, op);
   }
 
-  auto auth = authenticate(ctx, req);
+  auto auth = authenticate(ctx, req, virtual_host);
   if (!auth) {
     op = "Auth";
     co_return errorResponse(auth.error(), req);

@@ -173,15 +173,6 @@ std::optional<std::string> httpDateToAmzDate(std::string_view s) {
   return out;
 }
 
-std::optional<std::string_view> findHeader(const HttpRequestView& req, std::string_view name) {
-  for (const auto& [n, v] : req.headers) {
-    if (n == name) {
-      return std::string_view(v);
-    }
-  }
-  return std::nullopt;
-}
-
 // Credential = <access key>/<yyyymmdd>/<region>/<service>/aws4_request. The access key is
 // everything before the last four parts.
 bool parseCredential(std::string_view credential, AuthInfo& auth) {
@@ -301,9 +292,9 @@ S3Result<std::optional<AuthInfo>> parseHeaderAuth(const HttpRequestView& req,
   }
   auth.signature = toLower(*signature);
 
-  if (auto amz_date = findHeader(req, "x-amz-date")) {
+  if (auto amz_date = req.header("x-amz-date")) {
     auth.amz_date = std::string(trimSpaces(*amz_date));
-  } else if (auto date = findHeader(req, "date")) {
+  } else if (auto date = req.header("date")) {
     auth.amz_date = httpDateToAmzDate(*date).value_or("");
   }
   if (!amzDateToUnix(auth.amz_date)) {
@@ -315,7 +306,7 @@ S3Result<std::optional<AuthInfo>> parseHeaderAuth(const HttpRequestView& req,
                   "The authorization header is malformed; Invalid credential date. "
                   "Date is not the same as X-Amz-Date.");
   }
-  std::optional<std::string_view> payload = findHeader(req, "x-amz-content-sha256");
+  std::optional<std::string_view> payload = req.header("x-amz-content-sha256");
   if (!payload) {
     return s3fail(S3ErrorCode::kInvalidRequest,
                   "Missing required header for this request: x-amz-content-sha256");
@@ -477,12 +468,21 @@ bool signatureMatches(const std::string& expected, const std::string& provided) 
 
 }  // namespace
 
+std::optional<std::string_view> HttpRequestView::header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) {
+      return std::string_view(v);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string AuthInfo::scope() const {
   return date + "/" + region + "/" + service + "/aws4_request";
 }
 
 S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req) {
-  std::optional<std::string_view> header = findHeader(req, "authorization");
+  std::optional<std::string_view> header = req.header("authorization");
   if (header) {
     header = trimSpaces(*header);
   }
@@ -503,7 +503,7 @@ S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req) {
   };
   bool has_v4_query =
       has_param("X-Amz-Algorithm") || has_param("X-Amz-Credential") || has_param("X-Amz-Signature");
-  bool has_v2_query = has_param("AWSAccessKeyId") && has_param("Signature");
+  bool has_v2_query = has_param("AWSAccessKeyId") || has_param("Signature");
 
   if (has_header && (has_v4_query || has_v2_query)) {
     return s3fail(S3ErrorCode::kInvalidArgument,
@@ -519,8 +519,7 @@ S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req) {
       return parseHeaderAuth(req, v);
     }
     if (v.starts_with("AWS ")) {
-      return s3fail(S3ErrorCode::kAccessDenied,
-                    "Signature Version 2 is not supported; please use AWS4-HMAC-SHA256.");
+      return parseAuthV2Header(v);
     }
     return s3fail(S3ErrorCode::kAccessDenied,
                   "Unsupported Authorization Type; please use AWS4-HMAC-SHA256.");
@@ -529,8 +528,7 @@ S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req) {
     return parseQueryAuth(params);
   }
   if (has_v2_query) {
-    return s3fail(S3ErrorCode::kAccessDenied,
-                  "Signature Version 2 is not supported; please use AWS4-HMAC-SHA256.");
+    return parseAuthV2Query(params);
   }
   return std::optional<AuthInfo>();
 }
@@ -607,6 +605,9 @@ std::array<uint8_t, 32> SigningKeyCache::get(std::string_view secret, std::strin
 
 S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::string_view secret,
                       int64_t now_unix_seconds, SigningKeyCache& keys) {
+  if (auth.version == 2) {
+    return verifyV2(req, auth, secret, now_unix_seconds);
+  }
   std::optional<int64_t> signed_at = amzDateToUnix(auth.amz_date);
   if (!signed_at) {
     return s3fail(S3ErrorCode::kAccessDenied,

@@ -1,5 +1,8 @@
 // AWS Signature Version 4 for S3: parsing the Authorization header and presigned query
-// parameters, computing canonical requests and signatures, and verifying them.
+// parameters, computing canonical requests and signatures, and verifying them. Signature
+// Version 2 (HMAC-SHA1, sigv2.cc) is accepted too, in both forms: boto3's and aws-cli v1's
+// presigned URLs still use it by default, as do clients configured for it (s3cmd
+// `signature_v2`, boto3 `signature_version="s3"`).
 //
 // S3 specifics (unlike the generic SigV4 suite): the canonical URI is the path exactly as
 // sent (already URI-encoded by the client; not normalised, not re-encoded), and the payload
@@ -28,9 +31,19 @@ struct HttpRequestView {
   std::string_view target;  // request-target exactly as received: path [ "?" query ]
   // Header names lower-case; values as received (the verifier trims and folds spaces).
   std::vector<std::pair<std::string, std::string>> headers;
+  // The bucket named by the Host header (virtual-hosted-style addressing), empty for
+  // path-style: SigV2's canonical resource starts with the bucket either way.
+  std::string_view host_bucket;
+
+  // The first value of a header (lower-case name), or nullopt.
+  std::optional<std::string_view> header(std::string_view name) const;
 };
 
 struct AuthInfo {
+  // 4: AWS4-HMAC-SHA256, every field below. 2: Signature Version 2, which sets only
+  // `presigned`, `access_key`, `signature` (base64), `expires_seconds` (presigned: the
+  // Expires instant, Unix seconds) and `payload_hash` (UNSIGNED-PAYLOAD: V2 signs no body).
+  int version = 4;
   bool presigned = false;
   std::string access_key;
   std::string date;      // yyyymmdd from the credential scope
@@ -44,10 +57,28 @@ struct AuthInfo {
   std::string scope() const;    // date/region/service/aws4_request
 };
 
-// nullopt: the request carries no SigV4 credentials (anonymous). Errors:
-// AuthorizationHeaderMalformed / AuthorizationQueryParametersError / AccessDenied
-// (e.g. SigV2, unsupported algorithm).
+// nullopt: the request carries no credentials (anonymous). Errors:
+// AuthorizationHeaderMalformed / AuthorizationQueryParametersError / InvalidArgument /
+// AccessDenied (e.g. an unsupported algorithm).
 S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req);
+
+// Signature Version 2 (sigv2.cc; "Signing and authenticating REST requests" in the S3
+// developer guide, whose examples tests/unit/gateway/sigv4_test.cc reproduces).
+// `value`: the Authorization header, "AWS <access key>:<signature>".
+S3Result<std::optional<AuthInfo>> parseAuthV2Header(std::string_view value);
+// The query's AWSAccessKeyId, Signature and Expires (percent-decoded).
+S3Result<std::optional<AuthInfo>> parseAuthV2Query(
+    const std::vector<std::pair<std::string, std::string>>& params);
+// Method, Content-MD5, Content-Type, Date (presigned: Expires), the x-amz-* headers and
+// the canonical resource (bucket, path as sent, and the sub-resources botocore signs).
+// `path`: the request path to sign (the path as sent, or its AWS-canonical encoding).
+std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
+                           std::string_view path);
+// base64(HMAC-SHA1(secret, string_to_sign)).
+std::string signV2(std::string_view secret, std::string_view string_to_sign);
+// verify() for a SigV2 AuthInfo.
+S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
+                        std::string_view secret, int64_t now_unix_seconds);
 
 std::string canonicalRequest(const HttpRequestView& req, const AuthInfo& auth);
 std::string stringToSign(const AuthInfo& auth, std::string_view canonical_request);
@@ -69,8 +100,9 @@ class SigningKeyCache {
 };
 
 // Verifies the signature and the time rules: header-signed requests must be within 15
-// minutes of `now_unix_seconds` (RequestTimeTooSkewed); presigned URLs must not be expired
-// (AccessDenied "Request has expired") and X-Amz-Expires <= 604800. Returns
+// minutes of `now_unix_seconds` (RequestTimeTooSkewed; SigV2: the x-amz-date or Date
+// header); presigned URLs must not be expired (AccessDenied "Request has expired") and
+// X-Amz-Expires <= 604800 (SigV2's Expires is an instant, with no limit, as in S3). Returns
 // SignatureDoesNotMatch on a wrong signature. If the path as sent does not verify, the
 // AWS-UriEncode form of the decoded path is tried as well: some clients sign "%24" but send
 // '$' (or the reverse for unreserved characters).

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "granary/common/hex.h"
+#include "uri.h"
 
 namespace granary::gateway {
 namespace {
@@ -26,7 +27,7 @@ struct Request {
   std::string target;
   std::vector<std::pair<std::string, std::string>> headers;
 
-  HttpRequestView view() const { return HttpRequestView{method, target, headers}; }
+  HttpRequestView view() const { return HttpRequestView{method, target, headers, {}}; }
   void set(const std::string& name, const std::string& value) {
     for (auto& [n, v] : headers) {
       if (n == name) {
@@ -386,10 +387,16 @@ TEST_CASE("SigV4 parse errors name the S3 error AWS answers with") {
     REQUIRE(auth.has_value());
     CHECK_FALSE(auth->has_value());
   }
-  SECTION("Signature Version 2 is refused") {
-    r.set("authorization", "AWS AKIAIOSFODNN7EXAMPLE:qgk2+6Sv9/oM7G3qLEjTH1a1l1g=");
-    CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
-    Request q{"GET", "/k?AWSAccessKeyId=AKIA&Expires=1&Signature=abc", {{"host", "h"}}};
+  SECTION("Signature Version 2 credentials that are incomplete are refused") {
+    r.set("authorization", "AWS AKIAIOSFODNN7EXAMPLE");
+    CHECK(parseError(r) == S3ErrorCode::kInvalidArgument);
+    r.set("authorization", "AWS :sig");
+    CHECK(parseError(r) == S3ErrorCode::kInvalidArgument);
+    Request q{"GET", "/k?AWSAccessKeyId=AKIA&Signature=abc", {{"host", "h"}}};
+    CHECK(parseError(q) == S3ErrorCode::kAccessDenied);  // no Expires
+    q.target = "/k?Signature=abc&Expires=1";
+    CHECK(parseError(q) == S3ErrorCode::kAccessDenied);  // no access key
+    q.target = "/k?AWSAccessKeyId=AKIA&Expires=soon&Signature=abc";
     CHECK(parseError(q) == S3ErrorCode::kAccessDenied);
   }
   SECTION("an unknown scheme is refused") {
@@ -510,6 +517,156 @@ TEST_CASE("SigV4 parsing survives hostile Authorization headers and targets") {
       (void)verify(r.view(), **a, kSecret, kExampleTime, keys);
     }
   }
+}
+
+}  // namespace granary::gateway
+
+namespace granary::gateway {
+namespace {
+
+// SigV2 against the examples of "Signing and authenticating REST requests" (S3 developer
+// guide, 2007 dates, bucket johnsmith or awsexamplebucket1, the guide's example key).
+struct V2Request {
+  Request r;
+  std::string host_bucket;
+  HttpRequestView view() const {
+    HttpRequestView v = r.view();
+    v.host_bucket = host_bucket;
+    return v;
+  }
+};
+
+AuthInfo parsedV2(const V2Request& q) {
+  auto auth = parseAuth(q.view());
+  REQUIRE(auth.has_value());
+  REQUIRE(auth->has_value());
+  CHECK((*auth)->version == 2);
+  CHECK((*auth)->access_key == kAccessKey);
+  CHECK((*auth)->payload_hash == "UNSIGNED-PAYLOAD");
+  return **auth;
+}
+
+S3Result<void> verifyV2At(const V2Request& q, int64_t now, std::string_view secret = kSecret) {
+  SigningKeyCache keys;
+  return verify(q.view(), parsedV2(q), secret, now, keys);
+}
+
+std::string signedStringV2(const V2Request& q) {
+  return stringToSignV2(q.view(), parsedV2(q), splitTarget(q.r.target).first);
+}
+
+}  // namespace
+
+TEST_CASE("SigV2 verifies the S3 developer guide's header-signed examples") {
+  SECTION("Object GET, virtual-hosted: the bucket comes from the Host header") {
+    V2Request q{{"GET", "/photos/puppy.jpg",
+                 {{"host", "awsexamplebucket1.us-west-1.s3.amazonaws.com"},
+                  {"date", "Tue, 27 Mar 2007 19:36:42 +0000"},
+                  {"authorization", "AWS AKIAIOSFODNN7EXAMPLE:qgk2+6Sv9/oM7G3qLEjTH1a1l1g="}}},
+                "awsexamplebucket1"};
+    CHECK(signedStringV2(q) ==
+          "GET\n\n\nTue, 27 Mar 2007 19:36:42 +0000\n/awsexamplebucket1/photos/puppy.jpg");
+    CHECK(verifyV2At(q, 1175024202).has_value());
+    CHECK(verifyV2At(q, 1175024202 + 14 * 60).has_value());
+    CHECK(verifyV2At(q, 1175024202 + 16 * 60).error().code ==
+          S3ErrorCode::kRequestTimeTooSkewed);
+    CHECK(verifyV2At(q, 1175024202, "another secret").error().code ==
+          S3ErrorCode::kSignatureDoesNotMatch);
+    q.host_bucket.clear();  // the same request path-style names no bucket: not this one
+    CHECK(verifyV2At(q, 1175024202).error().code == S3ErrorCode::kSignatureDoesNotMatch);
+  }
+  SECTION("Object PUT: Content-Type is signed") {
+    V2Request q{{"PUT", "/johnsmith/photos/puppy.jpg",
+                 {{"host", "s3.amazonaws.com"},
+                  {"content-type", "image/jpeg"},
+                  {"content-length", "94328"},
+                  {"date", "Tue, 27 Mar 2007 21:15:45 +0000"},
+                  {"authorization", "AWS AKIAIOSFODNN7EXAMPLE:MyyxeRY7whkBe+bq8fHCL/2kKUg="}}},
+                ""};
+    CHECK(verifyV2At(q, 1175030145).has_value());
+    q.r.set("content-type", "image/png");
+    CHECK(verifyV2At(q, 1175030145).error().code == S3ErrorCode::kSignatureDoesNotMatch);
+  }
+  SECTION("List: listing parameters are not signed, sub-resources are") {
+    V2Request q{{"GET", "/?prefix=photos&max-keys=50&marker=puppy",
+                 {{"host", "johnsmith.s3.amazonaws.com"},
+                  {"date", "Tue, 27 Mar 2007 19:42:41 +0000"},
+                  {"authorization", "AWS AKIAIOSFODNN7EXAMPLE:htDYFYduRNen8P9ZfE/s9SuKy0U="}}},
+                "johnsmith"};
+    CHECK(signedStringV2(q) == "GET\n\n\nTue, 27 Mar 2007 19:42:41 +0000\n/johnsmith/");
+    CHECK(verifyV2At(q, 1175024561).has_value());
+    V2Request acl{{"GET", "/?acl",
+                   {{"host", "johnsmith.s3.amazonaws.com"},
+                    {"date", "Tue, 27 Mar 2007 19:44:46 +0000"},
+                    {"authorization", "AWS AKIAIOSFODNN7EXAMPLE:c2WLPFtWHVgbEmeEG93a4cG37dM="}}},
+                  "johnsmith"};
+    CHECK(signedStringV2(acl) == "GET\n\n\nTue, 27 Mar 2007 19:44:46 +0000\n/johnsmith/?acl");
+    CHECK(verifyV2At(acl, 1175024686).has_value());
+  }
+}
+
+TEST_CASE("SigV2 presigned URLs verify until Expires") {
+  // The guide's query-string example: the Date line is the Expires instant.
+  V2Request q{{"GET",
+               "/johnsmith/photos/puppy.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1175139620&"
+               "Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D",
+               {{"host", "s3.amazonaws.com"}}},
+              ""};
+  CHECK(parsedV2(q).presigned);
+  CHECK(signedStringV2(q) == "GET\n\n\n1175139620\n/johnsmith/photos/puppy.jpg");
+  CHECK(verifyV2At(q, 1175139620 - 86400).has_value());
+  CHECK(verifyV2At(q, 1175139620).has_value());
+  auto expired = verifyV2At(q, 1175139621);
+  REQUIRE_FALSE(expired.has_value());
+  CHECK(expired.error().code == S3ErrorCode::kAccessDenied);
+  CHECK(expired.error().message == "Request has expired");
+  // Another expiry than the one signed.
+  q.r.target = "/johnsmith/photos/puppy.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&"
+               "Expires=1175139621&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D";
+  CHECK(verifyV2At(q, 1175139000).error().code == S3ErrorCode::kSignatureDoesNotMatch);
+  // Header and query credentials together.
+  q.r.set("authorization", "AWS AKIAIOSFODNN7EXAMPLE:NpgCjnDzrM+WFzoENXmpNDUsSn8=");
+  CHECK(parseError(q.r) == S3ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("SigV2 signs x-amz headers and sub-resources in canonical order") {
+  V2Request q{{"PUT", "/b/k?uploadId=u%2F1&partNumber=2&x-id=UploadPart",
+               {{"host", "h"},
+                {"date", "Tue, 27 Mar 2007 21:06:08 +0000"},
+                {"content-md5", "4gJE4saaMU4BqNR0kLY+lw=="},
+                {"x-amz-meta-reviewedby", "joe@example.com"},
+                {"x-amz-acl", " public-read "},
+                {"x-amz-meta-reviewedby", "jane@example.com"},
+                {"authorization", "AWS AKIAIOSFODNN7EXAMPLE:x"}}},
+              ""};
+  CHECK(signedStringV2(q) ==
+        "PUT\n4gJE4saaMU4BqNR0kLY+lw==\n\nTue, 27 Mar 2007 21:06:08 +0000\n"
+        "x-amz-acl:public-read\nx-amz-meta-reviewedby:joe@example.com,jane@example.com\n"
+        "/b/k?partNumber=2&uploadId=u/1");
+  // "uploads" alone and "uploads=" sign as sent.
+  q.r.target = "/b/k?uploads";
+  CHECK(signedStringV2(q).ends_with("\n/b/k?uploads"));
+  q.r.target = "/b/k?uploads=";
+  CHECK(signedStringV2(q).ends_with("\n/b/k?uploads="));
+  // Signed with the library's own signer, it verifies.
+  AuthInfo v2;
+  v2.version = 2;
+  q.r.set("authorization",
+          "AWS AKIAIOSFODNN7EXAMPLE:" + signV2(kSecret, stringToSignV2(q.view(), v2, "/b/k")));
+  CHECK(verifyV2At(q, 1175029568).has_value());
+  // x-amz-date instead of Date: the Date line is empty and x-amz-date is signed as an
+  // x-amz header (botocore, s3cmd, MinIO).
+  V2Request d{{"PUT", "/b/k", {{"host", "h"}, {"x-amz-date", "Tue, 27 Mar 2007 21:06:08 GMT"}}},
+              ""};
+  CHECK(stringToSignV2(d.view(), v2, "/b/k") ==
+        "PUT\n\n\n\nx-amz-date:Tue, 27 Mar 2007 21:06:08 GMT\n/b/k");
+  d.r.set("authorization",
+          "AWS AKIAIOSFODNN7EXAMPLE:" + signV2(kSecret, stringToSignV2(d.view(), v2, "/b/k")));
+  CHECK(verifyV2At(d, 1175029568).has_value());
+  CHECK(verifyV2At(d, 1175029568 + 3600).error().code == S3ErrorCode::kRequestTimeTooSkewed);
+  q = d;
+  q.r.headers.erase(q.r.headers.begin() + 1);  // x-amz-date
+  CHECK(verifyV2At(q, 1175029568).error().code == S3ErrorCode::kAccessDenied);  // no date
 }
 
 }  // namespace granary::gateway
