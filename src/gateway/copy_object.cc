@@ -89,6 +89,10 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
                              "Unknown metadata directive."},
                             req);
   }
+  const std::string tagging(req.header("x-amz-tagging-directive").value_or("COPY"));
+  if (tagging != "COPY" && tagging != "REPLACE") {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument, "Unknown tagging directive."}, req);
+  }
   auto src = co_await loadCopySource(ctx, req, *source);
   if (!src) co_return errorResponse(src.error(), req);
   if (src->size > kMaxCopySource) {
@@ -115,6 +119,11 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     m.content_type = src->content_type;
     m.metadata = src->metadata;
     m.headers = src->headers;
+  }
+  if (tagging == "REPLACE") {
+    if (auto st = collectTags(req, m); !st) co_return errorResponse(st.error(), req);
+  } else {
+    m.tags = src->tags;
   }
   m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
   m.ec = ctx.data.code().profile();

@@ -22,6 +22,7 @@ void objectHeaders(const index_kv::Manifest& m, S3Response& res) {
   res.set("Content-Type", m.content_type.empty() ? "binary/octet-stream" : m.content_type);
   for (const auto& [name, value] : m.headers) res.set(name, value);
   for (const auto& [name, value] : m.metadata) res.set("x-amz-meta-" + name, value);
+  if (!m.tags.empty()) res.set("x-amz-tagging-count", std::to_string(m.tags.size()));
   setRecordIndexHeaders(res, m.records);
 }
 
@@ -162,12 +163,6 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
     ctx.metrics.bytesOut(length);
   }
   co_return res;
-}
-
-Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
-  auto manifest = co_await loadObject(ctx, req.bucket, req.key);
-  if (!manifest) co_return errorResponse(manifest.error(), req);
-  co_return xmlResponse(emptyTaggingXml());
 }
 
 Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) {

@@ -159,9 +159,12 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req);
-Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req);
 // GET ?attributes (x-amz-object-attributes).
 Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req);
+// object_tagging.cc: GetObjectTagging, PutObjectTagging, DeleteObjectTagging.
+Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putObjectTagging(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> deleteObjectTagging(GatewayContext& ctx, const S3Request& req);
 // delete_objects.cc
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body);
 

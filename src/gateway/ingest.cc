@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "digest.h"
+#include "s3_xml.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
 #include "granary/common/log.h"
@@ -249,6 +250,16 @@ S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m) {
                   "Your metadata headers exceed the maximum allowed metadata size.");
   }
   m.content_type = std::string(req.header("content-type").value_or("binary/octet-stream"));
+  return {};
+}
+
+S3Result<void> collectTags(const S3Request& req, index_kv::Manifest& m) {
+  m.tags.clear();
+  if (auto header = req.header("x-amz-tagging")) {
+    auto tags = parseTaggingHeader(*header);
+    if (!tags) return std::unexpected(tags.error());
+    m.tags = std::move(*tags);
+  }
   return {};
 }
 

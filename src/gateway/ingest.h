@@ -74,5 +74,7 @@ Task<void> removeBlobs(GatewayContext& ctx, const Status& commit_error,
 // Stored system headers, x-amz-meta-* and Content-Type of a PUT or CreateMultipartUpload;
 // Content-Encoding minus the transfer-only "aws-chunked". MetadataTooLarge over 2 KB.
 S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m);
+// The x-amz-tagging header into m.tags (none when absent); parseTaggingHeader's errors.
+S3Result<void> collectTags(const S3Request& req, index_kv::Manifest& m);
 
 }  // namespace granary::gateway

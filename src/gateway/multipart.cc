@@ -98,6 +98,7 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
   m.content_type = up.content_type;
   m.metadata = up.metadata;
   m.headers = up.headers;
+  m.tags = up.tags;
   Digest md5(Digest::Kind::kMd5);
   std::map<std::string, uint16_t> drive_index;
   const S3Error corrupt{S3ErrorCode::kInternalError,
@@ -206,6 +207,7 @@ S3Result<std::pair<uint64_t, uint64_t>> copySourceRange(const S3Request& req, ui
 Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req) {
   index_kv::Manifest attrs;
   if (auto st = collectMetadata(req, attrs); !st) co_return errorResponse(st.error(), req);
+  if (auto st = collectTags(req, attrs); !st) co_return errorResponse(st.error(), req);
   index_kv::MultipartUpload up;
   up.upload_id = VersionId::generate(ctx.deps.clock, ctx.deps.random).toHex();
   up.bucket = req.bucket;
@@ -215,6 +217,7 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
   up.content_type = std::move(attrs.content_type);
   up.metadata = std::move(attrs.metadata);
   up.headers = std::move(attrs.headers);
+  up.tags = std::move(attrs.tags);
   auto checksum = uploadChecksum(req);
   if (!checksum) co_return errorResponse(checksum.error(), req);
   up.checksum_algorithm = checksum->first;

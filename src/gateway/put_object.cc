@@ -31,6 +31,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   options.max_size = ctx.options.max_object_size;
   options.check_headers = [&]() -> std::optional<S3Error> {
     if (auto st = collectMetadata(req, m); !st) return st.error();
+    if (auto st = collectTags(req, m); !st) return st.error();
     return std::nullopt;
   };
   auto ingested = co_await ingestBody(ctx, req, auth, body, options);

@@ -78,21 +78,6 @@ bool knownParameter(std::string_view name) {
          kKnownParameters.end();
 }
 
-bool validUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
-                 : (c & 0xF8) == 0xF0 ? 3 : 4;
-    if (extra == 4 || (extra > 0 && (c == 0xC0 || c == 0xC1))) return false;
-    if (i + extra >= s.size() && extra > 0) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
-
 std::string lowerCase(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -285,23 +270,26 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       co_return co_await deleteBucketLifecycle(ctx, req);
     }
   }
-  // Object tags cannot be set yet, so every object's tag set is empty: GetObjectTagging
-  // answers that (aws-cli asks before every S3-to-S3 copy), and a write that carries tags
-  // is refused rather than silently dropping them.
-  if (!req.key.empty() && req.method == "GET" && req.hasQuery("tagging") &&
-      req.query.size() == 1) {
-    op = "GetObjectTagging";
-    co_return co_await getObjectTagging(ctx, req);
+  // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and
+  // object tags of a version, stay NotImplemented below.
+  if (!req.key.empty() && req.hasQuery("tagging") && req.query.size() == 1) {
+    if (m == "GET") {
+      op = "GetObjectTagging";
+      co_return co_await getObjectTagging(ctx, req);
+    }
+    if (m == "PUT") {
+      op = "PutObjectTagging";
+      co_return co_await putObjectTagging(ctx, req, body);
+    }
+    if (m == "DELETE") {
+      op = "DeleteObjectTagging";
+      co_return co_await deleteObjectTagging(ctx, req);
+    }
   }
   if (!req.key.empty() && req.method == "GET" && req.hasQuery("attributes") &&
       req.query.size() == 1) {
     op = "GetObjectAttributes";
     co_return co_await getObjectAttributes(ctx, req);
-  }
-  if (!req.key.empty() && req.header("x-amz-tagging")) {
-    op = "Unsupported";
-    co_return errorResponse({S3ErrorCode::kNotImplemented, "Object tagging is not implemented"},
-                            req);
   }
   for (const auto& param : req.query) {
     const std::string& name = param.first;

@@ -24,6 +24,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "EntityTooLarge";
     case S3ErrorCode::kMetadataTooLarge:
       return "MetadataTooLarge";
+    case S3ErrorCode::kInvalidTag:
+      return "InvalidTag";
     case S3ErrorCode::kIncompleteBody:
       return "IncompleteBody";
     case S3ErrorCode::kInternalError:
@@ -141,6 +143,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kBadDigest:
     case S3ErrorCode::kXAmzContentSHA256Mismatch:
     case S3ErrorCode::kMalformedXML:
+    case S3ErrorCode::kInvalidTag:
     case S3ErrorCode::kInvalidArgument:
     case S3ErrorCode::kInvalidRequest:
     case S3ErrorCode::kInvalidBucketName:

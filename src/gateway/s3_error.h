@@ -27,6 +27,7 @@ enum class S3ErrorCode {
   kInvalidDigest,
   kInvalidRange,
   kInvalidRequest,
+  kInvalidTag,
   kKeyTooLongError,
   kMalformedXML,
   kMetadataTooLarge,

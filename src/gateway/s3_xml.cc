@@ -2,6 +2,8 @@
 
 #include <pugixml.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <ctime>
 #include <set>
@@ -117,9 +119,93 @@ std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
   return std::move(x).finish();
 }
 
-std::string emptyTaggingXml() {
+namespace {
+
+size_t utf8Characters(std::string_view s) {
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+bool allowedTagText(std::string_view s) {
+  if (!validUtf8(s)) return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c >= 0x80 || std::isalnum(c) || std::string_view(" _.:/=+-@").find(ch) !=
+                                                   std::string_view::npos;
+  });
+}
+
+// One more tag into `tags`, or the error S3 answers with.
+S3Result<void> addTag(TagSet& tags, std::string key, std::string value,
+                      S3ErrorCode repeated_key) {
+  if (key.empty() || !allowedTagText(key)) {
+    return s3fail(S3ErrorCode::kInvalidTag, "The TagKey you have provided is invalid");
+  }
+  if (!allowedTagText(value)) {
+    return s3fail(S3ErrorCode::kInvalidTag, "The TagValue you have provided is invalid");
+  }
+  if (utf8Characters(key) > 128) {
+    return s3fail(S3ErrorCode::kInvalidTag, "The TagKey you have provided is too long, max 128");
+  }
+  if (utf8Characters(value) > 256) {
+    return s3fail(S3ErrorCode::kInvalidTag,
+                  "The TagValue you have provided is too long, max 256");
+  }
+  if (asciiIEquals(std::string_view(key).substr(0, 4), "aws:")) {
+    return s3fail(S3ErrorCode::kInvalidTag, "Your TagKey cannot be prefixed with aws:");
+  }
+  if (!tags.emplace(std::move(key), std::move(value)).second) {
+    return s3fail(repeated_key, "Cannot provide multiple Tags with the same key");
+  }
+  if (tags.size() > kMaxObjectTags) {
+    return s3fail(S3ErrorCode::kInvalidTag, "Object tags cannot be greater than 10");
+  }
+  return {};
+}
+
+}  // namespace
+
+S3Result<TagSet> parseTagging(std::string_view body) {
+  pugi::xml_document doc;
+  auto root = parseRoot(doc, body, "Tagging");
+  if (!root) return std::unexpected(root.error());
+  pugi::xml_node set = root->child("TagSet");
+  if (!set) return malformedXml();
+  TagSet tags;
+  for (pugi::xml_node tag : set.children("Tag")) {
+    pugi::xml_node key = tag.child("Key");
+    pugi::xml_node value = tag.child("Value");
+    if (!key || !value) return malformedXml();
+    auto added = addTag(tags, key.text().as_string(), value.text().as_string(),
+                        S3ErrorCode::kInvalidTag);
+    if (!added) return std::unexpected(added.error());
+  }
+  return tags;
+}
+
+S3Result<TagSet> parseTaggingHeader(std::string_view value) {
+  TagSet tags;
+  for (const auto& [raw_key, raw_value] : parseQueryRaw(value)) {
+    auto key = percentDecode(raw_key, true);
+    auto val = percentDecode(raw_value, true);
+    if (!key || !val) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "The header 'x-amz-tagging' shall be encoded as UTF-8 then URLEncoded URL "
+                    "query parameters without tag name duplicates.");
+    }
+    auto added = addTag(tags, std::move(*key), std::move(*val), S3ErrorCode::kInvalidArgument);
+    if (!added) return std::unexpected(added.error());
+  }
+  return tags;
+}
+
+std::string taggingXml(const TagSet& tags) {
   XmlWriter x("Tagging");
   x.open("TagSet");
+  for (const auto& [key, value] : tags) {
+    x.open("Tag").element("Key", key).element("Value", value).close();
+  }
+  x.close();
   return std::move(x).finish();
 }
 

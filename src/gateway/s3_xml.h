@@ -39,8 +39,21 @@ std::string listObjectsXml(const ListObjectsParams& params, const index_kv::List
 
 std::string locationXml(std::string_view region);
 
-// <Tagging><TagSet/></Tagging>: the tag set of every object (tags cannot be set yet).
-std::string emptyTaggingXml();
+// --- Object tags (S3's rules: at most 10 a object, keys of 1 to 128 characters and values
+// of up to 256, unique keys, no "aws:" prefix, ASCII limited to letters, digits, spaces
+// and _ . : / = + - @; other characters must be UTF-8).
+inline constexpr size_t kMaxObjectTags = 10;
+using TagSet = std::map<std::string, std::string>;
+// PutObjectTagging's <Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag>...:
+// MalformedXML for bad XML or a Tag without a Key or Value; InvalidTag for a tag S3
+// refuses or a repeated key.
+S3Result<TagSet> parseTagging(std::string_view body);
+// The x-amz-tagging header of PutObject, CreateMultipartUpload and CopyObject:
+// "k1=v1&k2=v2", URL-encoded. InvalidArgument when it does not decode or a key repeats;
+// InvalidTag for a tag S3 refuses.
+S3Result<TagSet> parseTaggingHeader(std::string_view value);
+// GetObjectTagging's <Tagging><TagSet>...: keys in order.
+std::string taggingXml(const TagSet& tags);
 
 // GetObjectAttributes: the attributes asked for (x-amz-object-attributes), in S3's order.
 struct ObjectAttributesRequest {

@@ -500,6 +500,7 @@ std::string encodeManifest(const Manifest& m) {
   if (!m.content_type.empty()) j["ct"] = m.content_type;
   if (!m.metadata.empty()) j["md"] = m.metadata;
   if (!m.headers.empty()) j["h"] = m.headers;
+  if (!m.tags.empty()) j["tg"] = m.tags;
   j["k"] = m.ec.k;
   j["m"] = m.ec.m;
   if (m.is_inline) j["in"] = true;
@@ -531,7 +532,7 @@ namespace {
 // A manifest's fields (docs/index-format.md, "Manifests"); ids across the nested maps.
 enum ManifestField {
   kMfFormat, kMfVersion, kMfSize, kMfEtag, kMfMtime, kMfContentType, kMfMetadata, kMfHeaders,
-  kMfK, kMfM, kMfInline, kMfInlineData, kMfDrives, kMfStripes, kMfChecksum, kMfRecords,
+  kMfTags, kMfK, kMfM, kMfInline, kMfInlineData, kMfDrives, kMfStripes, kMfChecksum, kMfRecords,
   kStBlobVersion, kStBlobStripe, kStDataLen, kStFragmentLen, kStDrives,
   kCkAlgorithm, kCkValue, kCkType,
   kRiStatus, kRiFormat, kRiMessage, kRiSet, kRiRows, kRiRowBytes,
@@ -568,6 +569,7 @@ constexpr CborField kManifestFields[] = {
     {"ct", CborKind::kText, kMfContentType},
     {"md", CborKind::kTextMap, kMfMetadata},
     {"h", CborKind::kTextMap, kMfHeaders},
+    {"tg", CborKind::kTextMap, kMfTags},
     {"k", CborKind::kUint, kMfK, true, 255},
     {"m", CborKind::kUint, kMfM, true, 255},
     {"in", CborKind::kBool, kMfInline},
@@ -623,12 +625,16 @@ class ManifestReceiver final : public CborReceiver {
     }
   }
   void onTextMapEntry(int id, std::string&& key, std::string&& v) override {
-    (id == kMfMetadata ? m_.metadata : m_.headers).insert_or_assign(std::move(key), std::move(v));
+    std::map<std::string, std::string>& map = id == kMfMetadata ? m_.metadata
+                                              : id == kMfTags   ? m_.tags
+                                                                : m_.headers;
+    map.insert_or_assign(std::move(key), std::move(v));
   }
   void onBegin(int id) override {
     switch (id) {
       case kMfMetadata: m_.metadata.clear(); break;
       case kMfHeaders: m_.headers.clear(); break;
+      case kMfTags: m_.tags.clear(); break;
       case kMfDrives: m_.drives.clear(); break;
       case kMfStripes: m_.stripes.clear(); break;
       case kStDrives: m_.stripes.back().drives.clear(); break;
@@ -694,6 +700,7 @@ std::string encodeUpload(const MultipartUpload& u) {
   if (!u.content_type.empty()) j["ct"] = u.content_type;
   if (!u.metadata.empty()) j["md"] = u.metadata;
   if (!u.headers.empty()) j["h"] = u.headers;
+  if (!u.tags.empty()) j["tg"] = u.tags;
   if (!u.checksum_algorithm.empty()) j["ca"] = u.checksum_algorithm;
   if (!u.checksum_type.empty()) j["cty"] = u.checksum_type;
   if (!u.index_format.empty()) j["ix"] = u.index_format;
@@ -714,6 +721,7 @@ Result<MultipartUpload> decodeUpload(std::string_view value) {
     if (const Json* f = findField(j, "ct")) u.content_type = asString(*f);
     if (const Json* f = findField(j, "md")) u.metadata = asStringMap(*f);
     if (const Json* f = findField(j, "h")) u.headers = asStringMap(*f);
+    if (const Json* f = findField(j, "tg")) u.tags = asStringMap(*f);
     if (const Json* f = findField(j, "ca")) u.checksum_algorithm = asString(*f);
     if (const Json* f = findField(j, "cty")) u.checksum_type = asString(*f);
     if (const Json* f = findField(j, "ix")) u.index_format = asString(*f);

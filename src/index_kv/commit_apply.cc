@@ -35,7 +35,7 @@ void BatchBuilder::apply(CommitRequest& req) {
       case CommitRequest::Kind::kRecordGcDone: st = recordGcDone(req); break;
       case CommitRequest::Kind::kCreateUser: st = createUser(req); break;
       case CommitRequest::Kind::kDeleteUser: st = deleteUser(req); break;
-      case CommitRequest::Kind::kRelocate: st = relocate(req); break;
+      case CommitRequest::Kind::kReplaceManifest: st = replaceManifest(req); break;
     }
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
@@ -336,7 +336,7 @@ Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
   return Status::ok();
 }
 
-Status BatchBuilder::relocate(CommitRequest& req) {
+Status BatchBuilder::replaceManifest(CommitRequest& req) {
   auto exists = bucketExists(req.bucket);
   if (!exists) return exists.error();
   if (!*exists) return Status::notFound("no bucket " + req.bucket);

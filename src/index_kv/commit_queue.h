@@ -51,7 +51,7 @@ struct CommitRequest {
     kRecordGcDone,
     kCreateUser,
     kDeleteUser,
-    kRelocate,
+    kReplaceManifest,  // relocateFragments, updateObjectTags: same version, new manifest
   };
   Kind kind = Kind::kCreateBucket;
   std::string bucket;     // every kind but kGcDone
@@ -65,9 +65,9 @@ struct CommitRequest {
   std::string bucket_value;
   std::string summary_value;
   std::string manifest_value;
-  // kPutObject, kCompleteUpload, kRelocate; the caller's, alive until completion.
+  // kPutObject, kCompleteUpload, kReplaceManifest; the caller's, alive until completion.
   const Manifest* manifest = nullptr;
-  const Manifest* expected = nullptr;  // kRelocate: the manifest it must still be
+  const Manifest* expected = nullptr;  // kReplaceManifest: the manifest it must still be
   std::string upload_value;            // kCreateUpload: the encoded MultipartUpload
   const PartInfo* part = nullptr;      // kPutPart; the caller's, alive until completion
   std::string part_value;              // kPutPart: the encoded PartInfo
@@ -121,7 +121,7 @@ class BatchBuilder {
   Status recordGcDone(CommitRequest& req);
   Status createUser(CommitRequest& req);
   Status deleteUser(CommitRequest& req);
-  Status relocate(CommitRequest& req);
+  Status replaceManifest(CommitRequest& req);
   // Every user: the DB's rows with this batch's writes applied.
   Result<std::map<std::string, UserInfo>> loadUsers();
   // Stages "set is dead" (record_gc row) unless already staged in this batch.

@@ -206,6 +206,12 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                            ManifestCodec::from(a.at("expected")),
                                            ManifestCodec::from(a.at("updated"))));
        }},
+      {"update_object_tags",
+       [](Index& x, const Json& a) {
+         return answer(x.updateObjectTags(str(a, "bucket"), str(a, "key"),
+                                          ManifestCodec::from(a.at("expected")),
+                                          ManifestCodec::from(a.at("updated"))));
+       }},
       {"get_object",
        [](Index& x, const Json& a) {
          return answer(x.getObject(str(a, "bucket"), str(a, "key")), ManifestCodec::to);
@@ -447,6 +453,12 @@ class RemoteIndex final : public Index {
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {
     return mutate("relocate_fragments",
+                  {{"bucket", bucket}, {"key", key}, {"expected", ManifestCodec::to(expected)},
+                   {"updated", ManifestCodec::to(updated)}});
+  }
+  Status updateObjectTags(std::string_view bucket, std::string_view key,
+                          const Manifest& expected, const Manifest& updated) override {
+    return mutate("update_object_tags",
                   {{"bucket", bucket}, {"key", key}, {"expected", ManifestCodec::to(expected)},
                    {"updated", ManifestCodec::to(updated)}});
   }

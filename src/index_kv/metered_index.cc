@@ -19,7 +19,8 @@ enum Op {
   kGetObject, kDeleteObject, kListObjects, kGcDue, kGcDone, kBlobReferenced, kCreateUpload,
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
-  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest, kOpCount
+  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest,
+  kUpdateTags, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -29,7 +30,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "list_uploads",   "complete_upload",  "abort_upload",    "create_record_set",
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
-    "delete_user",    "relocate_fragments", "get_manifest"};
+    "delete_user",    "relocate_fragments", "get_manifest", "update_object_tags"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
@@ -114,6 +115,11 @@ class MeteredIndex final : public Index {
                            const Manifest& expected, const Manifest& updated) override {
     return timed(kRelocate,
                  [&] { return inner_->relocateFragments(bucket, key, expected, updated); });
+  }
+  Status updateObjectTags(std::string_view bucket, std::string_view key,
+                          const Manifest& expected, const Manifest& updated) override {
+    return timed(kUpdateTags,
+                 [&] { return inner_->updateObjectTags(bucket, key, expected, updated); });
   }
   Result<Manifest> getObject(std::string_view bucket, std::string_view key) override {
     return timed(kGetObject, [&] { return inner_->getObject(bucket, key); });

@@ -265,8 +265,24 @@ Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view k
   if (!same) {
     return Status::invalidArgument("index: a relocation may change only where fragments are");
   }
+  return replaceManifest(bucket, key, expected, updated);
+}
+
+Status RocksIndex::updateObjectTags(std::string_view bucket, std::string_view key,
+                                    const Manifest& expected, const Manifest& updated) {
+  if (Status st = validateManifest(updated); !st.isOk()) return st;
+  Manifest a = expected;
+  a.tags = updated.tags;
+  if (a != updated) {
+    return Status::invalidArgument("index: a tag update may change only the tags");
+  }
+  return replaceManifest(bucket, key, expected, updated);
+}
+
+Status RocksIndex::replaceManifest(std::string_view bucket, std::string_view key,
+                                   const Manifest& expected, const Manifest& updated) {
   CommitRequest req;
-  req.kind = CommitRequest::Kind::kRelocate;
+  req.kind = CommitRequest::Kind::kReplaceManifest;
   req.bucket = std::string(bucket);
   req.key = std::string(key);
   req.expected = &expected;

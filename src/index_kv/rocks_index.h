@@ -36,6 +36,8 @@ class RocksIndex final : public Index {
   Result<Manifest> getManifest(const VersionId& version) override;
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override;
+  Status updateObjectTags(std::string_view bucket, std::string_view key,
+                          const Manifest& expected, const Manifest& updated) override;
   Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
                                              const Manifest& manifest,
                                              Precondition pre) override;
@@ -97,6 +99,9 @@ class RocksIndex final : public Index {
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
   Status submit(CommitRequest& req);
+  // relocateFragments and updateObjectTags, once `updated` is checked against `expected`.
+  Status replaceManifest(std::string_view bucket, std::string_view key,
+                         const Manifest& expected, const Manifest& updated);
   // A request of putObjectAsync or deleteObjectAsync, the manifest it points to, and who
   // gets its outcome.
   struct AsyncCommit {

@@ -1,5 +1,9 @@
 // Fuzz target: the S3 XML request-body parsers (src/gateway/s3_xml.h):
-// parseCompleteMultipartUpload, parseDeleteObjects and parseCreateBucketConfiguration.
+// parseCompleteMultipartUpload, parseDeleteObjects and parseCreateBucketConfiguration; and
+// object tags (parseTagging, and parseTaggingHeader on the same input as a header value:
+// refusals are MalformedXML / InvalidArgument or InvalidTag; an accepted set holds at most
+// kMaxObjectTags tags, keys that are not empty and not "aws:"-prefixed, all valid UTF-8;
+// taggingXml of it parses back to the same set).
 // Every input is used twice.
 //  1. As a request body, given to each parser. Properties:
 //     - a refusal is MalformedXML, the one error these parsers document;
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
+#include "granary/common/strings.h"
 #include "s3_xml.h"
 
 using granary::fuzz::Reader;
@@ -259,6 +264,35 @@ bool hasNul(std::string_view s) { return s.find('\0') != std::string_view::npos;
 
 // ---- 1. The input as a body.
 
+void checkTags(const TagSet& tags) {
+  if (tags.size() > kMaxObjectTags) fail("more than kMaxObjectTags tags accepted");
+  for (const auto& [key, value] : tags) {
+    if (key.empty() || key.rfind("aws:", 0) == 0 || key.rfind("AWS:", 0) == 0) {
+      fail("an empty or aws:-prefixed tag key accepted");
+    }
+    if (!granary::validUtf8(key) || !granary::validUtf8(value)) fail("a tag is not UTF-8");
+  }
+  S3Result<TagSet> again = parseTagging(taggingXml(tags));
+  if (!again || *again != tags) fail("tags written by taggingXml do not parse back the same");
+}
+
+void rawTagging(std::string_view in) {
+  S3Result<TagSet> body = parseTagging(in);
+  if (body) {
+    checkTags(*body);
+  } else if (body.error().code != S3ErrorCode::kMalformedXML &&
+             body.error().code != S3ErrorCode::kInvalidTag) {
+    fail("a Tagging refusal is neither MalformedXML nor InvalidTag");
+  }
+  S3Result<TagSet> header = parseTaggingHeader(in);
+  if (header) {
+    checkTags(*header);
+  } else if (header.error().code != S3ErrorCode::kInvalidArgument &&
+             header.error().code != S3ErrorCode::kInvalidTag) {
+    fail("an x-amz-tagging refusal is neither InvalidArgument nor InvalidTag");
+  }
+}
+
 void rawDelete(std::string_view body, const XmlStyle& style) {
   S3Result<DeleteObjectsRequest> parsed = parseDeleteObjects(body);
   if (!parsed) {
@@ -475,6 +509,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rawDelete(in, style);
   rawComplete(in, style);
   rawCreateBucket(in, style);
+  rawTagging(in);
 
   Reader r(in);
   builtDelete(r);

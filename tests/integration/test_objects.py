@@ -253,15 +253,56 @@ def test_response_header_overrides_on_get(s3, bucket):
     assert r["CacheControl"] == "max-age=60"
 
 
-def test_object_tag_set_is_empty_and_tagged_writes_are_refused(s3, bucket):
-    s3.put_object(Bucket=bucket, Key="tags", Body=b"1")
+def test_object_tags_with_boto3_and_aws_cli(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="tags", Body=b"1",
+                  Tagging="project=granary&stage=raw%20data")
+    tag_set = s3.get_object_tagging(Bucket=bucket, Key="tags")["TagSet"]
+    assert tag_set == [{"Key": "project", "Value": "granary"},
+                       {"Key": "stage", "Value": "raw data"}]
+    before = s3.head_object(Bucket=bucket, Key="tags")
+    assert s3.get_object(Bucket=bucket, Key="tags")["TagCount"] == 2
+    # PutObjectTagging replaces the set and keeps the object's ETag and Last-Modified.
+    s3.put_object_tagging(Bucket=bucket, Key="tags", Tagging={"TagSet": [
+        {"Key": "owner", "Value": "data-team"}]})
+    after = s3.head_object(Bucket=bucket, Key="tags")
+    assert after["ETag"] == before["ETag"] and after["LastModified"] == before["LastModified"]
+    assert s3.get_object(Bucket=bucket, Key="tags")["Body"].read() == b"1"
+    # aws-cli v2 (Debian) reads and writes the same tags.
+    out = json.loads(server.aws("s3api", "get-object-tagging", "--bucket", bucket,
+                                "--key", "tags").stdout)
+    assert out["TagSet"] == [{"Key": "owner", "Value": "data-team"}]
+    server.aws("s3api", "put-object-tagging", "--bucket", bucket, "--key", "tags",
+               "--tagging", "TagSet=[{Key=a,Value=1},{Key=b,Value=2}]")
+    assert len(s3.get_object_tagging(Bucket=bucket, Key="tags")["TagSet"]) == 2
+    # Copies keep the tags unless the request replaces them.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "tags"})
+    assert len(s3.get_object_tagging(Bucket=bucket, Key="copy")["TagSet"]) == 2
+    s3.copy_object(Bucket=bucket, Key="copy2", CopySource={"Bucket": bucket, "Key": "tags"},
+                   TaggingDirective="REPLACE", Tagging="fresh=yes")
+    assert s3.get_object_tagging(Bucket=bucket, Key="copy2")["TagSet"] == [
+        {"Key": "fresh", "Value": "yes"}]
+    # A multipart upload's tags apply at completion.
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp", Tagging="shard=000")["UploadId"]
+    part = s3.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=1, Body=b"x" * 100)
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert s3.get_object_tagging(Bucket=bucket, Key="mp")["TagSet"] == [
+        {"Key": "shard", "Value": "000"}]
+    # DeleteObjectTagging leaves the object untagged.
+    s3.delete_object_tagging(Bucket=bucket, Key="tags")
     assert s3.get_object_tagging(Bucket=bucket, Key="tags")["TagSet"] == []
+    assert "TagCount" not in s3.get_object(Bucket=bucket, Key="tags")
+    # What S3 refuses.
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object_tagging(Bucket=bucket, Key="no-such-key")
     assert error_code(e) == "NoSuchKey"
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_object(Bucket=bucket, Key="tagged", Body=b"1", Tagging="a=b")
-    assert error_code(e) == "NotImplemented"
+        s3.put_object(Bucket=bucket, Key="tagged", Body=b"1", Tagging="aws:reserved=1")
+    assert error_code(e) == "InvalidTag"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_tagging(Bucket=bucket, Key="tags", Tagging={"TagSet": [
+            {"Key": f"k{i}", "Value": ""} for i in range(11)]})
+    assert error_code(e) == "InvalidTag"
     with pytest.raises(botocore.exceptions.ClientError):
         s3.head_object(Bucket=bucket, Key="tagged")
 

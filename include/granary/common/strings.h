@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <string_view>
 
 namespace granary {
@@ -19,6 +20,23 @@ inline bool asciiIEquals(std::string_view a, std::string_view b) {
   const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [&](char x, char y) { return lower(x) == lower(y); });
+}
+
+// Well-formed UTF-8: no stray continuation bytes, truncated sequences or over-long
+// two-byte forms (keys, tags). Surrogates and code points past U+10FFFF are not checked.
+inline bool validUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
+                       : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (extra == 4 || (extra > 0 && (c == 0xC0 || c == 0xC1))) return false;
+    if (i + extra >= s.size() && extra > 0) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
 }
 
 }  // namespace granary

@@ -137,6 +137,9 @@ struct Manifest {
   std::string content_type;
   std::map<std::string, std::string> metadata;  // x-amz-meta-* (names lower-case, no prefix)
   std::map<std::string, std::string> headers;   // stored system headers (Content-Encoding..)
+  // Object tags (x-amz-tagging, PutObjectTagging): at most 10, keys unique. Changing them
+  // keeps the version, and so the ETag and Last-Modified (Index::updateObjectTags).
+  std::map<std::string, std::string> tags;
   ec::EcProfile ec;
   bool is_inline = false;
   std::string inline_data;               // the whole body when is_inline
@@ -280,6 +283,7 @@ struct MultipartUpload {
   std::string content_type;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> headers;
+  std::map<std::string, std::string> tags;  // the create request's x-amz-tagging
   // x-amz-checksum-algorithm / x-amz-checksum-type of the create request ("" when absent).
   std::string checksum_algorithm;
   std::string checksum_type;
@@ -375,6 +379,11 @@ class Index {
   // the same batch.
   virtual Status relocateFragments(std::string_view bucket, std::string_view key,
                                    const Manifest& expected, const Manifest& updated) = 0;
+  // PutObjectTagging and DeleteObjectTagging: as relocateFragments, but `updated` may
+  // differ from `expected` only in its `tags` (kInvalidArgument otherwise). The version,
+  // and so the ETag and Last-Modified, stay; nothing is reclaimed.
+  virtual Status updateObjectTags(std::string_view bucket, std::string_view key,
+                                  const Manifest& expected, const Manifest& updated) = 0;
   // The manifest of `version` while it is committed (a key's current version), kNotFound
   // once replaced or deleted. The GC asks it: a queued location that a live manifest uses
   // again (a repair put the fragment back) must not be removed.

@@ -92,6 +92,17 @@ def suite(s3, run, mode):
     bucket = "b3-" + mode[:3] + "-" + uuid.uuid4().hex[:16]
     run.step("create_bucket", lambda: s3.create_bucket(Bucket=bucket))
 
+    # Tags: PutObjectTagging's body goes with whatever checksum this botocore sends.
+    run.step("put_object tagged", lambda: s3.put_object(Bucket=bucket, Key="tagged", Body=b"t",
+                                                        Tagging="a=1"))
+    run.step("put_object_tagging", lambda: s3.put_object_tagging(
+        Bucket=bucket, Key="tagged", Tagging={"TagSet": [{"Key": "b", "Value": "2"}]}))
+    tags = run.step("get_object_tagging",
+                    lambda: s3.get_object_tagging(Bucket=bucket, Key="tagged"))
+    run.check("tags replaced", tags is not None and
+              tags["TagSet"] == [{"Key": "b", "Value": "2"}], f"{tags}")
+    run.step("delete_object", lambda: s3.delete_object(Bucket=bucket, Key="tagged"))
+
     bodies = {}
     for size in (0, 1, 200 * 1024, 9 * MiB + 1):
         key = f"put/obj-{size}"

@@ -468,15 +468,14 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
   }
-  // Tags cannot be set, so reading them answers the (empty) truth.
-  Reply tags = f.get("/bucket/obj?tagging");
-  CHECK(tags.status == 200);
-  CHECK(tags.body.find("<TagSet") != std::string::npos);
-  Reply put =
-      f.send(makeRequest("PUT", "/bucket/obj?tagging", {}, sha256Hex("<Tagging/>")), "<Tagging/>");
-  CHECK(put.status == 501);
-  CHECK(put.code == "NotImplemented");
-  CHECK(f.get("/bucket/obj").body == "data");  // not overwritten by the tagging body
+  // Bucket tags, and the tags of a version, are not object tags of the current version.
+  for (const char* target : {"/bucket?tagging", "/bucket/obj?tagging&versionId=null"}) {
+    CAPTURE(target);
+    Reply r = f.send(makeRequest("PUT", target, {}, sha256Hex("<Tagging/>")), "<Tagging/>");
+    CHECK(r.status == 501);
+    CHECK(r.code == "NotImplemented");
+  }
+  CHECK(f.get("/bucket/obj").body == "data");  // not overwritten by a tagging body
   Reply post = f.send(makeRequest("POST", "/bucket/obj?restore"));
   CHECK(post.status == 501);
   for (const char* target : {"/bucket/obj?partNumber=1", "/bucket?uploadId=x"}) {
@@ -485,6 +484,102 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
   }
+}
+
+TEST_CASE("Object tags: set by PUT, replaced, read, copied and deleted, never the body") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data", {{"x-amz-tagging", "project=granary&stage=raw%20data"}}).status ==
+          200);
+  Reply head = f.get("/bucket/obj");
+  CHECK(head.header("x-amz-tagging-count") == "2");
+  const auto etag = head.header("etag");
+  const auto modified = head.header("last-modified");
+  Reply tags = f.get("/bucket/obj?tagging");
+  CHECK(tags.op == "GetObjectTagging");
+  CHECK(tags.body.find("<Tag><Key>project</Key><Value>granary</Value></Tag>"
+                       "<Tag><Key>stage</Key><Value>raw data</Value></Tag>") !=
+        std::string::npos);
+
+  auto putTags = [&](const std::string& xml) {
+    return f.send(makeRequest("PUT", "/bucket/obj?tagging", {}, sha256Hex(xml)), xml);
+  };
+  Reply put = putTags("<Tagging><TagSet><Tag><Key>only</Key><Value>one</Value></Tag></TagSet>"
+                      "</Tagging>");
+  CHECK(put.status == 200);
+  CHECK(put.op == "PutObjectTagging");
+  Reply after = f.get("/bucket/obj");
+  CHECK(after.body == "data");
+  CHECK(after.header("x-amz-tagging-count") == "1");
+  CHECK(after.header("etag") == etag);
+  CHECK(after.header("last-modified") == modified);
+  CHECK(f.get("/bucket/obj?tagging").body.find("<Key>only</Key><Value>one</Value>") !=
+        std::string::npos);
+
+  // CopyObject copies the tags unless told to replace them.
+  HeaderList copy = {{"x-amz-copy-source", "/bucket/obj"}};
+  REQUIRE(f.send(makeRequest("PUT", "/bucket/copied", copy)).status == 200);
+  CHECK(f.get("/bucket/copied").header("x-amz-tagging-count") == "1");
+  copy.emplace_back("x-amz-tagging-directive", "REPLACE");
+  copy.emplace_back("x-amz-tagging", "a=1&b=2&c=3");
+  REQUIRE(f.send(makeRequest("PUT", "/bucket/replaced", copy)).status == 200);
+  CHECK(f.get("/bucket/replaced").header("x-amz-tagging-count") == "3");
+  copy.back().second = "aws:x=1";
+  CHECK(f.send(makeRequest("PUT", "/bucket/bad", copy)).code == "InvalidTag");
+  copy[1].second = "MERGE";
+  CHECK(f.send(makeRequest("PUT", "/bucket/bad", copy)).code == "InvalidArgument");
+
+  // What S3 refuses, refused before anything is stored.
+  std::string eleven;
+  for (int i = 0; i < 11; ++i) {
+    eleven += "<Tag><Key>k" + std::to_string(i) + "</Key><Value/></Tag>";
+  }
+  const std::pair<std::string, std::string> bad_bodies[] = {
+      {"<Tagging><TagSet>" + eleven + "</TagSet></Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key>a</Key><Value>1</Value></Tag><Tag><Key>a</Key><Value>2"
+       "</Value></Tag></TagSet></Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key>" + std::string(129, 'k') + "</Key><Value/></Tag></TagSet>"
+       "</Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key>k</Key><Value>" + std::string(257, 'v') + "</Value></Tag>"
+       "</TagSet></Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key>a&lt;b</Key><Value/></Tag></TagSet></Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key></Key><Value/></Tag></TagSet></Tagging>", "InvalidTag"},
+      {"<Tagging><TagSet><Tag><Key>k</Key></Tag></TagSet></Tagging>", "MalformedXML"},
+      {"<Tagging><TagSet><Tag>", "MalformedXML"},
+      {"<Other/>", "MalformedXML"},
+  };
+  for (const auto& [xml, code] : bad_bodies) {
+    CAPTURE(xml);
+    CHECK(putTags(xml).code == code);
+  }
+  // 128 characters of two bytes each are a valid key.
+  std::string wide;
+  for (int i = 0; i < 128; ++i) wide += "\xC3\xA9";
+  CHECK(putTags("<Tagging><TagSet><Tag><Key>" + wide + "</Key><Value>\xE2\x82\xAC</Value></Tag>"
+                "</TagSet></Tagging>").status == 200);
+  CHECK(f.get("/bucket/obj").header("x-amz-tagging-count") == "1");
+  const std::pair<std::string, std::string> bad_headers[] = {
+      {"a=1&a=2", "InvalidArgument"}, {"a=%zz", "InvalidArgument"}, {"aws%3Ax=1", "InvalidTag"},
+      {"k=" + std::string(257, 'v'), "InvalidTag"}, {"a=%3Cb%3E", "InvalidTag"}};
+  for (const auto& [header, code] : bad_headers) {
+    CAPTURE(header);
+    CHECK(f.put("new", "x", {{"x-amz-tagging", header}}).code == code);
+  }
+  CHECK(f.get("/bucket/new").code == "NoSuchKey");
+
+  // DeleteObjectTagging: 204, no tags left, the body kept; a missing key is NoSuchKey.
+  Reply del = f.send(makeRequest("DELETE", "/bucket/obj?tagging"));
+  CHECK(del.status == 204);
+  CHECK(del.op == "DeleteObjectTagging");
+  CHECK(f.get("/bucket/obj").body == "data");
+  CHECK_FALSE(f.get("/bucket/obj").header("x-amz-tagging-count"));
+  CHECK(f.get("/bucket/obj?tagging").body.find("<Tag>") == std::string::npos);
+  CHECK(putTags("<Tagging><TagSet/></Tagging>").status == 200);
+  CHECK(f.send(makeRequest("DELETE", "/bucket/none?tagging")).code == "NoSuchKey");
+  CHECK(f.get("/bucket/none?tagging").code == "NoSuchKey");
+  const std::string empty_set = "<Tagging><TagSet/></Tagging>";
+  CHECK(f.send(makeRequest("PUT", "/nobucket/obj?tagging", {}, sha256Hex(empty_set)), empty_set)
+            .code == "NoSuchBucket");
 }
 
 TEST_CASE("The health endpoint answers 200 without credentials") {

@@ -32,6 +32,7 @@ Manifest sampleManifest() {
   m.content_type = "application/x-tar";
   m.metadata = {{"a", "1"}, {"utf8", "h\xC3\xA9llo"}};
   m.headers = {{"Content-Encoding", "zstd"}};
+  m.tags = {{"project", "granary"}, {"stage", "raw data"}};
   m.ec = ec::EcProfile{2, 1};
   m.drives = {"n1/d0", "n2/d0", "n3/d0"};
   m.stripes.push_back(StripeLayout{m.version, 0, 8000, 4096, {0, 1, 2}});
@@ -333,6 +334,8 @@ TEST_CASE("Record index fields and keys round-trip") {
   u.key = "k";
   u.index_format = "tar";
   u.index_key = "record-id";
+  CHECK(decodeUpload(encodeUpload(u)).value() == u);
+  u.tags = {{"a", "1"}, {"b", ""}};
   CHECK(decodeUpload(encodeUpload(u)).value() == u);
 
   const std::string row_key =

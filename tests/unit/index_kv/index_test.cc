@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "test_util.h"
@@ -406,6 +407,47 @@ TEST_CASE("Concurrent creators of one access key: exactly one wins") {
 }
 
 // ---- relocation (repair) -------------------------------------------------------------
+
+TEST_CASE("updateObjectTags rewrites the tags of the version it read, and nothing else") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(2);
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  Manifest tagged = m;
+  tagged.tags = {{"project", "granary"}};
+  REQUIRE(f.index->updateObjectTags("b", "k", m, tagged).isOk());
+  Manifest now = *f.index->getObject("b", "k");
+  CHECK(now == tagged);
+  CHECK(now.version == m.version);
+  CHECK(now.etag == m.etag);
+  CHECK(now.mtime_unix_nanos == m.mtime_unix_nanos);
+  // Nothing of the version went to the GC queue: its blobs are still referenced.
+  CHECK(f.index->gcDue(std::numeric_limits<int64_t>::max(), 100)->empty());
+  // The listing's summary is the same.
+  auto listed = f.index->listObjects("b", ListRequest{});
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->objects.size() == 1);
+  CHECK(listed->objects[0].version == m.version);
+
+  // A stale read loses; only tags may change; a missing key or bucket is kNotFound.
+  Manifest other = m;
+  other.tags = {{"x", "y"}};
+  CHECK(f.index->updateObjectTags("b", "k", m, other).code() == Code::kPreconditionFailed);
+  Manifest resized = tagged;
+  resized.size += 1;
+  CHECK(f.index->updateObjectTags("b", "k", tagged, resized).code() == Code::kInvalidArgument);
+  CHECK(f.index->updateObjectTags("b", "nok", tagged, other).code() == Code::kNotFound);
+  CHECK(f.index->updateObjectTags("nob", "k", tagged, other).code() == Code::kNotFound);
+  Manifest cleared = tagged;
+  cleared.tags.clear();
+  REQUIRE(f.index->updateObjectTags("b", "k", tagged, cleared).isOk());
+  CHECK(f.index->getObject("b", "k")->tags.empty());
+  // An overwrite replaces the tags with the new version's (none here).
+  Manifest next = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", next, Precondition::none()).has_value());
+  CHECK(f.index->updateObjectTags("b", "k", cleared, tagged).code() ==
+        Code::kPreconditionFailed);
+}
 
 TEST_CASE("relocateFragments moves fragments and reclaims only the old locations") {
   IndexFixture f;

@@ -452,7 +452,7 @@ TEST_CASE("A database made before multipart uploads opens and gains the new colu
   REQUIRE(opened.has_value());
   Index& index = **opened;
   REQUIRE(index.createBucket(bucketInfo("b", "o", 1)).isOk());
-  MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}, "", "", "", ""};
+  MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}, {}, "", "", "", ""};
   REQUIRE(index.createUpload(u).isOk());
   CHECK(*index.getUpload("b", "k", "id1") == u);
 }
