@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+TARGETS=granary bash scripts/build.sh  # the tests and benchmarks: scripts/test.sh
 exec ./build/src/granary serve "$@"
