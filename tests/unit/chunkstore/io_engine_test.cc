@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -532,7 +534,7 @@ TEST_CASE("io_uring asynchronous I/O: reads from the drive outlive the thread th
   TempDir dir;
   const std::string path = dir.path() + "/f";
   constexpr int kReads = 64;
-  constexpr size_t kBlock = 4096, kStride = 1 << 20;  // no read-ahead reaches the next one
+  constexpr size_t kBlock = 4096, kStride = 1 << 20;
   auto data = randomBytes(kReads * kStride, 17);
   {
     auto engine = makePosixEngine();
@@ -543,20 +545,28 @@ TEST_CASE("io_uring asynchronous I/O: reads from the drive outlive the thread th
     REQUIRE(engine->close(*fd).isOk());
   }
   for (int round = 0; round < 5; ++round) {
-    {  // out of the page cache (the pages are clean): every read waits for the drive
-      int raw = ::open(path.c_str(), O_RDONLY);
-      REQUIRE(raw >= 0);
-      REQUIRE(::posix_fadvise(raw, 0, 0, POSIX_FADV_DONTNEED) == 0);
-      ::close(raw);
-    }
     auto engine = makeUringEngine();
     auto fd = engine->open(path, O_RDONLY, 0);
     REQUIRE(fd.has_value());
     std::vector<std::vector<uint8_t>> out(kReads, std::vector<uint8_t>(kBlock));
-    // Else the test proves nothing (a file system that keeps the pages, as tmpfs does).
-    // Checked half a stride away from any block read below, beyond read-ahead's reach.
-    const std::array<std::span<uint8_t>, 1> probe{out[0]};
-    REQUIRE_FALSE(engine->preadNoWait(*fd, probe, kStride / 2));
+    // Out of the page cache (the pages are clean), so that every read waits for the drive;
+    // else the test proves nothing (a file system that keeps the pages, as tmpfs does).
+    // Residency is read with mincore, which starts no I/O (a RWF_NOWAIT probe read starts
+    // read-ahead on a miss: its pages, still in flight at the next round's drop, stayed).
+    // The previous round's pages may still be settling: drop again, a little later.
+    void* map = ::mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, *fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    std::vector<unsigned char> resident(data.size() / 4096);
+    bool cold = false;
+    for (int attempt = 0; attempt < 20 && !cold; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      REQUIRE(::posix_fadvise(*fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+      REQUIRE(::mincore(map, data.size(), resident.data()) == 0);
+      cold = std::none_of(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; });
+    }
+    ::munmap(map, data.size());
+    INFO("round " << round);
+    REQUIRE(cold);
     Completions reads;
     std::thread([&] {
       for (int i = 0; i < kReads; ++i) {
