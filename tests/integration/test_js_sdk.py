@@ -337,6 +337,19 @@ def test_delete_objects_batch(server, s3, bucket, js_sdk):
         assert_absent(s3, bucket, key)
 
 
+def test_object_tagging(server, s3, bucket, js_sdk):
+    r = run_js(server, js_sdk, "tagging", bucket)
+    assert r["onPut"] == [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": "two words"}], r
+    assert r["replaced"] == [{"Key": "stage", "Value": "clean"}], r
+    # The SDK checksums PutObjectTagging's body (a required-checksum operation).
+    assert any(h.startswith("x-amz-checksum-") or h == "content-md5"
+               for h in r["putRequest"]), r["putRequest"]
+    assert r["cleared"] == [], r
+    assert r["invalid"]["threw"] and r["invalid"]["name"] == "InvalidTag", r["invalid"]
+    assert r["invalid"]["status"] == 400, r["invalid"]
+    assert s3.get_object(Bucket=bucket, Key="tags/obj")["Body"].read() == b"t"
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

@@ -18,13 +18,16 @@ import zlib from "node:zlib";
 import {
   CreateBucketCommand,
   DeleteObjectCommand,
+  DeleteObjectTaggingCommand,
   DeleteObjectsCommand,
   GetObjectCommand,
+  GetObjectTaggingCommand,
   HeadBucketCommand,
   HeadObjectCommand,
   ListObjectsV2Command,
   NoSuchKey,
   PutObjectCommand,
+  PutObjectTaggingCommand,
   S3Client,
   S3ServiceException,
 } from "@aws-sdk/client-s3";
@@ -437,6 +440,26 @@ async function deleteObjects() {
   };
 }
 
+async function tagging() {
+  const key = "tags/obj";
+  await send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.from("t"), Tagging: "a=1&b=two%20words" }));
+  const onPut = await send(new GetObjectTaggingCommand({ Bucket: bucket, Key: key }));
+  await send(new PutObjectTaggingCommand({
+    Bucket: bucket, Key: key, Tagging: { TagSet: [{ Key: "stage", Value: "clean" }] },
+  }));
+  const putRequest = requests[requests.length - 1].headers;
+  const replaced = await send(new GetObjectTaggingCommand({ Bucket: bucket, Key: key }));
+  await send(new DeleteObjectTaggingCommand({ Bucket: bucket, Key: key }));
+  const cleared = await send(new GetObjectTaggingCommand({ Bucket: bucket, Key: key }));
+  const invalid = await expectError(() => client.send(new PutObjectTaggingCommand({
+    Bucket: bucket, Key: key, Tagging: { TagSet: [{ Key: "aws:x", Value: "1" }] },
+  })));
+  return {
+    onPut: onPut.TagSet, replaced: replaced.TagSet, putRequest, cleared: cleared.TagSet ?? [],
+    invalid,
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -453,6 +476,7 @@ const SCENARIOS = {
   multipart,
   "checksum-mode": checksumMode,
   "delete-objects": deleteObjects,
+  tagging,
   errors,
 };
 
