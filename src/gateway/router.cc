@@ -72,6 +72,17 @@ constexpr std::array kKnownParameters = {
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
     "versionId", "x-id"};
 
+// The query parameters that name what a request does: all but a presigned URL's
+// signature (SigV4's X-Amz-*, SigV2's AWSAccessKeyId, Signature and Expires). A
+// sub-resource routed only when alone (?acl, ?tagging...) may come presigned.
+size_t operationParameters(const S3Request& req) {
+  return static_cast<size_t>(std::count_if(req.query.begin(), req.query.end(), [](const auto& p) {
+    const std::string& n = p.first;
+    return !n.starts_with("X-Amz-") && n != "AWSAccessKeyId" && n != "Signature" &&
+           n != "Expires";
+  }));
+}
+
 bool knownParameter(std::string_view name) {
   if (name.starts_with("response-") || name.starts_with("X-Amz-")) return true;
   return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=
@@ -248,7 +259,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   const std::string& m = req.method;
   // Bucket settings: ACL and lifecycle (object ACLs stay NotImplemented below).
-  if (!req.bucket.empty() && req.key.empty() && req.query.size() == 1) {
+  if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
     if (req.hasQuery("acl") && m == "GET") {
       op = "GetBucketAcl";
       co_return co_await getBucketAcl(ctx, req);
@@ -272,7 +283,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and
   // object tags of a version, stay NotImplemented below.
-  if (!req.key.empty() && req.hasQuery("tagging") && req.query.size() == 1) {
+  if (!req.key.empty() && req.hasQuery("tagging") && operationParameters(req) == 1) {
     if (m == "GET") {
       op = "GetObjectTagging";
       co_return co_await getObjectTagging(ctx, req);
@@ -287,7 +298,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
   }
   if (!req.key.empty() && req.method == "GET" && req.hasQuery("attributes") &&
-      req.query.size() == 1) {
+      operationParameters(req) == 1) {
     op = "GetObjectAttributes";
     co_return co_await getObjectAttributes(ctx, req);
   }

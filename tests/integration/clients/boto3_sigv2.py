@@ -86,6 +86,13 @@ def main(argv):
     check("presigned put", lambda: (
         lambda url: expect(fetch(url, "PUT", b"up")[0] == 200, url))(
         plain.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "p"})))
+    check("presigned get_object_tagging (sub-resource)", lambda: (
+        lambda url: expect(fetch(url)[0] == 200, url))(
+        plain.generate_presigned_url("get_object_tagging",
+                                     Params={"Bucket": bucket, "Key": "a b/€.txt"})))
+    check("presigned get_bucket_acl (sub-resource)", lambda: (
+        lambda url: expect(b"FULL_CONTROL" in fetch(url)[1], url))(
+        plain.generate_presigned_url("get_bucket_acl", Params={"Bucket": bucket})))
     check("list v2", lambda: expect([o["Key"] for o in v2.list_objects_v2(
         Bucket=bucket, Prefix="a b/", Delimiter="/")["Contents"]] == ["a b/€.txt"], "keys"))
     check("delete objects", lambda: expect(not v2.delete_objects(Bucket=bucket, Delete={
