@@ -64,7 +64,6 @@ namespace {
 // subresource or option this gateway does not know: it is NotImplemented, never taken for
 // the plain operation (a DELETE ?metadataTable must not delete the bucket).
 constexpr std::array kKnownParameters = {
-    "AWSAccessKeyId", "Expires", "Signature",  // SigV2 presigned URLs
     "after", "bucket-region", "container", "continuation-token", "delete", "delimiter",
     "encoding-type", "fetch-owner", "format", "key", "key-marker", "list-type", "location",
     "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
@@ -72,19 +71,16 @@ constexpr std::array kKnownParameters = {
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
     "versionId", "x-id"};
 
-// The query parameters that name what a request does: all but a presigned URL's
-// signature (SigV4's X-Amz-*, SigV2's AWSAccessKeyId, Signature and Expires). A
-// sub-resource routed only when alone (?acl, ?tagging...) may come presigned.
+// The query parameters that name what a request does: all but a presigned URL's signature
+// (isAuthParameter). A sub-resource routed only when alone (?acl, ?tagging...) may come
+// presigned.
 size_t operationParameters(const S3Request& req) {
-  return static_cast<size_t>(std::count_if(req.query.begin(), req.query.end(), [](const auto& p) {
-    const std::string& n = p.first;
-    return !n.starts_with("X-Amz-") && n != "AWSAccessKeyId" && n != "Signature" &&
-           n != "Expires";
-  }));
+  return static_cast<size_t>(std::count_if(
+      req.query.begin(), req.query.end(), [](const auto& p) { return !isAuthParameter(p.first); }));
 }
 
 bool knownParameter(std::string_view name) {
-  if (name.starts_with("response-") || name.starts_with("X-Amz-")) return true;
+  if (name.starts_with("response-") || isAuthParameter(name)) return true;
   return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=
          kKnownParameters.end();
 }

@@ -6,7 +6,6 @@
 //   StringToSign = Method \n Content-MD5 \n Content-Type \n Date-or-Expires \n
 //                  CanonicalizedAmzHeaders CanonicalizedResource
 //   Signature    = base64(HMAC-SHA1(secret, StringToSign))
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -40,10 +39,6 @@ bool signedSubresource(std::string_view name) {
          std::end(kSignedSubresources);
 }
 
-bool allDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // The Date header as clients write it for V2: IMF-fixdate, or with a numeric "+0000" zone
 // (the S3 guide's examples). nullopt if neither.
 std::optional<int64_t> parseV2Date(std::string_view s) {
@@ -56,12 +51,6 @@ std::optional<int64_t> parseV2Date(std::string_view s) {
     return parseHttpDate(gmt);
   }
   return std::nullopt;
-}
-
-S3Error mismatch() {
-  return {S3ErrorCode::kSignatureDoesNotMatch,
-          "The request signature we calculated does not match the signature you provided. "
-          "Check your key and signing method."};
 }
 
 }  // namespace
@@ -208,26 +197,17 @@ S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                     "large.");
     }
   }
-  auto matches = [&](std::string_view path) {
-    const std::string expected = signV2(secret, stringToSignV2(req, auth, path));
-    return !expected.empty() && expected.size() == auth.signature.size() &&
-           CRYPTO_memcmp(expected.data(), auth.signature.data(), expected.size()) == 0;
+  auto sign = [&](std::string_view path) {
+    return signV2(secret, stringToSignV2(req, auth, path));
   };
   const std::string_view path = splitTarget(req.target).first;
-  if (matches(path)) return {};
   // botocore signs a path-style bucket request ("/bucket") with the bucket's resource as
   // S3 writes it, "/bucket/".
   if (req.host_bucket.empty() && path.size() > 1 && path.find('/', 1) == std::string_view::npos &&
-      matches(std::string(path) + "/")) {
+      matchSignature(std::string(path) + "/", auth.signature, sign)) {
     return {};
   }
-  // As for SigV4: a client may have signed the AWS-canonical encoding of the path while
-  // sending another ('$' for "%24", or the reverse for unreserved characters).
-  if (std::optional<std::string> decoded = percentDecode(path, false)) {
-    const std::string normalised = uriEncode(*decoded, false);
-    if (normalised != path && matches(normalised)) return {};
-  }
-  return std::unexpected(mismatch());
+  return matchSignature(path, auth.signature, sign);
 }
 
 }  // namespace granary::gateway

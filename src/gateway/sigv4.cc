@@ -84,10 +84,6 @@ std::array<uint8_t, 32> hmacSha256(std::span<const uint8_t> key, std::string_vie
 }
 
 
-bool isDigits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 bool isHex64(std::string_view s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -114,8 +110,8 @@ int toInt(std::string_view digits) {
 
 // "yyyymmddThhmmssZ" -> seconds since the epoch; nullopt if malformed.
 std::optional<int64_t> amzDateToUnix(std::string_view s) {
-  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z' || !isDigits(s.substr(0, 8)) ||
-      !isDigits(s.substr(9, 6))) {
+  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z' || !allDigits(s.substr(0, 8)) ||
+      !allDigits(s.substr(9, 6))) {
     return std::nullopt;
   }
   using namespace std::chrono;
@@ -156,8 +152,8 @@ std::optional<std::string> httpDateToAmzDate(std::string_view s) {
   }
   std::string_view day = parts[0];
   std::string_view time = parts[3];
-  if (month == 0 || !isDigits(day) || day.size() > 2 || parts[2].size() != 4 ||
-      !isDigits(parts[2]) || time.size() != 8 || time[2] != ':' || time[5] != ':' ||
+  if (month == 0 || !allDigits(day) || day.size() > 2 || parts[2].size() != 4 ||
+      !allDigits(parts[2]) || time.size() != 8 || time[2] != ':' || time[5] != ':' ||
       parts[4] != "GMT" || !trimSpaces(rest).empty()) {
     return std::nullopt;
   }
@@ -186,7 +182,7 @@ bool parseCredential(std::string_view credential, AuthInfo& auth) {
     parts[i] = rest.substr(slash + 1);
     rest = rest.substr(0, slash);
   }
-  if (rest.empty() || parts[0].size() != 8 || !isDigits(parts[0]) || parts[1].empty() ||
+  if (rest.empty() || parts[0].size() != 8 || !allDigits(parts[0]) || parts[1].empty() ||
       parts[2].empty() || parts[3] != "aws4_request") {
     return false;
   }
@@ -371,7 +367,7 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
   if (auth.amz_date.compare(0, 8, auth.date) != 0) {
     return s3fail(kQueryError, "Invalid credential date. Date is not the same as X-Amz-Date.");
   }
-  if (!isDigits(*expires) || expires->size() > 12) {
+  if (!allDigits(*expires) || expires->size() > 12) {
     return s3fail(kQueryError, "X-Amz-Expires should be a number between 0 and 604800");
   }
   auth.expires_seconds = std::strtoll(expires->c_str(), nullptr, 10);
@@ -459,11 +455,6 @@ std::string buildCanonicalRequest(const HttpRequestView& req, const AuthInfo& au
   out.push_back('\n');
   out.append(auth.payload_hash);
   return out;
-}
-
-bool signatureMatches(const std::string& expected, const std::string& provided) {
-  return expected.size() == provided.size() &&
-         CRYPTO_memcmp(expected.data(), provided.data(), expected.size()) == 0;
 }
 
 }  // namespace
@@ -637,28 +628,33 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
   }
 
   std::array<uint8_t, 32> key = keys.get(secret, auth.date, auth.region, auth.service);
-  auto [path, query] = splitTarget(req.target);
-  std::string expected =
-      hmacSha256Hex(key, stringToSign(auth, buildCanonicalRequest(req, auth, path, query)));
-  if (signatureMatches(expected, auth.signature)) {
-    return {};
-  }
-  // S3 signs the path as the client encoded it, and clients send what they signed. Some
-  // send characters that AWS's UriEncode would escape ('$', '!', '(', ...) unescaped, or
-  // escape unreserved ones; they signed the AWS-canonical encoding. Try that form too.
+  const auto [path, query] = splitTarget(req.target);
+  return matchSignature(path, auth.signature, [&](std::string_view signed_path) {
+    return hmacSha256Hex(key, stringToSign(auth, buildCanonicalRequest(req, auth, signed_path,
+                                                                       query)));
+  });
+}
+
+S3Result<void> matchSignature(std::string_view path, std::string_view provided,
+                              const std::function<std::string(std::string_view)>& sign) {
+  auto matches = [&](std::string_view p) {
+    const std::string expected = sign(p);
+    return expected.size() == provided.size() &&
+           CRYPTO_memcmp(expected.data(), provided.data(), expected.size()) == 0;
+  };
+  if (matches(path)) return {};
   if (std::optional<std::string> decoded = percentDecode(path, false)) {
-    std::string normalised = uriEncode(*decoded, false);
-    if (normalised != path && !(path.empty() && normalised.empty())) {
-      expected = hmacSha256Hex(
-          key, stringToSign(auth, buildCanonicalRequest(req, auth, normalised, query)));
-      if (signatureMatches(expected, auth.signature)) {
-        return {};
-      }
-    }
+    const std::string normalised = uriEncode(*decoded, false);
+    if (normalised != path && matches(normalised)) return {};
   }
   return s3fail(S3ErrorCode::kSignatureDoesNotMatch,
                 "The request signature we calculated does not match the signature you "
                 "provided. Check your key and signing method.");
+}
+
+bool isAuthParameter(std::string_view name) {
+  return name.starts_with("X-Amz-") || name == "AWSAccessKeyId" || name == "Signature" ||
+         name == "Expires";
 }
 
 }  // namespace granary::gateway

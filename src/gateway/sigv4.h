@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,16 @@ std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
                            std::string_view path);
 // base64(HMAC-SHA1(secret, string_to_sign)).
 std::string signV2(std::string_view secret, std::string_view string_to_sign);
+// Whether `sign(path)` equals `provided` (compared in constant time) for `path` as sent or,
+// when it differs, its AWS-canonical encoding: S3 signs the path as the client encoded it,
+// but some clients send characters UriEncode would escape ('$', '!', '(', ...) unescaped,
+// or escape unreserved ones, having signed the canonical form. SignatureDoesNotMatch when
+// neither matches. Both signature versions verify through it.
+S3Result<void> matchSignature(std::string_view path, std::string_view provided,
+                              const std::function<std::string(std::string_view)>& sign);
+// A query parameter that carries a presigned URL's signature (SigV4's X-Amz-*, SigV2's
+// AWSAccessKeyId, Signature and Expires), not what the request does.
+bool isAuthParameter(std::string_view name);
 // verify() for a SigV2 AuthInfo.
 S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                         std::string_view secret, int64_t now_unix_seconds);

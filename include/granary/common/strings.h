@@ -22,6 +22,11 @@ inline bool asciiIEquals(std::string_view a, std::string_view b) {
                     [&](char x, char y) { return lower(x) == lower(y); });
 }
 
+// One or more ASCII digits, nothing else.
+inline bool allDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // Well-formed UTF-8: no stray continuation bytes, truncated sequences or over-long
 // two-byte forms (keys, tags). Surrogates and code points past U+10FFFF are not checked.
 inline bool validUtf8(std::string_view s) {
