@@ -18,6 +18,8 @@ namespace {
 
 // avail_in / avail_out are uint32_t: feed ISA-L at most this much per call.
 constexpr size_t kMaxIsalSpan = size_t{1} << 30;
+// Deflate's largest expansion: a 258-byte match costs at least 2 bits, so about 1032:1.
+constexpr size_t kMaxDeflateRatio = 1032;
 
 std::string_view isalErrorName(int ret) {
   switch (ret) {
@@ -34,7 +36,9 @@ std::string_view isalErrorName(int ret) {
 
 }  // namespace
 
-GzipMemberInflater::GzipMemberInflater() : state_(std::make_unique<inflate_state>()) {
+// isal_inflate_init sets every field it reads; zeroing the ~50 KB state first would be waste.
+GzipMemberInflater::GzipMemberInflater()
+    : state_(std::make_unique_for_overwrite<inflate_state>()) {
   isal_inflate_init(state_.get());
   reset();
 }
@@ -205,11 +209,14 @@ Result<std::string> inflateGzipMember(std::span<const uint8_t> member, size_t ma
   std::string out;
   // Never beyond max_out + 1 bytes (one byte more proves "too big"). The trailer's ISIZE
   // (the size mod 2^32, untrusted) sizes the buffer once; doubling covers a wrong one.
+  // Deflate expands at most 1032:1, so a lying ISIZE cannot make us allocate (and zero)
+  // more than the member could ever inflate to.
   const size_t cap = max_out == SIZE_MAX ? max_out : max_out + 1;
   size_t hint = 64 * 1024;
   if (member.size() >= 18) {
     const uint8_t* t = member.data() + member.size() - 4;
     hint = (size_t{t[0]} | size_t{t[1]} << 8 | size_t{t[2]} << 16 | size_t{t[3]} << 24) + 1;
+    hint = std::min(hint, member.size() * kMaxDeflateRatio + 1);
   }
   out.resize(std::min(cap, std::max<size_t>(hint, 4096)));
   size_t used = 0;

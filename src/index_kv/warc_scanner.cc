@@ -7,6 +7,8 @@
 // header because some writers emit them. Only the header block is buffered.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -291,7 +293,7 @@ class WarcGzScanner final : public FormatScanner {
  public:
   WarcGzScanner(const ParserOptions& o, bool sniffing)
       : rec_(o), max_inflated_(o.max_inflated_member), sniffing_(sniffing),
-        scratch_(kInflateScratch) {}
+        scratch_(std::make_unique_for_overwrite<uint8_t[]>(kInflateScratch)) {}
 
   ContainerFormat format() const override {
     return sniffing_ && !content_checked_ ? ContainerFormat::kAuto : ContainerFormat::kWarcGz;
@@ -299,13 +301,13 @@ class WarcGzScanner final : public FormatScanner {
 
   Status feed(std::span<const uint8_t> data, std::vector<ParsedRecord>& out) override {
     while (true) {
-      const auto st = inflater_.step(data, scratch_);
+      const auto st = inflater_.step(data, std::span(scratch_.get(), kInflateScratch));
       const auto in = data.first(st.consumed);
       crc_ = ec::crc32c(in, crc_);
       member_len_ += in.size();
       pos_ += in.size();
       data = data.subspan(in.size());
-      GRANARY_RETURN_IF_ERROR(onInflated(std::span(scratch_).first(st.produced)));
+      GRANARY_RETURN_IF_ERROR(onInflated(std::span<const uint8_t>(scratch_.get(), st.produced)));
       if (!st.error.isOk()) {
         return where(st.error.message());
       }
@@ -407,7 +409,7 @@ class WarcGzScanner final : public FormatScanner {
   WarcRecordScanner rec_;
   const uint64_t max_inflated_;
   const bool sniffing_;
-  std::vector<uint8_t> scratch_;
+  std::unique_ptr<uint8_t[]> scratch_;  // inflated bytes, never read before written
   bool content_checked_ = false;
   std::string magic_;  // first inflated bytes of the first member, up to "WARC/"
   std::string extra_;  // inflated bytes after a record's trailer, up to "WARC/"

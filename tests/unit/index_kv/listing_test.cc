@@ -219,12 +219,12 @@ TEST_CASE("Keys of a bucket whose name extends another's never leak into its lis
   CHECK(f.index->listObjects("missing", ListRequest{})->objects.empty());
 }
 
-TEST_CASE("A delimiter listing over 200 prefixes of 500 keys seeks past each prefix") {
+TEST_CASE("A delimiter listing over 200 prefixes of 100 keys seeks past each prefix") {
   IndexFixture f;
   f.makeBucket("big");
   std::vector<std::string> keys;
   for (int p = 0; p < 200; ++p) {
-    for (int k = 0; k < 500; ++k) {
+    for (int k = 0; k < 100; ++k) {
       keys.push_back(fmt::format("dir{:03}/file{:04}", p, k));
     }
   }
@@ -235,7 +235,8 @@ TEST_CASE("A delimiter listing over 200 prefixes of 500 keys seeks past each pre
   CHECK(r->objects.empty());
   CHECK_FALSE(r->truncated);
   CHECK(r->keys_examined < 2000);
-  WARN("keys examined for 200 prefixes over 100000 keys: " << r->keys_examined);
+  WARN("keys examined for 200 prefixes over 20000 keys: " << r->keys_examined);
+  // A walk over every key would examine 20,000; seeking examines about 10 per prefix.
   // Paging through the prefixes 7 at a time still never walks inside one.
   ListRequest req{"", "/", "", 7};
   uint64_t examined = 0;
@@ -251,5 +252,5 @@ TEST_CASE("A delimiter listing over 200 prefixes of 500 keys seeks past each pre
   CHECK(prefixes == 200);
   CHECK(examined < 2000);
   auto inner = f.index->listObjects("big", ListRequest{"dir123/", "/", "", 1000});
-  CHECK(inner->objects.size() == 500);
+  CHECK(inner->objects.size() == 100);
 }
