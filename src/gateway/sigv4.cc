@@ -9,12 +9,12 @@
 #include <openssl/params.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
 
 #include "granary/common/hex.h"
+#include "time_format.h"
 #include "uri.h"
 
 namespace granary::gateway {
@@ -96,75 +96,6 @@ std::string toLower(std::string_view s) {
     if (c >= 'A' && c <= 'Z') {
       c = static_cast<char>(c - 'A' + 'a');
     }
-  }
-  return out;
-}
-
-int toInt(std::string_view digits) {
-  int v = 0;
-  for (char c : digits) {
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-// "yyyymmddThhmmssZ" -> seconds since the epoch; nullopt if malformed.
-std::optional<int64_t> amzDateToUnix(std::string_view s) {
-  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z' || !allDigits(s.substr(0, 8)) ||
-      !allDigits(s.substr(9, 6))) {
-    return std::nullopt;
-  }
-  using namespace std::chrono;
-  year_month_day ymd{year{toInt(s.substr(0, 4))},
-                     month{static_cast<unsigned>(toInt(s.substr(4, 2)))},
-                     day{static_cast<unsigned>(toInt(s.substr(6, 2)))}};
-  int hh = toInt(s.substr(9, 2));
-  int mm = toInt(s.substr(11, 2));
-  int ss = toInt(s.substr(13, 2));
-  if (!ymd.ok() || hh > 23 || mm > 59 || ss > 60) {
-    return std::nullopt;
-  }
-  int64_t days = sys_days(ymd).time_since_epoch().count();
-  return days * 86400 + hh * 3600 + mm * 60 + ss;
-}
-
-// IMF-fixdate ("Fri, 24 May 2013 00:00:00 GMT") -> "20130524T000000Z".
-std::optional<std::string> httpDateToAmzDate(std::string_view s) {
-  size_t comma = s.find(',');
-  if (comma == std::string_view::npos) {
-    return std::nullopt;
-  }
-  std::string_view rest = trimSpaces(s.substr(comma + 1));
-  std::string_view parts[5];
-  for (int i = 0; i < 5; ++i) {
-    rest = trimSpaces(rest);
-    size_t sp = rest.find(' ');
-    parts[i] = rest.substr(0, sp);
-    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp);
-  }
-  static constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  int month = 0;
-  for (int i = 0; i < 12; ++i) {
-    if (parts[1] == kMonths[i]) {
-      month = i + 1;
-    }
-  }
-  std::string_view day = parts[0];
-  std::string_view time = parts[3];
-  if (month == 0 || !allDigits(day) || day.size() > 2 || parts[2].size() != 4 ||
-      !allDigits(parts[2]) || time.size() != 8 || time[2] != ':' || time[5] != ':' ||
-      parts[4] != "GMT" || !trimSpaces(rest).empty()) {
-    return std::nullopt;
-  }
-  auto two = [](int v) {
-    return std::string{static_cast<char>('0' + v / 10), static_cast<char>('0' + v % 10)};
-  };
-  std::string out(parts[2]);
-  out.append(two(month)).append(two(toInt(day))).append("T");
-  out.append(time.substr(0, 2)).append(time.substr(3, 2)).append(time.substr(6, 2)).append("Z");
-  if (!amzDateToUnix(out)) {
-    return std::nullopt;
   }
   return out;
 }
@@ -291,9 +222,9 @@ S3Result<std::optional<AuthInfo>> parseHeaderAuth(const HttpRequestView& req,
   if (auto amz_date = req.header("x-amz-date")) {
     auth.amz_date = std::string(trimSpaces(*amz_date));
   } else if (auto date = req.header("date")) {
-    auth.amz_date = httpDateToAmzDate(*date).value_or("");
+    if (auto t = parseHttpDate(trimSpaces(*date))) auth.amz_date = amzDate(*t);
   }
-  if (!amzDateToUnix(auth.amz_date)) {
+  if (!parseAmzDate(auth.amz_date)) {
     return s3fail(S3ErrorCode::kAccessDenied,
                   "AWS authentication requires a valid Date or x-amz-date header");
   }
@@ -360,7 +291,7 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
                       "\"s3\".");
   }
   auth.amz_date = *amz_date;
-  if (!amzDateToUnix(auth.amz_date)) {
+  if (!parseAmzDate(auth.amz_date)) {
     return s3fail(kQueryError,
                   "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"");
   }
@@ -599,7 +530,7 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
   if (auth.version == 2) {
     return verifyV2(req, auth, secret, now_unix_seconds);
   }
-  std::optional<int64_t> signed_at = amzDateToUnix(auth.amz_date);
+  std::optional<int64_t> signed_at = parseAmzDate(auth.amz_date);
   if (!signed_at) {
     return s3fail(S3ErrorCode::kAccessDenied,
                   "AWS authentication requires a valid Date or x-amz-date header");

@@ -4,6 +4,8 @@
 #include <ctime>
 #include <string>
 
+#include <fmt/format.h>
+
 namespace granary::gateway {
 
 namespace {
@@ -73,28 +75,32 @@ std::optional<int64_t> parseHttpDate(std::string_view s) {
 
 std::optional<int64_t> parseAmzDate(std::string_view s) {
   if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z') return std::nullopt;
-  std::tm tm{};
-  auto num = [&](size_t pos, size_t len) -> int {
+  int fields[6];  // year, month, day, hour, minute, second
+  static constexpr size_t kAt[] = {0, 4, 6, 9, 11, 13};
+  for (int f = 0; f < 6; ++f) {
     int v = 0;
-    for (size_t i = pos; i < pos + len; ++i) {
-      if (s[i] < '0' || s[i] > '9') return -1;
+    for (size_t i = kAt[f]; i < kAt[f] + (f == 0 ? 4 : 2); ++i) {
+      if (s[i] < '0' || s[i] > '9') return std::nullopt;
       v = v * 10 + (s[i] - '0');
     }
-    return v;
-  };
-  int year = num(0, 4), mon = num(4, 2), day = num(6, 2);
-  int hh = num(9, 2), mm = num(11, 2), ss = num(13, 2);
-  if (year < 0 || mon < 1 || mon > 12 || day < 1 || day > 31 || hh < 0 || hh > 23 || mm < 0 ||
-      mm > 59 || ss < 0 || ss > 60) {
-    return std::nullopt;
+    fields[f] = v;
   }
-  tm.tm_year = year - 1900;
-  tm.tm_mon = mon - 1;
-  tm.tm_mday = day;
-  tm.tm_hour = hh;
-  tm.tm_min = mm;
-  tm.tm_sec = ss;
-  return static_cast<int64_t>(timegm(&tm));
+  using namespace std::chrono;
+  const year_month_day ymd{year{fields[0]}, month{unsigned(fields[1])}, day{unsigned(fields[2])}};
+  if (!ymd.ok() || fields[3] > 23 || fields[4] > 59 || fields[5] > 60) return std::nullopt;
+  return int64_t{sys_days(ymd).time_since_epoch().count()} * 86400 + fields[3] * 3600 +
+         fields[4] * 60 + fields[5];
+}
+
+std::string amzDate(int64_t unix_seconds) {
+  using namespace std::chrono;
+  const sys_seconds t{seconds(unix_seconds)};
+  const sys_days day = floor<days>(t);
+  const year_month_day ymd(day);
+  const hh_mm_ss hms(t - day);
+  return fmt::format("{:04}{:02}{:02}T{:02}{:02}{:02}Z", int(ymd.year()), unsigned(ymd.month()),
+                     unsigned(ymd.day()), hms.hours().count(), hms.minutes().count(),
+                     hms.seconds().count());
 }
 
 }  // namespace granary::gateway

@@ -24,7 +24,10 @@ class IsoTimestamp {
 // Parses an HTTP-date (IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", also RFC 850 and
 // asctime forms) into Unix seconds; nullopt if malformed.
 std::optional<int64_t> parseHttpDate(std::string_view s);
-// Parses SigV4's "20130524T000000Z" into Unix seconds.
+// Parses SigV4's "20130524T000000Z" into Unix seconds; nullopt if malformed or not a
+// calendar date (February 30th).
 std::optional<int64_t> parseAmzDate(std::string_view s);
+// Unix seconds -> "20130524T000000Z".
+std::string amzDate(int64_t unix_seconds);
 
 }  // namespace granary::gateway

@@ -190,4 +190,23 @@ TEST_CASE("isoTimestamp and httpDate format UTC with S3's precision") {
   CHECK(parseHttpDate(httpDate(t)) == t / 1'000'000'000);
 }
 
+TEST_CASE("SigV4 dates: yyyymmddThhmmssZ parses strictly and formats back") {
+  CHECK(parseAmzDate("20130524T000000Z") == 1'369'353'600);
+  CHECK(parseAmzDate("19700101T000000Z") == 0);
+  CHECK(parseAmzDate("20000229T235960Z") == 951'868'800);  // leap day, leap second
+  CHECK(amzDate(1'369'353'600) == "20130524T000000Z");
+  CHECK(amzDate(0) == "19700101T000000Z");
+  CHECK(amzDate(-1) == "19691231T235959Z");
+  for (int64_t s : {int64_t{0}, int64_t{951'782'399}, int64_t{1'795'000'000}, int64_t{-86'401}}) {
+    CHECK(parseAmzDate(amzDate(s)) == s);
+  }
+  for (const char* bad : {"20130230T000000Z", "20131301T000000Z", "20130524T240000Z",
+                          "20130524T006000Z", "20130524T000061Z", "2013052T0000000Z",
+                          "20130524 000000Z", "20130524T000000", "2013-5-24T00000Z",
+                          "20130524T00000+Z", ""}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parseAmzDate(bad));
+  }
+}
+
 }  // namespace granary::gateway
