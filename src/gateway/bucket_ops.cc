@@ -8,6 +8,7 @@
 #include "granary/index_kv/index.h"
 #include "handlers.h"
 #include "s3_xml.h"
+#include "xml_writer.h"
 
 namespace granary::gateway {
 
@@ -145,6 +146,85 @@ Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
   auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   co_return xmlResponse(locationXml(ctx.options.region));
+}
+
+namespace {
+
+// A bucket setting Granary has no way to set, read as S3 answers it for a bucket where it
+// was never set: a document (`root`, holding `child` when it has one) or a 404 `error`.
+// Tools that read every setting of a bucket (Terraform's aws_s3_bucket, rclone, mc) need
+// these answers; a 501 fails them.
+struct AbsentSetting {
+  std::string_view param = {};
+  std::string_view op = {};
+  std::string_view root = {};   // empty: answered with `error`
+  std::string_view child = {};  // <child>child_value</child> inside `root`
+  std::string_view child_value = {};
+  S3ErrorCode error = S3ErrorCode::kInternalError;
+  std::string_view message = {};
+};
+
+constexpr AbsentSetting kAbsentSettings[] = {
+    // One version per key: a bucket that never had versioning enabled (no Status).
+    {.param = "versioning", .op = "GetBucketVersioning", .root = "VersioningConfiguration"},
+    {.param = "logging", .op = "GetBucketLogging", .root = "BucketLoggingStatus"},
+    {.param = "accelerate", .op = "GetBucketAccelerateConfiguration",
+     .root = "AccelerateConfiguration"},
+    {.param = "requestPayment", .op = "GetBucketRequestPayment",
+     .root = "RequestPaymentConfiguration", .child = "Payer", .child_value = "BucketOwner"},
+    {.param = "notification", .op = "GetBucketNotificationConfiguration",
+     .root = "NotificationConfiguration"},
+    {.param = "policy", .op = "GetBucketPolicy", .error = S3ErrorCode::kNoSuchBucketPolicy,
+     .message = "The bucket policy does not exist"},
+    {.param = "cors", .op = "GetBucketCors", .error = S3ErrorCode::kNoSuchCORSConfiguration,
+     .message = "The CORS configuration does not exist"},
+    {.param = "encryption", .op = "GetBucketEncryption",
+     .error = S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError,
+     .message = "The server side encryption configuration was not found"},
+    {.param = "website", .op = "GetBucketWebsite",
+     .error = S3ErrorCode::kNoSuchWebsiteConfiguration,
+     .message = "The specified bucket does not have a website configuration"},
+    {.param = "replication", .op = "GetBucketReplication",
+     .error = S3ErrorCode::kReplicationConfigurationNotFoundError,
+     .message = "The replication configuration was not found"},
+    {.param = "tagging", .op = "GetBucketTagging", .error = S3ErrorCode::kNoSuchTagSet,
+     .message = "The TagSet does not exist"},
+    {.param = "object-lock", .op = "GetObjectLockConfiguration",
+     .error = S3ErrorCode::kObjectLockConfigurationNotFoundError,
+     .message = "Object Lock configuration does not exist for this bucket"},
+    {.param = "ownershipControls", .op = "GetBucketOwnershipControls",
+     .error = S3ErrorCode::kOwnershipControlsNotFoundError,
+     .message = "The bucket ownership controls were not found"},
+    {.param = "publicAccessBlock", .op = "GetPublicAccessBlock",
+     .error = S3ErrorCode::kNoSuchPublicAccessBlockConfiguration,
+     .message = "The public access block configuration was not found"},
+};
+
+const AbsentSetting* absentSetting(const S3Request& req) {
+  for (const AbsentSetting& s : kAbsentSettings) {
+    if (req.hasQuery(s.param)) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<std::string_view> absentBucketSettingOperation(const S3Request& req) {
+  if (const AbsentSetting* s = absentSetting(req)) return s->op;
+  return std::nullopt;
+}
+
+Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req) {
+  const AbsentSetting* setting = absentSetting(req);
+  if (setting == nullptr) co_return errorResponse({S3ErrorCode::kInternalError, "no setting"}, req);
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (setting->root.empty()) {
+    co_return errorResponse({setting->error, std::string(setting->message)}, req);
+  }
+  XmlWriter xml(setting->root);
+  if (!setting->child.empty()) xml.element(setting->child, setting->child_value);
+  co_return xmlResponse(std::move(xml).finish());
 }
 
 Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name) {

@@ -147,6 +147,11 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body);
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req);
+// bucket_ops.cc: GET of a bucket setting Granary has no way to set (?versioning, ?policy,
+// ?cors, ?tagging, ...), answered as S3 answers it for a bucket where it was never set.
+// The operation's name, or nullopt when `req` names none of those settings.
+std::optional<std::string_view> absentBucketSettingOperation(const S3Request& req);
+Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req);
 // The x-amz-acl header of CreateBucket / PutBucketAcl: public-read or not; NotImplemented
 // for canned ACLs other than private and public-read.
 S3Result<bool> cannedAclPublicRead(const S3Request& req);

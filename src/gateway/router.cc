@@ -276,6 +276,10 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       op = "DeleteBucketLifecycle";
       co_return co_await deleteBucketLifecycle(ctx, req);
     }
+    if (auto setting = absentBucketSettingOperation(req); setting && m == "GET") {
+      op = *setting;
+      co_return co_await getAbsentBucketSetting(ctx, req);
+    }
   }
   // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and
   // object tags of a version, stay NotImplemented below.

@@ -60,6 +60,24 @@ std::string_view errorName(S3ErrorCode code) {
       return "NoSuchUpload";
     case S3ErrorCode::kNoSuchLifecycleConfiguration:
       return "NoSuchLifecycleConfiguration";
+    case S3ErrorCode::kNoSuchBucketPolicy:
+      return "NoSuchBucketPolicy";
+    case S3ErrorCode::kNoSuchCORSConfiguration:
+      return "NoSuchCORSConfiguration";
+    case S3ErrorCode::kNoSuchPublicAccessBlockConfiguration:
+      return "NoSuchPublicAccessBlockConfiguration";
+    case S3ErrorCode::kNoSuchTagSet:
+      return "NoSuchTagSet";
+    case S3ErrorCode::kNoSuchWebsiteConfiguration:
+      return "NoSuchWebsiteConfiguration";
+    case S3ErrorCode::kObjectLockConfigurationNotFoundError:
+      return "ObjectLockConfigurationNotFoundError";
+    case S3ErrorCode::kOwnershipControlsNotFoundError:
+      return "OwnershipControlsNotFoundError";
+    case S3ErrorCode::kReplicationConfigurationNotFoundError:
+      return "ReplicationConfigurationNotFoundError";
+    case S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError:
+      return "ServerSideEncryptionConfigurationNotFoundError";
     case S3ErrorCode::kEntityAlreadyExists:
       return "EntityAlreadyExists";
     case S3ErrorCode::kNoSuchEntity:
@@ -107,6 +125,15 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kNoSuchKey:
     case S3ErrorCode::kNoSuchUpload:
     case S3ErrorCode::kNoSuchLifecycleConfiguration:
+    case S3ErrorCode::kNoSuchBucketPolicy:
+    case S3ErrorCode::kNoSuchCORSConfiguration:
+    case S3ErrorCode::kNoSuchPublicAccessBlockConfiguration:
+    case S3ErrorCode::kNoSuchTagSet:
+    case S3ErrorCode::kNoSuchWebsiteConfiguration:
+    case S3ErrorCode::kObjectLockConfigurationNotFoundError:
+    case S3ErrorCode::kOwnershipControlsNotFoundError:
+    case S3ErrorCode::kReplicationConfigurationNotFoundError:
+    case S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError:
     case S3ErrorCode::kNoSuchEntity:
       return 404;
     case S3ErrorCode::kEntityAlreadyExists:

@@ -38,6 +38,16 @@ enum class S3ErrorCode {
   kNoSuchKey,
   kNoSuchUpload,
   kNoSuchLifecycleConfiguration,
+  // Bucket settings Granary has no way to set (bucket_ops.cc, absentBucketSetting).
+  kNoSuchBucketPolicy,
+  kNoSuchCORSConfiguration,
+  kNoSuchPublicAccessBlockConfiguration,
+  kNoSuchTagSet,
+  kNoSuchWebsiteConfiguration,
+  kObjectLockConfigurationNotFoundError,
+  kOwnershipControlsNotFoundError,
+  kReplicationConfigurationNotFoundError,
+  kServerSideEncryptionConfigurationNotFoundError,
   kEntityAlreadyExists,  // admin API (IAM's name): the user exists
   kNoSuchEntity,         // admin API (IAM's name): no such user
   kInvalidPart,

@@ -462,11 +462,22 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
-  for (const char* target : {"/bucket/obj?retention", "/bucket?versioning", "/bucket/obj?acl"}) {
+  for (const char* target : {"/bucket/obj?retention", "/bucket/obj?acl", "/bucket/obj?versioning",
+                             "/bucket?versioning&versionId=null"}) {
     CAPTURE(target);
     Reply r = f.get(target);
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
+  }
+  // Setting what can only be read as absent.
+  for (const char* target : {"/bucket?versioning", "/bucket?policy", "/bucket?cors"}) {
+    CAPTURE(target);
+    const std::string body = "<VersioningConfiguration><Status>Enabled</Status>"
+                             "</VersioningConfiguration>";
+    Reply r = f.send(makeRequest("PUT", target, {}, sha256Hex(body)), body);
+    CHECK(r.status == 501);
+    CHECK(r.code == "NotImplemented");
+    CHECK(f.send(makeRequest("DELETE", target)).status == 501);
   }
   // Bucket tags, and the tags of a version, are not object tags of the current version.
   for (const char* target : {"/bucket?tagging", "/bucket/obj?tagging&versionId=null"}) {
@@ -483,6 +494,51 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     Reply r = f.get(target);
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
+  }
+}
+
+TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers them") {
+  GatewayFixture f;
+  f.createBucket();
+  struct Absent {
+    const char* param;
+    const char* op;
+    int status;
+    const char* code_or_body;
+  };
+  const Absent absent[] = {
+      {"versioning", "GetBucketVersioning", 200,
+       R"(<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">)"
+       "</VersioningConfiguration>"},
+      {"logging", "GetBucketLogging", 200, "<BucketLoggingStatus xmlns="},
+      {"accelerate", "GetBucketAccelerateConfiguration", 200, "<AccelerateConfiguration xmlns="},
+      {"requestPayment", "GetBucketRequestPayment", 200, "><Payer>BucketOwner</Payer>"},
+      {"notification", "GetBucketNotificationConfiguration", 200, "<NotificationConfiguration"},
+      {"policy", "GetBucketPolicy", 404, "NoSuchBucketPolicy"},
+      {"cors", "GetBucketCors", 404, "NoSuchCORSConfiguration"},
+      {"encryption", "GetBucketEncryption", 404,
+       "ServerSideEncryptionConfigurationNotFoundError"},
+      {"website", "GetBucketWebsite", 404, "NoSuchWebsiteConfiguration"},
+      {"replication", "GetBucketReplication", 404, "ReplicationConfigurationNotFoundError"},
+      {"tagging", "GetBucketTagging", 404, "NoSuchTagSet"},
+      {"object-lock", "GetObjectLockConfiguration", 404,
+       "ObjectLockConfigurationNotFoundError"},
+      {"ownershipControls", "GetBucketOwnershipControls", 404, "OwnershipControlsNotFoundError"},
+      {"publicAccessBlock", "GetPublicAccessBlock", 404, "NoSuchPublicAccessBlockConfiguration"},
+  };
+  for (const Absent& a : absent) {
+    CAPTURE(a.param);
+    Reply r = f.get(std::string("/bucket?") + a.param);
+    CHECK(r.status == a.status);
+    CHECK(r.op == a.op);
+    if (a.status == 200) {
+      CHECK(r.body.find(a.code_or_body) != std::string::npos);
+    } else {
+      CHECK(r.code == a.code_or_body);
+    }
+    Reply missing = f.get(std::string("/nobucket?") + a.param);
+    CHECK(missing.status == 404);
+    CHECK(missing.code == "NoSuchBucket");
   }
 }
 

@@ -1,0 +1,72 @@
+"""Bucket settings Granary has no way to set (versioning, policy, CORS, encryption, tags...):
+reading one answers as S3 answers for a bucket where it was never set, so tools that read
+every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; setting
+one is 501 NotImplemented. Driven with boto3 and aws-cli against the real binary."""
+import json
+
+import botocore
+import pytest
+
+# (boto3 call, error code S3 answers for a bucket without that setting)
+ABSENT = [
+    ("get_bucket_policy", "NoSuchBucketPolicy"),
+    ("get_bucket_cors", "NoSuchCORSConfiguration"),
+    ("get_bucket_encryption", "ServerSideEncryptionConfigurationNotFoundError"),
+    ("get_bucket_website", "NoSuchWebsiteConfiguration"),
+    ("get_bucket_replication", "ReplicationConfigurationNotFoundError"),
+    ("get_bucket_tagging", "NoSuchTagSet"),
+    ("get_object_lock_configuration", "ObjectLockConfigurationNotFoundError"),
+    ("get_bucket_ownership_controls", "OwnershipControlsNotFoundError"),
+    ("get_public_access_block", "NoSuchPublicAccessBlockConfiguration"),
+]
+
+
+def test_boto3_reads_every_setting_as_never_set(s3, bucket):
+    versioning = s3.get_bucket_versioning(Bucket=bucket)
+    assert versioning["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert "Status" not in versioning and "MFADelete" not in versioning
+    assert "LoggingEnabled" not in s3.get_bucket_logging(Bucket=bucket)
+    assert "Status" not in s3.get_bucket_accelerate_configuration(Bucket=bucket)
+    assert s3.get_bucket_request_payment(Bucket=bucket)["Payer"] == "BucketOwner"
+    notification = s3.get_bucket_notification_configuration(Bucket=bucket)
+    assert not any(k.endswith("Configurations") for k in notification), notification
+    for call, code in ABSENT:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            getattr(s3, call)(Bucket=bucket)
+        assert e.value.response["Error"]["Code"] == code, call
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404, call
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_bucket_versioning(Bucket=bucket + "-missing")
+    assert e.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
+    calls = [
+        lambda: s3.put_bucket_versioning(
+            Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}),
+        lambda: s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                "Resource": f"arn:aws:s3:::{bucket}/*"}]})),
+        lambda: s3.put_bucket_tagging(
+            Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "data"}]}),
+        lambda: s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
+            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+    ]
+    for call in calls:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "NotImplemented"
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_bucket_tagging(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "NoSuchTagSet"
+
+
+def test_aws_cli_reads_versioning_and_policy(server, bucket):
+    # An unversioned bucket: aws-cli prints nothing and exits 0.
+    res = server.aws("s3api", "get-bucket-versioning", "--bucket", bucket)
+    assert res.stdout.strip() == "", res.stdout
+    res = server.aws("s3api", "get-bucket-policy", "--bucket", bucket, check=False)
+    assert res.returncode != 0
+    assert "NoSuchBucketPolicy" in res.stderr, res.stderr
