@@ -266,6 +266,21 @@ def s3cmd(server, tmp_path_factory):
     return run
 
 
+def test_s3cmd_info_reads_the_bucket_settings(s3cmd, s3):
+    # s3cmd info reads location, request payment, lifecycle, policy, CORS and the ACL.
+    name = "s3cmd-info-" + uuid.uuid4().hex[:8]
+    s3cmd("mb", f"s3://{name}")
+    out = s3cmd("info", f"s3://{name}").stdout
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)}
+    assert fields.get("Location") == "us-east-1", out
+    assert fields.get("Payer") == "BucketOwner", out
+    assert fields.get("Expiration Rule") == "none", out
+    assert fields.get("Policy") == "none", out
+    assert fields.get("CORS") == "none", out
+    s3cmd("rb", f"s3://{name}")
+
+
 def test_s3cmd_mb_put_get_ls_rm_rb(s3cmd, s3, tmp_path):
     name = "s3cmd-" + uuid.uuid4().hex[:12]
     s3cmd("mb", f"s3://{name}")

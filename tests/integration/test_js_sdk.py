@@ -350,6 +350,17 @@ def test_object_tagging(server, s3, bucket, js_sdk):
     assert s3.get_object(Bucket=bucket, Key="tags/obj")["Body"].read() == b"t"
 
 
+def test_bucket_settings_read_as_never_set(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "bucket-settings", bucket)
+    assert r["versioningHttp"] == 200 and r["versioningStatus"] is None, r
+    for field, code in (("policy", "NoSuchBucketPolicy"), ("tagging", "NoSuchTagSet"),
+                        ("encryption", "ServerSideEncryptionConfigurationNotFoundError")):
+        e = r[field]
+        assert e["threw"] and e["name"] == code and e["status"] == 404, (field, e)
+    e = r["enableVersioning"]
+    assert e["threw"] and e["name"] == "NotImplemented" and e["status"] == 501, e
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

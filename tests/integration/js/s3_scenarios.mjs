@@ -20,12 +20,17 @@ import {
   DeleteObjectCommand,
   DeleteObjectTaggingCommand,
   DeleteObjectsCommand,
+  GetBucketEncryptionCommand,
+  GetBucketPolicyCommand,
+  GetBucketTaggingCommand,
+  GetBucketVersioningCommand,
   GetObjectCommand,
   GetObjectTaggingCommand,
   HeadBucketCommand,
   HeadObjectCommand,
   ListObjectsV2Command,
   NoSuchKey,
+  PutBucketVersioningCommand,
   PutObjectCommand,
   PutObjectTaggingCommand,
   S3Client,
@@ -460,6 +465,21 @@ async function tagging() {
   };
 }
 
+// Bucket settings Granary cannot set: read as never set, set as NotImplemented.
+async function bucketSettings() {
+  const versioning = await send(new GetBucketVersioningCommand({ Bucket: bucket }));
+  return {
+    versioningStatus: versioning.Status ?? null,
+    versioningHttp: versioning.$metadata.httpStatusCode,
+    policy: await expectError(() => client.send(new GetBucketPolicyCommand({ Bucket: bucket }))),
+    tagging: await expectError(() => client.send(new GetBucketTaggingCommand({ Bucket: bucket }))),
+    encryption: await expectError(() => client.send(new GetBucketEncryptionCommand({ Bucket: bucket }))),
+    enableVersioning: await expectError(() => client.send(new PutBucketVersioningCommand({
+      Bucket: bucket, VersioningConfiguration: { Status: "Enabled" },
+    }))),
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -477,6 +497,7 @@ const SCENARIOS = {
   "checksum-mode": checksumMode,
   "delete-objects": deleteObjects,
   tagging,
+  "bucket-settings": bucketSettings,
   errors,
 };
 
