@@ -150,20 +150,6 @@ Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
 
 namespace {
 
-// A bucket setting Granary has no way to set, read as S3 answers it for a bucket where it
-// was never set: a document (`root`, holding `child` when it has one) or a 404 `error`.
-// Tools that read every setting of a bucket (Terraform's aws_s3_bucket, rclone, mc) need
-// these answers; a 501 fails them.
-struct AbsentSetting {
-  std::string_view param = {};
-  std::string_view op = {};
-  std::string_view root = {};   // empty: answered with `error`
-  std::string_view child = {};  // <child>child_value</child> inside `root`
-  std::string_view child_value = {};
-  S3ErrorCode error = S3ErrorCode::kInternalError;
-  std::string_view message = {};
-};
-
 constexpr AbsentSetting kAbsentSettings[] = {
     // One version per key: a bucket that never had versioning enabled (no Status).
     {.param = "versioning", .op = "GetBucketVersioning", .root = "VersioningConfiguration"},
@@ -200,30 +186,24 @@ constexpr AbsentSetting kAbsentSettings[] = {
      .message = "The public access block configuration was not found"},
 };
 
-const AbsentSetting* absentSetting(const S3Request& req) {
+}  // namespace
+
+const AbsentSetting* findAbsentBucketSetting(const S3Request& req) {
   for (const AbsentSetting& s : kAbsentSettings) {
     if (req.hasQuery(s.param)) return &s;
   }
   return nullptr;
 }
 
-}  // namespace
-
-std::optional<std::string_view> absentBucketSettingOperation(const S3Request& req) {
-  if (const AbsentSetting* s = absentSetting(req)) return s->op;
-  return std::nullopt;
-}
-
-Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req) {
-  const AbsentSetting* setting = absentSetting(req);
-  if (setting == nullptr) co_return errorResponse({S3ErrorCode::kInternalError, "no setting"}, req);
+Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req,
+                                        const AbsentSetting& setting) {
   auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
-  if (setting->root.empty()) {
-    co_return errorResponse({setting->error, std::string(setting->message)}, req);
+  if (setting.root.empty()) {
+    co_return errorResponse({setting.error, std::string(setting.message)}, req);
   }
-  XmlWriter xml(setting->root);
-  if (!setting->child.empty()) xml.element(setting->child, setting->child_value);
+  XmlWriter xml(setting.root);
+  if (!setting.child.empty()) xml.element(setting.child, setting.child_value);
   co_return xmlResponse(std::move(xml).finish());
 }
 

@@ -147,11 +147,24 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body);
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req);
-// bucket_ops.cc: GET of a bucket setting Granary has no way to set (?versioning, ?policy,
-// ?cors, ?tagging, ...), answered as S3 answers it for a bucket where it was never set.
-// The operation's name, or nullopt when `req` names none of those settings.
-std::optional<std::string_view> absentBucketSettingOperation(const S3Request& req);
-Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req);
+// bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy, ?cors,
+// ?tagging, ...). Its GET answers as S3 answers for a bucket where it was never set: a
+// document (`root`, holding `child` when it has one) or a 404 `error`. Tools that read
+// every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) need these
+// answers; a 501 fails them.
+struct AbsentSetting {
+  std::string_view param = {};  // the sub-resource
+  std::string_view op = {};     // the S3 operation's name, for metrics and the access log
+  std::string_view root = {};   // empty: answered with `error`
+  std::string_view child = {};  // <child>child_value</child> inside `root`
+  std::string_view child_value = {};
+  S3ErrorCode error = S3ErrorCode::kInternalError;
+  std::string_view message = {};
+};
+// The setting `req`'s query names, or nullptr.
+const AbsentSetting* findAbsentBucketSetting(const S3Request& req);
+Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req,
+                                        const AbsentSetting& setting);
 // The x-amz-acl header of CreateBucket / PutBucketAcl: public-read or not; NotImplemented
 // for canned ACLs other than private and public-read.
 S3Result<bool> cannedAclPublicRead(const S3Request& req);

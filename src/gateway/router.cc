@@ -276,9 +276,9 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       op = "DeleteBucketLifecycle";
       co_return co_await deleteBucketLifecycle(ctx, req);
     }
-    if (auto setting = absentBucketSettingOperation(req); setting && m == "GET") {
-      op = *setting;
-      co_return co_await getAbsentBucketSetting(ctx, req);
+    if (const AbsentSetting* setting = findAbsentBucketSetting(req); setting && m == "GET") {
+      op = setting->op;
+      co_return co_await getAbsentBucketSetting(ctx, req, *setting);
     }
   }
   // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and

@@ -569,8 +569,8 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
 S3Result<void> matchSignature(std::string_view path, std::string_view provided,
                               const std::function<std::string(std::string_view)>& sign) {
   auto matches = [&](std::string_view p) {
-    const std::string expected = sign(p);
-    return expected.size() == provided.size() &&
+    const std::string expected = sign(p);  // empty when signing failed: never a match
+    return !expected.empty() && expected.size() == provided.size() &&
            CRYPTO_memcmp(expected.data(), provided.data(), expected.size()) == 0;
   };
   if (matches(path)) return {};

@@ -670,3 +670,17 @@ TEST_CASE("SigV2 signs x-amz headers and sub-resources in canonical order") {
 }
 
 }  // namespace granary::gateway
+
+namespace granary::gateway {
+
+TEST_CASE("matchSignature: a signing failure (empty) never matches, even an empty signature") {
+  auto failed = [](std::string_view) { return std::string(); };
+  CHECK_FALSE(matchSignature("/b/k", "", failed).has_value());
+  CHECK_FALSE(matchSignature("/b/k$", "", failed).has_value());
+  auto fixed = [](std::string_view p) { return std::string(p == "/b/k%24" ? "sig" : "other"); };
+  CHECK(matchSignature("/b/k%24", "sig", fixed).has_value());
+  CHECK(matchSignature("/b/k$", "sig", fixed).has_value());  // signed the canonical form
+  CHECK(matchSignature("/b/k$", "bad", fixed).error().code == S3ErrorCode::kSignatureDoesNotMatch);
+}
+
+}  // namespace granary::gateway
