@@ -160,28 +160,32 @@ constexpr AbsentSetting kAbsentSettings[] = {
      .root = "RequestPaymentConfiguration", .child = "Payer", .child_value = "BucketOwner"},
     {.param = "notification", .op = "GetBucketNotificationConfiguration",
      .root = "NotificationConfiguration"},
-    {.param = "policy", .op = "GetBucketPolicy", .error = S3ErrorCode::kNoSuchBucketPolicy,
-     .message = "The bucket policy does not exist"},
-    {.param = "cors", .op = "GetBucketCors", .error = S3ErrorCode::kNoSuchCORSConfiguration,
+    {.param = "policy", .op = "GetBucketPolicy", .delete_op = "DeleteBucketPolicy",
+     .error = S3ErrorCode::kNoSuchBucketPolicy, .message = "The bucket policy does not exist"},
+    {.param = "cors", .op = "GetBucketCors", .delete_op = "DeleteBucketCors",
+     .error = S3ErrorCode::kNoSuchCORSConfiguration,
      .message = "The CORS configuration does not exist"},
-    {.param = "encryption", .op = "GetBucketEncryption",
+    {.param = "encryption", .op = "GetBucketEncryption", .delete_op = "DeleteBucketEncryption",
      .error = S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError,
      .message = "The server side encryption configuration was not found"},
-    {.param = "website", .op = "GetBucketWebsite",
+    {.param = "website", .op = "GetBucketWebsite", .delete_op = "DeleteBucketWebsite",
      .error = S3ErrorCode::kNoSuchWebsiteConfiguration,
      .message = "The specified bucket does not have a website configuration"},
-    {.param = "replication", .op = "GetBucketReplication",
+    {.param = "replication", .op = "GetBucketReplication", .delete_op = "DeleteBucketReplication",
      .error = S3ErrorCode::kReplicationConfigurationNotFoundError,
      .message = "The replication configuration was not found"},
-    {.param = "tagging", .op = "GetBucketTagging", .error = S3ErrorCode::kNoSuchTagSet,
-     .message = "The TagSet does not exist"},
+    {.param = "tagging", .op = "GetBucketTagging", .delete_op = "DeleteBucketTagging",
+     .error = S3ErrorCode::kNoSuchTagSet, .message = "The TagSet does not exist"},
+    // No DeleteObjectLockConfiguration in S3: once enabled, object lock stays.
     {.param = "object-lock", .op = "GetObjectLockConfiguration",
      .error = S3ErrorCode::kObjectLockConfigurationNotFoundError,
      .message = "Object Lock configuration does not exist for this bucket"},
     {.param = "ownershipControls", .op = "GetBucketOwnershipControls",
+     .delete_op = "DeleteBucketOwnershipControls",
      .error = S3ErrorCode::kOwnershipControlsNotFoundError,
      .message = "The bucket ownership controls were not found"},
     {.param = "publicAccessBlock", .op = "GetPublicAccessBlock",
+     .delete_op = "DeletePublicAccessBlock",
      .error = S3ErrorCode::kNoSuchPublicAccessBlockConfiguration,
      .message = "The public access block configuration was not found"},
 };
@@ -205,6 +209,14 @@ Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& re
   XmlWriter xml(setting.root);
   if (!setting.child.empty()) xml.element(setting.child, setting.child_value);
   co_return xmlResponse(std::move(xml).finish());
+}
+
+Task<S3Response> deleteAbsentBucketSetting(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
 }
 
 Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name) {

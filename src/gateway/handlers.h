@@ -151,10 +151,12 @@ Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req
 // ?tagging, ...). Its GET answers as S3 answers for a bucket where it was never set: a
 // document (`root`, holding `child` when it has one) or a 404 `error`. Tools that read
 // every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) need these
-// answers; a 501 fails them.
+// answers; a 501 fails them. Deleting one that has a Delete operation (`delete_op`) is a
+// 204, as S3 answers a delete of a setting that is not there (Terraform's destroy).
 struct AbsentSetting {
   std::string_view param = {};  // the sub-resource
   std::string_view op = {};     // the S3 operation's name, for metrics and the access log
+  std::string_view delete_op = {};  // its Delete operation's name; empty: S3 has none
   std::string_view root = {};   // empty: answered with `error`
   std::string_view child = {};  // <child>child_value</child> inside `root`
   std::string_view child_value = {};
@@ -165,6 +167,8 @@ struct AbsentSetting {
 const AbsentSetting* findAbsentBucketSetting(const S3Request& req);
 Task<S3Response> getAbsentBucketSetting(GatewayContext& ctx, const S3Request& req,
                                         const AbsentSetting& setting);
+// A 204 once the bucket is found: there was nothing to delete.
+Task<S3Response> deleteAbsentBucketSetting(GatewayContext& ctx, const S3Request& req);
 // The x-amz-acl header of CreateBucket / PutBucketAcl: public-read or not; NotImplemented
 // for canned ACLs other than private and public-read.
 S3Result<bool> cannedAclPublicRead(const S3Request& req);

@@ -276,9 +276,15 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       op = "DeleteBucketLifecycle";
       co_return co_await deleteBucketLifecycle(ctx, req);
     }
-    if (const AbsentSetting* setting = findAbsentBucketSetting(req); setting && m == "GET") {
-      op = setting->op;
-      co_return co_await getAbsentBucketSetting(ctx, req, *setting);
+    if (const AbsentSetting* setting = findAbsentBucketSetting(req)) {
+      if (m == "GET") {
+        op = setting->op;
+        co_return co_await getAbsentBucketSetting(ctx, req, *setting);
+      }
+      if (m == "DELETE" && !setting->delete_op.empty()) {
+        op = setting->delete_op;
+        co_return co_await deleteAbsentBucketSetting(ctx, req);
+      }
     }
   }
   // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and

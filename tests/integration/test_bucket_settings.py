@@ -1,7 +1,9 @@
 """Bucket settings Granary has no way to set (versioning, policy, CORS, encryption, tags...):
 reading one answers as S3 answers for a bucket where it was never set, so tools that read
-every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; setting
-one is 501 NotImplemented. Driven with boto3 and aws-cli against the real binary."""
+every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; deleting
+one is a 204, as S3 answers the delete of a setting that is not there (Terraform's
+destroy); setting one is 501 NotImplemented. Driven with boto3 and aws-cli against the real
+binary."""
 import json
 
 import botocore
@@ -40,6 +42,24 @@ def test_boto3_reads_every_setting_as_never_set(s3, bucket):
     assert e.value.response["Error"]["Code"] == "NoSuchBucket"
 
 
+DELETES = ["delete_bucket_policy", "delete_bucket_cors", "delete_bucket_encryption",
+           "delete_bucket_website", "delete_bucket_replication", "delete_bucket_tagging",
+           "delete_bucket_ownership_controls", "delete_public_access_block"]
+
+
+def test_deleting_them_answers_204_and_leaves_them_never_set(s3, bucket):
+    for call in DELETES:
+        res = getattr(s3, call)(Bucket=bucket)
+        assert res["ResponseMetadata"]["HTTPStatusCode"] == 204, call
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            getattr(s3, call)(Bucket=bucket + "-missing")
+        assert e.value.response["Error"]["Code"] == "NoSuchBucket", call
+    for call, code in ABSENT:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            getattr(s3, call)(Bucket=bucket)
+        assert e.value.response["Error"]["Code"] == code, call
+
+
 def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
     calls = [
         lambda: s3.put_bucket_versioning(
@@ -70,3 +90,5 @@ def test_aws_cli_reads_versioning_and_policy(server, bucket):
     res = server.aws("s3api", "get-bucket-policy", "--bucket", bucket, check=False)
     assert res.returncode != 0
     assert "NoSuchBucketPolicy" in res.stderr, res.stderr
+    server.aws("s3api", "delete-bucket-policy", "--bucket", bucket)
+    server.aws("s3api", "delete-bucket-tagging", "--bucket", bucket)

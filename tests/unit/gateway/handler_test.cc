@@ -470,13 +470,17 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CHECK(r.code == "NotImplemented");
   }
   // Setting what can only be read as absent.
-  for (const char* target : {"/bucket?versioning", "/bucket?policy", "/bucket?cors"}) {
+  for (const char* target : {"/bucket?versioning", "/bucket?policy", "/bucket?encryption"}) {
     CAPTURE(target);
     const std::string body = "<VersioningConfiguration><Status>Enabled</Status>"
                              "</VersioningConfiguration>";
     Reply r = f.send(makeRequest("PUT", target, {}, sha256Hex(body)), body);
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
+  }
+  // S3 has no operation that deletes these.
+  for (const char* target : {"/bucket?versioning", "/bucket?object-lock", "/bucket?logging"}) {
+    CAPTURE(target);
     CHECK(f.send(makeRequest("DELETE", target)).status == 501);
   }
   // Bucket tags, and the tags of a version, are not object tags of the current version.
@@ -540,6 +544,27 @@ TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers t
     CHECK(missing.status == 404);
     CHECK(missing.code == "NoSuchBucket");
   }
+  // Deleting one that is not there is a 204, as S3 answers it; the bucket must exist.
+  const std::pair<const char*, const char*> deletes[] = {
+      {"policy", "DeleteBucketPolicy"},
+      {"cors", "DeleteBucketCors"},
+      {"encryption", "DeleteBucketEncryption"},
+      {"website", "DeleteBucketWebsite"},
+      {"replication", "DeleteBucketReplication"},
+      {"tagging", "DeleteBucketTagging"},
+      {"ownershipControls", "DeleteBucketOwnershipControls"},
+      {"publicAccessBlock", "DeletePublicAccessBlock"},
+  };
+  for (const auto& [param, op] : deletes) {
+    CAPTURE(param);
+    Reply r = f.send(makeRequest("DELETE", std::string("/bucket?") + param));
+    CHECK(r.status == 204);
+    CHECK(r.op == op);
+    Reply missing = f.send(makeRequest("DELETE", std::string("/nobucket?") + param));
+    CHECK(missing.status == 404);
+    CHECK(missing.code == "NoSuchBucket");
+  }
+  CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");  // still never set
 }
 
 TEST_CASE("Object tags: set by PUT, replaced, read, copied and deleted, never the body") {
