@@ -1,5 +1,5 @@
 // ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, and the bucket
-// settings: ACL (canned private / public-read) and lifecycle configuration.
+// settings: ACL (canned private / public-read), lifecycle and CORS configuration.
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -162,9 +162,6 @@ constexpr AbsentSetting kAbsentSettings[] = {
      .root = "NotificationConfiguration"},
     {.param = "policy", .op = "GetBucketPolicy", .delete_op = "DeleteBucketPolicy",
      .error = S3ErrorCode::kNoSuchBucketPolicy, .message = "The bucket policy does not exist"},
-    {.param = "cors", .op = "GetBucketCors", .delete_op = "DeleteBucketCors",
-     .error = S3ErrorCode::kNoSuchCORSConfiguration,
-     .message = "The CORS configuration does not exist"},
     {.param = "encryption", .op = "GetBucketEncryption", .delete_op = "DeleteBucketEncryption",
      .error = S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError,
      .message = "The server side encryption configuration was not found"},
@@ -330,6 +327,37 @@ Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
   auto changed =
       co_await changeBucket(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
+}
+
+Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (b->cors.empty()) {
+    co_return errorResponse({S3ErrorCode::kNoSuchCORSConfiguration,
+                             "The CORS configuration does not exist"},
+                            req);
+  }
+  co_return xmlResponse(corsConfigurationXml(b->cors));
+}
+
+Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  // S3's limit on a CORS configuration.
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  auto rules = parseCorsConfiguration(*xml);
+  if (!rules) co_return errorResponse(rules.error(), req);
+  auto changed =
+      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.cors = std::move(*rules); });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  co_return S3Response{};
+}
+
+Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req) {
+  auto changed = co_await changeBucket(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
   if (!changed) co_return errorResponse(changed.error(), req);
   S3Response res;
   res.status = 204;

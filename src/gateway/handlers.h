@@ -147,7 +147,18 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body);
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req);
-// bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy, ?cors,
+// bucket_ops.cc: ?cors, the rules cors.cc applies.
+Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req);
+// cors.cc: a browser's preflight (OPTIONS on a bucket or an object; no authentication),
+// answered from the bucket's CORS rules.
+Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req);
+// cors.cc: for a request with an Origin header to a bucket with CORS rules, the headers
+// every response to it carries (S3Request::response_headers): Vary, and the
+// Access-Control-* headers of the rule that allows the origin and method, if one does.
+Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req);
+// bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy,
 // ?tagging, ...). Its GET answers as S3 answers for a bucket where it was never set: a
 // document (`root`, holding `child` when it has one) or a 404 `error`. Tools that read
 // every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) need these

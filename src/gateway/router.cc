@@ -242,6 +242,15 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     co_return co_await serveInternal(ctx, req, op);
   }
 
+  // A browser's preflight carries no credentials; the bucket's CORS rules answer it.
+  if (req.method == "OPTIONS" && !req.bucket.empty()) {
+    op = "PreflightRequest";
+    co_return co_await corsPreflight(ctx, req);
+  }
+  // Every answer to a browser, errors included, says what the CORS rules allow, so that
+  // the page can read it.
+  co_await addCorsHeaders(ctx, req);
+
   auto auth = authenticate(ctx, req, virtual_host);
   if (!auth) {
     op = "Auth";
@@ -254,7 +263,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
   }
   const std::string& m = req.method;
-  // Bucket settings: ACL and lifecycle (object ACLs stay NotImplemented below).
+  // Bucket settings: ACL, lifecycle and CORS (object ACLs stay NotImplemented below).
   if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
     if (req.hasQuery("acl") && m == "GET") {
       op = "GetBucketAcl";
@@ -275,6 +284,18 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       }
       op = "DeleteBucketLifecycle";
       co_return co_await deleteBucketLifecycle(ctx, req);
+    }
+    if (req.hasQuery("cors") && (m == "GET" || m == "PUT" || m == "DELETE")) {
+      if (m == "GET") {
+        op = "GetBucketCors";
+        co_return co_await getBucketCors(ctx, req);
+      }
+      if (m == "PUT") {
+        op = "PutBucketCors";
+        co_return co_await putBucketCors(ctx, req, body);
+      }
+      op = "DeleteBucketCors";
+      co_return co_await deleteBucketCors(ctx, req);
     }
     if (const AbsentSetting* setting = findAbsentBucketSetting(req)) {
       if (m == "GET") {

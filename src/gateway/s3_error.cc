@@ -8,12 +8,16 @@ std::string_view errorName(S3ErrorCode code) {
   switch (code) {
     case S3ErrorCode::kAccessDenied:
       return "AccessDenied";
+    case S3ErrorCode::kAccessForbidden:
+      return "AccessForbidden";
     case S3ErrorCode::kAuthorizationHeaderMalformed:
       return "AuthorizationHeaderMalformed";
     case S3ErrorCode::kAuthorizationQueryParametersError:
       return "AuthorizationQueryParametersError";
     case S3ErrorCode::kBadDigest:
       return "BadDigest";
+    case S3ErrorCode::kBadRequest:
+      return "BadRequest";
     case S3ErrorCode::kBucketAlreadyExists:
       return "BucketAlreadyExists";
     case S3ErrorCode::kBucketAlreadyOwnedByYou:
@@ -117,6 +121,7 @@ std::string_view errorName(S3ErrorCode code) {
 int httpStatus(S3ErrorCode code) {
   switch (code) {
     case S3ErrorCode::kAccessDenied:
+    case S3ErrorCode::kAccessForbidden:
     case S3ErrorCode::kSignatureDoesNotMatch:
     case S3ErrorCode::kInvalidAccessKeyId:
     case S3ErrorCode::kRequestTimeTooSkewed:
@@ -168,6 +173,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kRequestHeaderSectionTooLarge:
     case S3ErrorCode::kInvalidDigest:
     case S3ErrorCode::kBadDigest:
+    case S3ErrorCode::kBadRequest:
     case S3ErrorCode::kXAmzContentSHA256Mismatch:
     case S3ErrorCode::kMalformedXML:
     case S3ErrorCode::kInvalidTag:

@@ -12,9 +12,11 @@ namespace granary::gateway {
 
 enum class S3ErrorCode {
   kAccessDenied,
+  kAccessForbidden,  // a CORS preflight the bucket's rules do not allow (403)
   kAuthorizationHeaderMalformed,
   kAuthorizationQueryParametersError,
   kBadDigest,
+  kBadRequest,  // a CORS preflight without Origin or Access-Control-Request-Method (400)
   kBucketAlreadyExists,
   kBucketAlreadyOwnedByYou,
   kBucketNotEmpty,

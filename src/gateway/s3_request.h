@@ -37,6 +37,9 @@ struct S3Request {
   // The x-amz-content-sha256 the signature covers when it is a hash (64 hex digits, as
   // sent); empty for unsigned payloads and anonymous requests. readSmallBody checks it.
   std::string signed_payload_hash;
+  // Headers every response to this request carries, streamed or not (CORS: the router
+  // sets them from the bucket's rules, addCorsHeaders in cors.cc).
+  HeaderList response_headers;
 
   // First value of a header (lower-case name), or nullopt.
   std::optional<std::string_view> header(std::string_view name) const;

@@ -1,5 +1,6 @@
 #include "s3_xml.h"
 
+#include <fmt/format.h>
 #include <pugixml.hpp>
 
 #include <algorithm>
@@ -508,7 +509,95 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
   return rule;
 }
 
+S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
+  index_kv::CorsRule rule;
+  for (pugi::xml_node child : node.children()) {
+    if (child.type() != pugi::node_element) continue;
+    const std::string_view name = child.name();
+    const std::string value = child.text().as_string();
+    const auto oneWildcard = [&](std::string_view what) -> S3Result<void> {
+      if (std::count(value.begin(), value.end(), '*') > 1) {
+        return s3fail(S3ErrorCode::kInvalidRequest,
+                      fmt::format("{} \"{}\" can not have more than one wildcard.", what, value));
+      }
+      return {};
+    };
+    if (name == "ID") {
+      if (value.size() > 255) {
+        return s3fail(S3ErrorCode::kInvalidRequest, "The ID of a CORS rule is too long");
+      }
+      rule.id = value;
+    } else if (name == "AllowedOrigin") {
+      if (value.empty()) return malformedXml();
+      if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
+      rule.allowed_origins.push_back(value);
+    } else if (name == "AllowedMethod") {
+      if (value != "GET" && value != "PUT" && value != "HEAD" && value != "POST" &&
+          value != "DELETE") {
+        return s3fail(S3ErrorCode::kInvalidRequest,
+                      "Found unsupported HTTP method in CORS config. Unsupported method is " +
+                          value);
+      }
+      rule.allowed_methods.push_back(value);
+    } else if (name == "AllowedHeader") {
+      if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
+      rule.allowed_headers.push_back(value);
+    } else if (name == "ExposeHeader") {
+      rule.expose_headers.push_back(value);
+    } else if (name == "MaxAgeSeconds") {
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || end != value.data() + value.size() || v < 0) {
+        return malformedXml();
+      }
+      rule.max_age_seconds = v;
+    } else {
+      return malformedXml();
+    }
+  }
+  if (rule.allowed_origins.empty() || rule.allowed_methods.empty()) return malformedXml();
+  return rule;
+}
+
 }  // namespace
+
+S3Result<std::vector<index_kv::CorsRule>> parseCorsConfiguration(std::string_view body) {
+  pugi::xml_document doc;
+  auto cfg = parseRoot(doc, body, "CORSConfiguration");
+  if (!cfg) return std::unexpected(cfg.error());
+  std::vector<index_kv::CorsRule> rules;
+  for (pugi::xml_node node : cfg->children()) {
+    if (node.type() != pugi::node_element) continue;
+    if (std::string_view(node.name()) != "CORSRule") return malformedXml();
+    if (rules.size() == kMaxCorsRules) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "A CORS configuration has at most 100 rules");
+    }
+    auto rule = parseCorsRule(node);
+    if (!rule) return std::unexpected(rule.error());
+    rules.push_back(std::move(*rule));
+  }
+  if (rules.empty()) return malformedXml();
+  return rules;
+}
+
+std::string corsConfigurationXml(const std::vector<index_kv::CorsRule>& rules) {
+  XmlWriter x("CORSConfiguration");
+  const auto each = [&](std::string_view name, const std::vector<std::string>& values) {
+    for (const auto& v : values) x.element(name, v);
+  };
+  for (const auto& rule : rules) {
+    x.open("CORSRule");
+    if (!rule.id.empty()) x.element("ID", rule.id);
+    each("AllowedHeader", rule.allowed_headers);
+    each("AllowedMethod", rule.allowed_methods);
+    each("AllowedOrigin", rule.allowed_origins);
+    each("ExposeHeader", rule.expose_headers);
+    if (rule.max_age_seconds) x.element("MaxAgeSeconds", std::to_string(*rule.max_age_seconds));
+    x.close();
+  }
+  return std::move(x).finish();
+}
 
 std::string bucketAclXml(std::string_view owner_id, bool public_read) {
   XmlWriter x("AccessControlPolicy");

@@ -108,6 +108,15 @@ S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
     std::string_view body);
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules);
 
+inline constexpr size_t kMaxCorsRules = 100;
+// <CORSConfiguration><CORSRule>...: 1..100 rules, each with at least one AllowedOrigin
+// and AllowedMethod. MalformedXML for bad XML, an unknown element, no rules, a rule
+// without origins or methods, or a MaxAgeSeconds that is not a non-negative integer;
+// InvalidRequest for a method other than GET, PUT, HEAD, POST and DELETE, an origin or
+// header with more than one `*`, more than 100 rules, or an ID over 255 characters.
+S3Result<std::vector<index_kv::CorsRule>> parseCorsConfiguration(std::string_view body);
+std::string corsConfigurationXml(const std::vector<index_kv::CorsRule>& rules);
+
 // --- Multipart uploads.
 std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id);

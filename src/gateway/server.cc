@@ -126,6 +126,7 @@ void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::server, "Granary");
   f.set("x-amz-request-id", req.request_id);
   f.set(http::field::date, httpDate(clock.nowUnixNanos()));
+  for (const auto& [name, value] : req.response_headers) f.set(name, value);
 }
 
 // A completion condition for asio::async_write that offers the socket everything left in

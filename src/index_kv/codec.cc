@@ -338,6 +338,20 @@ std::string encodeBucket(const BucketInfo& bucket) {
     }
     j["lc"] = std::move(rules);
   }
+  if (!bucket.cors.empty()) {
+    Json rules = Json::array();
+    for (const CorsRule& r : bucket.cors) {
+      Json rule = Json::object();
+      rule["id"] = r.id;
+      rule["o"] = r.allowed_origins;
+      rule["m"] = r.allowed_methods;
+      if (!r.allowed_headers.empty()) rule["h"] = r.allowed_headers;
+      if (!r.expose_headers.empty()) rule["e"] = r.expose_headers;
+      if (r.max_age_seconds) rule["ma"] = *r.max_age_seconds;
+      rules.push_back(std::move(rule));
+    }
+    j["cr"] = std::move(rules);
+  }
   return toCbor(j);
 }
 
@@ -361,6 +375,25 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
         if (const Json* v = findField(rule, "et")) r.expiration_date_unix = asI64(*v);
         if (const Json* v = findField(rule, "ad")) r.abort_incomplete_days = asI64(*v);
         b.lifecycle.push_back(std::move(r));
+      }
+    }
+    if (const Json* f = findField(j, "cr")) {
+      const auto strings = [](const Json* list) {
+        std::vector<std::string> out;
+        if (list != nullptr) {
+          for (const Json& v : asArray(*list)) out.push_back(asString(v));
+        }
+        return out;
+      };
+      for (const Json& rule : asArray(*f)) {
+        CorsRule r;
+        r.id = asString(field(rule, "id"));
+        r.allowed_origins = strings(&field(rule, "o"));
+        r.allowed_methods = strings(&field(rule, "m"));
+        r.allowed_headers = strings(findField(rule, "h"));
+        r.expose_headers = strings(findField(rule, "e"));
+        if (const Json* v = findField(rule, "ma")) r.max_age_seconds = asI64(*v);
+        b.cors.push_back(std::move(r));
       }
     }
     return b;

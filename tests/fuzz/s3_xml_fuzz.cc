@@ -3,7 +3,9 @@
 // object tags (parseTagging, and parseTaggingHeader on the same input as a header value:
 // refusals are MalformedXML / InvalidArgument or InvalidTag; an accepted set holds at most
 // kMaxObjectTags tags, keys that are not empty and not "aws:"-prefixed, all valid UTF-8;
-// taggingXml of it parses back to the same set).
+// taggingXml of it parses back to the same set); and CORS configurations
+// (parseCorsConfiguration: refusals are MalformedXML or InvalidRequest; accepted rules keep
+// S3's limits and parse back the same from corsConfigurationXml).
 // Every input is used twice.
 //  1. As a request body, given to each parser. Properties:
 //     - a refusal is MalformedXML, the one error these parsers document;
@@ -293,6 +295,43 @@ void rawTagging(std::string_view in) {
   }
 }
 
+uint64_t g_cors_ok = 0;  // CORS configurations accepted as given
+
+// A CORS configuration (PutBucketCors): refused with MalformedXML or InvalidRequest only;
+// an accepted one keeps S3's rules and parses back the same from corsConfigurationXml.
+void rawCors(std::string_view in) {
+  S3Result<std::vector<granary::index_kv::CorsRule>> rules = parseCorsConfiguration(in);
+  if (!rules) {
+    if (rules.error().code != S3ErrorCode::kMalformedXML &&
+        rules.error().code != S3ErrorCode::kInvalidRequest) {
+      fail("a CORS refusal is neither MalformedXML nor InvalidRequest");
+    }
+    return;
+  }
+  if (rules->empty() || rules->size() > kMaxCorsRules) fail("CORS rule count out of range");
+  const auto stars = [](const std::string& v) { return std::count(v.begin(), v.end(), '*'); };
+  for (const auto& rule : *rules) {
+    if (rule.allowed_origins.empty() || rule.allowed_methods.empty()) {
+      fail("a CORS rule without origins or methods accepted");
+    }
+    if (rule.id.size() > 255) fail("a CORS rule ID over 255 characters accepted");
+    for (const auto& m : rule.allowed_methods) {
+      if (m != "GET" && m != "PUT" && m != "HEAD" && m != "POST" && m != "DELETE") {
+        fail("an unsupported CORS method accepted");
+      }
+    }
+    for (const auto& o : rule.allowed_origins) {
+      if (o.empty() || stars(o) > 1) fail("an empty or two-wildcard origin accepted");
+    }
+    for (const auto& h : rule.allowed_headers) {
+      if (stars(h) > 1) fail("a two-wildcard header accepted");
+    }
+  }
+  auto again = parseCorsConfiguration(corsConfigurationXml(*rules));
+  if (!again || *again != *rules) fail("CORS rules written back do not parse the same");
+  ++g_cors_ok;
+}
+
 void rawDelete(std::string_view body, const XmlStyle& style) {
   S3Result<DeleteObjectsRequest> parsed = parseDeleteObjects(body);
   if (!parsed) {
@@ -510,6 +549,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rawComplete(in, style);
   rawCreateBucket(in, style);
   rawTagging(in);
+  rawCors(in);
 
   Reader r(in);
   builtDelete(r);
@@ -531,5 +571,7 @@ extern "C" int GranaryFuzzSelfCheck() {
     if (g_raw_ok[p] == 0 || g_built_ok[p] == 0 || g_built_refused[p] == 0) failed = 1;
   }
   std::printf("bodies built at a count limit: %llu\n", static_cast<unsigned long long>(g_at_limit));
+  std::printf("CORS configurations accepted: %llu\n", static_cast<unsigned long long>(g_cors_ok));
+  if (g_cors_ok == 0) failed = 1;
   return failed;
 }

@@ -1,4 +1,4 @@
-"""Bucket settings Granary has no way to set (versioning, policy, CORS, encryption, tags...):
+"""Bucket settings Granary has no way to set (versioning, policy, encryption, tags...):
 reading one answers as S3 answers for a bucket where it was never set, so tools that read
 every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; deleting
 one is a 204, as S3 answers the delete of a setting that is not there (Terraform's
@@ -12,7 +12,6 @@ import pytest
 # (boto3 call, error code S3 answers for a bucket without that setting)
 ABSENT = [
     ("get_bucket_policy", "NoSuchBucketPolicy"),
-    ("get_bucket_cors", "NoSuchCORSConfiguration"),
     ("get_bucket_encryption", "ServerSideEncryptionConfigurationNotFoundError"),
     ("get_bucket_website", "NoSuchWebsiteConfiguration"),
     ("get_bucket_replication", "ReplicationConfigurationNotFoundError"),
@@ -42,7 +41,7 @@ def test_boto3_reads_every_setting_as_never_set(s3, bucket):
     assert e.value.response["Error"]["Code"] == "NoSuchBucket"
 
 
-DELETES = ["delete_bucket_policy", "delete_bucket_cors", "delete_bucket_encryption",
+DELETES = ["delete_bucket_policy", "delete_bucket_encryption",
            "delete_bucket_website", "delete_bucket_replication", "delete_bucket_tagging",
            "delete_bucket_ownership_controls", "delete_public_access_block"]
 
@@ -70,8 +69,8 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
                 "Resource": f"arn:aws:s3:::{bucket}/*"}]})),
         lambda: s3.put_bucket_tagging(
             Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "data"}]}),
-        lambda: s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
-            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+        lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
     ]
     for call in calls:
         with pytest.raises(botocore.exceptions.ClientError) as e:

@@ -281,6 +281,28 @@ def test_s3cmd_info_reads_the_bucket_settings(s3cmd, s3):
     s3cmd("rb", f"s3://{name}")
 
 
+def test_s3cmd_setcors_info_delcors(s3cmd, s3, tmp_path):
+    name = "s3cmd-cors-" + uuid.uuid4().hex[:8]
+    s3cmd("mb", f"s3://{name}")
+    cfg = tmp_path / "cors.xml"
+    cfg.write_text(
+        "<CORSConfiguration><CORSRule><AllowedOrigin>https://app.example.com</AllowedOrigin>"
+        "<AllowedMethod>GET</AllowedMethod><AllowedHeader>*</AllowedHeader>"
+        "<MaxAgeSeconds>120</MaxAgeSeconds></CORSRule></CORSConfiguration>")
+    s3cmd("setcors", str(cfg), f"s3://{name}")
+    assert s3.get_bucket_cors(Bucket=name)["CORSRules"] == [{
+        "AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"],
+        "AllowedHeaders": ["*"], "MaxAgeSeconds": 120}]
+    out = s3cmd("info", f"s3://{name}").stdout
+    assert "<AllowedOrigin>https://app.example.com</AllowedOrigin>" in out, out
+    s3cmd("delcors", f"s3://{name}")
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in
+               s3cmd("info", f"s3://{name}").stdout.splitlines()[1:] if ":" in line)}
+    assert fields.get("CORS") == "none", fields
+    s3cmd("rb", f"s3://{name}")
+
+
 def test_s3cmd_mb_put_get_ls_rm_rb(s3cmd, s3, tmp_path):
     name = "s3cmd-" + uuid.uuid4().hex[:12]
     s3cmd("mb", f"s3://{name}")

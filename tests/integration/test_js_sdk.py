@@ -361,6 +361,19 @@ def test_bucket_settings_read_as_never_set(server, bucket, js_sdk):
     assert e["threw"] and e["name"] == "NotImplemented" and e["status"] == 501, e
 
 
+def test_cors_rules_set_read_and_deleted(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "cors", bucket)
+    assert r["putHttp"] == 200 and r["deleteHttp"] == 204, r
+    assert r["rules"] == [
+        {"ID": "app", "AllowedOrigins": ["https://app.example.com"],
+         "AllowedMethods": ["GET", "PUT"], "AllowedHeaders": ["*"],
+         "ExposeHeaders": ["ETag"], "MaxAgeSeconds": 3000},
+        {"AllowedOrigins": ["*"], "AllowedMethods": ["HEAD"]},
+    ], r["rules"]
+    e = r["afterDelete"]
+    assert e["threw"] and e["name"] == "NoSuchCORSConfiguration" and e["status"] == 404, e
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

@@ -72,6 +72,18 @@ struct LifecycleRule {
   bool operator==(const LifecycleRule&) const = default;
 };
 
+// One rule of a bucket's CORS configuration (PutBucketCors): which cross-origin browser
+// requests the gateway allows. Origins and headers may hold one `*` wildcard each.
+struct CorsRule {
+  std::string id;
+  std::vector<std::string> allowed_origins;  // at least one
+  std::vector<std::string> allowed_methods;  // GET, PUT, HEAD, POST, DELETE; at least one
+  std::vector<std::string> allowed_headers;  // request headers a preflight may name
+  std::vector<std::string> expose_headers;   // response headers the browser may read
+  std::optional<int64_t> max_age_seconds;    // how long a browser may cache a preflight
+  bool operator==(const CorsRule&) const = default;
+};
+
 struct BucketInfo {
   std::string name;
   // The owning user: a named user's name, or the root user's access key (buckets made by
@@ -85,6 +97,7 @@ struct BucketInfo {
   // Canned ACL public-read: anonymous GET/HEAD of objects and listing are allowed.
   bool public_read = false;
   std::vector<LifecycleRule> lifecycle;  // empty: no lifecycle configuration
+  std::vector<CorsRule> cors;            // empty: no CORS configuration
   bool operator==(const BucketInfo&) const = default;
 };
 

@@ -17,9 +17,11 @@ import zlib from "node:zlib";
 
 import {
   CreateBucketCommand,
+  DeleteBucketCorsCommand,
   DeleteObjectCommand,
   DeleteObjectTaggingCommand,
   DeleteObjectsCommand,
+  GetBucketCorsCommand,
   GetBucketEncryptionCommand,
   GetBucketPolicyCommand,
   GetBucketTaggingCommand,
@@ -30,6 +32,7 @@ import {
   HeadObjectCommand,
   ListObjectsV2Command,
   NoSuchKey,
+  PutBucketCorsCommand,
   PutBucketVersioningCommand,
   PutObjectCommand,
   PutObjectTaggingCommand,
@@ -480,6 +483,29 @@ async function bucketSettings() {
   };
 }
 
+// CORS rules for a browser app: set (the SDK adds a checksum: PutBucketCors requires
+// one), read back, and deleted.
+async function cors() {
+  const rules = [
+    {
+      ID: "app", AllowedOrigins: ["https://app.example.com"], AllowedMethods: ["GET", "PUT"],
+      AllowedHeaders: ["*"], ExposeHeaders: ["ETag"], MaxAgeSeconds: 3000,
+    },
+    { AllowedOrigins: ["*"], AllowedMethods: ["HEAD"] },
+  ];
+  const put = await send(new PutBucketCorsCommand({ Bucket: bucket, CORSConfiguration: { CORSRules: rules } }));
+  const putRequest = requests[requests.length - 1].headers;
+  const got = await send(new GetBucketCorsCommand({ Bucket: bucket }));
+  const deleted = await send(new DeleteBucketCorsCommand({ Bucket: bucket }));
+  return {
+    putHttp: put.$metadata.httpStatusCode,
+    putRequest,
+    rules: got.CORSRules,
+    deleteHttp: deleted.$metadata.httpStatusCode,
+    afterDelete: await expectError(() => client.send(new GetBucketCorsCommand({ Bucket: bucket }))),
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -498,6 +524,7 @@ const SCENARIOS = {
   "delete-objects": deleteObjects,
   tagging,
   "bucket-settings": bucketSettings,
+  cors,
   errors,
 };
 

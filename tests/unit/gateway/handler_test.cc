@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "cors.h"
 #include "digest.h"
 #include "gateway_test_util.h"
 #include "granary/common/hex.h"
@@ -189,7 +190,15 @@ struct GatewayFixture {
       r.body = res.body;
       r.code = errorCodeOf(res.body);
     }
+    // What the server adds to every response (server.cc, commonHeaders).
+    for (const auto& h : req.response_headers) r.headers.push_back(h);
     return r;
+  }
+
+  // Sends without credentials, as a browser sends a preflight.
+  Reply sendUnsigned(S3Request req) {
+    StringSource source("");
+    return send(req, source);
   }
 
   // Signs and sends; `body` becomes the Content-Length and the body.
@@ -519,7 +528,6 @@ TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers t
       {"requestPayment", "GetBucketRequestPayment", 200, "><Payer>BucketOwner</Payer>"},
       {"notification", "GetBucketNotificationConfiguration", 200, "<NotificationConfiguration"},
       {"policy", "GetBucketPolicy", 404, "NoSuchBucketPolicy"},
-      {"cors", "GetBucketCors", 404, "NoSuchCORSConfiguration"},
       {"encryption", "GetBucketEncryption", 404,
        "ServerSideEncryptionConfigurationNotFoundError"},
       {"website", "GetBucketWebsite", 404, "NoSuchWebsiteConfiguration"},
@@ -547,7 +555,6 @@ TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers t
   // Deleting one that is not there is a 204, as S3 answers it; the bucket must exist.
   const std::pair<const char*, const char*> deletes[] = {
       {"policy", "DeleteBucketPolicy"},
-      {"cors", "DeleteBucketCors"},
       {"encryption", "DeleteBucketEncryption"},
       {"website", "DeleteBucketWebsite"},
       {"replication", "DeleteBucketReplication"},
@@ -565,6 +572,138 @@ TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers t
     CHECK(missing.code == "NoSuchBucket");
   }
   CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");  // still never set
+}
+
+TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answered by them") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  auto preflight = [&](std::string target, HeaderList headers) {
+    S3Request req;
+    req.method = "OPTIONS";
+    req.target = std::move(target);
+    req.request_id = "test-request";
+    req.headers = {{"host", "127.0.0.1:9000"}};
+    for (auto& h : headers) req.headers.push_back(std::move(h));
+    return f.sendUnsigned(std::move(req));
+  };
+  const HeaderList from_app = {{"origin", "https://app.example.com"},
+                               {"access-control-request-method", "PUT"},
+                               {"access-control-request-headers", "Content-Type, X-Amz-Date"}};
+
+  // No rules yet: GET is NoSuchCORSConfiguration, a preflight AccessForbidden, and other
+  // requests carry no Access-Control headers.
+  CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
+  Reply early = preflight("/bucket/obj", from_app);
+  CHECK(early.status == 403);
+  CHECK(early.code == "AccessForbidden");
+  CHECK(early.op == "PreflightRequest");
+  CHECK_FALSE(f.get("/bucket/obj", {{"origin", "https://app.example.com"}})
+                  .header("Access-Control-Allow-Origin"));
+
+  const std::string cfg =
+      "<CORSConfiguration><CORSRule><ID>app</ID><AllowedHeader>content-type</AllowedHeader>"
+      "<AllowedHeader>x-amz-*</AllowedHeader><AllowedMethod>PUT</AllowedMethod>"
+      "<AllowedMethod>GET</AllowedMethod><AllowedOrigin>https://*.example.com</AllowedOrigin>"
+      "<ExposeHeader>ETag</ExposeHeader><MaxAgeSeconds>600</MaxAgeSeconds></CORSRule>"
+      "<CORSRule><AllowedMethod>GET</AllowedMethod><AllowedOrigin>*</AllowedOrigin></CORSRule>"
+      "</CORSConfiguration>";
+  Reply put = f.send(makeRequest("PUT", "/bucket?cors", {}, sha256Hex(cfg)), cfg);
+  REQUIRE(put.status == 200);
+  CHECK(put.op == "PutBucketCors");
+  Reply got = f.get("/bucket?cors");
+  CHECK(got.op == "GetBucketCors");
+  CHECK(got.body.find("<CORSRule><ID>app</ID><AllowedHeader>content-type</AllowedHeader>"
+                      "<AllowedHeader>x-amz-*</AllowedHeader><AllowedMethod>PUT</AllowedMethod>") !=
+        std::string::npos);
+  CHECK(got.body.find("<MaxAgeSeconds>600</MaxAgeSeconds>") != std::string::npos);
+
+  // A preflight the first rule allows.
+  Reply ok = preflight("/bucket/obj", from_app);
+  CHECK(ok.status == 200);
+  CHECK(ok.body.empty());
+  CHECK(ok.header("Access-Control-Allow-Origin") == "https://app.example.com");
+  CHECK(ok.header("Access-Control-Allow-Credentials") == "true");
+  CHECK(ok.header("Access-Control-Allow-Methods") == "PUT, GET");
+  CHECK(ok.header("Access-Control-Allow-Headers") == "content-type, x-amz-date");
+  CHECK(ok.header("Access-Control-Expose-Headers") == "ETag");
+  CHECK(ok.header("Access-Control-Max-Age") == "600");
+  CHECK(ok.header("Vary") == std::string(kCorsVary));
+  // On the bucket itself (a listing's preflight), and through a virtual host.
+  CHECK(preflight("/bucket", from_app).status == 200);
+  {
+    S3Request req;
+    req.method = "OPTIONS";
+    req.target = "/obj";
+    req.request_id = "test-request";
+    req.headers = {{"host", "bucket.s3.test"}};
+    for (const auto& h : from_app) req.headers.push_back(h);
+    CHECK(f.sendUnsigned(std::move(req)).header("Access-Control-Allow-Origin") ==
+          "https://app.example.com");
+  }
+  // The second rule: any origin may GET, without credentials.
+  Reply any = preflight("/bucket/obj", {{"origin", "https://other.test"},
+                                        {"access-control-request-method", "GET"}});
+  CHECK(any.status == 200);
+  CHECK(any.header("Access-Control-Allow-Origin") == "*");
+  CHECK_FALSE(any.header("Access-Control-Allow-Credentials"));
+  // Refused: a method no rule allows for the origin, a header no rule allows.
+  for (const HeaderList& refused :
+       {HeaderList{{"origin", "https://other.test"}, {"access-control-request-method", "PUT"}},
+        HeaderList{{"origin", "https://app.example.com"},
+                   {"access-control-request-method", "PUT"},
+                   {"access-control-request-headers", "authorization"}}}) {
+    Reply r = preflight("/bucket/obj", refused);
+    CHECK(r.status == 403);
+    CHECK(r.code == "AccessForbidden");
+    CHECK_FALSE(r.header("Access-Control-Allow-Origin"));
+  }
+  // Malformed preflights.
+  Reply no_origin = preflight("/bucket/obj", {{"access-control-request-method", "GET"}});
+  CHECK(no_origin.status == 400);
+  CHECK(no_origin.code == "BadRequest");
+  Reply bad_method = preflight("/bucket/obj", {{"origin", "https://app.example.com"},
+                                               {"access-control-request-method", "PATCH"}});
+  CHECK(bad_method.status == 400);
+  CHECK(bad_method.code == "BadRequest");
+  CHECK(preflight("/nobucket/obj", from_app).code == "NoSuchBucket");
+
+  // A browser's real request: the rule matching its origin and method, errors included.
+  Reply get = f.get("/bucket/obj", {{"origin", "https://app.example.com"}});
+  CHECK(get.status == 200);
+  CHECK(get.body == "data");
+  CHECK(get.header("Access-Control-Allow-Origin") == "https://app.example.com");
+  CHECK(get.header("Access-Control-Expose-Headers") == "ETag");
+  CHECK(get.header("Vary") == std::string(kCorsVary));
+  Reply missing = f.get("/bucket/none", {{"origin", "https://app.example.com"}});
+  CHECK(missing.status == 404);
+  CHECK(missing.header("Access-Control-Allow-Origin") == "https://app.example.com");
+  Reply del = f.send(makeRequest("DELETE", "/bucket/obj", {{"origin", "https://other.test"}}));
+  CHECK(del.status == 204);
+  CHECK_FALSE(del.header("Access-Control-Allow-Origin"));  // no rule lets it DELETE
+  CHECK(del.header("Vary") == std::string(kCorsVary));
+  CHECK_FALSE(f.get("/bucket?cors").header("Vary"));  // no Origin: not a browser
+
+  // Replaced as a whole, then deleted.
+  const std::string one =
+      "<CORSConfiguration><CORSRule><AllowedMethod>HEAD</AllowedMethod>"
+      "<AllowedOrigin>https://only.test</AllowedOrigin></CORSRule></CORSConfiguration>";
+  REQUIRE(f.send(makeRequest("PUT", "/bucket?cors", {}, sha256Hex(one)), one).status == 200);
+  CHECK(preflight("/bucket/obj", from_app).code == "AccessForbidden");
+  Reply removed = f.send(makeRequest("DELETE", "/bucket?cors"));
+  CHECK(removed.status == 204);
+  CHECK(removed.op == "DeleteBucketCors");
+  CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
+  CHECK(preflight("/bucket/obj", from_app).code == "AccessForbidden");
+  // Bad configurations change nothing.
+  const std::string bad = "<CORSConfiguration><CORSRule><AllowedMethod>PATCH</AllowedMethod>"
+                          "<AllowedOrigin>*</AllowedOrigin></CORSRule></CORSConfiguration>";
+  Reply refused = f.send(makeRequest("PUT", "/bucket?cors", {}, sha256Hex(bad)), bad);
+  CHECK(refused.status == 400);
+  CHECK(refused.code == "InvalidRequest");
+  CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
+  CHECK(f.send(makeRequest("PUT", "/nobucket?cors", {}, sha256Hex(one)), one).code ==
+        "NoSuchBucket");
 }
 
 TEST_CASE("Object tags: set by PUT, replaced, read, copied and deleted, never the body") {

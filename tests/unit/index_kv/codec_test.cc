@@ -223,7 +223,7 @@ TEST_CASE("When a key repeats in a stored value, its last value wins") {
 }
 
 TEST_CASE("Bucket, summary and GC values round-trip") {
-  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}};
+  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}, {}};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
   // The settings: public-read and lifecycle rules (every optional action, and none).
   b.public_read = true;
@@ -233,6 +233,15 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   REQUIRE(settings.has_value());
   CHECK(*settings == b);
   CHECK(settings->lifecycle[1].expiration_date_unix == 1767225600);
+  // CORS rules: every list and the maximum age, and the fewest fields a rule can have.
+  b.cors = {CorsRule{"web", {"https://*.example.com", "http://localhost:3000"},
+                     {"GET", "PUT"}, {"*"}, {"ETag", "x-amz-request-id"}, 3000},
+            CorsRule{"", {"*"}, {"HEAD"}, {}, {}, std::nullopt}};
+  auto cors = decodeBucket(encodeBucket(b));
+  REQUIRE(cors.has_value());
+  CHECK(*cors == b);
+  CHECK(cors->cors[0].max_age_seconds == 3000);
+  CHECK(cors->cors[1].allowed_headers.empty());
 
   UserInfo u{"alice", "GKALICE0000000000001", "s3cr3t/+=", 123};
   CHECK(decodeUser(encodeUser(u)).value() == u);
