@@ -93,9 +93,11 @@ Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req) {
                              fmt::format("Invalid Access-Control-Request-Method: {}", method)},
                             req);
   }
+  // A bucket that does not exist has no rules: an unauthenticated preflight does not
+  // learn which buckets exist (as access.cc keeps that from anonymous requests).
   auto b = co_await lookupBucket(ctx, req.bucket);
-  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
-  if (b->cors.empty()) {
+  if (!b && !b.error().isNotFound()) co_return errorResponse(fromStatus(b.error()), req);
+  if (!b || b->cors.empty()) {
     co_return errorResponse({S3ErrorCode::kAccessForbidden,
                              "CORSResponse: CORS is not enabled for this bucket."},
                             req);

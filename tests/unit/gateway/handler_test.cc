@@ -666,7 +666,8 @@ TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answ
                                                {"access-control-request-method", "PATCH"}});
   CHECK(bad_method.status == 400);
   CHECK(bad_method.code == "BadRequest");
-  CHECK(preflight("/nobucket/obj", from_app).code == "NoSuchBucket");
+  // A missing bucket has no rules; an anonymous preflight does not learn it is missing.
+  CHECK(preflight("/nobucket/obj", from_app).code == "AccessForbidden");
 
   // A browser's real request: the rule matching its origin and method, errors included.
   Reply get = f.get("/bucket/obj", {{"origin", "https://app.example.com"}});
