@@ -1,5 +1,5 @@
 // ListBuckets, CreateBucket, HeadBucket, DeleteBucket, GetBucketLocation, and the bucket
-// settings: ACL (canned private / public-read), lifecycle and CORS configuration.
+// settings: ACL (canned private / public-read), lifecycle and CORS configuration, tags.
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -171,8 +171,6 @@ constexpr AbsentSetting kAbsentSettings[] = {
     {.param = "replication", .op = "GetBucketReplication", .delete_op = "DeleteBucketReplication",
      .error = S3ErrorCode::kReplicationConfigurationNotFoundError,
      .message = "The replication configuration was not found"},
-    {.param = "tagging", .op = "GetBucketTagging", .delete_op = "DeleteBucketTagging",
-     .error = S3ErrorCode::kNoSuchTagSet, .message = "The TagSet does not exist"},
     // No DeleteObjectLockConfiguration in S3: once enabled, object lock stays.
     {.param = "object-lock", .op = "GetObjectLockConfiguration",
      .error = S3ErrorCode::kObjectLockConfigurationNotFoundError,
@@ -262,6 +260,17 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(GatewayContext& ctx, const S3R
   co_return std::move(*bucket);
 }
 
+// DeleteBucketLifecycle, -Cors, -Tagging: 204 once `clear` has emptied the setting, also
+// when it was not set (as S3 answers).
+template <typename Clear>
+Task<S3Response> clearSetting(GatewayContext& ctx, const S3Request& req, Clear clear) {
+  auto changed = co_await changeBucket(ctx, req, clear);
+  if (!changed) co_return errorResponse(changed.error(), req);
+  S3Response res;
+  res.status = 204;
+  co_return res;
+}
+
 }  // namespace
 
 S3Result<bool> cannedAclPublicRead(const S3Request& req) {
@@ -325,12 +334,35 @@ Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
 }
 
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
+  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
+}
+
+Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (b->tags.empty()) {
+    co_return errorResponse({S3ErrorCode::kNoSuchTagSet, "The TagSet does not exist"}, req);
+  }
+  co_return xmlResponse(taggingXml(b->tags));
+}
+
+Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req,
+                                  BodySource& body) {
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  auto tags = parseTagging(*xml, kMaxBucketTags);
+  if (!tags) co_return errorResponse(tags.error(), req);
+  // An empty TagSet leaves the bucket without tags, as DeleteBucketTagging does.
   auto changed =
-      co_await changeBucket(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
+      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.tags = std::move(*tags); });
   if (!changed) co_return errorResponse(changed.error(), req);
   S3Response res;
   res.status = 204;
   co_return res;
+}
+
+Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req) {
+  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.tags.clear(); });
 }
 
 Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req) {
@@ -357,11 +389,7 @@ Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySo
 }
 
 Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req) {
-  auto changed = co_await changeBucket(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
-  if (!changed) co_return errorResponse(changed.error(), req);
-  S3Response res;
-  res.status = 204;
-  co_return res;
+  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
 }
 
 }  // namespace granary::gateway

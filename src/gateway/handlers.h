@@ -147,6 +147,10 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body);
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req);
+// bucket_ops.cc: ?tagging on a bucket (at most 50 tags, the object tags' rules).
+Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req);
 // bucket_ops.cc: ?cors, the rules cors.cc applies.
 Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySource& body);
@@ -159,7 +163,7 @@ Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req);
 // Access-Control-* headers of the rule that allows the origin and method, if one does.
 Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req);
 // bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy,
-// ?tagging, ...). Its GET answers as S3 answers for a bucket where it was never set: a
+// ?encryption, ...). Its GET answers as S3 answers for a bucket where it was never set: a
 // document (`root`, holding `child` when it has one) or a 404 `error`. Tools that read
 // every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) need these
 // answers; a 501 fails them. Deleting one that has a Delete operation (`delete_op`) is a

@@ -71,6 +71,27 @@ constexpr std::array kKnownParameters = {
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
     "versionId", "x-id"};
 
+// A bucket setting Granary stores: its sub-resource, and the operations that read, set
+// and delete it (ACLs cannot be deleted).
+struct SettingRoute {
+  std::string_view param;
+  std::string_view get_op;
+  std::string_view put_op;
+  std::string_view delete_op;
+  Task<S3Response> (*get)(GatewayContext&, const S3Request&);
+  Task<S3Response> (*put)(GatewayContext&, const S3Request&, BodySource&);
+  Task<S3Response> (*remove)(GatewayContext&, const S3Request&);
+};
+constexpr SettingRoute kSettingRoutes[] = {
+    {"acl", "GetBucketAcl", "PutBucketAcl", "", getBucketAcl, putBucketAcl, nullptr},
+    {"lifecycle", "GetBucketLifecycleConfiguration", "PutBucketLifecycleConfiguration",
+     "DeleteBucketLifecycle", getBucketLifecycle, putBucketLifecycle, deleteBucketLifecycle},
+    {"cors", "GetBucketCors", "PutBucketCors", "DeleteBucketCors", getBucketCors,
+     putBucketCors, deleteBucketCors},
+    {"tagging", "GetBucketTagging", "PutBucketTagging", "DeleteBucketTagging",
+     getBucketTagging, putBucketTagging, deleteBucketTagging},
+};
+
 // The query parameters that name what a request does: all but a presigned URL's signature
 // (isAuthParameter). A sub-resource routed only when alone (?acl, ?tagging...) may come
 // presigned.
@@ -263,39 +284,22 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
   }
   const std::string& m = req.method;
-  // Bucket settings: ACL, lifecycle and CORS (object ACLs stay NotImplemented below).
+  // Bucket settings: ACL, lifecycle, CORS and tags (object ACLs stay NotImplemented below).
   if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
-    if (req.hasQuery("acl") && m == "GET") {
-      op = "GetBucketAcl";
-      co_return co_await getBucketAcl(ctx, req);
-    }
-    if (req.hasQuery("acl") && m == "PUT") {
-      op = "PutBucketAcl";
-      co_return co_await putBucketAcl(ctx, req, body);
-    }
-    if (req.hasQuery("lifecycle") && (m == "GET" || m == "PUT" || m == "DELETE")) {
+    for (const SettingRoute& route : kSettingRoutes) {
+      if (!req.hasQuery(route.param)) continue;
       if (m == "GET") {
-        op = "GetBucketLifecycleConfiguration";
-        co_return co_await getBucketLifecycle(ctx, req);
+        op = route.get_op;
+        co_return co_await route.get(ctx, req);
       }
       if (m == "PUT") {
-        op = "PutBucketLifecycleConfiguration";
-        co_return co_await putBucketLifecycle(ctx, req, body);
+        op = route.put_op;
+        co_return co_await route.put(ctx, req, body);
       }
-      op = "DeleteBucketLifecycle";
-      co_return co_await deleteBucketLifecycle(ctx, req);
-    }
-    if (req.hasQuery("cors") && (m == "GET" || m == "PUT" || m == "DELETE")) {
-      if (m == "GET") {
-        op = "GetBucketCors";
-        co_return co_await getBucketCors(ctx, req);
+      if (m == "DELETE" && route.remove != nullptr) {
+        op = route.delete_op;
+        co_return co_await route.remove(ctx, req);
       }
-      if (m == "PUT") {
-        op = "PutBucketCors";
-        co_return co_await putBucketCors(ctx, req, body);
-      }
-      op = "DeleteBucketCors";
-      co_return co_await deleteBucketCors(ctx, req);
     }
     if (const AbsentSetting* setting = findAbsentBucketSetting(req)) {
       if (m == "GET") {
@@ -308,8 +312,8 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       }
     }
   }
-  // Object tags (aws-cli asks for them before every S3-to-S3 copy). Bucket tags, and
-  // object tags of a version, stay NotImplemented below.
+  // Object tags (aws-cli asks for them before every S3-to-S3 copy). Object tags of a
+  // version stay NotImplemented below.
   if (!req.key.empty() && req.hasQuery("tagging") && operationParameters(req) == 1) {
     if (m == "GET") {
       op = "GetObjectTagging";

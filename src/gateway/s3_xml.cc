@@ -138,7 +138,7 @@ bool allowedTagText(std::string_view s) {
 
 // One more tag into `tags`, or the error S3 answers with.
 S3Result<void> addTag(TagSet& tags, std::string key, std::string value,
-                      S3ErrorCode repeated_key) {
+                      S3ErrorCode repeated_key, size_t max_tags = kMaxObjectTags) {
   if (key.empty() || !allowedTagText(key)) {
     return s3fail(S3ErrorCode::kInvalidTag, "The TagKey you have provided is invalid");
   }
@@ -158,15 +158,18 @@ S3Result<void> addTag(TagSet& tags, std::string key, std::string value,
   if (!tags.emplace(std::move(key), std::move(value)).second) {
     return s3fail(repeated_key, "Cannot provide multiple Tags with the same key");
   }
-  if (tags.size() > kMaxObjectTags) {
-    return s3fail(S3ErrorCode::kInvalidTag, "Object tags cannot be greater than 10");
+  if (tags.size() > max_tags) {
+    return s3fail(S3ErrorCode::kInvalidTag,
+                  max_tags == kMaxObjectTags
+                      ? std::string("Object tags cannot be greater than 10")
+                      : fmt::format("Bucket tag count cannot be greater than {}", max_tags));
   }
   return {};
 }
 
 }  // namespace
 
-S3Result<TagSet> parseTagging(std::string_view body) {
+S3Result<TagSet> parseTagging(std::string_view body, size_t max_tags) {
   pugi::xml_document doc;
   auto root = parseRoot(doc, body, "Tagging");
   if (!root) return std::unexpected(root.error());
@@ -178,7 +181,7 @@ S3Result<TagSet> parseTagging(std::string_view body) {
     pugi::xml_node value = tag.child("Value");
     if (!key || !value) return malformedXml();
     auto added = addTag(tags, key.text().as_string(), value.text().as_string(),
-                        S3ErrorCode::kInvalidTag);
+                        S3ErrorCode::kInvalidTag, max_tags);
     if (!added) return std::unexpected(added.error());
   }
   return tags;

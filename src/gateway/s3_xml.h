@@ -43,11 +43,12 @@ std::string locationXml(std::string_view region);
 // of up to 256, unique keys, no "aws:" prefix, ASCII limited to letters, digits, spaces
 // and _ . : / = + - @; other characters must be UTF-8).
 inline constexpr size_t kMaxObjectTags = 10;
+inline constexpr size_t kMaxBucketTags = 50;  // PutBucketTagging: the same rules, 50 tags
 using TagSet = std::map<std::string, std::string>;
-// PutObjectTagging's <Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag>...:
-// MalformedXML for bad XML or a Tag without a Key or Value; InvalidTag for a tag S3
-// refuses or a repeated key.
-S3Result<TagSet> parseTagging(std::string_view body);
+// PutObjectTagging's (and PutBucketTagging's, with kMaxBucketTags) <Tagging><TagSet><Tag>
+// <Key>k</Key><Value>v</Value></Tag>...: MalformedXML for bad XML or a Tag without a Key
+// or Value; InvalidTag for a tag S3 refuses, a repeated key or more than `max_tags`.
+S3Result<TagSet> parseTagging(std::string_view body, size_t max_tags = kMaxObjectTags);
 // The x-amz-tagging header of PutObject, CreateMultipartUpload and CopyObject:
 // "k1=v1&k2=v2", URL-encoded. InvalidArgument when it does not decode or a key repeats;
 // InvalidTag for a tag S3 refuses.

@@ -352,6 +352,7 @@ std::string encodeBucket(const BucketInfo& bucket) {
     }
     j["cr"] = std::move(rules);
   }
+  if (!bucket.tags.empty()) j["tg"] = bucket.tags;
   return toCbor(j);
 }
 
@@ -396,6 +397,7 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
         b.cors.push_back(std::move(r));
       }
     }
+    if (const Json* f = findField(j, "tg")) b.tags = asStringMap(*f);
     return b;
   });
 }

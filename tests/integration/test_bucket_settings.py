@@ -1,4 +1,4 @@
-"""Bucket settings Granary has no way to set (versioning, policy, encryption, tags...):
+"""Bucket settings Granary has no way to set (versioning, policy, encryption...):
 reading one answers as S3 answers for a bucket where it was never set, so tools that read
 every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; deleting
 one is a 204, as S3 answers the delete of a setting that is not there (Terraform's
@@ -15,7 +15,7 @@ ABSENT = [
     ("get_bucket_encryption", "ServerSideEncryptionConfigurationNotFoundError"),
     ("get_bucket_website", "NoSuchWebsiteConfiguration"),
     ("get_bucket_replication", "ReplicationConfigurationNotFoundError"),
-    ("get_bucket_tagging", "NoSuchTagSet"),
+    ("get_bucket_tagging", "NoSuchTagSet"),  # settable (test_bucket_tagging.py), never set here
     ("get_object_lock_configuration", "ObjectLockConfigurationNotFoundError"),
     ("get_bucket_ownership_controls", "OwnershipControlsNotFoundError"),
     ("get_public_access_block", "NoSuchPublicAccessBlockConfiguration"),
@@ -42,7 +42,7 @@ def test_boto3_reads_every_setting_as_never_set(s3, bucket):
 
 
 DELETES = ["delete_bucket_policy", "delete_bucket_encryption",
-           "delete_bucket_website", "delete_bucket_replication", "delete_bucket_tagging",
+           "delete_bucket_website", "delete_bucket_replication",
            "delete_bucket_ownership_controls", "delete_public_access_block"]
 
 
@@ -67,8 +67,6 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
             {"Version": "2012-10-17", "Statement": [{
                 "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
                 "Resource": f"arn:aws:s3:::{bucket}/*"}]})),
-        lambda: s3.put_bucket_tagging(
-            Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "data"}]}),
         lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
     ]
@@ -78,8 +76,8 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
         assert e.value.response["Error"]["Code"] == "NotImplemented"
     assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.get_bucket_tagging(Bucket=bucket)
-    assert e.value.response["Error"]["Code"] == "NoSuchTagSet"
+        s3.get_bucket_policy(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "NoSuchBucketPolicy"
 
 
 def test_aws_cli_reads_versioning_and_policy(server, bucket):
@@ -90,4 +88,4 @@ def test_aws_cli_reads_versioning_and_policy(server, bucket):
     assert res.returncode != 0
     assert "NoSuchBucketPolicy" in res.stderr, res.stderr
     server.aws("s3api", "delete-bucket-policy", "--bucket", bucket)
-    server.aws("s3api", "delete-bucket-tagging", "--bucket", bucket)
+    server.aws("s3api", "delete-bucket-encryption", "--bucket", bucket)

@@ -374,6 +374,16 @@ def test_cors_rules_set_read_and_deleted(server, bucket, js_sdk):
     assert e["threw"] and e["name"] == "NoSuchCORSConfiguration" and e["status"] == 404, e
 
 
+def test_bucket_tags_set_read_and_deleted(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "bucket-tagging", bucket)
+    assert r["putHttp"] == 204 and r["deleteHttp"] == 204, r
+    assert r["tags"] == [{"Key": "cost", "Value": "42"}, {"Key": "team", "Value": "data"}], r
+    e = r["invalid"]
+    assert e["threw"] and e["name"] == "InvalidTag" and e["status"] == 400, e
+    e = r["afterDelete"]
+    assert e["threw"] and e["name"] == "NoSuchTagSet" and e["status"] == 404, e
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

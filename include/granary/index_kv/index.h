@@ -98,6 +98,7 @@ struct BucketInfo {
   bool public_read = false;
   std::vector<LifecycleRule> lifecycle;  // empty: no lifecycle configuration
   std::vector<CorsRule> cors;            // empty: no CORS configuration
+  std::map<std::string, std::string> tags;  // PutBucketTagging; empty: none (NoSuchTagSet)
   bool operator==(const BucketInfo&) const = default;
 };
 

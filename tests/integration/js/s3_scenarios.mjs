@@ -18,6 +18,7 @@ import zlib from "node:zlib";
 import {
   CreateBucketCommand,
   DeleteBucketCorsCommand,
+  DeleteBucketTaggingCommand,
   DeleteObjectCommand,
   DeleteObjectTaggingCommand,
   DeleteObjectsCommand,
@@ -33,6 +34,7 @@ import {
   ListObjectsV2Command,
   NoSuchKey,
   PutBucketCorsCommand,
+  PutBucketTaggingCommand,
   PutBucketVersioningCommand,
   PutObjectCommand,
   PutObjectTaggingCommand,
@@ -506,6 +508,25 @@ async function cors() {
   };
 }
 
+// Bucket tags: set (the SDK adds a checksum), read, replaced by an empty set, deleted.
+async function bucketTagging() {
+  const put = await send(new PutBucketTaggingCommand({
+    Bucket: bucket, Tagging: { TagSet: [{ Key: "team", Value: "data" }, { Key: "cost", Value: "42" }] },
+  }));
+  const got = await send(new GetBucketTaggingCommand({ Bucket: bucket }));
+  const invalid = await expectError(() => client.send(new PutBucketTaggingCommand({
+    Bucket: bucket, Tagging: { TagSet: [{ Key: "aws:x", Value: "1" }] },
+  })));
+  const deleted = await send(new DeleteBucketTaggingCommand({ Bucket: bucket }));
+  return {
+    putHttp: put.$metadata.httpStatusCode,
+    tags: got.TagSet,
+    invalid,
+    deleteHttp: deleted.$metadata.httpStatusCode,
+    afterDelete: await expectError(() => client.send(new GetBucketTaggingCommand({ Bucket: bucket }))),
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -525,6 +546,7 @@ const SCENARIOS = {
   tagging,
   "bucket-settings": bucketSettings,
   cors,
+  "bucket-tagging": bucketTagging,
   errors,
 };
 

@@ -4,6 +4,7 @@
 #include "run_task.h"
 #include "asio.h"
 
+#include <fmt/format.h>
 #include <prometheus/registry.h>
 
 #include <catch2/catch.hpp>
@@ -492,8 +493,8 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CAPTURE(target);
     CHECK(f.send(makeRequest("DELETE", target)).status == 501);
   }
-  // Bucket tags, and the tags of a version, are not object tags of the current version.
-  for (const char* target : {"/bucket?tagging", "/bucket/obj?tagging&versionId=null"}) {
+  // The tags of a version are not the object tags of the current version.
+  for (const char* target : {"/bucket/obj?tagging&versionId=null"}) {
     CAPTURE(target);
     Reply r = f.send(makeRequest("PUT", target, {}, sha256Hex("<Tagging/>")), "<Tagging/>");
     CHECK(r.status == 501);
@@ -705,6 +706,62 @@ TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answ
   CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
   CHECK(f.send(makeRequest("PUT", "/nobucket?cors", {}, sha256Hex(one)), one).code ==
         "NoSuchBucket");
+}
+
+TEST_CASE("Bucket tags: set, replaced, read and deleted; up to 50; not the objects' tags") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  auto putTags = [&](const std::string& target, const std::string& xml) {
+    return f.send(makeRequest("PUT", target, {}, sha256Hex(xml)), xml);
+  };
+  auto tagging = [](const std::vector<std::pair<std::string, std::string>>& tags) {
+    std::string xml = "<Tagging><TagSet>";
+    for (const auto& [k, v] : tags) {
+      xml.append("<Tag><Key>").append(k).append("</Key><Value>").append(v);
+      xml.append("</Value></Tag>");
+    }
+    return xml + "</TagSet></Tagging>";
+  };
+  CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");
+  Reply put = putTags("/bucket?tagging", tagging({{"team", "data"}, {"cost", "42"}}));
+  CHECK(put.status == 204);
+  CHECK(put.op == "PutBucketTagging");
+  Reply got = f.get("/bucket?tagging");
+  CHECK(got.op == "GetBucketTagging");
+  CHECK(got.body.find("<TagSet><Tag><Key>cost</Key><Value>42</Value></Tag>"
+                      "<Tag><Key>team</Key><Value>data</Value></Tag></TagSet>") !=
+        std::string::npos);
+  // The bucket's tags are not its objects' tags, nor the other way round.
+  CHECK(f.get("/bucket/obj?tagging").body.find("<Key>team</Key>") == std::string::npos);
+  CHECK_FALSE(f.get("/bucket/obj").header("x-amz-tagging-count"));
+
+  // Fifty tags are allowed, 51 are not; S3's rules on keys and values hold; a refused
+  // set changes nothing.
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int i = 0; i < 50; ++i) many.emplace_back(fmt::format("k{}", i), "v");
+  CHECK(putTags("/bucket?tagging", tagging(many)).status == 204);
+  many.emplace_back("k50", "v");
+  Reply too_many = putTags("/bucket?tagging", tagging(many));
+  CHECK(too_many.status == 400);
+  CHECK(too_many.code == "InvalidTag");
+  CHECK(putTags("/bucket?tagging", tagging({{"aws:owner", "x"}})).code == "InvalidTag");
+  CHECK(putTags("/bucket?tagging", tagging({{"a", "1"}, {"a", "2"}})).code == "InvalidTag");
+  CHECK(putTags("/bucket?tagging", "<Tagging>").code == "MalformedXML");
+  CHECK(f.get("/bucket?tagging").body.find("<Key>k49</Key>") != std::string::npos);
+
+  // Replaced as a whole; an empty set leaves none; deleted.
+  REQUIRE(putTags("/bucket?tagging", tagging({{"stage", "raw"}})).status == 204);
+  CHECK(f.get("/bucket?tagging").body.find("<Key>k0</Key>") == std::string::npos);
+  REQUIRE(putTags("/bucket?tagging", tagging({})).status == 204);
+  CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");
+  REQUIRE(putTags("/bucket?tagging", tagging({{"stage", "raw"}})).status == 204);
+  Reply removed = f.send(makeRequest("DELETE", "/bucket?tagging"));
+  CHECK(removed.status == 204);
+  CHECK(removed.op == "DeleteBucketTagging");
+  CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");
+  CHECK(putTags("/nobucket?tagging", tagging({{"a", "b"}})).code == "NoSuchBucket");
+  CHECK(f.get("/bucket/obj").body == "data");
 }
 
 TEST_CASE("Object tags: set by PUT, replaced, read, copied and deleted, never the body") {

@@ -223,7 +223,7 @@ TEST_CASE("When a key repeats in a stored value, its last value wins") {
 }
 
 TEST_CASE("Bucket, summary and GC values round-trip") {
-  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}, {}};
+  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}, {}, {}};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
   // The settings: public-read and lifecycle rules (every optional action, and none).
   b.public_read = true;
@@ -242,6 +242,10 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(*cors == b);
   CHECK(cors->cors[0].max_age_seconds == 3000);
   CHECK(cors->cors[1].allowed_headers.empty());
+  b.tags = {{"team", "data"}, {"cost centre", "42"}};
+  auto tagged = decodeBucket(encodeBucket(b));
+  REQUIRE(tagged.has_value());
+  CHECK(tagged->tags == b.tags);
 
   UserInfo u{"alice", "GKALICE0000000000001", "s3cr3t/+=", 123};
   CHECK(decodeUser(encodeUser(u)).value() == u);
