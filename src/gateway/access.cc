@@ -13,13 +13,15 @@
 namespace granary::gateway {
 namespace {
 
-// Query parameters a public read may carry: listing, record reads, and
+// Query parameters a public read may carry: listing (objects and their versions, as S3's
+// READ on a bucket allows), record reads, and
 // the x-id that the AWS SDKs add to every request. Anything else (acl, lifecycle,
 // uploads, location, ...) is the owner's.
 constexpr std::array kPublicReadParams = {
     "list-type", "prefix",   "delimiter", "max-keys", "continuation-token", "start-after",
     "encoding-type", "fetch-owner", "marker", "x-id",  "record",  "records", "key",
-    "after",     "container", "format",   "max-records", "raw"};
+    "after",     "container", "format",   "max-records", "raw", "versions", "key-marker",
+    "version-id-marker"};
 
 bool isPublicRead(const S3Request& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;

@@ -27,17 +27,24 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   if (!bucket) co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req);
 
   // Every key's removal is queued at once: the index commits them in a few synced batches.
-  std::vector<DeleteOutcome> outcomes(parsed->keys.size());
-  std::vector<Result<std::optional<VersionId>>> removed(parsed->keys.size());
+  std::vector<DeleteOutcome> outcomes(parsed->objects.size());
+  std::vector<Result<std::optional<VersionId>>> removed(parsed->objects.size());
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(ctx.pool(), ex);
   // If this frame unwinds (an exception) with removals queued, their answers must not
   // land in freed `removed`.
   IdleBeforeFreed removed_before_freed(group);
-  for (size_t i = 0; i < parsed->keys.size(); ++i) {
-    outcomes[i].key = parsed->keys[i];
+  for (size_t i = 0; i < parsed->objects.size(); ++i) {
+    outcomes[i].key = parsed->objects[i].key;
+    outcomes[i].version_id = parsed->objects[i].version_id;
     if (outcomes[i].key.empty() || outcomes[i].key.size() > 1024) {
       outcomes[i].error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid key"};
+      continue;
+    }
+    // Every object has the one version "null" (no versioning); another id names nothing,
+    // and must not delete the object (as DeleteObject?versionId= answers).
+    if (outcomes[i].version_id && *outcomes[i].version_id != "null") {
+      outcomes[i].error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid version id specified"};
       continue;
     }
     removeObjectIn(group, ctx, req.bucket, outcomes[i].key, removed[i]);

@@ -1,4 +1,5 @@
-// ListObjects (v1, marker) and ListObjectsV2 (continuation tokens, start-after).
+// ListObjects (v1, marker), ListObjectsV2 (continuation tokens, start-after) and
+// ListObjectVersions (key and version-id markers; every object has the one version "null").
 #include <charconv>
 
 #include "granary/common/hex.h"
@@ -20,11 +21,16 @@ std::optional<std::string> decodeToken(std::string_view token) {
   return std::string(raw->begin(), raw->end());
 }
 
-}  // namespace
+ListKind listKind(const S3Request& req) {
+  if (req.hasQuery("versions")) return ListKind::kVersions;
+  return req.queryValue("list-type") == std::optional<std::string_view>("2") ? ListKind::kV2
+                                                                            : ListKind::kV1;
+}
 
-Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
-  ListObjectsParams p;
-  p.version = req.queryValue("list-type") == std::optional<std::string_view>("2") ? 2 : 1;
+// The parameters every listing reads, and where it starts: `p` and `lr` filled, or the
+// error S3 answers for a bad one.
+S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv::ListRequest& lr) {
+  p.kind = listKind(req);
   p.bucket = req.bucket;
   p.prefix = std::string(req.queryValue("prefix").value_or(""));
   p.delimiter = std::string(req.queryValue("delimiter").value_or(""));
@@ -32,7 +38,7 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
   p.fetch_owner = req.queryValue("fetch-owner") == std::optional<std::string_view>("true");
   if (auto enc = req.queryValue("encoding-type")) {
     if (*enc != "url") {
-      co_return errorResponse({S3ErrorCode::kInvalidArgument, "Invalid Encoding Method specified in Request"}, req);
+      return s3fail(S3ErrorCode::kInvalidArgument, "Invalid Encoding Method specified in Request");
     }
     p.url_encode = true;
   }
@@ -40,31 +46,58 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
     int64_t v = -1;
     auto [ptr, ec] = std::from_chars(mk->data(), mk->data() + mk->size(), v);
     if (ec != std::errc() || ptr != mk->data() + mk->size() || v < 0) {
-      co_return errorResponse({S3ErrorCode::kInvalidArgument, "Provided max-keys not an integer or within integer range"}, req);
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "Provided max-keys not an integer or within integer range");
     }
     p.max_keys = static_cast<size_t>(std::min<int64_t>(v, 1000));
   }
-
-  index_kv::ListRequest lr;
   lr.prefix = p.prefix;
   lr.delimiter = p.delimiter;
   lr.max_keys = p.max_keys;
-  if (p.version == 2) {
-    p.marker = std::string(req.queryValue("start-after").value_or(""));
-    lr.start_after = p.marker;
-    if (auto token = req.queryValue("continuation-token")) {
-      auto decoded = decodeToken(*token);
-      if (!decoded || token->empty()) {
-        co_return errorResponse({S3ErrorCode::kInvalidArgument, "The continuation token provided is incorrect"}, req);
+  switch (p.kind) {
+    case ListKind::kV1:
+      p.marker = std::string(req.queryValue("marker").value_or(""));
+      lr.start_after = p.marker;
+      break;
+    case ListKind::kV2:
+      p.marker = std::string(req.queryValue("start-after").value_or(""));
+      lr.start_after = p.marker;
+      if (auto token = req.queryValue("continuation-token")) {
+        auto decoded = decodeToken(*token);
+        if (!decoded || token->empty()) {
+          return s3fail(S3ErrorCode::kInvalidArgument,
+                        "The continuation token provided is incorrect");
+        }
+        p.continuation_token = std::string(*token);
+        lr.start_after = *decoded;
       }
-      p.continuation_token = std::string(*token);
-      lr.start_after = *decoded;
-    }
-  } else {
-    p.marker = std::string(req.queryValue("marker").value_or(""));
-    lr.start_after = p.marker;
+      break;
+    case ListKind::kVersions:
+      // A key has one version, "null": the versions after (key-marker, null) are the keys
+      // after key-marker, as are the versions after key-marker itself.
+      p.marker = std::string(req.queryValue("key-marker").value_or(""));
+      p.version_id_marker = std::string(req.queryValue("version-id-marker").value_or(""));
+      if (!p.version_id_marker.empty() && p.marker.empty()) {
+        return s3fail(S3ErrorCode::kInvalidArgument,
+                      "A version-id marker cannot be specified without a key marker.");
+      }
+      if (!p.version_id_marker.empty() && p.version_id_marker != "null") {
+        return s3fail(S3ErrorCode::kInvalidArgument, "Invalid version id specified");
+      }
+      lr.start_after = p.marker;
+      break;
   }
+  return {};
+}
 
+}  // namespace
+
+Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
+  ListObjectsParams p;
+  index_kv::ListRequest lr;
+  if (auto parsed = parseListing(req, p, lr); !parsed) {
+    co_return errorResponse(parsed.error(), req);
+  }
   // The index lists a missing bucket as empty; S3 answers NoSuchBucket.
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListResult> {
     auto bucket = ctx.index().getBucket(req.bucket);
@@ -73,7 +106,8 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
   });
   if (!result) co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);
   if (result->truncated) {
-    p.next_token = p.version == 2 ? encodeToken(result->next_start_after) : result->next_start_after;
+    p.next_token = p.kind == ListKind::kV2 ? encodeToken(result->next_start_after)
+                                           : result->next_start_after;
   }
   co_return xmlResponse(listObjectsXml(p, *result));
 }

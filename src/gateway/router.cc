@@ -69,7 +69,7 @@ constexpr std::array kKnownParameters = {
     "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
     "part-number-marker", "partNumber", "prefix", "raw", "record", "record-index", "records",
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
-    "versionId", "x-id"};
+    "version-id-marker", "versionId", "versions", "x-id"};
 
 // A bucket setting Granary stores: its sub-resource, and the operations that read, set
 // and delete it (ACLs cannot be deleted).
@@ -348,6 +348,17 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     op = "InvalidVersion";
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "Invalid version id specified"},
                             req);
+  }
+
+  // ListObjectVersions; ?versions on anything else is not a plain request.
+  if (req.hasQuery("versions")) {
+    if (!req.bucket.empty() && req.key.empty() && m == "GET") {
+      op = "ListObjectVersions";
+      co_return co_await listObjects(ctx, req);
+    }
+    op = "Unsupported";
+    co_return errorResponse(
+        {S3ErrorCode::kNotImplemented, "This versions request is not implemented"}, req);
   }
 
   // Multipart uploads (uploads, uploadId, partNumber); any other use of those

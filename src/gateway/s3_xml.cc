@@ -75,31 +75,41 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
     encoded = uriEncode(s, /*encode_slash=*/false);
     return encoded;
   };
+  const bool versions = p.kind == ListKind::kVersions;
   // About 250 bytes a key with its owner, 60 a common prefix.
-  XmlWriter x("ListBucketResult", true,
+  XmlWriter x(versions ? "ListVersionsResult" : "ListBucketResult", true,
               1024 + result.objects.size() * 320 + result.common_prefixes.size() * 64);
   x.element("Name", p.bucket).element("Prefix", enc(p.prefix));
-  if (p.version == 1) {
-    x.element("Marker", enc(p.marker));
-    if (result.truncated && !p.next_token.empty()) x.element("NextMarker", enc(p.next_token));
-  } else {
-    if (!p.marker.empty()) x.element("StartAfter", enc(p.marker));
-    if (!p.continuation_token.empty()) x.element("ContinuationToken", p.continuation_token);
-    if (result.truncated) x.element("NextContinuationToken", p.next_token);
-    x.element("KeyCount", uint64_t{result.objects.size() + result.common_prefixes.size()});
+  switch (p.kind) {
+    case ListKind::kV1:
+      x.element("Marker", enc(p.marker));
+      if (result.truncated && !p.next_token.empty()) x.element("NextMarker", enc(p.next_token));
+      break;
+    case ListKind::kV2:
+      if (!p.marker.empty()) x.element("StartAfter", enc(p.marker));
+      if (!p.continuation_token.empty()) x.element("ContinuationToken", p.continuation_token);
+      if (result.truncated) x.element("NextContinuationToken", p.next_token);
+      x.element("KeyCount", uint64_t{result.objects.size() + result.common_prefixes.size()});
+      break;
+    case ListKind::kVersions:
+      x.element("KeyMarker", enc(p.marker)).element("VersionIdMarker", p.version_id_marker);
+      if (result.truncated) {
+        x.element("NextKeyMarker", enc(p.next_token)).element("NextVersionIdMarker", "null");
+      }
+      break;
   }
   x.element("MaxKeys", uint64_t{p.max_keys});
   if (!p.delimiter.empty()) x.element("Delimiter", enc(p.delimiter));
   if (p.url_encode) x.element("EncodingType", "url");
   x.element("IsTruncated", result.truncated ? "true" : "false");
   for (const auto& o : result.objects) {
-    x.open("Contents")
-        .element("Key", enc(o.key))
-        .element("LastModified", IsoTimestamp(o.mtime_unix_nanos).view())
+    x.open(versions ? "Version" : "Contents").element("Key", enc(o.key));
+    if (versions) x.element("VersionId", "null").element("IsLatest", "true");
+    x.element("LastModified", IsoTimestamp(o.mtime_unix_nanos).view())
         .quotedElement("ETag", o.etag)
         .element("Size", uint64_t{o.size})
         .element("StorageClass", "STANDARD");
-    if (p.fetch_owner || p.version == 1) identity(x, "Owner", p.owner_id);
+    if (p.fetch_owner || p.kind != ListKind::kV2) identity(x, "Owner", p.owner_id);
     x.close();
   }
   for (const auto& prefix : result.common_prefixes) {
@@ -259,10 +269,12 @@ S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
   for (auto obj : del.children("Object")) {
     auto key = obj.child("Key");
     if (!key) return malformedXml();
-    out.keys.emplace_back(key.text().as_string());
-    if (out.keys.size() > kMaxDeleteObjects) return malformedXml();
+    ObjectIdentifier id{key.text().as_string(), std::nullopt};
+    if (auto version = obj.child("VersionId")) id.version_id = version.text().as_string();
+    out.objects.push_back(std::move(id));
+    if (out.objects.size() > kMaxDeleteObjects) return malformedXml();
   }
-  if (out.keys.empty()) return malformedXml();
+  if (out.objects.empty()) return malformedXml();
   return out;
 }
 
@@ -270,12 +282,15 @@ std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool qui
   XmlWriter x("DeleteResult", true, 256 + outcomes.size() * 64);
   for (const auto& o : outcomes) {
     if (!o.error) {
-      if (!quiet) x.open("Deleted").element("Key", o.key).close();
+      if (quiet) continue;
+      x.open("Deleted").element("Key", o.key);
+      if (o.version_id) x.element("VersionId", *o.version_id);
+      x.close();
       continue;
     }
-    x.open("Error")
-        .element("Key", o.key)
-        .element("Code", errorName(o.error->code))
+    x.open("Error").element("Key", o.key);
+    if (o.version_id) x.element("VersionId", *o.version_id);
+    x.element("Code", errorName(o.error->code))
         .element("Message", o.error->message)
         .close();
   }

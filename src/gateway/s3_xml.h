@@ -21,14 +21,20 @@ std::string errorXml(const S3Error& error, std::string_view resource,
 std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
                            std::string_view owner_id);
 
+// ListObjects (marker), ListObjectsV2 (continuation token), ListObjectVersions (key and
+// version-id markers; every object is its one version, "null").
+enum class ListKind { kV1, kV2, kVersions };
+
 struct ListObjectsParams {
-  int version = 2;  // 1: ListObjects (marker), 2: ListObjectsV2
+  ListKind kind = ListKind::kV2;
   std::string bucket;
   std::string prefix;
   std::string delimiter;
-  std::string marker;              // v1 Marker, or v2 StartAfter
+  std::string marker;              // v1 Marker, v2 StartAfter, versions KeyMarker
+  std::string version_id_marker;   // versions: "" or "null", as received
   std::string continuation_token;  // v2, as received
-  std::string next_token;          // v2 NextContinuationToken / v1 NextMarker when truncated
+  // When truncated: v2 NextContinuationToken, v1 NextMarker, versions NextKeyMarker.
+  std::string next_token;
   size_t max_keys = 1000;
   bool url_encode = false;         // encoding-type=url
   bool fetch_owner = false;
@@ -70,17 +76,23 @@ std::string objectAttributesXml(const ObjectAttributesRequest& want,
 std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 
+struct ObjectIdentifier {
+  std::string key;
+  std::optional<std::string> version_id;  // <VersionId>, when sent
+  bool operator==(const ObjectIdentifier&) const = default;
+};
 struct DeleteObjectsRequest {
   bool quiet = false;
-  std::vector<std::string> keys;
+  std::vector<ObjectIdentifier> objects;
 };
 inline constexpr size_t kMaxDeleteObjects = 1000;
-// <Delete><Quiet>..</Quiet><Object><Key>..</Key></Object>...</Delete>; MalformedXML for
-// bad XML, no objects, or more than kMaxDeleteObjects.
+// <Delete><Quiet>..</Quiet><Object><Key>..</Key><VersionId>..</VersionId></Object>...
+// </Delete>; MalformedXML for bad XML, no objects, or more than kMaxDeleteObjects.
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body);
 
 struct DeleteOutcome {
   std::string key;
+  std::optional<std::string> version_id;  // echoed as it was asked for
   std::optional<S3Error> error;  // nullopt: deleted
 };
 std::string deleteResultXml(const std::vector<DeleteOutcome>& outcomes, bool quiet);

@@ -182,15 +182,15 @@ class XmlWriter {
 
 constexpr std::string_view kVersionId = "OYcLXagmS.WaD..oyH4KRguB95_YhLs7";
 
-std::string deleteXml(const char* quiet, const std::vector<std::string>& keys,
-                      bool with_version_ids, const XmlStyle& style) {
+std::string deleteXml(const char* quiet, const std::vector<ObjectIdentifier>& objects,
+                      const XmlStyle& style) {
   XmlWriter w(style);
   w.open("Delete");
   if (quiet != nullptr) w.leaf("Quiet", quiet);
-  for (const std::string& key : keys) {
+  for (const ObjectIdentifier& object : objects) {
     w.open("Object");
-    w.leaf("Key", key);
-    if (with_version_ids) w.leaf("VersionId", kVersionId);
+    w.leaf("Key", object.key);
+    if (object.version_id) w.leaf("VersionId", *object.version_id);
     w.close("Object");
   }
   w.close("Delete");
@@ -338,18 +338,20 @@ void rawDelete(std::string_view body, const XmlStyle& style) {
     expectMalformed(parsed.error());
     return;
   }
-  if (parsed->keys.empty() || parsed->keys.size() > kMaxDeleteObjects) {
+  if (parsed->objects.empty() || parsed->objects.size() > kMaxDeleteObjects) {
     fail("DeleteObjects accepted no keys or too many");
   }
-  for (const std::string& key : parsed->keys) {
-    if (hasNul(key)) fail("a parsed key holds NUL");
+  for (const ObjectIdentifier& object : parsed->objects) {
+    if (hasNul(object.key) || (object.version_id && hasNul(*object.version_id))) {
+      fail("a parsed key or version id holds NUL");
+    }
   }
   ++g_raw_ok[kDelete];
-  const std::string xml = deleteXml(parsed->quiet ? "true" : nullptr, parsed->keys, false, style);
+  const std::string xml = deleteXml(parsed->quiet ? "true" : nullptr, parsed->objects, style);
   S3Result<DeleteObjectsRequest> again = parseDeleteObjects(xml);
   if (!again) fail("DeleteObjects refuses the XML written from what it parsed");
-  if (again->quiet != parsed->quiet || again->keys != parsed->keys) {
-    fail("DeleteObjects round trip changed the quiet flag or the keys");
+  if (again->quiet != parsed->quiet || again->objects != parsed->objects) {
+    fail("DeleteObjects round trip changed the quiet flag, the keys or the version ids");
   }
 }
 
@@ -431,11 +433,14 @@ void builtDelete(Reader& r) {
   const bool with_version_ids = r.bit();
   std::vector<std::string> distinct;
   for (size_t i = 0; i < std::min<size_t>(count, 4); ++i) distinct.push_back(textValue(r, 40));
-  std::vector<std::string> keys;
-  keys.reserve(count);
-  for (size_t i = 0; i < count; ++i) keys.push_back(distinct[i % distinct.size()]);
+  std::vector<ObjectIdentifier> objects;
+  objects.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    objects.push_back({distinct[i % distinct.size()],
+                       with_version_ids ? std::optional<std::string>(kVersionId) : std::nullopt});
+  }
   const char* quiet = quiet_mode == 0 ? nullptr : (quiet_mode == 1 ? "true" : "false");
-  const std::string xml = deleteXml(quiet, keys, with_version_ids, style);
+  const std::string xml = deleteXml(quiet, objects, style);
 
   S3Result<DeleteObjectsRequest> parsed = parseDeleteObjects(xml);
   const bool valid = count >= 1 && count <= kMaxDeleteObjects;
@@ -447,7 +452,9 @@ void builtDelete(Reader& r) {
   }
   if (!parsed) fail("DeleteObjects refuses a valid body");
   if (parsed->quiet != (quiet_mode == 1)) fail("DeleteObjects read Quiet wrong");
-  if (parsed->keys != keys) fail("DeleteObjects read keys other than those written");
+  if (parsed->objects != objects) {
+    fail("DeleteObjects read keys or version ids other than those written");
+  }
   ++g_built_ok[kDelete];
 }
 

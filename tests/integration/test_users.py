@@ -163,6 +163,8 @@ def test_public_read_bucket_serves_anonymous_reads_only(server, s3):
     assert anon.head_object(Bucket=name, Key="data/shard-0.tar")["ContentLength"] == 12
     assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == [
         "data/shard-0.tar"]
+    assert [(v["Key"], v["VersionId"]) for v in
+            anon.list_object_versions(Bucket=name)["Versions"]] == [("data/shard-0.tar", "null")]
     # Response overrides are a signed reader's: an anonymous GET cannot make a public
     # object be served as HTML.
     with pytest.raises(botocore.exceptions.ClientError) as e:

@@ -1087,6 +1087,74 @@ std::string xmlField(const std::string& xml, const std::string& name) {
   return xml.substr(a, b - a);
 }
 
+TEST_CASE("ListObjectVersions: each object is its one version, null; markers page through") {
+  GatewayFixture f;
+  f.createBucket();
+  for (const char* key : {"a", "b/1", "b/2", "c d", "e"}) REQUIRE(f.put(key, key).status == 200);
+  Reply all = f.get("/bucket?versions");
+  REQUIRE(all.status == 200);
+  CHECK(all.op == "ListObjectVersions");
+  CHECK(all.body.find("<ListVersionsResult") != std::string::npos);
+  CHECK(all.body.find("<Version><Key>a</Key><VersionId>null</VersionId><IsLatest>true"
+                      "</IsLatest><LastModified>") != std::string::npos);
+  CHECK(all.body.find("<Key>b/2</Key>") != std::string::npos);
+  CHECK(all.body.find("<IsTruncated>false</IsTruncated>") != std::string::npos);
+  CHECK(all.body.find("<Owner><ID>") != std::string::npos);
+  CHECK(all.body.find("NextKeyMarker") == std::string::npos);
+
+  // Pages of two with a delimiter: a, b/ | c d, e.
+  Reply first = f.get("/bucket?versions&delimiter=/&max-keys=2");
+  CHECK(first.body.find("<CommonPrefixes><Prefix>b/</Prefix></CommonPrefixes>") !=
+        std::string::npos);
+  CHECK(xmlField(first.body, "IsTruncated") == "true");
+  CHECK(xmlField(first.body, "NextKeyMarker") == "b/");
+  CHECK(xmlField(first.body, "NextVersionIdMarker") == "null");
+  Reply second =
+      f.get("/bucket?versions&delimiter=/&max-keys=2&key-marker=b/&version-id-marker=null");
+  CHECK(second.body.find("<Key>c d</Key>") != std::string::npos);
+  CHECK(second.body.find("<Key>e</Key>") != std::string::npos);
+  CHECK(second.body.find("<Key>a</Key>") == std::string::npos);
+  CHECK(xmlField(second.body, "KeyMarker") == "b/");
+  CHECK(xmlField(second.body, "IsTruncated") == "false");
+  // The versions after (a, null) are the keys after a; URL-encoded keys when asked.
+  Reply after_a = f.get("/bucket?versions&key-marker=a&version-id-marker=null&prefix=c");
+  CHECK(after_a.body.find("<Key>c d</Key>") != std::string::npos);
+  CHECK(f.get("/bucket?versions&encoding-type=url&prefix=c").body.find("<Key>c%20d</Key>") !=
+        std::string::npos);
+
+  // Refused as S3 refuses them.
+  CHECK(f.get("/bucket?versions&version-id-marker=null").code == "InvalidArgument");
+  CHECK(f.get("/bucket?versions&key-marker=a&version-id-marker=3HL4kqtJ").code ==
+        "InvalidArgument");
+  CHECK(f.get("/bucket?versions&max-keys=-1").code == "InvalidArgument");
+  CHECK(f.get("/nobucket?versions").code == "NoSuchBucket");
+  // ?versions names nothing else: never a plain GET or DELETE.
+  Reply object = f.get("/bucket/a?versions");
+  CHECK(object.status == 501);
+  CHECK(f.send(makeRequest("DELETE", "/bucket?versions")).status == 501);
+  CHECK(f.get("/bucket/a").body == "a");
+}
+
+TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothing") {
+  GatewayFixture f;
+  f.createBucket();
+  for (const char* key : {"a", "b", "c"}) REQUIRE(f.put(key, key).status == 200);
+  const std::string body =
+      "<Delete><Object><Key>a</Key><VersionId>null</VersionId></Object>"
+      "<Object><Key>b</Key><VersionId>3HL4kqtJlcpXroDTDmJ</VersionId></Object>"
+      "<Object><Key>c</Key></Object></Delete>";
+  Reply r = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(body)), body);
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find("<Deleted><Key>a</Key><VersionId>null</VersionId></Deleted>") !=
+        std::string::npos);
+  CHECK(r.body.find("<Error><Key>b</Key><VersionId>3HL4kqtJlcpXroDTDmJ</VersionId>"
+                    "<Code>InvalidArgument</Code>") != std::string::npos);
+  CHECK(r.body.find("<Deleted><Key>c</Key></Deleted>") != std::string::npos);
+  CHECK(f.get("/bucket/a").code == "NoSuchKey");
+  CHECK(f.get("/bucket/b").body == "b");  // a version that is not there deletes nothing
+  CHECK(f.get("/bucket/c").code == "NoSuchKey");
+}
+
 TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges cross parts") {
   GatewayFixture f;
   f.createBucket();
