@@ -288,25 +288,66 @@ Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req) {
   co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
 }
 
+namespace {
+
+// The ACL a PutBucketAcl or PutObjectAcl asks for, as x-amz-acl or an
+// AccessControlPolicy body (not both): public-read or not.
+S3Result<bool> requestedAcl(const S3Request& req, std::string_view xml) {
+  if (!req.header("x-amz-acl")) return parseAccessControlPolicy(xml);
+  if (xml.find_first_not_of(" \t\r\n") != std::string::npos) {
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  "Specify either x-amz-acl or an AccessControlPolicy body, not both");
+  }
+  return cannedAclPublicRead(req);
+}
+
+}  // namespace
+
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
   auto xml = co_await readSmallBody(req, body, 64 * 1024);
   if (!xml) co_return errorResponse(xml.error(), req, body);
-  S3Result<bool> public_read = false;
-  if (req.header("x-amz-acl")) {
-    if (xml->find_first_not_of(" \t\r\n") != std::string::npos) {
-      co_return errorResponse({S3ErrorCode::kInvalidRequest,
-                               "Specify either x-amz-acl or an AccessControlPolicy body, "
-                               "not both"},
-                              req);
-    }
-    public_read = cannedAclPublicRead(req);
-  } else {
-    public_read = parseAccessControlPolicy(*xml);
-  }
+  S3Result<bool> public_read = requestedAcl(req, *xml);
   if (!public_read) co_return errorResponse(public_read.error(), req);
   auto changed = co_await changeBucket(
       ctx, req, [&](index_kv::BucketInfo& b) { b.public_read = *public_read; });
   if (!changed) co_return errorResponse(changed.error(), req);
+  co_return S3Response{};
+}
+
+// Access is per bucket: an object's ACL is its bucket's (the owner's FULL_CONTROL, and
+// READ for everyone on a public-read bucket).
+Task<S3Response> getObjectAcl(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  auto object = co_await loadObject(ctx, req.bucket, req.key);
+  if (!object) co_return errorResponse(object.error(), req);
+  co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
+}
+
+// Setting the ACL an object already has through its bucket succeeds and changes nothing
+// (pipelines set `bucket-owner-full-control` on every upload); an ACL of its own is
+// NotImplemented.
+Task<S3Response> putObjectAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  // The bucket's owner is every object's owner: these two are the private ACL.
+  const auto canned = req.header("x-amz-acl");
+  const bool owner_only =
+      canned && (*canned == "bucket-owner-full-control" || *canned == "bucket-owner-read");
+  S3Result<bool> public_read = owner_only ? S3Result<bool>(false) : requestedAcl(req, *xml);
+  if (!public_read) co_return errorResponse(public_read.error(), req);
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  auto object = co_await loadObject(ctx, req.bucket, req.key);
+  if (!object) co_return errorResponse(object.error(), req);
+  if (*public_read != b->public_read) {
+    co_return errorResponse(
+        {S3ErrorCode::kNotImplemented,
+         fmt::format("An object ACL apart from its bucket's is not implemented: access is "
+                     "per bucket, and this bucket is {}",
+                     b->public_read ? "public-read" : "private")},
+        req);
+  }
   co_return S3Response{};
 }
 

@@ -143,6 +143,10 @@ Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req);
 // bucket_ops.cc: ?acl (canned private / public-read) and ?lifecycle.
 Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body);
+// bucket_ops.cc: ?acl on an object: its bucket's ACL (access is per bucket); setting the
+// ACL it already has through its bucket succeeds, any other is NotImplemented.
+Task<S3Response> getObjectAcl(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putObjectAcl(GatewayContext& ctx, const S3Request& req, BodySource& body);
 Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body);

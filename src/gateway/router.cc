@@ -284,7 +284,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
   }
   const std::string& m = req.method;
-  // Bucket settings: ACL, lifecycle, CORS and tags (object ACLs stay NotImplemented below).
+  // Bucket settings: ACL, lifecycle, CORS and tags.
   if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
     for (const SettingRoute& route : kSettingRoutes) {
       if (!req.hasQuery(route.param)) continue;
@@ -310,6 +310,17 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
         op = setting->delete_op;
         co_return co_await deleteAbsentBucketSetting(ctx, req);
       }
+    }
+  }
+  // Object ACLs: the bucket's (access is per bucket).
+  if (!req.key.empty() && req.hasQuery("acl") && operationParameters(req) == 1) {
+    if (m == "GET") {
+      op = "GetObjectAcl";
+      co_return co_await getObjectAcl(ctx, req);
+    }
+    if (m == "PUT") {
+      op = "PutObjectAcl";
+      co_return co_await putObjectAcl(ctx, req, body);
     }
   }
   // Object tags (aws-cli asks for them before every S3-to-S3 copy). Object tags of a

@@ -206,6 +206,29 @@ def test_canned_acls_beyond_public_read_are_refused(s3):
     assert error_code(e) == "NotImplemented"
 
 
+def test_object_acls_are_the_buckets(server, s3):
+    name = "objacl-" + uuid.uuid4().hex[:12]
+    s3.create_bucket(Bucket=name)
+    s3.put_object(Bucket=name, Key="k", Body=b"x")
+    acl = s3.get_object_acl(Bucket=name, Key="k")
+    assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
+    out = json.loads(server.aws("s3api", "get-object-acl", "--bucket", name, "--key",
+                                "k").stdout)
+    assert out["Owner"] == acl["Owner"]
+    # What it already has is accepted (pipelines send this on every upload); another is not.
+    s3.put_object_acl(Bucket=name, Key="k", ACL="bucket-owner-full-control")
+    server.aws("s3api", "put-object-acl", "--bucket", name, "--key", "k", "--acl", "private")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_acl(Bucket=name, Key="k", ACL="public-read")
+    assert error_code(e) == "NotImplemented"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object_acl(Bucket=name, Key="missing")
+    assert error_code(e) == "NoSuchKey"
+    s3.put_bucket_acl(Bucket=name, ACL="public-read")
+    grants = s3.get_object_acl(Bucket=name, Key="k")["Grants"]
+    assert any(g["Grantee"].get("URI", "").endswith("/AllUsers") for g in grants)
+
+
 def test_s3cmd_setacl_public_and_private(server, s3, tmp_path):
     cfg = tmp_path / "s3cfg"
     host = server.endpoint.removeprefix("http://")

@@ -472,7 +472,8 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
-  for (const char* target : {"/bucket/obj?retention", "/bucket/obj?acl", "/bucket/obj?versioning",
+  for (const char* target : {"/bucket/obj?retention", "/bucket/obj?acl&versionId=null",
+                             "/bucket/obj?versioning",
                              "/bucket?versioning&versionId=null"}) {
     CAPTURE(target);
     Reply r = f.get(target);
@@ -706,6 +707,43 @@ TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answ
   CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
   CHECK(f.send(makeRequest("PUT", "/nobucket?cors", {}, sha256Hex(one)), one).code ==
         "NoSuchBucket");
+}
+
+TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already are") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  Reply acl = f.get("/bucket/obj?acl");
+  REQUIRE(acl.status == 200);
+  CHECK(acl.op == "GetObjectAcl");
+  CHECK(acl.body == f.get("/bucket?acl").body);
+  CHECK(acl.body.find("<Permission>FULL_CONTROL</Permission>") != std::string::npos);
+  CHECK(acl.body.find("AllUsers") == std::string::npos);
+  CHECK(f.get("/bucket/none?acl").code == "NoSuchKey");
+  CHECK(f.get("/nobucket/obj?acl").code == "NoSuchBucket");
+
+  auto putAcl = [&](const std::string& target, const char* canned) {
+    return f.send(makeRequest("PUT", target, {{"x-amz-acl", canned}}));
+  };
+  // What the object already has: accepted, nothing changes.
+  for (const char* same : {"private", "bucket-owner-full-control", "bucket-owner-read"}) {
+    CAPTURE(same);
+    Reply r = putAcl("/bucket/obj?acl", same);
+    CHECK(r.status == 200);
+    CHECK(r.op == "PutObjectAcl");
+  }
+  // An ACL of its own: not implemented, and the bucket stays private.
+  Reply pub = putAcl("/bucket/obj?acl", "public-read");
+  CHECK(pub.status == 501);
+  CHECK(pub.code == "NotImplemented");
+  CHECK(f.get("/bucket/obj?acl").body.find("AllUsers") == std::string::npos);
+  CHECK(putAcl("/bucket/none?acl", "private").code == "NoSuchKey");
+  // On a public-read bucket, the objects are public-read too.
+  REQUIRE(putAcl("/bucket?acl", "public-read").status == 200);
+  CHECK(f.get("/bucket/obj?acl").body.find("AllUsers") != std::string::npos);
+  CHECK(putAcl("/bucket/obj?acl", "public-read").status == 200);
+  CHECK(putAcl("/bucket/obj?acl", "private").code == "NotImplemented");
+  CHECK(f.get("/bucket/obj").body == "data");  // never a PutObject
 }
 
 TEST_CASE("Bucket tags: set, replaced, read and deleted; up to 50; not the objects' tags") {
