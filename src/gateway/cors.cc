@@ -122,7 +122,7 @@ Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req) {
 
 Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req) {
   const auto origin = req.header("origin");
-  if (!origin || req.bucket.empty()) co_return;
+  if (!origin) co_return;
   auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b || b->cors.empty()) co_return;
   if (const auto* rule = matchCorsRule(b->cors, *origin, req.method, {})) {

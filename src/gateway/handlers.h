@@ -162,9 +162,10 @@ Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req);
 // cors.cc: a browser's preflight (OPTIONS on a bucket or an object; no authentication),
 // answered from the bucket's CORS rules.
 Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req);
-// cors.cc: for a request with an Origin header to a bucket with CORS rules, the headers
-// every response to it carries (S3Request::response_headers): Vary, and the
-// Access-Control-* headers of the rule that allows the origin and method, if one does.
+// cors.cc: for a request with an Origin header to a bucket (req.bucket not empty) with
+// CORS rules, the headers every response to it carries (S3Request::response_headers):
+// Vary, and the Access-Control-* headers of the rule that allows the origin and method,
+// if one does.
 Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req);
 // bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy,
 // ?encryption, ...). Its GET answers as S3 answers for a bucket where it was never set: a
