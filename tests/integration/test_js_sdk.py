@@ -384,6 +384,20 @@ def test_bucket_tags_set_read_and_deleted(server, bucket, js_sdk):
     assert e["threw"] and e["name"] == "NoSuchTagSet" and e["status"] == 404, e
 
 
+def test_versions_listed_and_deleted(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "versions", bucket)
+    assert r["grants"] == ["FULL_CONTROL"], r
+    assert [p["truncated"] for p in r["pages"]] == [True, False], r["pages"]
+    assert r["pages"][0]["nextKeyMarker"] == "v/b", r["pages"]
+    assert r["pages"][0]["nextVersionIdMarker"] == "null", r["pages"]
+    listed = [v for p in r["pages"] for v in p["versions"]]
+    assert listed == [{"key": k, "versionId": "null", "isLatest": True, "size": 3}
+                      for k in ("v/a", "v/b", "v/c")], listed
+    assert sorted(d["key"] for d in r["deleted"]) == ["v/a", "v/b", "v/c"], r
+    assert all(d["versionId"] == "null" for d in r["deleted"]) and r["errors"] == [], r
+    assert r["left"] == 0, r
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

@@ -27,10 +27,12 @@ import {
   GetBucketPolicyCommand,
   GetBucketTaggingCommand,
   GetBucketVersioningCommand,
+  GetObjectAclCommand,
   GetObjectCommand,
   GetObjectTaggingCommand,
   HeadBucketCommand,
   HeadObjectCommand,
+  ListObjectVersionsCommand,
   ListObjectsV2Command,
   NoSuchKey,
   PutBucketCorsCommand,
@@ -527,6 +529,41 @@ async function bucketTagging() {
   };
 }
 
+// A bucket emptied through its versions, as tools do: list them page by page, delete each
+// (Key, VersionId); and an object's ACL.
+async function versions() {
+  for (const key of ["v/a", "v/b", "v/c"]) {
+    await send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.from(key) }));
+  }
+  const acl = await send(new GetObjectAclCommand({ Bucket: bucket, Key: "v/a" }));
+  const pages = [];
+  let keyMarker;
+  let versionIdMarker;
+  for (;;) {
+    const page = await send(new ListObjectVersionsCommand({
+      Bucket: bucket, Prefix: "v/", MaxKeys: 2, KeyMarker: keyMarker, VersionIdMarker: versionIdMarker,
+    }));
+    pages.push({
+      versions: (page.Versions ?? []).map((v) => ({ key: v.Key, versionId: v.VersionId, isLatest: v.IsLatest, size: v.Size })),
+      truncated: page.IsTruncated, nextKeyMarker: page.NextKeyMarker ?? null,
+      nextVersionIdMarker: page.NextVersionIdMarker ?? null,
+    });
+    if (!page.IsTruncated) break;
+    keyMarker = page.NextKeyMarker;
+    versionIdMarker = page.NextVersionIdMarker;
+  }
+  const objects = pages.flatMap((p) => p.versions.map((v) => ({ Key: v.key, VersionId: v.versionId })));
+  const deleted = await send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: objects } }));
+  const after = await send(new ListObjectVersionsCommand({ Bucket: bucket, Prefix: "v/" }));
+  return {
+    grants: (acl.Grants ?? []).map((g) => g.Permission),
+    pages,
+    deleted: (deleted.Deleted ?? []).map((d) => ({ key: d.Key, versionId: d.VersionId })),
+    errors: deleted.Errors ?? [],
+    left: (after.Versions ?? []).length,
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -547,6 +584,7 @@ const SCENARIOS = {
   "bucket-settings": bucketSettings,
   cors,
   "bucket-tagging": bucketTagging,
+  versions,
   errors,
 };
 
