@@ -246,24 +246,36 @@ Task<S3Result<index_kv::Manifest>> loadObject(GatewayContext& ctx, std::string_v
 
 // ---- bucket settings -----------------------------------------------------------------
 
-namespace {
-
-// Reads the bucket, applies `change` to its settings, and writes them back.
-template <typename Change>
-Task<S3Result<index_kv::BucketInfo>> changeBucket(GatewayContext& ctx, const S3Request& req,
-                                                  Change change) {
-  auto bucket = co_await lookupBucket(ctx, req.bucket);
-  if (!bucket) co_return std::unexpected(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket));
-  change(*bucket);
-  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(*bucket); });
-  if (!st.isOk()) co_return std::unexpected(fromStatus(st, S3ErrorCode::kNoSuchBucket));
-  co_return std::move(*bucket);
+Task<S3Result<index_kv::BucketInfo>> changeBucket(
+    GatewayContext& ctx, const S3Request& req,
+    std::function<void(index_kv::BucketInfo&)> change) {
+  // The first read may come from memory; after a conflict, from the index itself.
+  auto read = co_await lookupBucket(ctx, req.bucket);
+  for (int attempt = 0; attempt < kBucketChangeAttempts; ++attempt) {
+    if (attempt > 0) {
+      read = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
+    }
+    if (!read) co_return std::unexpected(fromStatus(read.error(), S3ErrorCode::kNoSuchBucket));
+    index_kv::BucketInfo changed = *read;
+    change(changed);
+    Status st =
+        co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(changed, *read); });
+    if (st.isOk()) co_return changed;
+    if (st.code() != Status::Code::kPreconditionFailed) {
+      co_return std::unexpected(fromStatus(st, S3ErrorCode::kNoSuchBucket));
+    }
+  }
+  co_return std::unexpected(S3Error{S3ErrorCode::kOperationAborted,
+                                    "A conflicting conditional operation is currently in "
+                                    "progress against this resource. Please try again."});
 }
+
+namespace {
 
 // DeleteBucketLifecycle, -Cors, -Tagging: 204 once `clear` has emptied the setting, also
 // when it was not set (as S3 answers).
-template <typename Clear>
-Task<S3Response> clearSetting(GatewayContext& ctx, const S3Request& req, Clear clear) {
+Task<S3Response> clearSetting(GatewayContext& ctx, const S3Request& req,
+                              std::function<void(index_kv::BucketInfo&)> clear) {
   auto changed = co_await changeBucket(ctx, req, clear);
   if (!changed) co_return errorResponse(changed.error(), req);
   S3Response res;
@@ -332,8 +344,9 @@ Task<S3Response> putObjectAcl(GatewayContext& ctx, const S3Request& req, BodySou
   if (!xml) co_return errorResponse(xml.error(), req, body);
   // The bucket's owner is every object's owner: these two are the private ACL.
   const auto canned = req.header("x-amz-acl");
-  const bool owner_only =
-      canned && (*canned == "bucket-owner-full-control" || *canned == "bucket-owner-read");
+  const bool no_body = xml->find_first_not_of(" \t\r\n") == std::string::npos;
+  const bool owner_only = canned && no_body &&
+                          (*canned == "bucket-owner-full-control" || *canned == "bucket-owner-read");
   S3Result<bool> public_read = owner_only ? S3Result<bool>(false) : requestedAcl(req, *xml);
   if (!public_read) co_return errorResponse(public_read.error(), req);
   auto b = co_await lookupBucket(ctx, req.bucket);
@@ -369,7 +382,7 @@ Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
   auto rules = parseLifecycleConfiguration(*xml);
   if (!rules) co_return errorResponse(rules.error(), req);
   auto changed = co_await changeBucket(
-      ctx, req, [&](index_kv::BucketInfo& b) { b.lifecycle = std::move(*rules); });
+      ctx, req, [&](index_kv::BucketInfo& b) { b.lifecycle = *rules; });
   if (!changed) co_return errorResponse(changed.error(), req);
   co_return S3Response{};
 }
@@ -395,7 +408,7 @@ Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req,
   if (!tags) co_return errorResponse(tags.error(), req);
   // An empty TagSet leaves the bucket without tags, as DeleteBucketTagging does.
   auto changed =
-      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.tags = std::move(*tags); });
+      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.tags = *tags; });
   if (!changed) co_return errorResponse(changed.error(), req);
   S3Response res;
   res.status = 204;
@@ -424,7 +437,7 @@ Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySo
   auto rules = parseCorsConfiguration(*xml);
   if (!rules) co_return errorResponse(rules.error(), req);
   auto changed =
-      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.cors = std::move(*rules); });
+      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.cors = *rules; });
   if (!changed) co_return errorResponse(changed.error(), req);
   co_return S3Response{};
 }

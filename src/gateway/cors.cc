@@ -11,6 +11,11 @@
 
 namespace granary::gateway {
 
+bool isCorsMethod(std::string_view method) {
+  return method == "GET" || method == "PUT" || method == "HEAD" || method == "POST" ||
+         method == "DELETE";
+}
+
 bool corsWildcardMatch(std::string_view pattern, std::string_view value, bool ignore_case) {
   const auto equal = [&](std::string_view a, std::string_view b) {
     return ignore_case ? asciiIEquals(a, b) : a == b;
@@ -87,8 +92,7 @@ Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req) {
                             req);
   }
   const std::string_view method = req.header("access-control-request-method").value_or("");
-  if (method != "GET" && method != "PUT" && method != "HEAD" && method != "POST" &&
-      method != "DELETE") {
+  if (!isCorsMethod(method)) {
     co_return errorResponse({S3ErrorCode::kBadRequest,
                              fmt::format("Invalid Access-Control-Request-Method: {}", method)},
                             req);
@@ -123,12 +127,15 @@ Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req) {
 Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req) {
   const auto origin = req.header("origin");
   if (!origin) co_return;
+  // Vary whatever the bucket: sent only where there are rules, it would tell an anonymous
+  // caller which bucket names exist and have rules.
+  req.response_headers.emplace_back("Vary", kCorsVary);
   auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b || b->cors.empty()) co_return;
   if (const auto* rule = matchCorsRule(b->cors, *origin, req.method, {})) {
-    req.response_headers = corsAllowHeaders(*rule, *origin, {});
+    HeaderList allow = corsAllowHeaders(*rule, *origin, {});
+    req.response_headers.insert(req.response_headers.end(), allow.begin(), allow.end());
   }
-  req.response_headers.emplace_back("Vary", kCorsVary);
 }
 
 }  // namespace granary::gateway

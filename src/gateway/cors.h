@@ -13,6 +13,9 @@
 
 namespace granary::gateway {
 
+// GET, PUT, HEAD, POST or DELETE: the methods a CORS rule may allow.
+bool isCorsMethod(std::string_view method);
+
 // `value` matches `pattern`, which holds at most one `*` standing for any run of
 // characters (none included). ASCII case is ignored when `ignore_case` (header names);
 // origins compare exactly.
@@ -35,8 +38,8 @@ const index_kv::CorsRule* matchCorsRule(const std::vector<index_kv::CorsRule>& r
 HeaderList corsAllowHeaders(const index_kv::CorsRule& rule, std::string_view origin,
                             const std::vector<std::string>& headers);
 
-// Every response to a request from a browser (an Origin header) of a bucket with CORS
-// rules varies with these request headers, matched or not.
+// Every response to a request from a browser (an Origin header) to a bucket varies with
+// these request headers, matched or not.
 inline constexpr std::string_view kCorsVary =
     "Origin, Access-Control-Request-Headers, Access-Control-Request-Method";
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -140,6 +141,15 @@ Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySou
 Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req);
+// bucket_ops.cc: reads the bucket, applies `change` to its settings and writes them back
+// unless another change came first; then it reads again and applies `change` again (it
+// must copy what it sets), at most kBucketChangeAttempts times (then OperationAborted,
+// 409, as S3 answers concurrent configuration changes). Changes of different settings
+// never undo each other.
+inline constexpr int kBucketChangeAttempts = 8;
+Task<S3Result<index_kv::BucketInfo>> changeBucket(
+    GatewayContext& ctx, const S3Request& req,
+    std::function<void(index_kv::BucketInfo&)> change);
 // bucket_ops.cc: ?acl (canned private / public-read) and ?lifecycle.
 Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body);
@@ -164,8 +174,8 @@ Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> corsPreflight(GatewayContext& ctx, const S3Request& req);
 // cors.cc: for a request with an Origin header to a bucket (req.bucket not empty) with
 // CORS rules, the headers every response to it carries (S3Request::response_headers):
-// Vary, and the Access-Control-* headers of the rule that allows the origin and method,
-// if one does.
+// Vary (for every bucket, with rules or not), and the Access-Control-* headers of the
+// rule that allows the origin and method, if one does.
 Task<void> addCorsHeaders(GatewayContext& ctx, S3Request& req);
 // bucket_ops.cc: a bucket setting Granary has no way to set (?versioning, ?policy,
 // ?encryption, ...). Its GET answers as S3 answers for a bucket where it was never set: a

@@ -519,9 +519,8 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
     co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req, body);
   }
   if (req.method == "PUT" || req.method == "DELETE") {
-    index_kv::BucketInfo updated = *bucket;
-    updated.index_format.clear();
-    updated.index_key.clear();
+    std::string format;  // empty: off
+    std::string key_name;
     if (req.method == "PUT") {
       auto text = co_await readSmallBody(req, body, 64 * 1024);
       if (!text) co_return errorResponse(bodyError(text.error(), 64 * 1024), req, body);
@@ -538,12 +537,15 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
       auto parsed = indexRequestOf(j["index"].get<std::string>(),
                                    key ? std::optional<std::string_view>(*key) : std::nullopt);
       if (!parsed) co_return errorResponse(parsed.error(), req);
-      updated.index_format = (*parsed)->format_name;
-      updated.index_key = (*parsed)->key_name;
+      format = (*parsed)->format_name;
+      key_name = (*parsed)->key_name;
     }
-    Status st = co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(updated); });
-    if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
-    *bucket = updated;
+    auto changed = co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) {
+      b.index_format = format;
+      b.index_key = key_name;
+    });
+    if (!changed) co_return errorResponse(changed.error(), req);
+    *bucket = std::move(*changed);
   }
   Json out = Json::object();
   out["bucket"] = bucket->name;

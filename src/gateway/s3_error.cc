@@ -94,6 +94,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "EntityTooSmall";
     case S3ErrorCode::kNotImplemented:
       return "NotImplemented";
+    case S3ErrorCode::kOperationAborted:
+      return "OperationAborted";
     case S3ErrorCode::kPreconditionFailed:
       return "PreconditionFailed";
     case S3ErrorCode::kRequestHeaderSectionTooLarge:
@@ -142,6 +144,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kNoSuchEntity:
       return 404;
     case S3ErrorCode::kEntityAlreadyExists:
+    case S3ErrorCode::kOperationAborted:
     case S3ErrorCode::kBucketNotEmpty:
     case S3ErrorCode::kBucketAlreadyOwnedByYou:
     case S3ErrorCode::kBucketAlreadyExists:

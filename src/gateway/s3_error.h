@@ -56,6 +56,7 @@ enum class S3ErrorCode {
   kInvalidPartOrder,
   kEntityTooSmall,
   kNotImplemented,
+  kOperationAborted,  // a bucket setting changed concurrently, retries exhausted (409)
   kPreconditionFailed,
   kRequestHeaderSectionTooLarge,
   kRequestTimeout,

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <set>
 
+#include "cors.h"
 #include "time_format.h"
 #include "uri.h"
 
@@ -541,7 +542,7 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       return {};
     };
     if (name == "ID") {
-      if (value.size() > 255) {
+      if (utf8Characters(value) > 255) {
         return s3fail(S3ErrorCode::kInvalidRequest, "The ID of a CORS rule is too long");
       }
       rule.id = value;
@@ -550,8 +551,7 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
       rule.allowed_origins.push_back(value);
     } else if (name == "AllowedMethod") {
-      if (value != "GET" && value != "PUT" && value != "HEAD" && value != "POST" &&
-          value != "DELETE") {
+      if (!isCorsMethod(value)) {
         return s3fail(S3ErrorCode::kInvalidRequest,
                       "Found unsupported HTTP method in CORS config. Unsupported method is " +
                           value);

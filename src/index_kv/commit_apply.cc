@@ -214,6 +214,9 @@ Status BatchBuilder::updateBucket(CommitRequest& req) {
   if (!value->has_value()) return Status::notFound("no bucket " + req.bucket);
   auto current = decodeBucket(**value);
   if (!current) return current.error();
+  if (req.expected_bucket && !(*current == *req.expected_bucket)) {
+    return Status::preconditionFailed("bucket " + req.bucket + " was changed meanwhile");
+  }
   BucketInfo updated = *req.bucket_info;
   updated.owner = current->owner;
   updated.created_unix_nanos = current->created_unix_nanos;

@@ -58,8 +58,10 @@ struct CommitRequest {
   std::string key;        // kPutObject, kDeleteObject and the upload kinds
   std::string upload_id;  // the upload kinds
   Precondition pre;       // kPutObject, kDeleteObject, kCompleteUpload
-  // kCreateBucket, kUpdateBucket: the encoded BucketInfo (kUpdateBucket: `bucket_info`).
+  // kCreateBucket, kUpdateBucket: the encoded BucketInfo (kUpdateBucket: `bucket_info`,
+  // applied only while the stored bucket equals `expected_bucket`).
   std::optional<BucketInfo> bucket_info;
+  std::optional<BucketInfo> expected_bucket;
   // kCreateBucket: the encoded BucketInfo. kPutObject: the encoded summary and manifest
   // (encoded by the caller's thread so the committer only does I/O).
   std::string bucket_value;

@@ -179,7 +179,8 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"update_bucket",
        [](Index& x, const Json& a) {
-         return answer(x.updateBucket(BucketCodec::from(a.at("bucket"))));
+         return answer(x.updateBucket(BucketCodec::from(a.at("bucket")),
+                                      BucketCodec::from(a.at("expected"))));
        }},
       {"delete_bucket",
        [](Index& x, const Json& a) { return answer(x.deleteBucket(str(a, "name"))); }},
@@ -424,8 +425,9 @@ class RemoteIndex final : public Index {
   Result<std::vector<BucketInfo>> listBuckets() override {
     return query("list_buckets", Json::object(), unlist<BucketCodec>);
   }
-  Status updateBucket(const BucketInfo& bucket) override {
-    return mutate("update_bucket", {{"bucket", BucketCodec::to(bucket)}});
+  Status updateBucket(const BucketInfo& bucket, const BucketInfo& expected) override {
+    return mutate("update_bucket",
+                  {{"bucket", BucketCodec::to(bucket)}, {"expected", BucketCodec::to(expected)}});
   }
   Status deleteBucket(std::string_view name) override {
     return mutate("delete_bucket", {{"name", name}});

@@ -80,8 +80,8 @@ class MeteredIndex final : public Index {
   Result<std::vector<BucketInfo>> listBuckets() override {
     return timed(kListBuckets, [&] { return inner_->listBuckets(); });
   }
-  Status updateBucket(const BucketInfo& b) override {
-    return timed(kUpdateBucket, [&] { return inner_->updateBucket(b); });
+  Status updateBucket(const BucketInfo& b, const BucketInfo& expected) override {
+    return timed(kUpdateBucket, [&] { return inner_->updateBucket(b, expected); });
   }
   Status deleteBucket(std::string_view name) override {
     return timed(kDeleteBucket, [&] { return inner_->deleteBucket(name); });

@@ -99,12 +99,14 @@ Status RocksIndex::createBucket(const BucketInfo& bucket) {
   return submit(req);
 }
 
-Status RocksIndex::updateBucket(const BucketInfo& bucket) {
+Status RocksIndex::updateBucket(const BucketInfo& bucket, const BucketInfo& expected) {
   GRANARY_RETURN_IF_ERROR(checkBucketName(bucket.name));
+  if (expected.name != bucket.name) return Status::invalidArgument("two buckets' names");
   CommitRequest req;
   req.kind = CommitRequest::Kind::kUpdateBucket;
   req.bucket = bucket.name;
   req.bucket_info = bucket;
+  req.expected_bucket = expected;
   return submit(req);
 }
 

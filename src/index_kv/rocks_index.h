@@ -27,7 +27,7 @@ class RocksIndex final : public Index {
   Result<BucketInfo> getBucket(std::string_view name) override;
   std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view name) override;
   Result<std::vector<BucketInfo>> listBuckets() override;
-  Status updateBucket(const BucketInfo& bucket) override;
+  Status updateBucket(const BucketInfo& bucket, const BucketInfo& expected) override;
   Status createUser(const UserInfo& user) override;
   Result<std::vector<UserInfo>> listUsers() override;
   Status deleteUser(std::string_view name) override;

@@ -3,6 +3,7 @@ aws-cli against the real binary: set, read, replaced, refused as S3 refuses them
 over a restart, and never mixed with the objects' tags. The JS SDK v3 sets them in
 test_js_sdk.py."""
 import json
+import threading
 
 import botocore
 import pytest
@@ -77,3 +78,49 @@ def test_bucket_tags_survive_a_restart(granary_bin, tmp_data):
             {"Key": "keep", "Value": "me"}]
     finally:
         srv.stop()
+
+
+def test_concurrent_changes_of_different_settings_keep_both(server, bucket):
+    """Tags and CORS rules live in one bucket record: each change reads it, changes one
+    setting and writes it back. Written at the same time from two clients, neither may
+    undo the other: once a round of one setting is acknowledged, every later read of it
+    finds that round or a later one, and at the end both last rounds are there."""
+    rounds = 60
+    acked = {"tags": -1, "cors": -1}
+    failures = []
+
+    def tags_round(c):
+        tags = c.get_bucket_tagging(Bucket=bucket)["TagSet"]
+        return int(tags[0]["Value"])
+
+    def cors_round(c):
+        return int(c.get_bucket_cors(Bucket=bucket)["CORSRules"][0]["ID"].split("-")[1])
+
+    def put_tags(c, i):
+        c.put_bucket_tagging(Bucket=bucket, Tagging=tag_set({"round": str(i)}))
+
+    def put_cors(c, i):
+        c.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
+            {"ID": f"round-{i}", "AllowedOrigins": ["*"], "AllowedMethods": ["GET"]}]})
+
+    def writer(mine, put, other, read_other):
+        c = server.client()
+        try:
+            for i in range(rounds):
+                put(c, i)
+                acked[mine] = i
+                want = acked[other]
+                if want >= 0 and read_other(c) < want:
+                    failures.append(f"{other} went back below round {want} after a {mine} change")
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=writer, args=("tags", put_tags, "cors", cors_round)),
+               threading.Thread(target=writer, args=("cors", put_cors, "tags", tags_round))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    c = server.client()
+    assert tags_round(c) == rounds - 1 and cors_round(c) == rounds - 1

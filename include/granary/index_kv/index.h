@@ -347,8 +347,11 @@ class Index {
     return std::nullopt;
   }
   virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
-  // Replaces a bucket's settings (owner and creation time are kept). kNotFound.
-  virtual Status updateBucket(const BucketInfo& bucket) = 0;
+  // Replaces a bucket's settings with `bucket`'s (owner and creation time are kept) if
+  // the stored bucket still equals `expected`, what the caller read and changed:
+  // kPreconditionFailed when another change came first (read again and retry), so that
+  // two changes of different settings never undo each other. kNotFound.
+  virtual Status updateBucket(const BucketInfo& bucket, const BucketInfo& expected) = 0;
   // kNotFound, or kNotEmpty while the bucket holds objects or multipart uploads.
   virtual Status deleteBucket(std::string_view name) = 0;
 

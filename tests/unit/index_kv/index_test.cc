@@ -41,7 +41,9 @@ TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creati
   want.index_format = "tar";
   want.index_key = "uri";
   want.public_read = true;
-  REQUIRE(f.index->updateBucket(want).isOk());
+  auto before = f.index->getBucket("b");
+  REQUIRE(before.has_value());
+  REQUIRE(f.index->updateBucket(want, *before).isOk());
   auto got = f.index->getBucket("b");
   REQUIRE(got.has_value());
   CHECK(got->owner == "owner");
@@ -49,7 +51,34 @@ TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creati
   CHECK(got->index_format == "tar");
   CHECK(got->index_key == "uri");
   CHECK(got->public_read);
-  CHECK(f.index->updateBucket(bucketInfo("nope", "o", 1)).code() == Code::kNotFound);
+  CHECK(f.index->updateBucket(bucketInfo("nope", "o", 1), bucketInfo("nope", "o", 1)).code() ==
+        Code::kNotFound);
+}
+
+TEST_CASE("updateBucket applies only over the bucket its caller read: no change undoes another") {
+  IndexFixture f;
+  f.makeBucket("b");
+  auto read = f.index->getBucket("b");  // two writers read the same bucket
+  REQUIRE(read.has_value());
+  BucketInfo tagged = *read;
+  tagged.tags = {{"team", "data"}};
+  BucketInfo with_cors = *read;
+  with_cors.cors = {CorsRule{"", {"*"}, {"GET"}, {}, {}, std::nullopt}};
+  REQUIRE(f.index->updateBucket(tagged, *read).isOk());
+  // The second is refused: it would drop the tags it never saw.
+  CHECK(f.index->updateBucket(with_cors, *read).code() == Code::kPreconditionFailed);
+  auto now = f.index->getBucket("b");
+  REQUIRE(now.has_value());
+  CHECK(now->tags == tagged.tags);
+  CHECK(now->cors.empty());
+  // Read again and apply again: both settings stay.
+  BucketInfo retried = *now;
+  retried.cors = with_cors.cors;
+  REQUIRE(f.index->updateBucket(retried, *now).isOk());
+  auto both = f.index->getBucket("b");
+  REQUIRE(both.has_value());
+  CHECK(both->tags == tagged.tags);
+  CHECK(both->cors == with_cors.cors);
 }
 
 TEST_CASE("Creating a bucket that exists fails with kAlreadyExists") {
