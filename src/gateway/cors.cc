@@ -8,13 +8,9 @@
 
 #include "granary/common/strings.h"
 #include "handlers.h"
+#include "s3_xml.h"
 
 namespace granary::gateway {
-
-bool isCorsMethod(std::string_view method) {
-  return method == "GET" || method == "PUT" || method == "HEAD" || method == "POST" ||
-         method == "DELETE";
-}
 
 bool corsWildcardMatch(std::string_view pattern, std::string_view value, bool ignore_case) {
   const auto equal = [&](std::string_view a, std::string_view b) {

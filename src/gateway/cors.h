@@ -13,9 +13,6 @@
 
 namespace granary::gateway {
 
-// GET, PUT, HEAD, POST or DELETE: the methods a CORS rule may allow.
-bool isCorsMethod(std::string_view method);
-
 // `value` matches `pattern`, which holds at most one `*` standing for any run of
 // characters (none included). ASCII case is ignored when `ignore_case` (header names);
 // origins compare exactly.

@@ -9,7 +9,6 @@
 #include <ctime>
 #include <set>
 
-#include "cors.h"
 #include "time_format.h"
 #include "uri.h"
 

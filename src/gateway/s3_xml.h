@@ -122,6 +122,12 @@ S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules);
 
 inline constexpr size_t kMaxCorsRules = 100;
+// GET, PUT, HEAD, POST or DELETE: the methods a CORS rule may allow (and a preflight ask
+// for).
+inline bool isCorsMethod(std::string_view method) {
+  return method == "GET" || method == "PUT" || method == "HEAD" || method == "POST" ||
+         method == "DELETE";
+}
 // <CORSConfiguration><CORSRule>...: 1..100 rules, each with at least one AllowedOrigin
 // and AllowedMethod. MalformedXML for bad XML, an unknown element, no rules, a rule
 // without origins or methods, or a MaxAgeSeconds that is not a non-negative integer;

@@ -37,7 +37,6 @@
 
 #include "fuzz_util.h"
 #include "granary/common/strings.h"
-#include "cors.h"
 #include "s3_xml.h"
 
 using granary::fuzz::Reader;
