@@ -258,6 +258,7 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(
     if (!read) co_return std::unexpected(fromStatus(read.error(), S3ErrorCode::kNoSuchBucket));
     index_kv::BucketInfo changed = *read;
     change(changed);
+    if (changed == *read) co_return changed;  // nothing to write (a delete of what is absent)
     Status st =
         co_await offload(ctx.pool(), [&] { return ctx.index().updateBucket(changed, *read); });
     if (st.isOk()) co_return changed;
@@ -272,11 +273,11 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(
 
 namespace {
 
-// DeleteBucketLifecycle, -Cors, -Tagging: 204 once `clear` has emptied the setting, also
-// when it was not set (as S3 answers).
-Task<S3Response> clearSetting(GatewayContext& ctx, const S3Request& req,
-                              std::function<void(index_kv::BucketInfo&)> clear) {
-  auto changed = co_await changeBucket(ctx, req, clear);
+// A change answered 204 (PutBucketTagging; DeleteBucketLifecycle, -Cors, -Tagging, also
+// when the setting was not set, as S3 answers).
+Task<S3Response> changeSetting(GatewayContext& ctx, const S3Request& req,
+                               std::function<void(index_kv::BucketInfo&)> change) {
+  auto changed = co_await changeBucket(ctx, req, std::move(change));
   if (!changed) co_return errorResponse(changed.error(), req);
   S3Response res;
   res.status = 204;
@@ -388,7 +389,7 @@ Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
 }
 
 Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
-  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
+  co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.lifecycle.clear(); });
 }
 
 Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req) {
@@ -407,16 +408,11 @@ Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req,
   auto tags = parseTagging(*xml, kMaxBucketTags);
   if (!tags) co_return errorResponse(tags.error(), req);
   // An empty TagSet leaves the bucket without tags, as DeleteBucketTagging does.
-  auto changed =
-      co_await changeBucket(ctx, req, [&](index_kv::BucketInfo& b) { b.tags = *tags; });
-  if (!changed) co_return errorResponse(changed.error(), req);
-  S3Response res;
-  res.status = 204;
-  co_return res;
+  co_return co_await changeSetting(ctx, req, [&](index_kv::BucketInfo& b) { b.tags = *tags; });
 }
 
 Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req) {
-  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.tags.clear(); });
+  co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.tags.clear(); });
 }
 
 Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req) {
@@ -443,7 +439,7 @@ Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySo
 }
 
 Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req) {
-  co_return co_await clearSetting(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
+  co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
 }
 
 }  // namespace granary::gateway

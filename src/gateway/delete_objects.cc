@@ -44,7 +44,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
     // Every object has the one version "null" (no versioning); another id names nothing,
     // and must not delete the object (as DeleteObject?versionId= answers).
     if (outcomes[i].version_id && *outcomes[i].version_id != "null") {
-      outcomes[i].error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid version id specified"};
+      outcomes[i].error = invalidVersionId();
       continue;
     }
     removeObjectIn(group, ctx, req.bucket, outcomes[i].key, removed[i]);

@@ -82,7 +82,7 @@ S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv
                       "A version-id marker cannot be specified without a key marker.");
       }
       if (!p.version_id_marker.empty() && p.version_id_marker != "null") {
-        return s3fail(S3ErrorCode::kInvalidArgument, "Invalid version id specified");
+        return std::unexpected(invalidVersionId());
       }
       lr.start_after = p.marker;
       break;

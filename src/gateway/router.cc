@@ -358,8 +358,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   // never had versioning enabled); any other id names nothing.
   if (auto version = req.queryValue("versionId"); version && *version != "null") {
     op = "InvalidVersion";
-    co_return errorResponse({S3ErrorCode::kInvalidArgument, "Invalid version id specified"},
-                            req);
+    co_return errorResponse(invalidVersionId(), req);
   }
 
   // ListObjectVersions; ?versions on anything else is not a plain request.

@@ -77,6 +77,11 @@ struct S3Error {
 template <typename T>
 using S3Result = std::expected<T, S3Error>;
 
+// A versionId other than "null": Granary keeps one version of each object, "null".
+inline S3Error invalidVersionId() {
+  return {S3ErrorCode::kInvalidArgument, "Invalid version id specified"};
+}
+
 inline std::unexpected<S3Error> s3fail(S3ErrorCode code, std::string message) {
   return std::unexpected<S3Error>(S3Error{code, std::move(message)});
 }
