@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the parsers that hostile input reaches (Range, S3 XML bodies,
-# aws-chunked, SigV4/URIs, tar/WARC containers) with libFuzzer, ASan and UBSan.
+# aws-chunked, SigV4/URIs, POST Object forms, tar/WARC containers) with libFuzzer, ASan and
+# UBSan.
 #   bash scripts/fuzz.sh [SECONDS]   # per target; default 10 (the CI run). Longer by hand:
 #   bash scripts/fuzz.sh 3600
 # Each target starts from its seeds (tests/fuzz/seeds/<target>, or the test data for the
@@ -23,9 +24,10 @@ declare -A SEEDS=(
   [s3_xml]=tests/fuzz/seeds/s3_xml
   [aws_chunked]=tests/fuzz/seeds/aws_chunked
   [sigv4]=tests/fuzz/seeds/sigv4
+  [post_form]=tests/fuzz/seeds/post_form
   [container_parser]="tests/testdata tests/unit/index_kv/testdata"
 )
-for target in http_range s3_xml aws_chunked sigv4 container_parser; do
+for target in http_range s3_xml aws_chunked sigv4 post_form container_parser; do
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus" build-fuzz/crashes
   echo "== $target: ${SECONDS_PER_TARGET}s"

@@ -207,6 +207,11 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req);
 // put_object.cc
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body);
+// post_object.cc: a browser form upload (POST /bucket, multipart/form-data), authenticated
+// by the form's policy and signature rather than the request's (it sets req.principal).
+Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& body);
+// router.cc: KeyTooLongError over 1024 bytes, InvalidArgument for a NUL or invalid UTF-8.
+S3Result<void> checkObjectKey(std::string_view key);
 // get_object.cc
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);

@@ -12,6 +12,7 @@
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
+#include "granary/common/strings.h"
 #include "granary/placement/cluster_map.h"
 #include "granary/common/bearer_token.h"
 #include "handlers.h"
@@ -106,12 +107,6 @@ bool knownParameter(std::string_view name) {
          kKnownParameters.end();
 }
 
-std::string lowerCase(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // The bucket named by a virtual-hosted-style Host header ("<bucket>.<domain>", port
 // stripped, any case), or nullopt for a path-style request.
 std::optional<std::string> virtualHostBucket(const S3Request& req, std::string_view domain) {
@@ -123,10 +118,10 @@ std::optional<std::string> virtualHostBucket(const S3Request& req, std::string_v
       colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
     host = host.substr(0, colon);  // not inside an IPv6 literal
   }
-  std::string h = lowerCase(host);
+  std::string h = asciiLower(host);
   // Built by appending: g++ 12 warns falsely (-Wrestrict) on "." + string here.
   std::string suffix(1, '.');
-  suffix += lowerCase(domain);
+  suffix += asciiLower(domain);
   if (h.size() <= suffix.size() || !h.ends_with(suffix)) return std::nullopt;
   return h.substr(0, h.size() - suffix.size());
 }
@@ -163,14 +158,7 @@ S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtua
   if (req.bucket.empty() && slash != std::string_view::npos) {
     return s3fail(S3ErrorCode::kInvalidBucketName, "The specified bucket is not valid.");
   }
-  if (req.key.size() > 1024) {
-    return s3fail(S3ErrorCode::kKeyTooLongError, "Your key is too long");
-  }
-  if (req.key.find('\0') != std::string::npos || !validUtf8(req.key)) {
-    return s3fail(S3ErrorCode::kInvalidArgument,
-                  "Object key must be valid UTF-8 without NUL characters");
-  }
-  return {};
+  return checkObjectKey(req.key);
 }
 
 // `virtual_host`: the Host header named the bucket (SigV2 signs the bucket either way).
@@ -240,6 +228,17 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
 
 }  // namespace
 
+S3Result<void> checkObjectKey(std::string_view key) {
+  if (key.size() > 1024) {
+    return s3fail(S3ErrorCode::kKeyTooLongError, "Your key is too long");
+  }
+  if (key.find('\0') != std::string_view::npos || !validUtf8(key)) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Object key must be valid UTF-8 without NUL characters");
+  }
+  return {};
+}
+
 Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
                                BodySink& sink, std::string& op) {
   op = "Unknown";
@@ -273,6 +272,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   // 4 KiB GET's server time when every request entered it.)
   if (!req.bucket.empty() && req.header("origin")) co_await addCorsHeaders(ctx, req);
 
+  // A browser form upload: the form's policy and signature authenticate it.
+  if (req.method == "POST" && !req.bucket.empty() && req.key.empty() && req.query.empty()) {
+    op = "PostObject";
+    co_return co_await postObject(ctx, req, body);
+  }
   auto auth = authenticate(ctx, req, virtual_host);
   if (!auth) {
     op = "Auth";

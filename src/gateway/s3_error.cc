@@ -50,6 +50,14 @@ std::string_view errorName(S3ErrorCode code) {
       return "KeyTooLongError";
     case S3ErrorCode::kMalformedXML:
       return "MalformedXML";
+    case S3ErrorCode::kMalformedPOSTRequest:
+      return "MalformedPOSTRequest";
+    case S3ErrorCode::kInvalidPolicyDocument:
+      return "InvalidPolicyDocument";
+    case S3ErrorCode::kMaxPostPreDataLengthExceededError:
+      return "MaxPostPreDataLengthExceededError";
+    case S3ErrorCode::kIncorrectNumberOfFilesInPostRequest:
+      return "IncorrectNumberOfFilesInPostRequest";
     case S3ErrorCode::kMethodNotAllowed:
       return "MethodNotAllowed";
     case S3ErrorCode::kMissingContentLength:
@@ -189,6 +197,10 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kInvalidPart:
     case S3ErrorCode::kInvalidPartOrder:
     case S3ErrorCode::kEntityTooSmall:
+    case S3ErrorCode::kMalformedPOSTRequest:
+    case S3ErrorCode::kInvalidPolicyDocument:
+    case S3ErrorCode::kMaxPostPreDataLengthExceededError:
+    case S3ErrorCode::kIncorrectNumberOfFilesInPostRequest:
       return 400;
   }
   return 500;

@@ -66,6 +66,11 @@ enum class S3ErrorCode {
   kSlowDown,
   kStorageFull,  // no AWS equivalent: MinIO's XMinioStorageFull (507)
   kXAmzContentSHA256Mismatch,
+  // POST Object (browser form uploads), 400 each
+  kMalformedPOSTRequest,
+  kInvalidPolicyDocument,
+  kMaxPostPreDataLengthExceededError,
+  kIncorrectNumberOfFilesInPostRequest,
   kNotModified,  // 304, no body
 };
 

@@ -250,6 +250,14 @@ std::string locationXml(std::string_view region) {
   return std::move(x).finish();
 }
 
+std::string postResponseXml(std::string_view location, std::string_view bucket,
+                            std::string_view key, std::string_view quoted_etag) {
+  XmlWriter x("PostResponse", /*s3_namespace=*/false);
+  x.element("Location", location).element("Bucket", bucket).element("Key", key);
+  x.element("ETag", quoted_etag);
+  return std::move(x).finish();
+}
+
 S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::string();
   pugi::xml_document doc;

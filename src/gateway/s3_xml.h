@@ -45,6 +45,10 @@ std::string listObjectsXml(const ListObjectsParams& params, const index_kv::List
 
 std::string locationXml(std::string_view region);
 
+// POST Object's answer to success_action_status 201.
+std::string postResponseXml(std::string_view location, std::string_view bucket,
+                            std::string_view key, std::string_view quoted_etag);
+
 // --- Object tags (S3's rules: at most 10 a object, keys of 1 to 128 characters and values
 // of up to 256, unique keys, no "aws:" prefix, ASCII limited to letters, digits, spaces
 // and _ . : / = + - @; other characters must be UTF-8).

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "granary/common/hex.h"
+#include "granary/common/strings.h"
 #include "time_format.h"
 #include "uri.h"
 
@@ -90,39 +91,6 @@ bool isHex64(std::string_view s) {
          });
 }
 
-std::string toLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') {
-      c = static_cast<char>(c - 'A' + 'a');
-    }
-  }
-  return out;
-}
-
-// Credential = <access key>/<yyyymmdd>/<region>/<service>/aws4_request. The access key is
-// everything before the last four parts.
-bool parseCredential(std::string_view credential, AuthInfo& auth) {
-  std::string_view parts[4];
-  std::string_view rest = credential;
-  for (int i = 3; i >= 0; --i) {
-    size_t slash = rest.rfind('/');
-    if (slash == std::string_view::npos) {
-      return false;
-    }
-    parts[i] = rest.substr(slash + 1);
-    rest = rest.substr(0, slash);
-  }
-  if (rest.empty() || parts[0].size() != 8 || !allDigits(parts[0]) || parts[1].empty() ||
-      parts[2].empty() || parts[3] != "aws4_request") {
-    return false;
-  }
-  auth.access_key = std::string(rest);
-  auth.date = std::string(parts[0]);
-  auth.region = std::string(parts[1]);
-  auth.service = std::string(parts[2]);
-  return true;
-}
 
 std::vector<std::string> splitSignedHeaders(std::string_view list) {
   std::vector<std::string> out;
@@ -130,7 +98,7 @@ std::vector<std::string> splitSignedHeaders(std::string_view list) {
     size_t semi = list.find(';');
     std::string_view name = trimSpaces(list.substr(0, semi));
     if (!name.empty()) {
-      out.push_back(toLower(name));
+      out.push_back(asciiLower(name));
     }
     list = semi == std::string_view::npos ? std::string_view() : list.substr(semi + 1);
   }
@@ -217,7 +185,7 @@ S3Result<std::optional<AuthInfo>> parseHeaderAuth(const HttpRequestView& req,
                   "The authorization header is malformed; the Signature must be "
                   "64 hexadecimal digits.");
   }
-  auth.signature = toLower(*signature);
+  auth.signature = asciiLower(*signature);
 
   if (auto amz_date = req.header("x-amz-date")) {
     auth.amz_date = std::string(trimSpaces(*amz_date));
@@ -309,7 +277,7 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
   if (!isHex64(*signature)) {
     return s3fail(kQueryError, "X-Amz-Signature must be 64 hexadecimal digits");
   }
-  auth.signature = toLower(*signature);
+  auth.signature = asciiLower(*signature);
   // Presigned URLs carry no body hash unless the signer put one in the query.
   auth.payload_hash = get("X-Amz-Content-Sha256").value_or("UNSIGNED-PAYLOAD");
   return std::optional<AuthInfo>(std::move(auth));
@@ -389,6 +357,30 @@ std::string buildCanonicalRequest(const HttpRequestView& req, const AuthInfo& au
 }
 
 }  // namespace
+
+// Credential = <access key>/<yyyymmdd>/<region>/<service>/aws4_request. The access key is
+// everything before the last four parts.
+bool parseCredential(std::string_view credential, AuthInfo& auth) {
+  std::string_view parts[4];
+  std::string_view rest = credential;
+  for (int i = 3; i >= 0; --i) {
+    size_t slash = rest.rfind('/');
+    if (slash == std::string_view::npos) {
+      return false;
+    }
+    parts[i] = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+  }
+  if (rest.empty() || parts[0].size() != 8 || !allDigits(parts[0]) || parts[1].empty() ||
+      parts[2].empty() || parts[3] != "aws4_request") {
+    return false;
+  }
+  auth.access_key = std::string(rest);
+  auth.date = std::string(parts[0]);
+  auth.region = std::string(parts[1]);
+  auth.service = std::string(parts[2]);
+  return true;
+}
 
 std::optional<std::string_view> HttpRequestView::header(std::string_view name) const {
   for (const auto& [n, v] : headers) {

@@ -91,6 +91,11 @@ bool isAuthParameter(std::string_view name);
 S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                         std::string_view secret, int64_t now_unix_seconds);
 
+// Credential = <access key>/<yyyymmdd>/<region>/<service>/aws4_request: fills access_key,
+// date, region and service; false if malformed. The access key is everything before the
+// last four parts.
+bool parseCredential(std::string_view credential, AuthInfo& auth);
+
 std::string canonicalRequest(const HttpRequestView& req, const AuthInfo& auth);
 std::string stringToSign(const AuthInfo& auth, std::string_view canonical_request);
 std::array<uint8_t, 32> deriveSigningKey(std::string_view secret, std::string_view date,

@@ -92,6 +92,25 @@ std::optional<int64_t> parseAmzDate(std::string_view s) {
          fields[4] * 60 + fields[5];
 }
 
+std::optional<int64_t> parseIsoTimestamp(std::string_view s) {
+  if (s.size() < 20 || s.back() != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' ||
+      s[13] != ':' || s[16] != ':') {
+    return std::nullopt;
+  }
+  if (s.size() > 20) {  // a fraction: '.' and 1..9 digits
+    const std::string_view fraction = s.substr(20, s.size() - 21);
+    if (s[19] != '.' || fraction.empty() || fraction.size() > 9 ||
+        fraction.find_first_not_of("0123456789") != std::string_view::npos) {
+      return std::nullopt;
+    }
+  }
+  std::string compact;  // 20130524T000000Z
+  compact.append(s.substr(0, 4)).append(s.substr(5, 2)).append(s.substr(8, 2));
+  compact.append(s.substr(10, 3)).append(s.substr(14, 2)).append(s.substr(17, 2));
+  compact.push_back('Z');
+  return parseAmzDate(compact);
+}
+
 std::string amzDate(int64_t unix_seconds) {
   using namespace std::chrono;
   const sys_seconds t{seconds(unix_seconds)};

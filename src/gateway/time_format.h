@@ -27,6 +27,9 @@ std::optional<int64_t> parseHttpDate(std::string_view s);
 // Parses SigV4's "20130524T000000Z" into Unix seconds; nullopt if malformed or not a
 // calendar date (February 30th).
 std::optional<int64_t> parseAmzDate(std::string_view s);
+// Parses ISO 8601 UTC "2013-05-24T00:00:00Z", with or without a fraction of a second
+// (".000Z", dropped), into Unix seconds; nullopt otherwise (a POST policy's expiration).
+std::optional<int64_t> parseIsoTimestamp(std::string_view s);
 // Unix seconds -> "20130524T000000Z".
 std::string amzDate(int64_t unix_seconds);
 

@@ -398,6 +398,19 @@ def test_versions_listed_and_deleted(server, bucket, js_sdk):
     assert r["left"] == 0, r
 
 
+def test_presigned_post_form_upload(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "presigned-post", bucket)
+    assert r["url"] == f"{server.endpoint}/{bucket}", r
+    assert r["fieldNames"] == sorted(["Content-Type", "Policy", "X-Amz-Algorithm",
+                                      "X-Amz-Credential", "X-Amz-Date", "X-Amz-Signature",
+                                      "bucket", "key", "success_action_status"]), r
+    assert r["posted"]["status"] == 201, r["posted"]
+    assert f"<Key>post/hello.txt</Key>" in r["posted"]["body"], r["posted"]
+    assert r["got"] == {"md5": r["md5"], "contentType": "text/plain"}, r
+    assert r["tooLarge"]["status"] == 400, r["tooLarge"]
+    assert "<Code>EntityTooLarge</Code>" in r["tooLarge"]["body"], r["tooLarge"]
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

@@ -44,6 +44,7 @@ import {
   S3ServiceException,
 } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
+import { createPresignedPost } from "@aws-sdk/s3-presigned-post";
 
 const require = createRequire(import.meta.url);
 const SDK_VERSION = require("@aws-sdk/client-s3/package.json").version;
@@ -564,6 +565,39 @@ async function versions() {
   };
 }
 
+// A browser form upload: createPresignedPost signs a policy, and the form goes out as a
+// browser's FormData (fetch's multipart/form-data), once within the policy and once with a
+// file larger than its content-length-range.
+async function presignedPost() {
+  const { url, fields } = await createPresignedPost(client, {
+    Bucket: bucket,
+    Key: "post/${filename}",
+    Conditions: [["content-length-range", 1, 1 * MiB], ["starts-with", "$Content-Type", "text/"],
+      { success_action_status: "201" }],
+    Fields: { "Content-Type": "text/plain", success_action_status: "201" },
+    Expires: 600,
+  });
+  const postForm = async (data) => {
+    const form = new FormData();
+    for (const [k, v] of Object.entries(fields)) form.append(k, v);
+    form.append("file", new Blob([data]), "hello.txt");
+    const res = await fetch(url, { method: "POST", body: form });
+    return { status: res.status, body: await res.text() };
+  };
+  const data = payload(200 * KiB);
+  const posted = await postForm(data);
+  const got = await getFull("post/hello.txt");
+  const tooLarge = await postForm(payload(1 * MiB + 1));
+  return {
+    url,
+    fieldNames: Object.keys(fields).sort(),
+    posted,
+    md5: md5hex(data),
+    got: { md5: md5hex(got.body), contentType: got.out.ContentType },
+    tooLarge,
+  };
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -585,6 +619,7 @@ const SCENARIOS = {
   cors,
   "bucket-tagging": bucketTagging,
   versions,
+  "presigned-post": presignedPost,
   errors,
 };
 

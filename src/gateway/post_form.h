@@ -1,0 +1,89 @@
+// Browser form uploads (POST Object; "Browser-based uploads using POST" in the S3 user
+// guide): the multipart/form-data framing (RFC 7578) up to the first byte of the file, the
+// form's signature, and the POST policy (a base64 JSON document the form signs) checked
+// against the form's fields. Pure functions, no I/O: the handler (post_object.cc) streams
+// the file's bytes itself. No Debian library parses multipart/form-data incrementally into
+// our own body stream (GMime parses whole MIME messages), so the framing is written here,
+// and fuzzed (tests/fuzz/post_form_fuzz.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "s3_error.h"
+#include "sigv4.h"
+
+namespace granary::gateway {
+
+using FormFields = std::vector<std::pair<std::string, std::string>>;
+
+// The form up to the file: the fields before it and the file part's own headers.
+struct FormHead {
+  // Names lower-cased (S3 matches form field names without regard to case), in order,
+  // each name once.
+  FormFields fields;
+  std::string filename;           // the file part's filename parameter ("" if none)
+  std::string file_content_type;  // the file part's Content-Type header ("" if none)
+  size_t data_offset = 0;         // where the file's bytes begin in the parsed input
+
+  std::optional<std::string_view> field(std::string_view lower_name) const;
+};
+
+// The boundary of "multipart/form-data; boundary=..." (quoted or not), nullopt for any
+// other content type or a boundary RFC 2046 does not allow (1..70 characters).
+std::optional<std::string> formBoundary(std::string_view content_type);
+
+// Parses `in`, the first bytes of the body, up to the first byte of the part named "file".
+// nullopt: `in` ends before that (read more; unless `complete`, `in` being the whole body,
+// which is then an error). MalformedPOSTRequest: bad framing or a part without a
+// form-data name; IncorrectNumberOfFilesInPostRequest: the form ends without a file;
+// InvalidArgument: a field named twice.
+S3Result<std::optional<FormHead>> parseFormHead(std::string_view in, std::string_view boundary,
+                                                bool complete);
+
+// The form's signature: SigV4 (x-amz-algorithm, x-amz-credential, x-amz-date and
+// x-amz-signature; AuthInfo::version 4, `signature` hex) or SigV2 (AWSAccessKeyId and
+// signature; version 2, `signature` base64); nullopt for a form with neither and no policy
+// (an anonymous upload). InvalidArgument for a missing or malformed part, as S3 answers.
+S3Result<std::optional<AuthInfo>> parsePostAuth(const FormHead& form);
+// Whether `auth` signs `policy` (the base64 text as sent) with `secret`:
+// SignatureDoesNotMatch if not.
+S3Result<void> verifyPostSignature(const AuthInfo& auth, std::string_view policy,
+                                   std::string_view secret, SigningKeyCache& keys);
+
+struct PostPolicyCondition {
+  enum class Kind { kEq, kStartsWith, kLengthRange };
+  Kind kind = Kind::kEq;
+  std::string field;  // lower-case, without the '$'
+  std::string value;  // kEq, kStartsWith
+  uint64_t min = 0;   // kLengthRange, bytes
+  uint64_t max = 0;
+  std::string text;   // as S3 quotes it in an error: ["eq", "$key", "a"]
+};
+
+struct PostPolicy {
+  int64_t expiration = 0;  // Unix seconds
+  std::vector<PostPolicyCondition> conditions;
+};
+
+// The decoded policy document. InvalidPolicyDocument for anything but an object with an
+// ISO 8601 "expiration" and a "conditions" array of {"field": "value"} objects and
+// ["eq" | "starts-with", "$field", "value"] or ["content-length-range", min, max] arrays.
+S3Result<PostPolicy> parsePostPolicy(std::string_view json);
+
+struct PostLengthRange {
+  uint64_t min = 0;
+  uint64_t max = UINT64_MAX;
+};
+// AccessDenied ("Invalid according to Policy: ...") unless `now` is before the expiration,
+// every condition holds for `fields` (a field not sent is "", and `bucket` is the bucket
+// posted to unless a "bucket" field names it) and every field but the policy, the
+// signature, the file and x-ignore-* is named by a condition. Returns the allowed sizes.
+S3Result<PostLengthRange> checkPostPolicy(const PostPolicy& policy, const FormFields& fields,
+                                          std::string_view bucket, int64_t now_unix_seconds);
+
+}  // namespace granary::gateway

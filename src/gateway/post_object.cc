@@ -1,0 +1,374 @@
+// POST Object: a browser form upload (`POST /bucket`, multipart/form-data) signed by a POST
+// policy instead of the request's headers (post_form.h). The form's fields become the
+// headers of a PutObject of the file's bytes, which stream from the connection into the
+// same data path as a PUT's; the answer is S3's 204, 201 with a PostResponse, or a 303 to
+// success_action_redirect.
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "digest.h"
+#include "granary/common/clock.h"
+#include "granary/common/strings.h"
+#include "handlers.h"
+#include "post_form.h"
+#include "s3_xml.h"
+#include "uri.h"
+
+namespace granary::gateway {
+
+namespace {
+
+// Form bytes before the file's that are read and kept; more is
+// MaxPostPreDataLengthExceededError (S3 allows 20 KB of fields; a tag set and a long
+// policy fit in this).
+constexpr size_t kMaxFormHead = 64 * 1024;
+// After a small file, what the form sends after it is read and dropped up to this much;
+// beyond it the connection closes instead.
+constexpr size_t kMaxFormTail = 64 * 1024;
+constexpr size_t kReadSize = 16 * 1024;
+
+S3Error notMultipart() {
+  return {S3ErrorCode::kMalformedPOSTRequest,
+          "The body of your POST request is not well-formed multipart/form-data."};
+}
+
+// A file whose bytes are all in memory (it ended within what was read ahead).
+class MemoryFile final : public BodySource {
+ public:
+  explicit MemoryFile(std::string_view data) : data_(data) {}
+  Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
+    const size_t n = std::min(out.size(), data_.size() - at_);
+    std::copy_n(data_.data() + at_, n, out.data());
+    at_ += n;
+    co_return n;
+  }
+  bool done() const override { return at_ == data_.size(); }
+
+ private:
+  std::string_view data_;
+  size_t at_ = 0;
+};
+
+// A large file: `size` bytes, the first of them already read (`pending`), the rest from
+// the connection, followed by exactly `closing` (the form's closing delimiter). Its size
+// comes from the request's Content-Length, so the file must be the form's last part: a
+// delimiter anywhere inside its bytes, or any other ending, fails the read, and with it
+// the upload (nothing is stored).
+class StreamedFile final : public BodySource {
+ public:
+  StreamedFile(BodySource& raw, std::string pending, uint64_t size, std::string delimiter,
+               std::string closing)
+      : raw_(raw),
+        pending_(std::move(pending)),
+        size_(size),
+        delimiter_(std::move(delimiter)),
+        closing_(std::move(closing)) {}
+
+  Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
+    if (yielded_ == size_ || out.empty()) co_return 0;
+    out = out.first(std::min<uint64_t>(out.size(), size_ - yielded_));
+    size_t n = 0;
+    if (at_ < pending_.size()) {
+      n = std::min(out.size(), pending_.size() - at_);
+      std::copy_n(pending_.data() + at_, n, out.data());
+      at_ += n;
+    } else {
+      auto got = co_await raw_.read(out);
+      if (!got) co_return std::unexpected(got.error());
+      if (*got == 0) {
+        co_return s3fail(S3ErrorCode::kIncompleteBody, "The request body terminated unexpectedly");
+      }
+      n = *got;
+    }
+    if (!scan(out.first(n))) co_return std::unexpected(earlyEnd());
+    yielded_ += n;
+    if (yielded_ == size_) {
+      // The closing delimiter, and nothing else, must follow.
+      std::string tail = pending_.substr(std::min(at_, pending_.size()));
+      while (tail.size() <= closing_.size()) {
+        char buf[256];
+        auto got = co_await raw_.read({reinterpret_cast<uint8_t*>(buf), sizeof buf});
+        if (!got) co_return std::unexpected(got.error());
+        if (*got == 0) break;
+        tail.append(buf, *got);
+      }
+      if (tail != closing_) co_return std::unexpected(earlyEnd());
+    }
+    co_return n;
+  }
+
+  bool done() const override { return yielded_ == size_ && raw_.done(); }
+
+ private:
+  static S3Error earlyEnd() {
+    return {S3ErrorCode::kMalformedPOSTRequest,
+            "The file of a POST form larger than the server keeps in memory must be the "
+            "form's last field, followed only by the closing boundary."};
+  }
+
+  // False if the delimiter appears in the file's bytes, within `data` or across the bytes
+  // before it. Keeps the last delimiter-1 bytes for the next call.
+  bool scan(std::span<const uint8_t> data) {
+    const std::string_view d(reinterpret_cast<const char*>(data.data()), data.size());
+    const size_t keep = delimiter_.size() - 1;
+    std::string joined = carry_;
+    joined.append(d.substr(0, std::min(d.size(), keep)));
+    if (joined.find(delimiter_) != std::string::npos) return false;
+    if (d.find(delimiter_) != std::string_view::npos) return false;
+    if (d.size() >= keep) {
+      carry_.assign(d.substr(d.size() - keep));
+    } else {
+      carry_.append(d);
+      carry_.erase(0, carry_.size() - std::min(carry_.size(), keep));
+    }
+    return true;
+  }
+
+  BodySource& raw_;
+  std::string pending_;
+  size_t at_ = 0;
+  uint64_t size_;
+  uint64_t yielded_ = 0;
+  std::string delimiter_;
+  std::string closing_;
+  std::string carry_;
+};
+
+// The PutObject a form asks for: its key, and its fields as the headers a PUT would carry.
+S3Result<S3Request> putRequestOf(const S3Request& post, const FormHead& form,
+                                 std::string_view key) {
+  S3Request put;
+  put.method = "PUT";
+  put.bucket = post.bucket;
+  put.key = std::string(key);
+  put.path = "/" + uriEncode(post.bucket, false) + "/" + uriEncode(key, false);
+  put.target = put.path;
+  put.request_id = post.request_id;
+  put.principal = post.principal;
+  put.root = post.root;
+  if (auto host = post.header("host")) put.headers.emplace_back("host", std::string(*host));
+  bool typed = false;
+  for (const auto& [name, value] : form.fields) {
+    if (name.starts_with("x-amz-meta-") || name.starts_with("x-amz-checksum-") ||
+        name == "cache-control" || name == "content-disposition" ||
+        name == "content-encoding" || name == "content-language" || name == "expires" ||
+        name == "x-granary-index" || name == "x-granary-index-key") {
+      put.headers.emplace_back(name, value);
+    } else if (name == "content-type") {
+      put.headers.emplace_back(name, value);
+      typed = true;
+    } else if (name == "tagging") {
+      auto tags = parseTagging(value);
+      if (!tags) return std::unexpected(tags.error());
+      std::string header;
+      for (const auto& [k, v] : *tags) {
+        if (!header.empty()) header.push_back('&');
+        header.append(uriEncode(k, true)).append("=").append(uriEncode(v, true));
+      }
+      if (!header.empty()) put.headers.emplace_back("x-amz-tagging", std::move(header));
+    }
+  }
+  if (!typed && !form.file_content_type.empty()) {
+    put.headers.emplace_back("content-type", form.file_content_type);
+  }
+  return put;
+}
+
+// What the form's success_action_* fields ask for, after the object is stored.
+S3Response successResponse(GatewayContext& ctx, const S3Request& post, const FormHead& form,
+                           const S3Request& put, const S3Response& stored) {
+  std::string etag;
+  for (const auto& [name, value] : stored.headers) {
+    if (name == "ETag") etag = value;
+  }
+  const std::string location =
+      fmt::format("{}://{}{}", ctx.options.tls_cert.empty() ? "http" : "https",
+                  post.header("host").value_or("localhost"), put.path);
+  auto redirect = form.field("success_action_redirect");
+  if (!redirect) redirect = form.field("redirect");
+  S3Response res;
+  res.headers = stored.headers;
+  if (redirect && (redirect->starts_with("http://") || redirect->starts_with("https://"))) {
+    std::string target(*redirect);
+    target.push_back(target.find('?') == std::string::npos ? '?' : '&');
+    target += "bucket=" + uriEncode(put.bucket, true);
+    target += "&key=" + uriEncode(put.key, true);
+    target += "&etag=" + uriEncode(etag, true);
+    res.status = 303;
+    res.set("Location", std::move(target));
+    return res;
+  }
+  res.set("Location", location);
+  const std::string_view status = form.field("success_action_status").value_or("204");
+  if (status == "201") {
+    res.status = 201;
+    res.set("Content-Type", "application/xml");
+    res.body = postResponseXml(location, put.bucket, put.key, etag);
+  } else {
+    res.status = status == "200" ? 200 : 204;  // S3: anything else is 204
+  }
+  return res;
+}
+
+}  // namespace
+
+Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& body) {
+  const auto boundary = formBoundary(req.header("content-type").value_or(""));
+  if (!boundary) co_return errorResponse(notMultipart(), req, body);
+
+  // The form up to the file's first byte.
+  std::string buf;
+  std::optional<FormHead> form;
+  for (;;) {
+    auto head = parseFormHead(buf, *boundary, body.done());
+    if (!head) co_return errorResponse(head.error(), req, body);
+    if (*head) {
+      form = std::move(**head);
+      break;
+    }
+    if (buf.size() >= kMaxFormHead) {
+      co_return errorResponse({S3ErrorCode::kMaxPostPreDataLengthExceededError,
+                               "Your POST request fields preceding the upload file were too "
+                               "large."},
+                              req, body);
+    }
+    const size_t had = buf.size();
+    buf.resize(had + kReadSize);
+    auto n = co_await body.read({reinterpret_cast<uint8_t*>(buf.data() + had), kReadSize});
+    if (!n) co_return errorResponse(n.error(), req, body);
+    buf.resize(had + *n);
+  }
+
+  // Who signed it, and what the policy allows.
+  auto signer = parsePostAuth(*form);
+  if (!signer) co_return errorResponse(signer.error(), req, body);
+  if (!*signer) {
+    // An anonymous form: only a bucket anyone may write to takes one, and Granary has none.
+    co_return errorResponse({S3ErrorCode::kAccessDenied, "Access Denied"}, req, body);
+  }
+  auto user = ctx.credentials.find((*signer)->access_key);
+  if (!user) {
+    co_return errorResponse({S3ErrorCode::kInvalidAccessKeyId,
+                             "The AWS Access Key Id you provided does not exist in our records."},
+                            req, body);
+  }
+  const std::string_view policy_text = *form->field("policy");
+  if (auto ok = verifyPostSignature(**signer, policy_text, user->secret_key, ctx.signing_keys);
+      !ok) {
+    co_return errorResponse(ok.error(), req, body);
+  }
+  const auto policy_json = base64Decode(policy_text);
+  if (!policy_json) {
+    co_return errorResponse(
+        {S3ErrorCode::kInvalidPolicyDocument, "Invalid Policy: the policy is not base64."}, req,
+        body);
+  }
+  auto policy = parsePostPolicy(
+      std::string_view(reinterpret_cast<const char*>(policy_json->data()), policy_json->size()));
+  if (!policy) co_return errorResponse(policy.error(), req, body);
+
+  // The key, with ${filename} replaced by the file's name, as the policy sees it.
+  auto key_field = std::find_if(form->fields.begin(), form->fields.end(),
+                                [](const auto& f) { return f.first == "key"; });
+  if (key_field == form->fields.end()) {
+    co_return errorResponse(
+        {S3ErrorCode::kInvalidArgument, "Bucket POST must contain a field named 'key'."}, req,
+        body);
+  }
+  std::string& key = key_field->second;
+  if (key.empty()) {
+    co_return errorResponse(
+        {S3ErrorCode::kInvalidArgument, "User key must have a length greater than 0."}, req,
+        body);
+  }
+  for (size_t at = key.find("${filename}"); at != std::string::npos;
+       at = key.find("${filename}", at + form->filename.size())) {
+    key.replace(at, 11, form->filename);
+  }
+  if (auto bad = checkObjectKey(key); !bad) co_return errorResponse(bad.error(), req, body);
+  if (auto named = form->field("bucket"); named && *named != req.bucket) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             "The bucket field does not name the bucket the form posts to."},
+                            req, body);
+  }
+  const int64_t now = ctx.deps.clock.nowUnixNanos() / 1'000'000'000;
+  auto range = checkPostPolicy(*policy, form->fields, req.bucket, now);
+  if (!range) co_return errorResponse(range.error(), req, body);
+
+  req.principal = user->name;
+  req.root = user->is_root;
+  auto put = putRequestOf(req, *form, key);
+  if (!put) co_return errorResponse(put.error(), req, body);
+  if (!put->root) {
+    if (auto denied = co_await authorizeRequest(ctx, *put)) {
+      co_return errorResponse(*denied, req, body);
+    }
+  }
+
+  // The file: in memory if it ends within what can be read ahead, else streamed.
+  const std::string delimiter = "\r\n--" + *boundary;
+  const std::string closing = delimiter + "--\r\n";
+  const size_t read_ahead = ctx.options.inline_threshold + delimiter.size();
+  size_t end = std::string::npos;
+  for (;;) {
+    end = buf.find(delimiter, form->data_offset);
+    if (end != std::string::npos || body.done() || buf.size() - form->data_offset > read_ahead) {
+      break;
+    }
+    const size_t had = buf.size();
+    buf.resize(had + kReadSize);
+    auto n = co_await body.read({reinterpret_cast<uint8_t*>(buf.data() + had), kReadSize});
+    if (!n) co_return errorResponse(n.error(), req, body);
+    buf.resize(had + *n);
+  }
+  std::unique_ptr<BodySource> file;
+  uint64_t size = 0;
+  if (end != std::string::npos) {
+    size = end - form->data_offset;
+    file = std::make_unique<MemoryFile>(std::string_view(buf).substr(form->data_offset, size));
+  } else if (body.done()) {
+    co_return errorResponse(notMultipart(), req, body);  // the form never ends
+  } else if (!req.content_length) {
+    co_return errorResponse({S3ErrorCode::kMissingContentLength,
+                             "You must provide the Content-Length HTTP header."},
+                            req, body);
+  } else {
+    const uint64_t rest = *req.content_length - buf.size();  // bytes not read yet
+    const uint64_t seen = buf.size() - form->data_offset;
+    if (seen + rest < closing.size()) co_return errorResponse(notMultipart(), req, body);
+    size = seen + rest - closing.size();
+    file = std::make_unique<StreamedFile>(body, buf.substr(form->data_offset), size, delimiter,
+                                          closing);
+  }
+  if (size < range->min) {
+    co_return errorResponse({S3ErrorCode::kEntityTooSmall,
+                             "Your proposed upload is smaller than the minimum allowed size"},
+                            req, body);
+  }
+  if (size > range->max) {
+    co_return errorResponse({S3ErrorCode::kEntityTooLarge,
+                             "Your proposed upload exceeds the maximum allowed size"},
+                            req, body);
+  }
+  put->content_length = size;
+
+  S3Response stored = co_await putObject(ctx, *put, RequestAuth{}, *file);
+  // What the form sends after a small file (its closing boundary, fields S3 ignores) is
+  // read and dropped, so the connection can serve the next request.
+  for (size_t dropped = 0; !body.done() && dropped <= kMaxFormTail;) {
+    char sink[4096];
+    auto n = co_await body.read({reinterpret_cast<uint8_t*>(sink), sizeof sink});
+    if (!n || *n == 0) break;
+    dropped += *n;
+  }
+  if (stored.status != 200) {
+    stored.close = stored.close || !body.done();
+    co_return stored;
+  }
+  S3Response res = successResponse(ctx, req, *form, *put, stored);
+  res.close = !body.done();
+  co_return res;
+}
+
+}  // namespace granary::gateway
