@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
 #include "granary/index_kv/index.h"
@@ -75,13 +77,47 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
 }
 
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req) {
+  ListBucketsPage page;
+  page.owner_id = req.principal;
+  page.region = ctx.options.region;
+  page.prefix = std::string(req.queryValue("prefix").value_or(""));
+  size_t max_buckets = SIZE_MAX;  // without max-buckets, every bucket, as S3 answers
+  if (auto v = req.queryValue("max-buckets")) {
+    size_t n = 0;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || end != v->data() + v->size() || n < 1 || n > 10'000) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "max-buckets must be an integer between 1 and 10000"},
+                              req);
+    }
+    max_buckets = n;
+  }
+  std::string after;
+  if (auto token = req.queryValue("continuation-token")) {
+    auto decoded = decodeToken(*token);
+    if (!decoded || decoded->empty()) {
+      co_return errorResponse(
+          {S3ErrorCode::kInvalidArgument, "The continuation token provided is incorrect"}, req);
+    }
+    after = std::move(*decoded);
+  }
+  // One region: asking for another lists nothing.
+  const auto region = req.queryValue("bucket-region");
+  if (region && *region != ctx.options.region) co_return xmlResponse(listBucketsXml(page));
   auto buckets = co_await offload(ctx.pool(), [&] { return ctx.index().listBuckets(); });
   if (!buckets) co_return errorResponse(fromStatus(buckets.error()), req);
-  std::vector<index_kv::BucketInfo> mine;
-  for (auto& b : *buckets) {
-    if (req.root || b.owner == req.principal) mine.push_back(std::move(b));
+  for (auto& b : *buckets) {  // in name order
+    if (!(req.root || b.owner == req.principal) || !b.name.starts_with(page.prefix) ||
+        (!after.empty() && b.name <= after)) {
+      continue;
+    }
+    if (page.buckets.size() == max_buckets) {
+      page.continuation_token = encodeToken(page.buckets.back().name);
+      break;
+    }
+    page.buckets.push_back(std::move(b));
   }
-  co_return xmlResponse(listBucketsXml(mine, req.principal));
+  co_return xmlResponse(listBucketsXml(page));
 }
 
 Task<S3Response> createBucket(GatewayContext& ctx, const S3Request& req, BodySource& body) {

@@ -204,6 +204,10 @@ Task<S3Response> deleteAbsentBucketSetting(GatewayContext& ctx, const S3Request&
 S3Result<bool> cannedAclPublicRead(const S3Request& req);
 // list_objects.cc
 Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req);
+// Continuation tokens (ListObjectsV2, ListBuckets) are opaque to clients: the hex of the
+// last name returned. decodeToken: nullopt if not hex.
+std::string encodeToken(std::string_view last);
+std::optional<std::string> decodeToken(std::string_view token);
 // put_object.cc
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body);

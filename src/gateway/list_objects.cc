@@ -8,9 +8,6 @@
 
 namespace granary::gateway {
 
-namespace {
-
-// Continuation tokens are opaque to clients: the hex of the last key or prefix returned.
 std::string encodeToken(std::string_view last) {
   return toHex({reinterpret_cast<const uint8_t*>(last.data()), last.size()});
 }
@@ -20,6 +17,8 @@ std::optional<std::string> decodeToken(std::string_view token) {
   if (!raw) return std::nullopt;
   return std::string(raw->begin(), raw->end());
 }
+
+namespace {
 
 ListKind listKind(const S3Request& req) {
   if (req.hasQuery("versions")) return ListKind::kVersions;

@@ -46,8 +46,7 @@ std::optional<HeaderParam> nextParam(std::string_view v, size_t& at) {
     for (;; ++i) {
       if (i >= v.size()) return std::nullopt;
       if (v[i] == '"') break;
-      if (v[i] == '\\' && i + 1 < v.size()) ++i;
-      p.value.push_back(v[i]);
+      p.value.push_back(v[i]);  // no escapes: HTML forms percent-encode '"' and CR LF
     }
     ++i;
     while (i < v.size() && v[i] != ';') {
@@ -65,9 +64,8 @@ std::optional<HeaderParam> nextParam(std::string_view v, size_t& at) {
 }
 
 struct PartHeaders {
-  std::string name;          // the form-data name, as sent
+  std::string name;  // the form-data name, as sent
   std::optional<std::string> filename;
-  std::string content_type;  // "" if absent
 };
 
 // The header block of one part (lines ending in CRLF, without the blank line).
@@ -101,8 +99,6 @@ S3Result<PartHeaders> parsePartHeaders(std::string_view block) {
       }
       if (!named) return std::unexpected(malformed());
       disposition = true;
-    } else if (name == "content-type") {
-      out.content_type = std::string(value);
     }
   }
   if (!disposition) return std::unexpected(malformed());
@@ -147,6 +143,18 @@ bool unsignedField(std::string_view name) {
          name == "awsaccesskeyid" || name == "file" || name.starts_with("x-ignore-");
 }
 
+// A Content-Type may list several types ("image/png, text/html", of which a browser takes
+// the last it knows): each must start with the prefix, as S3 checks it.
+bool startsWith(std::string_view field, std::string_view value, std::string_view prefix) {
+  if (field != "content-type") return value.starts_with(prefix);
+  for (;;) {
+    const size_t comma = value.find(',');
+    if (!trimSpaces(value.substr(0, comma)).starts_with(prefix)) return false;
+    if (comma == std::string_view::npos) return true;
+    value.remove_prefix(comma + 1);
+  }
+}
+
 }  // namespace
 
 std::optional<std::string_view> FormHead::field(std::string_view lower_name) const {
@@ -171,65 +179,115 @@ std::optional<std::string> formBoundary(std::string_view content_type) {
   return std::nullopt;
 }
 
-S3Result<std::optional<FormHead>> parseFormHead(std::string_view in, std::string_view boundary,
-                                                bool complete) {
+FormHeadParser::FormHeadParser(std::string_view boundary)
+    : dash_("--" + std::string(boundary)), delimiter_("\r\n" + dash_) {}
+
+S3Result<std::optional<FormHead>> FormHeadParser::parse(std::string_view in, bool complete) {
   using Out = S3Result<std::optional<FormHead>>;
+  if (failed_) return std::unexpected(*failed_);
+  const auto fail = [&](S3Error e) -> Out {
+    failed_ = e;
+    return std::unexpected(std::move(e));
+  };
   const auto more = [&]() -> Out {
-    if (complete) return std::unexpected(malformed());
+    if (complete) return fail(malformed());
     return std::optional<FormHead>();
   };
-  const std::string dash = "--" + std::string(boundary);
-  const std::string delimiter = "\r\n" + dash;
-  // The first delimiter: at the very start, or after a preamble (ignored).
-  size_t at = 0;
-  if (!in.starts_with(dash)) {
-    if (in.size() < dash.size() && std::string_view(dash).starts_with(in)) return more();
-    size_t found = in.find(delimiter);
-    if (found == std::string_view::npos) return more();
-    at = found + 2;
-  }
-  FormHead head;
+  // Where a search for `needle` may resume next time: its last bytes may begin a match.
+  const auto resumeAt = [&](size_t from, std::string_view needle) {
+    return std::max(from, in.size() < needle.size() ? 0 : in.size() - needle.size() + 1);
+  };
   for (;;) {
-    // `at` is at a delimiter ("--boundary"): the end of the form ("--") or the next part.
-    at += dash.size();
-    if (in.size() < at + 2) return more();
-    if (in.substr(at, 2) == "--") {
-      return std::unexpected(S3Error{S3ErrorCode::kIncorrectNumberOfFilesInPostRequest,
-                                     "POST requires exactly one file upload per request."});
+    switch (state_) {
+      case State::kPreamble: {
+        // The first delimiter: at the very start, or after a preamble (ignored).
+        if (in.starts_with(dash_)) {
+          at_ = 0;
+        } else {
+          if (in.size() < dash_.size() && std::string_view(dash_).starts_with(in)) return more();
+          const size_t found = in.find(delimiter_, search_);
+          if (found == std::string_view::npos) {
+            search_ = resumeAt(0, delimiter_);
+            return more();
+          }
+          at_ = found + 2;
+        }
+        at_ += dash_.size();
+        state_ = State::kDelimiter;
+        break;
+      }
+      case State::kDelimiter: {
+        // After "--boundary": "--" ends the form; else padding, then CRLF and a part.
+        if (in.size() < at_ + 2) return more();
+        if (in.substr(at_, 2) == "--" && !padded_) {
+          return fail({S3ErrorCode::kIncorrectNumberOfFilesInPostRequest,
+                       "POST requires exactly one file upload per request."});
+        }
+        while (at_ < in.size() && (in[at_] == ' ' || in[at_] == '\t')) {  // transport padding
+          ++at_;
+          padded_ = true;
+        }
+        if (in.size() < at_ + 2) return more();
+        if (in.substr(at_, 2) != "\r\n") return fail(malformed());
+        at_ += 2;
+        search_ = at_;
+        state_ = State::kHeaders;
+        break;
+      }
+      case State::kHeaders: {
+        // Headers end at a blank line (a part may have none: CRLF at once).
+        size_t headers_end;
+        if (in.size() < at_ + 2) return more();
+        if (in.substr(at_, 2) == "\r\n") {
+          headers_end = at_;
+        } else {
+          headers_end = in.find("\r\n\r\n", search_);
+          if (headers_end == std::string_view::npos) {
+            search_ = resumeAt(at_, "\r\n\r\n");
+            return more();
+          }
+          headers_end += 2;
+        }
+        auto part = parsePartHeaders(in.substr(at_, headers_end - at_));
+        if (!part) return fail(part.error());
+        at_ = headers_end + 2;  // the part's first byte
+        name_ = asciiLower(part->name);
+        if (name_ == "file") {
+          head_.filename = baseName(part->filename.value_or(""));
+          head_.data_offset = at_;
+          state_ = State::kDone;
+          return std::optional<FormHead>(head_);
+        }
+        if (!names_.insert(name_).second) {
+          return fail({S3ErrorCode::kInvalidArgument,
+                       "The form field '" + name_ + "' appears twice."});
+        }
+        search_ = at_;
+        state_ = State::kValue;
+        break;
+      }
+      case State::kValue: {
+        const size_t end = in.find(delimiter_, search_);
+        if (end == std::string_view::npos) {
+          search_ = resumeAt(at_, delimiter_);
+          return more();
+        }
+        head_.fields.emplace_back(std::move(name_), std::string(in.substr(at_, end - at_)));
+        at_ = end + delimiter_.size();
+        padded_ = false;
+        state_ = State::kDelimiter;
+        break;
+      }
+      case State::kDone:
+        return std::optional<FormHead>(head_);
     }
-    while (at < in.size() && (in[at] == ' ' || in[at] == '\t')) ++at;  // transport padding
-    if (in.size() < at + 2) return more();
-    if (in.substr(at, 2) != "\r\n") return std::unexpected(malformed());
-    at += 2;
-    // Headers end at a blank line (a part may have none: CRLF at once).
-    size_t headers_end;
-    if (in.substr(at, 2) == "\r\n") {
-      headers_end = at;
-    } else {
-      headers_end = in.find("\r\n\r\n", at);
-      if (headers_end == std::string_view::npos) return more();
-      headers_end += 2;
-    }
-    auto part = parsePartHeaders(in.substr(at, headers_end - at));
-    if (!part) return std::unexpected(part.error());
-    const size_t body_start = headers_end + 2;
-    std::string name = asciiLower(part->name);
-    if (name == "file") {
-      head.filename = baseName(part->filename.value_or(""));
-      head.file_content_type = part->content_type;
-      head.data_offset = body_start;
-      return std::optional<FormHead>(std::move(head));
-    }
-    size_t body_end = in.find(delimiter, body_start);
-    if (body_end == std::string_view::npos) return more();
-    if (head.field(name)) {
-      return std::unexpected(
-          S3Error{S3ErrorCode::kInvalidArgument, "The form field '" + name + "' appears twice."});
-    }
-    head.fields.emplace_back(std::move(name),
-                             std::string(in.substr(body_start, body_end - body_start)));
-    at = body_end + 2;
   }
+}
+
+S3Result<std::optional<FormHead>> parseFormHead(std::string_view in, std::string_view boundary,
+                                                bool complete) {
+  FormHeadParser parser(boundary);
+  return parser.parse(in, complete);
 }
 
 S3Result<std::optional<AuthInfo>> parsePostAuth(const FormHead& form) {
@@ -377,7 +435,7 @@ S3Result<PostLengthRange> checkPostPolicy(const PostPolicy& policy, const FormFi
         }
         break;
       case PostPolicyCondition::Kind::kStartsWith:
-        if (!value(c.field).starts_with(c.value)) {
+        if (!startsWith(c.field, value(c.field), c.value)) {
           return std::unexpected(policyDenied("Policy Condition failed: " + c.text));
         }
         break;

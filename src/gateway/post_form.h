@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,9 +27,11 @@ struct FormHead {
   // Names lower-cased (S3 matches form field names without regard to case), in order,
   // each name once.
   FormFields fields;
-  std::string filename;           // the file part's filename parameter ("" if none)
-  std::string file_content_type;  // the file part's Content-Type header ("" if none)
-  size_t data_offset = 0;         // where the file's bytes begin in the parsed input
+  // The file part's filename parameter, its last path component ("" if none). The part's
+  // own Content-Type is not kept: S3 takes the type from the Content-Type field, which the
+  // policy can restrict, and binary/octet-stream without one.
+  std::string filename;
+  size_t data_offset = 0;  // where the file's bytes begin in the parsed input
 
   std::optional<std::string_view> field(std::string_view lower_name) const;
 };
@@ -37,11 +40,34 @@ struct FormHead {
 // other content type or a boundary RFC 2046 does not allow (1..70 characters).
 std::optional<std::string> formBoundary(std::string_view content_type);
 
-// Parses `in`, the first bytes of the body, up to the first byte of the part named "file".
-// nullopt: `in` ends before that (read more; unless `complete`, `in` being the whole body,
-// which is then an error). MalformedPOSTRequest: bad framing or a part without a
-// form-data name; IncorrectNumberOfFilesInPostRequest: the form ends without a file;
-// InvalidArgument: a field named twice.
+// Parses the body's first bytes up to the first byte of the part named "file", resuming
+// where the previous call stopped: the work over a form is linear in its length however it
+// arrives (a client sending a byte at a time costs no more than one sending it all).
+class FormHeadParser {
+ public:
+  explicit FormHeadParser(std::string_view boundary);
+  // `in`: every byte of the body so far (each call's `in` extends the previous one's).
+  // nullopt: `in` ends before the file (read more; unless `complete`, `in` being the whole
+  // body, which is then an error). MalformedPOSTRequest: bad framing or a part without a
+  // form-data name; IncorrectNumberOfFilesInPostRequest: the form ends without a file;
+  // InvalidArgument: a field named twice. An error is final: later calls return it.
+  S3Result<std::optional<FormHead>> parse(std::string_view in, bool complete);
+
+ private:
+  enum class State { kPreamble, kDelimiter, kHeaders, kValue, kDone };
+  std::string dash_;       // "--" boundary
+  std::string delimiter_;  // CRLF "--" boundary
+  State state_ = State::kPreamble;
+  size_t at_ = 0;          // where the current state's bytes begin
+  size_t search_ = 0;      // where the current state's search resumes
+  bool padded_ = false;    // transport padding seen after the current delimiter
+  std::string name_;       // the field whose value is being read
+  std::set<std::string, std::less<>> names_;
+  FormHead head_;
+  std::optional<S3Error> failed_;
+};
+
+// One FormHeadParser over all of `in` (tests, fuzzing).
 S3Result<std::optional<FormHead>> parseFormHead(std::string_view in, std::string_view boundary,
                                                 bool complete);
 
@@ -81,8 +107,9 @@ struct PostLengthRange {
 };
 // AccessDenied ("Invalid according to Policy: ...") unless `now` is before the expiration,
 // every condition holds for `fields` (a field not sent is "", and `bucket` is the bucket
-// posted to unless a "bucket" field names it) and every field but the policy, the
-// signature, the file and x-ignore-* is named by a condition. Returns the allowed sizes.
+// posted to unless a "bucket" field names it; starts-with on Content-Type holds for each
+// type of a comma-separated list) and every field but the policy, the signature, the file
+// and x-ignore-* is named by a condition. Returns the allowed sizes.
 S3Result<PostLengthRange> checkPostPolicy(const PostPolicy& policy, const FormFields& fields,
                                           std::string_view bucket, int64_t now_unix_seconds);
 

@@ -135,7 +135,37 @@ class StreamedFile final : public BodySource {
   std::string carry_;
 };
 
-// The PutObject a form asks for: its key, and its fields as the headers a PUT would carry.
+// Form fields that become headers: of the object (stored, and sent on every GET of it)
+// or of the answer (the redirect). An HTTP parser refuses control characters in a PUT's
+// headers and bounds their length; a form's values are the body's bytes, so they are
+// checked here.
+constexpr size_t kMaxHeaderValue = 8 * 1024;
+
+bool headerValue(std::string_view v) {
+  return v.size() <= kMaxHeaderValue && std::none_of(v.begin(), v.end(), [](char ch) {
+           const auto c = static_cast<unsigned char>(ch);
+           return (c < 0x20 && c != '\t') || c == 0x7f;
+         });
+}
+
+// RFC 9110's token: what a header name may hold.
+bool headerToken(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
+bool headerField(std::string_view name) {
+  return name.starts_with("x-amz-meta-") || name.starts_with("x-amz-checksum-") ||
+         name == "content-type" || name == "content-md5" || name == "cache-control" ||
+         name == "content-disposition" || name == "content-encoding" ||
+         name == "content-language" || name == "expires" || name == "x-granary-index" ||
+         name == "x-granary-index-key";
+}
+
+// The PutObject a form asks for: its key, and its fields as the headers a PUT would carry
+// (a form without Content-Type stores binary/octet-stream, as S3 does).
 S3Result<S3Request> putRequestOf(const S3Request& post, const FormHead& form,
                                  std::string_view key) {
   S3Request put;
@@ -148,29 +178,25 @@ S3Result<S3Request> putRequestOf(const S3Request& post, const FormHead& form,
   put.principal = post.principal;
   put.root = post.root;
   if (auto host = post.header("host")) put.headers.emplace_back("host", std::string(*host));
-  bool typed = false;
   for (const auto& [name, value] : form.fields) {
-    if (name.starts_with("x-amz-meta-") || name.starts_with("x-amz-checksum-") ||
-        name == "cache-control" || name == "content-disposition" ||
-        name == "content-encoding" || name == "content-language" || name == "expires" ||
-        name == "x-granary-index" || name == "x-granary-index-key") {
+    const bool header = headerField(name);
+    if ((header || name == "success_action_redirect" || name == "redirect") &&
+        (!headerValue(value) || !headerToken(name))) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "The form field '" + name + "' is not a valid HTTP header value.");
+    }
+    if (header) {
       put.headers.emplace_back(name, value);
-    } else if (name == "content-type") {
-      put.headers.emplace_back(name, value);
-      typed = true;
     } else if (name == "tagging") {
       auto tags = parseTagging(value);
       if (!tags) return std::unexpected(tags.error());
-      std::string header;
+      std::string encoded;
       for (const auto& [k, v] : *tags) {
-        if (!header.empty()) header.push_back('&');
-        header.append(uriEncode(k, true)).append("=").append(uriEncode(v, true));
+        if (!encoded.empty()) encoded.push_back('&');
+        encoded.append(uriEncode(k, true)).append("=").append(uriEncode(v, true));
       }
-      if (!header.empty()) put.headers.emplace_back("x-amz-tagging", std::move(header));
+      if (!encoded.empty()) put.headers.emplace_back("x-amz-tagging", std::move(encoded));
     }
-  }
-  if (!typed && !form.file_content_type.empty()) {
-    put.headers.emplace_back("content-type", form.file_content_type);
   }
   return put;
 }
@@ -215,29 +241,33 @@ S3Response successResponse(GatewayContext& ctx, const S3Request& post, const For
 
 Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& body) {
   const auto boundary = formBoundary(req.header("content-type").value_or(""));
-  if (!boundary) co_return errorResponse(notMultipart(), req, body);
+  if (!boundary) {
+    co_return errorResponse({S3ErrorCode::kPreconditionFailed,
+                             "Bucket POST must be of the enclosure-type multipart/form-data"},
+                            req, body);
+  }
 
-  // The form up to the file's first byte.
+  // The form up to the file's first byte, kMaxFormHead bytes at most.
   std::string buf;
   std::optional<FormHead> form;
+  FormHeadParser parser(*boundary);
+  uint8_t chunk[kReadSize];
   for (;;) {
-    auto head = parseFormHead(buf, *boundary, body.done());
+    auto head = parser.parse(buf, body.done());
     if (!head) co_return errorResponse(head.error(), req, body);
     if (*head) {
       form = std::move(**head);
       break;
     }
-    if (buf.size() >= kMaxFormHead) {
+    if (buf.size() == kMaxFormHead) {
       co_return errorResponse({S3ErrorCode::kMaxPostPreDataLengthExceededError,
                                "Your POST request fields preceding the upload file were too "
                                "large."},
                               req, body);
     }
-    const size_t had = buf.size();
-    buf.resize(had + kReadSize);
-    auto n = co_await body.read({reinterpret_cast<uint8_t*>(buf.data() + had), kReadSize});
+    auto n = co_await body.read({chunk, std::min(sizeof chunk, kMaxFormHead - buf.size())});
     if (!n) co_return errorResponse(n.error(), req, body);
-    buf.resize(had + *n);
+    buf.append(reinterpret_cast<const char*>(chunk), *n);
   }
 
   // Who signed it, and what the policy allows.
@@ -268,23 +298,26 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
       std::string_view(reinterpret_cast<const char*>(policy_json->data()), policy_json->size()));
   if (!policy) co_return errorResponse(policy.error(), req, body);
 
-  // The key, with ${filename} replaced by the file's name, as the policy sees it.
-  auto key_field = std::find_if(form->fields.begin(), form->fields.end(),
-                                [](const auto& f) { return f.first == "key"; });
-  if (key_field == form->fields.end()) {
+  // ${filename} in any field (but the signed policy and its signature) is the file's name:
+  // the policy checks, and the object gets, the values with it replaced.
+  for (auto& [name, value] : form->fields) {
+    if (name == "policy" || name == "x-amz-signature" || name == "signature") continue;
+    for (size_t at = value.find("${filename}"); at != std::string::npos;
+         at = value.find("${filename}", at + form->filename.size())) {
+      value.replace(at, 11, form->filename);
+    }
+  }
+  const auto key_field = form->field("key");
+  if (!key_field) {
     co_return errorResponse(
         {S3ErrorCode::kInvalidArgument, "Bucket POST must contain a field named 'key'."}, req,
         body);
   }
-  std::string& key = key_field->second;
+  const std::string key(*key_field);
   if (key.empty()) {
     co_return errorResponse(
         {S3ErrorCode::kInvalidArgument, "User key must have a length greater than 0."}, req,
         body);
-  }
-  for (size_t at = key.find("${filename}"); at != std::string::npos;
-       at = key.find("${filename}", at + form->filename.size())) {
-    key.replace(at, 11, form->filename);
   }
   if (auto bad = checkObjectKey(key); !bad) co_return errorResponse(bad.error(), req, body);
   if (auto named = form->field("bucket"); named && *named != req.bucket) {
@@ -306,30 +339,28 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
     }
   }
 
-  // The file: in memory if it ends within what can be read ahead, else streamed.
+  // The file: in memory if it ends within what is read ahead (what follows it is then
+  // ignored, as S3 ignores fields after the file), else streamed, its size taken from the
+  // Content-Length; which one depends only on the form, not on how its bytes arrive.
   const std::string delimiter = "\r\n--" + *boundary;
   const std::string closing = delimiter + "--\r\n";
   const size_t read_ahead = ctx.options.inline_threshold + delimiter.size();
-  size_t end = std::string::npos;
-  for (;;) {
-    end = buf.find(delimiter, form->data_offset);
-    if (end != std::string::npos || body.done() || buf.size() - form->data_offset > read_ahead) {
-      break;
-    }
-    const size_t had = buf.size();
-    buf.resize(had + kReadSize);
-    auto n = co_await body.read({reinterpret_cast<uint8_t*>(buf.data() + had), kReadSize});
+  while (!body.done() && buf.size() - form->data_offset < read_ahead) {
+    auto n = co_await body.read(
+        {chunk, std::min(sizeof chunk, read_ahead - (buf.size() - form->data_offset))});
     if (!n) co_return errorResponse(n.error(), req, body);
-    buf.resize(had + *n);
+    buf.append(reinterpret_cast<const char*>(chunk), *n);
   }
+  const std::string_view ahead =
+      std::string_view(buf).substr(form->data_offset, read_ahead);
   std::unique_ptr<BodySource> file;
   uint64_t size = 0;
-  if (end != std::string::npos) {
-    size = end - form->data_offset;
-    file = std::make_unique<MemoryFile>(std::string_view(buf).substr(form->data_offset, size));
+  if (const size_t end = ahead.find(delimiter); end != std::string_view::npos) {
+    size = end;
+    file = std::make_unique<MemoryFile>(ahead.substr(0, end));
   } else if (body.done()) {
     co_return errorResponse(notMultipart(), req, body);  // the form never ends
-  } else if (!req.content_length) {
+  } else if (!req.content_length || *req.content_length < buf.size()) {
     co_return errorResponse({S3ErrorCode::kMissingContentLength,
                              "You must provide the Content-Length HTTP header."},
                             req, body);
@@ -357,8 +388,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   // What the form sends after a small file (its closing boundary, fields S3 ignores) is
   // read and dropped, so the connection can serve the next request.
   for (size_t dropped = 0; !body.done() && dropped <= kMaxFormTail;) {
-    char sink[4096];
-    auto n = co_await body.read({reinterpret_cast<uint8_t*>(sink), sizeof sink});
+    auto n = co_await body.read(chunk);
     if (!n || *n == 0) break;
     dropped += *n;
   }

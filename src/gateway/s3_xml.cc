@@ -54,17 +54,22 @@ std::string errorXml(const S3Error& error, std::string_view resource,
   return std::move(x).finish();
 }
 
-std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
-                           std::string_view owner_id) {
-  XmlWriter x("ListAllMyBucketsResult", true, 256 + buckets.size() * 128);
-  identity(x, "Owner", owner_id);
+std::string listBucketsXml(const ListBucketsPage& page) {
+  XmlWriter x("ListAllMyBucketsResult", true, 256 + page.buckets.size() * 160);
+  identity(x, "Owner", page.owner_id);
   x.open("Buckets");
-  for (const auto& b : buckets) {
+  for (const auto& b : page.buckets) {
     x.open("Bucket")
         .element("Name", b.name)
         .element("CreationDate", IsoTimestamp(b.created_unix_nanos).view())
+        .element("BucketRegion", page.region)
         .close();
   }
+  x.close();
+  if (!page.continuation_token.empty()) {
+    x.element("ContinuationToken", page.continuation_token);
+  }
+  if (!page.prefix.empty()) x.element("Prefix", page.prefix);
   return std::move(x).finish();
 }
 

@@ -18,8 +18,16 @@ namespace granary::gateway {
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id);
 
-std::string listBucketsXml(const std::vector<index_kv::BucketInfo>& buckets,
-                           std::string_view owner_id);
+// One page of ListBuckets: the caller's buckets (in name order), the prefix asked for and,
+// when more follow, the token that continues after the last.
+struct ListBucketsPage {
+  std::vector<index_kv::BucketInfo> buckets;
+  std::string owner_id;
+  std::string region;  // every bucket's BucketRegion
+  std::string prefix;  // echoed when not empty
+  std::string continuation_token;
+};
+std::string listBucketsXml(const ListBucketsPage& page);
 
 // ListObjects (marker), ListObjectsV2 (continuation token), ListObjectVersions (key and
 // version-id markers; every object is its one version, "null").

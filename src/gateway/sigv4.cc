@@ -371,8 +371,16 @@ bool parseCredential(std::string_view credential, AuthInfo& auth) {
     parts[i] = rest.substr(slash + 1);
     rest = rest.substr(0, slash);
   }
-  if (rest.empty() || parts[0].size() != 8 || !allDigits(parts[0]) || parts[1].empty() ||
-      parts[2].empty() || parts[3] != "aws4_request") {
+  // Region and service name the signing key, which is cached: short names of ASCII letters,
+  // digits, '-', '_' and '.' only, so that a caller cannot fill the cache with long ones.
+  const auto name = [](std::string_view v) {
+    return !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '-' || c == '_' || c == '.';
+    });
+  };
+  if (rest.empty() || parts[0].size() != 8 || !allDigits(parts[0]) || !name(parts[1]) ||
+      !name(parts[2]) || parts[3] != "aws4_request") {
     return false;
   }
   auth.access_key = std::string(rest);

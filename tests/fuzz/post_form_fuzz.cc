@@ -9,7 +9,8 @@
 //    InvalidArgument only; what it accepts has its file's bytes inside the input, field
 //    names lower-case, each once, never "file";
 //  - reading more never changes an answer: for every prefix of the form, the answer without
-//    `complete` is "more" or exactly the whole form's (the same head, or the same error);
+//    `complete` is "more" or exactly the whole form's (the same head, or the same error),
+//    and a FormHeadParser fed the prefixes one after another answers as a fresh one;
 //  - parsePostAuth refuses with InvalidArgument only; a SigV4 signer has service "s3" and an
 //    x-amz-date that is a valid time on its credential's day;
 //  - parsePostPolicy refuses with InvalidPolicyDocument only; an accepted policy's
@@ -39,8 +40,7 @@ uint64_t g_policies = 0;  // policies accepted
 }
 
 bool sameHead(const FormHead& a, const FormHead& b) {
-  return a.fields == b.fields && a.filename == b.filename &&
-         a.file_content_type == b.file_content_type && a.data_offset == b.data_offset;
+  return a.fields == b.fields && a.filename == b.filename && a.data_offset == b.data_offset;
 }
 
 bool lowerCase(std::string_view s) {
@@ -85,9 +85,18 @@ void checkForm(std::string_view in) {
       ++g_signers;
     }
   }
-  // Every prefix: "more", or the whole form's answer.
+  // Every prefix, from a fresh parser and from one parser fed a byte more each time:
+  // "more", or the whole form's answer.
+  FormHeadParser fed("b");
   for (size_t n = 0; n < in.size(); ++n) {
+    auto resumed = fed.parse(in.substr(0, n), /*complete=*/false);
     auto part = parseFormHead(in.substr(0, n), "b", /*complete=*/false);
+    if (resumed.has_value() != part.has_value() ||
+        (resumed ? resumed->has_value() != part->has_value() ||
+                       (*resumed && !sameHead(**resumed, **part))
+                 : resumed.error().code != part.error().code)) {
+      fail("a parser fed byte by byte answered otherwise than a fresh one", in);
+    }
     if (part && !*part) continue;
     if (!part) {
       if (whole || whole.error().code != part.error().code) {

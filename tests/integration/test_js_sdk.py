@@ -411,6 +411,19 @@ def test_presigned_post_form_upload(server, bucket, js_sdk):
     assert "<Code>EntityTooLarge</Code>" in r["tooLarge"]["body"], r["tooLarge"]
 
 
+def test_list_buckets_by_pages(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "list-buckets", bucket)
+    pages = r["pages"]
+    assert [p["names"] for p in pages] == [r["names"][0:2], r["names"][2:4], r["names"][4:]], r
+    assert [p["token"] is not None for p in pages] == [True, True, False], pages
+    assert all(p["prefix"] == f"{bucket}-lb-" for p in pages), pages
+    assert all(region == "us-east-1" for p in pages for region in p["regions"]), pages
+    assert r["allHasThem"] and r["allToken"] is None, r
+    assert r["elsewhere"] == 0, r
+    e = r["badSize"]
+    assert e["threw"] and e["name"] == "InvalidArgument" and e["status"] == 400, e
+
+
 # --- (7) errors ---------------------------------------------------------------------------
 
 def test_missing_key_is_nosuchkey_404(server, s3, bucket, js_sdk):

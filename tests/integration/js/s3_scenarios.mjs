@@ -17,6 +17,7 @@ import zlib from "node:zlib";
 
 import {
   CreateBucketCommand,
+  DeleteBucketCommand,
   DeleteBucketCorsCommand,
   DeleteBucketTaggingCommand,
   DeleteObjectCommand,
@@ -32,6 +33,7 @@ import {
   GetObjectTaggingCommand,
   HeadBucketCommand,
   HeadObjectCommand,
+  ListBucketsCommand,
   ListObjectVersionsCommand,
   ListObjectsV2Command,
   NoSuchKey,
@@ -42,6 +44,7 @@ import {
   PutObjectTaggingCommand,
   S3Client,
   S3ServiceException,
+  paginateListBuckets,
 } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { createPresignedPost } from "@aws-sdk/s3-presigned-post";
@@ -598,6 +601,37 @@ async function presignedPost() {
   };
 }
 
+// ListBuckets by pages: five buckets under a prefix, two a page, through the SDK's
+// paginator; another region lists nothing; a bad page size is refused.
+async function listBuckets() {
+  const names = ["a", "b", "c", "d", "e"].map((s) => `${bucket}-lb-${s}`);
+  for (const name of names) await send(new CreateBucketCommand({ Bucket: name }));
+  try {
+    const pages = [];
+    for await (const page of paginateListBuckets({ client, pageSize: 2 }, { Prefix: `${bucket}-lb-` })) {
+      pages.push({
+        names: (page.Buckets ?? []).map((b) => b.Name),
+        regions: (page.Buckets ?? []).map((b) => b.BucketRegion),
+        token: page.ContinuationToken ?? null,
+        prefix: page.Prefix ?? null,
+      });
+    }
+    const all = await send(new ListBucketsCommand({}));
+    const elsewhere = await send(new ListBucketsCommand({ BucketRegion: "eu-west-1" }));
+    const badSize = await expectError(() => client.send(new ListBucketsCommand({ MaxBuckets: 0 })));
+    return {
+      names,
+      pages,
+      allHasThem: names.every((n) => (all.Buckets ?? []).some((b) => b.Name === n)),
+      allToken: all.ContinuationToken ?? null,
+      elsewhere: (elsewhere.Buckets ?? []).length,
+      badSize,
+    };
+  } finally {
+    for (const name of names) await send(new DeleteBucketCommand({ Bucket: name }));
+  }
+}
+
 async function errors() {
   return {
     getMissingKey: await expectError(() => getFull("no/such/key")),
@@ -620,6 +654,7 @@ const SCENARIOS = {
   "bucket-tagging": bucketTagging,
   versions,
   "presigned-post": presignedPost,
+  "list-buckets": listBuckets,
   errors,
 };
 
