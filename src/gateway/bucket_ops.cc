@@ -187,8 +187,6 @@ Task<S3Response> getBucketLocation(GatewayContext& ctx, const S3Request& req) {
 namespace {
 
 constexpr AbsentSetting kAbsentSettings[] = {
-    // One version per key: a bucket that never had versioning enabled (no Status).
-    {.param = "versioning", .op = "GetBucketVersioning", .root = "VersioningConfiguration"},
     {.param = "logging", .op = "GetBucketLogging", .root = "BucketLoggingStatus"},
     {.param = "accelerate", .op = "GetBucketAccelerateConfiguration",
      .root = "AccelerateConfiguration"},
@@ -449,6 +447,28 @@ Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req,
 
 Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req) {
   co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.tags.clear(); });
+}
+
+Task<S3Response> getBucketVersioning(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  co_return xmlResponse(versioningXml(b->versioning_suspended));
+}
+
+Task<S3Response> putBucketVersioning(GatewayContext& ctx, const S3Request& req,
+                                     BodySource& body) {
+  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  if (!xml) co_return errorResponse(xml.error(), req, body);
+  if (req.header("x-amz-mfa")) {
+    co_return errorResponse({S3ErrorCode::kNotImplemented, "MFA delete is not implemented"},
+                            req);
+  }
+  auto suspended = parseVersioningSuspended(*xml);
+  if (!suspended) co_return errorResponse(suspended.error(), req);
+  auto changed = co_await changeBucket(
+      ctx, req, [](index_kv::BucketInfo& b) { b.versioning_suspended = true; });
+  if (!changed) co_return errorResponse(changed.error(), req);
+  co_return S3Response{};  // 200, as S3 answers it
 }
 
 Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req) {

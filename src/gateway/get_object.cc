@@ -1,5 +1,6 @@
-// GetObject, HeadObject (with Range) and DeleteObject.
+// GetObject, HeadObject (with Range or partNumber) and DeleteObject.
 #include <cctype>
+#include <charconv>
 
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
@@ -64,6 +65,52 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
   }
 }
 
+// GET and HEAD ?partNumber=N: the bytes of part N of a multipart object (the stripes of
+// one part share their blob version, and the parts follow in order), or of a single PUT's
+// object as its one part. `count`: the object's parts, 0 for a single PUT (whose answer
+// carries no x-amz-mp-parts-count, as S3's does not).
+struct PartRange {
+  uint64_t first = 0;
+  uint64_t length = 0;
+  uint32_t count = 0;
+};
+
+S3Result<PartRange> partRange(const index_kv::Manifest& m, std::string_view number) {
+  uint32_t part = 0;
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), part);
+  if (ec != std::errc() || end != number.data() + number.size() || part < 1 || part > 10'000) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Part number must be an integer between 1 and 10000, inclusive");
+  }
+  const auto not_satisfiable = [] {
+    return s3fail(S3ErrorCode::kInvalidPartNumber, "The requested partnumber is not satisfiable");
+  };
+  PartRange out;
+  const size_t dash = m.etag.rfind('-');
+  if (dash == std::string::npos) {  // a single PUT (or a copy): one part, the object
+    if (part != 1) return not_satisfiable();
+    out.length = m.size;
+    return out;
+  }
+  std::from_chars(m.etag.data() + dash + 1, m.etag.data() + m.etag.size(), out.count);
+  if (part > out.count) return not_satisfiable();
+  uint32_t run = 0;  // the part of the stripe before this one, 1-based
+  for (size_t i = 0; i < m.stripes.size(); ++i) {
+    if (i == 0 || m.stripes[i].blob_version != m.stripes[i - 1].blob_version) ++run;
+    if (run < part) {
+      out.first += m.stripes[i].data_len;
+    } else if (run == part) {
+      out.length += m.stripes[i].data_len;
+    }
+  }
+  if (run != out.count) {
+    // An empty part has no stripes: which part it was is not recorded.
+    return s3fail(S3ErrorCode::kNotImplemented,
+                  "This object has an empty part: its parts cannot be read by number");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,
@@ -107,6 +154,26 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   }
   applyResponseOverrides(req, res);
   uint64_t first = 0, length = m.size;
+  // A part by number is a ranged GET of its bytes (206, Content-Range), as in S3.
+  if (auto number = req.queryValue("partNumber")) {
+    if (req.header("range")) {
+      co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                               "Cannot specify both Range header and partNumber query "
+                               "parameter."},
+                              req);
+    }
+    auto part = partRange(m, *number);
+    if (!part) co_return errorResponse(part.error(), req);
+    first = part->first;
+    length = part->length;
+    if (part->count > 0) res.set("x-amz-mp-parts-count", std::to_string(part->count));
+    if (m.size > 0) {
+      res.status = 206;
+      res.set("Content-Range", "bytes " + std::to_string(first) + "-" +
+                                   std::to_string(first + length - 1) + "/" +
+                                   std::to_string(m.size));
+    }
+  }
   RangeResult range = parseRange(req.header("range").value_or(""), m.size);
   if (range.kind == RangeResult::Kind::kUnsatisfiable) {
     S3Response err = errorResponse({S3ErrorCode::kInvalidRange,
@@ -125,7 +192,7 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   }
   // Additional checksum: only on request, and only when the whole object is returned (S3
   // sends none when a Range header was given, whatever it covers).
-  if (!m.checksum.empty() && !req.header("range")) {
+  if (!m.checksum.empty() && !req.header("range") && !req.hasQuery("partNumber")) {
     auto mode = req.header("x-amz-checksum-mode");
     if (mode && asciiIEquals(*mode, "ENABLED")) {
       if (auto alg = checksumFromName(m.checksum.algorithm)) {

@@ -165,6 +165,10 @@ Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req
 Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req, BodySource& body);
 Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req);
+// Get/PutBucketVersioning: Suspended or never set (objects keep the one version "null").
+Task<S3Response> getBucketVersioning(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketVersioning(GatewayContext& ctx, const S3Request& req,
+                                     BodySource& body);
 // bucket_ops.cc: ?cors, the rules cors.cc applies.
 Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySource& body);

@@ -73,7 +73,7 @@ constexpr std::array kKnownParameters = {
     "version-id-marker", "versionId", "versions", "x-id"};
 
 // A bucket setting Granary stores: its sub-resource, and the operations that read, set
-// and delete it (ACLs cannot be deleted).
+// and delete it (ACLs and versioning cannot be deleted).
 struct SettingRoute {
   std::string_view param;
   std::string_view get_op;
@@ -91,6 +91,8 @@ constexpr SettingRoute kSettingRoutes[] = {
      putBucketCors, deleteBucketCors},
     {"tagging", "GetBucketTagging", "PutBucketTagging", "DeleteBucketTagging",
      getBucketTagging, putBucketTagging, deleteBucketTagging},
+    {"versioning", "GetBucketVersioning", "PutBucketVersioning", "", getBucketVersioning,
+     putBucketVersioning, nullptr},
 };
 
 // The query parameters that name what a request does: all but a presigned URL's signature
@@ -289,7 +291,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     }
   }
   const std::string& m = req.method;
-  // Bucket settings: ACL, lifecycle, CORS and tags.
+  // Bucket settings: ACL, lifecycle, CORS, tags and versioning.
   if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
     for (const SettingRoute& route : kSettingRoutes) {
       if (!req.hasQuery(route.param)) continue;
@@ -376,8 +378,8 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
         {S3ErrorCode::kNotImplemented, "This versions request is not implemented"}, req);
   }
 
-  // Multipart uploads (uploads, uploadId, partNumber); any other use of those
-  // subresources (GET ?partNumber...) is NotImplemented.
+  // Multipart uploads (uploads, uploadId, partNumber), and GET/HEAD of an object's part
+  // by number; any other use of those subresources is NotImplemented.
   if (req.hasQuery("uploads") || req.hasQuery("uploadId") || req.hasQuery("partNumber")) {
     const bool uploads = req.hasQuery("uploads");
     const bool upload_id = req.hasQuery("uploadId");
@@ -410,6 +412,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
           co_return co_await listParts(ctx, req);
         }
       }
+    }
+    if (!req.key.empty() && (m == "GET" || m == "HEAD") && part_number && !uploads &&
+        !upload_id) {
+      op = m == "GET" ? "GetObject" : "HeadObject";
+      co_return co_await getObject(ctx, req, sink, m == "HEAD");
     }
     if (!req.key.empty() && m == "POST" && uploads && !upload_id && !part_number) {
       op = "CreateMultipartUpload";

@@ -52,6 +52,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "MalformedXML";
     case S3ErrorCode::kMalformedPOSTRequest:
       return "MalformedPOSTRequest";
+    case S3ErrorCode::kInvalidPartNumber:
+      return "InvalidPartNumber";
     case S3ErrorCode::kInvalidPolicyDocument:
       return "InvalidPolicyDocument";
     case S3ErrorCode::kMaxPostPreDataLengthExceededError:
@@ -158,6 +160,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kBucketAlreadyExists:
       return 409;
     case S3ErrorCode::kInvalidRange:
+    case S3ErrorCode::kInvalidPartNumber:
       return 416;
     case S3ErrorCode::kPreconditionFailed:
       return 412;

@@ -53,6 +53,7 @@ enum class S3ErrorCode {
   kEntityAlreadyExists,  // admin API (IAM's name): the user exists
   kNoSuchEntity,         // admin API (IAM's name): no such user
   kInvalidPart,
+  kInvalidPartNumber,  // GET ?partNumber= past the object's parts (416)
   kInvalidPartOrder,
   kEntityTooSmall,
   kNotImplemented,

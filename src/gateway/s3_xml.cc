@@ -255,6 +255,37 @@ std::string locationXml(std::string_view region) {
   return std::move(x).finish();
 }
 
+S3Result<bool> parseVersioningSuspended(std::string_view body) {
+  pugi::xml_document doc;
+  auto root = parseRoot(doc, body, "VersioningConfiguration");
+  if (!root) return std::unexpected(root.error());
+  for (pugi::xml_node child : root->children()) {
+    const std::string_view name = child.name();
+    if (child.type() != pugi::node_element || (name != "Status" && name != "MfaDelete")) {
+      return malformedXml();
+    }
+  }
+  const std::string_view mfa = root->child("MfaDelete").text().as_string();
+  if (root->child("MfaDelete") && mfa != "Disabled") {
+    if (mfa != "Enabled") return malformedXml();
+    return s3fail(S3ErrorCode::kNotImplemented, "MFA delete is not implemented");
+  }
+  const std::string_view status = root->child("Status").text().as_string();
+  if (status == "Suspended") return true;
+  if (status == "Enabled") {
+    return s3fail(S3ErrorCode::kNotImplemented,
+                  "Versioning cannot be enabled: Granary keeps one version of each object "
+                  "(Suspended is accepted: every object is its version \"null\")");
+  }
+  return malformedXml();
+}
+
+std::string versioningXml(bool suspended) {
+  XmlWriter x("VersioningConfiguration");
+  if (suspended) x.element("Status", "Suspended");
+  return std::move(x).finish();
+}
+
 std::string postResponseXml(std::string_view location, std::string_view bucket,
                             std::string_view key, std::string_view quoted_etag) {
   XmlWriter x("PostResponse", /*s3_namespace=*/false);

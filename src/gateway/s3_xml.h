@@ -53,6 +53,13 @@ std::string listObjectsXml(const ListObjectsParams& params, const index_kv::List
 
 std::string locationXml(std::string_view region);
 
+// PutBucketVersioning's <VersioningConfiguration><Status>Enabled|Suspended</Status>
+// <MfaDelete>Enabled|Disabled</MfaDelete>: true for Suspended. MalformedXML for anything
+// else; NotImplemented for Enabled and MfaDelete Enabled (one version per key).
+S3Result<bool> parseVersioningSuspended(std::string_view body);
+// GetBucketVersioning: <Status>Suspended</Status>, or nothing (never enabled).
+std::string versioningXml(bool suspended);
+
 // POST Object's answer to success_action_status 201.
 std::string postResponseXml(std::string_view location, std::string_view bucket,
                             std::string_view key, std::string_view quoted_etag);

@@ -353,6 +353,7 @@ std::string encodeBucket(const BucketInfo& bucket) {
     j["cr"] = std::move(rules);
   }
   if (!bucket.tags.empty()) j["tg"] = bucket.tags;
+  if (bucket.versioning_suspended) j["vs"] = true;
   return toCbor(j);
 }
 
@@ -398,6 +399,7 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
       }
     }
     if (const Json* f = findField(j, "tg")) b.tags = asStringMap(*f);
+    if (const Json* f = findField(j, "vs")) b.versioning_suspended = asBool(*f);
     return b;
   });
 }

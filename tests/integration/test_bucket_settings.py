@@ -1,4 +1,5 @@
-"""Bucket settings Granary has no way to set (versioning, policy, encryption...):
+"""Bucket settings Granary has no way to set (policy, encryption...), and versioning, which
+can only be suspended:
 reading one answers as S3 answers for a bucket where it was never set, so tools that read
 every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; deleting
 one is a 204, as S3 answers the delete of a setting that is not there (Terraform's
@@ -8,6 +9,8 @@ import json
 
 import botocore
 import pytest
+
+from conftest import Server
 
 # (boto3 call, error code S3 answers for a bucket without that setting)
 ABSENT = [
@@ -78,6 +81,39 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_bucket_policy(Bucket=bucket)
     assert e.value.response["Error"]["Code"] == "NoSuchBucketPolicy"
+
+
+def test_versioning_can_be_suspended_not_enabled(granary_bin, tmp_data):
+    server = Server(tmp_data).start()
+    try:
+        s3 = server.client()
+        bucket = "suspended"
+        s3.create_bucket(Bucket=bucket)
+        # boto3, then aws-cli: Suspended is what a bucket with one version per key is.
+        res = s3.put_bucket_versioning(Bucket=bucket,
+                                       VersioningConfiguration={"Status": "Suspended"})
+        assert res["ResponseMetadata"]["HTTPStatusCode"] == 200
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+        server.aws("s3api", "put-bucket-versioning", "--bucket", bucket,
+                   "--versioning-configuration", "Status=Suspended")
+        out = server.aws("s3api", "get-bucket-versioning", "--bucket", bucket).stdout
+        assert '"Status": "Suspended"' in out, out
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_bucket_versioning(Bucket=bucket,
+                                     VersioningConfiguration={"Status": "Enabled"})
+        assert e.value.response["Error"]["Code"] == "NotImplemented"
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+        # Objects are their one version, null, as in a suspended S3 bucket.
+        s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+        versions = s3.list_object_versions(Bucket=bucket)["Versions"]
+        assert [(v["Key"], v["VersionId"]) for v in versions] == [("k", "null")]
+        # Kept across a restart.
+        server.stop()
+        server.start()
+        s3 = server.client()
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+    finally:
+        server.stop()
 
 
 def test_aws_cli_reads_versioning_and_policy(server, bucket):

@@ -260,11 +260,13 @@ def test_unknown_subresources_are_not_implemented_never_the_plain_operation(serv
                          ("GET", f"/{bucket}?abac"),
                          ("GET", f"/{bucket}/k?tagging&versionId=null"),
                          ("DELETE", f"/{bucket}?metadataTable=1"),
-                         ("PUT", f"/{bucket}/target?renameObject=yes"),
-                         ("PUT", f"/{bucket}?versioning")):
+                         ("PUT", f"/{bucket}/target?renameObject=yes")):
         status, body = signed(server, method, path)
         assert status == 501, (method, path, status, body)
         assert b"<Code>NotImplemented</Code>" in body
+    # PUT ?versioning is PutBucketVersioning: without a body, MalformedXML, never CreateBucket.
+    status, body = signed(server, "PUT", f"/{bucket}?versioning")
+    assert status == 400 and b"<Code>MalformedXML</Code>" in body, (status, body)
     s3.head_bucket(Bucket=bucket)
     assert s3.get_object(Bucket=bucket, Key="target")["Body"].read() == b"target bytes"
     # versionId: "null" is the one version an unversioned object has; any other is invalid.

@@ -99,6 +99,9 @@ struct BucketInfo {
   std::vector<LifecycleRule> lifecycle;  // empty: no lifecycle configuration
   std::vector<CorsRule> cors;            // empty: no CORS configuration
   std::map<std::string, std::string> tags;  // PutBucketTagging; empty: none (NoSuchTagSet)
+  // PutBucketVersioning Suspended: GetBucketVersioning says so. Objects keep their one
+  // version "null" either way (what S3 does in a suspended bucket); Enabled is not offered.
+  bool versioning_suspended = false;
   bool operator==(const BucketInfo&) const = default;
 };
 

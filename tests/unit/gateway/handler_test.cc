@@ -270,6 +270,16 @@ TEST_CASE("PUT then GET round-trips inline and striped objects with an MD5 ETag"
   CHECK(head.status == 200);
   CHECK(head.content_length == size);
   CHECK(head.body.empty());
+
+  // A single PUT's object is its own part 1, answered as a range of all of it.
+  Reply part = f.get("/bucket/dir/object?partNumber=1");
+  CHECK(part.status == (size == 0 ? 200 : 206));
+  CHECK(part.body == data);
+  CHECK_FALSE(part.header("x-amz-mp-parts-count"));
+  if (size > 0) {
+    CHECK(part.header("Content-Range") == fmt::format("bytes 0-{}/{}", size - 1, size));
+  }
+  CHECK(f.get("/bucket/dir/object?partNumber=2").code == "InvalidPartNumber");
 }
 
 TEST_CASE("GET with a Range answers 206 with exactly that slice, and 416 past the end") {
@@ -504,12 +514,58 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   CHECK(f.get("/bucket/obj").body == "data");  // not overwritten by a tagging body
   Reply post = f.send(makeRequest("POST", "/bucket/obj?restore"));
   CHECK(post.status == 501);
-  for (const char* target : {"/bucket/obj?partNumber=1", "/bucket?uploadId=x"}) {
+  for (const char* target : {"/bucket/obj?partNumber=1&uploadId=x", "/bucket?uploadId=x"}) {
     CAPTURE(target);
     Reply r = f.get(target);
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
   }
+}
+
+TEST_CASE("Versioning can be suspended, not enabled; objects keep their version null") {
+  GatewayFixture f;
+  f.createBucket();
+  const auto put = [&](const std::string& body, HeaderList extra = {}) {
+    return f.send(makeRequest("PUT", "/bucket?versioning", std::move(extra), sha256Hex(body)),
+                  body);
+  };
+  const std::string never =
+      R"(<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">)"
+      "</VersioningConfiguration>";
+  CHECK(f.get("/bucket?versioning").body.find(never) != std::string::npos);
+  // Refused, and nothing changes.
+  for (const auto& [body, code] : std::vector<std::pair<std::string, std::string>>{
+           {"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>",
+            "NotImplemented"},
+           {"<VersioningConfiguration><Status>Suspended</Status><MfaDelete>Enabled</MfaDelete>"
+            "</VersioningConfiguration>",
+            "NotImplemented"},
+           {"<VersioningConfiguration><Status>Off</Status></VersioningConfiguration>",
+            "MalformedXML"},
+           {"<VersioningConfiguration><Stat>Suspended</Stat></VersioningConfiguration>",
+            "MalformedXML"},
+           {"<VersioningConfiguration/>", "MalformedXML"},
+           {"", "MalformedXML"}}) {
+    CAPTURE(body);
+    Reply r = put(body);
+    CHECK(r.code == code);
+    CHECK(f.get("/bucket?versioning").body.find(never) != std::string::npos);
+  }
+  const std::string suspend =
+      "<VersioningConfiguration><Status>Suspended</Status><MfaDelete>Disabled</MfaDelete>"
+      "</VersioningConfiguration>";
+  CHECK(put(suspend, {{"x-amz-mfa", "serial 123456"}}).code == "NotImplemented");
+  Reply r = put(suspend);
+  CHECK(r.status == 200);
+  CHECK(r.op == "PutBucketVersioning");
+  Reply got = f.get("/bucket?versioning");
+  CHECK(got.op == "GetBucketVersioning");
+  CHECK(got.body.find("<Status>Suspended</Status>") != std::string::npos);
+  CHECK(put(suspend).status == 200);  // again: no change
+  REQUIRE(f.put("obj", "data").status == 200);
+  CHECK(f.get("/bucket/obj?versionId=null").body == "data");
+  CHECK(f.get("/bucket/missing?versioning").code == "NotImplemented");
+  CHECK(f.get("/nobucket?versioning").code == "NoSuchBucket");
 }
 
 TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers them") {
@@ -1259,6 +1315,32 @@ TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges c
                                                    std::to_string(b + 10)}});
   REQUIRE(range.status == 206);
   CHECK(range.body == all.substr(b - 5000, 5011));
+
+  // Parts by number: each part's bytes as a range of the object, with the parts' count.
+  for (int n : {1, 2}) {
+    CAPTURE(n);
+    const std::string& data = n == 1 ? p1 : p2;
+    const uint64_t first = n == 1 ? 0 : b;
+    Reply part = f.get("/bucket/mp?partNumber=" + std::to_string(n));
+    REQUIRE(part.status == 206);
+    CHECK(part.op == "GetObject");
+    CHECK(part.body == data);
+    CHECK(part.header("Content-Range") ==
+          fmt::format("bytes {}-{}/{}", first, first + data.size() - 1, all.size()));
+    CHECK(part.header("x-amz-mp-parts-count") == "2");
+    CHECK(part.header("ETag") == "\"" + etag + "\"");  // the object's, not the part's
+    Reply head = f.send(makeRequest("HEAD", "/bucket/mp?partNumber=" + std::to_string(n)));
+    CHECK(head.status == 206);
+    CHECK(head.op == "HeadObject");
+    CHECK(head.content_length == data.size());
+  }
+  CHECK(f.get("/bucket/mp?partNumber=3").code == "InvalidPartNumber");
+  CHECK(f.get("/bucket/mp?partNumber=3").status == 416);
+  for (const char* bad : {"0", "10001", "x", ""}) {
+    CAPTURE(bad);
+    CHECK(f.get(std::string("/bucket/mp?partNumber=") + bad).code == "InvalidArgument");
+  }
+  CHECK(f.get("/bucket/mp?partNumber=1", {{"range", "bytes=0-1"}}).code == "InvalidRequest");
 
   // The upload is gone: its id is NoSuchUpload everywhere.
   CHECK(f.send(makeRequest("DELETE", "/bucket/mp?uploadId=" + id)).code == "NoSuchUpload");

@@ -246,6 +246,11 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   auto tagged = decodeBucket(encodeBucket(b));
   REQUIRE(tagged.has_value());
   CHECK(tagged->tags == b.tags);
+  CHECK_FALSE(tagged->versioning_suspended);
+  b.versioning_suspended = true;
+  auto suspended = decodeBucket(encodeBucket(b));
+  REQUIRE(suspended.has_value());
+  CHECK(*suspended == b);
 
   UserInfo u{"alice", "GKALICE0000000000001", "s3cr3t/+=", 123};
   CHECK(decodeUser(encodeUser(u)).value() == u);
