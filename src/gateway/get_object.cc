@@ -66,8 +66,8 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
 }
 
 // GET and HEAD ?partNumber=N: the bytes of part N of a multipart object (the stripes of
-// one part share their blob version, and the parts follow in order), or of a single PUT's
-// object as its one part. `count`: the object's parts, 0 for a single PUT (whose answer
+// one part share their blob version, and the parts follow in order; N counts the parts
+// the upload was completed with), or of a single PUT's object as its one part. `count`: the object's parts, 0 for a single PUT (whose answer
 // carries no x-amz-mp-parts-count, as S3's does not).
 struct PartRange {
   uint64_t first = 0;
@@ -103,10 +103,14 @@ S3Result<PartRange> partRange(const index_kv::Manifest& m, std::string_view numb
       out.length += m.stripes[i].data_len;
     }
   }
-  if (run != out.count) {
-    // An empty part has no stripes: which part it was is not recorded.
-    return s3fail(S3ErrorCode::kNotImplemented,
-                  "This object has an empty part: its parts cannot be read by number");
+  if (run + 1 == out.count && part == out.count) {
+    // An empty part has no stripes; only the last part may be under 5 MiB, so an object
+    // with one run fewer than parts ends with an empty part (or is one: a 0-byte upload).
+    out.first = m.size;
+    out.length = 0;
+  } else if (run != out.count && run + 1 != out.count) {
+    return s3fail(S3ErrorCode::kInternalError,
+                  "The object's stripes do not match its part count");
   }
   return out;
 }
@@ -140,6 +144,20 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 
   S3Response res;
   objectHeaders(m, res);
+  // A part by number is a ranged GET of its bytes (206, Content-Range), as in S3; a bad
+  // one is refused before the conditions are looked at.
+  std::optional<PartRange> part;
+  if (auto number = req.queryValue("partNumber")) {
+    if (req.header("range")) {
+      co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                               "Cannot specify both Range header and partNumber query "
+                               "parameter."},
+                              req);
+    }
+    auto found = partRange(m, *number);
+    if (!found) co_return errorResponse(found.error(), req);
+    part = *found;
+  }
   if (auto status = evaluateConditions(req, m, "")) {
     if (*status == 412) {
       co_return errorResponse({S3ErrorCode::kPreconditionFailed,
@@ -154,20 +172,11 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   }
   applyResponseOverrides(req, res);
   uint64_t first = 0, length = m.size;
-  // A part by number is a ranged GET of its bytes (206, Content-Range), as in S3.
-  if (auto number = req.queryValue("partNumber")) {
-    if (req.header("range")) {
-      co_return errorResponse({S3ErrorCode::kInvalidRequest,
-                               "Cannot specify both Range header and partNumber query "
-                               "parameter."},
-                              req);
-    }
-    auto part = partRange(m, *number);
-    if (!part) co_return errorResponse(part.error(), req);
+  if (part) {
     first = part->first;
     length = part->length;
     if (part->count > 0) res.set("x-amz-mp-parts-count", std::to_string(part->count));
-    if (m.size > 0) {
+    if (length > 0) {
       res.status = 206;
       res.set("Content-Range", "bytes " + std::to_string(first) + "-" +
                                    std::to_string(first + length - 1) + "/" +

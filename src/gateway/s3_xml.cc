@@ -259,12 +259,19 @@ S3Result<bool> parseVersioningSuspended(std::string_view body) {
   pugi::xml_document doc;
   auto root = parseRoot(doc, body, "VersioningConfiguration");
   if (!root) return std::unexpected(root.error());
+  int status_seen = 0, mfa_seen = 0;  // each at most once
   for (pugi::xml_node child : root->children()) {
     const std::string_view name = child.name();
-    if (child.type() != pugi::node_element || (name != "Status" && name != "MfaDelete")) {
+    if (child.type() != pugi::node_element) return malformedXml();
+    if (name == "Status") {
+      ++status_seen;
+    } else if (name == "MfaDelete") {
+      ++mfa_seen;
+    } else {
       return malformedXml();
     }
   }
+  if (status_seen > 1 || mfa_seen > 1) return malformedXml();
   const std::string_view mfa = root->child("MfaDelete").text().as_string();
   if (root->child("MfaDelete") && mfa != "Disabled") {
     if (mfa != "Enabled") return malformedXml();

@@ -94,9 +94,11 @@ def test_versioning_can_be_suspended_not_enabled(granary_bin, tmp_data):
                                        VersioningConfiguration={"Status": "Suspended"})
         assert res["ResponseMetadata"]["HTTPStatusCode"] == 200
         assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
-        server.aws("s3api", "put-bucket-versioning", "--bucket", bucket,
+        s3.create_bucket(Bucket="suspended-by-cli")
+        server.aws("s3api", "put-bucket-versioning", "--bucket", "suspended-by-cli",
                    "--versioning-configuration", "Status=Suspended")
-        out = server.aws("s3api", "get-bucket-versioning", "--bucket", bucket).stdout
+        out = server.aws("s3api", "get-bucket-versioning", "--bucket",
+                         "suspended-by-cli").stdout
         assert '"Status": "Suspended"' in out, out
         with pytest.raises(botocore.exceptions.ClientError) as e:
             s3.put_bucket_versioning(Bucket=bucket,

@@ -107,6 +107,19 @@ def test_parts_read_by_number(server, s3, bucket, three_parts):
         s3.get_object(Bucket=bucket, Key="numbered", PartNumber=4)
     assert error_code(e) == "InvalidPartNumber"
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    # An upload completed with an empty last part: that part is empty, at the end.
+    up = s3.create_multipart_upload(Bucket=bucket, Key="empty-last")["UploadId"]
+    parts = []
+    for n, data in ((1, three_parts[0]), (2, b"")):
+        r = s3.upload_part(Bucket=bucket, Key="empty-last", UploadId=up, PartNumber=n,
+                           Body=data)
+        parts.append({"PartNumber": n, "ETag": r["ETag"]})
+    s3.complete_multipart_upload(Bucket=bucket, Key="empty-last", UploadId=up,
+                                 MultipartUpload={"Parts": parts})
+    got = s3.get_object(Bucket=bucket, Key="empty-last", PartNumber=1)
+    assert (got["PartsCount"], got["Body"].read()) == (2, three_parts[0])
+    got = s3.get_object(Bucket=bucket, Key="empty-last", PartNumber=2)
+    assert (got["PartsCount"], got["ContentLength"], got["Body"].read()) == (2, 0, b"")
     # A single PUT's object is its one part.
     s3.put_object(Bucket=bucket, Key="single", Body=b"one part")
     got = s3.get_object(Bucket=bucket, Key="single", PartNumber=1)
@@ -369,3 +382,6 @@ def test_unlisted_parts_are_dropped(s3, bucket):
     for n, data in ((1, a), (2, c)):
         got = s3.get_object(Bucket=bucket, Key="sel", PartNumber=n)
         assert (got["PartsCount"], got["Body"].read()) == (2, data)
+    with pytest.raises(ClientError) as ei:  # the number it was uploaded as is not kept
+        s3.get_object(Bucket=bucket, Key="sel", PartNumber=3)
+    assert error_code(ei) == "InvalidPartNumber"

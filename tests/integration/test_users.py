@@ -161,6 +161,8 @@ def test_public_read_bucket_serves_anonymous_reads_only(server, s3):
     r = anon.get_object(Bucket=name, Key="data/shard-0.tar", Range="bytes=7-11")
     assert r["Body"].read() == b"bytes"
     assert anon.head_object(Bucket=name, Key="data/shard-0.tar")["ContentLength"] == 12
+    part = anon.get_object(Bucket=name, Key="data/shard-0.tar", PartNumber=1)
+    assert (part["ContentRange"], part["Body"].read()) == ("bytes 0-11/12", b"public bytes")
     assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == [
         "data/shard-0.tar"]
     assert [(v["Key"], v["VersionId"]) for v in

@@ -349,6 +349,7 @@ class Index {
   virtual std::optional<Result<BucketInfo>> getBucketFromMemory(std::string_view /*name*/) {
     return std::nullopt;
   }
+  // Every bucket, in name order (byte-wise): ListBuckets pages by name.
   virtual Result<std::vector<BucketInfo>> listBuckets() = 0;
   // Replaces a bucket's settings with `bucket`'s (owner and creation time are kept) if
   // the stored bucket still equals `expected`, what the caller read and changed:

@@ -555,6 +555,10 @@ TEST_CASE("Versioning can be suspended, not enabled; objects keep their version 
       "<VersioningConfiguration><Status>Suspended</Status><MfaDelete>Disabled</MfaDelete>"
       "</VersioningConfiguration>";
   CHECK(put(suspend, {{"x-amz-mfa", "serial 123456"}}).code == "NotImplemented");
+  CHECK(f.get("/bucket?versioning").body.find(never) != std::string::npos);
+  CHECK(put("<VersioningConfiguration><Status>Suspended</Status><Status>Enabled</Status>"
+            "</VersioningConfiguration>")
+            .code == "MalformedXML");
   Reply r = put(suspend);
   CHECK(r.status == 200);
   CHECK(r.op == "PutBucketVersioning");
@@ -1534,7 +1538,8 @@ TEST_CASE("ListBuckets pages by name with max-buckets, continuation tokens and a
   REQUIRE_FALSE(token(first.body).empty());
   Reply second = f.get("/?prefix=alpha-&max-buckets=2&continuation-token=" + token(first.body));
   CHECK(names(second.body) == std::vector<std::string>{"alpha-3"});
-  CHECK(token(second.body).empty());  // a full page with nothing after it has no token
+  CHECK(token(second.body).empty());
+  // A full page with nothing after it has no token.
   Reply exact = f.get("/?prefix=alpha-&max-buckets=3");
   CHECK(names(exact.body).size() == 3);
   CHECK(token(exact.body).empty());
