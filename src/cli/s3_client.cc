@@ -3,6 +3,7 @@
 // started asynchronously and run to completion on a private io_context: a blocking call
 // with a real inactivity deadline.
 #include "s3_client.h"
+#include "granary/common/strings.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -39,13 +40,6 @@ using tcp = asio::ip::tcp;
 constexpr size_t kIoChunk = size_t{1} << 20;  // body bytes per write or read
 
 std::string toString(beast::string_view s) { return std::string(s.data(), s.size()); }
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 class FileDescriptor {
  public:
@@ -134,7 +128,7 @@ class Connection {
     res.status = msg.result_int();
     res.reason = toString(msg.reason());
     for (const auto& field : msg) {
-      res.headers.emplace_back(lower(toString(field.name_string())), toString(field.value()));
+      res.headers.emplace_back(asciiLower(toString(field.name_string())), toString(field.value()));
     }
     const bool to_sink = sink && res.status >= 200 && res.status < 300;
     std::vector<char> chunk(kIoChunk);
@@ -354,7 +348,7 @@ Result<S3Response> S3Client::send(const S3Request& req, const BodySink& sink, ui
   const std::string payload_hash =
       req.body_file ? std::string("UNSIGNED-PAYLOAD") : gateway::sha256Hex(req.body);
   HeaderList extra;
-  for (const auto& [name, value] : req.headers) extra.emplace_back(lower(name), value);
+  for (const auto& [name, value] : req.headers) extra.emplace_back(asciiLower(name), value);
 
   http::request<http::empty_body> head;
   head.version(11);

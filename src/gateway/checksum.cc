@@ -1,4 +1,5 @@
 #include "checksum.h"
+#include "granary/common/strings.h"
 
 #include <array>
 
@@ -30,15 +31,9 @@ const AlgorithmInfo& info(ChecksumAlgorithm alg) {
   return kAlgorithms[0];
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::optional<ChecksumAlgorithm> fromHeaderName(std::string_view header) {
   for (const auto& a : kAlgorithms) {
-    if (lower(header) == checksumHeader(a.alg)) return a.alg;
+    if (asciiLower(header) == checksumHeader(a.alg)) return a.alg;
   }
   return std::nullopt;
 }
@@ -48,7 +43,7 @@ std::optional<ChecksumAlgorithm> fromHeaderName(std::string_view header) {
 std::string_view checksumName(ChecksumAlgorithm alg) { return info(alg).name; }
 
 std::string checksumHeader(ChecksumAlgorithm alg) {
-  return "x-amz-checksum-" + lower(info(alg).name);
+  return "x-amz-checksum-" + asciiLower(info(alg).name);
 }
 
 bool isCrc(ChecksumAlgorithm alg) {
@@ -58,7 +53,7 @@ bool isCrc(ChecksumAlgorithm alg) {
 
 std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name) {
   for (const auto& a : kAlgorithms) {
-    if (lower(name) == lower(a.name)) return a.alg;
+    if (asciiIEquals(name, a.name)) return a.alg;
   }
   return std::nullopt;
 }

@@ -1,5 +1,6 @@
 // Body ingestion for PutObject and UploadPart (ingest.h).
 #include "ingest.h"
+#include "granary/common/strings.h"
 
 #include <algorithm>
 #include <cctype>
@@ -102,9 +103,7 @@ S3Result<PayloadMode> payloadMode(const RequestAuth& auth) {
                   "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-..., or a valid "
                   "sha256 value.");
   }
-  std::string lower(hash);
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  mode.expected_sha256 = lower;
+  mode.expected_sha256 = asciiLower(hash);
   return mode;
 }
 

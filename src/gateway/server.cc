@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "asio.h"
+#include "granary/common/strings.h"
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
 #include "granary/common/hex.h"
@@ -373,9 +374,9 @@ S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) 
   req.method = std::string(h.method_string());
   req.target = std::string(h.target());
   for (const auto& f : h) {
-    std::string name(f.name_string());
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers.emplace_back(std::move(name), std::string(f.value()));
+    req.headers.emplace_back(
+        asciiLower(std::string_view(f.name_string().data(), f.name_string().size())),
+        std::string(f.value()));
   }
   uint8_t id[8];
   random.fill(id);

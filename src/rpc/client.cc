@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 
 #include "granary/rpc/client.h"
+#include "granary/common/strings.h"
 
 #include <atomic>
 #include <map>
@@ -124,8 +125,8 @@ struct Client::Impl {
     if (ec) return transportFailure(ec, "receive");
     answer.status = static_cast<int>(head.get().result_int());
     for (const auto& f : head.get()) {
-      std::string name(f.name_string());
-      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const std::string name =
+          asciiLower(std::string_view(f.name_string().data(), f.name_string().size()));
       if (name.starts_with("x-granary-")) {
         answer.headers.emplace_back(name, std::string(f.value().data(), f.value().size()));
       }

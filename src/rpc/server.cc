@@ -22,6 +22,7 @@
 #include <boost/beast/http.hpp>
 
 #include "granary/rpc/server.h"
+#include "granary/common/strings.h"
 
 #include <algorithm>
 #include <atomic>
@@ -205,9 +206,9 @@ class ServerImpl final : public Server {
       req.method = std::string(head.get().method_string());
       req.target = std::string(head.get().target());
       for (const auto& f : head.get()) {
-        std::string name(f.name_string());
-        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        req.headers.emplace_back(std::move(name), std::string(f.value()));
+        req.headers.emplace_back(
+            asciiLower(std::string_view(f.name_string().data(), f.name_string().size())),
+            std::string(f.value()));
       }
       bool keep_alive = head.get().keep_alive();
       bool expect_continue = beast::iequals(head.get()[http::field::expect], "100-continue");
