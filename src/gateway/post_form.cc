@@ -136,13 +136,6 @@ std::optional<uint64_t> lengthBound(const nlohmann::json& v) {
   return std::nullopt;
 }
 
-// Form fields no condition needs to name: the policy and the signature that signs it, the
-// file, and x-ignore-*.
-bool unsignedField(std::string_view name) {
-  return name == "policy" || name == "x-amz-signature" || name == "signature" ||
-         name == "awsaccesskeyid" || name == "file" || name.starts_with("x-ignore-");
-}
-
 // A Content-Type may list several types ("image/png, text/html", of which a browser takes
 // the last it knows): each must start with the prefix, as S3 checks it.
 bool startsWith(std::string_view field, std::string_view value, std::string_view prefix) {
@@ -156,6 +149,11 @@ bool startsWith(std::string_view field, std::string_view value, std::string_view
 }
 
 }  // namespace
+
+bool unsignedFormField(std::string_view name) {
+  return name == "policy" || name == "x-amz-signature" || name == "signature" ||
+         name == "awsaccesskeyid" || name == "file" || name.starts_with("x-ignore-");
+}
 
 std::optional<std::string_view> FormHead::field(std::string_view lower_name) const {
   for (const auto& [name, value] : fields) {
@@ -444,7 +442,7 @@ S3Result<PostLengthRange> checkPostPolicy(const PostPolicy& policy, const FormFi
   }
   std::string extra;
   for (const auto& [name, v] : fields) {
-    if (unsignedField(name) || std::find(named.begin(), named.end(), name) != named.end()) {
+    if (unsignedFormField(name) || std::find(named.begin(), named.end(), name) != named.end()) {
       continue;
     }
     if (!extra.empty()) extra.append(", ");

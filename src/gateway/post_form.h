@@ -101,6 +101,10 @@ struct PostPolicy {
 // ["eq" | "starts-with", "$field", "value"] or ["content-length-range", min, max] arrays.
 S3Result<PostPolicy> parsePostPolicy(std::string_view json);
 
+// Form fields no policy condition needs to name (lower-case): the policy and the signature
+// that signs it, the file, and x-ignore-*.
+bool unsignedFormField(std::string_view name);
+
 struct PostLengthRange {
   uint64_t min = 0;
   uint64_t max = UINT64_MAX;

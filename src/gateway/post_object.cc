@@ -298,10 +298,10 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
       std::string_view(reinterpret_cast<const char*>(policy_json->data()), policy_json->size()));
   if (!policy) co_return errorResponse(policy.error(), req, body);
 
-  // ${filename} in any field (but the signed policy and its signature) is the file's name:
-  // the policy checks, and the object gets, the values with it replaced.
+  // ${filename} in any field the policy checks is the file's name: the policy checks, and
+  // the object gets, the values with it replaced.
   for (auto& [name, value] : form->fields) {
-    if (name == "policy" || name == "x-amz-signature" || name == "signature") continue;
+    if (unsignedFormField(name)) continue;
     for (size_t at = value.find("${filename}"); at != std::string::npos;
          at = value.find("${filename}", at + form->filename.size())) {
       value.replace(at, 11, form->filename);
