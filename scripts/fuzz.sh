@@ -25,9 +25,10 @@ declare -A SEEDS=(
   [aws_chunked]=tests/fuzz/seeds/aws_chunked
   [sigv4]=tests/fuzz/seeds/sigv4
   [post_form]=tests/fuzz/seeds/post_form
+  [bucket_policy]=tests/fuzz/seeds/bucket_policy
   [container_parser]="tests/testdata tests/unit/index_kv/testdata"
 )
-for target in http_range s3_xml aws_chunked sigv4 post_form container_parser; do
+for target in http_range s3_xml aws_chunked sigv4 post_form bucket_policy container_parser; do
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus" build-fuzz/crashes
   echo "== $target: ${SECONDS_PER_TARGET}s"

@@ -1,13 +1,18 @@
 // Who may do what (docs/operations.md, "Users and access"):
 //  - the root user: everything;
 //  - a named user: create buckets, list its own, and every operation on the buckets it
-//    owns;
-//  - anyone, anonymous requests included: reads (GET/HEAD of objects and records, listing)
-//    of a bucket whose ACL is public-read;
+//    owns, but for what their bucket policy denies it (its policy itself excepted: the
+//    owner can always read, change and delete it, so it cannot lock itself out);
+//  - anyone, anonymous requests included: what a bucket's policy allows them, and reads
+//    (GET/HEAD of objects and records, listing) of a bucket whose ACL is public-read,
+//    unless its policy denies them;
 //  - nothing else (AccessDenied).
 #include <algorithm>
 #include <array>
+#include <memory>
+#include <unordered_map>
 
+#include "bucket_policy.h"
 #include "handlers.h"
 
 namespace granary::gateway {
@@ -27,38 +32,224 @@ bool isPublicRead(const S3Request& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;
   return std::all_of(req.query.begin(), req.query.end(), [&](const auto& param) {
     const std::string& name = param.first;
-    // response-* overrides: a signed reader's only (AWS refuses them on anonymous GETs:
-    // anyone could have a public object served as text/html).
-    if (name.starts_with("response-")) return !req.principal.empty();
+    if (name.starts_with("response-")) return true;  // anonymous ones: refused by decide()
     return std::find_if(kPublicReadParams.begin(), kPublicReadParams.end(),
                         [&](const char* p) { return name == p; }) != kPublicReadParams.end();
   });
 }
 
+// What a policy names each operation by (the IAM action), and what it acts on: the
+// object (`on` kObject), the bucket, or every object of the bucket (the record index's
+// bucket-wide reads: a policy must allow s3:GetObject on "arn:aws:s3:::bucket/*").
+// Operations not listed (the record index's settings, requests Granary does not serve)
+// are the owner's alone.
+enum class On { kBucket, kObject, kAllObjects };
+struct OperationAction {
+  std::string_view op;
+  std::string_view action;
+  On on = On::kBucket;
+  std::string_view also = {};  // a second action it needs as well (AWS's rule)
+};
+constexpr OperationAction kActions[] = {
+    {"GetObject", "s3:GetObject", On::kObject},
+    {"HeadObject", "s3:GetObject", On::kObject},
+    {"GetObjectAttributes", "s3:GetObject", On::kObject, "s3:GetObjectAttributes"},
+    {"PutObject", "s3:PutObject", On::kObject},
+    {"CopyObject", "s3:PutObject", On::kObject},
+    {"CreateMultipartUpload", "s3:PutObject", On::kObject},
+    {"UploadPart", "s3:PutObject", On::kObject},
+    {"UploadPartCopy", "s3:PutObject", On::kObject},
+    {"CompleteMultipartUpload", "s3:PutObject", On::kObject},
+    {"AbortMultipartUpload", "s3:AbortMultipartUpload", On::kObject},
+    {"ListParts", "s3:ListMultipartUploadParts", On::kObject},
+    {"DeleteObject", "s3:DeleteObject", On::kObject},
+    {"GetObjectTagging", "s3:GetObjectTagging", On::kObject},
+    {"PutObjectTagging", "s3:PutObjectTagging", On::kObject},
+    {"DeleteObjectTagging", "s3:DeleteObjectTagging", On::kObject},
+    {"GetObjectAcl", "s3:GetObjectAcl", On::kObject},
+    {"PutObjectAcl", "s3:PutObjectAcl", On::kObject},
+    {"ListContainerRecords", "s3:GetObject", On::kObject},
+    {"PutRecordRows", "s3:PutObject", On::kObject},
+    {"GetRecord", "s3:GetObject", On::kAllObjects},
+    {"HeadRecord", "s3:GetObject", On::kAllObjects},
+    {"ListRecords", "s3:GetObject", On::kAllObjects},
+    {"BatchGetRecords", "s3:GetObject", On::kAllObjects},
+    {"ListObjects", "s3:ListBucket"},
+    {"ListObjectsV2", "s3:ListBucket"},
+    {"HeadBucket", "s3:ListBucket"},
+    {"ListObjectVersions", "s3:ListBucketVersions"},
+    {"ListMultipartUploads", "s3:ListBucketMultipartUploads"},
+    {"GetBucketLocation", "s3:GetBucketLocation"},
+    {"DeleteBucket", "s3:DeleteBucket"},
+    {"GetBucketAcl", "s3:GetBucketAcl"},
+    {"PutBucketAcl", "s3:PutBucketAcl"},
+    {"GetBucketLifecycleConfiguration", "s3:GetLifecycleConfiguration"},
+    {"PutBucketLifecycleConfiguration", "s3:PutLifecycleConfiguration"},
+    {"DeleteBucketLifecycle", "s3:PutLifecycleConfiguration"},
+    {"GetBucketCors", "s3:GetBucketCORS"},
+    {"PutBucketCors", "s3:PutBucketCORS"},
+    {"DeleteBucketCors", "s3:PutBucketCORS"},
+    {"GetBucketTagging", "s3:GetBucketTagging"},
+    {"PutBucketTagging", "s3:PutBucketTagging"},
+    {"DeleteBucketTagging", "s3:PutBucketTagging"},
+    {"GetBucketVersioning", "s3:GetBucketVersioning"},
+    {"PutBucketVersioning", "s3:PutBucketVersioning"},
+    {"GetBucketPolicy", "s3:GetBucketPolicy"},
+    {"PutBucketPolicy", "s3:PutBucketPolicy"},
+    {"DeleteBucketPolicy", "s3:DeleteBucketPolicy"},
+    {"GetBucketPolicyStatus", "s3:GetBucketPolicyStatus"},
+    {"GetBucketLogging", "s3:GetBucketLogging"},
+    {"GetBucketAccelerateConfiguration", "s3:GetAccelerateConfiguration"},
+    {"GetBucketRequestPayment", "s3:GetBucketRequestPayment"},
+    {"GetBucketNotificationConfiguration", "s3:GetBucketNotification"},
+    {"GetBucketEncryption", "s3:GetEncryptionConfiguration"},
+    {"DeleteBucketEncryption", "s3:PutEncryptionConfiguration"},
+    {"GetBucketWebsite", "s3:GetBucketWebsite"},
+    {"DeleteBucketWebsite", "s3:DeleteBucketWebsite"},
+    {"GetBucketReplication", "s3:GetReplicationConfiguration"},
+    {"DeleteBucketReplication", "s3:PutReplicationConfiguration"},
+    {"GetObjectLockConfiguration", "s3:GetBucketObjectLockConfiguration"},
+    {"GetBucketOwnershipControls", "s3:GetBucketOwnershipControls"},
+    {"DeleteBucketOwnershipControls", "s3:PutBucketOwnershipControls"},
+    {"GetPublicAccessBlock", "s3:GetBucketPublicAccessBlock"},
+    {"DeletePublicAccessBlock", "s3:PutBucketPublicAccessBlock"},
+};
+
+const OperationAction* actionOf(std::string_view op) {
+  for (const OperationAction& a : kActions) {
+    if (a.op == op) return &a;
+  }
+  return nullptr;
+}
+
+bool isPolicyAction(std::string_view action) {
+  return action == "s3:GetBucketPolicy" || action == "s3:PutBucketPolicy" ||
+         action == "s3:DeleteBucketPolicy";
+}
+
 S3Error accessDenied() { return {S3ErrorCode::kAccessDenied, "Access Denied"}; }
 
-// May `req`'s sender use `bucket`? With `read_only`, only reading is asked for (the
-// source of a copy), otherwise what `req` itself does.
-Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& req,
-                                          std::string_view bucket, bool read_only) {
-  if (req.root) co_return std::nullopt;
+// A bucket's parsed policy, kept per event loop thread for as long as its text is the
+// same (parsing costs microseconds; a policy is read on every request to its bucket).
+std::shared_ptr<const BucketPolicy> policyOf(const index_kv::BucketInfo& info) {
+  if (info.policy.empty()) return nullptr;
+  struct Cached {
+    std::string text;
+    std::shared_ptr<const BucketPolicy> policy;
+  };
+  thread_local std::unordered_map<std::string, Cached> cache;
+  auto it = cache.find(info.name);
+  if (it != cache.end() && it->second.text == info.policy) return it->second.policy;
+  // A stored policy was checked when it was set; one that no longer parses (a newer
+  // gateway's) denies everything but the owner's policy requests.
+  auto parsed = BucketPolicy::parse(info.policy, info.name);
+  auto policy = parsed ? std::make_shared<const BucketPolicy>(std::move(*parsed)) : nullptr;
+  if (cache.size() >= 1024) cache.clear();
+  cache[info.name] = Cached{info.policy, policy};
+  return policy;
+}
+
+// What one request asks of a bucket.
+struct Ask {
+  std::string_view action = {};    // empty: only the owner may
+  std::string_view also = {};      // a second action needed as well, or empty
+  std::string_view resource = {};  // bucketArn or objectArn
+  bool every_object = false;  // PolicyQuery::every_object
+  bool read_only = false;     // a public-read ACL allows it whatever the query (copy source)
+  bool any_key = false;       // asked again per key (DeleteObjects): pass if it may be allowed
+};
+
+PolicyQuery policyQuery(const S3Request& req, std::string_view action, const Ask& ask) {
+  PolicyQuery q;
+  q.action = action;
+  q.resource = ask.resource;
+  q.every_object = ask.every_object;
+  q.principal = req.principal;
+  q.secure = req.secure;
+  q.source_ip = req.source_ip;
+  q.user_agent = req.header("user-agent");
+  q.referer = req.header("referer");
+  if (action == "s3:ListBucket" || action == "s3:ListBucketVersions") {
+    q.prefix = req.queryValue("prefix");
+    q.delimiter = req.queryValue("delimiter");
+    q.max_keys = req.queryValue("max-keys");
+  }
+  return q;
+}
+
+// May `req`'s sender (not the root user) do `ask` in the bucket `info`?
+std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& info,
+                              const Ask& ask) {
   const bool anonymous = req.principal.empty();
+  const bool owner = !anonymous && info.owner == req.principal;
+  // The policy's own operations are the owner's alone: whoever a policy let change it
+  // could give itself anything (S3 keeps them to the owner's account).
+  if (isPolicyAction(ask.action)) {
+    if (owner) return std::nullopt;
+    return accessDenied();
+  }
+  // response-* overrides: a signed reader's only, however the read is allowed (AWS
+  // refuses them on anonymous GETs: anyone could have a public object served as HTML).
+  if (anonymous && std::any_of(req.query.begin(), req.query.end(), [](const auto& p) {
+        return p.first.starts_with("response-");
+      })) {
+    return accessDenied();
+  }
+  PolicyEffect effect = PolicyEffect::kNone;
+  if (!info.policy.empty()) {
+    auto policy = policyOf(info);
+    if (!policy) return accessDenied();
+    if (ask.any_key) {
+      if (owner || policy->mayAllow(ask.action, req.principal)) return std::nullopt;
+      return accessDenied();
+    }
+    if (!ask.action.empty()) {
+      effect = policy->evaluate(policyQuery(req, ask.action, ask));
+      if (!ask.also.empty() && effect != PolicyEffect::kDeny) {
+        const PolicyEffect second = policy->evaluate(policyQuery(req, ask.also, ask));
+        if (second != PolicyEffect::kAllow) effect = second;  // both must allow
+      }
+    }
+  }
+  if (effect == PolicyEffect::kDeny) return accessDenied();
+  if (owner || effect == PolicyEffect::kAllow) return std::nullopt;
+  if (info.public_read && (ask.read_only || isPublicRead(req))) return std::nullopt;
+  return accessDenied();
+}
+
+Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& req,
+                                          std::string_view bucket, const Ask& ask) {
+  if (req.root) co_return std::nullopt;
   auto info = co_await lookupBucket(ctx, bucket);
   if (!info) {
     // A bucket that does not exist: the handler answers NoSuchBucket to a user; an
     // anonymous request learns nothing.
-    if (info.error().isNotFound() && !anonymous) co_return std::nullopt;
+    if (info.error().isNotFound() && !req.principal.empty()) co_return std::nullopt;
     if (info.error().isNotFound()) co_return accessDenied();
     co_return fromStatus(info.error());
   }
-  if (!anonymous && info->owner == req.principal) co_return std::nullopt;
-  if (info->public_read && (read_only || isPublicRead(req))) co_return std::nullopt;
-  co_return accessDenied();
+  co_return decide(req, *info, ask);
+}
+
+// The action AWS asks for: reads and deletes naming a version are the *Version actions,
+// and writes that set tags need s3:PutObjectTagging too.
+Ask askOf(const S3Request& req, const OperationAction& a) {
+  Ask ask{.action = a.action, .also = a.also};
+  if (req.hasQuery("versionId")) {
+    if (a.action == "s3:GetObject" && a.also.empty()) ask.action = "s3:GetObjectVersion";
+    if (a.action == "s3:DeleteObject") ask.action = "s3:DeleteObjectVersion";
+  }
+  if (a.action == "s3:PutObject" && a.on == On::kObject && req.header("x-amz-tagging")) {
+    ask.also = "s3:PutObjectTagging";
+  }
+  if (a.on == On::kAllObjects) ask.every_object = true;
+  return ask;
 }
 
 }  // namespace
 
-Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req) {
+Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
+                                              std::string_view op) {
   if (req.root) co_return std::nullopt;
   const bool anonymous = req.principal.empty();
   if (req.bucket.empty()) {
@@ -66,15 +257,35 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Reque
     if (anonymous) co_return accessDenied();
     co_return std::nullopt;
   }
-  if (!anonymous && req.key.empty() && req.method == "PUT" && req.query.empty()) {
-    co_return std::nullopt;  // CreateBucket: the handler answers if the name is taken
+  if (op == "CreateBucket") {
+    if (anonymous) co_return accessDenied();
+    co_return std::nullopt;  // the handler answers if the name is taken
   }
-  co_return co_await bucketAccess(ctx, req, req.bucket, /*read_only=*/false);
+  if (op == "DeleteObjects") {  // each key is asked about by the handler
+    co_return co_await bucketAccess(ctx, req, req.bucket,
+                                    Ask{.action = "s3:DeleteObject", .any_key = true});
+  }
+  const OperationAction* a = actionOf(op);
+  if (a == nullptr) co_return co_await bucketAccess(ctx, req, req.bucket, Ask{});
+  Ask ask = askOf(req, *a);
+  const std::string resource =
+      a->on == On::kObject ? objectArn(req.bucket, req.key) : bucketArn(req.bucket);
+  ask.resource = resource;
+  co_return co_await bucketAccess(ctx, req, req.bucket, ask);
 }
 
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
-                                           std::string_view bucket) {
-  co_return co_await bucketAccess(ctx, req, bucket, /*read_only=*/true);
+                                           std::string_view bucket, std::string_view key) {
+  const std::string resource = objectArn(bucket, key);
+  co_return co_await bucketAccess(
+      ctx, req, bucket, Ask{.action = "s3:GetObject", .resource = resource, .read_only = true});
+}
+
+std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
+                                       std::string_view key) {
+  if (req.root) return std::nullopt;
+  const std::string resource = objectArn(bucket.name, key);
+  return decide(req, bucket, Ask{.action = "s3:DeleteObject", .resource = resource});
 }
 
 }  // namespace granary::gateway

@@ -9,6 +9,7 @@
 #include "granary/common/strings.h"
 #include "granary/index_kv/index.h"
 #include "handlers.h"
+#include "bucket_policy.h"
 #include "s3_xml.h"
 #include "xml_writer.h"
 
@@ -194,8 +195,6 @@ constexpr AbsentSetting kAbsentSettings[] = {
      .root = "RequestPaymentConfiguration", .child = "Payer", .child_value = "BucketOwner"},
     {.param = "notification", .op = "GetBucketNotificationConfiguration",
      .root = "NotificationConfiguration"},
-    {.param = "policy", .op = "GetBucketPolicy", .delete_op = "DeleteBucketPolicy",
-     .error = S3ErrorCode::kNoSuchBucketPolicy, .message = "The bucket policy does not exist"},
     {.param = "encryption", .op = "GetBucketEncryption", .delete_op = "DeleteBucketEncryption",
      .error = S3ErrorCode::kServerSideEncryptionConfigurationNotFoundError,
      .message = "The server side encryption configuration was not found"},
@@ -496,6 +495,51 @@ Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySo
 
 Task<S3Response> deleteBucketCors(GatewayContext& ctx, const S3Request& req) {
   co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.cors.clear(); });
+}
+
+namespace {
+
+S3Response noSuchBucketPolicy(const S3Request& req) {
+  return errorResponse({S3ErrorCode::kNoSuchBucketPolicy, "The bucket policy does not exist"},
+                       req);
+}
+
+}  // namespace
+
+Task<S3Response> getBucketPolicy(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (b->policy.empty()) co_return noSuchBucketPolicy(req);
+  S3Response res;
+  res.set("Content-Type", "application/json");
+  res.body = b->policy;
+  co_return res;
+}
+
+Task<S3Response> putBucketPolicy(GatewayContext& ctx, const S3Request& req, BodySource& body) {
+  // Read past S3's 20 KB so that a larger policy is refused as one (MalformedPolicy).
+  auto text = co_await readSmallBody(req, body, 64 * 1024);
+  if (!text) co_return errorResponse(text.error(), req, body);
+  if (auto parsed = BucketPolicy::parse(*text, req.bucket); !parsed) {
+    co_return errorResponse(parsed.error(), req);
+  }
+  co_return co_await changeSetting(ctx, req,
+                                   [&](index_kv::BucketInfo& b) { b.policy = *text; });
+}
+
+Task<S3Response> deleteBucketPolicy(GatewayContext& ctx, const S3Request& req) {
+  co_return co_await changeSetting(ctx, req, [](index_kv::BucketInfo& b) { b.policy.clear(); });
+}
+
+Task<S3Response> getBucketPolicyStatus(GatewayContext& ctx, const S3Request& req) {
+  auto b = co_await lookupBucket(ctx, req.bucket);
+  if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
+  if (b->policy.empty()) co_return noSuchBucketPolicy(req);
+  auto policy = BucketPolicy::parse(b->policy, req.bucket);
+  if (!policy) co_return errorResponse(policy.error(), req);
+  XmlWriter xml("PolicyStatus");
+  xml.element("IsPublic", policy->isPublic() ? "true" : "false");
+  co_return xmlResponse(std::move(xml).finish());
 }
 
 }  // namespace granary::gateway

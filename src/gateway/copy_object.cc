@@ -67,7 +67,7 @@ Task<Status> CopySink::flush() {
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
                                                   const CopySource& source) {
-  if (auto denied = co_await authorizeRead(ctx, req, source.bucket)) {
+  if (auto denied = co_await authorizeRead(ctx, req, source.bucket, source.key)) {
     co_return std::unexpected(*denied);
   }
   auto src = co_await loadObject(ctx, source.bucket, source.key);

@@ -47,6 +47,11 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
       outcomes[i].error = invalidVersionId();
       continue;
     }
+    // The bucket policy may allow deleting some keys and not others.
+    if (auto denied = authorizeDelete(req, *bucket, outcomes[i].key)) {
+      outcomes[i].error = std::move(*denied);
+      continue;
+    }
     removeObjectIn(group, ctx, req.bucket, outcomes[i].key, removed[i]);
   }
   (void)co_await group.wait();

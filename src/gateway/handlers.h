@@ -129,11 +129,17 @@ struct RequestAuth {
 Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
                                BodySink& sink, std::string& op_name);
 
-// access.cc: nullopt if the request's sender may do what it asks (AccessDenied
-// otherwise); authorizeRead: may it read objects of `bucket` (a copy's source)?
-Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req);
+// access.cc: nullopt if the request's sender may do `op` (the S3 operation's name, as the
+// router names it: "GetObject") with it (AccessDenied otherwise): ownership, the bucket's
+// policy and its ACL decide. DeleteObjects passes when some key may be deleted;
+// authorizeDelete then asks for each, with the bucket already read. authorizeRead: may it read object `key` of `bucket`
+// (a copy's source)?
+Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
+                                              std::string_view op);
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
-                                           std::string_view bucket);
+                                           std::string_view bucket, std::string_view key);
+std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
+                                       std::string_view key);
 
 // bucket_ops.cc
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req);
@@ -165,6 +171,11 @@ Task<S3Response> deleteBucketLifecycle(GatewayContext& ctx, const S3Request& req
 Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req, BodySource& body);
 Task<S3Response> deleteBucketTagging(GatewayContext& ctx, const S3Request& req);
+// bucket_ops.cc: ?policy (bucket_policy.h) and ?policyStatus.
+Task<S3Response> getBucketPolicy(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> putBucketPolicy(GatewayContext& ctx, const S3Request& req, BodySource& body);
+Task<S3Response> deleteBucketPolicy(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> getBucketPolicyStatus(GatewayContext& ctx, const S3Request& req);
 // Get/PutBucketVersioning: Suspended or never set (objects keep the one version "null").
 Task<S3Response> getBucketVersioning(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> putBucketVersioning(GatewayContext& ctx, const S3Request& req,

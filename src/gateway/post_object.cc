@@ -177,7 +177,12 @@ S3Result<S3Request> putRequestOf(const S3Request& post, const FormHead& form,
   put.request_id = post.request_id;
   put.principal = post.principal;
   put.root = post.root;
-  if (auto host = post.header("host")) put.headers.emplace_back("host", std::string(*host));
+  // What a bucket policy's conditions ask about the request.
+  put.source_ip = post.source_ip;
+  put.secure = post.secure;
+  for (const char* name : {"host", "user-agent", "referer"}) {
+    if (auto value = post.header(name)) put.headers.emplace_back(name, std::string(*value));
+  }
   for (const auto& [name, value] : form.fields) {
     const bool header = headerField(name);
     if ((header || name == "success_action_redirect" || name == "redirect") &&
@@ -334,7 +339,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   auto put = putRequestOf(req, *form, key);
   if (!put) co_return errorResponse(put.error(), req, body);
   if (!put->root) {
-    if (auto denied = co_await authorizeRequest(ctx, *put)) {
+    if (auto denied = co_await authorizeRequest(ctx, *put, "PutObject")) {
       co_return errorResponse(*denied, req, body);
     }
   }

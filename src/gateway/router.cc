@@ -93,6 +93,8 @@ constexpr SettingRoute kSettingRoutes[] = {
      getBucketTagging, putBucketTagging, deleteBucketTagging},
     {"versioning", "GetBucketVersioning", "PutBucketVersioning", "", getBucketVersioning,
      putBucketVersioning, nullptr},
+    {"policy", "GetBucketPolicy", "PutBucketPolicy", "DeleteBucketPolicy", getBucketPolicy,
+     putBucketPolicy, deleteBucketPolicy},
 };
 
 // The query parameters that name what a request does: all but a presigned URL's signature
@@ -228,6 +230,263 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
   co_return res;
 }
 
+// What the router chose for a request: the operation's name (metrics, the access log,
+// authorization) and its handler, or the error that answers it.
+struct Route;
+struct Call {
+  GatewayContext& ctx;
+  S3Request& req;
+  BodySource& body;
+  BodySink& sink;
+  const RequestAuth& auth;
+  const Route& route;
+};
+struct Route {
+  std::string_view op = {};
+  Task<S3Response> (*handler)(Call&) = nullptr;  // null: answered with `error`
+  S3Error error = {};
+  const SettingRoute* setting = nullptr;
+  const AbsentSetting* absent = nullptr;
+};
+
+Route notImplemented(std::string message) {
+  return Route{.op = "Unsupported", .error = {S3ErrorCode::kNotImplemented, std::move(message)}};
+}
+
+// The operation a request asks for, from its method, bucket, key and query alone.
+Route routeOf(const S3Request& req) {
+  const std::string& m = req.method;
+  // Bucket settings: ACL, policy, lifecycle, CORS, tags and versioning.
+  if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
+    for (const SettingRoute& route : kSettingRoutes) {
+      if (!req.hasQuery(route.param)) continue;
+      if (m == "GET") {
+        return {.op = route.get_op,
+                .handler = [](Call& c) { return c.route.setting->get(c.ctx, c.req); },
+                .setting = &route};
+      }
+      if (m == "PUT") {
+        return {.op = route.put_op,
+                .handler = [](Call& c) { return c.route.setting->put(c.ctx, c.req, c.body); },
+                .setting = &route};
+      }
+      if (m == "DELETE" && route.remove != nullptr) {
+        return {.op = route.delete_op,
+                .handler = [](Call& c) { return c.route.setting->remove(c.ctx, c.req); },
+                .setting = &route};
+      }
+    }
+    if (m == "GET" && req.hasQuery("policyStatus")) {
+      return {.op = "GetBucketPolicyStatus",
+              .handler = [](Call& c) { return getBucketPolicyStatus(c.ctx, c.req); }};
+    }
+    if (const AbsentSetting* setting = findAbsentBucketSetting(req)) {
+      if (m == "GET") {
+        return {.op = setting->op,
+                .handler =
+                    [](Call& c) { return getAbsentBucketSetting(c.ctx, c.req, *c.route.absent); },
+                .absent = setting};
+      }
+      if (m == "DELETE" && !setting->delete_op.empty()) {
+        return {.op = setting->delete_op,
+                .handler = [](Call& c) { return deleteAbsentBucketSetting(c.ctx, c.req); }};
+      }
+    }
+  }
+  // Object ACLs: the bucket's (access is per bucket).
+  if (!req.key.empty() && req.hasQuery("acl") && operationParameters(req) == 1) {
+    if (m == "GET") {
+      return {.op = "GetObjectAcl",
+              .handler = [](Call& c) { return getObjectAcl(c.ctx, c.req); }};
+    }
+    if (m == "PUT") {
+      return {.op = "PutObjectAcl",
+              .handler = [](Call& c) { return putObjectAcl(c.ctx, c.req, c.body); }};
+    }
+  }
+  // Object tags (aws-cli asks for them before every S3-to-S3 copy). Object tags of a
+  // version stay NotImplemented below.
+  if (!req.key.empty() && req.hasQuery("tagging") && operationParameters(req) == 1) {
+    if (m == "GET") {
+      return {.op = "GetObjectTagging",
+              .handler = [](Call& c) { return getObjectTagging(c.ctx, c.req); }};
+    }
+    if (m == "PUT") {
+      return {.op = "PutObjectTagging",
+              .handler = [](Call& c) { return putObjectTagging(c.ctx, c.req, c.body); }};
+    }
+    if (m == "DELETE") {
+      return {.op = "DeleteObjectTagging",
+              .handler = [](Call& c) { return deleteObjectTagging(c.ctx, c.req); }};
+    }
+  }
+  if (!req.key.empty() && m == "GET" && req.hasQuery("attributes") &&
+      operationParameters(req) == 1) {
+    return {.op = "GetObjectAttributes",
+            .handler = [](Call& c) { return getObjectAttributes(c.ctx, c.req); }};
+  }
+  for (const auto& param : req.query) {
+    if (!knownParameter(param.first)) {
+      return notImplemented(fmt::format("The '{}' subresource is not implemented", param.first));
+    }
+  }
+  // Without versioning every object has the one version "null" (as in an S3 bucket that
+  // never had versioning enabled); any other id names nothing.
+  if (auto version = req.queryValue("versionId"); version && *version != "null") {
+    return Route{.op = "InvalidVersion", .error = invalidVersionId()};
+  }
+
+  // ListObjectVersions; ?versions on anything else is not a plain request.
+  if (req.hasQuery("versions")) {
+    if (!req.bucket.empty() && req.key.empty() && m == "GET") {
+      return {.op = "ListObjectVersions",
+              .handler = [](Call& c) { return listObjects(c.ctx, c.req); }};
+    }
+    return notImplemented("This versions request is not implemented");
+  }
+
+  // Multipart uploads (uploads, uploadId, partNumber), and GET/HEAD of an object's part
+  // by number; any other use of those subresources is NotImplemented.
+  if (req.hasQuery("uploads") || req.hasQuery("uploadId") || req.hasQuery("partNumber")) {
+    const bool uploads = req.hasQuery("uploads");
+    const bool upload_id = req.hasQuery("uploadId");
+    const bool part_number = req.hasQuery("partNumber");
+    if (!req.bucket.empty() && req.key.empty() && m == "GET" && uploads && !upload_id &&
+        !part_number) {
+      return {.op = "ListMultipartUploads",
+              .handler = [](Call& c) { return listMultipartUploads(c.ctx, c.req); }};
+    }
+    if (!req.key.empty() && !uploads) {
+      if (m == "PUT" && upload_id && req.header("x-amz-copy-source")) {
+        return {.op = "UploadPartCopy",
+                .handler = [](Call& c) { return uploadPartCopy(c.ctx, c.req); }};
+      }
+      if (m == "PUT" && upload_id) {
+        return {.op = "UploadPart",
+                .handler = [](Call& c) { return uploadPart(c.ctx, c.req, c.auth, c.body); }};
+      }
+      if (!part_number && upload_id) {
+        if (m == "POST") {
+          return {.op = "CompleteMultipartUpload", .handler = [](Call& c) {
+                    return completeMultipartUpload(c.ctx, c.req, c.body);
+                  }};
+        }
+        if (m == "DELETE") {
+          return {.op = "AbortMultipartUpload",
+                  .handler = [](Call& c) { return abortMultipartUpload(c.ctx, c.req); }};
+        }
+        if (m == "GET") {
+          return {.op = "ListParts", .handler = [](Call& c) { return listParts(c.ctx, c.req); }};
+        }
+      }
+    }
+    if (!req.key.empty() && m == "GET" && part_number && !uploads && !upload_id) {
+      return {.op = "GetObject",
+              .handler = [](Call& c) { return getObject(c.ctx, c.req, c.sink, false); }};
+    }
+    if (!req.key.empty() && m == "HEAD" && part_number && !uploads && !upload_id) {
+      return {.op = "HeadObject",
+              .handler = [](Call& c) { return getObject(c.ctx, c.req, c.sink, true); }};
+    }
+    if (!req.key.empty() && m == "POST" && uploads && !upload_id && !part_number) {
+      return {.op = "CreateMultipartUpload",
+              .handler = [](Call& c) { return createMultipartUpload(c.ctx, c.req); }};
+    }
+    return notImplemented("This multipart request is not implemented");
+  }
+  if (!req.bucket.empty() &&
+      (req.hasQuery("record") || req.hasQuery("records") || req.hasQuery("records-batch") ||
+       req.hasQuery("record-index"))) {
+    // The record index (docs/record-index.md).
+    if (req.key.empty() && req.hasQuery("record-index") &&
+        (m == "GET" || m == "PUT" || m == "DELETE")) {
+      return {.op = m == "GET"   ? "GetBucketRecordIndex"
+                    : m == "PUT" ? "PutBucketRecordIndex"
+                                 : "DeleteBucketRecordIndex",
+              .handler = [](Call& c) { return bucketRecordIndex(c.ctx, c.req, c.body); }};
+    }
+    if (req.key.empty() && req.hasQuery("record") && m == "GET") {
+      return {.op = "GetRecord",
+              .handler = [](Call& c) { return getRecord(c.ctx, c.req, c.sink, false); }};
+    }
+    if (req.key.empty() && req.hasQuery("record") && m == "HEAD") {
+      return {.op = "HeadRecord",
+              .handler = [](Call& c) { return getRecord(c.ctx, c.req, c.sink, true); }};
+    }
+    if (req.key.empty() && req.hasQuery("records") && m == "GET") {
+      return {.op = "ListRecords", .handler = [](Call& c) { return listRecords(c.ctx, c.req); }};
+    }
+    if (req.key.empty() && req.hasQuery("records-batch") && m == "POST") {
+      return {.op = "BatchGetRecords", .handler = [](Call& c) {
+                return batchGetRecords(c.ctx, c.req, c.body, c.sink);
+              }};
+    }
+    if (!req.key.empty() && req.hasQuery("records") && m == "POST") {
+      return {.op = "PutRecordRows",
+              .handler = [](Call& c) { return putRecordRows(c.ctx, c.req, c.body); }};
+    }
+    if (!req.key.empty() && req.hasQuery("records") && m == "GET") {
+      return {.op = "ListContainerRecords",
+              .handler = [](Call& c) { return listContainerRecords(c.ctx, c.req); }};
+    }
+    return notImplemented("This record index request is not implemented");
+  }
+  if (req.bucket.empty()) {
+    if (m == "GET") {
+      return {.op = "ListBuckets", .handler = [](Call& c) { return listBuckets(c.ctx, c.req); }};
+    }
+  } else if (req.key.empty()) {
+    if (m == "GET" && req.hasQuery("location")) {
+      return {.op = "GetBucketLocation",
+              .handler = [](Call& c) { return getBucketLocation(c.ctx, c.req); }};
+    }
+    if (m == "GET") {
+      const bool v2 = req.queryValue("list-type") == std::optional<std::string_view>("2");
+      return {.op = v2 ? "ListObjectsV2" : "ListObjects",
+              .handler = [](Call& c) { return listObjects(c.ctx, c.req); }};
+    }
+    if (m == "PUT") {
+      return {.op = "CreateBucket",
+              .handler = [](Call& c) { return createBucket(c.ctx, c.req, c.body); }};
+    }
+    if (m == "HEAD") {
+      return {.op = "HeadBucket", .handler = [](Call& c) { return headBucket(c.ctx, c.req); }};
+    }
+    if (m == "DELETE") {
+      return {.op = "DeleteBucket",
+              .handler = [](Call& c) { return deleteBucket(c.ctx, c.req); }};
+    }
+    if (m == "POST" && req.hasQuery("delete")) {
+      return {.op = "DeleteObjects",
+              .handler = [](Call& c) { return deleteObjects(c.ctx, c.req, c.body); }};
+    }
+  } else {
+    if (m == "GET") {
+      return {.op = "GetObject",
+              .handler = [](Call& c) { return getObject(c.ctx, c.req, c.sink, false); }};
+    }
+    if (m == "HEAD") {
+      return {.op = "HeadObject",
+              .handler = [](Call& c) { return getObject(c.ctx, c.req, c.sink, true); }};
+    }
+    if (m == "PUT" && req.header("x-amz-copy-source")) {
+      return {.op = "CopyObject", .handler = [](Call& c) { return copyObject(c.ctx, c.req); }};
+    }
+    if (m == "PUT") {
+      return {.op = "PutObject",
+              .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); }};
+    }
+    if (m == "DELETE") {
+      return {.op = "DeleteObject",
+              .handler = [](Call& c) { return deleteObject(c.ctx, c.req); }};
+    }
+  }
+  if (m == "POST") return notImplemented("This POST operation is not implemented");
+  return Route{.op = "MethodNotAllowed",
+               .error = {S3ErrorCode::kMethodNotAllowed,
+                         "The specified method is not allowed against this resource."}};
+}
+
 }  // namespace
 
 S3Result<void> checkObjectKey(std::string_view key) {
@@ -284,239 +543,19 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     op = "Auth";
     co_return errorResponse(auth.error(), req);
   }
+  Route route = routeOf(req);
   if (!req.root) {
-    if (auto denied = co_await authorizeRequest(ctx, req)) {
+    // A request Granary does not serve is still the owner's to be told so.
+    std::string_view asked = route.handler != nullptr ? route.op : std::string_view();
+    if (auto denied = co_await authorizeRequest(ctx, req, asked)) {
       op = "Auth";
       co_return errorResponse(*denied, req);
     }
   }
-  const std::string& m = req.method;
-  // Bucket settings: ACL, lifecycle, CORS, tags and versioning.
-  if (!req.bucket.empty() && req.key.empty() && operationParameters(req) == 1) {
-    for (const SettingRoute& route : kSettingRoutes) {
-      if (!req.hasQuery(route.param)) continue;
-      if (m == "GET") {
-        op = route.get_op;
-        co_return co_await route.get(ctx, req);
-      }
-      if (m == "PUT") {
-        op = route.put_op;
-        co_return co_await route.put(ctx, req, body);
-      }
-      if (m == "DELETE" && route.remove != nullptr) {
-        op = route.delete_op;
-        co_return co_await route.remove(ctx, req);
-      }
-    }
-    if (const AbsentSetting* setting = findAbsentBucketSetting(req)) {
-      if (m == "GET") {
-        op = setting->op;
-        co_return co_await getAbsentBucketSetting(ctx, req, *setting);
-      }
-      if (m == "DELETE" && !setting->delete_op.empty()) {
-        op = setting->delete_op;
-        co_return co_await deleteAbsentBucketSetting(ctx, req);
-      }
-    }
-  }
-  // Object ACLs: the bucket's (access is per bucket).
-  if (!req.key.empty() && req.hasQuery("acl") && operationParameters(req) == 1) {
-    if (m == "GET") {
-      op = "GetObjectAcl";
-      co_return co_await getObjectAcl(ctx, req);
-    }
-    if (m == "PUT") {
-      op = "PutObjectAcl";
-      co_return co_await putObjectAcl(ctx, req, body);
-    }
-  }
-  // Object tags (aws-cli asks for them before every S3-to-S3 copy). Object tags of a
-  // version stay NotImplemented below.
-  if (!req.key.empty() && req.hasQuery("tagging") && operationParameters(req) == 1) {
-    if (m == "GET") {
-      op = "GetObjectTagging";
-      co_return co_await getObjectTagging(ctx, req);
-    }
-    if (m == "PUT") {
-      op = "PutObjectTagging";
-      co_return co_await putObjectTagging(ctx, req, body);
-    }
-    if (m == "DELETE") {
-      op = "DeleteObjectTagging";
-      co_return co_await deleteObjectTagging(ctx, req);
-    }
-  }
-  if (!req.key.empty() && req.method == "GET" && req.hasQuery("attributes") &&
-      operationParameters(req) == 1) {
-    op = "GetObjectAttributes";
-    co_return co_await getObjectAttributes(ctx, req);
-  }
-  for (const auto& param : req.query) {
-    const std::string& name = param.first;
-    if (!knownParameter(name)) {
-      op = "Unsupported";
-      co_return errorResponse({S3ErrorCode::kNotImplemented,
-                               fmt::format("The '{}' subresource is not implemented", name)},
-                              req);
-    }
-  }
-  // Without versioning every object has the one version "null" (as in an S3 bucket that
-  // never had versioning enabled); any other id names nothing.
-  if (auto version = req.queryValue("versionId"); version && *version != "null") {
-    op = "InvalidVersion";
-    co_return errorResponse(invalidVersionId(), req);
-  }
-
-  // ListObjectVersions; ?versions on anything else is not a plain request.
-  if (req.hasQuery("versions")) {
-    if (!req.bucket.empty() && req.key.empty() && m == "GET") {
-      op = "ListObjectVersions";
-      co_return co_await listObjects(ctx, req);
-    }
-    op = "Unsupported";
-    co_return errorResponse(
-        {S3ErrorCode::kNotImplemented, "This versions request is not implemented"}, req);
-  }
-
-  // Multipart uploads (uploads, uploadId, partNumber), and GET/HEAD of an object's part
-  // by number; any other use of those subresources is NotImplemented.
-  if (req.hasQuery("uploads") || req.hasQuery("uploadId") || req.hasQuery("partNumber")) {
-    const bool uploads = req.hasQuery("uploads");
-    const bool upload_id = req.hasQuery("uploadId");
-    const bool part_number = req.hasQuery("partNumber");
-    if (!req.bucket.empty() && req.key.empty() && m == "GET" && uploads && !upload_id &&
-        !part_number) {
-      op = "ListMultipartUploads";
-      co_return co_await listMultipartUploads(ctx, req);
-    }
-    if (!req.key.empty() && !uploads) {
-      if (m == "PUT" && upload_id && req.header("x-amz-copy-source")) {
-        op = "UploadPartCopy";
-        co_return co_await uploadPartCopy(ctx, req);
-      }
-      if (m == "PUT" && upload_id) {
-        op = "UploadPart";
-        co_return co_await uploadPart(ctx, req, *auth, body);
-      }
-      if (!part_number && upload_id) {
-        if (m == "POST") {
-          op = "CompleteMultipartUpload";
-          co_return co_await completeMultipartUpload(ctx, req, body);
-        }
-        if (m == "DELETE") {
-          op = "AbortMultipartUpload";
-          co_return co_await abortMultipartUpload(ctx, req);
-        }
-        if (m == "GET") {
-          op = "ListParts";
-          co_return co_await listParts(ctx, req);
-        }
-      }
-    }
-    if (!req.key.empty() && (m == "GET" || m == "HEAD") && part_number && !uploads &&
-        !upload_id) {
-      op = m == "GET" ? "GetObject" : "HeadObject";
-      co_return co_await getObject(ctx, req, sink, m == "HEAD");
-    }
-    if (!req.key.empty() && m == "POST" && uploads && !upload_id && !part_number) {
-      op = "CreateMultipartUpload";
-      co_return co_await createMultipartUpload(ctx, req);
-    }
-    op = "Unsupported";
-    co_return errorResponse(
-        {S3ErrorCode::kNotImplemented, "This multipart request is not implemented"}, req);
-  }
-  if (!req.bucket.empty() &&
-      (req.hasQuery("record") || req.hasQuery("records") || req.hasQuery("records-batch") ||
-       req.hasQuery("record-index"))) {
-    // The record index (docs/record-index.md).
-    if (req.key.empty() && req.hasQuery("record-index") &&
-        (m == "GET" || m == "PUT" || m == "DELETE")) {
-      op = m == "GET" ? "GetBucketRecordIndex"
-                      : (m == "PUT" ? "PutBucketRecordIndex" : "DeleteBucketRecordIndex");
-      co_return co_await bucketRecordIndex(ctx, req, body);
-    }
-    if (req.key.empty() && req.hasQuery("record") && (m == "GET" || m == "HEAD")) {
-      op = m == "GET" ? "GetRecord" : "HeadRecord";
-      co_return co_await getRecord(ctx, req, sink, m == "HEAD");
-    }
-    if (req.key.empty() && req.hasQuery("records") && m == "GET") {
-      op = "ListRecords";
-      co_return co_await listRecords(ctx, req);
-    }
-    if (req.key.empty() && req.hasQuery("records-batch") && m == "POST") {
-      op = "BatchGetRecords";
-      co_return co_await batchGetRecords(ctx, req, body, sink);
-    }
-    if (!req.key.empty() && req.hasQuery("records") && m == "POST") {
-      op = "PutRecordRows";
-      co_return co_await putRecordRows(ctx, req, body);
-    }
-    if (!req.key.empty() && req.hasQuery("records") && m == "GET") {
-      op = "ListContainerRecords";
-      co_return co_await listContainerRecords(ctx, req);
-    }
-    op = "Unsupported";
-    co_return errorResponse(
-        {S3ErrorCode::kNotImplemented, "This record index request is not implemented"}, req);
-  }
-  if (req.bucket.empty()) {
-    if (m == "GET") {
-      op = "ListBuckets";
-      co_return co_await listBuckets(ctx, req);
-    }
-  } else if (req.key.empty()) {
-    if (m == "GET" && req.hasQuery("location")) {
-      op = "GetBucketLocation";
-      co_return co_await getBucketLocation(ctx, req);
-    }
-    if (m == "GET") {
-      op = req.queryValue("list-type") == std::optional<std::string_view>("2") ? "ListObjectsV2"
-                                                                              : "ListObjects";
-      co_return co_await listObjects(ctx, req);
-    }
-    if (m == "PUT") {
-      op = "CreateBucket";
-      co_return co_await createBucket(ctx, req, body);
-    }
-    if (m == "HEAD") {
-      op = "HeadBucket";
-      co_return co_await headBucket(ctx, req);
-    }
-    if (m == "DELETE") {
-      op = "DeleteBucket";
-      co_return co_await deleteBucket(ctx, req);
-    }
-    if (m == "POST" && req.hasQuery("delete")) {
-      op = "DeleteObjects";
-      co_return co_await deleteObjects(ctx, req, body);
-    }
-  } else {
-    if (m == "GET" || m == "HEAD") {
-      op = m == "GET" ? "GetObject" : "HeadObject";
-      co_return co_await getObject(ctx, req, sink, m == "HEAD");
-    }
-    if (m == "PUT") {
-      if (req.header("x-amz-copy-source")) {
-        op = "CopyObject";
-        co_return co_await copyObject(ctx, req);
-      }
-      op = "PutObject";
-      co_return co_await putObject(ctx, req, *auth, body);
-    }
-    if (m == "DELETE") {
-      op = "DeleteObject";
-      co_return co_await deleteObject(ctx, req);
-    }
-  }
-  if (m == "POST") {
-    op = "Unsupported";
-    co_return errorResponse({S3ErrorCode::kNotImplemented, "This POST operation is not implemented"}, req);
-  }
-  op = "MethodNotAllowed";
-  co_return errorResponse({S3ErrorCode::kMethodNotAllowed,
-                           "The specified method is not allowed against this resource."},
-                          req);
+  op = route.op;
+  if (route.handler == nullptr) co_return errorResponse(route.error, req);
+  Call call{ctx, req, body, sink, *auth, route};
+  co_return co_await route.handler(call);
 }
 
 }  // namespace granary::gateway

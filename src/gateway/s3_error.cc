@@ -52,6 +52,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "MalformedXML";
     case S3ErrorCode::kMalformedPOSTRequest:
       return "MalformedPOSTRequest";
+    case S3ErrorCode::kMalformedPolicy:
+      return "MalformedPolicy";
     case S3ErrorCode::kInvalidPartNumber:
       return "InvalidPartNumber";
     case S3ErrorCode::kInvalidPolicyDocument:
@@ -201,6 +203,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kInvalidPartOrder:
     case S3ErrorCode::kEntityTooSmall:
     case S3ErrorCode::kMalformedPOSTRequest:
+    case S3ErrorCode::kMalformedPolicy:
     case S3ErrorCode::kInvalidPolicyDocument:
     case S3ErrorCode::kMaxPostPreDataLengthExceededError:
     case S3ErrorCode::kIncorrectNumberOfFilesInPostRequest:

@@ -32,6 +32,7 @@ enum class S3ErrorCode {
   kInvalidTag,
   kKeyTooLongError,
   kMalformedXML,
+  kMalformedPolicy,  // PutBucketPolicy: a policy document S3 refuses (400)
   kMetadataTooLarge,
   kMethodNotAllowed,
   kMissingContentLength,

@@ -30,6 +30,10 @@ struct S3Request {
   HeaderList headers;  // lower-case names
   std::optional<uint64_t> content_length;
   std::string request_id;
+  // The client's address (bucket policies' aws:SourceIp; empty when unknown), and whether
+  // the request came over TLS (aws:SecureTransport).
+  std::string source_ip;
+  bool secure = false;
   // Who sent it: the owner identity of the authenticated user (UserCredentials::name),
   // "" for an anonymous request; `root` for the root user.
   std::string principal;

@@ -450,6 +450,23 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
   // Request ids must be unique, not secret: one CSPRNG draw per connection seeds them
   // (RAND_bytes per request cost 3% of a small GET).
   SeededRandom request_ids(ctx.deps.random.next64());
+  // Where the connection comes from (bucket policies' aws:SourceIp: the TCP peer, not an
+  // X-Forwarded-For header): an IPv4 client of a dual-stack socket as its IPv4 address, an
+  // IPv6 one without its scope (fe80::1%eth0 is fe80::1).
+  std::string source_ip;
+  {
+    beast::error_code peer_ec;
+    auto peer = tcpLayer(stream).socket().remote_endpoint(peer_ec).address();
+    if (peer.is_v6() && peer.to_v6().is_v4_mapped()) {
+      peer = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6());
+    } else if (peer.is_v6()) {
+      auto v6 = peer.to_v6();
+      v6.scope_id(0);
+      peer = v6;
+    }
+    if (!peer_ec) source_ip = peer.to_string();
+  }
+  constexpr bool kSecure = !std::is_same_v<Stream, beast::tcp_stream>;
 
   for (;;) {
     http::request_parser<http::empty_body> head_parser;
@@ -481,6 +498,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     }
     auto started = std::chrono::steady_clock::now();
     S3Request req = makeRequest(head_parser.get(), request_ids);
+    req.source_ip = source_ip;
+    req.secure = kSecure;
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
     bool keep_alive = head_parser.get().keep_alive();
     if (auto expect = req.header("expect"); expect && beast::iequals(beast::string_view(expect->data(), expect->size()), "100-continue")) {

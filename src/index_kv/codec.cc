@@ -354,6 +354,7 @@ std::string encodeBucket(const BucketInfo& bucket) {
   }
   if (!bucket.tags.empty()) j["tg"] = bucket.tags;
   if (bucket.versioning_suspended) j["vs"] = true;
+  if (!bucket.policy.empty()) j["bp"] = bucket.policy;
   return toCbor(j);
 }
 
@@ -400,6 +401,7 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
     }
     if (const Json* f = findField(j, "tg")) b.tags = asStringMap(*f);
     if (const Json* f = findField(j, "vs")) b.versioning_suspended = asBool(*f);
+    if (const Json* f = findField(j, "bp")) b.policy = asString(*f);
     return b;
   });
 }

@@ -1,11 +1,10 @@
-"""Bucket settings Granary has no way to set (policy, encryption...), and versioning, which
-can only be suspended:
+"""Bucket settings Granary has no way to set (encryption, website...), and versioning, which
+can only be suspended (the policy, never set here, is test_bucket_policy.py's):
 reading one answers as S3 answers for a bucket where it was never set, so tools that read
 every setting of a bucket (Terraform's aws_s3_bucket, s3cmd info, rclone) work; deleting
 one is a 204, as S3 answers the delete of a setting that is not there (Terraform's
 destroy); setting one is 501 NotImplemented. Driven with boto3 and aws-cli against the real
 binary."""
-import json
 
 import botocore
 import pytest
@@ -66,10 +65,6 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
     calls = [
         lambda: s3.put_bucket_versioning(
             Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}),
-        lambda: s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{
-                "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
-                "Resource": f"arn:aws:s3:::{bucket}/*"}]})),
         lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
     ]
@@ -79,8 +74,9 @@ def test_setting_them_is_not_implemented_and_changes_nothing(s3, bucket):
         assert e.value.response["Error"]["Code"] == "NotImplemented"
     assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.get_bucket_policy(Bucket=bucket)
-    assert e.value.response["Error"]["Code"] == "NoSuchBucketPolicy"
+        s3.get_bucket_encryption(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == \
+        "ServerSideEncryptionConfigurationNotFoundError"
 
 
 def test_versioning_can_be_suspended_not_enabled(granary_bin, tmp_data):

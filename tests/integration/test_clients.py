@@ -1,9 +1,12 @@
 """Clients other than Debian's boto3: hand-signed aws-chunked streaming uploads over plain
 http.client, the newest boto3 (pyenv), aws-cli v1 (pyenv) and s3cmd (Debian)."""
 import hashlib
+import json
 import os
 import re
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 
 import botocore.exceptions
@@ -300,6 +303,33 @@ def test_s3cmd_setcors_info_delcors(s3cmd, s3, tmp_path):
               (line.split(":", 1) for line in
                s3cmd("info", f"s3://{name}").stdout.splitlines()[1:] if ":" in line)}
     assert fields.get("CORS") == "none", fields
+    s3cmd("rb", f"s3://{name}")
+
+
+def test_s3cmd_setpolicy_info_delpolicy(s3cmd, s3, server, tmp_path):
+    name = "s3cmd-policy-" + uuid.uuid4().hex[:8]
+    s3cmd("mb", f"s3://{name}")
+    s3.put_object(Bucket=name, Key="open", Body=b"for anyone")
+    policy = {"Version": "2012-10-17", "Statement": [{
+        "Sid": "PublicRead", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{name}/*"}]}
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy))
+    s3cmd("setpolicy", str(path), f"s3://{name}")
+    assert json.loads(s3.get_bucket_policy(Bucket=name)["Policy"]) == policy
+    out = s3cmd("info", f"s3://{name}").stdout
+    assert '"Sid": "PublicRead"' in out, out
+    with urllib.request.urlopen(f"{server.endpoint}/{name}/open", timeout=30) as r:
+        assert r.read() == b"for anyone"  # no credentials at all
+    s3cmd("delpolicy", f"s3://{name}")
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in
+               s3cmd("info", f"s3://{name}").stdout.splitlines()[1:] if ":" in line)}
+    assert fields.get("Policy") == "none", fields
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{server.endpoint}/{name}/open", timeout=30)
+    assert e.value.code == 403
+    s3.delete_object(Bucket=name, Key="open")
     s3cmd("rb", f"s3://{name}")
 
 

@@ -361,6 +361,17 @@ def test_bucket_settings_read_as_never_set(server, bucket, js_sdk):
     assert e["threw"] and e["name"] == "NotImplemented" and e["status"] == 501, e
 
 
+def test_bucket_policy_set_read_used_and_deleted(server, bucket, js_sdk):
+    r = run_js(server, js_sdk, "bucket-policy", bucket)
+    assert r["putHttp"] == 204 and r["deleteHttp"] == 204, r
+    assert r["policy"] == r["sent"], r
+    assert r["isPublic"] is True, r
+    assert r["open"] == {"status": 200, "body": "anyone"}, r
+    assert r["closed"] == 403 and r["openAfterDelete"] == 403, r
+    e = r["afterDelete"]
+    assert e["threw"] and e["name"] == "NoSuchBucketPolicy" and e["status"] == 404, e
+
+
 def test_cors_rules_set_read_and_deleted(server, bucket, js_sdk):
     r = run_js(server, js_sdk, "cors", bucket)
     assert r["putHttp"] == 200 and r["deleteHttp"] == 204, r

@@ -2,6 +2,7 @@
 binary, with a self-signed certificate made by the openssl command line tool."""
 import hashlib
 import io
+import json
 import os
 import socket
 import ssl
@@ -10,6 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
+import botocore
 import pytest
 from botocore.config import Config
 from boto3.s3.transfer import TransferConfig
@@ -118,3 +120,28 @@ def test_missing_or_mismatched_key_is_a_clear_start_up_error(granary_bin, tmp_pa
                               "127.0.0.1:0", *args], capture_output=True, text=True, timeout=60)
         assert res.returncode != 0
         assert words in (res.stderr + res.stdout).lower(), res.stderr
+
+
+def test_bucket_policy_sees_tls_as_secure_transport(tls_server, cert, server):
+    # The same policy on an HTTPS and a plain HTTP server: anyone may read, over TLS only.
+    for srv, secure in ((tls_server, True), (server, False)):
+        verify = cert[0] if secure else None
+        owner = client(srv, cert[0]) if secure else srv.client()
+        anon = boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1",
+                            verify=verify,
+                            config=Config(signature_version=botocore.UNSIGNED,
+                                          s3={"addressing_style": "path"},
+                                          retries={"max_attempts": 1}))
+        name = "secure-" + uuid.uuid4().hex[:8]
+        owner.create_bucket(Bucket=name)
+        owner.put_object(Bucket=name, Key="k", Body=b"tls only")
+        owner.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+            {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{name}/*",
+             "Condition": {"Bool": {"aws:SecureTransport": "true"}}}]}))
+        if secure:
+            assert anon.get_object(Bucket=name, Key="k")["Body"].read() == b"tls only"
+        else:
+            with pytest.raises(botocore.exceptions.ClientError) as e:
+                anon.get_object(Bucket=name, Key="k")
+            assert e.value.response["Error"]["Code"] == "AccessDenied"

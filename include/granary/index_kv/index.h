@@ -102,6 +102,9 @@ struct BucketInfo {
   // PutBucketVersioning Suspended: GetBucketVersioning says so. Objects keep their one
   // version "null" either way (what S3 does in a suspended bucket); Enabled is not offered.
   bool versioning_suspended = false;
+  // PutBucketPolicy: the policy document as the owner sent it (JSON, checked when set;
+  // the gateway evaluates it). Empty: none (NoSuchBucketPolicy).
+  std::string policy;
   bool operator==(const BucketInfo&) const = default;
 };
 

@@ -19,6 +19,7 @@ import {
   CreateBucketCommand,
   DeleteBucketCommand,
   DeleteBucketCorsCommand,
+  DeleteBucketPolicyCommand,
   DeleteBucketTaggingCommand,
   DeleteObjectCommand,
   DeleteObjectTaggingCommand,
@@ -26,6 +27,7 @@ import {
   GetBucketCorsCommand,
   GetBucketEncryptionCommand,
   GetBucketPolicyCommand,
+  GetBucketPolicyStatusCommand,
   GetBucketTaggingCommand,
   GetBucketVersioningCommand,
   GetObjectAclCommand,
@@ -38,6 +40,7 @@ import {
   ListObjectsV2Command,
   NoSuchKey,
   PutBucketCorsCommand,
+  PutBucketPolicyCommand,
   PutBucketTaggingCommand,
   PutBucketVersioningCommand,
   PutObjectCommand,
@@ -491,6 +494,42 @@ async function bucketSettings() {
   };
 }
 
+// A bucket policy that lets anyone read one prefix: set, read back with its status, used
+// by a request without credentials, deleted.
+async function bucketPolicy() {
+  const policy = {
+    Version: "2012-10-17",
+    Statement: [{
+      Sid: "OpenData", Effect: "Allow", Principal: "*", Action: "s3:GetObject",
+      Resource: `arn:aws:s3:::${bucket}/open/*`,
+    }],
+  };
+  await send(new PutObjectCommand({ Bucket: bucket, Key: "open/a", Body: "anyone" }));
+  await send(new PutObjectCommand({ Bucket: bucket, Key: "closed/b", Body: "owner" }));
+  const put = await send(new PutBucketPolicyCommand({ Bucket: bucket, Policy: JSON.stringify(policy) }));
+  const got = await send(new GetBucketPolicyCommand({ Bucket: bucket }));
+  const status = await send(new GetBucketPolicyStatusCommand({ Bucket: bucket }));
+  const endpoint = need("GRANARY_ENDPOINT");
+  const anonymous = async (key) => {
+    const res = await fetch(`${endpoint}/${bucket}/${key}`);
+    return { status: res.status, body: await res.text() };
+  };
+  const open = await anonymous("open/a");
+  const closed = await anonymous("closed/b");
+  const deleted = await send(new DeleteBucketPolicyCommand({ Bucket: bucket }));
+  return {
+    putHttp: put.$metadata.httpStatusCode,
+    policy: JSON.parse(got.Policy),
+    sent: policy,
+    isPublic: status.PolicyStatus?.IsPublic ?? null,
+    open,
+    closed: closed.status,
+    deleteHttp: deleted.$metadata.httpStatusCode,
+    openAfterDelete: (await anonymous("open/a")).status,
+    afterDelete: await expectError(() => client.send(new GetBucketPolicyCommand({ Bucket: bucket }))),
+  };
+}
+
 // CORS rules for a browser app: set (the SDK adds a checksum: PutBucketCors requires
 // one), read back, and deleted.
 async function cors() {
@@ -653,6 +692,7 @@ const SCENARIOS = {
   "bucket-settings": bucketSettings,
   cors,
   "bucket-tagging": bucketTagging,
+  "bucket-policy": bucketPolicy,
   versions,
   "presigned-post": presignedPost,
   "list-buckets": listBuckets,

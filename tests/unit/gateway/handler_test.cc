@@ -126,13 +126,14 @@ std::string md5Base64(const std::string& data) {
 }
 
 // Signs `req` (every header it has, sorted) with SigV4 as an SDK would.
-void sign(S3Request& req, std::string_view secret = kSecret) {
+void sign(S3Request& req, std::string_view secret = kSecret,
+          std::string_view access_key = kAccessKey) {
   std::vector<std::string> names;
   for (const auto& [n, v] : req.headers) names.push_back(n);
   std::sort(names.begin(), names.end());
   std::string signed_headers;
   for (const auto& n : names) signed_headers += (signed_headers.empty() ? "" : ";") + n;
-  std::string auth = std::string("AWS4-HMAC-SHA256 Credential=") + kAccessKey + kScope +
+  std::string auth = std::string("AWS4-HMAC-SHA256 Credential=").append(access_key) + kScope +
                      ", SignedHeaders=" + signed_headers + ", Signature=" + std::string(64, '0');
   req.headers.emplace_back("authorization", auth);
   HttpRequestView view{req.method, req.target, req.headers, {}};
@@ -491,7 +492,7 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CHECK(r.code == "NotImplemented");
   }
   // Setting what can only be read as absent.
-  for (const char* target : {"/bucket?versioning", "/bucket?policy", "/bucket?encryption"}) {
+  for (const char* target : {"/bucket?versioning", "/bucket?encryption"}) {
     CAPTURE(target);
     const std::string body = "<VersioningConfiguration><Status>Enabled</Status>"
                              "</VersioningConfiguration>";
@@ -771,6 +772,134 @@ TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answ
   CHECK(f.get("/bucket?cors").code == "NoSuchCORSConfiguration");
   CHECK(f.send(makeRequest("PUT", "/nobucket?cors", {}, sha256Hex(one)), one).code ==
         "NoSuchBucket");
+}
+
+TEST_CASE("Bucket policies decide for other users and anonymous requests") {
+  GatewayFixture f;
+  f.ctx->credentials.setUsers({{"alice", "ALICEACCESSKEY", "alice-secret", 1},
+                               {"bob", "BOBACCESSKEY", "bob-secret", 1}});
+  auto as = [&](std::string_view who, S3Request req, const std::string& body = "") {
+    if (req.method == "PUT" || !body.empty()) req.content_length = body.size();
+    if (who == "alice") sign(req, "alice-secret", "ALICEACCESSKEY");
+    if (who == "bob") sign(req, "bob-secret", "BOBACCESSKEY");
+    StringSource source(body);
+    return f.send(req, source);
+  };
+  auto put = [&](std::string_view who, const std::string& target, const std::string& data) {
+    return as(who, makeRequest("PUT", target, {}, sha256Hex(data)), data);
+  };
+  auto get = [&](std::string_view who, const std::string& target) {
+    return as(who, makeRequest("GET", target));
+  };
+  auto del = [&](std::string_view who, const std::string& target) {
+    return as(who, makeRequest("DELETE", target));
+  };
+  REQUIRE(as("alice", makeRequest("PUT", "/shared")).status == 200);
+  REQUIRE(as("bob", makeRequest("PUT", "/bobs")).status == 200);
+  REQUIRE(put("alice", "/shared/pub/a", "public bytes").status == 200);
+  REQUIRE(put("alice", "/shared/priv/b", "private bytes").status == 200);
+  // Without a policy: the owner's alone.
+  CHECK(get("bob", "/shared/pub/a").code == "AccessDenied");
+  CHECK(get("", "/shared/pub/a").code == "AccessDenied");
+  CHECK(get("alice", "/shared?policy").code == "NoSuchBucketPolicy");
+  CHECK(get("alice", "/shared?policyStatus").code == "NoSuchBucketPolicy");
+
+  const std::string policy = R"({"Version": "2012-10-17", "Statement": [
+      {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+       "Resource": "arn:aws:s3:::shared/pub/*"},
+      {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::000000000000:user/bob"},
+       "Action": ["s3:PutObject", "s3:DeleteObject"], "Resource": "arn:aws:s3:::shared/bob/*"},
+      {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject",
+       "Resource": "arn:aws:s3:::shared/bob/keep/*"},
+      {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+       "Resource": "arn:aws:s3:::shared/priv/*"}]})";
+  // Only the owner sets it; a malformed one is refused and changes nothing.
+  CHECK(put("bob", "/shared?policy", policy).code == "AccessDenied");
+  CHECK(put("alice", "/shared?policy", "<Policy/>").code == "MalformedPolicy");
+  CHECK(get("alice", "/shared?policy").code == "NoSuchBucketPolicy");
+  Reply set = put("alice", "/shared?policy", policy);
+  CHECK(set.status == 204);
+  CHECK(set.op == "PutBucketPolicy");
+  Reply read = get("alice", "/shared?policy");
+  CHECK(read.status == 200);
+  CHECK(read.body == policy);
+  CHECK(read.header("Content-Type") == "application/json");
+  Reply status = get("alice", "/shared?policyStatus");
+  CHECK(status.op == "GetBucketPolicyStatus");
+  CHECK(status.body.find("<IsPublic>true</IsPublic>") != std::string::npos);
+  CHECK(get("bob", "/shared?policy").code == "AccessDenied");
+
+  // Anyone reads pub/, nobody else; nobody lists.
+  CHECK(get("", "/shared/pub/a").body == "public bytes");
+  CHECK(get("bob", "/shared/pub/a").body == "public bytes");
+  CHECK(get("", "/shared/priv/b").code == "AccessDenied");
+  CHECK(get("", "/shared?list-type=2").code == "AccessDenied");
+  CHECK(put("", "/shared/pub/c", "x").code == "AccessDenied");
+  // A Deny binds the owner too (the root user alone is above policies).
+  CHECK(get("alice", "/shared/priv/b").code == "AccessDenied");
+  CHECK(f.get("/shared/priv/b").body == "private bytes");
+  CHECK(get("alice", "/shared/pub/a").status == 200);
+  // Bob writes and deletes under bob/, except bob/keep/.
+  CHECK(put("bob", "/shared/bob/x", "1").status == 200);
+  CHECK(put("bob", "/shared/bob/keep/y", "2").status == 200);
+  CHECK(put("bob", "/shared/other", "3").code == "AccessDenied");
+  CHECK(del("bob", "/shared/bob/x").status == 204);
+  CHECK(del("bob", "/shared/bob/keep/y").code == "AccessDenied");
+  CHECK(get("bob", "/shared/bob/keep/y").code == "AccessDenied");  // no GetObject there
+  // DeleteObjects asks for each key.
+  REQUIRE(put("bob", "/shared/bob/z", "4").status == 200);
+  const std::string batch =
+      "<Delete><Object><Key>bob/z</Key></Object><Object><Key>bob/keep/y</Key></Object>"
+      "<Object><Key>pub/a</Key></Object></Delete>";
+  Reply multi = as("bob", makeRequest("POST", "/shared?delete", {}, sha256Hex(batch)), batch);
+  CHECK(multi.status == 200);
+  CHECK(multi.body.find("<Deleted><Key>bob/z</Key>") != std::string::npos);
+  CHECK(multi.body.find("<Key>bob/keep/y</Key><Code>AccessDenied</Code>") != std::string::npos);
+  CHECK(multi.body.find("<Key>pub/a</Key><Code>AccessDenied</Code>") != std::string::npos);
+  CHECK(f.get("/shared/bob/keep/y").body == "2");
+  CHECK(f.get("/shared/pub/a").status == 200);
+  CHECK(f.get("/shared/bob/z").code == "NoSuchKey");
+  // No statement may let an anonymous request delete anything: refused as a whole.
+  CHECK(as("", makeRequest("POST", "/shared?delete", {}, sha256Hex(batch)), batch).code ==
+        "AccessDenied");
+  // A copy's source is read under the policy.
+  auto copy = [&](const std::string& target, const std::string& source) {
+    return as("bob", makeRequest("PUT", target, {{"x-amz-copy-source", source}}));
+  };
+  CHECK(copy("/bobs/copied", "/shared/pub/a").status == 200);
+  CHECK(copy("/bobs/copied2", "/shared/priv/b").code == "AccessDenied");
+
+  // Anonymous readers get no response-* overrides, whatever allows the read.
+  CHECK(get("", "/shared/pub/a?response-content-type=text%2Fhtml").code == "AccessDenied");
+  CHECK(get("bob", "/shared/pub/a?response-content-type=text%2Fhtml").status == 200);
+  // A read naming a version is s3:GetObjectVersion, which the policy does not grant.
+  CHECK(get("", "/shared/pub/a?versionId=null").code == "AccessDenied");
+  // GetObjectAttributes needs s3:GetObjectAttributes as well as s3:GetObject.
+  auto attributes = [&](std::string_view who) {
+    return as(who, makeRequest("GET", "/shared/pub/a?attributes",
+                               {{"x-amz-object-attributes", "ObjectSize"}}));
+  };
+  CHECK(attributes("bob").code == "AccessDenied");
+  CHECK(attributes("alice").status == 200);
+  // Setting tags on a write needs s3:PutObjectTagging too.
+  CHECK(as("bob", makeRequest("PUT", "/shared/bob/tagged", {{"x-amz-tagging", "a=1"}},
+                              sha256Hex("t")), "t").code == "AccessDenied");
+
+  // Whatever a policy grants, its own operations stay the owner's.
+  const std::string everything = R"({"Statement": [
+      {"Effect": "Allow", "Principal": "*", "Action": "s3:*",
+       "Resource": ["arn:aws:s3:::shared", "arn:aws:s3:::shared/*"]}]})";
+  REQUIRE(put("alice", "/shared?policy", everything).status == 204);
+  CHECK(get("bob", "/shared/priv/b").body == "private bytes");  // s3:* it is
+  CHECK(put("bob", "/shared?policy", policy).code == "AccessDenied");
+  CHECK(get("bob", "/shared?policy").code == "AccessDenied");
+  CHECK(del("", "/shared?policy").code == "AccessDenied");
+  CHECK(get("alice", "/shared?policy").body == everything);
+
+  // The owner deletes the policy: back to the owner's alone.
+  CHECK(del("alice", "/shared?policy").status == 204);
+  CHECK(get("", "/shared/pub/a").code == "AccessDenied");
+  CHECK(get("alice", "/shared/priv/b").body == "private bytes");
 }
 
 TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already are") {

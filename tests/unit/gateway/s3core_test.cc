@@ -47,6 +47,7 @@ TEST_CASE("S3 errors carry AWS's names and HTTP statuses") {
       {S3ErrorCode::kXAmzContentSHA256Mismatch, "XAmzContentSHA256Mismatch", 400},
       {S3ErrorCode::kMalformedXML, "MalformedXML", 400},
       {S3ErrorCode::kMalformedPOSTRequest, "MalformedPOSTRequest", 400},
+      {S3ErrorCode::kMalformedPolicy, "MalformedPolicy", 400},
       {S3ErrorCode::kInvalidPolicyDocument, "InvalidPolicyDocument", 400},
       {S3ErrorCode::kMaxPostPreDataLengthExceededError, "MaxPostPreDataLengthExceededError", 400},
       {S3ErrorCode::kIncorrectNumberOfFilesInPostRequest, "IncorrectNumberOfFilesInPostRequest",

@@ -223,7 +223,7 @@ TEST_CASE("When a key repeats in a stored value, its last value wins") {
 }
 
 TEST_CASE("Bucket, summary and GC values round-trip") {
-  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}, {}, {}};
+  BucketInfo b{"bucket", "AKIA", -5, "warc.gz", "record-id", false, {}, {}, {}, false, {}};
   CHECK(decodeBucket(encodeBucket(b)).value() == b);
   // The settings: public-read and lifecycle rules (every optional action, and none).
   b.public_read = true;
@@ -251,6 +251,11 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   auto suspended = decodeBucket(encodeBucket(b));
   REQUIRE(suspended.has_value());
   CHECK(*suspended == b);
+  CHECK(suspended->policy.empty());
+  b.policy = R"({"Statement": [{"Effect": "Allow", "Principal": "*"}]})";
+  auto with_policy = decodeBucket(encodeBucket(b));
+  REQUIRE(with_policy.has_value());
+  CHECK(*with_policy == b);
 
   UserInfo u{"alice", "GKALICE0000000000001", "s3cr3t/+=", 123};
   CHECK(decodeUser(encodeUser(u)).value() == u);

@@ -1,0 +1,429 @@
+#include "bucket_policy.h"
+
+#include <arpa/inet.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "granary/common/strings.h"
+
+namespace granary::gateway {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kArnPrefix = "arn:aws:s3:::";
+
+std::unexpected<S3Error> malformed(std::string message) {
+  return s3fail(S3ErrorCode::kMalformedPolicy, std::move(message));
+}
+
+std::unexpected<S3Error> unsupported(std::string message) {
+  return s3fail(S3ErrorCode::kNotImplemented, std::move(message));
+}
+
+// A string or a non-empty array of strings (Action, Resource, the AWS principal).
+S3Result<std::vector<std::string>> stringList(const Json& j, std::string_view what) {
+  std::vector<std::string> out;
+  if (j.is_string()) {
+    out.push_back(j.get<std::string>());
+  } else if (j.is_array() && !j.empty()) {
+    for (const Json& v : j) {
+      if (!v.is_string()) return malformed(fmt::format("{} must be strings", what));
+      out.push_back(v.get<std::string>());
+    }
+  } else {
+    return malformed(fmt::format("{} must be a string or a list of strings", what));
+  }
+  for (const std::string& s : out) {
+    if (s.empty()) return malformed(fmt::format("{} may not be empty", what));
+  }
+  return out;
+}
+
+// A condition value: strings, and booleans and numbers as their JSON text.
+S3Result<std::vector<std::string>> conditionValues(const Json& j) {
+  std::vector<std::string> out;
+  auto one = [&](const Json& v) -> bool {
+    if (v.is_string()) {
+      out.push_back(v.get<std::string>());
+    } else if (v.is_boolean() || v.is_number()) {
+      out.push_back(v.dump());
+    } else {
+      return false;
+    }
+    return true;
+  };
+  bool ok = j.is_array() && !j.empty() ? std::all_of(j.begin(), j.end(), one) : one(j);
+  if (!ok) return malformed("Condition values must be strings, numbers or booleans");
+  return out;
+}
+
+// An IPv4 or IPv6 address as its bytes (4 or 16), or nothing.
+std::optional<std::vector<uint8_t>> addressBytes(std::string_view text) {
+  const std::string s(text);
+  std::array<uint8_t, 16> buf{};
+  if (inet_pton(AF_INET, s.c_str(), buf.data()) == 1) {
+    return std::vector<uint8_t>(buf.begin(), buf.begin() + 4);
+  }
+  if (inet_pton(AF_INET6, s.c_str(), buf.data()) == 1) {
+    return std::vector<uint8_t>(buf.begin(), buf.end());
+  }
+  return std::nullopt;
+}
+
+// "203.0.113.0/24", "2001:db8::/32" or a single address: its bytes and prefix length.
+struct Network {
+  std::vector<uint8_t> bytes;
+  size_t prefix_bits = 0;
+};
+std::optional<Network> parseNetwork(std::string_view text) {
+  const size_t slash = text.find('/');
+  auto bytes = addressBytes(text.substr(0, slash));
+  if (!bytes) return std::nullopt;
+  Network n{std::move(*bytes), 0};
+  n.prefix_bits = n.bytes.size() * 8;
+  if (slash != std::string_view::npos) {
+    std::string_view bits = text.substr(slash + 1);
+    if (bits.empty() || bits.size() > 3 ||
+        !std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    const size_t len = std::stoul(std::string(bits));
+    if (len > n.prefix_bits) return std::nullopt;
+    n.prefix_bits = len;
+  }
+  return n;
+}
+
+bool inNetwork(const Network& n, std::string_view address) {
+  auto a = addressBytes(address);
+  if (!a || a->size() != n.bytes.size()) return false;
+  const size_t whole = n.prefix_bits / 8;
+  if (!std::equal(a->begin(), a->begin() + static_cast<std::ptrdiff_t>(whole),
+                  n.bytes.begin())) {
+    return false;
+  }
+  const size_t rest = n.prefix_bits % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<uint8_t>(0xFF << (8 - rest));
+  return ((*a)[whole] & mask) == (n.bytes[whole] & mask);
+}
+
+constexpr std::array kStringOps = {"stringequals", "stringnotequals",
+                                   "stringequalsignorecase", "stringnotequalsignorecase",
+                                   "stringlike", "stringnotlike"};
+constexpr std::array kConditionKeys = {"aws:securetransport", "aws:sourceip", "aws:useragent",
+                                       "aws:referer",         "aws:username", "s3:prefix",
+                                       "s3:delimiter",        "s3:max-keys"};
+
+bool isNegated(std::string_view op) {
+  return op == "stringnotequals" || op == "stringnotequalsignorecase" ||
+         op == "stringnotlike" || op == "notipaddress";
+}
+
+template <size_t N>
+bool contains(const std::array<const char*, N>& list, std::string_view s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+// The value of a condition key in the request, or nullopt where the request has none.
+std::optional<std::string_view> keyValue(std::string_view key, const PolicyQuery& q) {
+  if (key == "aws:securetransport") return q.secure ? "true" : "false";
+  if (key == "aws:sourceip") {
+    return q.source_ip.empty() ? std::nullopt : std::optional(q.source_ip);
+  }
+  if (key == "aws:username") {
+    return q.principal.empty() ? std::nullopt : std::optional(q.principal);
+  }
+  if (key == "aws:useragent") return q.user_agent;
+  if (key == "aws:referer") return q.referer;
+  if (key == "s3:prefix") return q.prefix;
+  if (key == "s3:delimiter") return q.delimiter;
+  if (key == "s3:max-keys") return q.max_keys;
+  return std::nullopt;
+}
+
+bool valueMatches(std::string_view op, std::string_view pattern, std::string_view value) {
+  if (op == "stringequals" || op == "stringnotequals") return pattern == value;
+  if (op == "stringequalsignorecase" || op == "stringnotequalsignorecase") {
+    return asciiLower(pattern) == asciiLower(value);
+  }
+  if (op == "stringlike" || op == "stringnotlike") return policyWildcardMatch(pattern, value);
+  if (op == "bool") return asciiLower(pattern) == value;
+  // ipaddress / notipaddress: checked when the policy was set.
+  auto n = parseNetwork(pattern);
+  return n && inNetwork(*n, value);
+}
+
+bool anyMatch(const std::vector<std::string>& patterns, std::string_view text) {
+  return std::any_of(patterns.begin(), patterns.end(),
+                     [&](const std::string& p) { return policyWildcardMatch(p, text); });
+}
+
+}  // namespace
+
+bool policyWildcardMatch(std::string_view pattern, std::string_view text) {
+  // Greedy with one backtrack point, the last `*`: linear for the patterns policies hold.
+  size_t p = 0;
+  size_t t = 0;
+  size_t star = std::string_view::npos;
+  size_t star_t = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {  // first: a text may hold a '*'
+      star = p++;
+      star_t = t;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++star_t;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::string bucketArn(std::string_view bucket) {
+  std::string arn(kArnPrefix);
+  arn += bucket;
+  return arn;
+}
+
+std::string objectArn(std::string_view bucket, std::string_view key) {
+  std::string arn = bucketArn(bucket);
+  arn += '/';
+  arn += key;
+  return arn;
+}
+
+S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_view bucket) {
+  if (json.size() > kMaxBucketPolicyBytes) {
+    return malformed("Policies must be no larger than 20 KB");
+  }
+  Json doc = Json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return malformed("This policy is not valid JSON");
+  BucketPolicy policy;
+  const Json* statements = nullptr;
+  for (const auto& [name, value] : doc.items()) {
+    if (name == "Version") {
+      if (value != "2012-10-17" && value != "2008-10-17") {
+        return malformed("Policy has an invalid Version");
+      }
+    } else if (name == "Statement") {
+      statements = &value;
+    } else if (name != "Id") {
+      return malformed(fmt::format("Policy has an unknown field: {}", name));
+    }
+  }
+  if (statements == nullptr) return malformed("Missing required field Statement");
+  std::vector<const Json*> list;
+  if (statements->is_object()) {
+    list.push_back(statements);
+  } else if (statements->is_array() && !statements->empty()) {
+    for (const Json& s : *statements) list.push_back(&s);
+  } else {
+    return malformed("Statement must be a statement or a list of them");
+  }
+
+  const std::string own = bucketArn(bucket);
+  policy.bucket_arn_ = own;
+  for (const Json* sj : list) {
+    if (!sj->is_object()) return malformed("Each Statement must be an object");
+    Statement st;
+    bool effect = false;
+    bool principal = false;
+    bool action = false;
+    bool resource = false;
+    for (const auto& [name, value] : sj->items()) {
+      if (name == "Sid") {
+        if (!value.is_string()) return malformed("Sid must be a string");
+      } else if (name == "Effect") {
+        if (value != "Allow" && value != "Deny") return malformed("Invalid effect");
+        st.allow = value == "Allow";
+        effect = true;
+      } else if (name == "Principal") {
+        principal = true;
+        if (value == "*") {
+          st.everyone = true;
+          continue;
+        }
+        if (!value.is_object() || value.empty()) return malformed("Invalid principal in policy");
+        for (const auto& [kind, who] : value.items()) {
+          if (kind != "AWS") {
+            return unsupported(fmt::format("Principals of type {} are not supported", kind));
+          }
+          auto names = stringList(who, "Principal");
+          if (!names) return std::unexpected(names.error());
+          for (const std::string& n : *names) {
+            // arn:aws:iam::<account>:user/<name>: Granary's users have no accounts.
+            constexpr std::string_view kIam = "arn:aws:iam::";
+            const size_t user = n.find(":user/");
+            // No wildcards but the whole "*": S3 refuses them in principals.
+            const bool wild = n.find_first_of("*?") != std::string::npos;
+            if (n == "*") {
+              st.everyone = true;
+            } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
+                       n.find(':', kIam.size()) == user && user + 6 < n.size()) {
+              st.users.push_back(n.substr(user + 6));
+            } else {
+              return malformed("Invalid principal in policy");
+            }
+          }
+        }
+      } else if (name == "NotPrincipal") {
+        return unsupported("NotPrincipal is not supported");
+      } else if (name == "Action" || name == "NotAction") {
+        if (action) return malformed("A statement has both Action and NotAction");
+        action = true;
+        st.not_action = name == "NotAction";
+        auto actions = stringList(value, name);
+        if (!actions) return std::unexpected(actions.error());
+        for (const std::string& a : *actions) {
+          std::string lower = asciiLower(a);
+          if (lower != "*" && !lower.starts_with("s3:")) {
+            return malformed("Policy has invalid action");
+          }
+          st.actions.push_back(std::move(lower));
+        }
+      } else if (name == "Resource" || name == "NotResource") {
+        if (resource) return malformed("A statement has both Resource and NotResource");
+        resource = true;
+        st.not_resource = name == "NotResource";
+        auto resources = stringList(value, name);
+        if (!resources) return std::unexpected(resources.error());
+        for (const std::string& r : *resources) {
+          if (r.find("${") != std::string::npos) {
+            return unsupported("Policy variables are not supported");
+          }
+          if (r != own && !r.starts_with(own + "/")) {
+            return malformed("Policy has invalid resource");
+          }
+          st.resources.push_back(r);
+        }
+      } else if (name == "Condition") {
+        if (!value.is_object()) return malformed("Condition must be an object");
+        for (const auto& [op_name, keys] : value.items()) {
+          if (op_name.find(':') != std::string::npos) {
+            return unsupported(
+                fmt::format("Condition set operators are not supported: {}", op_name));
+          }
+          std::string op = asciiLower(op_name);
+          const bool if_exists = op.ends_with("ifexists") && op != "null";
+          if (if_exists) op.resize(op.size() - 8);
+          const bool ip_op = op == "ipaddress" || op == "notipaddress";
+          if (!contains(kStringOps, op) && op != "bool" && op != "null" && !ip_op) {
+            return unsupported(fmt::format("Condition operator {} is not supported", op_name));
+          }
+          if (!keys.is_object() || keys.empty()) {
+            return malformed(fmt::format("Condition operator {} needs keys", op_name));
+          }
+          for (const auto& [key_name, values] : keys.items()) {
+            Condition c{op, if_exists, asciiLower(key_name), {}};
+            if (!contains(kConditionKeys, c.key)) {
+              return unsupported(fmt::format("Condition key {} is not supported", key_name));
+            }
+            if ((c.key == "aws:sourceip") != ip_op && op != "null") {
+              return malformed(fmt::format("Invalid Condition type for key {}", key_name));
+            }
+            auto v = conditionValues(values);
+            if (!v) return std::unexpected(v.error());
+            for (const std::string& s : *v) {
+              if (s.find("${") != std::string::npos) {
+                return unsupported("Policy variables are not supported");
+              }
+              if (ip_op && !parseNetwork(s)) {
+                return malformed(fmt::format("Invalid IP address: {}", s));
+              }
+              if ((op == "bool" || op == "null") && s != "true" && s != "false") {
+                return malformed(fmt::format("Invalid boolean value: {}", s));
+              }
+            }
+            c.values = std::move(*v);
+            st.conditions.push_back(std::move(c));
+          }
+        }
+      } else {
+        return malformed(fmt::format("Statement has an unknown field: {}", name));
+      }
+    }
+    if (!effect) return malformed("Missing required field Effect");
+    if (!principal) return malformed("Missing required field Principal");
+    if (!action) return malformed("Missing required field Action");
+    if (!resource) return malformed("Missing required field Resource");
+    policy.statements_.push_back(std::move(st));
+  }
+  return policy;
+}
+
+bool BucketPolicy::applies(const Statement& s, const PolicyQuery& q) const {
+  if (!s.everyone) {
+    if (q.principal.empty() ||
+        std::find(s.users.begin(), s.users.end(), q.principal) == s.users.end()) {
+      return false;
+    }
+  }
+  if (anyMatch(s.actions, asciiLower(q.action)) == s.not_action) return false;
+  if (!resourceMatches(s, q)) return false;
+  return std::all_of(s.conditions.begin(), s.conditions.end(), [&](const Condition& c) {
+    std::optional<std::string_view> value = keyValue(c.key, q);
+    if (c.op == "null") {
+      const std::string_view want = value ? "false" : "true";
+      return std::find(c.values.begin(), c.values.end(), want) != c.values.end();
+    }
+    // An unknown client address (the connection's peer could not be read) never lets a
+    // statement grant, and always lets one deny: AWS would treat NotIpAddress as true.
+    if (!value && c.key == "aws:sourceip") return !s.allow;
+    if (!value) return c.if_exists || isNegated(c.op);
+    const bool match = std::any_of(c.values.begin(), c.values.end(), [&](const std::string& v) {
+      return valueMatches(c.op, v, *value);
+    });
+    return match != isNegated(c.op);
+  });
+}
+
+bool BucketPolicy::resourceMatches(const Statement& s, const PolicyQuery& q) const {
+  if (!q.every_object) return anyMatch(s.resources, q.resource) != s.not_resource;
+  // Every object: a Deny may name any of them; an Allow must name them all.
+  if (!s.allow) return true;
+  if (s.not_resource) return false;
+  return std::any_of(s.resources.begin(), s.resources.end(), [&](const std::string& r) {
+    return r.size() > bucket_arn_.size() + 1 && r.starts_with(bucket_arn_) &&
+           r[bucket_arn_.size()] == '/' &&
+           r.find_first_not_of('*', bucket_arn_.size() + 1) == std::string::npos;
+  });
+}
+
+PolicyEffect BucketPolicy::evaluate(const PolicyQuery& q) const {
+  PolicyEffect effect = PolicyEffect::kNone;
+  for (const Statement& s : statements_) {
+    if (!applies(s, q)) continue;
+    if (!s.allow) return PolicyEffect::kDeny;
+    effect = PolicyEffect::kAllow;
+  }
+  return effect;
+}
+
+bool BucketPolicy::isPublic() const {
+  return std::any_of(statements_.begin(), statements_.end(), [](const Statement& s) {
+    return s.allow && s.everyone && s.conditions.empty();
+  });
+}
+
+bool BucketPolicy::mayAllow(std::string_view action, std::string_view principal) const {
+  const std::string lower = asciiLower(action);
+  return std::any_of(statements_.begin(), statements_.end(), [&](const Statement& s) {
+    const bool who = s.everyone || (!principal.empty() && std::find(s.users.begin(),
+                                                                    s.users.end(),
+                                                                    principal) != s.users.end());
+    return s.allow && who && anyMatch(s.actions, lower) != s.not_action;
+  });
+}
+
+}  // namespace granary::gateway

@@ -1,0 +1,91 @@
+// Bucket policies (PutBucketPolicy): the JSON access policy language of S3, the part of it
+// Granary evaluates. Pure code: parsing and evaluation, no I/O (access.cc asks it).
+//
+// A policy grants (Allow) or refuses (Deny) S3 actions on the bucket and its objects to
+// principals: everyone ("*", anonymous requests included) or named users
+// ("arn:aws:iam::<account>:user/<name>"), under conditions on the request. What S3 accepts
+// and Granary cannot evaluate (other principal kinds, NotPrincipal, policy variables,
+// other condition keys and operators) is refused with NotImplemented when the policy is
+// set, never stored and ignored: a Deny that cannot be evaluated must not pass silently.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "s3_error.h"
+
+namespace granary::gateway {
+
+// What a policy is asked about: one action of one request on one resource.
+struct PolicyQuery {
+  std::string_view action;     // "s3:GetObject"
+  std::string_view resource;   // bucketArn() or objectArn()
+  std::string_view principal;  // the user's name; empty: anonymous
+  bool secure = false;         // aws:SecureTransport (the request came over TLS)
+  std::string_view source_ip;  // aws:SourceIp; empty: unknown (no IpAddress matches)
+  std::optional<std::string_view> user_agent;  // aws:UserAgent
+  std::optional<std::string_view> referer;     // aws:Referer
+  std::optional<std::string_view> prefix;      // s3:prefix (listings)
+  std::optional<std::string_view> delimiter;   // s3:delimiter (listings)
+  std::optional<std::string_view> max_keys;    // s3:max-keys (listings)
+  // The request reads whichever objects of the bucket it finds (the record index's
+  // bucket-wide reads, whose containers are known only after the lookup): a Deny statement
+  // applies whatever its Resource names, an Allow only through a Resource that names every
+  // object (`arn:aws:s3:::bucket/*`). `resource` is not used.
+  bool every_object = false;
+};
+
+enum class PolicyEffect { kNone, kAllow, kDeny };
+
+// S3's limit on a bucket policy document.
+inline constexpr size_t kMaxBucketPolicyBytes = 20 * 1024;
+
+class BucketPolicy {
+ public:
+  // The policy of `bucket`: MalformedPolicy for a document S3 refuses (not JSON, a
+  // missing or unknown element, an action outside s3, a resource outside the bucket),
+  // NotImplemented for what Granary cannot evaluate.
+  static S3Result<BucketPolicy> parse(std::string_view json, std::string_view bucket);
+
+  // Deny if a Deny statement applies, else Allow if an Allow statement applies, else None.
+  PolicyEffect evaluate(const PolicyQuery& q) const;
+  // GetBucketPolicyStatus: an Allow statement for everyone, without conditions.
+  bool isPublic() const;
+  // Whether some Allow statement may grant `action` (an S3 action name) to `principal`
+  // on some resource; DeleteObjects lets a request through on it and asks per key.
+  bool mayAllow(std::string_view action, std::string_view principal) const;
+
+ private:
+  struct Condition {
+    std::string op;   // lower case, without IfExists: "stringequals", "bool", "null", ...
+    bool if_exists = false;
+    std::string key;  // lower case: "aws:sourceip"
+    std::vector<std::string> values;
+  };
+  struct Statement {
+    bool allow = false;
+    bool everyone = false;            // Principal "*" or {"AWS": "*"}
+    std::vector<std::string> users;   // named users
+    bool not_action = false;
+    std::vector<std::string> actions;  // lower case patterns
+    bool not_resource = false;
+    std::vector<std::string> resources;  // patterns
+    std::vector<Condition> conditions;
+  };
+  bool applies(const Statement& s, const PolicyQuery& q) const;
+  bool resourceMatches(const Statement& s, const PolicyQuery& q) const;
+
+  std::string bucket_arn_;
+  std::vector<Statement> statements_;
+};
+
+std::string bucketArn(std::string_view bucket);
+std::string objectArn(std::string_view bucket, std::string_view key);
+
+// The wildcards of the policy language: `*` any run of characters (none included), `?`
+// exactly one; nothing else is special (fnmatch(3) would also take [] and \).
+bool policyWildcardMatch(std::string_view pattern, std::string_view text);
+
+}  // namespace granary::gateway
