@@ -275,33 +275,41 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
     buf.append(reinterpret_cast<const char*>(chunk), *n);
   }
 
-  // Who signed it, and what the policy allows.
+  // Who signed it, and what the policy allows. A form with neither signature nor policy is
+  // anonymous: only a bucket whose policy lets anyone write takes it, and it has no POST
+  // policy to check.
   auto signer = parsePostAuth(*form);
   if (!signer) co_return errorResponse(signer.error(), req, body);
-  if (!*signer) {
-    // An anonymous form: only a bucket anyone may write to takes one, and Granary has none.
-    co_return errorResponse({S3ErrorCode::kAccessDenied, "Access Denied"}, req, body);
+  std::optional<PostPolicy> policy;
+  req.principal.clear();
+  req.root = false;
+  if (*signer) {
+    auto user = ctx.credentials.find((*signer)->access_key);
+    if (!user) {
+      co_return errorResponse(
+          {S3ErrorCode::kInvalidAccessKeyId,
+           "The AWS Access Key Id you provided does not exist in our records."},
+          req, body);
+    }
+    const std::string_view policy_text = *form->field("policy");
+    if (auto ok =
+            verifyPostSignature(**signer, policy_text, user->secret_key, ctx.signing_keys);
+        !ok) {
+      co_return errorResponse(ok.error(), req, body);
+    }
+    const auto policy_json = base64Decode(policy_text);
+    if (!policy_json) {
+      co_return errorResponse(
+          {S3ErrorCode::kInvalidPolicyDocument, "Invalid Policy: the policy is not base64."},
+          req, body);
+    }
+    auto parsed = parsePostPolicy(std::string_view(
+        reinterpret_cast<const char*>(policy_json->data()), policy_json->size()));
+    if (!parsed) co_return errorResponse(parsed.error(), req, body);
+    policy = std::move(*parsed);
+    req.principal = user->name;
+    req.root = user->is_root;
   }
-  auto user = ctx.credentials.find((*signer)->access_key);
-  if (!user) {
-    co_return errorResponse({S3ErrorCode::kInvalidAccessKeyId,
-                             "The AWS Access Key Id you provided does not exist in our records."},
-                            req, body);
-  }
-  const std::string_view policy_text = *form->field("policy");
-  if (auto ok = verifyPostSignature(**signer, policy_text, user->secret_key, ctx.signing_keys);
-      !ok) {
-    co_return errorResponse(ok.error(), req, body);
-  }
-  const auto policy_json = base64Decode(policy_text);
-  if (!policy_json) {
-    co_return errorResponse(
-        {S3ErrorCode::kInvalidPolicyDocument, "Invalid Policy: the policy is not base64."}, req,
-        body);
-  }
-  auto policy = parsePostPolicy(
-      std::string_view(reinterpret_cast<const char*>(policy_json->data()), policy_json->size()));
-  if (!policy) co_return errorResponse(policy.error(), req, body);
 
   // ${filename} in any field the policy checks is the file's name: the policy checks, and
   // the object gets, the values with it replaced.
@@ -330,12 +338,13 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
                              "The bucket field does not name the bucket the form posts to."},
                             req, body);
   }
-  const int64_t now = ctx.deps.clock.nowUnixNanos() / 1'000'000'000;
-  auto range = checkPostPolicy(*policy, form->fields, req.bucket, now);
-  if (!range) co_return errorResponse(range.error(), req, body);
-
-  req.principal = user->name;
-  req.root = user->is_root;
+  PostLengthRange range;
+  if (policy) {
+    const int64_t now = ctx.deps.clock.nowUnixNanos() / 1'000'000'000;
+    auto checked = checkPostPolicy(*policy, form->fields, req.bucket, now);
+    if (!checked) co_return errorResponse(checked.error(), req, body);
+    range = *checked;
+  }
   auto put = putRequestOf(req, *form, key);
   if (!put) co_return errorResponse(put.error(), req, body);
   if (!put->root) {
@@ -377,12 +386,12 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
     file = std::make_unique<StreamedFile>(body, buf.substr(form->data_offset), size, delimiter,
                                           closing);
   }
-  if (size < range->min) {
+  if (size < range.min) {
     co_return errorResponse({S3ErrorCode::kEntityTooSmall,
                              "Your proposed upload is smaller than the minimum allowed size"},
                             req, body);
   }
-  if (size > range->max) {
+  if (size > range.max) {
     co_return errorResponse({S3ErrorCode::kEntityTooLarge,
                              "Your proposed upload exceeds the maximum allowed size"},
                             req, body);

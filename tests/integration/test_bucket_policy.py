@@ -2,6 +2,7 @@
 they allow and deny to anonymous requests and other users, against the real binary."""
 import io
 import json
+import os
 import uuid
 
 import botocore
@@ -245,3 +246,37 @@ def test_form_uploads_are_judged_with_the_clients_address(server):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         mine.head_object(Bucket=name, Key="down")
     assert e.value.response["Error"]["Code"] == "404"
+
+
+def test_anonymous_forms_where_the_policy_lets_anyone_write(server, s3):
+    # A drop box: anyone may upload under incoming/ with a plain HTML form (no policy, no
+    # signature), nobody but the owner reads it back.
+    name = "dropbox-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=name)
+
+    def post(key, data=b"dropped"):
+        return requests.post(f"{server.endpoint}/{name}", data={"key": key},
+                             files={"file": ("f.txt", data)}, timeout=30)
+
+    res = post("incoming/a")
+    assert res.status_code == 403 and "<Code>AccessDenied</Code>" in res.text, res.text
+    s3.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:PutObject",
+         "Resource": f"arn:aws:s3:::{name}/incoming/*"}]}))
+    res = post("incoming/a")
+    assert res.status_code == 204, res.text
+    assert s3.get_object(Bucket=name, Key="incoming/a")["Body"].read() == b"dropped"
+    big = os.urandom(300 * 1024)  # streamed, not read ahead
+    assert post("incoming/big", big).status_code == 204
+    assert s3.get_object(Bucket=name, Key="incoming/big")["Body"].read() == big
+    res = post("elsewhere/b")
+    assert res.status_code == 403 and "<Code>AccessDenied</Code>" in res.text, res.text
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=name, Key="elsewhere/b")
+    assert e.value.response["Error"]["Code"] == "404"
+    denied(lambda: botocore_unsigned(server).get_object(Bucket=name, Key="incoming/a"))
+    # A policy field without a signature is not anonymous: it is an unsigned form.
+    res = requests.post(f"{server.endpoint}/{name}", data={"key": "incoming/c",
+                                                          "policy": "e30="},
+                        files={"file": ("f.txt", b"x")}, timeout=30)
+    assert res.status_code == 400 and "<Code>InvalidArgument</Code>" in res.text, res.text

@@ -163,7 +163,7 @@ def test_policy_refusals_store_nothing(server, s3, bucket):
         assert (res.status_code, code_of(res)) == (status, code), (presigned["fields"], res.text)
     for key in ("k1", "elsewhere/k2", "up/file.bin", "k3", "k4", "k5", "k6", "k7", "k8"):
         assert absent(s3, bucket, key), key
-    # No signature at all: an anonymous form, which no Granary bucket takes.
+    # No signature at all: an anonymous form, which a bucket without a policy refuses.
     res = requests.post(f"{server.endpoint}/{bucket}", data={"key": "anon"},
                         files={"file": ("a", b"a")}, timeout=30)
     assert (res.status_code, code_of(res)) == (403, "AccessDenied")
