@@ -1,5 +1,6 @@
 #include "granary/gateway/lifecycle.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "granary/common/clock.h"
@@ -71,6 +72,23 @@ Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t n
       if (!page) return page.error();
       for (const index_kv::ObjectSummary& object : page->objects) {
         if (ageSeconds(now, object.mtime_unix_nanos) < *min_age) continue;
+        if ((rule.size_greater_than && object.size <= *rule.size_greater_than) ||
+            (rule.size_less_than && object.size >= *rule.size_less_than)) {
+          continue;
+        }
+        if (!rule.tags.empty()) {
+          // Tags are in the manifest, not the listing: read it for the objects left.
+          auto m = index_.getObject(bucket.name, object.key);
+          if (!m && m.error().isNotFound()) continue;
+          if (!m) return m.error();
+          if (m->version != object.version ||
+              !std::all_of(rule.tags.begin(), rule.tags.end(), [&](const auto& tag) {
+                auto it = m->tags.find(tag.first);
+                return it != m->tags.end() && it->second == tag.second;
+              })) {
+            continue;
+          }
+        }
         auto deleted = index_.deleteObject(bucket.name, object.key,
                                            index_kv::Precondition::mustMatch(object.version));
         if (deleted) {

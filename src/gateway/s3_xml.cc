@@ -511,6 +511,34 @@ std::string midnightDate(int64_t unix_seconds) {
   return buf;
 }
 
+// One condition of a lifecycle rule's Filter (or of its And) into `rule`.
+S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node f) {
+  const std::string_view name = f.name();
+  const std::string text = f.text().as_string();
+  if (name == "Prefix") {
+    rule.prefix = text;
+    return {};
+  }
+  if (name == "Tag") {
+    if (!f.child("Key") || !f.child("Value")) return malformedXml();
+    auto added = addTag(rule.tags, f.child("Key").text().as_string(),
+                        f.child("Value").text().as_string(), S3ErrorCode::kInvalidArgument,
+                        kMaxLifecycleFilterTags);
+    if (!added) return std::unexpected(added.error());
+    return {};
+  }
+  if (name == "ObjectSizeGreaterThan" || name == "ObjectSizeLessThan") {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      return invalidArgument(std::string(name) + " must be a non-negative number of bytes");
+    }
+    (name == "ObjectSizeGreaterThan" ? rule.size_greater_than : rule.size_less_than) = v;
+    return {};
+  }
+  return malformedXml();
+}
+
 S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t ordinal) {
   index_kv::LifecycleRule rule;
   for (pugi::xml_node child : node.children()) {
@@ -535,14 +563,31 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
   rule.enabled = status == "Enabled";
   if (pugi::xml_node filter = node.child("Filter")) {
     if (node.child("Prefix")) return malformedXml();  // one or the other
+    // One of Prefix, Tag, ObjectSizeGreaterThan, ObjectSizeLessThan, or And holding
+    // several of them.
+    pugi::xml_node only;
     for (pugi::xml_node f : filter.children()) {
       if (f.type() != pugi::node_element) continue;
-      if (std::string_view(f.name()) != "Prefix") {
-        return notImplemented(std::string("Lifecycle filter ") + f.name() +
-                              " is not implemented (prefix filters only)");
+      if (only) return malformedXml();
+      only = f;
+    }
+    if (only && std::string_view(only.name()) == "And") {
+      for (pugi::xml_node f : only.children()) {
+        if (f.type() != pugi::node_element) continue;
+        if (std::string_view(f.name()) == "And") return malformedXml();
+        if (auto added = addLifecycleFilter(rule, f); !added) {
+          return std::unexpected(added.error());
+        }
+      }
+    } else if (only) {
+      if (auto added = addLifecycleFilter(rule, only); !added) {
+        return std::unexpected(added.error());
       }
     }
-    rule.prefix = filter.child("Prefix").text().as_string();
+    if (rule.size_greater_than && rule.size_less_than &&
+        *rule.size_greater_than >= *rule.size_less_than) {
+      return invalidArgument("ObjectSizeGreaterThan must be less than ObjectSizeLessThan");
+    }
   } else {
     rule.prefix = node.child("Prefix").text().as_string();
   }
@@ -574,6 +619,11 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
   }
   if (!rule.expiration_days && !rule.expiration_date_unix && !rule.abort_incomplete_days) {
     return invalidArgument("At least one action needs to be specified in a rule");
+  }
+  if (rule.abort_incomplete_days &&
+      (!rule.tags.empty() || rule.size_greater_than || rule.size_less_than)) {
+    return invalidArgument(
+        "AbortIncompleteMultipartUpload cannot be specified with Tags or object sizes");
   }
   return rule;
 }
@@ -737,12 +787,19 @@ S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules) {
   XmlWriter x("LifecycleConfiguration");
   for (const auto& rule : rules) {
-    x.open("Rule")
-        .element("ID", rule.id)
-        .open("Filter")
-        .element("Prefix", rule.prefix)
-        .close()
-        .element("Status", rule.enabled ? "Enabled" : "Disabled");
+    x.open("Rule").element("ID", rule.id).open("Filter");
+    // One condition on its own, several in an And, as S3 writes them.
+    const size_t conditions = (rule.prefix.empty() ? 0 : 1) + rule.tags.size() +
+                              (rule.size_greater_than ? 1 : 0) + (rule.size_less_than ? 1 : 0);
+    if (conditions > 1) x.open("And");
+    if (!rule.prefix.empty() || conditions == 0) x.element("Prefix", rule.prefix);
+    for (const auto& [key, value] : rule.tags) {
+      x.open("Tag").element("Key", key).element("Value", value).close();
+    }
+    if (rule.size_greater_than) x.element("ObjectSizeGreaterThan", *rule.size_greater_than);
+    if (rule.size_less_than) x.element("ObjectSizeLessThan", *rule.size_less_than);
+    if (conditions > 1) x.close();
+    x.close().element("Status", rule.enabled ? "Enabled" : "Disabled");
     if (rule.expiration_days || rule.expiration_date_unix) {
       x.open("Expiration");
       if (rule.expiration_days) {

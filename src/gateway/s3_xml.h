@@ -136,6 +136,8 @@ inline constexpr size_t kMaxLifecycleRules = 1000;
 // InvalidArgument for a non-positive Days, a Date that is not midnight UTC, a duplicate
 // ID or a rule without an action; NotImplemented for what the lifecycle job does not
 // apply (transitions, noncurrent versions, tag and size filters, delete markers).
+// Tags one lifecycle rule's filter may name.
+inline constexpr size_t kMaxLifecycleFilterTags = 10;
 S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
     std::string_view body);
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules);

@@ -329,11 +329,19 @@ std::string encodeBucket(const BucketInfo& bucket) {
     for (const LifecycleRule& r : bucket.lifecycle) {
       Json rule = Json::object();
       rule["id"] = r.id;
-      rule["on"] = r.enabled;
+      // A rule filtered by tags or sizes says it is on in "fe" and off in "on": a gateway
+      // older than those filters reads it as disabled, never as a wider prefix-only rule
+      // whose lifecycle job would expire objects the filters spare.
+      const bool filtered = !r.tags.empty() || r.size_greater_than || r.size_less_than;
+      rule["on"] = r.enabled && !filtered;
+      if (filtered) rule["fe"] = r.enabled;
       rule["p"] = r.prefix;
       if (r.expiration_days) rule["ed"] = *r.expiration_days;
       if (r.expiration_date_unix) rule["et"] = *r.expiration_date_unix;
       if (r.abort_incomplete_days) rule["ad"] = *r.abort_incomplete_days;
+      if (!r.tags.empty()) rule["tg"] = r.tags;
+      if (r.size_greater_than) rule["sg"] = *r.size_greater_than;
+      if (r.size_less_than) rule["sl"] = *r.size_less_than;
       rules.push_back(std::move(rule));
     }
     j["lc"] = std::move(rules);
@@ -373,10 +381,14 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
         LifecycleRule r;
         r.id = asString(field(rule, "id"));
         r.enabled = asBool(field(rule, "on"));
+        if (const Json* v = findField(rule, "fe")) r.enabled = asBool(*v);
         r.prefix = asString(field(rule, "p"));
         if (const Json* v = findField(rule, "ed")) r.expiration_days = asI64(*v);
         if (const Json* v = findField(rule, "et")) r.expiration_date_unix = asI64(*v);
         if (const Json* v = findField(rule, "ad")) r.abort_incomplete_days = asI64(*v);
+        if (const Json* v = findField(rule, "tg")) r.tags = asStringMap(*v);
+        if (const Json* v = findField(rule, "sg")) r.size_greater_than = asU64(*v);
+        if (const Json* v = findField(rule, "sl")) r.size_less_than = asU64(*v);
         b.lifecycle.push_back(std::move(r));
       }
     }

@@ -5,7 +5,9 @@
 // kMaxObjectTags tags, keys that are not empty and not "aws:"-prefixed, all valid UTF-8;
 // taggingXml of it parses back to the same set); and CORS configurations
 // (parseCorsConfiguration: refusals are MalformedXML or InvalidRequest; accepted rules keep
-// S3's limits and parse back the same from corsConfigurationXml).
+// S3's limits and parse back the same from corsConfigurationXml); and lifecycle
+// configurations (parseLifecycleConfiguration: refusals of the documented kinds; accepted
+// rules keep S3's rules and parse back the same from lifecycleConfigurationXml).
 // Every input is used twice.
 //  1. As a request body, given to each parser. Properties:
 //     - a refusal is MalformedXML, the one error these parsers document;
@@ -329,6 +331,41 @@ void rawCors(std::string_view in) {
   ++g_cors_ok;
 }
 
+uint64_t g_lifecycle_ok = 0;  // lifecycle configurations accepted as given
+
+// A lifecycle configuration (PutBucketLifecycleConfiguration): refused with MalformedXML,
+// InvalidArgument, InvalidTag or NotImplemented only; an accepted one keeps S3's rules
+// (an action in every rule, sizes in order, no tag or size filter beside an abort) and
+// parses back the same from lifecycleConfigurationXml.
+void rawLifecycle(std::string_view in) {
+  auto rules = parseLifecycleConfiguration(in);
+  if (!rules) {
+    const S3ErrorCode code = rules.error().code;
+    if (code != S3ErrorCode::kMalformedXML && code != S3ErrorCode::kInvalidArgument &&
+        code != S3ErrorCode::kInvalidTag && code != S3ErrorCode::kNotImplemented) {
+      fail("a lifecycle refusal of an unexpected kind");
+    }
+    return;
+  }
+  if (rules->empty() || rules->size() > kMaxLifecycleRules) fail("lifecycle rule count");
+  for (const auto& rule : *rules) {
+    if (!rule.expiration_days && !rule.expiration_date_unix && !rule.abort_incomplete_days) {
+      fail("a lifecycle rule without an action accepted");
+    }
+    if (rule.size_greater_than && rule.size_less_than &&
+        *rule.size_greater_than >= *rule.size_less_than) {
+      fail("lifecycle sizes out of order accepted");
+    }
+    if (rule.abort_incomplete_days &&
+        (!rule.tags.empty() || rule.size_greater_than || rule.size_less_than)) {
+      fail("a filtered abort rule accepted");
+    }
+  }
+  auto again = parseLifecycleConfiguration(lifecycleConfigurationXml(*rules));
+  if (!again || *again != *rules) fail("lifecycle rules written back do not parse the same");
+  ++g_lifecycle_ok;
+}
+
 void rawDelete(std::string_view body, const XmlStyle& style) {
   S3Result<DeleteObjectsRequest> parsed = parseDeleteObjects(body);
   if (!parsed) {
@@ -554,6 +591,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rawCreateBucket(in, style);
   rawTagging(in);
   rawCors(in);
+  rawLifecycle(in);
 
   Reader r(in);
   builtDelete(r);
@@ -577,5 +615,8 @@ extern "C" int GranaryFuzzSelfCheck() {
   std::printf("bodies built at a count limit: %llu\n", static_cast<unsigned long long>(g_at_limit));
   std::printf("CORS configurations accepted: %llu\n", static_cast<unsigned long long>(g_cors_ok));
   if (g_cors_ok == 0) failed = 1;
+  std::printf("lifecycle configurations accepted: %llu\n",
+              static_cast<unsigned long long>(g_lifecycle_ok));
+  if (g_lifecycle_ok == 0) failed = 1;
   return failed;
 }

@@ -77,7 +77,13 @@ def test_configuration_round_trips_through_aws_cli(fast, tmp_path):
     ({"ID": "glacier", "Filter": {"Prefix": ""}, "Status": "Enabled",
       "Transitions": [{"Days": 30, "StorageClass": "GLACIER"}]}, "NotImplemented"),
     ({"ID": "tags", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled",
-      "Expiration": {"Days": 1}}, "NotImplemented"),
+      "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}, "InvalidArgument"),
+    ({"ID": "sizes", "Filter": {"And": {"ObjectSizeGreaterThan": 10,
+                                        "ObjectSizeLessThan": 10}},
+      "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidArgument"),
+    ({"ID": "twice", "Filter": {"And": {"Tags": [{"Key": "k", "Value": "1"},
+                                                 {"Key": "k", "Value": "2"}]}},
+      "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidArgument"),
     ({"ID": "nothing", "Filter": {"Prefix": ""}, "Status": "Enabled",
       "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": -1}}, "InvalidArgument"),
 ])
@@ -133,6 +139,43 @@ def test_expiration_deletes_only_old_objects_under_the_prefix(fast):
     assert wait_for(lambda: keys(s3, name) == ["ckpt/step-3", "data/keep"]), keys(s3, name)
     assert s3.get_object(Bucket=name, Key="data/keep")["Body"].read() == b"not under the prefix"
     assert wait_for(lambda: keys(s3, name) == ["data/keep"]), keys(s3, name)
+
+
+def test_expiration_by_tags_and_sizes(fast):
+    s3 = fast.client()
+    name = "lctag-" + uuid.uuid4().hex[:12]
+    s3.create_bucket(Bucket=name)
+    rules = [
+        {"ID": "temp", "Filter": {"Tag": {"Key": "temp", "Value": "yes"}},
+         "Status": "Enabled", "Expiration": {"Days": 1}},
+        {"ID": "big-scratch", "Filter": {"And": {
+            "Prefix": "scratch/", "Tags": [{"Key": "stage", "Value": "raw"}],
+            "ObjectSizeGreaterThan": 1000}},
+         "Status": "Enabled", "Expiration": {"Days": 1}},
+        {"ID": "tiny", "Filter": {"ObjectSizeLessThan": 5}, "Status": "Enabled",
+         "Expiration": {"Days": 1}},
+    ]
+    s3.put_bucket_lifecycle_configuration(Bucket=name,
+                                          LifecycleConfiguration={"Rules": rules})
+    got = s3.get_bucket_lifecycle_configuration(Bucket=name)["Rules"]
+    assert [r["Filter"] for r in got] == [r["Filter"] for r in rules], got
+    s3.put_object(Bucket=name, Key="a/temp", Body=b"x" * 10, Tagging="temp=yes")
+    s3.put_object(Bucket=name, Key="a/kept", Body=b"x" * 10, Tagging="temp=no")
+    s3.put_object(Bucket=name, Key="scratch/big-raw", Body=b"x" * 2000,
+                  Tagging="stage=raw&owner=me")
+    s3.put_object(Bucket=name, Key="scratch/small-raw", Body=b"x" * 10, Tagging="stage=raw")
+    s3.put_object(Bucket=name, Key="scratch/big-clean", Body=b"x" * 2000,
+                  Tagging="stage=clean")
+    s3.put_object(Bucket=name, Key="other/big-raw", Body=b"x" * 2000, Tagging="stage=raw")
+    s3.put_object(Bucket=name, Key="b/tiny", Body=b"x")
+    # A tag set after the upload counts too.
+    s3.put_object(Bucket=name, Key="a/tagged-later", Body=b"x" * 10)
+    s3.put_object_tagging(Bucket=name, Key="a/tagged-later",
+                          Tagging={"TagSet": [{"Key": "temp", "Value": "yes"}]})
+    kept = ["a/kept", "other/big-raw", "scratch/big-clean", "scratch/small-raw"]
+    assert wait_for(lambda: keys(s3, name) == kept), keys(s3, name)
+    time.sleep(2 * DAY)  # more passes: nothing else goes
+    assert keys(s3, name) == kept
 
 
 def test_abort_incomplete_multipart_uploads_by_rule(fast):

@@ -69,6 +69,12 @@ struct LifecycleRule {
   std::optional<int64_t> expiration_date_unix;
   // AbortIncompleteMultipartUpload: abort uploads initiated this many days ago.
   std::optional<int64_t> abort_incomplete_days;
+  // The filter beyond the prefix (Filter/Tag, Filter/And, ObjectSize*): every tag here the
+  // object must carry with this value, and its size in bytes must be above / below these.
+  // Expiration only: S3 refuses them with AbortIncompleteMultipartUpload.
+  std::map<std::string, std::string> tags = {};
+  std::optional<uint64_t> size_greater_than = {};
+  std::optional<uint64_t> size_less_than = {};
   bool operator==(const LifecycleRule&) const = default;
 };
 

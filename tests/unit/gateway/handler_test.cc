@@ -1235,6 +1235,57 @@ TEST_CASE("Bucket lifecycle: duplicate, invalid name, not empty, missing bucket"
   CHECK(f.get("/bucket/obj").code == "NoSuchBucket");
 }
 
+TEST_CASE("Lifecycle filters: tags and sizes alone or in an And, read back as S3 writes them") {
+  GatewayFixture f;
+  f.createBucket();
+  auto putRules = [&](const std::string& rules) {
+    const std::string xml = "<LifecycleConfiguration>" + rules + "</LifecycleConfiguration>";
+    return f.send(makeRequest("PUT", "/bucket?lifecycle", {}, sha256Hex(xml)), xml);
+  };
+  const std::string expire = "<Status>Enabled</Status><Expiration><Days>3</Days></Expiration>";
+  Reply set = putRules(
+      "<Rule><ID>one-tag</ID><Filter><Tag><Key>temp</Key><Value>yes</Value></Tag></Filter>" +
+      expire + "</Rule><Rule><ID>and</ID><Filter><And><Prefix>tmp/</Prefix><Tag><Key>a</Key>"
+      "<Value>1</Value></Tag><Tag><Key>b</Key><Value>2</Value></Tag><ObjectSizeGreaterThan>"
+      "10</ObjectSizeGreaterThan><ObjectSizeLessThan>99</ObjectSizeLessThan></And></Filter>" +
+      expire + "</Rule><Rule><ID>size</ID><Filter><ObjectSizeLessThan>5</ObjectSizeLessThan>"
+      "</Filter>" + expire + "</Rule><Rule><ID>prefix-and</ID><Filter><And><Prefix>p/</Prefix>"
+      "</And></Filter>" + expire + "</Rule>");
+  REQUIRE(set.status == 200);
+  Reply got = f.get("/bucket?lifecycle");
+  CHECK(got.body.find("<ID>one-tag</ID><Filter><Tag><Key>temp</Key><Value>yes</Value></Tag>"
+                      "</Filter>") != std::string::npos);
+  CHECK(got.body.find("<ID>and</ID><Filter><And><Prefix>tmp/</Prefix><Tag><Key>a</Key>"
+                      "<Value>1</Value></Tag><Tag><Key>b</Key><Value>2</Value></Tag>"
+                      "<ObjectSizeGreaterThan>10</ObjectSizeGreaterThan><ObjectSizeLessThan>"
+                      "99</ObjectSizeLessThan></And></Filter>") != std::string::npos);
+  CHECK(got.body.find("<ID>size</ID><Filter><ObjectSizeLessThan>5</ObjectSizeLessThan>"
+                      "</Filter>") != std::string::npos);
+  CHECK(got.body.find("<ID>prefix-and</ID><Filter><Prefix>p/</Prefix></Filter>") !=
+        std::string::npos);
+  // Refused, and the rules stay.
+  for (const char* bad : {
+           "<Filter><Prefix>a</Prefix><Tag><Key>k</Key><Value>v</Value></Tag></Filter>",
+           "<Filter><And><And/></And></Filter>", "<Filter><Size>3</Size></Filter>",
+           "<Filter><Tag><Key>k</Key></Tag></Filter>"}) {
+    CAPTURE(bad);
+    CHECK(putRules(std::string("<Rule>") + bad + expire + "</Rule>").code == "MalformedXML");
+  }
+  for (const std::string& bad : {
+           "<Filter><ObjectSizeGreaterThan>-1</ObjectSizeGreaterThan></Filter>" + expire,
+           "<Filter><And><ObjectSizeGreaterThan>9</ObjectSizeGreaterThan><ObjectSizeLessThan>9"
+           "</ObjectSizeLessThan></And></Filter>" + expire,
+           "<Filter><And><Tag><Key>k</Key><Value>1</Value></Tag><Tag><Key>k</Key><Value>2"
+           "</Value></Tag></And></Filter>" + expire,
+           std::string("<Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter><Status>Enabled"
+                       "</Status><AbortIncompleteMultipartUpload><DaysAfterInitiation>1"
+                       "</DaysAfterInitiation></AbortIncompleteMultipartUpload>")}) {
+    CAPTURE(bad);
+    CHECK(putRules("<Rule>" + bad + "</Rule>").code == "InvalidArgument");
+  }
+  CHECK(f.get("/bucket?lifecycle").body == got.body);
+}
+
 TEST_CASE("Concurrent PUTs of one key leave exactly one complete version visible") {
   GatewayFixture f;
   f.createBucket();

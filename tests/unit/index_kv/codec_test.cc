@@ -228,11 +228,28 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   // The settings: public-read and lifecycle rules (every optional action, and none).
   b.public_read = true;
   b.lifecycle = {LifecycleRule{"logs", true, "logs/", 30, std::nullopt, 7},
-                 LifecycleRule{"old", false, "", std::nullopt, 1767225600, std::nullopt}};
+                 LifecycleRule{"old", false, "", std::nullopt, 1767225600, std::nullopt},
+                 LifecycleRule{"tagged", true, "tmp/", 1, std::nullopt, std::nullopt,
+                               {{"temp", "yes"}, {"stage", "raw"}}, 0, 1 << 20}};
   auto settings = decodeBucket(encodeBucket(b));
   REQUIRE(settings.has_value());
   CHECK(*settings == b);
   CHECK(settings->lifecycle[1].expiration_date_unix == 1767225600);
+  CHECK(settings->lifecycle[1].tags.empty());
+  CHECK(settings->lifecycle[2].size_greater_than == 0u);
+  CHECK(settings->lifecycle[2].tags.at("stage") == "raw");
+  CHECK(settings->lifecycle[2].enabled);
+  // What a gateway older than the filters sees of that rule: disabled, not prefix-only.
+  {
+    const nlohmann::json stored = nlohmann::json::from_cbor(encodeBucket(b));
+    CHECK(stored["lc"][2]["on"] == false);
+    CHECK(stored["lc"][2]["fe"] == true);
+    CHECK(stored["lc"][0]["on"] == true);
+    CHECK_FALSE(stored["lc"][0].contains("fe"));
+    b.lifecycle[2].enabled = false;
+    CHECK(decodeBucket(encodeBucket(b)).value().lifecycle[2].enabled == false);
+    b.lifecycle[2].enabled = true;
+  }
   // CORS rules: every list and the maximum age, and the fewest fields a rule can have.
   b.cors = {CorsRule{"web", {"https://*.example.com", "http://localhost:3000"},
                      {"GET", "PUT"}, {"*"}, {"ETag", "x-amz-request-id"}, 3000},
