@@ -246,10 +246,30 @@ Ask askOf(const S3Request& req, const OperationAction& a) {
   return ask;
 }
 
+// x-amz-expected-bucket-owner (and x-amz-source-expected-bucket-owner for a copy's
+// source): a request that names another owner than the bucket's is refused, whoever sends
+// it, so that a client never writes to or reads from a bucket it did not mean. The owner's
+// ID is what ListBuckets and GetBucketAcl show: the user's name, or the root user's access
+// key. A bucket that does not exist is the handler's to answer.
+Task<std::optional<S3Error>> expectedOwner(GatewayContext& ctx, const S3Request& req,
+                                           std::string_view bucket, std::string_view header) {
+  auto expected = req.header(header);
+  if (!expected || bucket.empty()) co_return std::nullopt;
+  auto info = co_await lookupBucket(ctx, bucket);
+  if (info && info->owner != *expected) co_return accessDenied();
+  co_return std::nullopt;
+}
+
 }  // namespace
 
 Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
                                               std::string_view op) {
+  if (op != "CreateBucket") {
+    if (auto denied = co_await expectedOwner(ctx, req, req.bucket,
+                                             "x-amz-expected-bucket-owner")) {
+      co_return denied;
+    }
+  }
   if (req.root) co_return std::nullopt;
   const bool anonymous = req.principal.empty();
   if (req.bucket.empty()) {
@@ -276,6 +296,10 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Reque
 
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view key) {
+  if (auto denied =
+          co_await expectedOwner(ctx, req, bucket, "x-amz-source-expected-bucket-owner")) {
+    co_return denied;
+  }
   const std::string resource = objectArn(bucket, key);
   co_return co_await bucketAccess(
       ctx, req, bucket, Ask{.action = "s3:GetObject", .resource = resource, .read_only = true});

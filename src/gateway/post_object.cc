@@ -347,10 +347,8 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   }
   auto put = putRequestOf(req, *form, key);
   if (!put) co_return errorResponse(put.error(), req, body);
-  if (!put->root) {
-    if (auto denied = co_await authorizeRequest(ctx, *put, "PutObject")) {
-      co_return errorResponse(*denied, req, body);
-    }
+  if (auto denied = co_await authorizeRequest(ctx, *put, "PutObject")) {
+    co_return errorResponse(*denied, req, body);
   }
 
   // The file: in memory if it ends within what is read ahead (what follows it is then

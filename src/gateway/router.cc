@@ -544,7 +544,9 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     co_return errorResponse(auth.error(), req);
   }
   Route route = routeOf(req);
-  if (!req.root) {
+  // (The root user may do anything, unless it names another bucket owner than the one it
+  // finds: only then is its request looked at.)
+  if (!req.root || req.header("x-amz-expected-bucket-owner")) {
     // A request Granary does not serve is still the owner's to be told so.
     std::string_view asked = route.handler != nullptr ? route.op : std::string_view();
     if (auto denied = co_await authorizeRequest(ctx, req, asked)) {

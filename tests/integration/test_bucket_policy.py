@@ -280,3 +280,29 @@ def test_anonymous_forms_where_the_policy_lets_anyone_write(server, s3):
                                                           "policy": "e30="},
                         files={"file": ("f.txt", b"x")}, timeout=30)
     assert res.status_code == 400 and "<Code>InvalidArgument</Code>" in res.text, res.text
+
+
+def test_expected_bucket_owner(server, s3):
+    owner = add_user(server, "exp-owner-" + uuid.uuid4().hex[:6])
+    mine = user_client(server, owner)
+    name = "expected-" + uuid.uuid4().hex[:8]
+    mine.create_bucket(Bucket=name)
+    mine.put_object(Bucket=name, Key="k", Body=b"v", ExpectedBucketOwner=owner["name"])
+    assert mine.get_object(Bucket=name, Key="k",
+                           ExpectedBucketOwner=owner["name"])["Body"].read() == b"v"
+    # Another owner named: refused, the root user's requests included, nothing written.
+    for client in (mine, s3):
+        denied(lambda: client.get_object(Bucket=name, Key="k", ExpectedBucketOwner="other"),
+               lambda: client.put_object(Bucket=name, Key="k2", Body=b"x",
+                                         ExpectedBucketOwner="other"),
+               lambda: client.list_objects_v2(Bucket=name, ExpectedBucketOwner="other"))
+    assert s3.get_object(Bucket=name, Key="k",
+                         ExpectedBucketOwner=owner["name"])["Body"].read() == b"v"
+    # A copy's source owner too.
+    mine.create_bucket(Bucket=name + "-copy")
+    denied(lambda: mine.copy_object(Bucket=name + "-copy", Key="c",
+                                    CopySource={"Bucket": name, "Key": "k"},
+                                    ExpectedSourceBucketOwner="other"))
+    mine.copy_object(Bucket=name + "-copy", Key="c", CopySource={"Bucket": name, "Key": "k"},
+                     ExpectedSourceBucketOwner=owner["name"])
+    assert [o["Key"] for o in mine.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
