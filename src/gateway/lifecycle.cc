@@ -79,8 +79,15 @@ Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t n
         if (!rule.tags.empty()) {
           // Tags are in the manifest, not the listing: read it for the objects left.
           auto m = index_.getObject(bucket.name, object.key);
-          if (!m && m.error().isNotFound()) continue;
-          if (!m) return m.error();
+          if (!m) {
+            // Gone meanwhile, or unreadable: kept, and the pass goes on (one bad manifest
+            // must not stop every later bucket's rules).
+            if (!m.error().isNotFound()) {
+              log::warn("lifecycle: {}/{} kept, its tags unreadable: {}", bucket.name,
+                        object.key, m.error().toString());
+            }
+            continue;
+          }
           if (m->version != object.version ||
               !std::all_of(rule.tags.begin(), rule.tags.end(), [&](const auto& tag) {
                 auto it = m->tags.find(tag.first);

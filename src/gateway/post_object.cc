@@ -28,6 +28,11 @@ constexpr size_t kMaxFormHead = 64 * 1024;
 constexpr size_t kMaxFormTail = 64 * 1024;
 constexpr size_t kReadSize = 16 * 1024;
 
+S3Error fieldsTooLarge() {
+  return {S3ErrorCode::kMaxPostPreDataLengthExceededError,
+          "Your POST request fields preceding the upload file were too large."};
+}
+
 S3Error notMultipart() {
   return {S3ErrorCode::kMalformedPOSTRequest,
           "The body of your POST request is not well-formed multipart/form-data."};
@@ -264,12 +269,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
       form = std::move(**head);
       break;
     }
-    if (buf.size() == kMaxFormHead) {
-      co_return errorResponse({S3ErrorCode::kMaxPostPreDataLengthExceededError,
-                               "Your POST request fields preceding the upload file were too "
-                               "large."},
-                              req, body);
-    }
+    if (buf.size() == kMaxFormHead) co_return errorResponse(fieldsTooLarge(), req, body);
     auto n = co_await body.read({chunk, std::min(sizeof chunk, kMaxFormHead - buf.size())});
     if (!n) co_return errorResponse(n.error(), req, body);
     buf.append(reinterpret_cast<const char*>(chunk), *n);
@@ -312,12 +312,27 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   }
 
   // ${filename} in any field the policy checks is the file's name: the policy checks, and
-  // the object gets, the values with it replaced.
+  // the object gets, the values with it replaced. The fields with it replaced stay within
+  // the form head's limit: a long file name times many ${filename} would otherwise make
+  // megabytes out of 64 KiB (before any access check, for an anonymous form).
+  constexpr std::string_view kFilename = "${filename}";
+  size_t expanded = 0;
+  for (const auto& [name, value] : form->fields) {
+    size_t uses = 0;
+    if (!unsignedFormField(name)) {
+      for (size_t at = value.find(kFilename); at != std::string::npos;
+           at = value.find(kFilename, at + kFilename.size())) {
+        ++uses;
+      }
+    }
+    expanded += name.size() + value.size() + uses * form->filename.size();
+  }
+  if (expanded > kMaxFormHead) co_return errorResponse(fieldsTooLarge(), req, body);
   for (auto& [name, value] : form->fields) {
     if (unsignedFormField(name)) continue;
-    for (size_t at = value.find("${filename}"); at != std::string::npos;
-         at = value.find("${filename}", at + form->filename.size())) {
-      value.replace(at, 11, form->filename);
+    for (size_t at = value.find(kFilename); at != std::string::npos;
+         at = value.find(kFilename, at + form->filename.size())) {
+      value.replace(at, kFilename.size(), form->filename);
     }
   }
   const auto key_field = form->field("key");

@@ -519,6 +519,9 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
     rule.prefix = text;
     return {};
   }
+  const auto invalidRequest = [](std::string message) {
+    return s3fail(S3ErrorCode::kInvalidRequest, std::move(message));
+  };
   if (name == "Tag") {
     if (!f.child("Key") || !f.child("Value")) return malformedXml();
     auto added = addTag(rule.tags, f.child("Key").text().as_string(),
@@ -530,8 +533,12 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
   if (name == "ObjectSizeGreaterThan" || name == "ObjectSizeLessThan") {
     uint64_t v = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-      return invalidArgument(std::string(name) + " must be a non-negative number of bytes");
+    // S3: sizes up to 5 TB; a "less than" of 0 would match nothing.
+    constexpr uint64_t kMaxSize = 5'000'000'000'000;
+    const uint64_t least = name == "ObjectSizeLessThan" ? 1 : 0;
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < least ||
+        v > kMaxSize) {
+      return invalidRequest(fmt::format("'{}' should be between {} and 5 TB", name, least));
     }
     (name == "ObjectSizeGreaterThan" ? rule.size_greater_than : rule.size_less_than) = v;
     return {};
@@ -571,14 +578,32 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
       if (only) return malformedXml();
       only = f;
     }
+    // Text where an element belongs (<Filter>logs/</Filter>) is no condition: refused,
+    // never taken for "every object".
+    const auto stray_text = [](pugi::xml_node n) {
+      for (pugi::xml_node c : n.children()) {
+        if (c.type() == pugi::node_pcdata || c.type() == pugi::node_cdata) {
+          const std::string_view t = c.value();
+          if (t.find_first_not_of(" \t\r\n") != std::string_view::npos) return true;
+        }
+      }
+      return false;
+    };
+    if (stray_text(filter)) return malformedXml();
     if (only && std::string_view(only.name()) == "And") {
+      if (stray_text(only)) return malformedXml();
+      std::set<std::string_view> seen;
       for (pugi::xml_node f : only.children()) {
         if (f.type() != pugi::node_element) continue;
-        if (std::string_view(f.name()) == "And") return malformedXml();
+        const std::string_view n = f.name();
+        // Each condition once (tags apart): a second Prefix must not widen the first.
+        if (n == "And" || (n != "Tag" && !seen.insert(n).second)) return malformedXml();
         if (auto added = addLifecycleFilter(rule, f); !added) {
           return std::unexpected(added.error());
         }
+        seen.insert(n);
       }
+      if (seen.empty()) return malformedXml();  // an empty And
     } else if (only) {
       if (auto added = addLifecycleFilter(rule, only); !added) {
         return std::unexpected(added.error());
@@ -586,7 +611,8 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
     }
     if (rule.size_greater_than && rule.size_less_than &&
         *rule.size_greater_than >= *rule.size_less_than) {
-      return invalidArgument("ObjectSizeGreaterThan must be less than ObjectSizeLessThan");
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "ObjectSizeGreaterThan must be less than ObjectSizeLessThan");
     }
   } else {
     rule.prefix = node.child("Prefix").text().as_string();
@@ -622,8 +648,10 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
   }
   if (rule.abort_incomplete_days &&
       (!rule.tags.empty() || rule.size_greater_than || rule.size_less_than)) {
-    return invalidArgument(
-        "AbortIncompleteMultipartUpload cannot be specified with Tags or object sizes");
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  rule.tags.empty()
+                      ? "AbortIncompleteMultipartUpload cannot be specified with Object Size."
+                      : "AbortIncompleteMultipartUpload cannot be specified with Tags.");
   }
   return rule;
 }

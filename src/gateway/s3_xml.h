@@ -130,14 +130,18 @@ std::string bucketAclXml(std::string_view owner_id, bool public_read);
 S3Result<bool> parseAccessControlPolicy(std::string_view body);
 
 inline constexpr size_t kMaxLifecycleRules = 1000;
-// <LifecycleConfiguration><Rule>...: Expiration (Days or Date) and
-// AbortIncompleteMultipartUpload actions, filtered by key prefix (Filter/Prefix or the
-// older Rule/Prefix). MalformedXML for bad XML, a missing or unknown Status, or no rules;
-// InvalidArgument for a non-positive Days, a Date that is not midnight UTC, a duplicate
-// ID or a rule without an action; NotImplemented for what the lifecycle job does not
-// apply (transitions, noncurrent versions, tag and size filters, delete markers).
 // Tags one lifecycle rule's filter may name.
 inline constexpr size_t kMaxLifecycleFilterTags = 10;
+// <LifecycleConfiguration><Rule>...: Expiration (Days or Date) and
+// AbortIncompleteMultipartUpload actions, filtered by key prefix (Filter/Prefix or the
+// older Rule/Prefix), and for Expiration by tags and object sizes (Filter/Tag,
+// Filter/ObjectSize*, Filter/And). MalformedXML for bad XML, a missing or unknown Status,
+// no rules, a Filter with two conditions outside an And, an empty And, a condition twice
+// in an And; InvalidArgument for a non-positive Days, a Date that is not midnight UTC, a
+// duplicate ID or tag key, or a rule without an action; InvalidRequest for sizes out of
+// range or order and tags or sizes beside AbortIncompleteMultipartUpload (S3's codes);
+// NotImplemented for what the lifecycle job does not apply (transitions, noncurrent
+// versions, delete markers).
 S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
     std::string_view body);
 std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>& rules);

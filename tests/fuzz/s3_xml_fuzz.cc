@@ -334,7 +334,7 @@ void rawCors(std::string_view in) {
 uint64_t g_lifecycle_ok = 0;  // lifecycle configurations accepted as given
 
 // A lifecycle configuration (PutBucketLifecycleConfiguration): refused with MalformedXML,
-// InvalidArgument, InvalidTag or NotImplemented only; an accepted one keeps S3's rules
+// InvalidArgument, InvalidRequest, InvalidTag or NotImplemented only; an accepted one keeps S3's rules
 // (an action in every rule, sizes in order, no tag or size filter beside an abort) and
 // parses back the same from lifecycleConfigurationXml.
 void rawLifecycle(std::string_view in) {
@@ -342,7 +342,8 @@ void rawLifecycle(std::string_view in) {
   if (!rules) {
     const S3ErrorCode code = rules.error().code;
     if (code != S3ErrorCode::kMalformedXML && code != S3ErrorCode::kInvalidArgument &&
-        code != S3ErrorCode::kInvalidTag && code != S3ErrorCode::kNotImplemented) {
+        code != S3ErrorCode::kInvalidRequest && code != S3ErrorCode::kInvalidTag &&
+        code != S3ErrorCode::kNotImplemented) {
       fail("a lifecycle refusal of an unexpected kind");
     }
     return;

@@ -306,3 +306,17 @@ def test_expected_bucket_owner(server, s3):
     mine.copy_object(Bucket=name + "-copy", Key="c", CopySource={"Bucket": name, "Key": "k"},
                      ExpectedSourceBucketOwner=owner["name"])
     assert [o["Key"] for o in mine.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
+
+
+def test_filename_expansion_is_bounded_before_any_access_check(server, s3):
+    # 2,000 ${filename} of a 30 KB file name would be 60 MB of fields: refused at once,
+    # for a bucket that takes no anonymous form anyway.
+    name = "expand-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=name)
+    res = requests.post(f"{server.endpoint}/{name}",
+                        data={"key": "k", "x-amz-meta-a": "${filename}" * 2000},
+                        files={"file": ("n" * 30000, b"x")}, timeout=30)
+    assert res.status_code == 400, res.text
+    assert "<Code>MaxPostPreDataLengthExceededError</Code>" in res.text
+    assert "KeyCount" in s3.list_objects_v2(Bucket=name) and \
+        s3.list_objects_v2(Bucket=name)["KeyCount"] == 0

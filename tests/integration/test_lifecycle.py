@@ -77,10 +77,12 @@ def test_configuration_round_trips_through_aws_cli(fast, tmp_path):
     ({"ID": "glacier", "Filter": {"Prefix": ""}, "Status": "Enabled",
       "Transitions": [{"Days": 30, "StorageClass": "GLACIER"}]}, "NotImplemented"),
     ({"ID": "tags", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled",
-      "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}, "InvalidArgument"),
+      "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}, "InvalidRequest"),
     ({"ID": "sizes", "Filter": {"And": {"ObjectSizeGreaterThan": 10,
                                         "ObjectSizeLessThan": 10}},
-      "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidArgument"),
+      "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidRequest"),
+    ({"ID": "zero", "Filter": {"ObjectSizeLessThan": 0}, "Status": "Enabled",
+      "Expiration": {"Days": 1}}, "InvalidRequest"),
     ({"ID": "twice", "Filter": {"And": {"Tags": [{"Key": "k", "Value": "1"},
                                                  {"Key": "k", "Value": "2"}]}},
       "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidArgument"),
@@ -168,11 +170,15 @@ def test_expiration_by_tags_and_sizes(fast):
                   Tagging="stage=clean")
     s3.put_object(Bucket=name, Key="other/big-raw", Body=b"x" * 2000, Tagging="stage=raw")
     s3.put_object(Bucket=name, Key="b/tiny", Body=b"x")
+    # Sizes are strict bounds: exactly 5 bytes is not under 5, exactly 1000 not over 1000.
+    s3.put_object(Bucket=name, Key="b/five", Body=b"x" * 5)
+    s3.put_object(Bucket=name, Key="scratch/raw-1000", Body=b"x" * 1000, Tagging="stage=raw")
     # A tag set after the upload counts too.
     s3.put_object(Bucket=name, Key="a/tagged-later", Body=b"x" * 10)
     s3.put_object_tagging(Bucket=name, Key="a/tagged-later",
                           Tagging={"TagSet": [{"Key": "temp", "Value": "yes"}]})
-    kept = ["a/kept", "other/big-raw", "scratch/big-clean", "scratch/small-raw"]
+    kept = ["a/kept", "b/five", "other/big-raw", "scratch/big-clean", "scratch/raw-1000",
+            "scratch/small-raw"]
     assert wait_for(lambda: keys(s3, name) == kept), keys(s3, name)
     time.sleep(2 * DAY)  # more passes: nothing else goes
     assert keys(s3, name) == kept

@@ -1267,22 +1267,30 @@ TEST_CASE("Lifecycle filters: tags and sizes alone or in an And, read back as S3
   for (const char* bad : {
            "<Filter><Prefix>a</Prefix><Tag><Key>k</Key><Value>v</Value></Tag></Filter>",
            "<Filter><And><And/></And></Filter>", "<Filter><Size>3</Size></Filter>",
-           "<Filter><Tag><Key>k</Key></Tag></Filter>"}) {
+           "<Filter><Tag><Key>k</Key></Tag></Filter>",
+           // Nothing that would widen a rule to the whole bucket by mistake:
+           "<Filter><And><Prefix>keep/x/</Prefix><Prefix></Prefix></And></Filter>",
+           "<Filter><And></And></Filter>", "<Filter>logs/</Filter>",
+           "<Filter><And>logs/<Prefix>a</Prefix></And></Filter>",
+           "<Filter><And><ObjectSizeLessThan>5</ObjectSizeLessThan><ObjectSizeLessThan>9"
+           "</ObjectSizeLessThan></And></Filter>"}) {
     CAPTURE(bad);
     CHECK(putRules(std::string("<Rule>") + bad + expire + "</Rule>").code == "MalformedXML");
   }
   for (const std::string& bad : {
            "<Filter><ObjectSizeGreaterThan>-1</ObjectSizeGreaterThan></Filter>" + expire,
+           "<Filter><ObjectSizeLessThan>0</ObjectSizeLessThan></Filter>" + expire,
            "<Filter><And><ObjectSizeGreaterThan>9</ObjectSizeGreaterThan><ObjectSizeLessThan>9"
            "</ObjectSizeLessThan></And></Filter>" + expire,
-           "<Filter><And><Tag><Key>k</Key><Value>1</Value></Tag><Tag><Key>k</Key><Value>2"
-           "</Value></Tag></And></Filter>" + expire,
            std::string("<Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter><Status>Enabled"
                        "</Status><AbortIncompleteMultipartUpload><DaysAfterInitiation>1"
                        "</DaysAfterInitiation></AbortIncompleteMultipartUpload>")}) {
     CAPTURE(bad);
-    CHECK(putRules("<Rule>" + bad + "</Rule>").code == "InvalidArgument");
+    CHECK(putRules("<Rule>" + bad + "</Rule>").code == "InvalidRequest");
   }
+  CHECK(putRules("<Rule><Filter><And><Tag><Key>k</Key><Value>1</Value></Tag><Tag><Key>k</Key>"
+                 "<Value>2</Value></Tag></And></Filter>" + expire + "</Rule>")
+            .code == "InvalidArgument");
   CHECK(f.get("/bucket?lifecycle").body == got.body);
 }
 
