@@ -76,10 +76,7 @@ std::optional<std::vector<uint8_t>> addressBytes(std::string_view text) {
 }
 
 // "203.0.113.0/24", "2001:db8::/32" or a single address: its bytes and prefix length.
-struct Network {
-  std::vector<uint8_t> bytes;
-  size_t prefix_bits = 0;
-};
+using Network = PolicyNetwork;
 std::optional<Network> parseNetwork(std::string_view text) {
   const size_t slash = text.find('/');
   auto bytes = addressBytes(text.substr(0, slash));
@@ -153,10 +150,7 @@ bool valueMatches(std::string_view op, std::string_view pattern, std::string_vie
     return asciiLower(pattern) == asciiLower(value);
   }
   if (op == "stringlike" || op == "stringnotlike") return policyWildcardMatch(pattern, value);
-  if (op == "bool") return asciiLower(pattern) == value;
-  // ipaddress / notipaddress: checked when the policy was set.
-  auto n = parseNetwork(pattern);
-  return n && inNetwork(*n, value);
+  return op == "bool" && asciiLower(pattern) == value;
 }
 
 bool anyMatch(const std::vector<std::string>& patterns, std::string_view text) {
@@ -201,6 +195,84 @@ std::string objectArn(std::string_view bucket, std::string_view key) {
   arn += '/';
   arn += key;
   return arn;
+}
+
+S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
+  if (value == "*") {
+    st.everyone = true;
+    return {};
+  }
+  if (!value.is_object() || value.empty()) return malformed("Invalid principal in policy");
+  for (const auto& [kind, who] : value.items()) {
+    if (kind != "AWS") {
+      return unsupported(fmt::format("Principals of type {} are not supported", kind));
+    }
+    auto names = stringList(who, "Principal");
+    if (!names) return std::unexpected(names.error());
+    for (const std::string& n : *names) {
+      // arn:aws:iam::<account>:user/<name>: Granary's users have no accounts.
+      constexpr std::string_view kIam = "arn:aws:iam::";
+      const size_t user = n.find(":user/");
+      // No wildcards but the whole "*": S3 refuses them in principals.
+      const bool wild = n.find_first_of("*?") != std::string::npos;
+      if (n == "*") {
+        st.everyone = true;
+      } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
+                 n.find(':', kIam.size()) == user && user + 6 < n.size()) {
+        st.users.push_back(n.substr(user + 6));
+      } else {
+        return malformed("Invalid principal in policy");
+      }
+    }
+  }
+  return {};
+}
+
+S3Result<void> BucketPolicy::parseConditions(const Json& value, Statement& st) {
+  if (!value.is_object()) return malformed("Condition must be an object");
+  for (const auto& [op_name, keys] : value.items()) {
+    if (op_name.find(':') != std::string::npos) {
+      return unsupported(fmt::format("Condition set operators are not supported: {}", op_name));
+    }
+    std::string op = asciiLower(op_name);
+    const bool if_exists = op.ends_with("ifexists") && op != "null";
+    if (if_exists) op.resize(op.size() - 8);
+    const bool ip_op = op == "ipaddress" || op == "notipaddress";
+    if (!contains(kStringOps, op) && op != "bool" && op != "null" && !ip_op) {
+      return unsupported(fmt::format("Condition operator {} is not supported", op_name));
+    }
+    if (!keys.is_object() || keys.empty()) {
+      return malformed(fmt::format("Condition operator {} needs keys", op_name));
+    }
+    for (const auto& [key_name, values] : keys.items()) {
+      Condition c{op, if_exists, asciiLower(key_name), {}, {}};
+      if (!contains(kConditionKeys, c.key)) {
+        return unsupported(fmt::format("Condition key {} is not supported", key_name));
+      }
+      if ((c.key == "aws:sourceip") != ip_op && op != "null") {
+        return malformed(fmt::format("Invalid Condition type for key {}", key_name));
+      }
+      auto v = conditionValues(values);
+      if (!v) return std::unexpected(v.error());
+      for (const std::string& text : *v) {
+        if (text.find("${") != std::string::npos) {
+          return unsupported("Policy variables are not supported");
+        }
+        if (ip_op) {
+          // Parsed once here, not on every request the condition is asked about.
+          auto network = parseNetwork(text);
+          if (!network) return malformed(fmt::format("Invalid IP address: {}", text));
+          c.networks.push_back(std::move(*network));
+        }
+        if ((op == "bool" || op == "null") && text != "true" && text != "false") {
+          return malformed(fmt::format("Invalid boolean value: {}", text));
+        }
+      }
+      c.values = std::move(*v);
+      st.conditions.push_back(std::move(c));
+    }
+  }
+  return {};
 }
 
 S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_view bucket) {
@@ -250,33 +322,7 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
         effect = true;
       } else if (name == "Principal") {
         principal = true;
-        if (value == "*") {
-          st.everyone = true;
-          continue;
-        }
-        if (!value.is_object() || value.empty()) return malformed("Invalid principal in policy");
-        for (const auto& [kind, who] : value.items()) {
-          if (kind != "AWS") {
-            return unsupported(fmt::format("Principals of type {} are not supported", kind));
-          }
-          auto names = stringList(who, "Principal");
-          if (!names) return std::unexpected(names.error());
-          for (const std::string& n : *names) {
-            // arn:aws:iam::<account>:user/<name>: Granary's users have no accounts.
-            constexpr std::string_view kIam = "arn:aws:iam::";
-            const size_t user = n.find(":user/");
-            // No wildcards but the whole "*": S3 refuses them in principals.
-            const bool wild = n.find_first_of("*?") != std::string::npos;
-            if (n == "*") {
-              st.everyone = true;
-            } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
-                       n.find(':', kIam.size()) == user && user + 6 < n.size()) {
-              st.users.push_back(n.substr(user + 6));
-            } else {
-              return malformed("Invalid principal in policy");
-            }
-          }
-        }
+        if (auto ok = parsePrincipal(value, st); !ok) return std::unexpected(ok.error());
       } else if (name == "NotPrincipal") {
         return unsupported("NotPrincipal is not supported");
       } else if (name == "Action" || name == "NotAction") {
@@ -308,47 +354,7 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
           st.resources.push_back(r);
         }
       } else if (name == "Condition") {
-        if (!value.is_object()) return malformed("Condition must be an object");
-        for (const auto& [op_name, keys] : value.items()) {
-          if (op_name.find(':') != std::string::npos) {
-            return unsupported(
-                fmt::format("Condition set operators are not supported: {}", op_name));
-          }
-          std::string op = asciiLower(op_name);
-          const bool if_exists = op.ends_with("ifexists") && op != "null";
-          if (if_exists) op.resize(op.size() - 8);
-          const bool ip_op = op == "ipaddress" || op == "notipaddress";
-          if (!contains(kStringOps, op) && op != "bool" && op != "null" && !ip_op) {
-            return unsupported(fmt::format("Condition operator {} is not supported", op_name));
-          }
-          if (!keys.is_object() || keys.empty()) {
-            return malformed(fmt::format("Condition operator {} needs keys", op_name));
-          }
-          for (const auto& [key_name, values] : keys.items()) {
-            Condition c{op, if_exists, asciiLower(key_name), {}};
-            if (!contains(kConditionKeys, c.key)) {
-              return unsupported(fmt::format("Condition key {} is not supported", key_name));
-            }
-            if ((c.key == "aws:sourceip") != ip_op && op != "null") {
-              return malformed(fmt::format("Invalid Condition type for key {}", key_name));
-            }
-            auto v = conditionValues(values);
-            if (!v) return std::unexpected(v.error());
-            for (const std::string& s : *v) {
-              if (s.find("${") != std::string::npos) {
-                return unsupported("Policy variables are not supported");
-              }
-              if (ip_op && !parseNetwork(s)) {
-                return malformed(fmt::format("Invalid IP address: {}", s));
-              }
-              if ((op == "bool" || op == "null") && s != "true" && s != "false") {
-                return malformed(fmt::format("Invalid boolean value: {}", s));
-              }
-            }
-            c.values = std::move(*v);
-            st.conditions.push_back(std::move(c));
-          }
-        }
+        if (auto ok = parseConditions(value, st); !ok) return std::unexpected(ok.error());
       } else {
         return malformed(fmt::format("Statement has an unknown field: {}", name));
       }
@@ -362,14 +368,15 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
   return policy;
 }
 
-bool BucketPolicy::applies(const Statement& s, const PolicyQuery& q) const {
+bool BucketPolicy::applies(const Statement& s, const PolicyQuery& q,
+                           std::string_view action) const {
   if (!s.everyone) {
     if (q.principal.empty() ||
         std::find(s.users.begin(), s.users.end(), q.principal) == s.users.end()) {
       return false;
     }
   }
-  if (anyMatch(s.actions, asciiLower(q.action)) == s.not_action) return false;
+  if (anyMatch(s.actions, action) == s.not_action) return false;
   if (!resourceMatches(s, q)) return false;
   return std::all_of(s.conditions.begin(), s.conditions.end(), [&](const Condition& c) {
     std::optional<std::string_view> value = keyValue(c.key, q);
@@ -381,9 +388,12 @@ bool BucketPolicy::applies(const Statement& s, const PolicyQuery& q) const {
     // statement grant, and always lets one deny: AWS would treat NotIpAddress as true.
     if (!value && c.key == "aws:sourceip") return !s.allow;
     if (!value) return c.if_exists || isNegated(c.op);
-    const bool match = std::any_of(c.values.begin(), c.values.end(), [&](const std::string& v) {
-      return valueMatches(c.op, v, *value);
-    });
+    const bool match =
+        c.networks.empty()
+            ? std::any_of(c.values.begin(), c.values.end(),
+                          [&](const std::string& v) { return valueMatches(c.op, v, *value); })
+            : std::any_of(c.networks.begin(), c.networks.end(),
+                          [&](const Network& n) { return inNetwork(n, *value); });
     return match != isNegated(c.op);
   });
 }
@@ -402,8 +412,9 @@ bool BucketPolicy::resourceMatches(const Statement& s, const PolicyQuery& q) con
 
 PolicyEffect BucketPolicy::evaluate(const PolicyQuery& q) const {
   PolicyEffect effect = PolicyEffect::kNone;
+  const std::string action = asciiLower(q.action);
   for (const Statement& s : statements_) {
-    if (!applies(s, q)) continue;
+    if (!applies(s, q, action)) continue;
     if (!s.allow) return PolicyEffect::kDeny;
     effect = PolicyEffect::kAllow;
   }

@@ -9,6 +9,9 @@
 // set, never stored and ignored: a Deny that cannot be evaluated must not pass silently.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +42,13 @@ struct PolicyQuery {
 
 enum class PolicyEffect { kNone, kAllow, kDeny };
 
+// An IpAddress condition's network: an address's bytes (4 or 16) and how many lead bits
+// a client's address must share with them.
+struct PolicyNetwork {
+  std::vector<uint8_t> bytes;
+  size_t prefix_bits = 0;
+};
+
 // S3's limit on a bucket policy document.
 inline constexpr size_t kMaxBucketPolicyBytes = 20 * 1024;
 
@@ -63,6 +73,7 @@ class BucketPolicy {
     bool if_exists = false;
     std::string key;  // lower case: "aws:sourceip"
     std::vector<std::string> values;
+    std::vector<PolicyNetwork> networks;  // IpAddress / NotIpAddress: `values` parsed
   };
   struct Statement {
     bool allow = false;
@@ -74,7 +85,10 @@ class BucketPolicy {
     std::vector<std::string> resources;  // patterns
     std::vector<Condition> conditions;
   };
-  bool applies(const Statement& s, const PolicyQuery& q) const;
+  static S3Result<void> parsePrincipal(const nlohmann::json& value, Statement& st);
+  static S3Result<void> parseConditions(const nlohmann::json& value, Statement& st);
+  // `action`: q.action in lower case, as the statements hold actions.
+  bool applies(const Statement& s, const PolicyQuery& q, std::string_view action) const;
   bool resourceMatches(const Statement& s, const PolicyQuery& q) const;
 
   std::string bucket_arn_;

@@ -316,24 +316,24 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   // the form head's limit: a long file name times many ${filename} would otherwise make
   // megabytes out of 64 KiB (before any access check, for an anonymous form).
   constexpr std::string_view kFilename = "${filename}";
-  size_t expanded = 0;
-  for (const auto& [name, value] : form->fields) {
-    size_t uses = 0;
-    if (!unsignedFormField(name)) {
-      for (size_t at = value.find(kFilename); at != std::string::npos;
-           at = value.find(kFilename, at + kFilename.size())) {
-        ++uses;
-      }
-    }
-    expanded += name.size() + value.size() + uses * form->filename.size();
-  }
-  if (expanded > kMaxFormHead) co_return errorResponse(fieldsTooLarge(), req, body);
+  size_t fields_size = 0;
   for (auto& [name, value] : form->fields) {
-    if (unsignedFormField(name)) continue;
-    for (size_t at = value.find(kFilename); at != std::string::npos;
-         at = value.find(kFilename, at + form->filename.size())) {
-      value.replace(at, kFilename.size(), form->filename);
+    if (!unsignedFormField(name) && value.find(kFilename) != std::string::npos) {
+      std::string replaced;
+      for (size_t from = 0;;) {
+        const size_t at = value.find(kFilename, from);
+        replaced.append(value, from, at == std::string::npos ? std::string::npos : at - from);
+        if (at == std::string::npos) break;
+        if (fields_size + replaced.size() + form->filename.size() > kMaxFormHead) {
+          co_return errorResponse(fieldsTooLarge(), req, body);
+        }
+        replaced += form->filename;
+        from = at + kFilename.size();
+      }
+      value = std::move(replaced);
     }
+    fields_size += name.size() + value.size();
+    if (fields_size > kMaxFormHead) co_return errorResponse(fieldsTooLarge(), req, body);
   }
   const auto key_field = form->field("key");
   if (!key_field) {

@@ -597,11 +597,10 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
         if (f.type() != pugi::node_element) continue;
         const std::string_view n = f.name();
         // Each condition once (tags apart): a second Prefix must not widen the first.
-        if (n == "And" || (n != "Tag" && !seen.insert(n).second)) return malformedXml();
+        if (n == "And" || (!seen.insert(n).second && n != "Tag")) return malformedXml();
         if (auto added = addLifecycleFilter(rule, f); !added) {
           return std::unexpected(added.error());
         }
-        seen.insert(n);
       }
       if (seen.empty()) return malformedXml();  // an empty And
     } else if (only) {

@@ -22,6 +22,19 @@ def denied(*calls):
         assert error_code(e) == "AccessDenied"
 
 
+def user_with_client(server, prefix):
+    user = add_user(server, f"{prefix}-" + uuid.uuid4().hex[:6])
+    return user, user_client(server, user)
+
+
+def owned_bucket(server, prefix):
+    """A new user and a bucket of its own: (the user, its client, the bucket's name)."""
+    user, client = user_with_client(server, prefix + "-owner")
+    name = f"{prefix}-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=name)
+    return user, client, name
+
+
 def download_policy(bucket):
     """What `mc anonymous set download` writes: anyone lists and reads."""
     return {"Version": "2012-10-17", "Statement": [
@@ -88,12 +101,9 @@ def test_aws_cli_and_boto3_set_read_and_delete_a_policy(granary_bin, tmp_data, t
 
 
 def test_download_policy_lets_anyone_list_and_read_nothing_more(server, s3):
-    owner = add_user(server, "dl-owner-" + uuid.uuid4().hex[:6])
-    other = add_user(server, "dl-other-" + uuid.uuid4().hex[:6])
-    mine, theirs, anon = user_client(server, owner), user_client(server, other), \
-        botocore_unsigned(server)
-    name = "download-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    _, mine, name = owned_bucket(server, "download")
+    _, theirs = user_with_client(server, "dl-other")
+    anon = botocore_unsigned(server)
     mine.put_object(Bucket=name, Key="shard-000.tar", Body=b"tar bytes")
     denied(lambda: anon.get_object(Bucket=name, Key="shard-000.tar"))
     mine.put_bucket_policy(Bucket=name, Policy=json.dumps(download_policy(name)))
@@ -116,11 +126,8 @@ def test_download_policy_lets_anyone_list_and_read_nothing_more(server, s3):
 
 
 def test_a_user_gets_a_prefix_and_deny_wins(server):
-    owner = add_user(server, "pfx-owner-" + uuid.uuid4().hex[:6])
-    bob = add_user(server, "pfx-bob-" + uuid.uuid4().hex[:6])
-    mine, his = user_client(server, owner), user_client(server, bob)
-    name = "prefix-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    _, mine, name = owned_bucket(server, "prefix")
+    bob, his = user_with_client(server, "pfx-bob")
     mine.put_object(Bucket=name, Key="owner/secret", Body=b"s")
     policy = {"Version": "2012-10-17", "Statement": [
         {"Sid": "BobsPrefix", "Effect": "Allow",
@@ -168,10 +175,8 @@ def test_a_user_gets_a_prefix_and_deny_wins(server):
 
 
 def test_source_address_conditions(server):
-    owner = add_user(server, "ip-owner-" + uuid.uuid4().hex[:6])
-    mine, anon = user_client(server, owner), botocore_unsigned(server)
-    name = "addresses-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    _, mine, name = owned_bucket(server, "addresses")
+    anon = botocore_unsigned(server)
     mine.put_object(Bucket=name, Key="k", Body=b"v")
 
     def allow_reads_from(network):
@@ -196,11 +201,8 @@ def test_source_address_conditions(server):
 
 
 def test_policy_operations_stay_the_owners_whatever_it_grants(server):
-    owner = add_user(server, "own-owner-" + uuid.uuid4().hex[:6])
-    other = add_user(server, "own-other-" + uuid.uuid4().hex[:6])
-    mine, theirs = user_client(server, owner), user_client(server, other)
-    name = "everything-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    _, mine, name = owned_bucket(server, "everything")
+    _, theirs = user_with_client(server, "own-other")
     everything = json.dumps({"Statement": [
         {"Effect": "Allow", "Principal": "*", "Action": "s3:*",
          "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]}]})
@@ -218,11 +220,8 @@ def test_policy_operations_stay_the_owners_whatever_it_grants(server):
 
 
 def test_form_uploads_are_judged_with_the_clients_address(server):
-    owner = add_user(server, "form-owner-" + uuid.uuid4().hex[:6])
-    bob = add_user(server, "form-bob-" + uuid.uuid4().hex[:6])
-    mine, his = user_client(server, owner), user_client(server, bob)
-    name = "form-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    _, mine, name = owned_bucket(server, "form")
+    bob, his = user_with_client(server, "form-bob")
 
     def allow_bob_from(network):
         mine.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
@@ -283,10 +282,7 @@ def test_anonymous_forms_where_the_policy_lets_anyone_write(server, s3):
 
 
 def test_expected_bucket_owner(server, s3):
-    owner = add_user(server, "exp-owner-" + uuid.uuid4().hex[:6])
-    mine = user_client(server, owner)
-    name = "expected-" + uuid.uuid4().hex[:8]
-    mine.create_bucket(Bucket=name)
+    owner, mine, name = owned_bucket(server, "expected")
     mine.put_object(Bucket=name, Key="k", Body=b"v", ExpectedBucketOwner=owner["name"])
     assert mine.get_object(Bucket=name, Key="k",
                            ExpectedBucketOwner=owner["name"])["Body"].read() == b"v"
