@@ -96,8 +96,11 @@ Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t n
             continue;
           }
         }
-        auto deleted = index_.deleteObject(bucket.name, object.key,
-                                           index_kv::Precondition::mustMatch(object.version));
+        if (options_.before_expire) options_.before_expire(bucket.name, object.key);
+        // Conditional on the version seen and on the rule's tags: an object overwritten, or
+        // whose matching tag was removed, since it was read here is kept.
+        auto deleted = index_.deleteObject(
+            bucket.name, object.key, index_kv::Precondition::mustMatch(object.version, rule.tags));
         if (deleted) {
           ++stats.objects_expired;
         } else if (deleted.error().code() != Status::Code::kPreconditionFailed &&

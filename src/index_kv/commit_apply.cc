@@ -303,13 +303,31 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
     case Precondition::Kind::kMustNotExist:
       if (current->has_value()) return fail(Status::preconditionFailed("key exists"));
       break;
-    case Precondition::Kind::kMustMatch:
-      if (!current->has_value() || **current != req.pre.version) {
-        return fail(Status::preconditionFailed("key's current version does not match"));
-      }
+    case Precondition::Kind::kMustMatch: {
+      Status st = checkMatch(*current, req.pre);
+      if (!st.isOk()) return fail(st);
       break;
+    }
   }
   return current;
+}
+
+Status BatchBuilder::checkMatch(const std::optional<VersionId>& current,
+                                const Precondition& pre) {
+  if (!current.has_value() || *current != pre.version) {
+    return Status::preconditionFailed("key's current version does not match");
+  }
+  if (pre.tags.empty()) return Status::ok();
+  auto manifest = loadManifest(*current);
+  if (!manifest) return manifest.error();
+  if (!manifest->has_value()) return Status::preconditionFailed("key's manifest is gone");
+  for (const auto& [name, value] : pre.tags) {
+    auto it = (*manifest)->tags.find(name);
+    if (it == (*manifest)->tags.end() || it->second != value) {
+      return Status::preconditionFailed("key's tags do not match");
+    }
+  }
+  return Status::ok();
 }
 
 Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
@@ -368,9 +386,9 @@ Status BatchBuilder::deleteObject(CommitRequest& req) {
   const std::string okey = objectKey(req.bucket, req.key);
   auto current = currentVersion(okey);
   if (!current) return current.error();
-  if (req.pre.kind == Precondition::Kind::kMustMatch &&
-      (!current->has_value() || **current != req.pre.version)) {
-    return Status::preconditionFailed("key's current version does not match");
+  if (req.pre.kind == Precondition::Kind::kMustMatch) {
+    Status st = checkMatch(*current, req.pre);
+    if (!st.isOk()) return st;
   }
   if (!current->has_value()) return Status::ok();  // S3: deleting a missing key succeeds
   auto retired = retire(**current, nullptr);

@@ -138,6 +138,10 @@ class BatchBuilder {
   Status stagePut(CommitRequest& req, const std::string& object_key,
                   const std::optional<VersionId>& current);
 
+  // A kMustMatch precondition against the key's current version: the version, then the
+  // tags it requires (read from the manifest, this batch's writes included).
+  Status checkMatch(const std::optional<VersionId>& current, const Precondition& pre);
+
   Result<bool> bucketExists(const std::string& bucket);
   // The bucket's value (nullopt: no such bucket), this batch's writes included.
   Result<std::optional<std::string>> bucketValue(const std::string& bucket);

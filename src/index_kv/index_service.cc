@@ -77,15 +77,29 @@ auto unlist(const Json& j) {
   return out;
 }
 
+// Tags as [[name, value], ...] of byte strings, sent only when there are any: an index
+// service older than the field ignores it (then only the version is checked).
 Json toJson(const Precondition& p) {
-  return {{"kind", static_cast<int>(p.kind)}, {"version", ver(p.version)}};
+  Json j = {{"kind", static_cast<int>(p.kind)}, {"version", ver(p.version)}};
+  if (!p.tags.empty()) {
+    Json tags = Json::array();
+    for (const auto& [name, value] : p.tags) {
+      tags.push_back(Json::array({bytes(name), bytes(value)}));
+    }
+    j["tags"] = std::move(tags);
+  }
+  return j;
 }
 Precondition preconditionFrom(const Json& j) {
   int kind = j.at("kind").get<int>();
   if (kind < 0 || kind > static_cast<int>(Precondition::Kind::kMustMatch)) {
     throw WireError("bad precondition kind");
   }
-  return {static_cast<Precondition::Kind>(kind), unver(j.at("version"))};
+  Precondition p{static_cast<Precondition::Kind>(kind), unver(j.at("version"))};
+  if (auto it = j.find("tags"); it != j.end()) {
+    for (const Json& tag : *it) p.tags.emplace(unbytes(tag.at(0)), unbytes(tag.at(1)));
+  }
+  return p;
 }
 
 struct SummaryCodec {

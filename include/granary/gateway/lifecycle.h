@@ -1,8 +1,9 @@
 // LifecycleJob: applies buckets' lifecycle configurations (PutBucketLifecycleConfiguration)
 // in the background, as S3 does once a day:
 //  - Expiration: deletes the objects under a rule's prefix whose last modification is at
-//    least `Days` old (or every one of them from the rule's `Date` on). The delete is
-//    conditional on the version the job saw, so an object overwritten meanwhile is kept.
+//    least `Days` old (or every one of them from the rule's `Date` on), filtered by the
+//    rule's tags and sizes. The delete is conditional on the version the job saw and on
+//    the rule's tags, so an object overwritten, or untagged, meanwhile is kept.
 //    Their blobs go through the GC queue like any delete.
 //  - AbortIncompleteMultipartUpload: aborts uploads under a rule's prefix initiated at
 //    least `DaysAfterInitiation` ago; and, for every bucket, uploads older than
@@ -14,7 +15,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <string>
 
 #include "granary/common/periodic_thread.h"
 #include "granary/common/status.h"
@@ -33,6 +36,9 @@ struct LifecycleOptions {
   std::chrono::seconds interval{3600};
   int64_t day_seconds = 86400;  // the length of a lifecycle "day" (tests shorten it)
   std::chrono::seconds multipart_max_age{7 * 86400};  // 0: no backstop
+  // Fault injection for tests: called once the job has chosen an object to expire, just
+  // before its conditional delete (a test changes the object there). Unset in production.
+  std::function<void(const std::string& bucket, const std::string& key)> before_expire = {};
 };
 
 struct LifecycleStats {

@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "granary/common/ids.h"
@@ -280,9 +281,16 @@ struct ListResult {
 struct Precondition {
   enum class Kind { kNone, kMustNotExist, kMustMatch } kind = Kind::kNone;
   VersionId version;  // for kMustMatch
+  // kMustMatch only: the current version must also carry each of these tags with this
+  // value (checked with the version, in the same batch). The lifecycle job's tag rules
+  // delete on it: a tag change keeps the version, so the version alone cannot tell that
+  // the tag the rule matched was removed meanwhile.
+  std::map<std::string, std::string> tags = {};
   static Precondition none() { return {}; }
   static Precondition mustNotExist() { return {Kind::kMustNotExist, {}}; }
-  static Precondition mustMatch(VersionId v) { return {Kind::kMustMatch, v}; }
+  static Precondition mustMatch(VersionId v, std::map<std::string, std::string> tags = {}) {
+    return {Kind::kMustMatch, v, std::move(tags)};
+  }
 };
 
 struct BlobRef {

@@ -266,6 +266,44 @@ TEST_CASE("mustMatch commits only when the key's current version matches") {
         Code::kPreconditionFailed);
 }
 
+TEST_CASE("mustMatch with tags deletes only while the current version carries them") {
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("x");
+  m.tags = {{"stage", "raw"}, {"team", "a"}};
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  const auto pre = Precondition::mustMatch(m.version, {{"stage", "raw"}});
+  // The tag's value changed, then the tag removed: the version stays, the delete does not.
+  Manifest cooked = m;
+  cooked.tags["stage"] = "cooked";
+  REQUIRE(f.index->updateObjectTags("b", "k", m, cooked).isOk());
+  CHECK(f.index->deleteObject("b", "k", pre).error().code() == Code::kPreconditionFailed);
+  Manifest untagged = cooked;
+  untagged.tags.erase("stage");
+  REQUIRE(f.index->updateObjectTags("b", "k", cooked, untagged).isOk());
+  CHECK(f.index->deleteObject("b", "k", pre).error().code() == Code::kPreconditionFailed);
+  CHECK(f.index->getObject("b", "k")->version == m.version);
+  // Back again (a tag the precondition does not name may differ): deleted.
+  Manifest back = untagged;
+  back.tags = {{"stage", "raw"}, {"team", "b"}};
+  REQUIRE(f.index->updateObjectTags("b", "k", untagged, back).isOk());
+  CHECK(f.index->deleteObject("b", "k", Precondition::mustMatch(m.version, {{"team", "a"}}))
+            .error()
+            .code() == Code::kPreconditionFailed);
+  auto del = f.index->deleteObject("b", "k", pre);
+  REQUIRE(del.has_value());
+  CHECK(del->value() == m.version);
+  CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
+  // On a put, too: the overwrite needs the tags as well as the version.
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
+  Manifest next = f.inlineManifest("y");
+  CHECK(f.index->putObject("b", "k", next, Precondition::mustMatch(m.version, {{"team", "b"}}))
+            .error()
+            .code() == Code::kPreconditionFailed);
+  CHECK(f.index->putObject("b", "k", next, Precondition::mustMatch(m.version, {{"team", "a"}}))
+            .has_value());
+}
+
 // ---- GC queue ------------------------------------------------------------------------
 
 TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
