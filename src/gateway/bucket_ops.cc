@@ -10,6 +10,8 @@
 #include "granary/index_kv/index.h"
 #include "handlers.h"
 #include "bucket_policy.h"
+#include "checksum.h"
+#include "digest.h"
 #include "s3_xml.h"
 #include "xml_writer.h"
 
@@ -54,8 +56,17 @@ bool validBucketName(std::string_view name) {
 
 }  // namespace
 
-Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body,
-                                          size_t limit) {
+Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
+                                          ChecksumHeaderOf checksum_of) {
+  // The headers are checked before the body is read: a malformed one needs no body.
+  auto md5 = requestedContentMd5(req);
+  if (!md5) co_return std::unexpected(md5.error());
+  std::optional<ChecksumRequest> checksum;
+  if (checksum_of == ChecksumHeaderOf::kBody) {
+    auto requested = requestedChecksum(req);
+    if (!requested) co_return std::unexpected(requested.error());
+    checksum = *requested;
+  }
   std::string out;
   uint8_t buf[16 * 1024];
   for (;;) {
@@ -73,6 +84,22 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
                        "The provided 'x-amz-content-sha256' header does not match what was "
                        "computed.");
     }
+  }
+  const auto bytes = std::span(reinterpret_cast<const uint8_t*>(out.data()), out.size());
+  if (*md5) {
+    Digest digest(Digest::Kind::kMd5);
+    digest.update(bytes);
+    if (digest.finish() != **md5) {
+      co_return s3fail(S3ErrorCode::kBadDigest,
+                       "The Content-MD5 you specified did not match what we received.");
+    }
+  }
+  if (checksum) {
+    Checksummer computed(checksum->algorithm);
+    computed.update(bytes);
+    // A small body is never aws-chunked here, so a checksum promised in a trailer is
+    // missing (InvalidRequest).
+    if (auto err = checkChecksum(checksum, computed.value(), {})) co_return std::unexpected(*err);
   }
   co_return out;
 }

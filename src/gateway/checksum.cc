@@ -160,6 +160,37 @@ S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req)
   return found;
 }
 
+std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
+                                     const std::string& computed,
+                                     const std::map<std::string, std::string>& trailers) {
+  if (!want) return std::nullopt;
+  std::string expected;
+  if (want->expected) {
+    expected = *want->expected;
+  } else {
+    auto it = trailers.find(checksumHeader(want->algorithm));
+    if (it == trailers.end()) {
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     "The trailing checksum named by x-amz-trailer was not sent."};
+    }
+    expected = it->second;
+  }
+  if (expected == computed) return std::nullopt;
+  return S3Error{S3ErrorCode::kBadDigest,
+                 "The " + std::string(checksumName(want->algorithm)) +
+                     " you specified did not match the calculated checksum."};
+}
+
+S3Result<std::optional<std::vector<uint8_t>>> requestedContentMd5(const S3Request& req) {
+  auto cm = req.header("content-md5");
+  if (!cm) return std::nullopt;
+  auto md5 = base64Decode(*cm);
+  if (!md5 || md5->size() != 16) {
+    return s3fail(S3ErrorCode::kInvalidDigest, "The Content-MD5 you specified was invalid.");
+  }
+  return md5;
+}
+
 struct Checksummer::Impl {
   uint64_t crc = 0;
   std::optional<Digest> digest;

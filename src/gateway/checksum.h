@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,6 +50,17 @@ struct ChecksumRequest {
 // The checksum a request asks the server to verify, if any. Errors: InvalidRequest for
 // more than one checksum header, an unknown algorithm, or a malformed value.
 S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req);
+
+// The verdict on a body's additional checksum (`computed`, base64): nullopt when it matches
+// or none was asked for; BadDigest when it differs; InvalidRequest when the expected value
+// was to come in a trailer that `trailers` lacks.
+std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
+                                     const std::string& computed,
+                                     const std::map<std::string, std::string>& trailers);
+
+// Content-MD5: the 16 bytes it names, nullopt without the header; InvalidDigest when it is
+// not base64 of 16 bytes.
+S3Result<std::optional<std::vector<uint8_t>>> requestedContentMd5(const S3Request& req);
 
 // Streaming computation of one algorithm; value() is the base64 of the big-endian
 // checksum (as S3 sends it).

@@ -1,6 +1,5 @@
 // DeleteObjects: POST /bucket?delete with up to 1000 keys. Every delete is queued at once
 // (index_commit.cc), so the index's commit queue merges them into a few synced batches.
-#include "digest.h"
 #include "handlers.h"
 #include "s3_xml.h"
 
@@ -10,16 +9,6 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   // 1000 keys of up to 1024 bytes, plus markup.
   auto xml = co_await readSmallBody(req, body, 2 * 1024 * 1024);
   if (!xml) co_return errorResponse(xml.error(), req);
-  if (auto cm = req.header("content-md5")) {
-    auto want = base64Decode(*cm);
-    Digest md5(Digest::Kind::kMd5);
-    md5.update(*xml);
-    if (!want || *want != md5.finish()) {
-      co_return errorResponse({S3ErrorCode::kBadDigest,
-                               "The Content-MD5 you specified did not match what we received."},
-                              req);
-    }
-  }
   auto parsed = parseDeleteObjects(*xml);
   if (!parsed) co_return errorResponse(parsed.error(), req);
 

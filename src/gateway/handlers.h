@@ -292,10 +292,16 @@ Task<Status> refreshUsers(GatewayContext& ctx);
 S3Response xmlResponse(std::string body);
 S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 
+// What an x-amz-checksum-* header on a request with a small body is the checksum of: the
+// body (bucket settings, tagging, DeleteObjects...), or the object the request makes
+// (CompleteMultipartUpload).
+enum class ChecksumHeaderOf { kBody, kObject };
 // Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
-// against the signed payload hash (XAmzContentSHA256Mismatch), if the request has one.
-Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body,
-                                          size_t limit);
+// against what the request says of it: the signed payload hash (XAmzContentSHA256Mismatch),
+// Content-MD5 (InvalidDigest, BadDigest) and an x-amz-checksum-* header of the body
+// (InvalidRequest, BadDigest), each if the request has one.
+Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
+                                          ChecksumHeaderOf checksum = ChecksumHeaderOf::kBody);
 // The bucket's settings: from memory on the event loop when the index can answer without
 // I/O (access checks of named users ask on every request), else on a worker thread.
 Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name);

@@ -189,28 +189,6 @@ void hashOffLoop(GatewayContext& ctx, TaskGroup& group, Hashes& hashes,
   }
 }
 
-// The additional checksum's verdict: nullopt when it matches (or none was asked for).
-std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
-                                     const std::string& computed,
-                                     const std::map<std::string, std::string>& trailers) {
-  if (!want) return std::nullopt;
-  std::string expected;
-  if (want->expected) {
-    expected = *want->expected;
-  } else {
-    auto it = trailers.find(checksumHeader(want->algorithm));
-    if (it == trailers.end()) {
-      return S3Error{S3ErrorCode::kInvalidRequest,
-                     "The trailing checksum named by x-amz-trailer was not sent."};
-    }
-    expected = it->second;
-  }
-  if (expected == computed) return std::nullopt;
-  return S3Error{S3ErrorCode::kBadDigest,
-                 "The " + std::string(checksumName(want->algorithm)) +
-                     " you specified did not match the calculated checksum."};
-}
-
 }  // namespace
 
 S3Result<void> collectMetadata(const S3Request& req, index_kv::Manifest& m) {
@@ -298,13 +276,8 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   if (options.check_headers) {
     if (auto err = options.check_headers()) co_return refuse(*err);
   }
-  std::optional<std::vector<uint8_t>> content_md5;
-  if (auto cm = req.header("content-md5")) {
-    content_md5 = base64Decode(*cm);
-    if (!content_md5 || content_md5->size() != 16) {
-      co_return refuse({S3ErrorCode::kInvalidDigest, "The Content-MD5 you specified was invalid."});
-    }
-  }
+  auto content_md5 = requestedContentMd5(req);
+  if (!content_md5) co_return refuse(content_md5.error());
 
   const auto& clock = ctx.deps.clock;
   IngestResult out;
@@ -414,7 +387,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     invalid = S3Error{S3ErrorCode::kXAmzContentSHA256Mismatch,
                       "The provided 'x-amz-content-sha256' header does not match what was "
                       "computed."};
-  } else if (content_md5 && *content_md5 != out.md5) {
+  } else if (*content_md5 && **content_md5 != out.md5) {
     invalid = S3Error{S3ErrorCode::kBadDigest,
                       "The Content-MD5 you specified did not match what we received."};
   } else {

@@ -368,7 +368,8 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   auto parsed_id = uploadIdOf(req);
   if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
   const std::string upload_id = std::move(*parsed_id);
-  auto xml = co_await readSmallBody(req, body, kMaxCompleteBody);
+  // Its x-amz-checksum-* header names the whole object's checksum, not the body's.
+  auto xml = co_await readSmallBody(req, body, kMaxCompleteBody, ChecksumHeaderOf::kObject);
   if (!xml) co_return errorResponse(xml.error(), req);
   auto listed = parseCompleteMultipartUpload(*xml);
   if (!listed) co_return errorResponse(listed.error(), req);

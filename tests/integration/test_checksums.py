@@ -73,9 +73,11 @@ def test_reference_checksums_match_published_check_values():
 # --- helpers ----------------------------------------------------------------------------
 
 def with_headers(s3, event, headers):
-    """Adds `headers` to the next requests of operation `event` (e.g. "PutObject")."""
+    """Sets `headers` on the next requests of operation `event` (e.g. "PutObject"),
+    replacing any botocore set (its headers object appends on assignment)."""
     def add(request, **_):
         for k, v in headers.items():
+            del request.headers[k]
             request.headers[k] = v
     s3.meta.events.register(f"before-sign.s3.{event}", add)
     return lambda: s3.meta.events.unregister(f"before-sign.s3.{event}", add)
@@ -318,3 +320,31 @@ def test_multipart_without_algorithm_has_no_object_checksum(s3, bucket):
 
 def test_newest_boto3_accepts_our_checksums(server):
     run_newest_boto3_script(server, "boto3_checksums.py")
+
+
+# --- small bodies: bucket settings, tagging, DeleteObjects -------------------------------
+
+@pytest.mark.parametrize("header,value,code", [
+    ("Content-MD5", base64.b64encode(hashlib.md5(b"another body").digest()).decode(),
+     "BadDigest"),
+    ("Content-MD5", "not base64!", "InvalidDigest"),
+    ("x-amz-checksum-crc32", "AAAAAA==", "BadDigest"),
+    ("x-amz-checksum-sha256", "AAAAAA==", "InvalidRequest"),
+])
+def test_setting_whose_body_fails_its_digest_is_refused(s3, bucket, header, value, code):
+    """A bucket setting's body is checked against the Content-MD5 or x-amz-checksum-* the
+    client sent (boto3 adds Content-MD5 itself; the test replaces or adds one), and a body
+    that fails is not stored."""
+    tagging = {"TagSet": [{"Key": "team", "Value": "data"}]}
+    undo = with_headers(s3, "PutBucketTagging", {header: value})
+    try:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_bucket_tagging(Bucket=bucket, Tagging=tagging)
+    finally:
+        undo()
+    assert e.value.response["Error"]["Code"] == code
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_bucket_tagging(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "NoSuchTagSet"
+    s3.put_bucket_tagging(Bucket=bucket, Tagging=tagging)  # boto3's own digest: stored
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == tagging["TagSet"]

@@ -1453,6 +1453,69 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
   CHECK(f.get("/bucket/c").code == "NoSuchKey");
 }
 
+TEST_CASE("Small bodies are checked against Content-MD5 and x-amz-checksum-* headers") {
+  GatewayFixture f;
+  f.createBucket();
+  // The digests of this body come from Python's hashlib and zlib, not from the gateway.
+  const std::string tags =
+      "<Tagging><TagSet><Tag><Key>team</Key><Value>data</Value></Tag></TagSet></Tagging>";
+  auto putTags = [&](HeaderList headers, const std::string& body) {
+    return f.send(makeRequest("PUT", "/bucket?tagging", std::move(headers), sha256Hex(body)),
+                  body);
+  };
+  const std::string other_md5 = md5Base64(tags + " ");
+  for (auto [name, value, code] :
+       {std::tuple{"content-md5", other_md5.c_str(), "BadDigest"},
+        std::tuple{"content-md5", "not base64!", "InvalidDigest"},
+        std::tuple{"content-md5", "AAAA", "InvalidDigest"},  // base64 of 3 bytes
+        std::tuple{"x-amz-checksum-crc32", "AAAAAA==", "BadDigest"},
+        std::tuple{"x-amz-checksum-crc32", "nawk", "InvalidRequest"},
+        std::tuple{"x-amz-checksum-sha256", "nawkug==", "InvalidRequest"},  // 4 bytes
+        std::tuple{"x-amz-trailer", "x-amz-checksum-crc32", "InvalidRequest"}}) {
+    INFO(name << ": " << value);
+    Reply r = putTags({{name, value}}, tags);
+    CHECK(r.status == 400);
+    CHECK(r.code == code);
+    CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");
+  }
+  for (auto [name, value] :
+       {std::pair{"content-md5", "X8xzcvbOSO4gOm0CLr4LKQ=="},
+        std::pair{"x-amz-checksum-crc32", "nawkug=="},
+        std::pair{"x-amz-checksum-sha256", "p2KrqrwAFJTUM4j1fMt5Eg2w3noTzyXsdxXl0u8OcdM="}}) {
+    INFO(name);
+    CHECK(f.send(makeRequest("DELETE", "/bucket?tagging")).status == 204);
+    CHECK(putTags({{name, value}}, tags).status == 204);
+    CHECK(f.get("/bucket?tagging").body.find("<Key>team</Key>") != std::string::npos);
+  }
+
+  // DeleteObjects: a body that does not match its Content-MD5 deletes nothing.
+  REQUIRE(f.put("a", "a").status == 200);
+  const std::string del = "<Delete><Object><Key>a</Key></Object></Delete>";
+  auto deleteA = [&](const char* md5) {
+    return f.send(makeRequest("POST", "/bucket?delete", {{"content-md5", md5}}, sha256Hex(del)),
+                  del);
+  };
+  CHECK(deleteA("X8xzcvbOSO4gOm0CLr4LKQ==").code == "BadDigest");
+  CHECK(f.get("/bucket/a").body == "a");
+  CHECK(deleteA("aFPqFnlCon58cZ4Qt7zwvQ==").status == 200);
+  CHECK(f.get("/bucket/a").code == "NoSuchKey");
+
+  // CompleteMultipartUpload's checksum header is the object's, not its body's: not refused
+  // for not matching the XML.
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads"));
+  const std::string id = xmlField(created.body, "UploadId");
+  Reply part = f.send(makeRequest("PUT", "/bucket/mp?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex("p")),
+                      "p");
+  REQUIRE(part.status == 200);
+  const std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                          *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/mp?uploadId=" + id,
+                                  {{"x-amz-checksum-crc32", "AAAAAA=="}}, sha256Hex(xml)),
+                      xml);
+  CHECK(done.status == 200);
+}
+
 TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges cross parts") {
   GatewayFixture f;
   f.createBucket();
