@@ -222,9 +222,12 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
   if (req.root) co_return std::nullopt;
   auto info = co_await lookupBucket(ctx, bucket);
   if (!info) {
-    // A bucket that does not exist: the handler answers NoSuchBucket to a user; an
-    // anonymous request learns nothing.
-    if (info.error().isNotFound() && !req.principal.empty()) co_return std::nullopt;
+    // A bucket that does not exist: NoSuchBucket to a user, now. Not left to the handler:
+    // a bucket of that name created by someone else meanwhile would then be used without
+    // this check. An anonymous request learns nothing.
+    if (info.error().isNotFound() && !req.principal.empty()) {
+      co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+    }
     if (info.error().isNotFound()) co_return accessDenied();
     co_return fromStatus(info.error());
   }
@@ -233,11 +236,29 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
 
 // The action AWS asks for: reads and deletes naming a version are the *Version actions,
 // and writes that set tags need s3:PutObjectTagging too.
+// What an object action becomes when the request names a version (IAM's *Version actions).
+std::string_view versionAction(std::string_view action) {
+  static constexpr std::pair<std::string_view, std::string_view> kVersionActions[] = {
+      {"s3:GetObject", "s3:GetObjectVersion"},
+      {"s3:DeleteObject", "s3:DeleteObjectVersion"},
+      {"s3:GetObjectTagging", "s3:GetObjectVersionTagging"},
+      {"s3:PutObjectTagging", "s3:PutObjectVersionTagging"},
+      {"s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging"},
+      {"s3:GetObjectAcl", "s3:GetObjectVersionAcl"},
+      {"s3:PutObjectAcl", "s3:PutObjectVersionAcl"},
+      {"s3:GetObjectAttributes", "s3:GetObjectVersionAttributes"},
+  };
+  for (const auto& [plain, versioned] : kVersionActions) {
+    if (action == plain) return versioned;
+  }
+  return action;
+}
+
 Ask askOf(const S3Request& req, const OperationAction& a) {
   Ask ask{.action = a.action, .also = a.also};
-  if (req.hasQuery("versionId")) {
-    if (a.action == "s3:GetObject" && a.also.empty()) ask.action = "s3:GetObjectVersion";
-    if (a.action == "s3:DeleteObject") ask.action = "s3:DeleteObjectVersion";
+  if (req.hasQuery("versionId") && a.on == On::kObject) {
+    ask.action = versionAction(a.action);
+    ask.also = versionAction(a.also);
   }
   if (a.action == "s3:PutObject" && a.on == On::kObject && req.header("x-amz-tagging")) {
     ask.also = "s3:PutObjectTagging";
@@ -295,21 +316,27 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Reque
 }
 
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
-                                           std::string_view bucket, std::string_view key) {
+                                           std::string_view bucket, std::string_view key,
+                                           bool version) {
   if (auto denied =
           co_await expectedOwner(ctx, req, bucket, "x-amz-source-expected-bucket-owner")) {
     co_return denied;
   }
   const std::string resource = objectArn(bucket, key);
   co_return co_await bucketAccess(
-      ctx, req, bucket, Ask{.action = "s3:GetObject", .resource = resource, .read_only = true});
+      ctx, req, bucket,
+      Ask{.action = version ? "s3:GetObjectVersion" : "s3:GetObject",
+          .resource = resource,
+          .read_only = true});
 }
 
 std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
-                                       std::string_view key) {
+                                       std::string_view key, bool version) {
   if (req.root) return std::nullopt;
   const std::string resource = objectArn(bucket.name, key);
-  return decide(req, bucket, Ask{.action = "s3:DeleteObject", .resource = resource});
+  return decide(req, bucket,
+                Ask{.action = version ? "s3:DeleteObjectVersion" : "s3:DeleteObject",
+                    .resource = resource});
 }
 
 }  // namespace granary::gateway

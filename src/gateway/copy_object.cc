@@ -19,7 +19,8 @@ namespace granary::gateway {
 
 S3Result<CopySource> parseCopySource(std::string_view header) {
   size_t q = header.find('?');
-  if (q != std::string_view::npos) {
+  const bool version = q != std::string_view::npos;
+  if (version) {
     std::string_view query = header.substr(q + 1);
     if (query != "versionId=null") {
       return s3fail(S3ErrorCode::kNotImplemented, "Object versions are not supported");
@@ -35,7 +36,8 @@ S3Result<CopySource> parseCopySource(std::string_view header) {
     return s3fail(S3ErrorCode::kInvalidArgument,
                   "Copy Source must mention the source bucket and key: sourcebucket/sourcekey");
   }
-  return CopySource{std::string(path.substr(0, slash)), std::string(path.substr(slash + 1))};
+  return CopySource{std::string(path.substr(0, slash)), std::string(path.substr(slash + 1)),
+                    version};
 }
 
 Task<Status> CopySink::write(std::span<const uint8_t> data) {
@@ -67,7 +69,8 @@ Task<Status> CopySink::flush() {
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
                                                   const CopySource& source) {
-  if (auto denied = co_await authorizeRead(ctx, req, source.bucket, source.key)) {
+  if (auto denied =
+          co_await authorizeRead(ctx, req, source.bucket, source.key, source.version)) {
     co_return std::unexpected(*denied);
   }
   auto src = co_await loadObject(ctx, source.bucket, source.key);

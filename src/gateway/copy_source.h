@@ -20,6 +20,7 @@ inline constexpr uint64_t kMaxCopySource = 5ull << 30;
 struct CopySource {
   std::string bucket;
   std::string key;
+  bool version = false;  // "?versionId=null": reading it is s3:GetObjectVersion
 };
 
 // "/bucket/key" or "bucket/key", percent-encoded, optionally "?versionId=null".

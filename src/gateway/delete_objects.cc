@@ -37,7 +37,8 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
       continue;
     }
     // The bucket policy may allow deleting some keys and not others.
-    if (auto denied = authorizeDelete(req, *bucket, outcomes[i].key)) {
+    if (auto denied = authorizeDelete(req, *bucket, outcomes[i].key,
+                                      outcomes[i].version_id.has_value())) {
       outcomes[i].error = std::move(*denied);
       continue;
     }

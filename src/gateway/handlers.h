@@ -132,14 +132,16 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 // access.cc: nullopt if the request's sender may do `op` (the S3 operation's name, as the
 // router names it: "GetObject") with it (AccessDenied otherwise): ownership, the bucket's
 // policy and its ACL decide. DeleteObjects passes when some key may be deleted;
-// authorizeDelete then asks for each, with the bucket already read. authorizeRead: may it read object `key` of `bucket`
-// (a copy's source)?
+// authorizeDelete then asks for each, with the bucket already read. authorizeRead: may it
+// read object `key` of `bucket` (a copy's source)? `version`: the request names the
+// object's version (versionId), which asks for the *Version action.
 Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
                                               std::string_view op);
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
-                                           std::string_view bucket, std::string_view key);
+                                           std::string_view bucket, std::string_view key,
+                                           bool version);
 std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
-                                       std::string_view key);
+                                       std::string_view key, bool version);
 
 // bucket_ops.cc
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req);

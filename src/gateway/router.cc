@@ -130,6 +130,17 @@ std::optional<std::string> virtualHostBucket(const S3Request& req, std::string_v
   return h.substr(0, h.size() - suffix.size());
 }
 
+// A name some bucket could have: S3's rules at their widest (the legacy ones: 1-255
+// letters, digits, '.', '-', '_'); creation asks for more (bucket_ops.cc). Anything else
+// is refused before it is looked up: a '/' in it (path-style "%2F", or a Host header)
+// would name another bucket's keys in the index, whose object keys are "bucket/key".
+bool plausibleBucketName(std::string_view name) {
+  return name.size() <= 255 && std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_';
+         });
+}
+
 // Splits the target into bucket, key and query. Errors are S3 errors. `virtual_host` is
 // set when the bucket came from the Host header (the whole path is then the key).
 S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtual_host) {
@@ -159,7 +170,8 @@ S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtua
       req.key = *key;
     }
   }
-  if (req.bucket.empty() && slash != std::string_view::npos) {
+  if ((req.bucket.empty() && slash != std::string_view::npos) ||
+      (!req.bucket.empty() && !plausibleBucketName(req.bucket))) {
     return s3fail(S3ErrorCode::kInvalidBucketName, "The specified bucket is not valid.");
   }
   return checkObjectKey(req.key);

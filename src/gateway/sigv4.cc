@@ -557,6 +557,18 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
                                  : S3ErrorCode::kAuthorizationHeaderMalformed,
                   "The host header must be signed.");
   }
+  // Every x-amz-* header sent must be signed, as S3 requires: an unsigned one could change
+  // what a presigned or captured request does (x-amz-copy-source turns a PUT into a copy
+  // of something the signer may read).
+  for (const auto& [name, value] : req.headers) {
+    if (name.starts_with("x-amz-") && std::find(auth.signed_headers.begin(),
+                                                auth.signed_headers.end(),
+                                                name) == auth.signed_headers.end()) {
+      std::string message = "There were headers present in the request which were not signed: ";
+      message += name;
+      return s3fail(S3ErrorCode::kAccessDenied, std::move(message));
+    }
+  }
 
   std::array<uint8_t, 32> key = keys.get(secret, auth.date, auth.region, auth.service);
   const auto [path, query] = splitTarget(req.target);

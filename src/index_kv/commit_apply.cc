@@ -17,26 +17,11 @@ void BatchBuilder::apply(CommitRequest& req) {
   req.replaced.reset();
   batch_.SetSavePoint();
   dead_added_.clear();
-  Status st;
+  // A bucket name with '/' would address another bucket's keys (object and upload keys
+  // are "bucket/key..."): refused whatever the request (users and GC name no bucket).
+  Status st = req.bucket.empty() ? Status::ok() : checkBucketName(req.bucket);
   try {
-    switch (req.kind) {
-      case CommitRequest::Kind::kCreateBucket: st = createBucket(req); break;
-      case CommitRequest::Kind::kUpdateBucket: st = updateBucket(req); break;
-      case CommitRequest::Kind::kDeleteBucket: st = deleteBucket(req); break;
-      case CommitRequest::Kind::kPutObject: st = putObject(req); break;
-      case CommitRequest::Kind::kDeleteObject: st = deleteObject(req); break;
-      case CommitRequest::Kind::kGcDone: st = gcDone(req); break;
-      case CommitRequest::Kind::kCreateUpload: st = createUpload(req); break;
-      case CommitRequest::Kind::kPutPart: st = putPart(req); break;
-      case CommitRequest::Kind::kCompleteUpload: st = completeUpload(req); break;
-      case CommitRequest::Kind::kAbortUpload: st = abortUpload(req); break;
-      case CommitRequest::Kind::kAttachRecords: st = attachRecords(req); break;
-      case CommitRequest::Kind::kAbandonRecords: st = abandonRecords(req); break;
-      case CommitRequest::Kind::kRecordGcDone: st = recordGcDone(req); break;
-      case CommitRequest::Kind::kCreateUser: st = createUser(req); break;
-      case CommitRequest::Kind::kDeleteUser: st = deleteUser(req); break;
-      case CommitRequest::Kind::kReplaceManifest: st = replaceManifest(req); break;
-    }
+    if (st.isOk()) st = applyKind(req);
   } catch (const std::exception& e) {
     st = Status::internal(std::string("index: commit failed: ") + e.what());
   }
@@ -48,6 +33,28 @@ void BatchBuilder::apply(CommitRequest& req) {
     req.replaced.reset();
   }
   req.status = std::move(st);
+}
+
+Status BatchBuilder::applyKind(CommitRequest& req) {
+  switch (req.kind) {
+    case CommitRequest::Kind::kCreateBucket: return createBucket(req);
+    case CommitRequest::Kind::kUpdateBucket: return updateBucket(req);
+    case CommitRequest::Kind::kDeleteBucket: return deleteBucket(req);
+    case CommitRequest::Kind::kPutObject: return putObject(req);
+    case CommitRequest::Kind::kDeleteObject: return deleteObject(req);
+    case CommitRequest::Kind::kGcDone: return gcDone(req);
+    case CommitRequest::Kind::kCreateUpload: return createUpload(req);
+    case CommitRequest::Kind::kPutPart: return putPart(req);
+    case CommitRequest::Kind::kCompleteUpload: return completeUpload(req);
+    case CommitRequest::Kind::kAbortUpload: return abortUpload(req);
+    case CommitRequest::Kind::kAttachRecords: return attachRecords(req);
+    case CommitRequest::Kind::kAbandonRecords: return abandonRecords(req);
+    case CommitRequest::Kind::kRecordGcDone: return recordGcDone(req);
+    case CommitRequest::Kind::kCreateUser: return createUser(req);
+    case CommitRequest::Kind::kDeleteUser: return deleteUser(req);
+    case CommitRequest::Kind::kReplaceManifest: return replaceManifest(req);
+  }
+  return Status::internal("index: unknown commit request kind");
 }
 
 // ---- overlay-aware reads -------------------------------------------------------------

@@ -124,6 +124,8 @@ class BatchBuilder {
   Status createUser(CommitRequest& req);
   Status deleteUser(CommitRequest& req);
   Status replaceManifest(CommitRequest& req);
+  // The one request's staging, by its kind.
+  Status applyKind(CommitRequest& req);
   // Every user: the DB's rows with this batch's writes applied.
   Result<std::map<std::string, UserInfo>> loadUsers();
   // Stages "set is dead" (record_gc row) unless already staged in this batch.

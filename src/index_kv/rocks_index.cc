@@ -299,6 +299,7 @@ namespace {
 std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamilies& cfs,
                                              std::string_view bucket, std::string_view key,
                                              rocksdb::ReadTier tier) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
   Snapshot snap(db);
   rocksdb::ReadOptions options = snap.options();
   options.read_tier = tier;
@@ -425,6 +426,7 @@ Status RocksIndex::createUpload(const MultipartUpload& upload) {
 
 Result<MultipartUpload> RocksIndex::getUpload(std::string_view bucket, std::string_view key,
                                               std::string_view upload_id) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.uploads,
                                uploadKey(bucket, key, upload_id), &value);
@@ -454,6 +456,7 @@ Result<std::vector<PartInfo>> RocksIndex::listParts(std::string_view bucket,
                                                     std::string_view key,
                                                     std::string_view upload_id,
                                                     uint32_t after_part, size_t max_parts) {
+  if (Status st = checkBucketName(bucket); !st.isOk()) return fail(st);
   if (Status st = checkUploadId(upload_id); !st.isOk()) return fail(st);
   Snapshot snap(db_.get());
   std::string value;

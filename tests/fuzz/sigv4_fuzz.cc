@@ -73,6 +73,7 @@ uint64_t g_anonymous = 0;
 uint64_t g_refused = 0;
 uint64_t g_signed_verified = 0;   // requests signed here that verified
 uint64_t g_sent_verified = 0;     // requests whose own signature verified
+uint64_t g_unsigned_refused = 0;  // refused for what their signature cannot cover
 uint64_t g_decoded = 0;           // percentDecode accepted
 uint64_t g_undecodable = 0;       // percentDecode refused
 
@@ -298,6 +299,27 @@ void signAndVerify(const Request& req, const AuthInfo& a) {
   }
   const bool too_long = a.presigned && a.expires_seconds > kMaxPresignedExpires;
   const int64_t now = unixTime(a.amz_date);
+  // An x-amz-* header outside SignedHeaders: refused whatever the signature (after the
+  // expiry check), as S3 refuses it.
+  const bool unsigned_amz =
+      std::any_of(req.headers.begin(), req.headers.end(), [&](const auto& h) {
+        return h.first.starts_with("x-amz-") &&
+               std::find(a.signed_headers.begin(), a.signed_headers.end(), h.first) ==
+                   a.signed_headers.end();
+      });
+  if (unsigned_amz && !too_long) {
+    AuthInfo good = a;
+    good.signature = hmacSha256Hex(deriveSigningKey(kSecret, a.date, a.region, a.service),
+                                   stringToSign(a, canonical));
+    for (const AuthInfo* attempt : std::initializer_list<const AuthInfo*>{&good, &a}) {
+      S3Result<void> v = verify(view, *attempt, kSecret, now, keyCache());
+      if (v || v.error().code != S3ErrorCode::kAccessDenied) {
+        fail("a request with an unsigned x-amz-* header is not AccessDenied");
+      }
+    }
+    ++g_unsigned_refused;
+    return;
+  }
 
   AuthInfo good = a;
   good.signature = hmacSha256Hex(deriveSigningKey(kSecret, a.date, a.region, a.service),
@@ -355,6 +377,21 @@ void checkV2(const Request& req, const AuthInfo& a, bool has_header) {
   }
   const int64_t now = at.value_or(0);
   S3Result<void> v = verify(view, good, kSecret, now, keyCache());
+  // A parameter that chooses an operation but that V2 cannot sign: refused first.
+  const auto params = parseQuery(splitTarget(req.target).second);
+  if (std::any_of(params.begin(), params.end(), [](const auto& p) {
+        for (const char* name : {"attributes", "policyStatus", "record", "record-index",
+                                 "records", "records-batch"}) {
+          if (p.first == name) return true;
+        }
+        return false;
+      })) {
+    if (v || v.error().code != S3ErrorCode::kAccessDenied) {
+      fail("V2: a request with a parameter V2 cannot sign is not AccessDenied");
+    }
+    ++g_unsigned_refused;
+    return;
+  }
   const bool timed_out = !v && !at &&
                          (v.error().code == S3ErrorCode::kAccessDenied ||
                           v.error().code == S3ErrorCode::kRequestTimeTooSkewed);
@@ -538,6 +575,7 @@ extern "C" int GranaryFuzzSelfCheck() {
       {"requests refused", g_refused},
       {"requests signed here that verified", g_signed_verified},
       {"requests whose own signature verified", g_sent_verified},
+      {"requests refused for what their signature leaves out", g_unsigned_refused},
       {"strings percentDecode accepted", g_decoded},
       {"strings percentDecode refused", g_undecodable},
   };

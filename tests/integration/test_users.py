@@ -270,3 +270,41 @@ def test_users_survive_a_restart(granary_bin, tmp_data):
         assert [b["Name"] for b in c.list_buckets()["Buckets"]] == ["persistent-bucket"]
     finally:
         srv.stop()
+
+
+def test_no_request_reaches_a_bucket_through_another_name_or_unsigned_headers(server, s3):
+    """Bucket "b%2Fpriv" with key "k" must not be bucket "b"'s "priv/k" (the index keys
+    objects "bucket/key"), and an x-amz-* header added to a presigned URL must not change
+    what it does (x-amz-copy-source would turn a PUT into a copy of what the signer reads)."""
+    import urllib.error
+    import urllib.request
+    from conftest import signed
+    alice = user_client(server, add_user(server, "alice-" + uuid.uuid4().hex[:8]))
+    private = "priv-" + uuid.uuid4().hex[:12]
+    alice.create_bucket(Bucket=private)
+    alice.put_object(Bucket=private, Key="dir/secret", Body=b"alice's secret")
+    for path in (f"/{private}%2Fdir/secret", f"/{private}%2fdir/secret?tagging",
+                 f"/{private}%2Fdir%2Fsecret"):
+        status, body = signed(server, "GET", path)
+        assert status == 400 and b"<Code>InvalidBucketName</Code>" in body, (path, body)
+        assert b"alice's secret" not in body
+
+    url = alice.generate_presigned_url("put_object", Params={"Bucket": private, "Key": "up"},
+                                       ExpiresIn=300)
+
+    def put(headers):
+        req = urllib.request.Request(url, data=b"", method="PUT", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    status, body = put({"x-amz-copy-source": f"/{private}/dir/secret"})
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body, body
+    assert b"x-amz-copy-source" in body
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        alice.head_object(Bucket=private, Key="up")
+    assert e.value.response["Error"]["Code"] == "404"
+    assert put({})[0] == 200  # the URL as signed still works
+    assert alice.get_object(Bucket=private, Key="up")["Body"].read() == b""

@@ -774,16 +774,29 @@ TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answ
         "NoSuchBucket");
 }
 
-TEST_CASE("Bucket policies decide for other users and anonymous requests") {
-  GatewayFixture f;
-  f.ctx->credentials.setUsers({{"alice", "ALICEACCESSKEY", "alice-secret", 1},
-                               {"bob", "BOBACCESSKEY", "bob-secret", 1}});
-  auto as = [&](std::string_view who, S3Request req, const std::string& body = "") {
+// Two named users, alice and bob, beside the root user: as() sends a request signed as
+// one of them, "root" as the root user, anyone else anonymous.
+struct TwoUsers {
+  explicit TwoUsers(GatewayFixture& fixture) : f(fixture) {
+    f.ctx->credentials.setUsers({{"alice", "ALICEACCESSKEY", "alice-secret", 1},
+                                 {"bob", "BOBACCESSKEY", "bob-secret", 1}});
+  }
+  Reply as(std::string_view who, S3Request req, const std::string& body = "") {
     if (req.method == "PUT" || !body.empty()) req.content_length = body.size();
     if (who == "alice") sign(req, "alice-secret", "ALICEACCESSKEY");
     if (who == "bob") sign(req, "bob-secret", "BOBACCESSKEY");
+    if (who == "root") sign(req);
     StringSource source(body);
     return f.send(req, source);
+  }
+  GatewayFixture& f;
+};
+
+TEST_CASE("Bucket policies decide for other users and anonymous requests") {
+  GatewayFixture f;
+  TwoUsers users(f);
+  auto as = [&](std::string_view who, S3Request req, const std::string& body = "") {
+    return users.as(who, std::move(req), body);
   };
   auto put = [&](std::string_view who, const std::string& target, const std::string& data) {
     return as(who, makeRequest("PUT", target, {}, sha256Hex(data)), data);
@@ -868,6 +881,17 @@ TEST_CASE("Bucket policies decide for other users and anonymous requests") {
   };
   CHECK(copy("/bobs/copied", "/shared/pub/a").status == 200);
   CHECK(copy("/bobs/copied2", "/shared/priv/b").code == "AccessDenied");
+  // Naming the source's version asks for s3:GetObjectVersion, which is not granted.
+  CHECK(copy("/bobs/copied3", "/shared/pub/a?versionId=null").code == "AccessDenied");
+  // So does a DeleteObjects entry with a VersionId: s3:DeleteObjectVersion.
+  REQUIRE(put("bob", "/shared/bob/v", "5").status == 200);
+  const std::string versioned =
+      "<Delete><Object><Key>bob/v</Key><VersionId>null</VersionId></Object></Delete>";
+  Reply by_version =
+      as("bob", makeRequest("POST", "/shared?delete", {}, sha256Hex(versioned)), versioned);
+  CHECK(by_version.body.find("<Key>bob/v</Key><VersionId>null</VersionId>"
+                             "<Code>AccessDenied</Code>") != std::string::npos);
+  CHECK(f.get("/shared/bob/v").body == "5");
 
   // Anonymous readers get no response-* overrides, whatever allows the read.
   CHECK(get("", "/shared/pub/a?response-content-type=text%2Fhtml").code == "AccessDenied");
@@ -1660,6 +1684,118 @@ S3Request vhostRequest(std::string method, std::string host, std::string target,
                               std::move(payload_hash));
   req.headers[0].second = std::move(host);
   return req;
+}
+
+TEST_CASE("A bucket name no bucket can have reads nothing of another bucket's keys") {
+  // The index keys objects and uploads as "bucket/key": bucket "shared/priv" with key "b"
+  // would be alice's "shared" / "priv/b". Nobody may get there, root included.
+  GatewayFixture f;
+  TwoUsers users(f);
+  auto as = [&](std::string_view who, S3Request req, const std::string& body = "") {
+    return users.as(who, std::move(req), body);
+  };
+  REQUIRE(as("alice", makeRequest("PUT", "/shared")).status == 200);
+  REQUIRE(as("alice", makeRequest("PUT", "/shared/priv/b", {}, sha256Hex("secret")), "secret")
+              .status == 200);
+  Reply created = as("alice", makeRequest("POST", "/shared/priv/up?uploads"));
+  REQUIRE(created.status == 200);
+  const std::string id = xmlField(created.body, "UploadId");
+  for (const char* who : {"bob", "root", "anonymous"}) {
+    for (const std::string& target : std::vector<std::string>{
+             "/shared%2Fpriv/b", "/shared%2fpriv/b?tagging", "/shared%2Fpriv/b?attributes",
+          "/shared%2Fpriv/up?uploadId=" + id, "/shared%2Fpriv%2Fb", "/shared%00/priv/b"}) {
+      INFO(who << " GET " << target);
+      Reply r = as(who, makeRequest("GET", target));
+      CHECK(r.status == 400);
+      CHECK(r.code == "InvalidBucketName");
+      CHECK(r.body.find("secret") == std::string::npos);
+    }
+    // Virtual-hosted-style: the Host header names the bucket.
+    Reply vhost = as(who, vhostRequest("GET", "shared/priv.s3.test", "/b"));
+    CHECK(vhost.code == "InvalidBucketName");
+    Reply head = as(who, makeRequest("HEAD", "/shared%2Fpriv/b"));
+    CHECK(head.status == 400);
+  }
+  // Writes and deletes through such a name change nothing.
+  CHECK(as("bob", makeRequest("PUT", "/shared%2Fpriv/b", {}, sha256Hex("mine")), "mine").code ==
+        "InvalidBucketName");
+  CHECK(as("bob", makeRequest("DELETE", "/shared%2Fpriv/b")).code == "InvalidBucketName");
+  CHECK(as("bob", makeRequest("DELETE", "/shared%2Fpriv/up?uploadId=" + id)).code ==
+        "InvalidBucketName");
+  CHECK(as("alice", makeRequest("GET", "/shared/priv/b")).body == "secret");
+  CHECK(as("alice", makeRequest("GET", "/shared/priv/up?uploadId=" + id)).status == 200);
+  // Legacy names S3 once allowed are still looked up (and not found).
+  CHECK(as("bob", makeRequest("GET", "/Old_Bucket/k")).code == "NoSuchBucket");
+}
+
+TEST_CASE("A user's request to a bucket that does not exist is NoSuchBucket before its body") {
+  // Decided at authorization, not left to the handler: a bucket of that name created by
+  // another user while the body arrives must not get this user's policy, ACL or object.
+  GatewayFixture f;
+  TwoUsers users(f);
+  const std::string policy =
+      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
+      R"("Action":"s3:GetObject","Resource":"arn:aws:s3:::later/*"}]})";
+  S3Request req = makeRequest("PUT", "/later?policy", {}, sha256Hex(policy));
+  req.content_length = policy.size();
+  sign(req, "bob-secret", "BOBACCESSKEY");
+  // The body source creates alice's bucket before handing over the first byte: what a
+  // slow body and a well-timed CreateBucket would do.
+  struct CreatingSource final : BodySource {
+    CreatingSource(GatewayFixture& f, const std::string& body) : f_(f), body_(body) {}
+    Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
+      if (!created_) {
+        created_ = true;
+        index_kv::BucketInfo b;
+        b.name = "later";
+        b.owner = "alice";
+        REQUIRE(f_.cluster.index().createBucket(b).isOk());
+      }
+      size_t n = std::min(out.size(), body_.size() - pos_);
+      std::copy_n(body_.data() + pos_, n, out.data());
+      pos_ += n;
+      co_return n;
+    }
+    bool done() const override { return pos_ == body_.size(); }
+    GatewayFixture& f_;
+    const std::string& body_;
+    bool created_ = false;
+    size_t pos_ = 0;
+  };
+  CreatingSource source(f, policy);
+  Reply r = f.send(req, source);
+  CHECK(r.code == "NoSuchBucket");
+  CHECK_FALSE(source.created_);  // refused before the body: alice's bucket comes after
+  std::span<uint8_t> nothing;
+  runTask(f.io, source.read(nothing));
+  auto later = f.cluster.index().getBucket("later");
+  REQUIRE(later.has_value());
+  CHECK(later->policy.empty());
+}
+
+TEST_CASE("SigV4: an x-amz-* header left out of the signature is AccessDenied") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("secret", "s").status == 200);
+  REQUIRE(f.send(makeRequest("PUT", "/public")).status == 200);
+  // A PUT signed for one object, then given x-amz-copy-source: it would copy "secret".
+  S3Request req = makeRequest("PUT", "/public/avatar", {}, sha256Hex(""));
+  req.content_length = 0;
+  sign(req);
+  req.headers.emplace_back("x-amz-copy-source", "/bucket/secret");
+  StringSource empty("");
+  Reply r = f.send(req, empty);
+  CHECK(r.status == 403);
+  CHECK(r.code == "AccessDenied");
+  CHECK(r.body.find("x-amz-copy-source") != std::string::npos);
+  CHECK(f.get("/public/avatar").code == "NoSuchKey");
+  // Other unsigned headers stay allowed (user-agent, content-type...).
+  S3Request ok = makeRequest("PUT", "/public/avatar", {}, sha256Hex(""));
+  ok.content_length = 0;
+  sign(ok);
+  ok.headers.emplace_back("user-agent", "test/1.0");
+  StringSource none("");
+  CHECK(f.send(ok, none).status == 200);
 }
 
 TEST_CASE("Virtual-hosted-style: the bucket comes from the Host header, the path is the key") {

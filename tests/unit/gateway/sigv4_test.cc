@@ -669,6 +669,28 @@ TEST_CASE("SigV2 signs x-amz headers and sub-resources in canonical order") {
   CHECK(verifyV2At(q, 1175029568).error().code == S3ErrorCode::kAccessDenied);  // no date
 }
 
+TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot sign") {
+  // The guide's presigned GET of an object; the record index's and GetObjectAttributes'
+  // parameters are outside a V2 signature, so appending one would make it another
+  // operation under the same signature.
+  const std::string url =
+      "/johnsmith/photos/puppy.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1175139620&"
+      "Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D";
+  V2Request q{{"GET", url, {{"host", "s3.amazonaws.com"}}}, ""};
+  REQUIRE(verifyV2At(q, 1175139000).has_value());
+  for (const char* extra : {"&attributes", "&records", "&record&key=k", "&records-batch",
+                            "&record-index", "&policyStatus", "&rec%6Frds"}) {
+    INFO(extra);
+    q.r.target = url + extra;
+    auto refused = verifyV2At(q, 1175139000);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().code == S3ErrorCode::kAccessDenied);
+  }
+  // A parameter V2 leaves out that only filters (prefix) is no new operation.
+  q.r.target = url + "&prefix=x";
+  CHECK(verifyV2At(q, 1175139000).has_value());
+}
+
 }  // namespace granary::gateway
 
 namespace granary::gateway {

@@ -304,6 +304,28 @@ TEST_CASE("mustMatch with tags deletes only while the current version carries th
             .has_value());
 }
 
+TEST_CASE("A bucket name with '/' addresses nothing: not another bucket's keys") {
+  // Objects and uploads are keyed "bucket/key...": bucket "b/dir" with key "k" would be
+  // bucket "b"'s "dir/k".
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest("x");
+  REQUIRE(f.index->putObject("b", "dir/k", m, Precondition::none()).has_value());
+  CHECK(f.index->getObject("b/dir", "k").error().code() == Code::kInvalidArgument);
+  auto cached = f.index->getObjectFromMemory("b/dir", "k");
+  CHECK((!cached || (!cached->has_value() && cached->error().code() == Code::kInvalidArgument)));
+  CHECK(f.index->putObject("b/dir", "k", f.inlineManifest("y"), Precondition::none())
+            .error()
+            .code() == Code::kInvalidArgument);
+  CHECK(f.index->deleteObject("b/dir", "k", Precondition::none()).error().code() ==
+        Code::kInvalidArgument);
+  Manifest tagged = m;
+  tagged.tags = {{"t", "1"}};
+  CHECK(f.index->updateObjectTags("b/dir", "k", m, tagged).code() == Code::kInvalidArgument);
+  CHECK(f.index->getObject("b", "dir/k")->version == m.version);
+  CHECK(f.index->getObject("b", "dir/k")->tags.empty());
+}
+
 // ---- GC queue ------------------------------------------------------------------------
 
 TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
