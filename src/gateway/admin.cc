@@ -228,17 +228,6 @@ Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string 
     co_return invalid(req, "A secret key is 8-128 printable ASCII characters without spaces");
   }
   user.created_unix_nanos = ctx.deps.clock.nowUnixNanos();
-  // A removed user's buckets keep its name as their owner: a new user of that name would
-  // get them. The name stays taken until they are deleted.
-  auto buckets = co_await offload(ctx.pool(), [&] { return ctx.index().listBuckets(); });
-  if (!buckets) co_return errorResponse(fromStatus(buckets.error()), req);
-  if (std::any_of(buckets->begin(), buckets->end(),
-                  [&](const index_kv::BucketInfo& b) { return b.owner == user.name; })) {
-    co_return errorResponse({S3ErrorCode::kEntityAlreadyExists,
-                             "The name is taken: a user, or the buckets of a removed user "
-                             "(delete them first), have it"},
-                            req);
-  }
   Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUser(user); });
   if (st.code() == Status::Code::kAlreadyExists) {
     co_return errorResponse({S3ErrorCode::kEntityAlreadyExists, st.message()}, req);

@@ -97,8 +97,8 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
   if (checksum) {
     Checksummer computed(checksum->algorithm);
     computed.update(bytes);
-    // Small bodies are read as sent, never decoded from aws-chunked framing, so a
-    // checksum promised in a trailer cannot be had: InvalidRequest.
+    // A small body is never aws-chunked here, so a checksum promised in a trailer is
+    // missing (InvalidRequest).
     if (auto err = checkChecksum(checksum, computed.value(), {})) co_return std::unexpected(*err);
   }
   co_return out;

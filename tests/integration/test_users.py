@@ -66,23 +66,6 @@ def test_admin_cli_adds_lists_and_removes_users(server, s3):
     assert gone.returncode != 0 and "NoSuchEntity" in gone.stderr
 
 
-def test_a_removed_users_name_stays_taken_while_its_buckets_remain(server, s3):
-    """A new user of a removed user's name would own the buckets left behind."""
-    name = "gone-" + uuid.uuid4().hex[:8]
-    first = user_client(server, add_user(server, name))
-    bucket = "left-" + uuid.uuid4().hex[:12]
-    first.create_bucket(Bucket=bucket)
-    first.put_object(Bucket=bucket, Key="k", Body=b"first user's")
-    admin(server, "user", "remove", name)
-    again = admin(server, "user", "add", name, check=False)
-    assert again.returncode != 0 and "EntityAlreadyExists" in again.stderr
-    # Once the root user has deleted them, the name is free again, and owns nothing.
-    s3.delete_object(Bucket=bucket, Key="k")
-    s3.delete_bucket(Bucket=bucket)
-    second = user_client(server, add_user(server, name))
-    assert second.list_buckets()["Buckets"] == []
-
-
 def test_admin_cli_takes_given_keys_and_validates_them(server):
     name = "given-" + uuid.uuid4().hex[:8]
     key = "GKGIVEN" + uuid.uuid4().hex[:13].upper()
