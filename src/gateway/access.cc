@@ -217,8 +217,10 @@ std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& 
   return accessDenied();
 }
 
+// `created`, when given, receives the creation time of the bucket judged.
 Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& req,
-                                          std::string_view bucket, const Ask& ask) {
+                                          std::string_view bucket, const Ask& ask,
+                                          int64_t* created = nullptr) {
   if (req.root) co_return std::nullopt;
   auto info = co_await lookupBucket(ctx, bucket);
   if (!info) {
@@ -231,6 +233,7 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
     if (info.error().isNotFound()) co_return accessDenied();
     co_return fromStatus(info.error());
   }
+  if (created != nullptr) *created = info->created_unix_nanos;
   co_return decide(req, *info, ask);
 }
 
@@ -283,7 +286,7 @@ Task<std::optional<S3Error>> expectedOwner(GatewayContext& ctx, const S3Request&
 
 }  // namespace
 
-Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
+Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& req,
                                               std::string_view op) {
   if (op != "CreateBucket") {
     if (auto denied = co_await expectedOwner(ctx, req, req.bucket,
@@ -303,16 +306,25 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Reque
     co_return std::nullopt;  // the handler answers if the name is taken
   }
   if (op == "DeleteObjects") {  // each key is asked about by the handler
-    co_return co_await bucketAccess(ctx, req, req.bucket,
-                                    Ask{.action = "s3:DeleteObject", .any_key = true});
+    int64_t* created = &req.bucket_created_unix_nanos;
+    auto denied = co_await bucketAccess(ctx, req, req.bucket,
+                                        Ask{.action = "s3:DeleteObject", .any_key = true}, created);
+    if (denied && denied->code == S3ErrorCode::kAccessDenied) {
+      // Keys naming their version ask for s3:DeleteObjectVersion instead.
+      denied = co_await bucketAccess(
+          ctx, req, req.bucket, Ask{.action = "s3:DeleteObjectVersion", .any_key = true}, created);
+    }
+    co_return denied;
   }
   const OperationAction* a = actionOf(op);
-  if (a == nullptr) co_return co_await bucketAccess(ctx, req, req.bucket, Ask{});
+  if (a == nullptr) {
+    co_return co_await bucketAccess(ctx, req, req.bucket, Ask{}, &req.bucket_created_unix_nanos);
+  }
   Ask ask = askOf(req, *a);
   const std::string resource =
       a->on == On::kObject ? objectArn(req.bucket, req.key) : bucketArn(req.bucket);
   ask.resource = resource;
-  co_return co_await bucketAccess(ctx, req, req.bucket, ask);
+  co_return co_await bucketAccess(ctx, req, req.bucket, ask, &req.bucket_created_unix_nanos);
 }
 
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,

@@ -316,6 +316,11 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(
       read = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
     }
     if (!read) co_return std::unexpected(fromStatus(read.error(), S3ErrorCode::kNoSuchBucket));
+    if (req.bucket_created_unix_nanos != 0 &&
+        read->created_unix_nanos != req.bucket_created_unix_nanos) {
+      // Deleted and created again since authorization judged the request: not this one's.
+      co_return s3fail(S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist");
+    }
     index_kv::BucketInfo changed = *read;
     change(changed);
     if (changed == *read) co_return changed;  // nothing to write (a delete of what is absent)

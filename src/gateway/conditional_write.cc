@@ -13,10 +13,9 @@ std::string_view unquote(std::string_view etag) {
   }
   return etag;
 }
-}  // namespace
 
-Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
-                                                         const S3Request& req) {
+Task<S3Result<index_kv::Precondition>> objectCondition(GatewayContext& ctx,
+                                                       const S3Request& req) {
   auto if_none_match = req.header("if-none-match");
   auto if_match = req.header("if-match");
   if (!if_none_match && !if_match) co_return index_kv::Precondition::none();
@@ -42,6 +41,16 @@ Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
                      "At least one of the pre-conditions you specified did not hold");
   }
   co_return index_kv::Precondition::mustNotExist();
+}
+
+}  // namespace
+
+Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
+                                                         const S3Request& req) {
+  auto pre = co_await objectCondition(ctx, req);
+  // The object goes into the bucket authorization judged, or nowhere.
+  if (pre) pre->bucket_created_unix_nanos = req.bucket_created_unix_nanos;
+  co_return pre;
 }
 
 }  // namespace granary::gateway

@@ -166,7 +166,8 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
   auto committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
   if (!committed) {
-    S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
+    // A commit's kNotFound is the bucket's (see putObject).
+    S3Error err = fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }

@@ -135,7 +135,8 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 // authorizeDelete then asks for each, with the bucket already read. authorizeRead: may it
 // read object `key` of `bucket` (a copy's source)? `version`: the request names the
 // object's version (versionId), which asks for the *Version action.
-Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, const S3Request& req,
+// Sets req.bucket_created_unix_nanos when it judged the request against its bucket.
+Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& req,
                                               std::string_view op);
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view key,

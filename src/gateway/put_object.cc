@@ -77,7 +77,9 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
     });
   }
   if (!committed) {
-    S3Error err = co_await objectNotFound(ctx, req.bucket, committed.error());
+    // A commit's kNotFound is the bucket's: gone, or deleted and created again since
+    // authorization (the precondition names its creation time).
+    S3Error err = fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
     co_await removeBlobs(ctx, committed.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();

@@ -38,6 +38,11 @@ struct S3Request {
   // "" for an anonymous request; `root` for the root user.
   std::string principal;
   bool root = false;
+  // When authorization judged the request against its bucket: that bucket's creation
+  // time, so that its changes and object commits go to that bucket only, not to one of the
+  // same name deleted and created again meanwhile (0: not judged: the root user, anonymous
+  // refusals, requests without a bucket).
+  int64_t bucket_created_unix_nanos = 0;
   // The x-amz-content-sha256 the signature covers when it is a hash (64 hex digits, as
   // sent); empty for unsigned payloads and anonymous requests. readSmallBody checks it.
   std::string signed_payload_hash;

@@ -557,11 +557,14 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
                                  : S3ErrorCode::kAuthorizationHeaderMalformed,
                   "The host header must be signed.");
   }
-  // Every x-amz-* header sent must be signed, as S3 requires: an unsigned one could change
-  // what a presigned or captured request does (x-amz-copy-source turns a PUT into a copy
-  // of something the signer may read).
+  // Every x-amz-* (and Granary's x-granary-*) header sent must be signed, as S3 requires:
+  // an unsigned one could change what a presigned or captured request does
+  // (x-amz-copy-source turns a PUT into a copy of something the signer may read). Not
+  // x-amz-content-sha256, which S3 accepts unsigned: a header-signed request's canonical
+  // request ends with its value, and a presigned one takes its payload hash from the query.
   for (const auto& [name, value] : req.headers) {
-    if (name.starts_with("x-amz-") && std::find(auth.signed_headers.begin(),
+    if ((name.starts_with("x-amz-") || name.starts_with("x-granary-")) &&
+        name != "x-amz-content-sha256" && std::find(auth.signed_headers.begin(),
                                                 auth.signed_headers.end(),
                                                 name) == auth.signed_headers.end()) {
       std::string message = "There were headers present in the request which were not signed: ";

@@ -303,6 +303,10 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
   auto exists = bucketExists(req.bucket);
   if (!exists) return fail(exists.error());
   if (!*exists) return fail(Status::notFound("no bucket " + req.bucket));
+  if (req.pre.bucket_created_unix_nanos != 0) {
+    Status st = checkBucketCreated(req.bucket, req.pre.bucket_created_unix_nanos);
+    if (!st.isOk()) return fail(st);
+  }
   auto current = currentVersion(okey);
   if (!current) return current;
   switch (req.pre.kind) {
@@ -317,6 +321,18 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
     }
   }
   return current;
+}
+
+Status BatchBuilder::checkBucketCreated(const std::string& bucket, int64_t created_unix_nanos) {
+  auto value = bucketValue(bucket);
+  if (!value) return value.error();
+  if (!value->has_value()) return Status::notFound("no bucket " + bucket);
+  auto info = decodeBucket(**value);
+  if (!info) return info.error();
+  if (info->created_unix_nanos != created_unix_nanos) {
+    return Status::notFound("bucket " + bucket + " was deleted and created again");
+  }
+  return Status::ok();
 }
 
 Status BatchBuilder::checkMatch(const std::optional<VersionId>& current,

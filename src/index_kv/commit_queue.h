@@ -143,6 +143,9 @@ class BatchBuilder {
   // A kMustMatch precondition against the key's current version: the version, then the
   // tags it requires (read from the manifest, this batch's writes included).
   Status checkMatch(const std::optional<VersionId>& current, const Precondition& pre);
+  // Precondition::bucket_created_unix_nanos: kNotFound unless `bucket` (this batch's
+  // writes included) is the one created at that instant.
+  Status checkBucketCreated(const std::string& bucket, int64_t created_unix_nanos);
 
   Result<bool> bucketExists(const std::string& bucket);
   // The bucket's value (nullopt: no such bucket), this batch's writes included.

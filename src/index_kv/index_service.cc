@@ -77,10 +77,12 @@ auto unlist(const Json& j) {
   return out;
 }
 
-// Tags as [[name, value], ...] of byte strings, sent only when there are any: an index
-// service older than the field ignores it (then only the version is checked).
+// Tags as [[name, value], ...] of byte strings, and the bucket's creation time, each sent
+// only when set: an index service older than the field ignores it (then only the version,
+// or only the bucket's name, is checked).
 Json toJson(const Precondition& p) {
   Json j = {{"kind", static_cast<int>(p.kind)}, {"version", ver(p.version)}};
+  if (p.bucket_created_unix_nanos != 0) j["bucket_created"] = p.bucket_created_unix_nanos;
   if (!p.tags.empty()) {
     Json tags = Json::array();
     for (const auto& [name, value] : p.tags) {
@@ -98,6 +100,9 @@ Precondition preconditionFrom(const Json& j) {
   Precondition p{static_cast<Precondition::Kind>(kind), unver(j.at("version"))};
   if (auto it = j.find("tags"); it != j.end()) {
     for (const Json& tag : *it) p.tags.emplace(unbytes(tag.at(0)), unbytes(tag.at(1)));
+  }
+  if (auto it = j.find("bucket_created"); it != j.end()) {
+    p.bucket_created_unix_nanos = it->get<int64_t>();
   }
   return p;
 }

@@ -299,11 +299,12 @@ void signAndVerify(const Request& req, const AuthInfo& a) {
   }
   const bool too_long = a.presigned && a.expires_seconds > kMaxPresignedExpires;
   const int64_t now = unixTime(a.amz_date);
-  // An x-amz-* header outside SignedHeaders: refused whatever the signature (after the
-  // expiry check), as S3 refuses it.
+  // An x-amz-* or x-granary-* header outside SignedHeaders (x-amz-content-sha256 aside):
+  // refused whatever the signature (after the expiry check), as S3 refuses it.
   const bool unsigned_amz =
       std::any_of(req.headers.begin(), req.headers.end(), [&](const auto& h) {
-        return h.first.starts_with("x-amz-") &&
+        return (h.first.starts_with("x-amz-") || h.first.starts_with("x-granary-")) &&
+               h.first != "x-amz-content-sha256" &&
                std::find(a.signed_headers.begin(), a.signed_headers.end(), h.first) ==
                    a.signed_headers.end();
       });

@@ -286,6 +286,10 @@ struct Precondition {
   // delete on it: a tag change keeps the version, so the version alone cannot tell that
   // the tag the rule matched was removed meanwhile.
   std::map<std::string, std::string> tags = {};
+  // Any kind: when non-zero, the bucket must be the one created at this instant (its
+  // BucketInfo.created_unix_nanos), not one of the same name deleted and created again
+  // since the gateway judged the request (kNotFound otherwise, as for no bucket).
+  int64_t bucket_created_unix_nanos = 0;
   static Precondition none() { return {}; }
   static Precondition mustNotExist() { return {Kind::kMustNotExist, {}}; }
   static Precondition mustMatch(VersionId v, std::map<std::string, std::string> tags = {}) {

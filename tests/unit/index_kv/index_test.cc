@@ -326,6 +326,25 @@ TEST_CASE("A bucket name with '/' addresses nothing: not another bucket's keys")
   CHECK(f.index->getObject("b", "dir/k")->tags.empty());
 }
 
+TEST_CASE("A put that names its bucket's creation time lands in that bucket only") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const int64_t created = f.index->getBucket("b")->created_unix_nanos;
+  Precondition same = Precondition::none();
+  same.bucket_created_unix_nanos = created;
+  REQUIRE(f.index->putObject("b", "k", f.inlineManifest("1"), same).has_value());
+  // Deleted and created again (another owner, another instant): the old time fails.
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
+  REQUIRE(f.index->deleteBucket("b").isOk());
+  f.clock.advance(1000);
+  REQUIRE(f.index->createBucket(testing::bucketInfo("b", "someone-else", created + 1000)).isOk());
+  CHECK(f.index->putObject("b", "k", f.inlineManifest("2"), same).error().code() ==
+        Code::kNotFound);
+  CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
+  same.bucket_created_unix_nanos = created + 1000;
+  CHECK(f.index->putObject("b", "k", f.inlineManifest("3"), same).has_value());
+}
+
 // ---- GC queue ------------------------------------------------------------------------
 
 TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
