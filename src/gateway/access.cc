@@ -327,6 +327,16 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& re
   co_return co_await bucketAccess(ctx, req, req.bucket, ask, &req.bucket_created_unix_nanos);
 }
 
+Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Request& req) {
+  if (req.bucket_created_unix_nanos == 0) co_return std::nullopt;
+  auto info = co_await lookupBucket(ctx, req.bucket);
+  if (!info) co_return fromStatus(info.error(), S3ErrorCode::kNoSuchBucket);
+  if (info->created_unix_nanos != req.bucket_created_unix_nanos) {
+    co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+  }
+  co_return std::nullopt;
+}
+
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view key,
                                            bool version) {

@@ -135,6 +135,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 // authorizeDelete then asks for each, with the bucket already read. authorizeRead: may it
 // read object `key` of `bucket` (a copy's source)? `version`: the request names the
 // object's version (versionId), which asks for the *Version action.
+// Whether the request's bucket is still the one authorization judged (its creation time):
+// nullopt if so, or when none was judged (the root user); NoSuchBucket once it has been
+// deleted and created again. Writes that read a body before they write, and cannot carry
+// the time into the index's commit, ask it just before writing.
+Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Request& req);
 // Sets req.bucket_created_unix_nanos when it judged the request against its bucket.
 Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& req,
                                               std::string_view op);

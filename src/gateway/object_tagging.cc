@@ -16,6 +16,8 @@ Task<S3Result<void>> setTags(GatewayContext& ctx, const S3Request& req, const Ta
     auto current = co_await loadObject(ctx, req.bucket, req.key);
     if (!current) co_return std::unexpected(current.error());
     if (current->tags == tags) co_return S3Result<void>();
+    // The body came after authorization: the bucket may have been re-made by another since.
+    if (auto gone = co_await bucketStillJudged(ctx, req)) co_return std::unexpected(*gone);
     index_kv::Manifest updated = *current;
     updated.tags = tags;
     const Status st = co_await offload(ctx.pool(), [&] {

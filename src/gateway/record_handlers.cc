@@ -437,6 +437,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   }
   auto manifest = co_await loadObject(ctx, req.bucket, req.key);
   if (!manifest) co_return errorResponse(manifest.error(), req);
+  // The body came after authorization: the bucket may have been re-made by another since.
+  if (auto gone = co_await bucketStillJudged(ctx, req)) co_return errorResponse(*gone, req);
   // Every row is validated before any is written.
   auto parsed = co_await offload(ctx.pool(), [&] { return parseRows(*text, req.key, manifest->size); });
   if (!parsed) co_return errorResponse(parsed.error(), req);

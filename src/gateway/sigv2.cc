@@ -184,10 +184,21 @@ std::string signV2(std::string_view secret, std::string_view string_to_sign) {
 
 S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                         std::string_view secret, int64_t now_unix_seconds) {
+  // Nor Granary's x-granary-* headers and parameters (x-granary-index would index an
+  // upload), which a V2 signature does not cover either.
+  for (const auto& [name, value] : req.headers) {
+    if (name.starts_with("x-granary-")) {
+      std::string message = "Signature Version 2 cannot sign the ";
+      message += name;
+      message += " header; sign the request with Signature Version 4";
+      return s3fail(S3ErrorCode::kAccessDenied, std::move(message));
+    }
+  }
   // Names as the router reads them (percent-decoded).
   for (const auto& [name, value] : parseQuery(splitTarget(req.target).second)) {
-    if (std::find(std::begin(kUnsignableSelectors), std::end(kUnsignableSelectors), name) !=
-        std::end(kUnsignableSelectors)) {
+    if (name.starts_with("x-granary-") ||
+        std::find(std::begin(kUnsignableSelectors), std::end(kUnsignableSelectors), name) !=
+            std::end(kUnsignableSelectors)) {
       std::string message = "Signature Version 2 cannot sign the ?";
       message += name;
       message += " parameter; sign the request with Signature Version 4";

@@ -380,7 +380,12 @@ void checkV2(const Request& req, const AuthInfo& a, bool has_header) {
   S3Result<void> v = verify(view, good, kSecret, now, keyCache());
   // A parameter that chooses an operation but that V2 cannot sign: refused first.
   const auto params = parseQuery(splitTarget(req.target).second);
-  if (std::any_of(params.begin(), params.end(), [](const auto& p) {
+  const bool granary_header = std::any_of(req.headers.begin(), req.headers.end(),
+                                          [](const auto& h) {
+                                            return h.first.starts_with("x-granary-");
+                                          });
+  if (granary_header || std::any_of(params.begin(), params.end(), [](const auto& p) {
+        if (p.first.starts_with("x-granary-")) return true;
         for (const char* name : {"attributes", "policyStatus", "record", "record-index",
                                  "records", "records-batch"}) {
           if (p.first == name) return true;

@@ -679,7 +679,8 @@ TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot 
   V2Request q{{"GET", url, {{"host", "s3.amazonaws.com"}}}, ""};
   REQUIRE(verifyV2At(q, 1175139000).has_value());
   for (const char* extra : {"&attributes", "&records", "&record&key=k", "&records-batch",
-                            "&record-index", "&policyStatus", "&rec%6Frds"}) {
+                            "&record-index", "&policyStatus", "&rec%6Frds",
+                            "&x-granary-index=tar"}) {
     INFO(extra);
     q.r.target = url + extra;
     auto refused = verifyV2At(q, 1175139000);
@@ -689,6 +690,10 @@ TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot 
   // A parameter V2 leaves out that only filters (prefix) is no new operation.
   q.r.target = url + "&prefix=x";
   CHECK(verifyV2At(q, 1175139000).has_value());
+  // Nor may an x-granary-* header ride along (it would index an upload).
+  q.r.target = url;
+  q.r.headers.emplace_back("x-granary-index", "tar");
+  CHECK(verifyV2At(q, 1175139000).error().code == S3ErrorCode::kAccessDenied);
 }
 
 }  // namespace granary::gateway
