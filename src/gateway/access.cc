@@ -237,8 +237,6 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
   co_return decide(req, *info, ask);
 }
 
-// The action AWS asks for: reads and deletes naming a version are the *Version actions,
-// and writes that set tags need s3:PutObjectTagging too.
 // What an object action becomes when the request names a version (IAM's *Version actions).
 std::string_view versionAction(std::string_view action) {
   static constexpr std::pair<std::string_view, std::string_view> kVersionActions[] = {
@@ -257,6 +255,8 @@ std::string_view versionAction(std::string_view action) {
   return action;
 }
 
+// The action AWS asks for: reads and deletes naming a version are the *Version actions,
+// and writes that set tags need s3:PutObjectTagging too.
 Ask askOf(const S3Request& req, const OperationAction& a) {
   Ask ask{.action = a.action, .also = a.also};
   if (req.hasQuery("versionId") && a.on == On::kObject) {
@@ -327,11 +327,16 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& re
   co_return co_await bucketAccess(ctx, req, req.bucket, ask, &req.bucket_created_unix_nanos);
 }
 
+bool isJudgedBucket(const S3Request& req, const index_kv::BucketInfo& bucket) {
+  return req.bucket_created_unix_nanos == 0 ||
+         bucket.created_unix_nanos == req.bucket_created_unix_nanos;
+}
+
 Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Request& req) {
   if (req.bucket_created_unix_nanos == 0) co_return std::nullopt;
   auto info = co_await lookupBucket(ctx, req.bucket);
   if (!info) co_return fromStatus(info.error(), S3ErrorCode::kNoSuchBucket);
-  if (info->created_unix_nanos != req.bucket_created_unix_nanos) {
+  if (!isJudgedBucket(req, *info)) {
     co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
   }
   co_return std::nullopt;
@@ -347,7 +352,7 @@ Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request&
   const std::string resource = objectArn(bucket, key);
   co_return co_await bucketAccess(
       ctx, req, bucket,
-      Ask{.action = version ? "s3:GetObjectVersion" : "s3:GetObject",
+      Ask{.action = version ? versionAction("s3:GetObject") : "s3:GetObject",
           .resource = resource,
           .read_only = true});
 }
@@ -357,7 +362,7 @@ std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::Buc
   if (req.root) return std::nullopt;
   const std::string resource = objectArn(bucket.name, key);
   return decide(req, bucket,
-                Ask{.action = version ? "s3:DeleteObjectVersion" : "s3:DeleteObject",
+                Ask{.action = version ? versionAction("s3:DeleteObject") : "s3:DeleteObject",
                     .resource = resource});
 }
 

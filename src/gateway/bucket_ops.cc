@@ -316,8 +316,7 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(
       read = co_await offload(ctx.pool(), [&] { return ctx.index().getBucket(req.bucket); });
     }
     if (!read) co_return std::unexpected(fromStatus(read.error(), S3ErrorCode::kNoSuchBucket));
-    if (req.bucket_created_unix_nanos != 0 &&
-        read->created_unix_nanos != req.bucket_created_unix_nanos) {
+    if (!isJudgedBucket(req, *read)) {
       // Deleted and created again since authorization judged the request: not this one's.
       co_return s3fail(S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist");
     }

@@ -140,6 +140,8 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 // deleted and created again. Writes that read a body before they write, and cannot carry
 // the time into the index's commit, ask it just before writing.
 Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Request& req);
+// The comparison itself, for a caller that has just read the bucket (changeBucket).
+bool isJudgedBucket(const S3Request& req, const index_kv::BucketInfo& bucket);
 // Sets req.bucket_created_unix_nanos when it judged the request against its bucket.
 Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& req,
                                               std::string_view op);

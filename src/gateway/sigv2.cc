@@ -186,23 +186,21 @@ S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                         std::string_view secret, int64_t now_unix_seconds) {
   // Nor Granary's x-granary-* headers and parameters (x-granary-index would index an
   // upload), which a V2 signature does not cover either.
+  auto unsignable = [](std::string_view what) {
+    std::string message = "Signature Version 2 cannot sign ";
+    message += what;
+    message += "; sign the request with Signature Version 4";
+    return s3fail(S3ErrorCode::kAccessDenied, std::move(message));
+  };
   for (const auto& [name, value] : req.headers) {
-    if (name.starts_with("x-granary-")) {
-      std::string message = "Signature Version 2 cannot sign the ";
-      message += name;
-      message += " header; sign the request with Signature Version 4";
-      return s3fail(S3ErrorCode::kAccessDenied, std::move(message));
-    }
+    if (name.starts_with("x-granary-")) return unsignable(name);
   }
   // Names as the router reads them (percent-decoded).
   for (const auto& [name, value] : parseQuery(splitTarget(req.target).second)) {
     if (name.starts_with("x-granary-") ||
         std::find(std::begin(kUnsignableSelectors), std::end(kUnsignableSelectors), name) !=
             std::end(kUnsignableSelectors)) {
-      std::string message = "Signature Version 2 cannot sign the ?";
-      message += name;
-      message += " parameter; sign the request with Signature Version 4";
-      return s3fail(S3ErrorCode::kAccessDenied, std::move(message));
+      return unsignable(name);
     }
   }
   if (auth.presigned) {

@@ -210,6 +210,7 @@ Status BatchBuilder::createBucket(CommitRequest& req) {
   if (*exists) return Status::alreadyExists("bucket " + req.bucket + " exists");
   GRANARY_STAGE(batch_.Put(cfs_.buckets, req.bucket, req.bucket_value));
   buckets_[req.bucket] = req.bucket_value;
+  bucket_created_.erase(req.bucket);
   return Status::ok();
 }
 
@@ -288,6 +289,7 @@ Status BatchBuilder::deleteBucket(CommitRequest& req) {
   }
   GRANARY_STAGE(batch_.Delete(cfs_.buckets, req.bucket));
   buckets_[req.bucket] = std::nullopt;
+  bucket_created_.erase(req.bucket);
   return Status::ok();
 }
 
@@ -324,12 +326,18 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
 }
 
 Status BatchBuilder::checkBucketCreated(const std::string& bucket, int64_t created_unix_nanos) {
-  auto value = bucketValue(bucket);
-  if (!value) return value.error();
-  if (!value->has_value()) return Status::notFound("no bucket " + bucket);
-  auto info = decodeBucket(**value);
-  if (!info) return info.error();
-  if (info->created_unix_nanos != created_unix_nanos) {
+  // Decoded once per bucket and batch: a batch of PUTs into one bucket (the committer is
+  // serial) must not decode its settings, policy included, for each.
+  auto cached = bucket_created_.find(bucket);
+  if (cached == bucket_created_.end()) {
+    auto value = bucketValue(bucket);
+    if (!value) return value.error();
+    if (!value->has_value()) return Status::notFound("no bucket " + bucket);
+    auto info = decodeBucket(**value);
+    if (!info) return info.error();
+    cached = bucket_created_.emplace(bucket, info->created_unix_nanos).first;
+  }
+  if (cached->second != created_unix_nanos) {
     return Status::notFound("bucket " + bucket + " was deleted and created again");
   }
   return Status::ok();

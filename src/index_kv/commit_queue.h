@@ -179,6 +179,7 @@ class BatchBuilder {
   // name -> the bucket's value as this batch leaves it (nullopt: deleted or absent), also
   // for buckets only read
   std::map<std::string, std::optional<std::string>> buckets_;
+  std::map<std::string, int64_t> bucket_created_;  // name -> creation time, as decoded
   std::map<std::string, std::optional<VersionId>> objects_;      // object key -> current
   std::map<VersionId, const Manifest*> manifests_;               // written in this batch
   std::map<std::string, std::vector<VersionId>> gc_entries_;     // gc key -> blob versions
