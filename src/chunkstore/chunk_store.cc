@@ -106,6 +106,18 @@ class ChunkStoreImpl final : public ChunkStore {
     payload_bytes_ = bytes;
     disk_bytes_ = disk;
     GRANARY_RETURN_IF_ERROR(extents_.open(min_next));
+    // The blob index records the next extent number (synced) before an extent is made, so
+    // an extent at or above it was made under another index: this one is missing (a new,
+    // empty one in its place) or another drive's. Recovery below would remove every blob
+    // it does not know of, i.e. all of them.
+    if (size_t stray = extents_.foundFrom(*next); stray > 0) {
+      return Status::corruption(fmt::format(
+          "{}: {} extent file(s) numbered {} or above that its blob index never recorded "
+          "making: the blob index is missing or not this drive's. Nothing was removed; "
+          "put the drive's own index back, or empty the drive and let repair rebuild its "
+          "fragments (docs/operations.md, \"A drive's blob index lost\")",
+          options_.dir, stray, *next));
+    }
     // Recovery: whatever a crash left unindexed (written, never committed; or unindexed,
     // never punched) is freed before the first new write.
     auto reclaimed = extents_.reclaimOrphans(live);

@@ -387,6 +387,10 @@ uint64_t ExtentSet::reservedBytes() const {
   return bytes;
 }
 
+size_t ExtentSet::foundFrom(uint32_t from) const {
+  return static_cast<size_t>(std::ranges::count_if(found_, [&](uint32_t n) { return n >= from; }));
+}
+
 bool ExtentSet::retired(uint32_t extent) const {
   std::lock_guard lock(alloc_mu_);
   return retired_.contains(extent);

@@ -64,6 +64,8 @@ class ExtentSet {
   // Finds the highest extent number in the directory; new extents get numbers above both
   // it and `min_next`.
   Status open(uint32_t min_next);
+  // How many of the extents open() found are numbered `from` or above.
+  size_t foundFrom(uint32_t from) const;
   // Reserves `len` (a multiple of kIoAlign) bytes, rolling to a new extent when the active
   // one would grow past extent_size (a blob larger than that gets an extent of its own).
   Result<Allocation> allocate(uint64_t len);

@@ -194,7 +194,10 @@ Task<S3Response> headBucket(GatewayContext& ctx, const S3Request& req) {
 }
 
 Task<S3Response> deleteBucket(GatewayContext& ctx, const S3Request& req) {
-  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().deleteBucket(req.bucket); });
+  // Only the bucket authorization judged: not one of its name made since by another.
+  Status st = co_await offload(ctx.pool(), [&] {
+    return ctx.index().deleteBucket(req.bucket, req.bucket_created_unix_nanos);
+  });
   if (st.code() == Status::Code::kNotEmpty) {
     co_return errorResponse({S3ErrorCode::kBucketNotEmpty,
                              "The bucket you tried to delete is not empty"},

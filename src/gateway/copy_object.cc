@@ -159,6 +159,10 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
       co_await writer.abandon();
       co_return errorResponse(fromStatus(st), req);
     }
+    if (auto overdue = writeOverdue(ctx, m.version)) {
+      co_await writer.abandon();
+      co_return errorResponse(*overdue, req);
+    }
     m.etag = toHex(sink.md5());
     m.drives = writer.drives();
     m.stripes = writer.stripes();

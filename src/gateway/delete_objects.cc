@@ -14,6 +14,12 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
 
   auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket) co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req);
+  // The body came after authorization: a bucket of this name made since by another is not
+  // the one judged (nor is one made after this lookup: each removal's commit checks too).
+  if (!isJudgedBucket(req, *bucket)) {
+    co_return errorResponse({S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"},
+                            req);
+  }
 
   // Every key's removal is queued at once: the index commits them in a few synced batches.
   std::vector<DeleteOutcome> outcomes(parsed->objects.size());
@@ -42,7 +48,8 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
       outcomes[i].error = std::move(*denied);
       continue;
     }
-    removeObjectIn(group, ctx, req.bucket, outcomes[i].key, removed[i]);
+    removeObjectIn(group, ctx, req.bucket, outcomes[i].key, req.bucket_created_unix_nanos,
+                   removed[i]);
   }
   (void)co_await group.wait();
   for (size_t i = 0; i < outcomes.size(); ++i) {

@@ -47,8 +47,9 @@ bool etagListMatches(std::string_view header, std::string_view etag) {
 }
 
 // response-* query parameters override response headers on GET (signed requests only:
-// access.cc refuses them on anonymous reads of public buckets).
-void applyResponseOverrides(const S3Request& req, S3Response& res) {
+// access.cc refuses them on anonymous reads of public buckets). A value with a control
+// character is InvalidArgument: CR or LF would split the response.
+std::optional<S3Error> applyResponseOverrides(const S3Request& req, S3Response& res) {
   static constexpr std::pair<std::string_view, std::string_view> kOverrides[] = {
       {"response-content-type", "Content-Type"},
       {"response-content-language", "Content-Language"},
@@ -60,9 +61,17 @@ void applyResponseOverrides(const S3Request& req, S3Response& res) {
   for (const auto& [param, header] : kOverrides) {
     auto value = req.queryValue(param);
     if (!value) continue;
+    if (std::ranges::any_of(*value, [](char c) {
+          return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) == 0x7f;
+        })) {
+      std::string message(param);
+      message.append(" may not contain control characters");
+      return S3Error{S3ErrorCode::kInvalidArgument, std::move(message)};
+    }
     std::erase_if(res.headers, [&](const auto& h) { return h.first == header; });
     res.set(std::string(header), std::string(*value));
   }
+  return std::nullopt;
 }
 
 // GET and HEAD ?partNumber=N: the bytes of part N of a multipart object (the stripes of
@@ -170,7 +179,7 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
     not_modified.set("Last-Modified", httpDate(m.mtime_unix_nanos));
     co_return not_modified;
   }
-  applyResponseOverrides(req, res);
+  if (auto bad = applyResponseOverrides(req, res)) co_return errorResponse(*bad, req);
   uint64_t first = 0, length = m.size;
   if (part) {
     first = part->first;
@@ -280,7 +289,7 @@ Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) 
 }
 
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req) {
-  auto removed = co_await removeObject(ctx, req.bucket, req.key);
+  auto removed = co_await removeObject(ctx, req.bucket, req.key, req.bucket_created_unix_nanos);
   if (!removed) {
     co_return errorResponse(fromStatus(removed.error(), S3ErrorCode::kNoSuchBucket), req);
   }

@@ -137,8 +137,10 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
 // object's version (versionId), which asks for the *Version action.
 // Whether the request's bucket is still the one authorization judged (its creation time):
 // nullopt if so, or when none was judged (the root user); NoSuchBucket once it has been
-// deleted and created again. Writes that read a body before they write, and cannot carry
-// the time into the index's commit, ask it just before writing.
+// deleted and created again. Writes that cannot carry the time into the index's commit
+// ask it after reading the object they change and before writing: their commit requires
+// that object's version, which no bucket made since can hold (versions are unique), so
+// a re-made bucket is caught either here or there.
 Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Request& req);
 // The comparison itself, for a caller that has just read the bucket (changeBucket).
 bool isJudgedBucket(const S3Request& req, const index_kv::BucketInfo& bucket);
@@ -327,13 +329,17 @@ Task<Result<std::optional<VersionId>>> commitObject(GatewayContext& ctx,
                                                     std::string_view key,
                                                     const index_kv::Manifest& m,
                                                     index_kv::Precondition pre);
+// removeObject deletes from the bucket created at `bucket_created_unix_nanos` only (0: any
+// bucket of that name; S3Request::bucket_created_unix_nanos: the one authorization judged).
 Task<Result<std::optional<VersionId>>> removeObject(GatewayContext& ctx,
                                                     std::string_view bucket,
-                                                    std::string_view key);
-// Adds removeObject(bucket, key) to `group`; `out` gets its answer. The group's coroutine
-// awaits it with the group's other tasks.
+                                                    std::string_view key,
+                                                    int64_t bucket_created_unix_nanos);
+// Adds removeObject(bucket, key, bucket_created_unix_nanos) to `group`; `out` gets its
+// answer. The group's coroutine awaits it with the group's other tasks.
 void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
-                    std::string_view key, Result<std::optional<VersionId>>& out);
+                    std::string_view key, int64_t bucket_created_unix_nanos,
+                    Result<std::optional<VersionId>>& out);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation in `bucket`.
 Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st);
 // lookupObject, with a missing object (or bucket) turned into its S3 error.

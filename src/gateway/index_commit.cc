@@ -71,22 +71,23 @@ Task<Committed> commitObject(GatewayContext& ctx, std::string_view bucket,
 }
 
 Task<Committed> removeObject(GatewayContext& ctx, std::string_view bucket,
-                             std::string_view key) {
+                             std::string_view key, int64_t bucket_created_unix_nanos) {
   auto add = [&](TaskGroup& group, Committed& out) {
-    removeObjectIn(group, ctx, bucket, key, out);
+    removeObjectIn(group, ctx, bucket, key, bucket_created_unix_nanos, out);
   };
   co_return co_await awaitCommit(ctx, add);
 }
 
 void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
-                    std::string_view key, Committed& out) {
-  const auto none = index_kv::Precondition::none();
+                    std::string_view key, int64_t bucket_created_unix_nanos, Committed& out) {
+  auto pre = index_kv::Precondition::none();
+  pre.bucket_created_unix_nanos = bucket_created_unix_nanos;
   commitIn(
       group, ctx,
-      [&ctx, bucket, key, none](index_kv::Index::CommitDone done) {
-        ctx.index().deleteObjectAsync(bucket, key, none, std::move(done));
+      [&ctx, bucket, key, pre](index_kv::Index::CommitDone done) {
+        ctx.index().deleteObjectAsync(bucket, key, pre, std::move(done));
       },
-      [&ctx, bucket, key, none] { return ctx.index().deleteObject(bucket, key, none); }, out);
+      [&ctx, bucket, key, pre] { return ctx.index().deleteObject(bucket, key, pre); }, out);
 }
 
 }  // namespace granary::gateway

@@ -393,11 +393,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   } else {
     invalid = checkChecksum(*checksum, computed_checksum, payload.trailers());
   }
-  const int64_t elapsed_ns = clock.nowUnixNanos() - out.version.createdUnixNanos();
-  if (!invalid && elapsed_ns > int64_t(ctx.options.max_put_seconds) * 1'000'000'000) {
-    invalid = S3Error{S3ErrorCode::kRequestTimeout,
-                      "The upload took longer than the server's maximum PUT duration."};
-  }
+  if (!invalid) invalid = writeOverdue(ctx, out.version);
   if (invalid) co_return co_await failWith(*invalid);
 
   out.size = total;
@@ -410,6 +406,13 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     out.stripes = writer->stripes();
   }
   co_return out;
+}
+
+std::optional<S3Error> writeOverdue(const GatewayContext& ctx, const VersionId& version) {
+  const int64_t elapsed_ns = ctx.deps.clock.nowUnixNanos() - version.createdUnixNanos();
+  if (elapsed_ns <= int64_t(ctx.options.max_put_seconds) * 1'000'000'000) return std::nullopt;
+  return S3Error{S3ErrorCode::kRequestTimeout,
+                 "The write took longer than the server's maximum PUT duration."};
 }
 
 bool commitRefused(const Status& st) {

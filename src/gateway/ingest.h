@@ -58,6 +58,12 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
                                                             BodySource& body,
                                                             const IngestOptions& options);
 
+// RequestTimeout once the write of blob version `version` (minted when it began) has taken
+// longer than options.max_put_seconds: the orphan sweep removes unreferenced blobs older
+// than twice that, so such a write may have lost fragments and must not commit. Every
+// writer of blobs (a PUT's body, a copy) asks just before its commit.
+std::optional<S3Error> writeOverdue(const GatewayContext& ctx, const VersionId& version);
+
 // Whether a failed index commit certainly did not take effect, so that what it would have
 // published (blobs, record rows) may be removed at once. A commit whose answer was lost
 // (a timeout, a connection that failed after the request went out: the remote index of

@@ -228,7 +228,9 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
     up.index_format = (*index_request)->format_name;
     up.index_key = (*index_request)->key_name;
   }
-  Status st = co_await offload(ctx.pool(), [&] { return ctx.index().createUpload(up); });
+  Status st = co_await offload(ctx.pool(), [&] {
+    return ctx.index().createUpload(up, req.bucket_created_unix_nanos);
+  });
   if (!st.isOk()) co_return errorResponse(fromStatus(st, S3ErrorCode::kNoSuchBucket), req);
   S3Response res = xmlResponse(initiateMultipartUploadXml(req.bucket, req.key, up.upload_id));
   if (!up.checksum_algorithm.empty()) {
@@ -341,6 +343,10 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   if (!st.isOk()) {
     co_await writer.abandon();
     co_return errorResponse(fromStatus(st), req);
+  }
+  if (auto overdue = writeOverdue(ctx, version)) {
+    co_await writer.abandon();
+    co_return errorResponse(*overdue, req);
   }
 
   index_kv::PartInfo part;

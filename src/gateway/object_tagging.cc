@@ -17,6 +17,8 @@ Task<S3Result<void>> setTags(GatewayContext& ctx, const S3Request& req, const Ta
     if (!current) co_return std::unexpected(current.error());
     if (current->tags == tags) co_return S3Result<void>();
     // The body came after authorization: the bucket may have been re-made by another since.
+    // Asked after the read: a bucket re-made later cannot hold `current`'s version, which
+    // updateObjectTags requires.
     if (auto gone = co_await bucketStillJudged(ctx, req)) co_return std::unexpected(*gone);
     index_kv::Manifest updated = *current;
     updated.tags = tags;

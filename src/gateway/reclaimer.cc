@@ -92,6 +92,10 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
       for (const auto& blob : *page) {
         ++stats.entries_done;
         if (blob.created_unix_nanos > cutoff) continue;  // may belong to a PUT in progress
+        // The same by the writing gateway's clock (the version's time), which its PUT
+        // deadline counts by: a chunk server's clock behind the gateways' must not make a
+        // write in progress look old.
+        if (blob.id.version.createdUnixNanos() > cutoff) continue;
         if (blob.id.version.isSystem()) continue;  // an index checkpoint, not an object's
         auto it = referenced.find(blob.id.version);
         if (it == referenced.end()) {

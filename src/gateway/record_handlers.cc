@@ -10,6 +10,8 @@
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/ec/erasure_code.h"
+#include <algorithm>
+
 #include "handlers.h"
 #include "records.h"
 
@@ -408,6 +410,12 @@ S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::st
     if (auto t = r.find("type"); t != r.end()) {
       if (!t->is_string()) return bad("type must be a string");
       p.row.type = t->get<std::string>();
+      // Sent back in x-granary-record-type: printable ASCII, short.
+      if (p.row.type.size() > 256 || !std::ranges::all_of(p.row.type, [](char c) {
+            return c >= 0x20 && c < 0x7f;
+          })) {
+        return bad("type must be at most 256 printable ASCII characters");
+      }
     }
     if (auto c = r.find("crc32c"); c != r.end()) {
       std::string hex = c->is_string() ? c->get<std::string>() : "";
@@ -438,6 +446,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   auto manifest = co_await loadObject(ctx, req.bucket, req.key);
   if (!manifest) co_return errorResponse(manifest.error(), req);
   // The body came after authorization: the bucket may have been re-made by another since.
+  // Asked after the read: a bucket re-made later cannot hold the manifest's version, which
+  // attachRecords requires.
   if (auto gone = co_await bucketStillJudged(ctx, req)) co_return errorResponse(*gone, req);
   // Every row is validated before any is written.
   auto parsed = co_await offload(ctx.pool(), [&] { return parseRows(*text, req.key, manifest->size); });

@@ -688,6 +688,14 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
       rule.allowed_headers.push_back(value);
     } else if (name == "ExposeHeader") {
+      // Sent back in Access-Control-Expose-Headers: a header name (an HTTP token).
+      if (value.empty() || value.size() > 256 || !std::ranges::all_of(value, [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) ||
+                   std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+          })) {
+        return s3fail(S3ErrorCode::kInvalidRequest,
+                      "ExposeHeader must be a header name");
+      }
       rule.expose_headers.push_back(value);
     } else if (name == "MaxAgeSeconds") {
       int64_t v = 0;

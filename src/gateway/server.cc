@@ -8,10 +8,12 @@
 #include <boost/beast/http.hpp>
 #include <boost/asio/ssl.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <sys/sendfile.h>
 
+#include <algorithm>
 #include <array>
 #include <csignal>
 #include <cerrno>
@@ -102,6 +104,11 @@ class BeastBodySource final : public BodySource {
                          "Your socket connection to the server was not read from or written "
                          "to within the timeout period.");
       }
+      if (ec == http::error::buffer_overflow) {
+        co_return s3fail(S3ErrorCode::kInvalidRequest,
+                         "A chunk-size line or the trailer section of the chunked request "
+                         "body is too long.");
+      }
       co_return s3fail(S3ErrorCode::kIncompleteBody,
                        "The request body terminated unexpectedly");
     }
@@ -123,11 +130,44 @@ class BeastBodySource final : public BodySource {
   uint64_t bytes_ = 0;
 };
 
+// The one way response headers are set from a HeaderList. Values can carry stored text
+// (record types, CORS settings, object keys in x-granary-record-container) and request
+// parameters (response-*), each checked where it comes in; this is the last line: a
+// control character (CR or LF would split the response) is percent-encoded, and a value
+// too long for one header line (Beast throws past 64 KiB, ending the connection without
+// an answer) is left out.
+void setHeaders(http::fields& f, const HeaderList& headers) {
+  constexpr size_t kMaxValue = 16 * 1024;
+  for (const auto& [name, value] : headers) {
+    const bool control = std::ranges::any_of(value, [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return (u < 0x20 && c != '\t') || u == 0x7f;
+    });
+    std::string encoded;
+    if (control) {
+      for (char c : value) {
+        const auto u = static_cast<unsigned char>(c);
+        if ((u < 0x20 && c != '\t') || u == 0x7f) {
+          encoded += fmt::format("%{:02X}", u);
+        } else {
+          encoded += c;
+        }
+      }
+    }
+    const std::string& v = control ? encoded : value;
+    if (v.size() > kMaxValue) {
+      log::warn("response header {} left out: {} bytes", name, v.size());
+      continue;
+    }
+    f.set(name, v);
+  }
+}
+
 void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::server, "Granary");
   f.set("x-amz-request-id", req.request_id);
   f.set(http::field::date, httpDate(clock.nowUnixNanos()));
-  for (const auto& [name, value] : req.response_headers) f.set(name, value);
+  setHeaders(f, req.response_headers);
 }
 
 // A completion condition for asio::async_write that offers the socket everything left in
@@ -150,7 +190,7 @@ class BeastBodySink final : public BodySink {
   Task<Status> writeHead(const S3Response& head, uint64_t content_length) override {
     http::response<http::empty_body> res{static_cast<http::status>(head.status), 11};
     commonHeaders(res, req_, clock_);
-    for (const auto& [name, value] : head.headers) res.set(name, value);
+    setHeaders(res, head.headers);
     chunked_ = content_length == kUnknownLength;
     if (chunked_) {
       res.chunked(true);
@@ -350,7 +390,7 @@ Task<bool> writeResponse(Stream& stream, const S3Request& req, S3Response& r,
                          const Clock& clock, bool keep_alive, std::chrono::seconds timeout) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
   commonHeaders(res, req, clock);
-  for (const auto& [name, value] : r.headers) res.set(name, value);
+  setHeaders(res, r.headers);
   if (req.method == "HEAD") {
     res.content_length(r.body.size());  // HEAD: headers as for GET, no body
   } else {
@@ -384,13 +424,16 @@ S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) 
   return req;
 }
 
-// Reads and discards what is left of a request body, up to `limit` bytes; true if the
-// body ended (so the connection can be kept).
+// Reads and discards what is left of a request body, up to `limit` bytes, and no more
+// reads once `time` has passed (a client trickling the rest must not hold the connection;
+// one that stalls meets the reads' I/O timeout); true if the body ended (so the connection
+// can be kept). When it did not, the answer goes out with Connection: close.
 template <class Stream>
-Task<bool> drain(BeastBodySource<Stream>& body, size_t limit) {
+Task<bool> drain(BeastBodySource<Stream>& body, size_t limit, std::chrono::seconds time) {
+  const auto deadline = std::chrono::steady_clock::now() + time;
   std::vector<uint8_t> scratch(64 * 1024);
   size_t total = 0;
-  while (!body.done() && total < limit) {
+  while (!body.done() && total < limit && std::chrono::steady_clock::now() < deadline) {
     auto n = co_await body.read(scratch);
     if (!n || *n == 0) co_return body.done();
     total += *n;
@@ -442,7 +485,10 @@ Task<void> refuseConnection(tcp::socket socket) {
 // refused before its body was read).
 template <class Stream>
 Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_log) {
-  beast::flat_buffer buffer;
+  // Bounded: Beast 1.74 applies no limit of its own to a chunked body's chunk-size lines
+  // (their extensions) or its trailer section, which it keeps reading into this buffer
+  // until their end arrives; at the bound the read fails (buffer_overflow).
+  beast::flat_buffer buffer(std::max<size_t>(256 * 1024, ctx.options.max_header_bytes + 65536));
   buffer.reserve(128 * 1024);  // large reads: a small buffer means 512-byte recv calls
   const auto idle = std::chrono::seconds(ctx.options.idle_timeout_seconds);
   const auto io = std::chrono::seconds(ctx.options.io_timeout_seconds);
@@ -519,7 +565,7 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     ctx.metrics.requestFinished();
 
     bool reuse = keep_alive && !res.close && !body.failed();
-    if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20);
+    if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20, std::chrono::seconds(5));
     bool written = true;
     if (!res.streamed) {
       written = co_await writeResponse(stream, req, res, clock, reuse, io);
@@ -728,6 +774,9 @@ class BeastGatewayServer final : public GatewayServer {
       if (ec) {
         if (ec == asio::error::operation_aborted) co_return;
         log::warn("accept: {}", ec.message());
+        // EMFILE/ENFILE leave the connection in the backlog: retrying at once would spin.
+        asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(100));
+        co_await pause.async_wait(kRedirect(ec));
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);

@@ -276,9 +276,7 @@ Status BatchBuilder::deleteUser(CommitRequest& req) {
 }
 
 Status BatchBuilder::deleteBucket(CommitRequest& req) {
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  GRANARY_RETURN_IF_ERROR(requireBucket(req.bucket, req.pre.bucket_created_unix_nanos));
   auto has_objects = bucketHasObjects(req.bucket);
   if (!has_objects) return has_objects.error();
   if (*has_objects) return Status::notEmpty("bucket " + req.bucket + " is not empty");
@@ -302,13 +300,8 @@ Status BatchBuilder::putObject(CommitRequest& req) {
 
 Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
                                                         const std::string& okey) {
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return fail(exists.error());
-  if (!*exists) return fail(Status::notFound("no bucket " + req.bucket));
-  if (req.pre.bucket_created_unix_nanos != 0) {
-    Status st = checkBucketCreated(req.bucket, req.pre.bucket_created_unix_nanos);
-    if (!st.isOk()) return fail(st);
-  }
+  Status bucket = requireBucket(req.bucket, req.pre.bucket_created_unix_nanos);
+  if (!bucket.isOk()) return fail(bucket);
   auto current = currentVersion(okey);
   if (!current) return current;
   switch (req.pre.kind) {
@@ -325,14 +318,15 @@ Result<std::optional<VersionId>> BatchBuilder::checkPut(CommitRequest& req,
   return current;
 }
 
-Status BatchBuilder::checkBucketCreated(const std::string& bucket, int64_t created_unix_nanos) {
+Status BatchBuilder::requireBucket(const std::string& bucket, int64_t created_unix_nanos) {
+  auto value = bucketValue(bucket);
+  if (!value) return value.error();
+  if (!value->has_value()) return Status::notFound("no bucket " + bucket);
+  if (created_unix_nanos == 0) return Status::ok();
   // Decoded once per bucket and batch: a batch of PUTs into one bucket (the committer is
   // serial) must not decode its settings, policy included, for each.
   auto cached = bucket_created_.find(bucket);
   if (cached == bucket_created_.end()) {
-    auto value = bucketValue(bucket);
-    if (!value) return value.error();
-    if (!value->has_value()) return Status::notFound("no bucket " + bucket);
     auto info = decodeBucket(**value);
     if (!info) return info.error();
     cached = bucket_created_.emplace(bucket, info->created_unix_nanos).first;
@@ -389,9 +383,7 @@ Status BatchBuilder::stagePut(CommitRequest& req, const std::string& okey,
 }
 
 Status BatchBuilder::replaceManifest(CommitRequest& req) {
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  GRANARY_RETURN_IF_ERROR(requireBucket(req.bucket, req.pre.bucket_created_unix_nanos));
   const std::string okey = objectKey(req.bucket, req.key);
   auto current = currentVersion(okey);
   if (!current) return current.error();
@@ -411,9 +403,7 @@ Status BatchBuilder::deleteObject(CommitRequest& req) {
   if (req.pre.kind == Precondition::Kind::kMustNotExist) {
     return Status::invalidArgument("index: delete cannot require the key to be absent");
   }
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  GRANARY_RETURN_IF_ERROR(requireBucket(req.bucket, req.pre.bucket_created_unix_nanos));
   const std::string okey = objectKey(req.bucket, req.key);
   auto current = currentVersion(okey);
   if (!current) return current.error();

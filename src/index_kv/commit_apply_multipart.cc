@@ -105,9 +105,7 @@ Status BatchBuilder::retireParts(const std::map<std::string, PartInfo>& parts,
 }
 
 Status BatchBuilder::createUpload(CommitRequest& req) {
-  auto exists = bucketExists(req.bucket);
-  if (!exists) return exists.error();
-  if (!*exists) return Status::notFound("no bucket " + req.bucket);
+  GRANARY_RETURN_IF_ERROR(requireBucket(req.bucket, req.pre.bucket_created_unix_nanos));
   // Upload ids are unique across keys (parts rows are keyed by the id alone): the owner
   // row partKey(id, 0) says the id is taken.
   auto taken = uploadIdTaken(req.upload_id);

@@ -57,7 +57,9 @@ struct CommitRequest {
   std::string bucket;     // every kind but kGcDone
   std::string key;        // kPutObject, kDeleteObject and the upload kinds
   std::string upload_id;  // the upload kinds
-  Precondition pre;       // kPutObject, kDeleteObject, kCompleteUpload
+  // kPutObject, kDeleteObject, kCompleteUpload; its bucket_created_unix_nanos also
+  // kDeleteBucket and kCreateUpload.
+  Precondition pre;
   // kCreateBucket, kUpdateBucket: the encoded BucketInfo (kUpdateBucket: `bucket_info`,
   // applied only while the stored bucket equals `expected_bucket`).
   std::optional<BucketInfo> bucket_info;
@@ -143,9 +145,10 @@ class BatchBuilder {
   // A kMustMatch precondition against the key's current version: the version, then the
   // tags it requires (read from the manifest, this batch's writes included).
   Status checkMatch(const std::optional<VersionId>& current, const Precondition& pre);
-  // Precondition::bucket_created_unix_nanos: kNotFound unless `bucket` (this batch's
-  // writes included) is the one created at that instant.
-  Status checkBucketCreated(const std::string& bucket, int64_t created_unix_nanos);
+  // kNotFound unless `bucket` exists (this batch's writes included) and, when
+  // `created_unix_nanos` (Precondition::bucket_created_unix_nanos) is non-zero, is the one
+  // created at that instant.
+  Status requireBucket(const std::string& bucket, int64_t created_unix_nanos);
 
   Result<bool> bucketExists(const std::string& bucket);
   // The bucket's value (nullopt: no such bucket), this batch's writes included.

@@ -92,6 +92,11 @@ Json toJson(const Precondition& p) {
   }
   return j;
 }
+// A precondition's, delete_bucket's and create_upload's "bucket_created" (0 when absent).
+int64_t bucketCreated(const Json& a) {
+  auto it = a.find("bucket_created");
+  return it == a.end() ? 0 : it->get<int64_t>();
+}
 Precondition preconditionFrom(const Json& j) {
   int kind = j.at("kind").get<int>();
   if (kind < 0 || kind > static_cast<int>(Precondition::Kind::kMustMatch)) {
@@ -101,9 +106,7 @@ Precondition preconditionFrom(const Json& j) {
   if (auto it = j.find("tags"); it != j.end()) {
     for (const Json& tag : *it) p.tags.emplace(unbytes(tag.at(0)), unbytes(tag.at(1)));
   }
-  if (auto it = j.find("bucket_created"); it != j.end()) {
-    p.bucket_created_unix_nanos = it->get<int64_t>();
-  }
+  p.bucket_created_unix_nanos = bucketCreated(j);
   return p;
 }
 
@@ -202,7 +205,9 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                       BucketCodec::from(a.at("expected"))));
        }},
       {"delete_bucket",
-       [](Index& x, const Json& a) { return answer(x.deleteBucket(str(a, "name"))); }},
+       [](Index& x, const Json& a) {
+         return answer(x.deleteBucket(str(a, "name"), bucketCreated(a)));
+       }},
       {"create_user",
        [](Index& x, const Json& a) { return answer(x.createUser(UserCodec::from(a.at("user")))); }},
       {"list_users",
@@ -270,7 +275,7 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"create_upload",
        [](Index& x, const Json& a) {
-         return answer(x.createUpload(UploadCodec::from(a.at("upload"))));
+         return answer(x.createUpload(UploadCodec::from(a.at("upload")), bucketCreated(a)));
        }},
       {"get_upload",
        [](Index& x, const Json& a) {
@@ -448,8 +453,10 @@ class RemoteIndex final : public Index {
     return mutate("update_bucket",
                   {{"bucket", BucketCodec::to(bucket)}, {"expected", BucketCodec::to(expected)}});
   }
-  Status deleteBucket(std::string_view name) override {
-    return mutate("delete_bucket", {{"name", name}});
+  Status deleteBucket(std::string_view name, int64_t created_unix_nanos) override {
+    Json args = {{"name", name}};
+    if (created_unix_nanos != 0) args["bucket_created"] = created_unix_nanos;
+    return mutate("delete_bucket", std::move(args));
   }
   Status createUser(const UserInfo& user) override {
     return mutate("create_user", {{"user", UserCodec::to(user)}});
@@ -513,8 +520,10 @@ class RemoteIndex final : public Index {
     return query("blob_referenced", {{"version", ver(version)}},
                  [](const Json& j) { return j.get<bool>(); });
   }
-  Status createUpload(const MultipartUpload& upload) override {
-    return mutate("create_upload", {{"upload", UploadCodec::to(upload)}});
+  Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
+    Json args = {{"upload", UploadCodec::to(upload)}};
+    if (bucket_created_unix_nanos != 0) args["bucket_created"] = bucket_created_unix_nanos;
+    return mutate("create_upload", std::move(args));
   }
   Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
                                     std::string_view upload_id) override {

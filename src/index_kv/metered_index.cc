@@ -83,8 +83,8 @@ class MeteredIndex final : public Index {
   Status updateBucket(const BucketInfo& b, const BucketInfo& expected) override {
     return timed(kUpdateBucket, [&] { return inner_->updateBucket(b, expected); });
   }
-  Status deleteBucket(std::string_view name) override {
-    return timed(kDeleteBucket, [&] { return inner_->deleteBucket(name); });
+  Status deleteBucket(std::string_view name, int64_t created_unix_nanos) override {
+    return timed(kDeleteBucket, [&] { return inner_->deleteBucket(name, created_unix_nanos); });
   }
   Status createUser(const UserInfo& u) override {
     return timed(kCreateUser, [&] { return inner_->createUser(u); });
@@ -144,8 +144,9 @@ class MeteredIndex final : public Index {
   Result<bool> isBlobVersionReferenced(const VersionId& version) override {
     return timed(kBlobReferenced, [&] { return inner_->isBlobVersionReferenced(version); });
   }
-  Status createUpload(const MultipartUpload& upload) override {
-    return timed(kCreateUpload, [&] { return inner_->createUpload(upload); });
+  Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
+    return timed(kCreateUpload,
+                 [&] { return inner_->createUpload(upload, bucket_created_unix_nanos); });
   }
   Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
                                     std::string_view upload_id) override {

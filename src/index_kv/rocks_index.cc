@@ -139,10 +139,11 @@ Result<std::vector<BucketInfo>> RocksIndex::listBuckets() {
   return decodeAll<BucketInfo>(db_.get(), cfs_.buckets, decodeBucket, "buckets");
 }
 
-Status RocksIndex::deleteBucket(std::string_view name) {
+Status RocksIndex::deleteBucket(std::string_view name, int64_t created_unix_nanos) {
   CommitRequest req;
   req.kind = CommitRequest::Kind::kDeleteBucket;
   req.bucket = std::string(name);
+  req.pre.bucket_created_unix_nanos = created_unix_nanos;
   return submit(req);
 }
 
@@ -408,7 +409,8 @@ Result<bool> RocksIndex::isBlobVersionReferenced(const VersionId& version) {
 
 // ---- multipart uploads ---------------------------------------------------------------
 
-Status RocksIndex::createUpload(const MultipartUpload& upload) {
+Status RocksIndex::createUpload(const MultipartUpload& upload,
+                                int64_t bucket_created_unix_nanos) {
   GRANARY_RETURN_IF_ERROR(checkBucketName(upload.bucket));
   if (upload.key.empty()) return Status::invalidArgument("index: empty object key");
   if (upload.key.find('\0') != std::string::npos) {
@@ -421,6 +423,7 @@ Status RocksIndex::createUpload(const MultipartUpload& upload) {
   req.key = upload.key;
   req.upload_id = upload.upload_id;
   req.upload_value = encodeUpload(upload);
+  req.pre.bucket_created_unix_nanos = bucket_created_unix_nanos;
   return submit(req);
 }
 

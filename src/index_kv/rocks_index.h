@@ -31,7 +31,7 @@ class RocksIndex final : public Index {
   Status createUser(const UserInfo& user) override;
   Result<std::vector<UserInfo>> listUsers() override;
   Status deleteUser(std::string_view name) override;
-  Status deleteBucket(std::string_view name) override;
+  Status deleteBucket(std::string_view name, int64_t created_unix_nanos) override;
 
   Result<Manifest> getManifest(const VersionId& version) override;
   Status relocateFragments(std::string_view bucket, std::string_view key,
@@ -58,7 +58,7 @@ class RocksIndex final : public Index {
   Status gcDone(const std::vector<GcEntry>& entries) override;
   Result<bool> isBlobVersionReferenced(const VersionId& version) override;
 
-  Status createUpload(const MultipartUpload& upload) override;
+  Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override;
   Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
                                     std::string_view upload_id) override;
   Result<std::optional<VersionId>> putPart(std::string_view bucket, std::string_view key,

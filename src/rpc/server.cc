@@ -226,8 +226,10 @@ class ServerImpl final : public Server {
                         : authenticate(req, length);
       if (!auth.isOk()) {
         if (!expect_continue && length > 0 && length <= kMaxDrainBytes) {
+          // An unauthenticated peer trickling it must not hold the connection: 5 s in all.
           std::vector<uint8_t> scratch(length);
-          co_await readBody(stream, buffer, head, scratch);
+          co_await readBody(stream, buffer, head, scratch,
+                            std::chrono::steady_clock::now() + std::chrono::seconds(5));
         }
         Reply refused = errorReply(auth);
         co_await writeReply(stream, head_request, refused, false);
@@ -259,15 +261,23 @@ class ServerImpl final : public Server {
   }
 
   // Reads exactly out.size() body bytes (the Content-Length) into `out`. The I/O timeout
-  // bounds each read_some, i.e. a stall, not the whole transfer.
-  Task<bool> readBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
-                      http::request_parser<http::empty_body>& head, std::span<uint8_t> out) {
+  // bounds each read_some, i.e. a stall, not the whole transfer; `deadline`, when given,
+  // the whole transfer.
+  Task<bool> readBody(
+      beast::tcp_stream& stream, beast::flat_buffer& buffer,
+      http::request_parser<http::empty_body>& head, std::span<uint8_t> out,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
     http::request_parser<http::buffer_body> parser{std::move(head)};
     auto& body = parser.get().body();
     body.data = out.data();
     body.size = out.size();
     while (!parser.is_done()) {
-      stream.expires_after(io_);
+      std::chrono::steady_clock::duration timeout = io_;
+      if (deadline) {
+        timeout = std::clamp<std::chrono::steady_clock::duration>(
+            *deadline - std::chrono::steady_clock::now(), {}, timeout);
+      }
+      stream.expires_after(timeout);
       beast::error_code ec;
       co_await http::async_read_some(stream, buffer, parser, kRedirect(ec));
       if (ec == http::error::need_buffer && body.size > 0) continue;

@@ -7,10 +7,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import botocore.exceptions
 import pytest
+import urllib3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from conftest import Server, metric_value, signed
 
@@ -396,3 +400,109 @@ def test_uploads_share_the_buffer_budget_and_a_spent_one_answers_503(granary_bin
         for sock in stalled:
             sock.close()
         srv.stop()
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("flood", ["chunk-extension", "trailer"])
+def test_a_chunked_body_cannot_grow_the_servers_memory(hserver, flood):
+    # Boost 1.74's parser puts no limit of its own on a chunk-size line or the trailer
+    # section: it reads on until their end arrives. The server's buffer is bounded.
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head += b"1;x=" if flood == "chunk-extension" else b"0\r\nx-a: b\r\n"
+    filler = (b"a" if flood == "chunk-extension" else b"x-trailer: b\r\n") * (64 * 1024)
+    before = rss_mib(hserver.proc.pid)
+    s = socket.create_connection(addr(hserver), timeout=10)
+    try:
+        s.sendall(head)
+        try:
+            for _ in range(32 * MiB // len(filler)):  # 32 MiB, or until the server closes
+                s.sendall(filler)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        grown = rss_mib(hserver.proc.pid) - before  # measured with the connection open
+        s.settimeout(5)
+        try:
+            answer = s.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            answer = b""
+    finally:
+        s.close()
+    assert grown < 8, f"the server grew by {grown:.1f} MiB"
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer[:200]
+    assert healthy(hserver)
+
+
+def test_a_trickled_body_after_a_refusal_does_not_hold_the_connection(hserver):
+    # Refused before its body (no credentials): the server drains the body to keep the
+    # connection, but for 5 s at most, however slowly the client sends.
+    s = socket.create_connection(addr(hserver), timeout=15)
+    try:
+        s.sendall(b"PUT /hardening/trickle HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 1048576\r\n\r\n")
+        start = time.time()
+        out = b""
+        s.settimeout(0.5)
+        while time.time() - start < 15:
+            try:
+                s.sendall(b"a")  # one byte every half second: within the 2 s I/O timeout
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if b"</Error>" in out:
+                break
+        elapsed = time.time() - start
+    finally:
+        s.close()
+    assert elapsed < 10, f"the answer took {elapsed:.1f} s"
+    assert b"AccessDenied" in out, out[:300]
+    assert b"Connection: close" in out, out[:300]
+    assert healthy(hserver)
+
+
+def test_no_stored_or_requested_text_splits_a_response(server, s3, bucket):
+    """Values that end up in response headers: a record's type and a CORS ExposeHeader are
+    checked when set, response-* parameters when asked; an object key with a control
+    character, named as a record's container, is sent percent-encoded."""
+    key = "line\nbreak.bin"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"0123456789")
+    path = f"/{bucket}/{quote(key, safe='')}?records"
+    status, body = signed(server, "POST", path,
+                          b'{"key": "r1", "offset": 0, "length": 4, '
+                          b'"type": "x\\r\\nSet-Cookie: a=b"}\n')
+    assert status == 400 and b"InvalidArgument" in body, body
+    status, body = signed(server, "POST", path, b'{"key": "r1", "offset": 0, "length": 4}\n')
+    assert status == 200, body
+    req = AWSRequest(method="HEAD", url=f"{server.endpoint}/{bucket}?record&key=r1")
+    S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
+                "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    resp = urllib3.PoolManager().request("HEAD", prepared.url, headers=dict(prepared.headers))
+    assert resp.status == 200
+    assert resp.headers["x-granary-record-container"] == "line%0Abreak.bin"
+    assert "set-cookie" not in {k.lower() for k in resp.headers}
+
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [{
+            "AllowedOrigins": ["*"], "AllowedMethods": ["GET"],
+            "ExposeHeaders": ["x\r\nSet-Cookie: a=b"]}]})
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+
+    url = s3.generate_presigned_url("get_object", Params={
+        "Bucket": bucket, "Key": key, "ResponseContentType": "text/plain\r\nSet-Cookie: a=b"})
+    resp = urllib3.PoolManager().request("GET", url)
+    assert resp.status == 400 and b"InvalidArgument" in resp.data, resp.data

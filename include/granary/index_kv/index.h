@@ -378,7 +378,9 @@ class Index {
   // two changes of different settings never undo each other. kNotFound.
   virtual Status updateBucket(const BucketInfo& bucket, const BucketInfo& expected) = 0;
   // kNotFound, or kNotEmpty while the bucket holds objects or multipart uploads.
-  virtual Status deleteBucket(std::string_view name) = 0;
+  // `created_unix_nanos` as Precondition::bucket_created_unix_nanos (0: any bucket of that
+  // name): a request judged against one bucket must not delete another made since.
+  virtual Status deleteBucket(std::string_view name, int64_t created_unix_nanos) = 0;
 
   // Named users. createUser: kAlreadyExists if the name or the access key is taken;
   // kInvalidArgument for an empty name or key. deleteUser: kNotFound.
@@ -457,8 +459,11 @@ class Index {
   virtual Result<bool> isBlobVersionReferenced(const VersionId& version) = 0;
 
   // --- Multipart uploads. Every mutation goes through the commit queue like the others.
-  // kNotFound if the bucket does not exist; kAlreadyExists if the upload id is taken.
-  virtual Status createUpload(const MultipartUpload& upload) = 0;
+  // kNotFound if the bucket does not exist (or, with a non-zero `bucket_created_unix_nanos`,
+  // is not the one created then: Precondition::bucket_created_unix_nanos); kAlreadyExists
+  // if the upload id is taken.
+  virtual Status createUpload(const MultipartUpload& upload,
+                              int64_t bucket_created_unix_nanos) = 0;
   // kNotFound if no such upload for bucket/key (S3: NoSuchUpload).
   virtual Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
                                             std::string_view upload_id) = 0;

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -388,6 +390,34 @@ TEST_CASE("Blobs larger than the extent size roll to new extents and stay readab
     CHECK(readRange(*f.store, makeId(n), 0, 10'000 * (n + 1)) == randomBytes(10'000 * (n + 1), n));
   }
   CHECK(std::filesystem::exists(extentPath(f.options.dir, 5)));
+}
+
+TEST_CASE("A drive whose blob index is gone refuses to open and removes nothing") {
+  // Recovery removes what its index does not know of: on an empty index that would be
+  // every extent. The index records the next extent number before each extent is made, so
+  // extents beyond it give the lost index away.
+  auto engine = makeUringEngine();
+  ChunkStoreOptions opts;
+  opts.extent_size = 64 << 10;
+  StoreFixture f(*engine, opts);
+  for (int n = 0; n < 8; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(20000, n)).isOk());
+  }
+  f.store.reset();
+  auto extents = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(f.options.dir + "/extents")) {
+      if (e.path().extension() == ".ext") names.insert(e.path().filename().string());
+    }
+    return names;
+  };
+  const auto before = extents();
+  REQUIRE(before.size() >= 2);
+  std::filesystem::remove_all(f.options.dir + "/index");
+  Status st = f.reopen();
+  CHECK(st.code() == Status::Code::kCorruption);
+  CHECK(st.message().find("never recorded") != std::string::npos);
+  CHECK(extents() == before);
 }
 
 TEST_CASE("An extent is presized (a hole), and cut after its last blob when reopened") {

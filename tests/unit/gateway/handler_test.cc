@@ -12,6 +12,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "cors.h"
 #include "digest.h"
@@ -1787,14 +1788,28 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
   GatewayFixture f;
   TwoUsers users(f);
   // Bob's bucket "mine" deleted, and one of that name made by alice.
-  auto remake = [&] {
-    REQUIRE(f.cluster.index().deleteBucket("mine").isOk());
+  // Straight to the index: it runs inside bob's request. `policy`: alice's, if any.
+  auto remake = [&](const std::string& policy = "") {
+    REQUIRE(f.cluster.index().deleteBucket("mine", 0).isOk());
     f.cluster.clock.advance(1000);
     index_kv::BucketInfo b;
     b.name = "mine";
     b.owner = "alice";
     b.created_unix_nanos = f.cluster.clock.nowUnixNanos();
+    b.policy = policy;
     REQUIRE(f.cluster.index().createBucket(b).isOk());
+  };
+  // Alice's object "k" in her bucket "mine".
+  auto plant = [&] {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(f.cluster.clock, f.random);
+    m.size = 1;
+    // Not `m.etag = "e"`: g++ 12 -O3 reports a false -Wrestrict on it here.
+    m.etag.assign(1, 'e');
+    m.mtime_unix_nanos = f.cluster.clock.nowUnixNanos();
+    m.is_inline = true;
+    m.inline_data.assign(1, 'a');
+    REQUIRE(f.cluster.index().putObject("mine", "k", m, index_kv::Precondition::none()));
   };
   auto swapped = [&](const std::string& target, const std::string& body) {
     REQUIRE(users.as("bob", makeRequest("PUT", "/mine")).status == 200);
@@ -1829,18 +1844,53 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
   sign(tag, "bob-secret", "BOBACCESSKEY");
   HookedSource source(tagging, [&] {
     remake();
-    index_kv::Manifest m;
-    m.version = VersionId::generate(f.cluster.clock, f.random);
-    m.size = 1;
-    // Not `m.etag = "e"`: g++ 12 -O3 reports a false -Wrestrict on it here.
-    m.etag.assign(1, 'e');
-    m.mtime_unix_nanos = f.cluster.clock.nowUnixNanos();
-    m.is_inline = true;
-    m.inline_data.assign(1, 'a');
-    REQUIRE(f.cluster.index().putObject("mine", "k", m, index_kv::Precondition::none()));
+    plant();
   });
   CHECK(f.send(tag, source).code == "NoSuchBucket");
   CHECK(f.cluster.index().getObject("mine", "k")->tags.empty());
+  // Bob's DeleteObjects, his body arriving after alice re-made the bucket and put a key
+  // of the list in it, even with her policy letting anyone delete.
+  REQUIRE(f.cluster.index().deleteObject("mine", "k", index_kv::Precondition::none()));
+  REQUIRE(users.as("alice", makeRequest("DELETE", "/mine")).status == 204);
+  REQUIRE(users.as("bob", makeRequest("PUT", "/mine")).status == 200);
+  const std::string list = "<Delete><Object><Key>k</Key></Object></Delete>";
+  S3Request del = makeRequest("POST", "/mine?delete", {}, sha256Hex(list));
+  del.content_length = list.size();
+  sign(del, "bob-secret", "BOBACCESSKEY");
+  HookedSource del_source(list, [&] {
+    remake(R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
+           R"("Action":"s3:DeleteObject","Resource":"arn:aws:s3:::mine/*"}]})");
+    plant();
+  });
+  CHECK(f.send(del, del_source).code == "NoSuchBucket");
+  CHECK(del_source.hooked);
+  CHECK(f.cluster.index().getObject("mine", "k").has_value());
+}
+
+TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
+  // The orphan sweep removes unreferenced blobs older than twice max_put_seconds: a write
+  // that took longer may have lost fragments already, so it must not commit.
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data = randomString(kStripedSize, 9);
+  REQUIRE(f.put("src", data).status == 200);
+  const size_t blobs = f.blobCount();
+  f.ctx->options.max_put_seconds = 60;
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->delayReads(d.id, std::chrono::milliseconds(300));
+  }
+  // While the copy reads its source, its deadline passes.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    f.cluster.clock.advance(int64_t{61} * 1'000'000'000);
+  });
+  Reply r = f.send(makeRequest("PUT", "/bucket/dst", {{"x-amz-copy-source", "/bucket/src"}}));
+  late.join();
+  f.cluster.chunks->clearFaults();
+  CHECK(r.code == "RequestTimeout");
+  CHECK(f.get("/bucket/dst").code == "NoSuchKey");
+  CHECK(f.blobCount() == blobs);  // what it wrote is removed
+  REQUIRE(f.get("/bucket/src").body == data);
 }
 
 TEST_CASE("SigV4: an x-amz-* header left out of the signature is AccessDenied") {

@@ -34,9 +34,11 @@ struct ReclaimerFixture {
 
   // Puts `stripes` stripes of k + m fragments of a new version directly on the drives
   // (stripe s on drives rotated by s) and returns its manifest (not committed).
-  index_kv::Manifest writeBlobs(uint32_t stripes) {
+  // `writer_clock`: the clock the version is minted by (the writing gateway's), when not
+  // the chunk stores'.
+  index_kv::Manifest writeBlobs(uint32_t stripes, const Clock* writer_clock = nullptr) {
     index_kv::Manifest m;
-    m.version = VersionId::generate(cluster.clock, random);
+    m.version = VersionId::generate(writer_clock ? *writer_clock : cluster.clock, random);
     m.ec = cluster.map.ec;
     for (const auto& d : cluster.map.drives) m.drives.push_back(d.id);
     const int total = m.ec.total();
@@ -243,6 +245,24 @@ TEST_CASE("The orphan sweep removes old unreferenced blobs and keeps young or re
                                      ReclaimerFixture::blobsOf(replacement));
   expected = ReclaimerFixture::unite(expected, ReclaimerFixture::blobsOf(queued));
   CHECK(f.cluster.allBlobs() == expected);
+}
+
+TEST_CASE("The orphan sweep also goes by the writer's clock, which its PUT deadline counts by") {
+  ReclaimerFixture f;
+  // A write in progress whose gateway's clock runs 2 h ahead of the chunk servers': by the
+  // chunk servers' clock its blobs are old, by its own (its version's) they are new.
+  ManualClock ahead{f.cluster.clock.nowUnixNanos() + 2 * 3600 * kSecond};
+  index_kv::Manifest in_progress = f.writeBlobs(1, &ahead);
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto swept = reclaimer.sweepOrphans();
+  REQUIRE(swept.has_value());
+  CHECK(swept->blobs_removed == 0);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(in_progress));
+  // Old by both clocks: an orphan.
+  f.cluster.clock.advance(3601 * kSecond);
+  CHECK(reclaimer.sweepOrphans().value().blobs_removed == 6);
+  CHECK(f.cluster.allBlobs().empty());
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST_CASE("Buckets can be created, read, listed and deleted") {
   auto all = f.index->listBuckets();
   REQUIRE(all.has_value());
   CHECK(*all == std::vector<BucketInfo>{a, b});
-  REQUIRE(f.index->deleteBucket("alpha").isOk());
+  REQUIRE(f.index->deleteBucket("alpha", 0).isOk());
   CHECK(f.index->getBucket("alpha").error().code() == Code::kNotFound);
   CHECK(f.index->listBuckets()->size() == 1);
 }
@@ -99,14 +99,14 @@ TEST_CASE("Deleting a bucket that holds objects fails with kNotEmpty until it is
   f.makeBucket("b");
   Manifest m = f.inlineManifest("x");
   REQUIRE(f.index->putObject("b", "k", m, Precondition::none()).has_value());
-  CHECK(f.index->deleteBucket("b").code() == Code::kNotEmpty);
+  CHECK(f.index->deleteBucket("b", 0).code() == Code::kNotEmpty);
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
-  CHECK(f.index->deleteBucket("b").isOk());
+  CHECK(f.index->deleteBucket("b", 0).isOk());
 }
 
 TEST_CASE("Deleting a missing bucket fails with kNotFound") {
   IndexFixture f;
-  CHECK(f.index->deleteBucket("nope").code() == Code::kNotFound);
+  CHECK(f.index->deleteBucket("nope", 0).code() == Code::kNotFound);
 }
 
 TEST_CASE("A bucket whose name extends another's is not made non-empty by it") {
@@ -114,8 +114,8 @@ TEST_CASE("A bucket whose name extends another's is not made non-empty by it") {
   f.makeBucket("a");
   f.makeBucket("ab");
   REQUIRE(f.index->putObject("ab", "k", f.inlineManifest("x"), Precondition::none()));
-  CHECK(f.index->deleteBucket("a").isOk());
-  CHECK(f.index->deleteBucket("ab").code() == Code::kNotEmpty);
+  CHECK(f.index->deleteBucket("a", 0).isOk());
+  CHECK(f.index->deleteBucket("ab", 0).code() == Code::kNotEmpty);
 }
 
 // ---- objects -------------------------------------------------------------------------
@@ -335,7 +335,7 @@ TEST_CASE("A put that names its bucket's creation time lands in that bucket only
   REQUIRE(f.index->putObject("b", "k", f.inlineManifest("1"), same).has_value());
   // Deleted and created again (another owner, another instant): the old time fails.
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
-  REQUIRE(f.index->deleteBucket("b").isOk());
+  REQUIRE(f.index->deleteBucket("b", 0).isOk());
   f.clock.advance(1000);
   REQUIRE(f.index->createBucket(testing::bucketInfo("b", "someone-else", created + 1000)).isOk());
   CHECK(f.index->putObject("b", "k", f.inlineManifest("2"), same).error().code() ==
@@ -343,6 +343,45 @@ TEST_CASE("A put that names its bucket's creation time lands in that bucket only
   CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
   same.bucket_created_unix_nanos = created + 1000;
   CHECK(f.index->putObject("b", "k", f.inlineManifest("3"), same).has_value());
+}
+
+TEST_CASE("Deletes and new uploads that name their bucket's creation time touch it only") {
+  // A request judged against one bucket must not delete a key of, start an upload in, or
+  // delete, a bucket of the same name made since by another user.
+  IndexFixture f;
+  f.makeBucket("b");
+  const int64_t old_created = f.index->getBucket("b")->created_unix_nanos;
+  REQUIRE(f.index->deleteBucket("b", 0).isOk());
+  f.clock.advance(1000);
+  const int64_t created = old_created + 1000;
+  REQUIRE(f.index->createBucket(testing::bucketInfo("b", "someone-else", created)).isOk());
+  REQUIRE(f.index->putObject("b", "k", f.inlineManifest("1"), Precondition::none()));
+
+  Precondition stale = Precondition::none();
+  stale.bucket_created_unix_nanos = old_created;
+  CHECK(f.index->deleteObject("b", "k", stale).error().code() == Code::kNotFound);
+  CHECK(f.index->getObject("b", "k").has_value());
+
+  MultipartUpload u;
+  u.upload_id = f.newVersion().toHex();
+  u.bucket = "b";
+  u.key = "k";
+  u.owner = "someone-else";
+  u.initiated_unix_nanos = f.clock.nowUnixNanos();
+  CHECK(f.index->createUpload(u, old_created).code() == Code::kNotFound);
+  CHECK(f.index->getUpload("b", "k", u.upload_id).error().code() == Code::kNotFound);
+  REQUIRE(f.index->createUpload(u, created).isOk());
+  REQUIRE(f.index->abortUpload("b", "k", u.upload_id).isOk());
+
+  Precondition current = Precondition::none();
+  current.bucket_created_unix_nanos = created;
+  REQUIRE(f.index->deleteObject("b", "k", current).has_value());
+  CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
+  // The bucket is empty now: only the right creation time deletes it.
+  CHECK(f.index->deleteBucket("b", old_created).code() == Code::kNotFound);
+  CHECK(f.index->getBucket("b").has_value());
+  CHECK(f.index->deleteBucket("b", created).isOk());
+  CHECK(f.index->getBucket("b").error().code() == Code::kNotFound);
 }
 
 // ---- GC queue ------------------------------------------------------------------------

@@ -53,7 +53,7 @@ struct MultipartFixture : IndexFixture {
     u.initiated_unix_nanos = clock.nowUnixNanos();
     u.content_type = "application/x-test";
     u.metadata = {{"color", "blue"}};
-    REQUIRE(index->createUpload(u).isOk());
+    REQUIRE(index->createUpload(u, 0).isOk());
     return u;
   }
 
@@ -118,15 +118,15 @@ TEST_CASE("createUpload fails with kNotFound without the bucket, kAlreadyExists 
   u.upload_id = f.newVersion().toHex();
   u.bucket = "nobucket";
   u.key = "k";
-  CHECK(f.index->createUpload(u).code() == Code::kNotFound);
+  CHECK(f.index->createUpload(u, 0).code() == Code::kNotFound);
   MultipartUpload a = f.newUpload("k");
-  CHECK(f.index->createUpload(a).code() == Code::kAlreadyExists);
+  CHECK(f.index->createUpload(a, 0).code() == Code::kAlreadyExists);
   MultipartUpload other_key = a;
   other_key.key = "other";
-  CHECK(f.index->createUpload(other_key).code() == Code::kAlreadyExists);
+  CHECK(f.index->createUpload(other_key, 0).code() == Code::kAlreadyExists);
   MultipartUpload bad = a;
   bad.upload_id = "a/b";
-  CHECK(f.index->createUpload(bad).code() == Code::kInvalidArgument);
+  CHECK(f.index->createUpload(bad, 0).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("Uploads list in (key, upload id) order with prefix, markers and truncation") {
@@ -385,7 +385,7 @@ TEST_CASE("Aborting an upload enqueues every part's blobs and removes it") {
   REQUIRE(f.index->gcDone(allGc(*f.index)).isOk());
   CHECK_FALSE(referenced(*f.index, p1.version));
   CHECK_FALSE(referenced(*f.index, p2.version));
-  CHECK(f.index->deleteBucket("b").isOk());
+  CHECK(f.index->deleteBucket("b", 0).isOk());
 }
 
 TEST_CASE("Operations on a missing upload fail with kNotFound") {
@@ -408,9 +408,9 @@ TEST_CASE("Operations on a missing upload fail with kNotFound") {
 TEST_CASE("Deleting a bucket with an upload in progress fails with kNotEmpty") {
   MultipartFixture f;
   MultipartUpload u = f.newUpload("k");
-  CHECK(f.index->deleteBucket("b").code() == Code::kNotEmpty);
+  CHECK(f.index->deleteBucket("b", 0).code() == Code::kNotEmpty);
   REQUIRE(f.index->abortUpload("b", "k", u.upload_id).isOk());
-  CHECK(f.index->deleteBucket("b").isOk());
+  CHECK(f.index->deleteBucket("b", 0).isOk());
 }
 
 TEST_CASE("Uploads and parts survive a reopen") {
@@ -453,7 +453,7 @@ TEST_CASE("A database made before multipart uploads opens and gains the new colu
   Index& index = **opened;
   REQUIRE(index.createBucket(bucketInfo("b", "o", 1)).isOk());
   MultipartUpload u{"id1", "b", "k", "o", 1, "", {}, {}, {}, "", "", "", ""};
-  REQUIRE(index.createUpload(u).isOk());
+  REQUIRE(index.createUpload(u, 0).isOk());
   CHECK(*index.getUpload("b", "k", "id1") == u);
 }
 
