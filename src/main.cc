@@ -742,7 +742,10 @@ int rebuildIndexCommand(int argc, char** argv) {
   }
   fs::create_directories(dir, fec);
   RocksResources rocks;
-  auto index = index_kv::openIndex({dir}, rocks, clock);
+  // Rebuilt from every blob on the drives: it knows them all, and what it leaves out is
+  // the orphan sweep's (a new index's creation time would spare it).
+  index_kv::IndexOptions index_options{.dir = dir, .owns_existing_blobs = true};
+  auto index = index_kv::openIndex(index_options, rocks, clock);
   if (!index) die("cannot open the index in " + dir + ": " + index.error().toString());
   auto stats = gateway::rebuildIndex(**index, *chunks, map, ro);
   if (!stats) die("rebuild failed: " + stats.error().toString());

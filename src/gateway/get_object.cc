@@ -6,6 +6,7 @@
 #include "granary/common/strings.h"
 #include "checksum.h"
 #include "handlers.h"
+#include "http_text.h"
 #include "records.h"
 #include "http_range.h"
 #include "s3_xml.h"
@@ -61,9 +62,7 @@ std::optional<S3Error> applyResponseOverrides(const S3Request& req, S3Response& 
   for (const auto& [param, header] : kOverrides) {
     auto value = req.queryValue(param);
     if (!value) continue;
-    if (std::ranges::any_of(*value, [](char c) {
-          return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) == 0x7f;
-        })) {
+    if (!headerValueText(*value)) {
       std::string message(param);
       message.append(" may not contain control characters");
       return S3Error{S3ErrorCode::kInvalidArgument, std::move(message)};

@@ -8,7 +8,11 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -53,6 +57,11 @@ VersionId newCheckpointId(int64_t now, Random& random) {
   putBe64(id.bytes.data() + 4, static_cast<uint64_t>(now));
   random.fill(std::span<uint8_t>(id.bytes.data() + 12, 4));
   return id;
+}
+
+// When checkpoint `id` was made (newCheckpointId).
+int64_t checkpointTime(const VersionId& id) {
+  return static_cast<int64_t>(getBe64(id.bytes.data() + 4));
 }
 
 // Where the blobs of every checkpoint are: blob id -> (drive -> payload length).
@@ -292,19 +301,32 @@ struct IndexCheckpointer::Impl {
     return info;
   }
 
-  // Keeps the newest `keep` complete checkpoints, and any checkpoint newer than `made`
-  // (another index's, in progress); removes every other checkpoint blob (older ones and
-  // failed attempts). Returns the blobs removed.
+  // Keeps the newest `keep` complete checkpoints, any checkpoint newer than `made`
+  // (another index's, in progress), and every complete one made before this index was
+  // (an index that replaced a lost one must not prune the checkpoints that could restore
+  // it); removes every other checkpoint blob (older ones and failed attempts). Returns the
+  // blobs removed.
   size_t prune(const VersionId& made) {
+    auto index_created = index.createdUnixNanos();
+    if (!index_created) {
+      log::warn("checkpoint: not pruning: {}", index_created.error().toString());
+      return 0;
+    }
     SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
     std::set<VersionId, std::greater<>> complete;
     for (const auto& [id, where] : blobs) {
       if (id.stripe == 0 && id.fragment == 0) complete.insert(id.version);
     }
     std::set<VersionId> kept = {made};  // even if the clock stepped back
+    size_t newest = 1;
     for (const auto& v : complete) {
-      if (kept.size() >= std::max<size_t>(options.keep, 1)) break;
-      kept.insert(v);
+      if (kept.contains(v)) continue;
+      if (checkpointTime(v) < *index_created) {
+        kept.insert(v);
+      } else if (newest < std::max<size_t>(options.keep, 1)) {
+        kept.insert(v);
+        ++newest;
+      }
     }
     size_t removed = 0;
     for (const auto& [id, where] : blobs) {
@@ -418,6 +440,25 @@ Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemB
   return info;
 }
 
+// fsync of every file restored into `dir`, then of `dir` and its parent.
+Status syncRestored(const fs::path& dir) {
+  auto sync = [](const fs::path& p, int flags) {
+    const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
+    if (fd < 0) return Status::fromErrno(errno, "opening " + p.string());
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    return rc == 0 ? Status::ok() : Status::fromErrno(err, "fsync " + p.string());
+  };
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file()) GRANARY_RETURN_IF_ERROR(sync(entry.path(), O_RDONLY));
+  }
+  if (ec) return Status::fromErrno(ec.value(), "listing " + dir.string());
+  GRANARY_RETURN_IF_ERROR(sync(dir, O_RDONLY | O_DIRECTORY));
+  return sync(fs::absolute(dir).parent_path(), O_RDONLY | O_DIRECTORY);
+}
+
 }  // namespace
 
 Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
@@ -440,7 +481,11 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
     fs::create_directories(target, ec);
     if (ec) return fail(Status::fromErrno(ec.value(), "creating " + dir));
     auto info = restoreOne(chunks, blobs, v, target);
-    if (info) return info;
+    if (info) {
+      // The index started on it acknowledges writes at once: its files must be on disk.
+      GRANARY_RETURN_IF_ERROR_RESULT(syncRestored(target));
+      return info;
+    }
     log::warn("checkpoint {} cannot be restored: {}", v.toHex(), info.error().toString());
   }
   fs::remove_all(target, ec);

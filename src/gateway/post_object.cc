@@ -11,6 +11,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
 #include "handlers.h"
+#include "http_text.h"
 #include "post_form.h"
 #include "s3_xml.h"
 #include "uri.h"
@@ -147,18 +148,7 @@ class StreamedFile final : public BodySource {
 constexpr size_t kMaxHeaderValue = 8 * 1024;
 
 bool headerValue(std::string_view v) {
-  return v.size() <= kMaxHeaderValue && std::none_of(v.begin(), v.end(), [](char ch) {
-           const auto c = static_cast<unsigned char>(ch);
-           return (c < 0x20 && c != '\t') || c == 0x7f;
-         });
-}
-
-// RFC 9110's token: what a header name may hold.
-bool headerToken(std::string_view name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-  });
+  return v.size() <= kMaxHeaderValue && headerValueText(v);
 }
 
 bool headerField(std::string_view name) {

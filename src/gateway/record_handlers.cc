@@ -10,9 +10,8 @@
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/ec/erasure_code.h"
-#include <algorithm>
-
 #include "handlers.h"
+#include "http_text.h"
 #include "records.h"
 
 namespace granary::gateway {
@@ -410,11 +409,9 @@ S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::st
     if (auto t = r.find("type"); t != r.end()) {
       if (!t->is_string()) return bad("type must be a string");
       p.row.type = t->get<std::string>();
-      // Sent back in x-granary-record-type: printable ASCII, short.
-      if (p.row.type.size() > 256 || !std::ranges::all_of(p.row.type, [](char c) {
-            return c >= 0x20 && c < 0x7f;
-          })) {
-        return bad("type must be at most 256 printable ASCII characters");
+      // Sent back in x-granary-record-type.
+      if (p.row.type.size() > 256 || !headerValueText(p.row.type)) {
+        return bad("type must be at most 256 characters, none of them a control character");
       }
     }
     if (auto c = r.find("crc32c"); c != r.end()) {

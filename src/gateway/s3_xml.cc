@@ -9,6 +9,8 @@
 #include <ctime>
 #include <set>
 
+#include "granary/common/strings.h"
+#include "http_text.h"
 #include "time_format.h"
 #include "uri.h"
 
@@ -688,15 +690,13 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
       rule.allowed_headers.push_back(value);
     } else if (name == "ExposeHeader") {
-      // Sent back in Access-Control-Expose-Headers: a header name (an HTTP token).
-      if (value.empty() || value.size() > 256 || !std::ranges::all_of(value, [](char c) {
-            return std::isalnum(static_cast<unsigned char>(c)) ||
-                   std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-          })) {
-        return s3fail(S3ErrorCode::kInvalidRequest,
-                      "ExposeHeader must be a header name");
+      // Sent back in Access-Control-Expose-Headers: a header name (an HTTP token), with
+      // the whitespace around it that pretty-printed XML has left out.
+      const std::string_view trimmed = trimWhitespace(value);
+      if (trimmed.size() > 256 || !headerToken(trimmed)) {
+        return s3fail(S3ErrorCode::kInvalidRequest, "ExposeHeader must be a header name");
       }
-      rule.expose_headers.push_back(value);
+      rule.expose_headers.emplace_back(trimmed);
     } else if (name == "MaxAgeSeconds") {
       int64_t v = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);

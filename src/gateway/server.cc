@@ -35,6 +35,7 @@
 #include "granary/common/random.h"
 #include "granary/placement/cluster_map.h"
 #include "handlers.h"
+#include "http_text.h"
 #include "s3_xml.h"
 #include "time_format.h"
 
@@ -139,16 +140,12 @@ class BeastBodySource final : public BodySource {
 void setHeaders(http::fields& f, const HeaderList& headers) {
   constexpr size_t kMaxValue = 16 * 1024;
   for (const auto& [name, value] : headers) {
-    const bool control = std::ranges::any_of(value, [](char c) {
-      const auto u = static_cast<unsigned char>(c);
-      return (u < 0x20 && c != '\t') || u == 0x7f;
-    });
+    const bool control = !headerValueText(value);
     std::string encoded;
-    if (control) {
+    if (control) {  // '%' too: "%0A" must not read as a key's LF when it was "%0A"
       for (char c : value) {
-        const auto u = static_cast<unsigned char>(c);
-        if ((u < 0x20 && c != '\t') || u == 0x7f) {
-          encoded += fmt::format("%{:02X}", u);
+        if (!headerValueChar(c) || c == '%') {
+          encoded += fmt::format("%{:02X}", static_cast<unsigned char>(c));
         } else {
           encoded += c;
         }

@@ -273,6 +273,10 @@ const std::map<std::string, Op, std::less<>>& operations() {
          return answer(x.isBlobVersionReferenced(unver(a.at("version"))),
                        [](bool b) { return Json(b); });
        }},
+      {"index_created",
+       [](Index& x, const Json&) {
+         return answer(x.createdUnixNanos(), [](int64_t t) { return Json(t); });
+       }},
       {"create_upload",
        [](Index& x, const Json& a) {
          return answer(x.createUpload(UploadCodec::from(a.at("upload")), bucketCreated(a)));
@@ -519,6 +523,9 @@ class RemoteIndex final : public Index {
   Result<bool> isBlobVersionReferenced(const VersionId& version) override {
     return query("blob_referenced", {{"version", ver(version)}},
                  [](const Json& j) { return j.get<bool>(); });
+  }
+  Result<int64_t> createdUnixNanos() override {
+    return query("index_created", Json::object(), [](const Json& j) { return j.get<int64_t>(); });
   }
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
     Json args = {{"upload", UploadCodec::to(upload)}};

@@ -209,6 +209,7 @@ class MeteredIndex final : public Index {
   IndexStorageStats storageStats() override { return inner_->storageStats(); }
   IndexCommitStats commitStats() override { return inner_->commitStats(); }
   Status checkpoint(const std::string& dir) override { return inner_->checkpoint(dir); }
+  Result<int64_t> createdUnixNanos() override { return inner_->createdUnixNanos(); }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "granary/common/clock.h"
+#include "granary/common/hex.h"
 #include "granary/common/rocks_resources.h"
 #include "index_kv/codec.h"
 #include "index_kv/listing.h"
@@ -69,10 +70,39 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
                                index->handles_[7], index->handles_[8], index->handles_[9],
                                index->handles_[10], index->handles_[11],
                                index->handles_[12]};
+  if (Status st = index->loadCreated(options); !st.isOk()) return fail(st);
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
   return index;
+}
+
+Status RocksIndex::loadCreated(const IndexOptions& options) {
+  // In the default column family, which holds nothing else.
+  static constexpr std::string_view kCreatedKey = "index_created_unix_nanos";
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kCreatedKey, &value);
+  if (s.ok()) {
+    if (value.size() != 8) return Status::corruption("index: malformed creation time");
+    created_unix_nanos_ =
+        static_cast<int64_t>(getBe64(reinterpret_cast<const uint8_t*>(value.data())));
+    return Status::ok();
+  }
+  if (!s.IsNotFound()) return fromRocks(s, "index: reading its creation time");
+  // Not recorded: a new index, or one made before the field (which has buckets: it
+  // knows its blobs, 0).
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.buckets));
+  it->SeekToFirst();
+  if (!it->status().ok()) return fromRocks(it->status(), "index: reading buckets");
+  const bool fresh = !it->Valid();
+  created_unix_nanos_ = fresh && !options.owns_existing_blobs ? clock_.nowUnixNanos() : 0;
+  uint8_t v[8];
+  putBe64(v, static_cast<uint64_t>(created_unix_nanos_));
+  rocksdb::WriteOptions synced;
+  synced.sync = true;
+  s = db_->Put(synced, kCreatedKey, rocksdb::Slice(reinterpret_cast<const char*>(v), 8));
+  if (!s.ok()) return fromRocks(s, "index: recording its creation time");
+  return Status::ok();
 }
 
 RocksIndex::~RocksIndex() {
@@ -394,6 +424,8 @@ Status RocksIndex::gcDone(const std::vector<GcEntry>& entries) {
 }
 
 Result<bool> RocksIndex::isBlobVersionReferenced(const VersionId& version) {
+  // Older than this index: not its to call an orphan.
+  if (version.createdUnixNanos() < created_unix_nanos_) return true;
   Snapshot snap(db_.get());
   const std::string key = versionKey(version);
   std::string value;

@@ -95,6 +95,7 @@ class RocksIndex final : public Index {
   IndexStorageStats storageStats() override;
   IndexCommitStats commitStats() override { return queue_->stats(); }
   Status checkpoint(const std::string& dir) override;
+  Result<int64_t> createdUnixNanos() override { return created_unix_nanos_; }
 
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
@@ -120,7 +121,11 @@ class RocksIndex final : public Index {
   Status removeDeadSet(const VersionId& set, const std::string& gc_value, size_t& budget,
                        RecordGcStats& stats);
 
+  // Reads the index's creation time, recording it first in a new index (see Index).
+  Status loadCreated(const IndexOptions& options);
+
   const Clock& clock_;
+  int64_t created_unix_nanos_ = 0;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   ColumnFamilies cfs_;

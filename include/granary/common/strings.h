@@ -15,6 +15,13 @@ inline std::string_view trimSpaces(std::string_view s) {
   return s;
 }
 
+// Strips leading and trailing ASCII whitespace, line ends included (XML text).
+inline std::string_view trimWhitespace(std::string_view s) {
+  const size_t first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
 // ASCII case-insensitive equality (header names and values, ETags' hex digits); bytes
 // outside A-Z compare exactly, whatever the locale.
 inline bool asciiIEquals(std::string_view a, std::string_view b) {

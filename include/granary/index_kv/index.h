@@ -454,9 +454,15 @@ class Index {
                                              size_t limit) = 0;
   virtual Status gcDone(const std::vector<GcEntry>& entries) = 0;
   // True if blobs of `version` may still be needed: a committed manifest references them,
-  // they belong to a part of an upload in progress, or they wait on the GC queue. Used by
-  // the orphan sweep.
+  // they belong to a part of an upload in progress, or they wait on the GC queue; or the
+  // version was created before this index (createdUnixNanos), which therefore cannot know.
+  // Used by the orphan sweep.
   virtual Result<bool> isBlobVersionReferenced(const VersionId& version) = 0;
+  // When this index began, as the orphan sweep needs it: blob versions created before it
+  // may belong to objects it never heard of (a new, empty index put where a lost one was),
+  // so it never calls them unreferenced. 0: it knows them all (an index made before this
+  // field existed, or one rebuilt from the drives: IndexOptions::owns_existing_blobs).
+  virtual Result<int64_t> createdUnixNanos() = 0;
 
   // --- Multipart uploads. Every mutation goes through the commit queue like the others.
   // kNotFound if the bucket does not exist (or, with a non-zero `bucket_created_unix_nanos`,
@@ -553,6 +559,9 @@ std::unique_ptr<Index> makeMeteredIndex(std::unique_ptr<Index> inner,
 struct IndexOptions {
   std::string dir;
   size_t max_batch = 512;  // commits merged into one WriteBatch at most
+  // A new index (an empty directory) records its creation time (createdUnixNanos), unless
+  // this is set: it is being rebuilt from every blob on the drives, so it knows them all.
+  bool owns_existing_blobs = false;
 };
 
 // `resources` and `clock` must outlive the index.

@@ -64,6 +64,18 @@ TEST_CASE("Policy wildcards: * any run, ? one character, nothing else special") 
   CHECK(policyWildcardMatch("a*", "a*b"));
   CHECK_FALSE(policyWildcardMatch("a*c", "a*b"));
   CHECK_FALSE(policyWildcardMatch("", "x"));
+  // Middle pieces longer than one 64-bit word, with '?' in them, found where they first
+  // can be; and the inputs that make a backtracking matcher quadratic (a long User-Agent
+  // against "*aaa...ab").
+  const std::string long_piece = std::string(70, 'a') + "?" + std::string(30, 'b');
+  CHECK(policyWildcardMatch("x*" + long_piece + "*y", "xz" + std::string(70, 'a') + "Q" +
+                                                        std::string(30, 'b') + "zzy"));
+  CHECK_FALSE(policyWildcardMatch("x*" + long_piece + "*y", "x" + std::string(70, 'a') + "Q" +
+                                                              std::string(29, 'b') + "y"));
+  const std::string agent(16000, 'a');
+  CHECK_FALSE(policyWildcardMatch("*" + std::string(100, 'a') + "b*", agent));
+  CHECK_FALSE(policyWildcardMatch("*" + std::string(100, 'a') + "b", agent));
+  CHECK(policyWildcardMatch("*" + std::string(100, 'a') + "*", agent));
 }
 
 TEST_CASE("A download policy lets anyone read and list, nothing more") {

@@ -193,6 +193,39 @@ TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves che
   CHECK(restored->id == made[3]);
 }
 
+TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made before it") {
+  // A new, empty index started where a lost one was must not prune away the checkpoints
+  // that could restore the lost one.
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 2));
+  std::vector<VersionId> before;
+  {
+    auto cp = f.checkpointer(/*keep=*/2);
+    for (int i = 0; i < 2; ++i) {
+      f.cluster.clock.advance(1'000'000'000);
+      before.push_back(cp.runOnce().value().id);
+    }
+  }
+  f.cluster.clock.advance(1'000'000'000);
+  auto fresh = f.openAt(f.cluster.dir.path() + "/fresh-index");
+  CheckpointOptions o;
+  o.work_dir = f.cluster.dir.path() + "/ckpt-work-fresh";
+  o.interval = std::chrono::seconds(0);
+  o.keep = 2;
+  IndexCheckpointer cp(*fresh, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.random,
+                       f.registry, o);
+  std::vector<VersionId> after;
+  for (int i = 0; i < 3; ++i) {
+    f.cluster.clock.advance(1'000'000'000);
+    after.push_back(cp.runOnce().value().id);
+  }
+  std::set<VersionId> present;
+  for (const auto& [drive, ids] : f.systemBlobs()) {
+    for (const auto& id : ids) present.insert(id.version);
+  }
+  CHECK(present == std::set<VersionId>{before[0], before[1], after[1], after[2]});
+}
+
 TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be read whole") {
   RecoveryFixture f;
   f.put(f.index, "a", randomString(kStripe, 3));

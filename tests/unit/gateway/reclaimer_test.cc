@@ -265,5 +265,28 @@ TEST_CASE("The orphan sweep also goes by the writer's clock, which its PUT deadl
   CHECK(f.cluster.allBlobs().empty());
 }
 
+TEST_CASE("An empty index put in place of a lost one sweeps nothing older than itself") {
+  ReclaimerFixture f;
+  index_kv::Manifest committed = f.writeBlobs(2);
+  f.commit("k", committed);
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  // The index's disk is lost and a new, empty index starts on a fresh directory.
+  testing::TempDir fresh_dir;
+  RocksResources resources{RocksBudget{8 << 20, 8 << 20}};
+  auto fresh = index_kv::openIndex({fresh_dir.path()}, resources, f.cluster.clock);
+  REQUIRE(fresh.has_value());
+  Reclaimer reclaimer(**fresh, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  auto swept = reclaimer.sweepOrphans();
+  REQUIRE(swept.has_value());
+  CHECK(swept->blobs_removed == 0);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(committed));
+  // What is written after it, and never committed, is its to sweep.
+  f.writeBlobs(1);  // an orphan
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  CHECK(reclaimer.sweepOrphans().value().blobs_removed == 6);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(committed));
+}
+
 }  // namespace
 }  // namespace granary::gateway

@@ -13,6 +13,8 @@ using granary::index_kv::testing::allGc;
 using granary::index_kv::testing::expectedBlobs;
 using granary::index_kv::testing::IndexFixture;
 using granary::index_kv::testing::bucketInfo;
+using granary::index_kv::testing::kStartNanos;
+using granary::test_support::TempDir;
 using Code = Status::Code;
 
 // ---- buckets -------------------------------------------------------------------------
@@ -382,6 +384,32 @@ TEST_CASE("Deletes and new uploads that name their bucket's creation time touch 
   CHECK(f.index->getBucket("b").has_value());
   CHECK(f.index->deleteBucket("b", created).isOk());
   CHECK(f.index->getBucket("b").error().code() == Code::kNotFound);
+}
+
+TEST_CASE("A new index calls no blob version older than itself unreferenced") {
+  // An empty index put where a lost one was must not let the orphan sweep take every blob.
+  IndexFixture f;
+  auto created = f.index->createdUnixNanos();
+  REQUIRE(created.has_value());
+  CHECK(*created == kStartNanos);
+  ManualClock earlier{kStartNanos - 1'000'000'000};
+  const VersionId old = VersionId::generate(earlier, f.random);
+  CHECK(f.index->isBlobVersionReferenced(old).value());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(f.newVersion()).value());
+  // Recorded once: reopening keeps it.
+  f.clock.advance(5'000'000'000);
+  f.reopen();
+  CHECK(f.index->createdUnixNanos().value() == kStartNanos);
+  CHECK(f.index->isBlobVersionReferenced(old).value());
+#ifndef GRANARY_INDEX_OVER_RPC
+  // One rebuilt from the drives knows every blob on them.
+  TempDir other;
+  auto rebuilt = openIndex(IndexOptions{.dir = other.path(), .owns_existing_blobs = true},
+                           f.resources, f.clock);
+  REQUIRE(rebuilt.has_value());
+  CHECK((*rebuilt)->createdUnixNanos().value() == 0);
+  CHECK_FALSE((*rebuilt)->isBlobVersionReferenced(old).value());
+#endif
 }
 
 // ---- GC queue ------------------------------------------------------------------------
