@@ -742,9 +742,11 @@ int rebuildIndexCommand(int argc, char** argv) {
   }
   fs::create_directories(dir, fec);
   RocksResources rocks;
-  // Rebuilt from every blob on the drives: it knows them all, and what it leaves out is
-  // the orphan sweep's (a new index's creation time would spare it).
-  index_kv::IndexOptions index_options{.dir = dir, .owns_existing_blobs = true};
+  // Rebuilt from every blob on the drives, it will know them all, and what it leaves out
+  // is the orphan sweep's: its creation time becomes 0 once the rebuild is done (while
+  // it runs, a new index's guard stays recorded, should it not finish).
+  index_kv::IndexOptions index_options{.dir = dir,
+                                       .creation = index_kv::IndexOptions::Creation::kRebuilding};
   auto index = index_kv::openIndex(index_options, rocks, clock);
   if (!index) die("cannot open the index in " + dir + ": " + index.error().toString());
   auto stats = gateway::rebuildIndex(**index, *chunks, map, ro);
@@ -762,9 +764,19 @@ int rebuildIndexCommand(int argc, char** argv) {
                         {"buckets_created", stats->buckets_created},
                         {"errors", stats->errors}};
   std::printf("%s\n", out.dump(2).c_str());
+  if (stats->errors != 0) {
+    std::printf("index rebuilt with errors in %s: it keeps a new index's guard (the orphan "
+                "sweep spares blobs older than it)\n", dir.c_str());
+    return 1;
+  }
+  index->reset();  // closed, then marked as knowing every blob on the drives
+  index_options.creation = index_kv::IndexOptions::Creation::kRebuilt;
+  if (auto marked = index_kv::openIndex(index_options, rocks, clock); !marked) {
+    die("cannot mark the rebuilt index in " + dir + ": " + marked.error().toString());
+  }
   std::printf("index rebuilt in %s: start `granary index --dir %s` on it\n", dir.c_str(),
               dir.c_str());
-  return stats->errors == 0 ? 0 : 1;
+  return 0;
 }
 
 // `--dir [ID=]PATH`: the drive id is ID when given, else the directory's last component.

@@ -177,6 +177,7 @@ bool segmentEquals(std::string_view segment, std::string_view text) {
 // pass over the text with a bit per segment position, so O(text x segment / 64) whatever
 // the input (a naive search is O(text x segment) in word operations).
 size_t findSegment(std::string_view segment, std::string_view text) {
+  if (segment.size() > text.size()) return std::string_view::npos;
   const size_t words = (segment.size() + 63) / 64;
   std::vector<uint64_t> masks(256 * words, 0);  // masks[c]: positions c may stand at
   for (size_t i = 0; i < segment.size(); ++i) {

@@ -456,7 +456,11 @@ Status syncRestored(const fs::path& dir) {
   }
   if (ec) return Status::fromErrno(ec.value(), "listing " + dir.string());
   GRANARY_RETURN_IF_ERROR(sync(dir, O_RDONLY | O_DIRECTORY));
-  return sync(fs::absolute(dir).parent_path(), O_RDONLY | O_DIRECTORY);
+  // The parent holds the directory's own entry (created by the restore); "a/b/" and "a/."
+  // are normalised first, so that the parent is not the directory itself.
+  fs::path parent = fs::absolute(dir).lexically_normal();
+  if (!parent.has_filename()) parent = parent.parent_path();
+  return sync(parent.parent_path(), O_RDONLY | O_DIRECTORY);
 }
 
 }  // namespace
@@ -483,8 +487,10 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
     auto info = restoreOne(chunks, blobs, v, target);
     if (info) {
       // The index started on it acknowledges writes at once: its files must be on disk.
-      GRANARY_RETURN_IF_ERROR_RESULT(syncRestored(target));
-      return info;
+      Status synced = syncRestored(target);
+      if (synced.isOk()) return info;
+      fs::remove_all(target, ec);
+      return fail(synced);
     }
     log::warn("checkpoint {} cannot be restored: {}", v.toHex(), info.error().toString());
   }

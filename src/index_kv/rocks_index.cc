@@ -80,6 +80,27 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
 Status RocksIndex::loadCreated(const IndexOptions& options) {
   // In the default column family, which holds nothing else.
   static constexpr std::string_view kCreatedKey = "index_created_unix_nanos";
+  const int64_t margin =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.new_index_margin).count();
+  using Creation = IndexOptions::Creation;
+  auto record = [&](int64_t t) {
+    uint8_t v[8];
+    putBe64(v, static_cast<uint64_t>(t));
+    rocksdb::WriteOptions synced;
+    synced.sync = true;
+    rocksdb::Status put =
+        db_->Put(synced, kCreatedKey, rocksdb::Slice(reinterpret_cast<const char*>(v), 8));
+    return put.ok() ? Status::ok() : fromRocks(put, "index: recording its creation time");
+  };
+  if (options.creation != Creation::kNormal) {
+    // Rebuilding: on disk a new index's guard (a restored checkpoint's time included: the
+    // versions since it are not rebuilt yet), should the rebuild not finish; answering as
+    // an index that knows every blob, so the rebuild sees only real references. Rebuilt:
+    // 0 for good.
+    created_unix_nanos_ = 0;
+    return record(options.creation == Creation::kRebuilt ? 0
+                                                          : clock_.nowUnixNanos() + margin);
+  }
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kCreatedKey, &value);
   if (s.ok()) {
@@ -94,15 +115,8 @@ Status RocksIndex::loadCreated(const IndexOptions& options) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.buckets));
   it->SeekToFirst();
   if (!it->status().ok()) return fromRocks(it->status(), "index: reading buckets");
-  const bool fresh = !it->Valid();
-  created_unix_nanos_ = fresh && !options.owns_existing_blobs ? clock_.nowUnixNanos() : 0;
-  uint8_t v[8];
-  putBe64(v, static_cast<uint64_t>(created_unix_nanos_));
-  rocksdb::WriteOptions synced;
-  synced.sync = true;
-  s = db_->Put(synced, kCreatedKey, rocksdb::Slice(reinterpret_cast<const char*>(v), 8));
-  if (!s.ok()) return fromRocks(s, "index: recording its creation time");
-  return Status::ok();
+  created_unix_nanos_ = it->Valid() ? 0 : clock_.nowUnixNanos() + margin;
+  return record(created_unix_nanos_);
 }
 
 RocksIndex::~RocksIndex() {

@@ -212,14 +212,15 @@ Status statusFromError(int http_status, std::optional<std::string_view> code_hea
     // No usable body (HEAD, or not from a chunk server): the header or status decides.
   }
   if (!code || *code == Status::Code::kOk) {
-    // Without our error code the answer is not from a chunk server's handler (a proxy, or
-    // another service on that port): a bare 404 must not read as "blob not found", which
-    // would make a gateway treat a live fragment as lost.
-    code = http_status == 404   ? Status::Code::kUnavailable
-           : http_status == 403 ? Status::Code::kPermissionDenied
-           : http_status == 503 ? Status::Code::kUnavailable
-           : http_status < 500  ? Status::Code::kInvalidArgument
-                                : Status::Code::kIoError;
+    // Without our error code the answer is not from a chunk server's or the index's
+    // handler (a proxy, or another service on that port): a bare 404 must not read as
+    // "blob not found", which would make a gateway treat a live fragment as lost, nor any
+    // other 4xx as a refusal, which would make it remove the blobs of a commit that may
+    // have happened behind the proxy (commitRefused). Unavailable, not retryable: the
+    // outcome is unknown.
+    code = http_status == 403 ? Status::Code::kPermissionDenied
+           : http_status < 500 || http_status == 503 ? Status::Code::kUnavailable
+                                                     : Status::Code::kIoError;
   }
   return Status(*code, std::move(message), retryable);
 }

@@ -33,6 +33,7 @@
 // worker pool, never from an event loop.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -461,7 +462,8 @@ class Index {
   // When this index began, as the orphan sweep needs it: blob versions created before it
   // may belong to objects it never heard of (a new, empty index put where a lost one was),
   // so it never calls them unreferenced. 0: it knows them all (an index made before this
-  // field existed, or one rebuilt from the drives: IndexOptions::owns_existing_blobs).
+  // field existed, or one rebuilt from the drives: IndexOptions::creation). A new index
+  // records its clock's time plus a margin for the gateways' clocks being ahead of it.
   virtual Result<int64_t> createdUnixNanos() = 0;
 
   // --- Multipart uploads. Every mutation goes through the commit queue like the others.
@@ -559,9 +561,18 @@ std::unique_ptr<Index> makeMeteredIndex(std::unique_ptr<Index> inner,
 struct IndexOptions {
   std::string dir;
   size_t max_batch = 512;  // commits merged into one WriteBatch at most
-  // A new index (an empty directory) records its creation time (createdUnixNanos), unless
-  // this is set: it is being rebuilt from every blob on the drives, so it knows them all.
-  bool owns_existing_blobs = false;
+  // What the index records as its creation time (createdUnixNanos, the orphan sweep's
+  // guard; see Index). kNormal: a new index (an empty directory) records when it began.
+  // kRebuilding (rebuild-index, while it scans the drives): the index answers as one that
+  // knows every blob (0), so that the rebuild sees only real references, but records now
+  // (as a new index, a restored checkpoint's time replaced), should the rebuild not
+  // finish. kRebuilt (once the rebuild finished without errors): records 0, for good.
+  enum class Creation { kNormal, kRebuilding, kRebuilt };
+  Creation creation = Creation::kNormal;
+  // How far ahead of the clock a new index records its creation: a gateway whose clock
+  // runs ahead of the index host's mints versions "after" a creation they came before.
+  // The cost: orphans of a new index's first minutes are never swept. (Tests set 0.)
+  std::chrono::seconds new_index_margin{600};
 };
 
 // `resources` and `clock` must outlive the index.

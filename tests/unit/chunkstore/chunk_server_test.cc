@@ -573,6 +573,12 @@ TEST_CASE("An error answer not from a chunk server is never kNotFound") {
   CHECK(internal::statusFromError(404, std::nullopt, "<html>Not Found</html>").code() ==
         Code::kUnavailable);
   CHECK(internal::statusFromError(404, "NotFound", "").code() == Code::kNotFound);
+  // Nor, for any other 4xx, a refusal: a commit behind a proxy may have happened.
+  CHECK(internal::statusFromError(400, std::nullopt, "<html>Bad Request</html>").code() ==
+        Code::kUnavailable);
+  CHECK_FALSE(internal::statusFromError(409, std::nullopt, "").retryable());
+  CHECK(internal::statusFromError(400, "InvalidArgument", "").code() ==
+        Code::kInvalidArgument);
   CHECK(internal::statusFromError(404, std::nullopt,
                                   R"({"code":"NotFound","message":"m"})").code() ==
         Code::kNotFound);

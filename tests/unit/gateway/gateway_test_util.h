@@ -280,6 +280,7 @@ class TestCluster {
     if (!index_) {
       index_kv::IndexOptions opts;
       opts.dir = dir.path() + "/index";
+      opts.new_index_margin = {};  // versions minted right after it opened are its
       auto idx = index_kv::openIndex(opts, resources, clock);
       if (!idx) throw std::runtime_error("openIndex: " + idx.error().toString());
       index_ = std::move(*idx);

@@ -112,8 +112,12 @@ struct RecoveryFixture {
     return out;
   }
 
-  std::unique_ptr<index_kv::Index> openAt(const std::string& dir) {
-    auto idx = index_kv::openIndex({dir}, cluster.resources, cluster.clock);
+  // `creation`: kRebuilding for an index rebuildIndex fills, as rebuild-index opens it.
+  std::unique_ptr<index_kv::Index> openAt(
+      const std::string& dir,
+      index_kv::IndexOptions::Creation creation = index_kv::IndexOptions::Creation::kNormal) {
+    auto idx = index_kv::openIndex({.dir = dir, .creation = creation}, cluster.resources,
+                                   cluster.clock);
     REQUIRE(idx.has_value());
     return std::move(*idx);
   }
@@ -128,6 +132,8 @@ struct RecoveryFixture {
   asio::io_context io;
   index_kv::Index& index;
 };
+
+constexpr auto kRebuilding = index_kv::IndexOptions::Creation::kRebuilding;
 
 TEST_CASE("A checkpoint goes onto m + 1 failure domains and restores the index as it was") {
   RecoveryFixture f;
@@ -208,6 +214,7 @@ TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made
   }
   f.cluster.clock.advance(1'000'000'000);
   auto fresh = f.openAt(f.cluster.dir.path() + "/fresh-index");
+  f.cluster.clock.advance(int64_t{601} * 1'000'000'000);  // past its creation's margin
   CheckpointOptions o;
   o.work_dir = f.cluster.dir.path() + "/ckpt-work-fresh";
   o.interval = std::chrono::seconds(0);
@@ -307,7 +314,7 @@ TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragmen
   const std::string dir = f.cluster.dir.path() + "/rebuilt";
   auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
   REQUIRE(restored.has_value());
-  auto idx = f.openAt(dir);
+  auto idx = f.openAt(dir, kRebuilding);
   auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map,
                             RebuildOptions{"rootkey", restored->created_unix_nanos});
   REQUIRE(stats.has_value());
@@ -351,7 +358,7 @@ TEST_CASE("rebuildIndex from nothing rebuilds every complete single-PUT object, 
               ->remove(mx.drives[mx.stripes[0].drives[0]], BlobId{mx.version, 0, 0})
               .isOk());
   const std::string dir = f.cluster.dir.path() + "/empty";
-  auto idx = f.openAt(dir);
+  auto idx = f.openAt(dir, kRebuilding);
   auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE(stats.has_value());
   CHECK(stats->objects_rebuilt == 1);
@@ -373,7 +380,7 @@ TEST_CASE("A version too old to have been committed after the checkpoint is not 
   const std::string dir = f.cluster.dir.path() + "/r";
   auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
   REQUIRE(restored.has_value());
-  auto idx = f.openAt(dir);
+  auto idx = f.openAt(dir, kRebuilding);
   RebuildOptions o{"rootkey", restored->created_unix_nanos, std::chrono::seconds(1800)};
   auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
   REQUIRE(stats.has_value());
@@ -428,7 +435,7 @@ TEST_CASE("rebuildIndex refuses to run while a drive does not answer") {
   RecoveryFixture f;
   f.put(f.index, "x", randomString(kStripe, 50));
   f.cluster.chunks->failLists("d2", Status::unavailable("server down"));
-  auto idx = f.openAt(f.cluster.dir.path() + "/x");
+  auto idx = f.openAt(f.cluster.dir.path() + "/x", kRebuilding);
   auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE_FALSE(stats.has_value());
   CHECK(stats.error().code() == Status::Code::kUnavailable);
