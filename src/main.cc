@@ -494,7 +494,9 @@ int serve(int argc, char** argv) {
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
   chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock, vm));
   startScrubbing(chunks, drive_dirs.size(), vm);
-  auto index = index_kv::openIndex({(data / "index").string()}, rocks, clock);
+  // One clock for the index and its gateway: no margin for gateway clocks running ahead.
+  auto index = index_kv::openIndex({.dir = (data / "index").string(), .new_index_margin = {}},
+                                   rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
   *index = index_kv::makeMeteredIndex(std::move(*index), registry);
 

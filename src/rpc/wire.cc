@@ -218,6 +218,7 @@ Status statusFromError(int http_status, std::optional<std::string_view> code_hea
     // other 4xx as a refusal, which would make it remove the blobs of a commit that may
     // have happened behind the proxy (commitRefused). Unavailable, not retryable: the
     // outcome is unknown.
+    retryable = false;  // whatever a foreign body says
     code = http_status == 403 ? Status::Code::kPermissionDenied
            : http_status < 500 || http_status == 503 ? Status::Code::kUnavailable
                                                      : Status::Code::kIoError;

@@ -570,9 +570,11 @@ struct IndexOptions {
   enum class Creation { kNormal, kRebuilding, kRebuilt };
   Creation creation = Creation::kNormal;
   // How far ahead of the clock a new index records its creation: a gateway whose clock
-  // runs ahead of the index host's mints versions "after" a creation they came before.
-  // The cost: orphans of a new index's first minutes are never swept. (Tests set 0.)
-  std::chrono::seconds new_index_margin{600};
+  // runs ahead of the index host's (the internal API accepts 15 minutes of skew) mints
+  // versions "after" a creation they came before. The cost: orphans of a new index's
+  // first minutes are never swept, nor its checkpoints of those minutes pruned. 0 where
+  // one clock serves both (granary serve) and in tests.
+  std::chrono::seconds new_index_margin{16 * 60};
 };
 
 // `resources` and `clock` must outlive the index.

@@ -577,6 +577,9 @@ TEST_CASE("An error answer not from a chunk server is never kNotFound") {
   CHECK(internal::statusFromError(400, std::nullopt, "<html>Bad Request</html>").code() ==
         Code::kUnavailable);
   CHECK_FALSE(internal::statusFromError(409, std::nullopt, "").retryable());
+  CHECK_FALSE(internal::statusFromError(429, std::nullopt,
+                                        R"({"code":"Throttled","message":"m","retryable":true})")
+                  .retryable());
   CHECK(internal::statusFromError(400, "InvalidArgument", "").code() ==
         Code::kInvalidArgument);
   CHECK(internal::statusFromError(404, std::nullopt,

@@ -214,7 +214,7 @@ TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made
   }
   f.cluster.clock.advance(1'000'000'000);
   auto fresh = f.openAt(f.cluster.dir.path() + "/fresh-index");
-  f.cluster.clock.advance(int64_t{601} * 1'000'000'000);  // past its creation's margin
+  f.cluster.clock.advance(int64_t{16 * 60 + 1} * 1'000'000'000);  // past its creation's margin
   CheckpointOptions o;
   o.work_dir = f.cluster.dir.path() + "/ckpt-work-fresh";
   o.interval = std::chrono::seconds(0);
