@@ -205,6 +205,16 @@ def signed(server, method, path, body=b"", headers=None, send_body=None):
         return e.code, e.read()
 
 
+def memory_mib(pid, field="VmRSS"):
+    """A process's memory figure from /proc/PID/status, in MiB: VmRSS (now) or VmHWM (its
+    peak)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field}")
+
+
 def metric_value(text, name, **labels):
     """The value of the sample `name{labels...}` (labels matched as a subset), summed over
     every series that matches; None if there is none."""

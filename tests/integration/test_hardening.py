@@ -16,7 +16,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from conftest import Server, metric_value, signed
+from conftest import Server, memory_mib, metric_value, signed
 
 MiB = 1024 * 1024
 
@@ -402,14 +402,6 @@ def test_uploads_share_the_buffer_budget_and_a_spent_one_answers_503(granary_bin
         srv.stop()
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.parametrize("flood", ["chunk-extension", "trailer"])
 def test_a_chunked_body_cannot_grow_the_servers_memory(hserver, flood):
     # Boost 1.74's parser puts no limit of its own on a chunk-size line or the trailer
@@ -417,7 +409,7 @@ def test_a_chunked_body_cannot_grow_the_servers_memory(hserver, flood):
     head = b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     head += b"1;x=" if flood == "chunk-extension" else b"0\r\nx-a: b\r\n"
     filler = (b"a" if flood == "chunk-extension" else b"x-trailer: b\r\n") * (64 * 1024)
-    before = rss_mib(hserver.proc.pid)
+    before = memory_mib(hserver.proc.pid)
     s = socket.create_connection(addr(hserver), timeout=10)
     try:
         s.sendall(head)
@@ -426,7 +418,7 @@ def test_a_chunked_body_cannot_grow_the_servers_memory(hserver, flood):
                 s.sendall(filler)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        grown = rss_mib(hserver.proc.pid) - before  # measured with the connection open
+        grown = memory_mib(hserver.proc.pid) - before  # measured with the connection open
         s.settimeout(5)
         try:
             answer = s.recv(65536)

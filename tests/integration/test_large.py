@@ -5,16 +5,10 @@ import os
 import time
 import urllib.parse
 
+from conftest import memory_mib
+
 GiB = 1024 ** 3
 MiB = 1024 ** 2
-
-
-def peak_rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_5gib_put_and_get_stream_in_bounded_memory(server, s3, tmp_path):
@@ -73,7 +67,7 @@ def test_5gib_put_and_get_stream_in_bounded_memory(server, s3, tmp_path):
     assert got.hexdigest() == want.hexdigest()
 
     get_seconds = time.monotonic() - get_started
-    rss = peak_rss_mib(server.proc.pid)
+    rss = memory_mib(server.proc.pid, "VmHWM")
     # Client-side Python MD5 and send loops are included: an end-to-end figure, not a
     # benchmark of the server alone.
     print(f"5 GiB PUT {put_seconds:.1f} s ({size / put_seconds / 1e6:.0f} MB/s), "
