@@ -228,7 +228,7 @@ Task<std::optional<S3Error>> bucketAccess(GatewayContext& ctx, const S3Request& 
     // a bucket of that name created by someone else meanwhile would then be used without
     // this check. An anonymous request learns nothing.
     if (info.error().isNotFound() && !req.principal.empty()) {
-      co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+      co_return noSuchBucket();
     }
     if (info.error().isNotFound()) co_return accessDenied();
     co_return fromStatus(info.error());
@@ -337,7 +337,7 @@ Task<std::optional<S3Error>> bucketStillJudged(GatewayContext& ctx, const S3Requ
   auto info = co_await lookupBucket(ctx, req.bucket);
   if (!info) co_return fromStatus(info.error(), S3ErrorCode::kNoSuchBucket);
   if (!isJudgedBucket(req, *info)) {
-    co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+    co_return noSuchBucket();
   }
   co_return std::nullopt;
 }

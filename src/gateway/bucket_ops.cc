@@ -74,7 +74,8 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
     if (!n) co_return std::unexpected(n.error());
     if (*n == 0) break;
     if (out.size() + *n > limit) {
-      co_return s3fail(S3ErrorCode::kMalformedXML, "request body too large");
+      co_return s3fail(S3ErrorCode::kMaxMessageLengthExceeded,
+                       "Your request was too big.");
     }
     out.append(reinterpret_cast<const char*>(buf), *n);
   }
@@ -292,7 +293,7 @@ Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const
   if (!st.isNotFound()) co_return fromStatus(st);
   auto b = co_await lookupBucket(ctx, bucket);
   if (!b && b.error().isNotFound()) {
-    co_return S3Error{S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
+    co_return noSuchBucket();
   }
   co_return S3Error{S3ErrorCode::kNoSuchKey, "The specified key does not exist."};
 }
@@ -321,7 +322,7 @@ Task<S3Result<index_kv::BucketInfo>> changeBucket(
     if (!read) co_return std::unexpected(fromStatus(read.error(), S3ErrorCode::kNoSuchBucket));
     if (!isJudgedBucket(req, *read)) {
       // Deleted and created again since authorization judged the request: not this one's.
-      co_return s3fail(S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist");
+      co_return std::unexpected(noSuchBucket());
     }
     index_kv::BucketInfo changed = *read;
     change(changed);

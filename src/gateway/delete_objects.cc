@@ -17,8 +17,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   // The body came after authorization: a bucket of this name made since by another is not
   // the one judged (nor is one made after this lookup: each removal's commit checks too).
   if (!isJudgedBucket(req, *bucket)) {
-    co_return errorResponse({S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"},
-                            req);
+    co_return errorResponse(noSuchBucket(), req);
   }
 
   // Every key's removal is queued at once: the index commits them in a few synced batches.
@@ -32,8 +31,13 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   for (size_t i = 0; i < parsed->objects.size(); ++i) {
     outcomes[i].key = parsed->objects[i].key;
     outcomes[i].version_id = parsed->objects[i].version_id;
-    if (outcomes[i].key.empty() || outcomes[i].key.size() > 1024) {
+    // The same key rules as every other request's (length, NUL, UTF-8).
+    if (outcomes[i].key.empty()) {
       outcomes[i].error = S3Error{S3ErrorCode::kInvalidArgument, "Invalid key"};
+      continue;
+    }
+    if (auto bad = checkObjectKey(outcomes[i].key); !bad) {
+      outcomes[i].error = std::move(bad.error());
       continue;
     }
     // Every object has the one version "null" (no versioning); another id names nothing,

@@ -26,9 +26,9 @@ constexpr size_t kInsertChunk = 8192;
 constexpr uint64_t kMaxInsertCrcBytes = 1ull << 30;
 
 
-// readSmallBody's "too large" is an XML error; JSON bodies say what they are.
+// readSmallBody's "too large" names XML's limit; JSON bodies say what they are.
 S3Error bodyError(const S3Error& e, size_t limit) {
-  if (e.code != S3ErrorCode::kMalformedXML) return e;
+  if (e.code != S3ErrorCode::kMaxMessageLengthExceeded) return e;
   return {S3ErrorCode::kInvalidArgument, fmt::format("The request body is over {} bytes.", limit)};
 }
 

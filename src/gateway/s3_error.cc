@@ -50,6 +50,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "KeyTooLongError";
     case S3ErrorCode::kMalformedXML:
       return "MalformedXML";
+    case S3ErrorCode::kMaxMessageLengthExceeded:
+      return "MaxMessageLengthExceeded";
     case S3ErrorCode::kMalformedPOSTRequest:
       return "MalformedPOSTRequest";
     case S3ErrorCode::kMalformedPolicy:
@@ -192,6 +194,7 @@ int httpStatus(S3ErrorCode code) {
     case S3ErrorCode::kBadRequest:
     case S3ErrorCode::kXAmzContentSHA256Mismatch:
     case S3ErrorCode::kMalformedXML:
+    case S3ErrorCode::kMaxMessageLengthExceeded:
     case S3ErrorCode::kInvalidTag:
     case S3ErrorCode::kInvalidArgument:
     case S3ErrorCode::kInvalidRequest:

@@ -32,6 +32,7 @@ enum class S3ErrorCode {
   kInvalidTag,
   kKeyTooLongError,
   kMalformedXML,
+  kMaxMessageLengthExceeded,  // a request body (XML) over its limit (400)
   kMalformedPolicy,  // PutBucketPolicy: a policy document S3 refuses (400)
   kMetadataTooLarge,
   kMethodNotAllowed,
@@ -87,6 +88,11 @@ using S3Result = std::expected<T, S3Error>;
 // A versionId other than "null": Granary keeps one version of each object, "null".
 inline S3Error invalidVersionId() {
   return {S3ErrorCode::kInvalidArgument, "Invalid version id specified"};
+}
+
+// The bucket named does not exist (or is not the one the request was judged against).
+inline S3Error noSuchBucket() {
+  return {S3ErrorCode::kNoSuchBucket, "The specified bucket does not exist"};
 }
 
 inline std::unexpected<S3Error> s3fail(S3ErrorCode code, std::string message) {

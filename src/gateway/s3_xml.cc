@@ -662,7 +662,9 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
   for (pugi::xml_node child : node.children()) {
     if (child.type() != pugi::node_element) continue;
     const std::string_view name = child.name();
-    const std::string value = child.text().as_string();
+    // Without the whitespace around it that pretty-printed XML leaves: an origin, method or
+    // header name is compared with a request's, and an ExposeHeader is sent back.
+    const std::string value(trimWhitespace(child.text().as_string()));
     const auto oneWildcard = [&](std::string_view what) -> S3Result<void> {
       if (std::count(value.begin(), value.end(), '*') > 1) {
         return s3fail(S3ErrorCode::kInvalidRequest,
@@ -690,13 +692,11 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       if (auto ok = oneWildcard(name); !ok) return std::unexpected(ok.error());
       rule.allowed_headers.push_back(value);
     } else if (name == "ExposeHeader") {
-      // Sent back in Access-Control-Expose-Headers: a header name (an HTTP token), with
-      // the whitespace around it that pretty-printed XML has left out.
-      const std::string_view trimmed = trimWhitespace(value);
-      if (trimmed.size() > 256 || !headerToken(trimmed)) {
+      // Sent back in Access-Control-Expose-Headers: a header name (an HTTP token).
+      if (value.size() > 256 || !headerToken(value)) {
         return s3fail(S3ErrorCode::kInvalidRequest, "ExposeHeader must be a header name");
       }
-      rule.expose_headers.emplace_back(trimmed);
+      rule.expose_headers.push_back(value);
     } else if (name == "MaxAgeSeconds") {
       int64_t v = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);

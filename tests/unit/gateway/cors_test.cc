@@ -106,6 +106,14 @@ TEST_CASE("CORS configuration: parsed, written back, and refused as S3 refuses i
   auto again = parseCorsConfiguration(corsConfigurationXml(*rules));
   REQUIRE(again.has_value());
   CHECK(*again == *rules);
+  // Pretty-printed XML: the whitespace around each value is not part of it.
+  auto pretty = parseCorsConfiguration(configuration(
+      "<CORSRule>\n  <AllowedOrigin>\n    https://a.test\n  </AllowedOrigin>\n"
+      "  <AllowedMethod> GET </AllowedMethod>\n  <AllowedHeader>\tx-amz-date </AllowedHeader>\n"
+      "  <ExposeHeader> ETag\n</ExposeHeader>\n</CORSRule>"));
+  REQUIRE(pretty.has_value());
+  CHECK((*pretty)[0] ==
+        CorsRule{"", {"https://a.test"}, {"GET"}, {"x-amz-date"}, {"ETag"}, std::nullopt});
 
   struct Bad {
     std::string body;

@@ -1034,6 +1034,10 @@ TEST_CASE("Bucket tags: set, replaced, read and deleted; up to 50; not the objec
   CHECK(putTags("/bucket?tagging", tagging({{"aws:owner", "x"}})).code == "InvalidTag");
   CHECK(putTags("/bucket?tagging", tagging({{"a", "1"}, {"a", "2"}})).code == "InvalidTag");
   CHECK(putTags("/bucket?tagging", "<Tagging>").code == "MalformedXML");
+  // A body over its limit is S3's MaxMessageLengthExceeded, not a parse error.
+  Reply huge = putTags("/bucket?tagging", tagging({{"k", std::string(70 * 1024, 'v')}}));
+  CHECK(huge.status == 400);
+  CHECK(huge.code == "MaxMessageLengthExceeded");
   CHECK(f.get("/bucket?tagging").body.find("<Key>k49</Key>") != std::string::npos);
 
   // Replaced as a whole; an empty set leaves none; deleted.
@@ -1500,6 +1504,19 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
   CHECK(f.get("/bucket/a").code == "NoSuchKey");
   CHECK(f.get("/bucket/b").body == "b");  // a version that is not there deletes nothing
   CHECK(f.get("/bucket/c").code == "NoSuchKey");
+
+  // Its keys meet the rules every other request's key meets: each refused key has its own
+  // <Error>, and the other keys are deleted.
+  REQUIRE(f.put("d", "d").status == 200);
+  const std::string hostile = "<Delete><Object><Key>" + std::string(1025, 'k') +
+                              "</Key></Object><Object><Key>bad\xff</Key></Object>"
+                              "<Object><Key>d</Key></Object></Delete>";
+  Reply h = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(hostile)), hostile);
+  REQUIRE(h.status == 200);
+  CHECK(h.body.find("<Code>KeyTooLongError</Code>") != std::string::npos);
+  CHECK(h.body.find("<Code>InvalidArgument</Code>") != std::string::npos);
+  CHECK(h.body.find("<Deleted><Key>d</Key></Deleted>") != std::string::npos);
+  CHECK(f.get("/bucket/d").code == "NoSuchKey");
 }
 
 TEST_CASE("Small bodies are checked against Content-MD5 and x-amz-checksum-* headers") {
