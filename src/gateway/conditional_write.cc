@@ -1,7 +1,8 @@
 // Conditional writes (PutObject, CompleteMultipartUpload, CopyObject): If-None-Match: *
-// and If-Match: <etag>. Checked against the current object before any body is read, so a
-// doomed upload fails fast, and enforced again atomically by the index's compare-and-swap
-// at commit, so two racing conditional writers cannot both win.
+// and If-Match: <etag>; conditional deletes (DeleteObject's If-Match, DeleteObjects'
+// <ETag>). Checked against the current object before any body is read, so a doomed upload
+// fails fast, and enforced again atomically by the index's compare-and-swap at commit, so
+// two racing conditional writers (or a writer and a conditional delete) cannot both win.
 #include "handlers.h"
 
 namespace granary::gateway {
@@ -14,6 +15,11 @@ std::string_view unquote(std::string_view etag) {
   return etag;
 }
 
+S3Error preconditionFailed() {
+  return {S3ErrorCode::kPreconditionFailed,
+          "At least one of the pre-conditions you specified did not hold"};
+}
+
 Task<S3Result<index_kv::Precondition>> objectCondition(GatewayContext& ctx,
                                                        const S3Request& req) {
   auto if_none_match = req.header("if-none-match");
@@ -23,27 +29,44 @@ Task<S3Result<index_kv::Precondition>> objectCondition(GatewayContext& ctx,
     co_return s3fail(S3ErrorCode::kNotImplemented,
                      "Conditional writes support only If-None-Match: *");
   }
+  if (if_match) co_return co_await matchCondition(ctx, req.bucket, req.key, *if_match);
   auto current = co_await lookupObject(ctx, req.bucket, req.key);
   if (!current && !current.error().isNotFound()) co_return std::unexpected(fromStatus(current.error()));
-  if (if_match) {
-    if (!current) {
-      S3Error err = co_await objectNotFound(ctx, req.bucket, current.error());
-      co_return std::unexpected(err);
-    }
-    if (unquote(*if_match) != "*" && unquote(*if_match) != current->etag) {
-      co_return s3fail(S3ErrorCode::kPreconditionFailed,
-                       "At least one of the pre-conditions you specified did not hold");
-    }
-    co_return index_kv::Precondition::mustMatch(current->version);
-  }
   if (current) {
-    co_return s3fail(S3ErrorCode::kPreconditionFailed,
-                     "At least one of the pre-conditions you specified did not hold");
+    co_return std::unexpected(preconditionFailed());
   }
   co_return index_kv::Precondition::mustNotExist();
 }
 
 }  // namespace
+
+Task<S3Result<index_kv::Precondition>> matchCondition(GatewayContext& ctx,
+                                                      std::string_view bucket,
+                                                      std::string_view key,
+                                                      std::string_view etag) {
+  auto current = co_await lookupObject(ctx, bucket, key);
+  if (!current) {
+    if (!current.error().isNotFound()) co_return std::unexpected(fromStatus(current.error()));
+    S3Error err = co_await objectNotFound(ctx, bucket, current.error());
+    co_return std::unexpected(err);
+  }
+  if (unquote(etag) != "*" && unquote(etag) != current->etag) {
+    co_return std::unexpected(preconditionFailed());
+  }
+  co_return index_kv::Precondition::mustMatch(current->version);
+}
+
+Task<S3Result<index_kv::Precondition>> deletePrecondition(GatewayContext& ctx,
+                                                          const S3Request& req) {
+  auto pre = index_kv::Precondition::none();
+  if (auto if_match = req.header("if-match")) {
+    auto matched = co_await matchCondition(ctx, req.bucket, req.key, *if_match);
+    if (!matched) co_return matched;
+    pre = std::move(*matched);
+  }
+  pre.bucket_created_unix_nanos = req.bucket_created_unix_nanos;
+  co_return pre;
+}
 
 Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
                                                          const S3Request& req) {

@@ -52,8 +52,19 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
       outcomes[i].error = std::move(*denied);
       continue;
     }
-    removeObjectIn(group, ctx, req.bucket, outcomes[i].key, req.bucket_created_unix_nanos,
-                   removed[i]);
+    // <ETag>: a conditional delete of this key (its current object must have that ETag).
+    auto pre = index_kv::Precondition::none();
+    if (parsed->objects[i].etag) {
+      auto matched =
+          co_await matchCondition(ctx, req.bucket, outcomes[i].key, *parsed->objects[i].etag);
+      if (!matched) {
+        outcomes[i].error = std::move(matched.error());
+        continue;
+      }
+      pre = std::move(*matched);
+    }
+    pre.bucket_created_unix_nanos = req.bucket_created_unix_nanos;
+    removeObjectIn(group, ctx, req.bucket, outcomes[i].key, std::move(pre), removed[i]);
   }
   (void)co_await group.wait();
   for (size_t i = 0; i < outcomes.size(); ++i) {

@@ -288,7 +288,9 @@ Task<S3Response> getObjectAttributes(GatewayContext& ctx, const S3Request& req) 
 }
 
 Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req) {
-  auto removed = co_await removeObject(ctx, req.bucket, req.key, req.bucket_created_unix_nanos);
+  auto pre = co_await deletePrecondition(ctx, req);
+  if (!pre) co_return errorResponse(pre.error(), req);
+  auto removed = co_await removeObject(ctx, req.bucket, req.key, std::move(*pre));
   if (!removed) {
     co_return errorResponse(fromStatus(removed.error(), S3ErrorCode::kNoSuchBucket), req);
   }

@@ -272,6 +272,17 @@ Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req)
 // under (If-None-Match: *, If-Match), already checked against the current object.
 Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
                                                          const S3Request& req);
+// The Precondition a DeleteObject commits under: If-Match (an ETag or *: PreconditionFailed
+// on another object, NoSuchKey without one; If-None-Match is not a delete condition), and
+// the bucket authorization judged.
+Task<S3Result<index_kv::Precondition>> deletePrecondition(GatewayContext& ctx,
+                                                          const S3Request& req);
+// mustMatch the current version of `key` if its ETag is `etag` (quoted or not) or `etag` is
+// "*"; PreconditionFailed, or NoSuchKey (NoSuchBucket) without an object.
+Task<S3Result<index_kv::Precondition>> matchCondition(GatewayContext& ctx,
+                                                      std::string_view bucket,
+                                                      std::string_view key,
+                                                      std::string_view etag);
 // get_object.cc: If-Match / If-None-Match / If-Modified-Since / If-Unmodified-Since
 // (header names after `prefix`, e.g. "x-amz-copy-source-") against `m`, with S3's
 // precedence: 412, 304, or nullopt when the request may proceed.
@@ -329,16 +340,17 @@ Task<Result<std::optional<VersionId>>> commitObject(GatewayContext& ctx,
                                                     std::string_view key,
                                                     const index_kv::Manifest& m,
                                                     index_kv::Precondition pre);
-// removeObject deletes from the bucket created at `bucket_created_unix_nanos` only (0: any
-// bucket of that name; S3Request::bucket_created_unix_nanos: the one authorization judged).
+// removeObject deletes under `pre`: its bucket_created_unix_nanos names the bucket (0: any
+// bucket of that name; S3Request::bucket_created_unix_nanos: the one authorization judged),
+// a kMustMatch the version (a conditional delete).
 Task<Result<std::optional<VersionId>>> removeObject(GatewayContext& ctx,
                                                     std::string_view bucket,
                                                     std::string_view key,
-                                                    int64_t bucket_created_unix_nanos);
-// Adds removeObject(bucket, key, bucket_created_unix_nanos) to `group`; `out` gets its
-// answer. The group's coroutine awaits it with the group's other tasks.
+                                                    index_kv::Precondition pre);
+// Adds removeObject(bucket, key, pre) to `group`; `out` gets its answer. The group's
+// coroutine awaits it with the group's other tasks.
 void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
-                    std::string_view key, int64_t bucket_created_unix_nanos,
+                    std::string_view key, index_kv::Precondition pre,
                     Result<std::optional<VersionId>>& out);
 // NoSuchBucket vs NoSuchKey for an index kNotFound on an object operation in `bucket`.
 Task<S3Error> objectNotFound(GatewayContext& ctx, std::string_view bucket, const Status& st);

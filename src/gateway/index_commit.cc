@@ -71,17 +71,15 @@ Task<Committed> commitObject(GatewayContext& ctx, std::string_view bucket,
 }
 
 Task<Committed> removeObject(GatewayContext& ctx, std::string_view bucket,
-                             std::string_view key, int64_t bucket_created_unix_nanos) {
+                             std::string_view key, index_kv::Precondition pre) {
   auto add = [&](TaskGroup& group, Committed& out) {
-    removeObjectIn(group, ctx, bucket, key, bucket_created_unix_nanos, out);
+    removeObjectIn(group, ctx, bucket, key, std::move(pre), out);
   };
   co_return co_await awaitCommit(ctx, add);
 }
 
 void removeObjectIn(TaskGroup& group, GatewayContext& ctx, std::string_view bucket,
-                    std::string_view key, int64_t bucket_created_unix_nanos, Committed& out) {
-  auto pre = index_kv::Precondition::none();
-  pre.bucket_created_unix_nanos = bucket_created_unix_nanos;
+                    std::string_view key, index_kv::Precondition pre, Committed& out) {
   commitIn(
       group, ctx,
       [&ctx, bucket, key, pre](index_kv::Index::CommitDone done) {

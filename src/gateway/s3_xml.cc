@@ -322,8 +322,9 @@ S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
   for (auto obj : del.children("Object")) {
     auto key = obj.child("Key");
     if (!key) return malformedXml();
-    ObjectIdentifier id{key.text().as_string(), std::nullopt};
+    ObjectIdentifier id{key.text().as_string(), std::nullopt, std::nullopt};
     if (auto version = obj.child("VersionId")) id.version_id = version.text().as_string();
+    if (auto etag = obj.child("ETag")) id.etag = etag.text().as_string();
     out.objects.push_back(std::move(id));
     if (out.objects.size() > kMaxDeleteObjects) return malformedXml();
   }

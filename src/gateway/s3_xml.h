@@ -98,6 +98,7 @@ std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos);
 struct ObjectIdentifier {
   std::string key;
   std::optional<std::string> version_id;  // <VersionId>, when sent
+  std::optional<std::string> etag;        // <ETag>, when sent: a conditional delete
   bool operator==(const ObjectIdentifier&) const = default;
 };
 struct DeleteObjectsRequest {
@@ -105,7 +106,8 @@ struct DeleteObjectsRequest {
   std::vector<ObjectIdentifier> objects;
 };
 inline constexpr size_t kMaxDeleteObjects = 1000;
-// <Delete><Quiet>..</Quiet><Object><Key>..</Key><VersionId>..</VersionId></Object>...
+// <Delete><Quiet>..</Quiet><Object><Key>..</Key><VersionId>..</VersionId><ETag>..</ETag>
+// </Object>...
 // </Delete>; MalformedXML for bad XML, no objects, or more than kMaxDeleteObjects.
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body);
 

@@ -183,6 +183,7 @@ class XmlWriter {
 // ---- The three request bodies.
 
 constexpr std::string_view kVersionId = "OYcLXagmS.WaD..oyH4KRguB95_YhLs7";
+constexpr std::string_view kEtag = "\"9bb58f26192e4ba00f01e2e7b136bbd8\"";
 
 std::string deleteXml(const char* quiet, const std::vector<ObjectIdentifier>& objects,
                       const XmlStyle& style) {
@@ -193,6 +194,7 @@ std::string deleteXml(const char* quiet, const std::vector<ObjectIdentifier>& ob
     w.open("Object");
     w.leaf("Key", object.key);
     if (object.version_id) w.leaf("VersionId", *object.version_id);
+    if (object.etag) w.leaf("ETag", *object.etag);
     w.close("Object");
   }
   w.close("Delete");
@@ -466,13 +468,15 @@ void builtDelete(Reader& r) {
   const size_t count = countFrom(r, kMaxDeleteObjects);
   const uint8_t quiet_mode = r.byte() % 3;  // absent, "true", "false"
   const bool with_version_ids = r.bit();
+  const bool with_etags = r.bit();
   std::vector<std::string> distinct;
   for (size_t i = 0; i < std::min<size_t>(count, 4); ++i) distinct.push_back(textValue(r, 40));
   std::vector<ObjectIdentifier> objects;
   objects.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     objects.push_back({distinct[i % distinct.size()],
-                       with_version_ids ? std::optional<std::string>(kVersionId) : std::nullopt});
+                       with_version_ids ? std::optional<std::string>(kVersionId) : std::nullopt,
+                       with_etags ? std::optional<std::string>(kEtag) : std::nullopt});
   }
   const char* quiet = quiet_mode == 0 ? nullptr : (quiet_mode == 1 ? "true" : "false");
   const std::string xml = deleteXml(quiet, objects, style);
@@ -488,7 +492,7 @@ void builtDelete(Reader& r) {
   if (!parsed) fail("DeleteObjects refuses a valid body");
   if (parsed->quiet != (quiet_mode == 1)) fail("DeleteObjects read Quiet wrong");
   if (parsed->objects != objects) {
-    fail("DeleteObjects read keys or version ids other than those written");
+    fail("DeleteObjects read keys, version ids or ETags other than those written");
   }
   ++g_built_ok[kDelete];
 }

@@ -319,6 +319,20 @@ def test_get_with_checksum_mode_enabled_validates(server, s3, bucket, js_sdk):
 
 # --- (6) DeleteObjects ----------------------------------------------------------------------
 
+def test_conditional_deletes(server, bucket, js_sdk):
+    # SDK v3 sends If-Match on DeleteObject and <ETag> per key in DeleteObjects.
+    r = run_js(server, js_sdk, "conditional-deletes", bucket)
+    assert r["wrong"]["threw"] and r["wrong"]["status"] == 412, r["wrong"]
+    assert r["wrong"]["name"] == "PreconditionFailed", r["wrong"]
+    assert r["keptAfterWrong"] == "cond/one"
+    assert r["missing"]["threw"] and r["missing"]["status"] == 404, r["missing"]
+    assert r["missing"]["name"] == "NoSuchKey", r["missing"]
+    assert r["right"] == 204
+    assert r["deleted"] == ["cond/a"], r
+    assert r["errors"] == [{"Key": "cond/b", "Code": "PreconditionFailed"}], r
+    assert r["left"] == ["cond/b"], r
+
+
 def test_delete_objects_batch(server, s3, bucket, js_sdk):
     r = run_js(server, js_sdk, "delete-objects", bucket)
     # SDK v3 sends a CRC32 checksum, not Content-MD5, for the required-checksum operation.

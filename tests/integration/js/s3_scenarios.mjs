@@ -459,6 +459,33 @@ async function deleteObjects() {
   };
 }
 
+// Conditional deletes: DeleteObject's IfMatch and DeleteObjects' per-key ETag.
+async function conditionalDeletes() {
+  const put = async (key) =>
+    (await send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.from(key) }))).ETag;
+  const etag = await put("cond/one");
+  const wrong = await expectError(() =>
+    send(new DeleteObjectCommand({ Bucket: bucket, Key: "cond/one", IfMatch: `"${md5hex("x")}"` })));
+  const keptAfterWrong = (await getFull("cond/one")).body.toString();
+  const missing = await expectError(() =>
+    send(new DeleteObjectCommand({ Bucket: bucket, Key: "cond/none", IfMatch: "*" })));
+  const right = await send(new DeleteObjectCommand({ Bucket: bucket, Key: "cond/one", IfMatch: etag }));
+  const a = await put("cond/a");
+  await put("cond/b");
+  const batch = await send(new DeleteObjectsCommand({
+    Bucket: bucket,
+    Delete: { Objects: [{ Key: "cond/a", ETag: a }, { Key: "cond/b", ETag: `"${md5hex("x")}"` }] },
+  }));
+  const left = await send(new ListObjectsV2Command({ Bucket: bucket, Prefix: "cond/" }));
+  return {
+    wrong, keptAfterWrong, missing,
+    right: right.$metadata.httpStatusCode,
+    deleted: (batch.Deleted ?? []).map((d) => d.Key),
+    errors: (batch.Errors ?? []).map((e) => ({ Key: e.Key, Code: e.Code })),
+    left: (left.Contents ?? []).map((o) => o.Key),
+  };
+}
+
 async function tagging() {
   const key = "tags/obj";
   await send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: Buffer.from("t"), Tagging: "a=1&b=two%20words" }));
@@ -688,6 +715,7 @@ const SCENARIOS = {
   multipart,
   "checksum-mode": checksumMode,
   "delete-objects": deleteObjects,
+  "conditional-deletes": conditionalDeletes,
   tagging,
   "bucket-settings": bucketSettings,
   cors,

@@ -1519,6 +1519,45 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
   CHECK(f.get("/bucket/d").code == "NoSuchKey");
 }
 
+TEST_CASE("Conditional deletes: If-Match on DeleteObject, ETag in DeleteObjects") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string etag = "\"" + md5Hex("v1") + "\"";
+  const std::string other = "\"" + md5Hex("v2") + "\"";
+  auto del = [&](const std::string& key, HeaderList headers) {
+    return f.send(makeRequest("DELETE", "/bucket/" + key, std::move(headers)));
+  };
+  REQUIRE(f.put("k", "v1").status == 200);
+  // Another ETag: 412, and the object stays.
+  Reply wrong = del("k", {{"if-match", other}});
+  CHECK(wrong.status == 412);
+  CHECK(wrong.code == "PreconditionFailed");
+  CHECK(f.get("/bucket/k").body == "v1");
+  // No object: NoSuchKey (an unconditional delete of a missing key is 204).
+  CHECK(del("absent", {{"if-match", "*"}}).code == "NoSuchKey");
+  CHECK(del("absent", {}).status == 204);
+  // Its ETag, quoted or not, or *: deleted. If-None-Match is no delete condition.
+  CHECK(del("k", {{"if-match", md5Hex("v1")}, {"if-none-match", "*"}}).status == 204);
+  CHECK(f.get("/bucket/k").code == "NoSuchKey");
+  REQUIRE(f.put("k", "v1").status == 200);
+  CHECK(del("k", {{"if-match", "*"}}).status == 204);
+  CHECK(f.get("/bucket/k").code == "NoSuchKey");
+
+  // DeleteObjects: each <ETag> is its key's condition.
+  for (const char* key : {"a", "b"}) REQUIRE(f.put(key, "v1").status == 200);
+  const std::string body = "<Delete><Object><Key>a</Key><ETag>" + etag +
+                           "</ETag></Object><Object><Key>b</Key><ETag>" + other +
+                           "</ETag></Object><Object><Key>c</Key><ETag>*</ETag></Object>"
+                           "</Delete>";
+  Reply r = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(body)), body);
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find("<Deleted><Key>a</Key></Deleted>") != std::string::npos);
+  CHECK(r.body.find("<Error><Key>b</Key><Code>PreconditionFailed</Code>") != std::string::npos);
+  CHECK(r.body.find("<Error><Key>c</Key><Code>NoSuchKey</Code>") != std::string::npos);
+  CHECK(f.get("/bucket/a").code == "NoSuchKey");
+  CHECK(f.get("/bucket/b").body == "v1");
+}
+
 TEST_CASE("Small bodies are checked against Content-MD5 and x-amz-checksum-* headers") {
   GatewayFixture f;
   f.createBucket();
