@@ -104,8 +104,16 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
                              "size for a copy source: 5368709120"},
                             req);
   }
+  // Onto itself, a copy must change something: its metadata, or the storage class, website
+  // redirect or encryption it names (headers Granary accepts and ignores, so such a copy
+  // rewrites the object as it is: `aws s3 cp s3://b/k s3://b/k --storage-class ...`).
   const bool same_object = source->bucket == req.bucket && source->key == req.key;
-  if (same_object && directive == "COPY") {
+  const bool names_a_change =
+      directive == "REPLACE" || req.header("x-amz-storage-class") ||
+      req.header("x-amz-website-redirect-location") ||
+      req.header("x-amz-server-side-encryption") ||
+      req.header("x-amz-server-side-encryption-customer-algorithm");
+  if (same_object && !names_a_change) {
     co_return errorResponse({S3ErrorCode::kInvalidRequest,
                              "This copy request is illegal because it is trying to copy an "
                              "object to itself without changing the object's metadata, storage "
