@@ -369,6 +369,37 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
 }
 
+// The answer to a Complete of an upload that is gone because it was completed: a client
+// retrying a Complete whose answer it lost (a timeout, a reset) must get that answer, as
+// S3 gives it, not NoSuchUpload for an object that is in place. The index keeps no record
+// of completed uploads; the key's object stands for it if it was made after the upload
+// began (its version is not older than the upload id) and its ETag is the one the listed parts
+// give (the MD5 of their MD5s): then it holds exactly the bytes this Complete asks for.
+// nullopt otherwise (then NoSuchUpload).
+Task<std::optional<S3Response>> completedBefore(GatewayContext& ctx, const S3Request& req,
+                                                std::string_view upload_id,
+                                                const std::vector<CompletedPart>& listed) {
+  auto began = VersionId::fromHex(upload_id);
+  if (!began) co_return std::nullopt;
+  Digest md5(Digest::Kind::kMd5);
+  for (const CompletedPart& part : listed) {
+    auto raw = fromHex(part.etag);
+    if (!raw || raw->size() != 16) co_return std::nullopt;
+    md5.update(std::span<const uint8_t>(*raw));
+  }
+  const std::string etag = toHex(md5.finish()) + "-" + std::to_string(listed.size());
+  auto current = co_await lookupObject(ctx, req.bucket, req.key);
+  if (!current || current->etag != etag ||
+      current->version.createdUnixNanos() < began->createdUnixNanos()) {
+    co_return std::nullopt;
+  }
+  std::string host(req.header("host").value_or("localhost"));
+  S3Response res = xmlResponse(completeMultipartUploadXml(
+      "http://" + host + req.path, req.bucket, req.key, current->etag, current->checksum));
+  setRecordIndexHeaders(res, current->records);
+  co_return res;
+}
+
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
                                          BodySource& body) {
   auto parsed_id = uploadIdOf(req);
@@ -408,6 +439,11 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
     }
     return out;
   });
+  if (!loaded && loaded.error().isNotFound()) {
+    if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
+      co_return std::move(*replay);
+    }
+  }
   if (!loaded) co_return errorResponse(uploadError(loaded.error()), req);
 
   std::vector<const index_kv::PartInfo*> chosen;

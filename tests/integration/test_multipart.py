@@ -172,6 +172,28 @@ def test_boto3_transfer_manager_30_mib(s3, bucket, tmp_path):
     assert dst.read_bytes() == data
 
 
+def test_a_retried_complete_gets_the_same_answer(s3, bucket):
+    # SDKs retry a Complete whose answer they lost (timeout, reset, 5xx): the retry must
+    # not be NoSuchUpload for an object that is in place.
+    key = "retried"
+    up = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    p1, p2 = os.urandom(5 * MiB), os.urandom(1000)
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key=key, UploadId=up,
+                                                      PartNumber=n, Body=b)["ETag"]}
+             for n, b in ((1, p1), (2, p2))]
+    first = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                         MultipartUpload={"Parts": parts})
+    again = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                         MultipartUpload={"Parts": parts})
+    assert again["ETag"] == first["ETag"] and first["ETag"].endswith('-2"')
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == p1 + p2
+    # Another part list is not that Complete: NoSuchUpload, as before.
+    with pytest.raises(ClientError) as ei:
+        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=up,
+                                     MultipartUpload={"Parts": parts[:1]})
+    assert error_code(ei) == "NoSuchUpload"
+
+
 def test_complete_errors(s3, bucket):
     key = "errs"
     up = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]

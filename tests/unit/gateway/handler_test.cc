@@ -1758,6 +1758,44 @@ TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
   CHECK(queued == blobs);
 }
 
+TEST_CASE("A Complete retried after it committed gets its answer again, and only then") {
+  GatewayFixture f;
+  f.createBucket();
+  auto upload = [&](const std::string& data) {
+    std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+    Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                    sha256Hex(data)),
+                        data);
+    REQUIRE(part.status == 200);
+    return std::pair{id, *part.header("ETag")};
+  };
+  auto complete = [&](const std::string& id, const std::string& etag) {
+    std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                      etag + "</ETag></Part></CompleteMultipartUpload>";
+    return f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  };
+  auto [id, etag] = upload("first");
+  Reply first = complete(id, etag);
+  REQUIRE(first.status == 200);
+  const std::string object_etag = xmlField(first.body, "ETag");
+  // The same Complete again (its answer lost): the same answer, and nothing changes.
+  Reply again = complete(id, etag);
+  CHECK(again.status == 200);
+  CHECK(xmlField(again.body, "ETag") == object_etag);
+  CHECK(f.get("/bucket/k").body == "first");
+  // Another part list: that upload did not make this object.
+  CHECK(complete(id, "\"" + md5Hex("other") + "\"").code == "NoSuchUpload");
+  // An upload begun after the object was made did not make it either, even with the same
+  // parts (here: aborted).
+  f.cluster.clock.advance(1000);
+  auto [later, later_etag] = upload("first");
+  REQUIRE(f.send(makeRequest("DELETE", "/bucket/k?uploadId=" + later)).status == 204);
+  CHECK(complete(later, later_etag).code == "NoSuchUpload");
+  // The key overwritten since: NoSuchUpload.
+  REQUIRE(f.put("k", "other").status == 200);
+  CHECK(complete(id, etag).code == "NoSuchUpload");
+}
+
 // A request addressed virtual-hosted-style: Host `host`, the whole path is the key.
 S3Request vhostRequest(std::string method, std::string host, std::string target,
                        HeaderList extra = {}, std::string payload_hash = "UNSIGNED-PAYLOAD") {
