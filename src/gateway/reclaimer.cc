@@ -29,10 +29,18 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
   const int64_t cutoff =
       clock_.nowUnixNanos() -
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.gc_grace).count();
+  // Entries that cannot finish yet (a drive down) stay on the queue; each page starts
+  // after the last one seen, so they do not hide the entries behind them. A drive found
+  // down is not asked again in this pass (each ask could wait for a timeout).
+  std::string after;
+  std::set<std::string, std::less<>> down;
   for (;;) {
-    auto due = index_.gcDue(cutoff, kGcBatch);
+    auto due = index_.gcDue(cutoff, kGcBatch, after);
     if (!due) return fail(due.error());
     if (due->empty()) break;
+    // An index service older than the page cursor answers the first page again.
+    if (!after.empty() && due->front().queue_key <= after) break;
+    after = due->back().queue_key;
     std::vector<index_kv::GcEntry> done;
     for (auto& entry : *due) {
       // An entry of a version that is still committed (fragments a repair moved away) may
@@ -53,22 +61,28 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       bool complete = true;
       for (const auto& blob : entry.blobs) {
         if (in_use.contains({blob.drive, blob.id})) continue;
+        if (down.contains(blob.drive) || !chunks_.reachable(blob.drive)) {
+          complete = false;  // kept: removed on a later pass
+          continue;
+        }
         Status st = chunks_.remove(blob.drive, blob.id);
         if (st.isOk()) {
           ++stats.blobs_removed;
         } else if (!st.isNotFound()) {
           // Keep the entry: a drive that is down now gets its blobs removed later.
           complete = false;
+          if (st.code() == Status::Code::kUnavailable) down.insert(blob.drive);
           log::warn("gc: cannot remove {} on {}: {}", blob.id.toString(), blob.drive,
                     st.toString());
         }
       }
       if (complete) done.push_back(std::move(entry));
     }
-    if (done.empty()) break;  // nothing progressed: retry on the next pass
-    Status st = index_.gcDone(done);
-    if (!st.isOk()) return fail(st);
-    stats.entries_done += done.size();
+    if (!done.empty()) {
+      Status st = index_.gcDone(done);
+      if (!st.isOk()) return fail(st);
+      stats.entries_done += done.size();
+    }
     if (due->size() < kGcBatch) break;
   }
   return stats;

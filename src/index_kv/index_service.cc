@@ -261,7 +261,10 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"gc_due",
        [](Index& x, const Json& a) {
-         return answer(x.gcDue(a.at("before").get<int64_t>(), a.at("limit").get<size_t>()),
+         // "after" (optional): a gateway older than it asks for the first page only.
+         const std::string after = a.contains("after") ? unbytes(a.at("after")) : "";
+         return answer(x.gcDue(a.at("before").get<int64_t>(), a.at("limit").get<size_t>(),
+                               after),
                        list<GcEntryCodec, GcEntry>);
        }},
       {"gc_done",
@@ -513,8 +516,11 @@ class RemoteIndex final : public Index {
                         j.at("keys_examined").get<uint64_t>()};
     });
   }
-  Result<std::vector<GcEntry>> gcDue(int64_t before, size_t limit) override {
-    return query("gc_due", {{"before", before}, {"limit", limit}}, unlist<GcEntryCodec>);
+  Result<std::vector<GcEntry>> gcDue(int64_t before, size_t limit,
+                                     std::string_view after = {}) override {
+    Json args = {{"before", before}, {"limit", limit}};
+    if (!after.empty()) args["after"] = bytes(after);
+    return query("gc_due", args, unlist<GcEntryCodec>);
   }
   Status gcDone(const std::vector<GcEntry>& entries) override {
     // Idempotent: removing queue entries twice removes nothing the second time.

@@ -135,8 +135,9 @@ class MeteredIndex final : public Index {
   Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) override {
     return timed(kListObjects, [&] { return inner_->listObjects(bucket, req); });
   }
-  Result<std::vector<GcEntry>> gcDue(int64_t before, size_t limit) override {
-    return timed(kGcDue, [&] { return inner_->gcDue(before, limit); });
+  Result<std::vector<GcEntry>> gcDue(int64_t before, size_t limit,
+                                     std::string_view after = {}) override {
+    return timed(kGcDue, [&] { return inner_->gcDue(before, limit, after); });
   }
   Status gcDone(const std::vector<GcEntry>& entries) override {
     return timed(kGcDone, [&] { return inner_->gcDone(entries); });

@@ -412,11 +412,17 @@ Result<ListResult> RocksIndex::listObjects(std::string_view bucket, const ListRe
 // ---- GC queue ------------------------------------------------------------------------
 
 Result<std::vector<GcEntry>> RocksIndex::gcDue(int64_t enqueued_before_unix_nanos,
-                                               size_t limit) {
+                                               size_t limit, std::string_view after) {
   std::vector<GcEntry> out;
   if (enqueued_before_unix_nanos < 0) return out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_.gc));
-  for (it->SeekToFirst(); it->Valid() && out.size() < limit; it->Next()) {
+  if (after.empty()) {
+    it->SeekToFirst();
+  } else {
+    it->Seek(rocksdb::Slice(after.data(), after.size()));
+    if (it->Valid() && it->key().ToStringView() == after) it->Next();
+  }
+  for (; it->Valid() && out.size() < limit; it->Next()) {
     auto parts = parseGcKey(it->key().ToStringView());
     if (!parts) return fail(Status::corruption("index: bad gc queue key"));
     if (parts->enqueued_unix_nanos > enqueued_before_unix_nanos) break;

@@ -53,8 +53,8 @@ class RocksIndex final : public Index {
                                                 Precondition pre) override;
   Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) override;
 
-  Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos,
-                                     size_t limit) override;
+  Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos, size_t limit,
+                                     std::string_view after = {}) override;
   Status gcDone(const std::vector<GcEntry>& entries) override;
   Result<bool> isBlobVersionReferenced(const VersionId& version) override;
 

@@ -450,9 +450,11 @@ class Index {
                                                         Precondition pre) = 0;
   virtual Result<ListResult> listObjects(std::string_view bucket, const ListRequest& req) = 0;
 
-  // GC queue: entries enqueued at or before `enqueued_before_unix_nanos`, oldest first.
-  virtual Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos,
-                                             size_t limit) = 0;
+  // GC queue: entries enqueued at or before `enqueued_before_unix_nanos`, oldest first;
+  // those after the entry whose queue_key is `after` when given (the next page: entries
+  // that cannot finish yet, a drive down, must not hide those behind them).
+  virtual Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos, size_t limit,
+                                             std::string_view after = {}) = 0;
   virtual Status gcDone(const std::vector<GcEntry>& entries) = 0;
   // True if blobs of `version` may still be needed: a committed manifest references them,
   // they belong to a part of an upload in progress, or they wait on the GC queue; or the

@@ -196,6 +196,34 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
 }
 
+TEST_CASE("Entries stuck on a drive that is down hide none behind them, and it is asked once") {
+  ReclaimerFixture f;
+  // More overwritten versions than one page of the queue: every entry has a fragment on d1.
+  constexpr int kVersions = 300;
+  index_kv::Manifest last;
+  for (int i = 0; i < kVersions; ++i) {
+    last = f.writeBlobs(1);
+    f.commit("key", last);
+  }
+  f.cluster.clock.advance(120 * kSecond);
+  f.cluster.chunks->failRemoves("d1", Status::unavailable("server down"));
+  const int injected_before = f.cluster.chunks->injected();
+
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto first = reclaimer.collectGarbage();
+  REQUIRE(first.has_value());
+  CHECK(first->blobs_removed == (kVersions - 1) * 5);  // all but each one's d1 fragment
+  CHECK(first->entries_done == 0);
+  CHECK(f.cluster.chunks->injected() - injected_before == 1);  // d1 asked once this pass
+
+  f.cluster.chunks->clearFaults();
+  auto second = reclaimer.collectGarbage();
+  REQUIRE(second.has_value());
+  CHECK(second->blobs_removed == kVersions - 1);
+  CHECK(second->entries_done == kVersions - 1);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(last));
+}
+
 TEST_CASE("GC of a deleted object removes its blobs after gc_grace") {
   ReclaimerFixture f;
   index_kv::Manifest m = f.writeBlobs(2);

@@ -456,6 +456,13 @@ TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone remov
   CHECK((*due)[1].version == replaced[1].version);
   CHECK(f.index->gcDue(enqueued[0] - 1, 100)->empty());
   CHECK(f.index->gcDue(enqueued[3], 3)->size() == 3);
+  // Pages: after an entry's queue key, those behind it (still up to the cutoff).
+  auto next = f.index->gcDue(enqueued[3], 2, (*due)[0].queue_key);
+  REQUIRE(next.has_value());
+  REQUIRE(next->size() == 2);
+  CHECK((*next)[0].version == replaced[1].version);
+  CHECK((*next)[1].version == replaced[2].version);
+  CHECK(f.index->gcDue(enqueued[1], 100, (*due)[1].queue_key)->empty());
 
   REQUIRE(f.index->gcDone(*due).isOk());
   REQUIRE(f.index->gcDone(*due).isOk());  // idempotent
