@@ -5,8 +5,10 @@
 
 namespace granary {
 
-RocksResources::RocksResources(RocksBudget budget)
+RocksResources::RocksResources(RocksBudget budget, std::shared_ptr<rocksdb::FileSystem> fs)
     : budget_(budget),
+      fs_(fs ? std::move(fs) : rocksdb::FileSystem::Default()),
+      env_(fs_ != rocksdb::FileSystem::Default() ? rocksdb::NewCompositeEnv(fs_) : nullptr),
       cache_(rocksdb::NewLRUCache(budget.block_cache_bytes)),
       // Memtable memory is charged to the block cache so the two share one budget.
       write_buffers_(std::make_shared<rocksdb::WriteBufferManager>(budget.write_buffer_bytes,
@@ -17,6 +19,10 @@ rocksdb::Options RocksResources::baseOptions() const {
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   options.write_buffer_manager = write_buffers_;
+  if (env_) options.env = env_.get();
+  // A WAL write or flush that finds the disk full stops the instance's writes; RocksDB
+  // (7.8) retries every second (bgerror_resume_retry_interval) and resumes them once there
+  // is room (tests/unit/common/common_test.cc, chunk_store_test.cc).
   options.max_background_jobs = 2;
   options.bytes_per_sync = 1 << 20;
   options.max_open_files = 512;

@@ -232,7 +232,10 @@ struct ChunkStoreOptions {
   // verifies.
   size_t verified_mappings = 0;
   uint64_t verified_mapping_bytes = 0;
-  uint64_t reserve_bytes = 0;           // keep this much free: not writable() below it
+  // Keep this much free: not writable() below it (plus 8 MiB). The drive's blob index
+  // (RocksDB: WAL, 32 MiB memtable flushes) writes into it, and a removal is an index
+  // write: a drive filled to its last bytes by fragments could free none.
+  uint64_t reserve_bytes = 256ull << 20;
   // Bytes per second a background thread may write to pre-zero the next extent, so that
   // the syncs of the writes into it commit no block allocations (docs/chunkstore-format.md,
   // "Pre-zeroed extents"); unlimited while the drive is quiet (no client read, put or

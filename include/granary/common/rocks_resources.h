@@ -4,6 +4,8 @@
 #pragma once
 
 #include <rocksdb/cache.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_buffer_manager.h>
 
@@ -19,7 +21,10 @@ struct RocksBudget {
 
 class RocksResources {
  public:
-  explicit RocksResources(RocksBudget budget = {});
+  // `fs`: where every instance's files go (tests: a file system that fails); null: the
+  // default one.
+  explicit RocksResources(RocksBudget budget = {},
+                          std::shared_ptr<rocksdb::FileSystem> fs = nullptr);
 
   // Options with the shared cache, the shared write-buffer manager and our defaults.
   rocksdb::Options baseOptions() const;
@@ -29,6 +34,8 @@ class RocksResources {
 
  private:
   RocksBudget budget_;
+  std::shared_ptr<rocksdb::FileSystem> fs_;
+  std::unique_ptr<rocksdb::Env> env_;  // over fs_, when given
   std::shared_ptr<rocksdb::Cache> cache_;
   std::shared_ptr<rocksdb::WriteBufferManager> write_buffers_;
 };

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/filling_fs.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -440,6 +441,36 @@ TEST_CASE("An extent is presized (a hole), and cut after its last blob when reop
   CHECK(std::filesystem::file_size(path) == on_disk);
   CHECK(readRange(*f.store, makeId(1), 0, 100'000) == randomBytes(100'000, 1));
   CHECK(readRange(*f.store, makeId(2), 0, 5'000) == randomBytes(5'000, 2));
+}
+
+TEST_CASE("A drive whose blob index found its disk full takes writes again once there is room") {
+  auto engine = makePosixEngine();
+  TempDir dir;
+  auto fs = std::make_shared<granary::testing::FillingFileSystem>();
+  RocksResources resources(RocksBudget{8 << 20, 8 << 20}, fs);
+  ManualClock clock(1'700'000'000'000'000'000);
+  ChunkStoreOptions opts;
+  opts.dir = dir.path() + "/drive";
+  auto opened = openChunkStore(opts, *engine, resources, clock);
+  REQUIRE(opened.has_value());
+  auto& store = **opened;
+  const auto data = randomBytes(10'000, 3);
+  REQUIRE(store.put(descriptor(makeId(1)), data).isOk());
+
+  fs->full = granary::testing::FillingFileSystem::kAll;  // its WAL cannot grow
+  CHECK_FALSE(store.put(descriptor(makeId(2)), data).isOk());
+  fs->full = granary::testing::FillingFileSystem::kNone;
+  // RocksDB's file manager retries every few seconds; the store waits out its own 5 s
+  // "full" back-off by its clock.
+  bool resumed = false;
+  for (int i = 0; i < 60 && !resumed; ++i) {
+    clock.advance(6'000'000'000);
+    resumed = store.put(descriptor(makeId(3)), data).isOk();
+    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  REQUIRE(resumed);
+  CHECK(store.remove(makeId(1)).isOk());
+  CHECK(readRange(store, makeId(3), 0, 10'000) == data);
 }
 
 TEST_CASE("Opening a store with an unusable block size is an invalid argument") {

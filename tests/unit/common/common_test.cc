@@ -3,19 +3,25 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <filesystem>
 #include <latch>
 #include <set>
 #include <thread>
 
 #include <sched.h>
 
+#include <rocksdb/db.h>
+
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
 #include "granary/common/random.h"
+#include "granary/common/rocks_resources.h"
 #include "granary/common/status.h"
 #include "granary/common/worker_pool.h"
+#include "common/filling_fs.h"
 
 using namespace granary;
 
@@ -112,4 +118,35 @@ TEST_CASE("usableCores counts the CPUs of the thread's affinity mask, not every 
     if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = usableCores();
   }).join();
   CHECK(pinned == 1);
+}
+
+TEST_CASE("A RocksDB instance whose flush found its disk full takes writes again once there is room") {
+  char tmpl[] = "/tmp/granary-rocks-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto fs = std::make_shared<testing::FillingFileSystem>();
+  {
+    RocksResources resources(RocksBudget{8 << 20, 8 << 20}, fs);
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(resources.baseOptions(), dir, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    rocksdb::WriteOptions synced;
+    synced.sync = true;
+    REQUIRE(db->Put(synced, "a", "1").ok());
+    // A flush (a table file) finds no room: RocksDB stops the instance's writes.
+    fs->full = testing::FillingFileSystem::kAll;
+    CHECK_FALSE(db->Flush(rocksdb::FlushOptions()).ok());
+    fs->full = testing::FillingFileSystem::kNone;
+    // Room again: the instance's file manager notices and resumes it (it polls every 5 s).
+    bool resumed = false;
+    for (int i = 0; i < 100 && !resumed; ++i) {
+      resumed = db->Put(synced, "b", "2").ok();
+      if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    CHECK(resumed);
+    std::string value;
+    CHECK(db->Get(rocksdb::ReadOptions(), "a", &value).ok());
+    CHECK(value == "1");
+  }
+  std::filesystem::remove_all(dir);
 }
