@@ -360,6 +360,13 @@ class ChunkStoreImpl final : public ChunkStore {
     std::lock_guard lock(async_mu_);
     if (--async_ops_ == 0) async_cv_.notify_all();
   }
+  // Ends an operation when it goes out of scope, also when a caller's callback throws
+  // (the commit and completion threads catch it): else drain() and the destructor would
+  // wait for that operation forever.
+  struct OpEnd {
+    ChunkStoreImpl* store;
+    ~OpEnd() { store->endOp(); }
+  };
   // The test hook (ChunkStoreOptions::crash_point): true = "the process died here".
   bool crashAt(std::string_view point) const {
     return options_.crash_point && options_.crash_point(point);
@@ -597,6 +604,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
 }
 
 void ChunkStoreImpl::finishPut(PendingCommit* p) {
+  OpEnd end{this};  // last: after `done` and what it holds are gone
   std::unique_ptr<PendingCommit> owned(p);
   if (p->result) {
     ++blobs_;
@@ -620,7 +628,6 @@ void ChunkStoreImpl::finishPut(PendingCommit* p) {
     owned.reset();  // releases the id before the caller hears of it
     done(std::move(result));
   }  // `done` and what it holds are gone before drain() can return
-  endOp();
 }
 
 void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
@@ -1098,17 +1105,31 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
   const uint64_t body_at = op->plan.disk_begin;
   IoBatch batch(engine_);  // both reads in one system call
-  if (with_head) engine_.readAsync(fd, head, head_at, finished);
-  if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
+  const int reads = (with_head ? 1 : 0) + (merged ? 0 : 1);
+  int submitted = 0;
+  try {
+    if (with_head) {
+      engine_.readAsync(fd, head, head_at, finished);
+      ++submitted;
+    }
+    if (!merged) {
+      engine_.readAsync(fd, body, body_at, finished);
+      ++submitted;
+    }
+  } catch (const std::exception& e) {  // a submission could not allocate
+    for (int i = submitted; i < reads; ++i) {
+      finished(Status::internal(fmt::format("submitting a read: {}", e.what())));
+    }
+  }
 }
 
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
+  OpEnd end{this};
   std::unique_ptr<AsyncRead> owned(op);
   Status st = op->error.isOk() ? verifyRead(op->plan) : std::move(op->error);
   completeAsync(op->plan.id, op->plan.rec, op->plan.offset, op->plan.out, op->step,
                 std::move(st), std::move(op->done), op->plan.crcs != nullptr);
   owned.reset();
-  endOp();
 }
 
 void ChunkStoreImpl::completeAsync(const BlobId& id, const IndexRecord& rec, uint64_t offset,

@@ -567,6 +567,34 @@ class GatedSyncEngine final : public IoEngineWrapper {
 
 }  // namespace
 
+TEST_CASE("A caller's callback that throws does not leave its operation open for ever") {
+  for (auto make : {&makePosixEngine, &makeUringEngine}) {
+    auto engine = make();
+    auto f = std::make_shared<StoreFixture>(*engine);
+    const auto data = randomBytes(20'000, 8);
+    REQUIRE(f->store->put(descriptor(makeId(1)), data).isOk());
+    std::atomic<int> called{0};
+    f->store->putAsync(descriptor(makeId(2)), data, [&called](Status) {
+      ++called;
+      throw std::runtime_error("a caller's bug");
+    });
+    std::vector<uint8_t> out(1000);
+    f->store->readAsync(makeId(1), 0, out, [&called](Status) {
+      ++called;
+      throw std::runtime_error("a caller's bug");
+    });
+    // The store's destructor waits for its operations to end: it must return.
+    auto closed = std::make_shared<std::promise<void>>();
+    auto closed_future = closed->get_future();
+    std::thread([f, closed] {
+      f->store.reset();
+      closed->set_value();
+    }).detach();
+    REQUIRE(closed_future.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(called == 2);
+  }
+}
+
 TEST_CASE("putAsync returns before the sync; puts queued behind a slow sync share the next one") {
   auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
   auto inner = makeEngine(engine_name);
