@@ -1105,22 +1105,8 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
   const uint64_t body_at = op->plan.disk_begin;
   IoBatch batch(engine_);  // both reads in one system call
-  const int reads = (with_head ? 1 : 0) + (merged ? 0 : 1);
-  int submitted = 0;
-  try {
-    if (with_head) {
-      engine_.readAsync(fd, head, head_at, finished);
-      ++submitted;
-    }
-    if (!merged) {
-      engine_.readAsync(fd, body, body_at, finished);
-      ++submitted;
-    }
-  } catch (const std::exception& e) {  // a submission could not allocate
-    for (int i = submitted; i < reads; ++i) {
-      finished(Status::internal(fmt::format("submitting a read: {}", e.what())));
-    }
-  }
+  if (with_head) engine_.readAsync(fd, head, head_at, finished);
+  if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
 }
 
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {

@@ -114,7 +114,11 @@ Status syncDirectory(IoEngine& engine, const std::string& dir) {
 // With fds_mu_ held exclusively.
 Result<int> ExtentSet::openDirect(const std::string& file, int flags) {
   auto fd = engine_.open(file, flags | (direct_io_ ? O_DIRECT : 0), 0644);
-  if (!fd && direct_io_ && fd.error().code() == Status::Code::kIoError) {
+  if (fd && direct_io_) direct_proven_ = true;
+  // Only a filesystem that never took O_DIRECT here refuses it: switching a drive whose
+  // earlier descriptors are O_DIRECT to buffered I/O would leave those in use by reads
+  // that expect the page cache's (unaligned) access.
+  if (!fd && direct_io_ && !direct_proven_ && fd.error().code() == Status::Code::kIoError) {
     // tmpfs and some FUSE filesystems refuse O_DIRECT (EINVAL). Buffered I/O plus
     // fdatasync keeps the durability contract; only the page-cache bypass is lost. O_EXCL
     // is dropped on the retry: the refused open may already have created the file, and the

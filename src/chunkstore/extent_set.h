@@ -134,6 +134,9 @@ class ExtentSet {
   std::map<uint32_t, int> fds_;
   std::map<uint32_t, int> cached_fds_;
   bool direct_io_;  // guarded by fds_mu_; cleared if the filesystem refuses O_DIRECT
+  // An O_DIRECT open succeeded here (guarded by fds_mu_): the filesystem takes O_DIRECT, so
+  // a later failed open (EMFILE, EIO) is that error, not a refusal of O_DIRECT.
+  bool direct_proven_ = false;
 
   mutable std::mutex alloc_mu_;  // the allocation cursor and the retired set
   std::set<uint32_t> retired_;

@@ -511,6 +511,12 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
       return 0;
     });
   }
+  // Another Complete of this upload (a retry sent while this one ran) committed first.
+  if (!committed && committed.error().isNotFound()) {
+    if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
+      co_return std::move(*replay);
+    }
+  }
   if (!committed && committed.error().code() == Status::Code::kInvalidArgument) {
     // A listed part was replaced while we assembled the manifest (index.h).
     co_return errorResponse({S3ErrorCode::kInvalidPart,

@@ -7,6 +7,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
 #include "granary/index_kv/index.h"
+#include "granary/index_kv/manifest_blobs.h"
 #include "granary/placement/cluster_map.h"
 
 namespace granary::gateway {
@@ -37,9 +38,13 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
   for (;;) {
     auto due = index_.gcDue(cutoff, kGcBatch, after);
     if (!due) return fail(due.error());
+    const bool last_page = due->size() < kGcBatch;
+    // An index service older than the page cursor answers from the front again: what it
+    // finished is gone from there, what is left at or before the cursor was seen.
+    std::erase_if(*due, [&](const index_kv::GcEntry& e) {
+      return !after.empty() && e.queue_key <= after;
+    });
     if (due->empty()) break;
-    // An index service older than the page cursor answers the first page again.
-    if (!after.empty() && due->front().queue_key <= after) break;
     after = due->back().queue_key;
     std::vector<index_kv::GcEntry> done;
     for (auto& entry : *due) {
@@ -48,13 +53,7 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       // never remove those.
       std::set<std::pair<std::string, BlobId>> in_use;
       if (auto live = index_.getManifest(entry.version)) {
-        for (const auto& s : live->stripes) {
-          for (size_t j = 0; j < s.drives.size(); ++j) {
-            if (s.drives[j] >= live->drives.size()) continue;
-            in_use.emplace(live->drives[s.drives[j]],
-                           BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)});
-          }
-        }
+        for (auto& blob : index_kv::manifestBlobs(*live)) in_use.emplace(blob.drive, blob.id);
       } else if (!live.error().isNotFound()) {
         return fail(live.error());
       }
@@ -83,7 +82,7 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       if (!st.isOk()) return fail(st);
       stats.entries_done += done.size();
     }
-    if (due->size() < kGcBatch) break;
+    if (last_page) break;
   }
   return stats;
 }

@@ -18,6 +18,7 @@
 #include "granary/ec/erasure_code.h"
 #include "granary/gateway/index_recovery.h"
 #include "granary/index_kv/index.h"
+#include "granary/index_kv/manifest_blobs.h"
 #include "granary/placement/cluster_map.h"
 #include "granary/placement/placement.h"
 
@@ -338,21 +339,32 @@ struct Repairer::Impl {
       Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
       if (!st.isOk()) {
         found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
+        // The copies this pass wrote (a put never overwrites, so they are its own) are
+        // referenced by no manifest if the commit did not happen. The orphan sweep would not
+        // take them while the version lives (and the next pass would write others), so
+        // they go now: all of them if the commit was refused, and those the manifest does
+        // not reference if its outcome is unknown (an error, a lost answer).
+        std::set<std::pair<std::string, BlobId>> kept;
+        bool known = true;
         if (st.code() == Status::Code::kPreconditionFailed || st.isNotFound()) {
-          // Refused: the copies this pass wrote (a put never overwrites, so they are its
-          // own) are referenced by no manifest. The orphan sweep would not take them while
-          // the version lives, so remove them now.
           ++found.conflicts;
-          for (const auto& [drive, id] : written) {
-            Status removed = chunks.remove(drive, id);
-            if (!removed.isOk() && !removed.isNotFound()) {
-              log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
-                        removed.toString());
-            }
-          }
         } else {
           ++found.errors;
           log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
+          auto now = index.getObject(bucket, summary.key);
+          if (now) {
+            for (auto& blob : index_kv::manifestBlobs(*now)) kept.emplace(blob.drive, blob.id);
+          } else if (!now.error().isNotFound()) {
+            known = false;  // cannot tell: leave them (the next pass will not reuse a drive)
+          }
+        }
+        for (const auto& [drive, id] : written) {
+          if (!known || kept.contains({drive, id})) continue;
+          Status removed = chunks.remove(drive, id);
+          if (!removed.isOk() && !removed.isNotFound()) {
+            log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
+                      removed.toString());
+          }
         }
       }
     }

@@ -11,6 +11,7 @@
 #include "granary/common/ids.h"
 #include "granary/common/status.h"
 #include "granary/index_kv/index.h"
+#include "granary/index_kv/manifest_blobs.h"
 
 namespace granary::index_kv {
 
@@ -101,13 +102,10 @@ Result<PartInfo> decodePart(std::string_view value);
 // kInvalidArgument unless the EC profile fits and every stripe names k + m drives that
 // exist in the manifest's drive table.
 Status validateManifest(const Manifest& manifest);
-// Every fragment of every stripe: {drives[stripe.drives[i]], {blob_version, blob_stripe,
-// i}} for i in 0..k+m-1. Entries with out-of-range drive indices are skipped.
-std::vector<BlobRef> manifestBlobs(const Manifest& manifest);
 // kInvalidArgument unless 1 <= part_number <= 10000, every stripe's blob_version is the
 // part's version and every drive index exists in the part's drive table.
 Status validatePart(const PartInfo& part);
-// Every fragment of every stripe of a part, as manifestBlobs.
+// Every fragment of every stripe of a part, as manifestBlobs (manifest_blobs.h).
 std::vector<BlobRef> partBlobs(const PartInfo& part);
 // Distinct stripe blob versions other than the manifest's own version, sorted.
 std::vector<VersionId> foreignBlobVersions(const Manifest& manifest);

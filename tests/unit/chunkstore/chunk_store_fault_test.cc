@@ -475,6 +475,47 @@ TEST_CASE("A drive whose filesystem refuses O_DIRECT falls back to buffered I/O"
   REQUIRE(f.store->read(id, 0, out).isOk());
 }
 
+namespace {
+
+// O_DIRECT works, but one open fails for another reason (out of descriptors).
+class FlakyOpenEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  Result<int> open(const std::string& path, int flags, mode_t mode) override {
+    if ((flags & O_DIRECT) != 0 && fail_next_direct.exchange(false)) {
+      return fail(Status::fromErrno(EMFILE, "open " + path));
+    }
+    if ((flags & O_ACCMODE) == O_RDWR && (flags & O_DIRECT) == 0) ++buffered_writable;
+    return target_->open(path, flags, mode);
+  }
+  std::atomic<bool> fail_next_direct{false};
+  std::atomic<int> buffered_writable{0};
+};
+
+}  // namespace
+
+TEST_CASE("A drive that took O_DIRECT keeps it when a later open fails for another reason") {
+  auto base = makePosixEngine();
+  FlakyOpenEngine engine(base.get());
+  ChunkStoreOptions opts;
+  opts.extent_size = 1 << 20;  // a few blobs an extent: the next put opens a new one
+  StoreFixture f(engine, opts);
+  const auto data = randomBytes(400'000, 4);
+  REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
+  engine.fail_next_direct = true;
+  bool failed_once = false;
+  for (int n = 2; n < 8; ++n) {  // rolls into new extents; one open fails (EMFILE)
+    if (!f.store->put(descriptor(makeId(n)), data).isOk()) failed_once = true;
+  }
+  CHECK(failed_once);
+  CHECK(engine.buffered_writable == 0);  // still O_DIRECT: no buffered extent descriptor
+  std::vector<uint8_t> out(1000);
+  for (int pass = 0; pass < 2; ++pass) {  // the second read may use cached block CRCs
+    REQUIRE(f.store->read(makeId(1), 1234, out).isOk());
+    CHECK(out == std::vector<uint8_t>(data.begin() + 1234, data.begin() + 2234));
+  }
+}
+
 TEST_CASE("A blob whose extent file vanished reads as kCorruption") {
   const bool async = GENERATE(false, true);
   INFO((async ? "readAsync" : "read"));

@@ -137,7 +137,7 @@ TEST_CASE("A RocksDB instance whose flush found its disk full takes writes again
     fs->full = testing::FillingFileSystem::kAll;
     CHECK_FALSE(db->Flush(rocksdb::FlushOptions()).ok());
     fs->full = testing::FillingFileSystem::kNone;
-    // Room again: the instance's file manager notices and resumes it (it polls every 5 s).
+    // Room again: RocksDB resumes by itself (it retries each second).
     bool resumed = false;
     for (int i = 0; i < 100 && !resumed; ++i) {
       resumed = db->Put(synced, "b", "2").ok();

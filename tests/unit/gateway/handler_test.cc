@@ -16,6 +16,7 @@
 
 #include "cors.h"
 #include "digest.h"
+#include "forwarding_index.h"
 #include "gateway_test_util.h"
 #include "granary/common/hex.h"
 #include "granary/common/random.h"
@@ -162,12 +163,16 @@ S3Request makeRequest(std::string method, std::string target, HeaderList extra =
 }
 
 struct GatewayFixture {
-  GatewayFixture() {
+  // `wrap`: an index the gateway uses in place of the cluster's (a ForwardingIndex over it
+  // that fails or races some calls).
+  using IndexWrapper = std::function<std::unique_ptr<index_kv::Index>(index_kv::Index&)>;
+  explicit GatewayFixture(const IndexWrapper& wrap = nullptr) {
     options.inline_threshold = kInlineThreshold;
     options.fragment_len = kFragmentLen;
     options.virtual_host_domain = "S3.Test";  // hosts <bucket>.s3.test are virtual-hosted
+    if (wrap) wrapped_index = wrap(cluster.index());
     GatewayDeps deps{cluster.map,     *cluster.chunks,
-                     cluster.index(), cluster.clock,
+                     wrapped_index ? *wrapped_index : cluster.index(), cluster.clock,
                      random,          pool,
                      pool,            registry,
                      RootUser{kAccessKey, kSecret}};
@@ -234,6 +239,7 @@ struct GatewayFixture {
   prometheus::Registry registry;
   WorkerPool pool{4, "gw-test"};  // after the cluster: drained before the stores close
   GatewayOptions options;
+  std::unique_ptr<index_kv::Index> wrapped_index;
   std::unique_ptr<GatewayContext> ctx;
   asio::io_context io;
 };
@@ -1794,6 +1800,40 @@ TEST_CASE("A Complete retried after it committed gets its answer again, and only
   // The key overwritten since: NoSuchUpload.
   REQUIRE(f.put("k", "other").status == 200);
   CHECK(complete(id, etag).code == "NoSuchUpload");
+}
+
+TEST_CASE("A Complete that another Complete of its upload beat to the commit gets its answer") {
+  // The retry of a slow Complete: both found the upload; the other committed first.
+  struct RacedIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
+                                                    std::string_view key,
+                                                    std::string_view upload_id,
+                                                    const index_kv::Manifest& manifest,
+                                                    index_kv::Precondition pre) override {
+      // The other Complete (same parts: the same object) commits; then this one finds the
+      // upload gone.
+      REQUIRE(target_.completeUpload(bucket, key, upload_id, manifest, pre).has_value());
+      return target_.completeUpload(bucket, key, upload_id, manifest, pre);
+    }
+  };
+  GatewayFixture f([](index_kv::Index& index) {
+    return std::make_unique<RacedIndex>(index);
+  });
+  f.createBucket();
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+  const std::string data = "parts";
+  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex(data)),
+                      data);
+  REQUIRE(part.status == 200);
+  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                    *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  CHECK(done.status == 200);
+  Reply got = f.get("/bucket/k");
+  CHECK(got.body == data);
+  CHECK(xmlField(done.body, "ETag") == got.header("ETag"));
 }
 
 // A request addressed virtual-hosted-style: Host `host`, the whole path is the key.

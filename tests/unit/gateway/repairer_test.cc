@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "forwarding_index.h"
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
 #include "granary/ec/erasure_code.h"
@@ -156,6 +157,46 @@ TEST_CASE("Repair rebuilds a missing fragment from the others; a dry run only co
   f.checkFragments("healthy");
   CHECK(f.pass(true).fragments_missing == 0);
   CHECK(f.metric("rebuilt") == 2);
+}
+
+TEST_CASE("A repair whose commit outcome is unknown keeps only the copies the index uses") {
+  // The index answers relocateFragments with an error: before committing (the copy is
+  // used by nothing) or after (the answer was lost: the copy is the manifest's now).
+  struct UncertainIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    bool commit_first = false;
+    Status relocateFragments(std::string_view bucket, std::string_view key,
+                             const index_kv::Manifest& expected,
+                             const index_kv::Manifest& updated) override {
+      if (commit_first) (void)target_.relocateFragments(bucket, key, expected, updated);
+      return Status::ioError("the index did not answer", true);
+    }
+  };
+  for (bool commit_first : {false, true}) {
+    INFO("committed before the error: " << commit_first);
+    RepairFixture f;
+    auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+    REQUIRE(f.removeFragment(m, 1).isOk());
+    // Its own drive takes no writes: the rebuilt fragment goes elsewhere, a new location
+    // only the commit would make the manifest's.
+    f.cluster.chunks->setReadOnly("d1");
+    UncertainIndex index(f.index);
+    index.commit_first = commit_first;
+    Repairer r(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+               RepairOptions{std::chrono::seconds(0), false});
+    for (int pass = 0; pass < 2; ++pass) {
+      auto stats = r.runPass(false, false);
+      REQUIRE(stats.has_value());
+    }
+    // Fragment 1 of the version: one copy if the commit happened (the manifest's), none
+    // otherwise; never one per pass.
+    size_t copies = 0;
+    for (const auto& [drive, id] : f.cluster.allBlobs()) {
+      if (id.version == m.version && id.fragment == 1) ++copies;
+    }
+    CHECK(copies == (commit_first ? 1u : 0u));
+    if (commit_first) CHECK(f.checkFragments("k")[1] != "d1");
+  }
 }
 
 TEST_CASE("Repair spreads a stacked stripe out once domains are usable again") {
