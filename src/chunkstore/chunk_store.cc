@@ -1085,7 +1085,10 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   owned->plan = std::move(*plan);
   owned->done = std::move(done);
   owned->step = step;
-  owned->pending = (owned->plan.head_len > 0 ? 1 : 0) + (owned->plan.merged ? 0 : 1);
+  const int reads = (owned->plan.head_len > 0 ? 1 : 0) + (owned->plan.merged ? 0 : 1);
+  // One more than the reads: the submitter's, released after both submissions, so that
+  // no completion ends the read (and runs the caller's callback) while they are made.
+  owned->pending = reads + 1;
   beginOp();
   AsyncRead* op = owned.release();  // finishAsyncRead deletes it
   auto finished = [this, op](Status st) {
@@ -1104,9 +1107,25 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   const uint64_t head_at = op->plan.rec.offset;
   const auto body = merged ? std::span<uint8_t>() : op->plan.bodyIo();
   const uint64_t body_at = op->plan.disk_begin;
-  IoBatch batch(engine_);  // both reads in one system call
-  if (with_head) engine_.readAsync(fd, head, head_at, finished);
-  if (!merged) engine_.readAsync(fd, body, body_at, std::move(finished));
+  {
+    IoBatch batch(engine_);  // both reads in one system call
+    int submitted = 0;
+    try {
+      if (with_head) {
+        engine_.readAsync(fd, head, head_at, finished);
+        ++submitted;
+      }
+      if (!merged) {
+        engine_.readAsync(fd, body, body_at, finished);
+        ++submitted;
+      }
+    } catch (const std::exception& e) {  // a submission could not allocate
+      for (int i = submitted; i < reads; ++i) {
+        finished(Status::internal(fmt::format("submitting a read: {}", e.what())));
+      }
+    }
+  }
+  finished(Status::ok());  // the submitter's count: the last one ends the read
 }
 
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {

@@ -319,6 +319,29 @@ struct Repairer::Impl {
     return changed;
   }
 
+  // After a relocation that did not commit (or whose outcome `settled` says is final):
+  // the copies this pass wrote (a put never overwrites, so they are its own) that the
+  // object's manifest does not reference go now. The orphan sweep would not take them
+  // while the version lives, and the next pass would write others. When the object is
+  // another version now, or the outcome is not settled, they are left: to GC with the
+  // version whose manifest took them, or to the orphan sweep once theirs is gone.
+  void removeUnusedCopies(const std::string& bucket, const std::string& key,
+                          const VersionId& version, bool settled) {
+    if (!settled) return;
+    auto now = index.getObject(bucket, key);
+    if (!now || now->version != version) return;
+    std::set<std::pair<std::string, BlobId>> used;
+    for (auto& blob : index_kv::manifestBlobs(*now)) used.emplace(blob.drive, blob.id);
+    for (const auto& [drive, id] : written) {
+      if (used.contains({drive, id})) continue;
+      Status removed = chunks.remove(drive, id);
+      if (!removed.isOk() && !removed.isNotFound()) {
+        log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
+                  removed.toString());
+      }
+    }
+  }
+
   void repairObject(const std::string& bucket, const index_kv::ObjectSummary& summary,
                     bool dry_run, RepairStats& stats) {
     auto manifest = index.getObject(bucket, summary.key);
@@ -337,35 +360,28 @@ struct Repairer::Impl {
     }
     if (changed) {
       Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
+      const auto refused = [](const Status& s) {
+        return s.code() == Status::Code::kPreconditionFailed || s.isNotFound();
+      };
+      // An error that is no refusal (a timeout, an I/O error) leaves the outcome unknown:
+      // the commit may still apply (queued behind a slow sync, or found in the WAL after
+      // a restart). The same compare-and-swap sent again settles it: applied now (ours
+      // or the first), or refused for good, since the manifest is no longer `expected`.
+      bool settled = true;
+      if (!st.isOk() && !refused(st)) {
+        ++found.errors;
+        log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
+        Status again = index.relocateFragments(bucket, summary.key, *manifest, updated);
+        if (again.isOk()) {
+          st = again;
+        } else if (!refused(again)) {
+          settled = false;
+        }
+      }
       if (!st.isOk()) {
         found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
-        // The copies this pass wrote (a put never overwrites, so they are its own) are
-        // referenced by no manifest if the commit did not happen. The orphan sweep would not
-        // take them while the version lives (and the next pass would write others), so
-        // they go now: all of them if the commit was refused, and those the manifest does
-        // not reference if its outcome is unknown (an error, a lost answer).
-        std::set<std::pair<std::string, BlobId>> kept;
-        bool known = true;
-        if (st.code() == Status::Code::kPreconditionFailed || st.isNotFound()) {
-          ++found.conflicts;
-        } else {
-          ++found.errors;
-          log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
-          auto now = index.getObject(bucket, summary.key);
-          if (now) {
-            for (auto& blob : index_kv::manifestBlobs(*now)) kept.emplace(blob.drive, blob.id);
-          } else if (!now.error().isNotFound()) {
-            known = false;  // cannot tell: leave them (the next pass will not reuse a drive)
-          }
-        }
-        for (const auto& [drive, id] : written) {
-          if (!known || kept.contains({drive, id})) continue;
-          Status removed = chunks.remove(drive, id);
-          if (!removed.isOk() && !removed.isNotFound()) {
-            log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
-                      removed.toString());
-          }
-        }
+        if (refused(st)) ++found.conflicts;
+        removeUnusedCopies(bucket, summary.key, manifest->version, settled);
       }
     }
     stats += found;

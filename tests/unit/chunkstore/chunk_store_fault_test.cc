@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cerrno>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "aligned_buffer.h"
@@ -514,6 +516,43 @@ TEST_CASE("A drive that took O_DIRECT keeps it when a later open fails for anoth
     REQUIRE(f.store->read(makeId(1), 1234, out).isOk());
     CHECK(out == std::vector<uint8_t>(data.begin() + 1234, data.begin() + 2234));
   }
+}
+
+namespace {
+
+// Its second read submission in a row fails to allocate (after the first went through).
+class ThrowingSubmitEngine final : public IoEngineWrapper {
+ public:
+  using IoEngineWrapper::IoEngineWrapper;
+  void readAsync(int fd, std::span<uint8_t> out, uint64_t offset, IoDone done) override {
+    if (armed && ++submissions == 2) throw std::bad_alloc();
+    target_->readAsync(fd, out, offset, std::move(done));
+  }
+  std::atomic<bool> armed{false};
+  std::atomic<int> submissions{0};
+};
+
+}  // namespace
+
+TEST_CASE("A read whose submission fails answers with an error and ends") {
+  auto base = makePosixEngine();
+  ThrowingSubmitEngine engine(base.get());
+  auto f = std::make_shared<StoreFixture>(engine);
+  const auto data = randomBytes(300'000, 6);
+  REQUIRE(f->store->put(descriptor(makeId(1)), data).isOk());
+  f->store.reset();  // cold: the next read takes a header read and a body read
+  REQUIRE(f->reopen().isOk());
+  engine.armed = true;
+  std::vector<uint8_t> out(40'000);
+  std::promise<Status> answered;
+  f->store->readAsync(makeId(1), 250'000, out,
+                      [&answered](Status st) { answered.set_value(std::move(st)); });
+  auto answer = answered.get_future();
+  REQUIRE(answer.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(answer.get().isOk());
+  CHECK(engine.submissions == 2);
+  engine.armed = false;
+  REQUIRE(closesWithin(f, std::chrono::seconds(10)));
 }
 
 TEST_CASE("A blob whose extent file vanished reads as kCorruption") {

@@ -20,6 +20,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "granary/chunkstore/chunk_store.h"
@@ -158,5 +159,18 @@ struct StoreFixture {
   ManualClock clock{1'700'000'000'000'000'000};
   std::unique_ptr<ChunkStore> store;
 };
+
+// Closes the fixture's store on another thread: true if that returned within `limit` (the
+// destructor waits for the store's operations to end). On false the thread is left
+// running, holding the fixture.
+inline bool closesWithin(std::shared_ptr<StoreFixture> f, std::chrono::seconds limit) {
+  auto closed = std::make_shared<std::promise<void>>();
+  auto closed_future = closed->get_future();
+  std::thread([f = std::move(f), closed] {
+    f->store.reset();
+    closed->set_value();
+  }).detach();
+  return closed_future.wait_for(limit) == std::future_status::ready;
+}
 
 }  // namespace granary::chunkstore::testing

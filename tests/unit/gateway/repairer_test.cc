@@ -159,43 +159,71 @@ TEST_CASE("Repair rebuilds a missing fragment from the others; a dry run only co
   CHECK(f.metric("rebuilt") == 2);
 }
 
-TEST_CASE("A repair whose commit outcome is unknown keeps only the copies the index uses") {
-  // The index answers relocateFragments with an error: before committing (the copy is
-  // used by nothing) or after (the answer was lost: the copy is the manifest's now).
+TEST_CASE("A repair whose commit outcome is unknown settles it before removing any copy") {
+  // The index answers the first relocateFragments with an error; what happened behind it:
+  enum class Behind {
+    kApplied,       // the commit applied, its answer was lost
+    kLater,         // not yet: it could still apply (the same call, sent again, does)
+    kOtherChange,   // not, and the manifest changed meanwhile (a tag change): never will
+    kUnreachable,   // every call fails: the outcome stays unknown
+  };
   struct UncertainIndex final : index_kv::ForwardingIndex {
     using ForwardingIndex::ForwardingIndex;
-    bool commit_first = false;
+    Behind behind = Behind::kApplied;
+    int calls = 0;
     Status relocateFragments(std::string_view bucket, std::string_view key,
                              const index_kv::Manifest& expected,
                              const index_kv::Manifest& updated) override {
-      if (commit_first) (void)target_.relocateFragments(bucket, key, expected, updated);
-      return Status::ioError("the index did not answer", true);
+      if (++calls > 1 && behind != Behind::kUnreachable) {
+        return target_.relocateFragments(bucket, key, expected, updated);
+      }
+      if (behind == Behind::kApplied) {
+        (void)target_.relocateFragments(bucket, key, expected, updated);
+      } else if (behind == Behind::kOtherChange) {
+        index_kv::Manifest tagged = expected;
+        tagged.tags["team"] = "data";
+        (void)target_.updateObjectTags(bucket, key, expected, tagged);
+      }
+      return Status::timeout("the index did not answer");
     }
   };
-  for (bool commit_first : {false, true}) {
-    INFO("committed before the error: " << commit_first);
+  for (Behind behind :
+       {Behind::kApplied, Behind::kLater, Behind::kOtherChange, Behind::kUnreachable}) {
+    INFO("case " << static_cast<int>(behind));
     RepairFixture f;
     auto m = f.put("k", {0, 1, 2, 3, 4, 5});
     REQUIRE(f.removeFragment(m, 1).isOk());
     // Its own drive takes no writes: the rebuilt fragment goes elsewhere, a new location
-    // only the commit would make the manifest's.
+    // only the commit makes the manifest's.
     f.cluster.chunks->setReadOnly("d1");
     UncertainIndex index(f.index);
-    index.commit_first = commit_first;
+    index.behind = behind;
     Repairer r(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
                RepairOptions{std::chrono::seconds(0), false});
-    for (int pass = 0; pass < 2; ++pass) {
-      auto stats = r.runPass(false, false);
-      REQUIRE(stats.has_value());
-    }
-    // Fragment 1 of the version: one copy if the commit happened (the manifest's), none
-    // otherwise; never one per pass.
+    REQUIRE(r.runPass(false, false).has_value());
     size_t copies = 0;
     for (const auto& [drive, id] : f.cluster.allBlobs()) {
       if (id.version == m.version && id.fragment == 1) ++copies;
     }
-    CHECK(copies == (commit_first ? 1u : 0u));
-    if (commit_first) CHECK(f.checkFragments("k")[1] != "d1");
+    auto now = f.index.getObject("bucket", "k");
+    REQUIRE(now.has_value());
+    const std::string& listed = now->drives[now->stripes[0].drives[1]];
+    switch (behind) {
+      case Behind::kApplied:  // settled: committed; the copy is the manifest's
+      case Behind::kLater:
+        CHECK(copies == 1);
+        CHECK(listed != "d1");
+        f.checkFragments("k");
+        break;
+      case Behind::kOtherChange:  // settled: refused for good; the copy goes
+        CHECK(copies == 0);
+        CHECK(listed == "d1");
+        break;
+      case Behind::kUnreachable:  // unknown: the copy stays (it may yet be used)
+        CHECK(copies == 1);
+        CHECK(listed == "d1");
+        break;
+    }
   }
 }
 
