@@ -1119,10 +1119,9 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
         engine_.readAsync(fd, body, body_at, finished);
         ++submitted;
       }
-    } catch (const std::exception& e) {  // a submission could not allocate
-      for (int i = submitted; i < reads; ++i) {
-        finished(Status::internal(fmt::format("submitting a read: {}", e.what())));
-      }
+    } catch (const std::exception&) {  // a submission could not allocate
+      // (No formatting here: it could fail to allocate as well.)
+      for (int i = submitted; i < reads; ++i) finished(Status::internal("submitting a read"));
     }
   }
   finished(Status::ok());  // the submitter's count: the last one ends the read

@@ -319,27 +319,23 @@ struct Repairer::Impl {
     return changed;
   }
 
-  // After a relocation that did not commit (or whose outcome `settled` says is final):
-  // the copies this pass wrote (a put never overwrites, so they are its own) that the
-  // object's manifest does not reference go now. The orphan sweep would not take them
-  // while the version lives, and the next pass would write others. When the object is
-  // another version now, or the outcome is not settled, they are left: to GC with the
-  // version whose manifest took them, or to the orphan sweep once theirs is gone.
-  void removeUnusedCopies(const std::string& bucket, const std::string& key,
-                          const VersionId& version, bool settled) {
-    if (!settled) return;
-    auto now = index.getObject(bucket, key);
-    if (!now || now->version != version) return;
-    std::set<std::pair<std::string, BlobId>> used;
-    for (auto& blob : index_kv::manifestBlobs(*now)) used.emplace(blob.drive, blob.id);
+  // Removes the copies this pass wrote.
+  void removeCopies() {
     for (const auto& [drive, id] : written) {
-      if (used.contains({drive, id})) continue;
       Status removed = chunks.remove(drive, id);
       if (!removed.isOk() && !removed.isNotFound()) {
         log::warn("repair: removing unused copy {} on {}: {}", id.toString(), drive,
                   removed.toString());
       }
     }
+  }
+  // Whether the object's manifest now names every copy this pass wrote.
+  bool namesCopies(const std::string& bucket, const std::string& key) {
+    auto now = index.getObject(bucket, key);
+    if (!now) return false;
+    std::set<std::pair<std::string, BlobId>> used;
+    for (auto& blob : index_kv::manifestBlobs(*now)) used.emplace(blob.drive, blob.id);
+    return std::ranges::all_of(written, [&](const auto& copy) { return used.contains(copy); });
   }
 
   void repairObject(const std::string& bucket, const index_kv::ObjectSummary& summary,
@@ -363,25 +359,26 @@ struct Repairer::Impl {
       const auto refused = [](const Status& s) {
         return s.code() == Status::Code::kPreconditionFailed || s.isNotFound();
       };
-      // An error that is no refusal (a timeout, an I/O error) leaves the outcome unknown:
-      // the commit may still apply (queued behind a slow sync, or found in the WAL after
-      // a restart). The same compare-and-swap sent again settles it: applied now (ours
-      // or the first), or refused for good, since the manifest is no longer `expected`.
-      bool settled = true;
-      if (!st.isOk() && !refused(st)) {
-        ++found.errors;
+      bool committed = st.isOk();
+      if (!committed && refused(st)) {
+        // Refused (a final answer): the copies this pass wrote (a put never overwrites, so
+        // they are its own) are referenced by no manifest. The orphan sweep would not take
+        // them while the version lives, so they go now.
+        ++found.conflicts;
+        removeCopies();
+      } else if (!committed) {
+        // An error leaves the outcome unknown: the commit may still apply (queued behind a
+        // slow sync). The same compare-and-swap sent again commits it, or is refused
+        // because the first applied (its answer lost: the manifest names the copies) or
+        // because the manifest changed. That refusal is not final for the first request
+        // (the manifest can become `expected` again: tags set back), so the copies stay.
         log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
         Status again = index.relocateFragments(bucket, summary.key, *manifest, updated);
-        if (again.isOk()) {
-          st = again;
-        } else if (!refused(again)) {
-          settled = false;
-        }
+        committed = again.isOk() || (refused(again) && namesCopies(bucket, summary.key));
+        if (!committed) ++found.errors;
       }
-      if (!st.isOk()) {
+      if (!committed) {
         found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
-        if (refused(st)) ++found.conflicts;
-        removeUnusedCopies(bucket, summary.key, manifest->version, settled);
       }
     }
     stats += found;
