@@ -79,12 +79,6 @@ class BodySource {
   // timeout, oversize.
   virtual Task<S3Result<size_t>> read(std::span<uint8_t> out) = 0;
   virtual bool done() const = 0;
-  // The request will be served: a client that sent `Expect: 100-continue` is asked for
-  // its body now (read() asks too, if this was not called). Called right after the
-  // request's signature is checked, before anything the request waits for: a go-ahead
-  // sent late (after the client tired of waiting and sent its body) arrives ahead of the
-  // final answer, and urllib3 refuses that response.
-  virtual Task<void> invite() { co_return; }
 };
 
 class BodySink {
