@@ -89,6 +89,29 @@ struct LoadedUpload {
   std::map<uint32_t, index_kv::PartInfo> parts;
 };
 
+// A multipart object's ETag: the MD5 of its parts' MD5s (hex, unquoted), "-", their
+// count; nullopt if one is not an MD5.
+template <typename Parts, typename EtagOf>
+std::optional<std::string> multipartEtag(const Parts& parts, EtagOf etag_of) {
+  Digest md5(Digest::Kind::kMd5);
+  for (const auto& part : parts) {
+    auto raw = fromHex(etag_of(part));
+    if (!raw || raw->size() != 16) return std::nullopt;
+    md5.update(std::span<const uint8_t>(*raw));
+  }
+  return toHex(md5.finish()) + "-" + std::to_string(parts.size());
+}
+
+// CompleteMultipartUpload's answer for the object `m` (Location from the request's Host).
+S3Response completedAnswer(const S3Request& req, const index_kv::Manifest& m) {
+  std::string host(req.header("host").value_or("localhost"));
+  S3Response res = xmlResponse(completeMultipartUploadXml("http://" + host + req.path,
+                                                          req.bucket, req.key, m.etag,
+                                                          m.checksum));
+  setRecordIndexHeaders(res, m.records);
+  return res;
+}
+
 // The manifest of the completed object: `parts` in order, stripes referenced in place.
 S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::MultipartUpload& up,
                                       const std::vector<const index_kv::PartInfo*>& parts) {
@@ -99,15 +122,14 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
   m.metadata = up.metadata;
   m.headers = up.headers;
   m.tags = up.tags;
-  Digest md5(Digest::Kind::kMd5);
   std::map<std::string, uint16_t> drive_index;
   const S3Error corrupt{S3ErrorCode::kInternalError,
                         "We encountered an internal error. Please try again."};
+  auto etag = multipartEtag(parts, [](const index_kv::PartInfo* p) { return p->etag; });
+  if (!etag) return std::unexpected(corrupt);
+  m.etag = std::move(*etag);
   for (const index_kv::PartInfo* part : parts) {
     m.size += part->size;
-    auto raw = fromHex(part->etag);
-    if (!raw || raw->size() != 16) return std::unexpected(corrupt);
-    md5.update(std::span<const uint8_t>(*raw));
     std::vector<uint16_t> remap(part->drives.size());
     for (size_t d = 0; d < part->drives.size(); ++d) {
       auto [it, inserted] =
@@ -127,7 +149,6 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
       m.stripes.push_back(std::move(s));
     }
   }
-  m.etag = toHex(md5.finish()) + "-" + std::to_string(parts.size());
   m.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
   return m;
 }
@@ -381,23 +402,14 @@ Task<std::optional<S3Response>> completedBefore(GatewayContext& ctx, const S3Req
                                                 const std::vector<CompletedPart>& listed) {
   auto began = VersionId::fromHex(upload_id);
   if (!began) co_return std::nullopt;
-  Digest md5(Digest::Kind::kMd5);
-  for (const CompletedPart& part : listed) {
-    auto raw = fromHex(part.etag);
-    if (!raw || raw->size() != 16) co_return std::nullopt;
-    md5.update(std::span<const uint8_t>(*raw));
-  }
-  const std::string etag = toHex(md5.finish()) + "-" + std::to_string(listed.size());
+  auto etag = multipartEtag(listed, [](const CompletedPart& p) { return p.etag; });
+  if (!etag) co_return std::nullopt;
   auto current = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!current || current->etag != etag ||
+  if (!current || current->etag != *etag ||
       current->version.createdUnixNanos() < began->createdUnixNanos()) {
     co_return std::nullopt;
   }
-  std::string host(req.header("host").value_or("localhost"));
-  S3Response res = xmlResponse(completeMultipartUploadXml(
-      "http://" + host + req.path, req.bucket, req.key, current->etag, current->checksum));
-  setRecordIndexHeaders(res, current->records);
-  co_return res;
+  co_return completedAnswer(req, *current);
 }
 
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
@@ -525,13 +537,8 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   }
   if (!committed) co_return errorResponse(uploadError(committed.error()), req);
 
-  std::string host(req.header("host").value_or("localhost"));
-  std::string location = "http://" + host + req.path;
-  S3Response res = xmlResponse(completeMultipartUploadXml(location, req.bucket, req.key,
-                                                          manifest->etag, manifest->checksum));
-  setRecordIndexHeaders(res, manifest->records);
   ctx.metrics.containerIndexed(manifest->records);
-  co_return res;
+  co_return completedAnswer(req, *manifest);
 }
 
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {
