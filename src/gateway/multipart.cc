@@ -118,6 +118,7 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
   index_kv::Manifest m;
   m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
   m.ec = ctx.data.code().profile();
+  m.upload_id = up.upload_id;
   m.content_type = up.content_type;
   m.metadata = up.metadata;
   m.headers = up.headers;
@@ -392,11 +393,11 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
 
 // The answer to a Complete of an upload that is gone because it was completed: a client
 // retrying a Complete whose answer it lost (a timeout, a reset) must get that answer, as
-// S3 gives it, not NoSuchUpload for an object that is in place. The index keeps no record
-// of completed uploads; the key's object stands for it if it was made after the upload
-// began (its version is not older than the upload id) and its ETag is the one the listed parts
-// give (the MD5 of their MD5s): then it holds exactly the bytes this Complete asks for.
-// nullopt otherwise (then NoSuchUpload).
+// S3 gives it, not NoSuchUpload for an object that is in place. The key's object is that
+// upload's when its manifest names the upload and the listed parts give its ETag (the MD5
+// of their MD5s). A manifest from before the upload id was stored names none: then its
+// version must not be older than the upload id, and the ETag decides. nullopt otherwise
+// (then NoSuchUpload).
 Task<std::optional<S3Response>> completedBefore(GatewayContext& ctx, const S3Request& req,
                                                 std::string_view upload_id,
                                                 const std::vector<CompletedPart>& listed) {
@@ -405,10 +406,11 @@ Task<std::optional<S3Response>> completedBefore(GatewayContext& ctx, const S3Req
   auto etag = multipartEtag(listed, [](const CompletedPart& p) { return p.etag; });
   if (!etag) co_return std::nullopt;
   auto current = co_await lookupObject(ctx, req.bucket, req.key);
-  if (!current || current->etag != *etag ||
-      current->version.createdUnixNanos() < began->createdUnixNanos()) {
-    co_return std::nullopt;
-  }
+  if (!current || current->etag != *etag) co_return std::nullopt;
+  const bool same_upload = current->upload_id.empty()
+                               ? current->version.createdUnixNanos() >= began->createdUnixNanos()
+                               : current->upload_id == upload_id;
+  if (!same_upload) co_return std::nullopt;
   co_return completedAnswer(req, *current);
 }
 

@@ -559,6 +559,7 @@ std::string encodeManifest(const Manifest& m) {
   if (!m.stripes.empty()) j["st"] = stripesToJson(m.stripes);
   if (!m.checksum.empty()) j["ck"] = checksumToJson(m.checksum);
   if (!m.records.status.empty()) j["ri"] = recordInfoToJson(m.records);
+  if (!m.upload_id.empty()) j["u"] = m.upload_id;
   if (!m.is_inline) return toCbor(j);
   // An inline body goes before the map as raw bytes, not as a CBOR byte string: the CBOR
   // reader copies byte strings one byte at a time, which made decoding a 4 KiB object's
@@ -584,6 +585,7 @@ namespace {
 enum ManifestField {
   kMfFormat, kMfVersion, kMfSize, kMfEtag, kMfMtime, kMfContentType, kMfMetadata, kMfHeaders,
   kMfTags, kMfK, kMfM, kMfInline, kMfInlineData, kMfDrives, kMfStripes, kMfChecksum, kMfRecords,
+  kMfUploadId,
   kStBlobVersion, kStBlobStripe, kStDataLen, kStFragmentLen, kStDrives,
   kCkAlgorithm, kCkValue, kCkType,
   kRiStatus, kRiFormat, kRiMessage, kRiSet, kRiRows, kRiRowBytes,
@@ -629,6 +631,7 @@ constexpr CborField kManifestFields[] = {
     {"st", CborKind::kMapArray, kMfStripes, false, 0, &kStripeSchema},
     {"ck", CborKind::kMap, kMfChecksum, false, 0, &kChecksumSchema},
     {"ri", CborKind::kMap, kMfRecords, false, 0, &kRecordInfoSchema},
+    {"u", CborKind::kText, kMfUploadId},
 };
 constexpr CborSchema kManifestSchema{kManifestFields};
 
@@ -657,6 +660,7 @@ class ManifestReceiver final : public CborReceiver {
     switch (id) {
       case kMfEtag: m_.etag = std::move(v); break;
       case kMfContentType: m_.content_type = std::move(v); break;
+      case kMfUploadId: m_.upload_id = std::move(v); break;
       case kMfDrives: m_.drives.push_back(std::move(v)); break;
       case kCkAlgorithm: m_.checksum.algorithm = std::move(v); break;
       case kCkValue: m_.checksum.value = std::move(v); break;

@@ -175,6 +175,9 @@ struct Manifest {
   std::vector<StripeLayout> stripes;     // in object order
   ObjectChecksum checksum;               // verified or computed at write time; may be empty
   RecordIndexInfo records;               // the container's record index, if any
+  // The multipart upload whose Complete made this version; empty for other writes. A
+  // retried Complete finds its answer by it (tag updates and repairs keep it).
+  std::string upload_id;
   bool operator==(const Manifest&) const = default;
 };
 

@@ -1780,10 +1780,17 @@ TEST_CASE("A Complete retried after it committed gets its answer again, and only
                       etag + "</ETag></Part></CompleteMultipartUpload>";
     return f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
   };
+  // An upload begun before the object's, with the same parts, aborted: not the object's
+  // upload (the manifest names its upload).
+  auto [aborted, aborted_etag] = upload("first");
+  f.cluster.clock.advance(1000);
   auto [id, etag] = upload("first");
+  REQUIRE(aborted_etag == etag);
   Reply first = complete(id, etag);
   REQUIRE(first.status == 200);
   const std::string object_etag = xmlField(first.body, "ETag");
+  REQUIRE(f.send(makeRequest("DELETE", "/bucket/k?uploadId=" + aborted)).status == 204);
+  CHECK(complete(aborted, aborted_etag).code == "NoSuchUpload");
   // The same Complete again (its answer lost): the same answer, and nothing changes.
   Reply again = complete(id, etag);
   CHECK(again.status == 200);
@@ -1797,6 +1804,16 @@ TEST_CASE("A Complete retried after it committed gets its answer again, and only
   auto [later, later_etag] = upload("first");
   REQUIRE(f.send(makeRequest("DELETE", "/bucket/k?uploadId=" + later)).status == 204);
   CHECK(complete(later, later_etag).code == "NoSuchUpload");
+  // A manifest from before the upload id was stored (none named): the ETag and the
+  // versions' order decide.
+  auto stored = f.cluster.index().getObject("bucket", "k");
+  REQUIRE(stored);
+  REQUIRE(stored->upload_id == id);
+  stored->upload_id.clear();
+  stored->version = VersionId::generate(f.cluster.clock, f.random);
+  REQUIRE(f.cluster.index().putObject("bucket", "k", *stored, index_kv::Precondition::none()));
+  CHECK(complete(id, etag).status == 200);
+  CHECK(complete(aborted, aborted_etag).status == 200);  // the limit the id removes
   // The key overwritten since: NoSuchUpload.
   REQUIRE(f.put("k", "other").status == 200);
   CHECK(complete(id, etag).code == "NoSuchUpload");

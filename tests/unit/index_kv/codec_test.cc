@@ -37,6 +37,7 @@ Manifest sampleManifest() {
   m.drives = {"n1/d0", "n2/d0", "n3/d0"};
   m.stripes.push_back(StripeLayout{m.version, 0, 8000, 4096, {0, 1, 2}});
   m.stripes.push_back(StripeLayout{VersionId::generate(clock, random), 7, 4345, 4096, {2, 0, 1}});
+  m.upload_id = "0123456789abcdef0123456789abcdef";
   return m;
 }
 
@@ -54,6 +55,16 @@ TEST_CASE("Manifest encoding round-trips every field") {
   auto inl_back = decodeManifest(encodeManifest(inl));
   REQUIRE(inl_back.has_value());
   CHECK(*inl_back == inl);
+
+  // The upload id is written only when there is one: other manifests are as before it.
+  Manifest plain = sampleManifest();
+  plain.upload_id.clear();
+  const std::string bytes = encodeManifest(plain);
+  CHECK(nlohmann::json::from_cbor(bytes).count("u") == 0);
+  CHECK(nlohmann::json::from_cbor(encodeManifest(m))["u"] == m.upload_id);
+  auto plain_back = decodeManifest(bytes);
+  REQUIRE(plain_back.has_value());
+  CHECK(plain_back->upload_id.empty());
 }
 
 TEST_CASE("Inline bodies sit before the CBOR map, and the older layout still decodes") {
