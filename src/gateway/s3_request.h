@@ -79,6 +79,11 @@ class BodySource {
   // timeout, oversize.
   virtual Task<S3Result<size_t>> read(std::span<uint8_t> out) = 0;
   virtual bool done() const = 0;
+  // The request will be served: a client that sent `Expect: 100-continue` is asked for
+  // its body now, an empty one too (read() asks, if this was not called). Called right
+  // after the request's signature is checked, before anything the request waits for
+  // (botocore sends its body anyway after waiting 1 s).
+  virtual Task<void> invite() { co_return; }
 };
 
 class BodySink {

@@ -67,14 +67,34 @@ beast::tcp_stream& tcpLayer(Stream& stream) {
 template <class Stream>
 class BeastBodySource final : public BodySource {
  public:
+  // `expect_continue`: the client sent `Expect: 100-continue` and holds its body back
+  // until invited (invite(), or the first read), so a request refused for its signature is
+  // answered without the client sending a byte of its body, as S3 does.
   BeastBodySource(Stream& stream, beast::flat_buffer& buffer,
-                  http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout)
-      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout) {
+                  http::request_parser<http::buffer_body>& parser, std::chrono::seconds timeout,
+                  bool expect_continue)
+      : stream_(stream), buffer_(buffer), parser_(parser), timeout_(timeout),
+        continue_pending_(expect_continue) {
     if (!parser_.chunked() && parser_.content_length()) remaining_ = *parser_.content_length();
+  }
+
+  Task<void> invite() override {
+    // An empty body too: the client waits for a 100 or a final answer either way.
+    if (!continue_pending_) co_return;
+    continue_pending_ = false;
+    http::response<http::empty_body> cont{http::status::continue_, 11};
+    tcpLayer(stream_).expires_after(timeout_);
+    beast::error_code ec;
+    co_await http::async_write(stream_, cont, kRedirect(ec));
+    if (ec) failed_ = true;
   }
 
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
     if (done() || out.empty()) co_return 0;
+    if (continue_pending_) co_await invite();
+    if (failed_) {
+      co_return s3fail(S3ErrorCode::kIncompleteBody, "The request body terminated unexpectedly");
+    }
     beast::error_code ec;
     size_t n = 0;
     if (remaining_) {
@@ -119,6 +139,10 @@ class BeastBodySource final : public BodySource {
 
   bool done() const override { return remaining_ ? *remaining_ == 0 : parser_.is_done(); }
   bool failed() const { return failed_; }
+  // The client asked for a 100 Continue that was never sent: its body may never come, and
+  // botocore keeps the final answer's status for every later Expect request on the
+  // connection (it would read the next status line as a header), so the connection closes.
+  bool uninvited() const { return continue_pending_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -126,6 +150,7 @@ class BeastBodySource final : public BodySource {
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   std::chrono::seconds timeout_;
+  bool continue_pending_;
   std::optional<uint64_t> remaining_;  // body bytes not read yet, when read directly
   bool failed_ = false;
   uint64_t bytes_ = 0;
@@ -545,23 +570,24 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     req.secure = kSecure;
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
     bool keep_alive = head_parser.get().keep_alive();
-    if (auto expect = req.header("expect"); expect && beast::iequals(beast::string_view(expect->data(), expect->size()), "100-continue")) {
-      http::response<http::empty_body> cont{http::status::continue_, 11};
-      tcpLayer(stream).expires_after(io);
-      co_await http::async_write(stream, cont, kRedirect(ec));
-      if (ec) break;
-    }
+    const auto expect = req.header("expect");
+    const bool expect_continue = expect && head_parser.get().version() >= 11 &&
+                                 beast::iequals(beast::string_view(expect->data(), expect->size()),
+                                                "100-continue");
 
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
-    BeastBodySource<Stream> body(stream, buffer, parser, io);
+    BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
     BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
     ctx.metrics.requestStarted();
     S3Response res = co_await handleRequest(ctx, req, body, sink, op);
     ctx.metrics.requestFinished();
 
-    bool reuse = keep_alive && !res.close && !body.failed();
+    // A body never invited may or may not come (a client may send it after waiting a
+    // while): the connection cannot tell what follows, so it closes. One invited and not
+    // read is drained (up to 1 MiB, 5 s) to keep the connection.
+    bool reuse = keep_alive && !res.close && !body.failed() && !body.uninvited();
     if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20, std::chrono::seconds(5));
     bool written = true;
     if (!res.streamed) {

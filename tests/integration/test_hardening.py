@@ -466,6 +466,87 @@ def test_a_trickled_body_after_a_refusal_does_not_hold_the_connection(hserver):
     assert healthy(hserver)
 
 
+def read_head(s, timeout):
+    """Reads from `s` until a blank line ends a response head; returns what came."""
+    s.settimeout(timeout)
+    out = b""
+    while b"\r\n\r\n" not in out:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def test_expect_100_continue_invites_only_bodies_that_will_be_read(hserver, hs3):
+    # Refused for its signature (an unknown key): the final answer comes at once, without
+    # a 100 Continue, and the body never has to be sent (aws-cli, boto3 and curl send
+    # Expect: 100-continue with large uploads). The connection closes: the server cannot
+    # know whether the client will send the body anyway.
+    now = time.gmtime()
+    s = socket.create_connection(addr(hserver), timeout=10)
+    try:
+        s.sendall(("PUT /hardening/uninvited HTTP/1.1\r\nHost: x\r\n"
+                   f"x-amz-date: {time.strftime('%Y%m%dT%H%M%SZ', now)}\r\n"
+                   "x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"
+                   "Authorization: AWS4-HMAC-SHA256 Credential=NOSUCHKEY/"
+                   f"{time.strftime('%Y%m%d', now)}/us-east-1/s3/aws4_request, "
+                   "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64 + "\r\n"
+                   "Expect: 100-continue\r\nContent-Length: 67108864\r\n\r\n").encode())
+        start = time.time()
+        head = read_head(s, 10)
+        elapsed = time.time() - start
+    finally:
+        s.close()
+    assert head.startswith(b"HTTP/1.1 403"), head[:200]
+    assert b"Connection: close" in head, head[:300]
+    assert elapsed < 1.5, f"the answer took {elapsed:.1f} s"
+
+    # Accepted: 100 Continue, then the body, then 200; the connection stays open.
+    body = os.urandom(256 * 1024)
+    req = AWSRequest(method="PUT", url=hserver.endpoint + "/hardening/invited", data=body,
+                     headers={"Expect": "100-continue"})
+    S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
+                "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    host, port = addr(hserver)
+    head_lines = [f"PUT {urlsplit(prepared.url).path} HTTP/1.1", f"Host: {host}:{port}"]
+    head_lines += [f"{k}: {v}" for k, v in prepared.headers.items() if k.lower() != "host"]
+    head_lines.append(f"Content-Length: {len(body)}")
+    s = socket.create_connection(addr(hserver), timeout=10)
+    try:
+        s.sendall(("\r\n".join(head_lines) + "\r\n\r\n").encode())
+        assert read_head(s, 10).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        final = read_head(s, 10)
+        assert final.startswith(b"HTTP/1.1 200"), final[:300]
+        assert b"Connection: close" not in final
+    finally:
+        s.close()
+    assert healthy(hserver)
+
+
+def test_an_empty_upload_with_expect_continue_leaves_its_connection_usable(hserver, hs3):
+    # botocore sends Expect: 100-continue with every PutObject, an empty one too. A final
+    # answer that comes without a 100 Continue stays on botocore's connection as the status
+    # of every later Expect request on it (it then reads the next real status line as a
+    # header: urllib3's MissingHeaderBodySeparatorDefect, a response without headers). So an
+    # empty body is invited like any other, and a connection whose request got no 100
+    # closes.
+    import hashlib
+    c = hserver.client()
+    body = os.urandom(1000)
+    for i in range(3):
+        c.put_object(Bucket="hardening", Key=f"empty-{i}", Body=b"")
+        start = time.time()
+        got = c.put_object(Bucket="hardening", Key=f"after-empty-{i}", Body=body)
+        elapsed = time.time() - start
+        assert got["ETag"].strip('"') == hashlib.md5(body).hexdigest()
+        assert elapsed < 1.5, f"the PUT after an empty one took {elapsed:.1f} s"
+    assert c.get_object(Bucket="hardening", Key="after-empty-2")["Body"].read() == body
+    assert c.head_object(Bucket="hardening", Key="empty-0")["ContentLength"] == 0
+
+
 def test_no_stored_or_requested_text_splits_a_response(server, s3, bucket):
     """Values that end up in response headers: a record's type and a CORS ExposeHeader are
     checked when set, response-* parameters when asked; an object key with a control
