@@ -30,9 +30,12 @@ void LifecycleJob::start() {
     auto stats = runOnce();
     if (!stats) {
       log::warn("lifecycle pass failed: {}", stats.error().toString());
-    } else if (stats->objects_expired > 0 || stats->uploads_aborted > 0) {
-      log::info("lifecycle: {} objects expired, {} uploads aborted", stats->objects_expired,
-                stats->uploads_aborted);
+    } else if (stats->objects_expired > 0 || stats->uploads_aborted > 0 ||
+               stats->objects_failed > 0 || stats->buckets_failed > 0) {
+      log::info("lifecycle: {} objects expired, {} uploads aborted, {} objects and {} "
+                "buckets failed",
+                stats->objects_expired, stats->uploads_aborted, stats->objects_failed,
+                stats->buckets_failed);
     }
   });
 }
@@ -45,78 +48,127 @@ Result<LifecycleStats> LifecycleJob::runOnce() {
   auto buckets = index_.listBuckets();
   if (!buckets) return fail(buckets.error());
   const int64_t now = clock_.nowUnixNanos();
-  for (const index_kv::BucketInfo& bucket : *buckets) {
+  for (index_kv::BucketInfo& bucket : *buckets) {
     ++stats.buckets;
     // A bucket deleted since listBuckets is no error: there is nothing left to expire.
     Status st = expireObjects(bucket, now, stats);
-    if (st.isOk() || st.isNotFound()) st = abortUploads(bucket, now, stats);
-    if (!st.isOk() && !st.isNotFound()) return fail(st);
+    if (st.isOk()) st = abortUploads(bucket, now, stats);
+    if (!st.isOk() && !st.isNotFound()) {
+      // One bucket's failure (an unreadable listing, an index that timed out) leaves the
+      // later buckets their rules and the uploads' backstop; the next pass tries it again.
+      ++stats.buckets_failed;
+      log::warn("lifecycle: bucket {} left for the next pass: {}", bucket.name, st.toString());
+    }
   }
   return stats;
 }
 
+Status LifecycleJob::refresh(index_kv::BucketInfo& bucket) {
+  auto now = index_.getBucket(bucket.name);
+  if (!now) return now.error();
+  if (now->created_unix_nanos != bucket.created_unix_nanos) {
+    return Status::notFound("bucket " + bucket.name + " was made again");
+  }
+  bucket = std::move(*now);
+  return Status::ok();
+}
 
-Status LifecycleJob::expireObjects(const index_kv::BucketInfo& bucket, int64_t now,
+Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
                                    LifecycleStats& stats) {
-  for (const index_kv::LifecycleRule& rule : bucket.lifecycle) {
-    if (!rule.enabled) continue;
-    // Objects at least `min_age` seconds old expire.
-    std::optional<int64_t> min_age;
-    if (rule.expiration_days) min_age = *rule.expiration_days * options_.day_seconds;
-    if (rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix) min_age = 0;
-    if (!min_age) continue;
-    index_kv::ListRequest list;
-    list.prefix = rule.prefix;
-    for (;;) {
-      auto page = index_.listObjects(bucket.name, list);
-      if (!page) return page.error();
-      for (const index_kv::ObjectSummary& object : page->objects) {
-        if (ageSeconds(now, object.mtime_unix_nanos) < *min_age) continue;
-        if ((rule.size_greater_than && object.size <= *rule.size_greater_than) ||
-            (rule.size_less_than && object.size >= *rule.size_less_than)) {
-          continue;
-        }
-        if (!rule.tags.empty()) {
-          // Tags are in the manifest, not the listing: read it for the objects left.
-          auto m = index_.getObject(bucket.name, object.key);
-          if (!m) {
-            // Gone meanwhile, or unreadable: kept, and the pass goes on (one bad manifest
-            // must not stop every later bucket's rules).
-            if (!m.error().isNotFound()) {
-              log::warn("lifecycle: {}/{} kept, its tags unreadable: {}", bucket.name,
-                        object.key, m.error().toString());
-            }
-            continue;
-          }
-          if (m->version != object.version ||
-              !std::all_of(rule.tags.begin(), rule.tags.end(), [&](const auto& tag) {
-                auto it = m->tags.find(tag.first);
-                return it != m->tags.end() && it->second == tag.second;
-              })) {
-            continue;
-          }
-        }
-        if (options_.before_expire) options_.before_expire(bucket.name, object.key);
-        // Conditional on the version seen and on the rule's tags: an object overwritten, or
-        // whose matching tag was removed, since it was read here is kept.
-        auto deleted = index_.deleteObject(
-            bucket.name, object.key, index_kv::Precondition::mustMatch(object.version, rule.tags));
-        if (deleted) {
-          ++stats.objects_expired;
-        } else if (deleted.error().code() != Status::Code::kPreconditionFailed &&
-                   !deleted.error().isNotFound()) {
-          return deleted.error();  // else: overwritten or deleted meanwhile, keep it
-        }
-      }
-      if (!page->truncated) break;
-      list.start_after = page->next_start_after;
+  // The rules are read again before each page: a rule removed or changed (or the bucket
+  // deleted) while the pass runs binds the rest of it. On a change the bucket starts over
+  // with its new rules (a few times at most; then the next pass).
+  for (int start = 0; start < 3; ++start) {
+    if (Status st = refresh(bucket); !st.isOk()) return st;
+    const std::vector<index_kv::LifecycleRule> rules = bucket.lifecycle;
+    bool changed = false;
+    for (size_t r = 0; r < rules.size() && !changed; ++r) {
+      Status st = expireByRule(bucket, rules, rules[r], now, stats, changed);
+      if (!st.isOk()) return st;
     }
+    if (!changed) return Status::ok();
   }
   return Status::ok();
 }
 
-Status LifecycleJob::abortUploads(const index_kv::BucketInfo& bucket, int64_t now,
+Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
+                                  const std::vector<index_kv::LifecycleRule>& rules,
+                                  const index_kv::LifecycleRule& rule, int64_t now,
+                                  LifecycleStats& stats, bool& changed) {
+  if (!rule.enabled) return Status::ok();
+  // Objects at least `min_age` seconds old expire.
+  std::optional<int64_t> min_age;
+  if (rule.expiration_days) min_age = *rule.expiration_days * options_.day_seconds;
+  if (rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix) min_age = 0;
+  if (!min_age) return Status::ok();
+  index_kv::ListRequest list;
+  list.prefix = rule.prefix;
+  list.max_keys = options_.page_keys;
+  for (bool first = true;; first = false) {
+    if (!first) {
+      if (Status st = refresh(bucket); !st.isOk()) return st;
+      if (bucket.lifecycle != rules) {
+        changed = true;
+        return Status::ok();
+      }
+    }
+    auto page = index_.listObjects(bucket.name, list);
+    if (!page) return page.error();
+    for (const index_kv::ObjectSummary& object : page->objects) {
+      if (ageSeconds(now, object.mtime_unix_nanos) < *min_age) continue;
+      if ((rule.size_greater_than && object.size <= *rule.size_greater_than) ||
+          (rule.size_less_than && object.size >= *rule.size_less_than)) {
+        continue;
+      }
+      if (!rule.tags.empty()) {
+        // Tags are in the manifest, not the listing: read it for the objects left.
+        auto m = index_.getObject(bucket.name, object.key);
+        if (!m) {
+          // Gone meanwhile, or unreadable: kept, and the pass goes on (one bad manifest
+          // must not stop every later bucket's rules).
+          if (!m.error().isNotFound()) {
+            log::warn("lifecycle: {}/{} kept, its tags unreadable: {}", bucket.name,
+                      object.key, m.error().toString());
+          }
+          continue;
+        }
+        if (m->version != object.version ||
+            !std::all_of(rule.tags.begin(), rule.tags.end(), [&](const auto& tag) {
+              auto it = m->tags.find(tag.first);
+              return it != m->tags.end() && it->second == tag.second;
+            })) {
+          continue;
+        }
+      }
+      if (options_.before_expire) options_.before_expire(bucket.name, object.key);
+      // Conditional on the version seen, on the rule's tags, and on the bucket being the
+      // one whose rules these are: an object overwritten, or whose matching tag was
+      // removed, since it was read here is kept, and so is one of a bucket made again.
+      auto pre = index_kv::Precondition::mustMatch(object.version, rule.tags);
+      pre.bucket_created_unix_nanos = bucket.created_unix_nanos;
+      auto deleted = index_.deleteObject(bucket.name, object.key, pre);
+      if (deleted) {
+        ++stats.objects_expired;
+      } else if (deleted.error().isCorruption()) {
+        // An unreadable stored value: that object stays (an operator's matter), the rest
+        // of the bucket does not wait on it.
+        ++stats.objects_failed;
+        log::warn("lifecycle: {}/{} kept, not deletable: {}", bucket.name, object.key,
+                  deleted.error().toString());
+      } else if (deleted.error().code() != Status::Code::kPreconditionFailed &&
+                 !deleted.error().isNotFound()) {
+        return deleted.error();  // else: overwritten or deleted meanwhile, keep it
+      }
+    }
+    if (!page->truncated) break;
+    list.start_after = page->next_start_after;
+  }
+  return Status::ok();
+}
+
+Status LifecycleJob::abortUploads(index_kv::BucketInfo& bucket, int64_t now,
                                   LifecycleStats& stats) {
+  if (Status st = refresh(bucket); !st.isOk()) return st;  // the rules as they are now
   const int64_t max_age = options_.multipart_max_age.count();
   bool any_rule = false;
   for (const auto& rule : bucket.lifecycle) any_rule |= rule.enabled && rule.abort_incomplete_days;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "granary/common/periodic_thread.h"
 #include "granary/common/status.h"
@@ -28,6 +29,7 @@ class Clock;
 namespace granary::index_kv {
 class Index;
 struct BucketInfo;
+struct LifecycleRule;
 }
 
 namespace granary::gateway {
@@ -36,6 +38,8 @@ struct LifecycleOptions {
   std::chrono::seconds interval{3600};
   int64_t day_seconds = 86400;  // the length of a lifecycle "day" (tests shorten it)
   std::chrono::seconds multipart_max_age{7 * 86400};  // 0: no backstop
+  // Objects listed a page; the bucket's rules are read again before each page.
+  size_t page_keys = 1000;
   // Fault injection for tests: called once the job has chosen an object to expire, just
   // before its conditional delete (a test changes the object there). Unset in production.
   std::function<void(const std::string& bucket, const std::string& key)> before_expire = {};
@@ -45,6 +49,8 @@ struct LifecycleStats {
   uint64_t buckets = 0;          // buckets examined
   uint64_t objects_expired = 0;
   uint64_t uploads_aborted = 0;
+  uint64_t objects_failed = 0;   // kept because deleting them failed (unreadable values)
+  uint64_t buckets_failed = 0;   // left for the next pass after an error (logged)
 };
 
 class LifecycleJob {
@@ -57,8 +63,16 @@ class LifecycleJob {
   void stop();
 
  private:
-  Status expireObjects(const index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
-  Status abortUploads(const index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
+  // `bucket` as the index has it now; kNotFound if it is gone or was made again since.
+  Status refresh(index_kv::BucketInfo& bucket);
+  Status expireObjects(index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
+  // One rule of `rules`; `changed` set (and the rule left) when the bucket's rules are no
+  // longer `rules`.
+  Status expireByRule(index_kv::BucketInfo& bucket,
+                      const std::vector<index_kv::LifecycleRule>& rules,
+                      const index_kv::LifecycleRule& rule, int64_t now, LifecycleStats& stats,
+                      bool& changed);
+  Status abortUploads(index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
 
   index_kv::Index& index_;
   const Clock& clock_;

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "forwarding_index.h"
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
 #include "granary/gateway/lifecycle.h"
@@ -40,8 +41,19 @@ struct LifecycleFixture {
     REQUIRE(index->updateBucket(updated, *b).isOk());
   }
 
+  void makeBucket(const std::string& name, std::vector<index_kv::LifecycleRule> rules = {}) {
+    clock.advance(1000);
+    index_kv::BucketInfo b;
+    b.name = name;
+    b.owner = "owner";
+    b.created_unix_nanos = clock.nowUnixNanos();
+    b.lifecycle = std::move(rules);
+    REQUIRE(index->createBucket(b).isOk());
+  }
+
   index_kv::Manifest put(const std::string& key, size_t size,
-                         std::map<std::string, std::string> tags = {}) {
+                         std::map<std::string, std::string> tags = {},
+                         const std::string& bucket = "b") {
     clock.advance(1000);
     index_kv::Manifest m;
     m.version = VersionId::generate(clock, random);
@@ -51,22 +63,22 @@ struct LifecycleFixture {
     m.is_inline = true;
     m.inline_data = std::string(size, 'x');
     m.tags = std::move(tags);
-    REQUIRE(index->putObject("b", key, m, index_kv::Precondition::none()).has_value());
+    REQUIRE(index->putObject(bucket, key, m, index_kv::Precondition::none()).has_value());
     return m;
   }
 
-  std::set<std::string> keys() {
-    auto page = index->listObjects("b", index_kv::ListRequest{});
+  std::set<std::string> keys(const std::string& bucket = "b") {
+    auto page = index->listObjects(bucket, index_kv::ListRequest{});
     REQUIRE(page.has_value());
     std::set<std::string> out;
     for (const auto& o : page->objects) out.insert(o.key);
     return out;
   }
 
-  LifecycleStats pass(LifecycleOptions options = {}) {
+  LifecycleStats pass(LifecycleOptions options = {}, index_kv::Index* through = nullptr) {
     options.day_seconds = kDay;
     options.multipart_max_age = std::chrono::seconds(0);
-    LifecycleJob job(*index, clock, std::move(options));
+    LifecycleJob job(through ? *through : *index, clock, std::move(options));
     auto stats = job.runOnce();
     REQUIRE(stats.has_value());
     return *stats;
@@ -157,4 +169,81 @@ TEST_CASE("An object untagged or overwritten while the lifecycle pass decides is
   CHECK(seen == std::set<std::string>{"expired", "overwritten", "retagged", "untagged"});
   CHECK(f.keys() == std::set<std::string>{"overwritten", "retagged", "untagged"});
   CHECK(f.index->getObject("b", "untagged")->tags.empty());
+}
+
+TEST_CASE("A lifecycle pass applies the rules a bucket has now, not a bucket made again") {
+  LifecycleFixture f;
+  auto by_date = expireAfter(1000);
+  by_date.expiration_days.reset();
+  by_date.expiration_date_unix = 1577836800;  // 2020-01-01: every object, from the start
+  f.makeBucket("a", {expireAfter(1)});
+  f.put("old", 1, {}, "a");
+  f.setRules({by_date});
+  f.clock.advance(kDay * kSecond);
+
+  SECTION("b deleted and made again, without rules, while the pass was at a") {
+    LifecycleOptions options;
+    options.before_expire = [&](const std::string& bucket, const std::string&) {
+      if (bucket != "a") return;
+      REQUIRE(f.index->deleteBucket("b", 0).isOk());
+      f.makeBucket("b");
+      f.put("fresh", 1);
+    };
+    CHECK(f.pass(options).objects_expired == 1);  // a's "old"
+    CHECK(f.keys() == std::set<std::string>{"fresh"});
+  }
+  SECTION("b's rules removed while the pass was in them: the next page is kept") {
+    for (const char* key : {"k1", "k2", "k3"}) f.put(key, 1);
+    LifecycleOptions options;
+    options.page_keys = 1;
+    options.before_expire = [&](const std::string& bucket, const std::string&) {
+      if (bucket == "b") f.setRules({});
+    };
+    CHECK(f.pass(options).objects_expired == 2);  // a's "old" and b's first
+    CHECK(f.keys() == std::set<std::string>{"k2", "k3"});
+  }
+}
+
+TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, stops no other") {
+  struct FailingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<std::optional<VersionId>> deleteObject(std::string_view bucket, std::string_view key,
+                                                  index_kv::Precondition pre) override {
+      if (bucket == "a" && key == "bad") return fail(Status::corruption("unreadable manifest"));
+      return target_.deleteObject(bucket, key, pre);
+    }
+    Result<index_kv::ListResult> listObjects(std::string_view bucket,
+                                             const index_kv::ListRequest& req) override {
+      if (bucket == "c") return fail(Status::corruption("unreadable summary"));
+      return target_.listObjects(bucket, req);
+    }
+  };
+  LifecycleFixture f;
+  auto abort_after = expireAfter(1);
+  abort_after.abort_incomplete_days = 1;
+  f.makeBucket("a", {expireAfter(1)});
+  f.makeBucket("c", {expireAfter(1)});
+  f.makeBucket("z", {abort_after});
+  f.put("bad", 1, {}, "a");
+  f.put("ok", 1, {}, "a");
+  f.put("c-old", 1, {}, "c");
+  f.put("z-old", 1, {}, "z");
+  index_kv::MultipartUpload up;
+  up.upload_id = VersionId::generate(f.clock, f.random).toHex();
+  up.bucket = "z";
+  up.key = "z-upload";
+  up.owner = "owner";
+  up.initiated_unix_nanos = f.clock.nowUnixNanos();
+  REQUIRE(f.index->createUpload(up, 0).isOk());
+  f.clock.advance(kDay * kSecond);
+
+  FailingIndex failing(*f.index);
+  auto stats = f.pass({}, &failing);
+  CHECK(stats.objects_failed == 1);
+  CHECK(stats.buckets_failed == 1);
+  CHECK(stats.objects_expired == 2);  // a's "ok", z's "z-old"
+  CHECK(stats.uploads_aborted == 1);
+  CHECK(f.keys("a") == std::set<std::string>{"bad"});
+  CHECK(f.keys("c") == std::set<std::string>{"c-old"});
+  CHECK(f.keys("z").empty());
 }
