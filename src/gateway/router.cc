@@ -70,7 +70,8 @@ constexpr std::array kKnownParameters = {
     "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
     "part-number-marker", "partNumber", "prefix", "raw", "record", "record-index", "records",
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
-    "version-id-marker", "versionId", "versions", "x-id"};
+    "version-id-marker", "versionId", "versions", "x-granary-index", "x-granary-index-key",
+    "x-id"};
 
 // A bucket setting Granary stores: its sub-resource, and the operations that read, set
 // and delete it (ACLs and versioning cannot be deleted).

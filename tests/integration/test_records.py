@@ -322,6 +322,28 @@ def test_batch_insert_of_external_rows(s3, rc, bucket):
     assert e.value.status == 500
 
 
+def test_presigned_put_asks_for_indexing_in_its_query(server, s3, rc, bucket):
+    # A presigned URL carries no headers of its own: ?x-granary-index=tar asks as the
+    # header does (docs/record-index.md).
+    import urllib3
+    from botocore.auth import S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    data, files = make_tar(30, seed=23)
+    url = (f"{server.endpoint}/{bucket}/presigned.tar"
+           "?x-granary-index=tar&x-granary-index-key=uri")
+    req = AWSRequest(method="PUT", url=url)
+    S3SigV4QueryAuth(Credentials(server.access_key, server.secret_key), "s3", "us-east-1",
+                     expires=300).add_auth(req)
+    resp = urllib3.PoolManager().request("PUT", req.url, body=data)
+    assert resp.status == 200, resp.data
+    assert resp.headers["x-granary-record-index"] == "indexed"
+    assert int(resp.headers["x-granary-record-count"]) == len(files)
+    name, content = next(iter(files.items()))
+    assert rc.get_record(bucket, name, container="presigned.tar") == content
+    assert s3.get_object(Bucket=bucket, Key="presigned.tar")["Body"].read() == data
+
+
 def test_record_requests_are_authenticated_and_validated(server, rc, bucket):
     bad = RecordClient(server.endpoint, server.access_key, "wrong-secret")
     with pytest.raises(RecordError) as e:
