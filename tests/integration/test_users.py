@@ -167,6 +167,14 @@ def test_public_read_bucket_serves_anonymous_reads_only(server, s3):
         "data/shard-0.tar"]
     assert [(v["Key"], v["VersionId"]) for v in
             anon.list_object_versions(Bucket=name)["Versions"]] == [("data/shard-0.tar", "null")]
+    # Record reads too, by WARC record type included (no record here: listed empty, found
+    # missing, but not refused).
+    import urllib3
+    pool = urllib3.PoolManager()
+    listed = pool.request("GET", f"{server.endpoint}/{name}?records&type=request")
+    assert listed.status == 200, listed.data
+    missing = pool.request("GET", f"{server.endpoint}/{name}?record&key=k&type=%2A")
+    assert missing.status == 404 and b"<Code>AccessDenied</Code>" not in missing.data
     # Response overrides are a signed reader's: an anonymous GET cannot make a public
     # object be served as HTML.
     with pytest.raises(botocore.exceptions.ClientError) as e:
