@@ -563,17 +563,39 @@ Task<S3Response> bucketRecordIndex(GatewayContext& ctx, const S3Request& req, Bo
   co_return jsonResponse(out);
 }
 
+namespace {
+
+// `after` of a container-order listing: an offset (rows past every one at it), or the
+// next_after of a page, "OFFSET~" and the base64 of the last row's key (rows that share
+// an offset are ordered by key, and a page can end between them).
+std::optional<index_kv::RecordCursor> parseRecordCursor(std::string_view text) {
+  const size_t tilde = text.find('~');
+  const std::string_view digits = text.substr(0, tilde);
+  index_kv::RecordCursor cursor;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), cursor.offset);
+  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size()) {
+    return std::nullopt;
+  }
+  if (tilde == std::string_view::npos) return cursor;
+  auto key = base64Decode(text.substr(tilde + 1));
+  if (!key || key->empty()) return std::nullopt;
+  cursor.key.assign(key->begin(), key->end());
+  return cursor;
+}
+
+}  // namespace
+
 Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req) {
   auto max = maxRecordsOf(req, 1000, 10000);
   if (!max) co_return errorResponse(max.error(), req);
-  std::optional<uint64_t> after;
+  std::optional<index_kv::RecordCursor> after;
   if (auto a = req.queryValue("after")) {
-    uint64_t v = 0;
-    auto [p, ec] = std::from_chars(a->data(), a->data() + a->size(), v);
-    if (ec != std::errc() || p != a->data() + a->size()) {
-      co_return errorResponse({S3ErrorCode::kInvalidArgument, "after must be an offset"}, req);
+    after = parseRecordCursor(*a);
+    if (!after) {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "after must be an offset or a next_after value"},
+                              req);
     }
-    after = v;
   }
   auto manifest = co_await loadObject(ctx, req.bucket, req.key);
   if (!manifest) co_return errorResponse(manifest.error(), req);
@@ -593,6 +615,12 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
   out["format"] = manifest->records.format;
   out["status"] = manifest->records.status;
   if (!manifest->records.message.empty()) out["message"] = manifest->records.message;
+  if (truncated) {  // before the rows are moved out
+    const index_kv::RecordRow& last = rows.back();
+    out["next_after"] = fmt::format(
+        "{}~{}", last.offset,
+        base64Encode({reinterpret_cast<const uint8_t*>(last.key.data()), last.key.size()}));
+  }
   Json records = Json::array();
   for (index_kv::RecordRow& r : rows) {
     records.push_back(locationJson(index_kv::RecordLocation{std::move(r), manifest->version,
@@ -600,7 +628,6 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
   }
   out["records"] = std::move(records);
   out["is_truncated"] = truncated;
-  if (truncated) out["next_after"] = out["records"].back()["offset"];
   co_return jsonResponse(out);
 }
 

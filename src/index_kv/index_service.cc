@@ -357,8 +357,12 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"set_records",
        [](Index& x, const Json& a) {
-         std::optional<uint64_t> after;
-         if (!a.at("after").is_null()) after = a.at("after").get<uint64_t>();
+         std::optional<RecordCursor> after;
+         if (!a.at("after").is_null()) {
+           after = RecordCursor{a.at("after").get<uint64_t>(), {}};
+           // (Absent from older gateways: rows after the whole offset, as they asked.)
+           if (a.contains("after_key")) after->key = a.at("after_key").get<std::string>();
+         }
          return answer(x.setRecords(unver(a.at("set")), after, a.at("limit").get<size_t>()),
                        list<RowCodec, RecordRow>);
        }},
@@ -623,13 +627,14 @@ class RemoteIndex final : public Index {
     });
   }
   Result<std::vector<RecordRow>> setRecords(const VersionId& set,
-                                            std::optional<uint64_t> after_offset,
+                                            const std::optional<RecordCursor>& after,
                                             size_t limit) override {
-    return query("set_records",
-                 {{"set", ver(set)},
-                  {"after", after_offset ? Json(*after_offset) : Json(nullptr)},
-                  {"limit", limit}},
-                 unlist<RowCodec>);
+    // An older service reads "after" alone: rows past the whole offset.
+    Json args = {{"set", ver(set)},
+                 {"after", after ? Json(after->offset) : Json(nullptr)},
+                 {"limit", limit}};
+    if (after && !after->key.empty()) args["after_key"] = after->key;
+    return query("set_records", std::move(args), unlist<RowCodec>);
   }
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                              int64_t orphan_before_unix_nanos) override {

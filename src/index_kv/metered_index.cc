@@ -199,7 +199,8 @@ class MeteredIndex final : public Index {
   Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) override {
     return timed(kListRecords, [&] { return inner_->listRecords(bucket, query); });
   }
-  Result<std::vector<RecordRow>> setRecords(const VersionId& set, std::optional<uint64_t> after,
+  Result<std::vector<RecordRow>> setRecords(const VersionId& set,
+                                            const std::optional<RecordCursor>& after,
                                             size_t limit) override {
     return timed(kSetRecords, [&] { return inner_->setRecords(set, after, limit); });
   }

@@ -87,7 +87,7 @@ class RocksIndex final : public Index {
   Status abandonRecords(const VersionId& set) override;
   Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) override;
   Result<std::vector<RecordRow>> setRecords(const VersionId& set,
-                                            std::optional<uint64_t> after_offset,
+                                            const std::optional<RecordCursor>& after,
                                             size_t limit) override;
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                              int64_t orphan_before_unix_nanos) override;

@@ -199,7 +199,7 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
 }
 
 Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
-                                                      std::optional<uint64_t> after_offset,
+                                                      const std::optional<RecordCursor>& after,
                                                       size_t limit) {
   std::vector<RecordRow> out;
   std::string meta_value;
@@ -215,9 +215,13 @@ Result<std::vector<RecordRow>> RocksIndex::setRecords(const VersionId& set,
   rocksdb::Slice upper(end);
   options.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.record_order));
-  if (after_offset) {
-    if (*after_offset == UINT64_MAX) return out;
-    it->Seek(recordOrderKey(set, *after_offset + 1));
+  if (after && after->key.empty()) {
+    if (after->offset == UINT64_MAX) return out;
+    it->Seek(recordOrderKey(set, after->offset + 1));
+  } else if (after) {
+    const std::string from = recordOrderKey(set, after->offset, after->key);
+    it->Seek(from);
+    if (it->Valid() && it->key() == rocksdb::Slice(from)) it->Next();
   } else {
     it->Seek(begin);
   }

@@ -304,6 +304,12 @@ def test_batch_insert_of_external_rows(s3, rc, bucket):
     out = rc.insert_rows(bucket, "packed.bin", [{"key": "whole", "offset": 0, "length": len(blob)}])
     assert out["rows"] == 4
     assert rc.get_record(bucket, "whole") == blob
+    # Two keys at one offset ("whole" and "start"), listed a row a page in container order:
+    # neither is skipped where a page ends between them.
+    rc.insert_rows(bucket, "packed.bin", [{"key": "start", "offset": 0, "length": 6}])
+    listed = [(r["offset"], r["key"]) for r in rc.container_records(bucket, "packed.bin",
+                                                                    page_size=1)]
+    assert listed == [(0, "start"), (0, "whole"), (6, "doc/0"), (18, "doc/1"), (18, "doc/2")]
     # Rows are validated against the container's size; nothing is inserted on error.
     with pytest.raises(RecordError) as e:
         rc.insert_rows(bucket, "packed.bin", [{"key": "ok", "offset": 0, "length": 1},

@@ -215,6 +215,13 @@ Status checkRecordKey(std::string_view key);
 // compression): what RecordIndexInfo::row_bytes adds up.
 uint64_t recordRowBytes(std::string_view bucket, const RecordRow& row);
 
+// Where a listing of one set in container order resumes: after the row (offset, key), or,
+// with an empty key, after every row at `offset`.
+struct RecordCursor {
+  uint64_t offset = 0;
+  std::string key;
+};
+
 // A visible row plus what the reader needs about its container.
 struct RecordLocation {
   RecordRow row;
@@ -535,9 +542,10 @@ class Index {
   virtual Status abandonRecords(const VersionId& set) = 0;
   // Visible rows matching `query`.
   virtual Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) = 0;
-  // Rows of one set in container order, offsets > after_offset (or all when nullopt).
+  // Rows of one set in container order (by offset, then record key: several keys can
+  // name one unit), after `after` (all when nullopt).
   virtual Result<std::vector<RecordRow>> setRecords(const VersionId& set,
-                                                    std::optional<uint64_t> after_offset,
+                                                    const std::optional<RecordCursor>& after,
                                                     size_t limit) = 0;
   // Removes rows of dead sets, at most `max_rows` rows per call, in batches; and marks
   // dead the sets older than `orphan_before_unix_nanos` that no manifest names (an

@@ -135,7 +135,8 @@ class ForwardingIndex : public Index {
   Result<RecordPage> listRecords(std::string_view bucket, const RecordQuery& query) override {
     return target_.listRecords(bucket, query);
   }
-  Result<std::vector<RecordRow>> setRecords(const VersionId& set, std::optional<uint64_t> after,
+  Result<std::vector<RecordRow>> setRecords(const VersionId& set,
+                                            const std::optional<RecordCursor>& after,
                                             size_t limit) override {
     return target_.setRecords(set, after, limit);
   }
