@@ -478,8 +478,13 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   index_kv::RecordIndexInfo add;
   add.status = "indexed";
   add.set = set;
-  add.format = !manifest->records.format.empty() ? manifest->records.format
-                                                 : (format.empty() ? "raw" : format);
+  // A set's rows are served one way: an existing set, or an indexed container, keeps its
+  // format; a new set of a container stored plainly (or not indexable, or malformed: the
+  // format its indexing tried says nothing) takes the request's.
+  const index_kv::RecordIndexInfo& had = manifest->records;
+  add.format = !new_set || (had.status == "indexed" && !had.format.empty())
+                   ? had.format
+                   : (format.empty() ? "raw" : format);
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::RecordIndexInfo> {
     if (new_set) {
       if (Status st = ctx.index().createRecordSet(req.bucket, req.key, set); !st.isOk()) {

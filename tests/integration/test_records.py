@@ -328,6 +328,26 @@ def test_batch_insert_of_external_rows(s3, rc, bucket):
     assert e.value.status == 500
 
 
+def test_batch_insert_into_a_container_whose_indexing_failed_takes_its_format(rc, bucket):
+    # A .warc.gz indexed as a tar (a bucket default, a wrong header): stored, "malformed".
+    # Rows inserted with format=warc.gz are then served inflated, as that format says.
+    data, records = make_warc_gz(3, seed=5)
+    hdrs = rc.put_container(bucket, "mislabelled.warc.gz", data, index="tar")
+    assert hdrs["x-granary-record-index"] == "malformed"
+    import zlib
+    rows, off = [], 0
+    while off < len(data):
+        d = zlib.decompressobj(wbits=31)
+        d.decompress(data[off:])
+        length = len(data) - off - len(d.unused_data)
+        rows.append({"key": f"member/{len(rows)}", "offset": off, "length": length})
+        off += length
+    assert len(rows) == 4  # three responses and the first URL's request
+    rc.insert_rows(bucket, "mislabelled.warc.gz", rows, format="warc.gz")
+    assert rc.get_record(bucket, "member/0").startswith(b"WARC/1.0\r\n")
+    assert rc.get_record(bucket, "member/0") in records.values()
+
+
 def test_presigned_put_asks_for_indexing_in_its_query(server, s3, rc, bucket):
     # A presigned URL carries no headers of its own: ?x-granary-index=tar asks as the
     # header does (docs/record-index.md).
