@@ -596,7 +596,7 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
   if (!page) co_return errorResponse(uploadError(page.error()), req);
   p.owner_id = page->upload.owner;
   if (page->parts.size() > p.max_parts) {
-    p.truncated = true;
+    p.truncated = p.max_parts > 0;  // (none asked for: no marker to go on from)
     page->parts.resize(p.max_parts);
   }
   co_return xmlResponse(listPartsXml(p, page->parts));

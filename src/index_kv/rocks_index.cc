@@ -565,7 +565,9 @@ Result<ListUploadsResult> RocksIndex::listUploads(std::string_view bucket,
       }
     }
     if (out.uploads.size() == req.max_uploads) {
-      out.truncated = true;
+      // max-uploads=0 asks for none, and says nothing of more (as max-keys=0): a
+      // truncated answer would come without a marker to go on from.
+      out.truncated = req.max_uploads > 0;
       break;
     }
     auto upload = decodeUpload(it->value().ToStringView());

@@ -282,6 +282,12 @@ def test_list_parts_and_pagination(s3, bucket):
     assert [p["PartNumber"] for p in r["Parts"]] == [1, 2]
     assert r["NextPartNumberMarker"] == 2
     assert r["MaxParts"] == 2
+    # None asked for: none listed, and not truncated (a truncated answer would have no
+    # marker to go on from).
+    r = s3.list_parts(Bucket=bucket, Key="lp", UploadId=up, MaxParts=0)
+    assert "Parts" not in r and r["IsTruncated"] is False
+    r = s3.list_multipart_uploads(Bucket=bucket, MaxUploads=0)
+    assert "Uploads" not in r and r["IsTruncated"] is False
     r = s3.list_parts(Bucket=bucket, Key="lp", UploadId=up, MaxParts=2, PartNumberMarker=2)
     assert r["IsTruncated"] is False
     assert [p["PartNumber"] for p in r["Parts"]] == [5]

@@ -179,7 +179,7 @@ TEST_CASE("Uploads list in (key, upload id) order with prefix, markers and trunc
   req.max_uploads = 0;
   auto none = f.index->listUploads("b", req);
   CHECK(none->uploads.empty());
-  CHECK(none->truncated);
+  CHECK_FALSE(none->truncated);  // no marker to go on from: as max-keys=0, and MinIO
 }
 
 // ---- parts ---------------------------------------------------------------------------
