@@ -617,7 +617,38 @@ class StringSink final : public BodySink {
   std::string& out_;
 };
 
+class Crc32cSink final : public BodySink {
+ public:
+  Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
+  Task<Status> write(std::span<const uint8_t> data) override {
+    crc_ = ec::crc32c(data, crc_);
+    co_return Status::ok();
+  }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  uint32_t crc_ = 0;
+};
+
 }  // namespace
+
+Task<Result<uint32_t>> crc32cOfRange(DataPath& dp, const index_kv::Manifest& manifest,
+                                     uint64_t first, uint64_t length) {
+  if (first > manifest.size || length > manifest.size - first) {
+    co_return fail(Status::internal("the byte range lies outside the object"));
+  }
+  if (manifest.is_inline) {
+    if (manifest.inline_data.size() < first + length) {
+      co_return fail(Status::corruption("inline body shorter than the object size"));
+    }
+    co_return ec::crc32c(
+        {reinterpret_cast<const uint8_t*>(manifest.inline_data.data()) + first, length});
+  }
+  Crc32cSink sink;
+  Status st = co_await readObjectRange(dp, manifest, first, length, sink);
+  if (!st.isOk()) co_return fail(st);
+  co_return sink.crc();
+}
 
 Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,
                                           uint64_t first, uint64_t length) {

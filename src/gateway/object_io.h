@@ -173,6 +173,11 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                              uint64_t length, BodySink& sink);
 
+// The CRC32C of object bytes [first, first + length) of `manifest`, read a stripe at a
+// time (no more than that in memory); kInternal for a range past the end.
+Task<Result<uint32_t>> crc32cOfRange(DataPath& dp, const index_kv::Manifest& manifest,
+                                     uint64_t first, uint64_t length);
+
 // Object bytes [first, first + length) of `manifest` (inline or striped) in memory, for
 // small reads (records, small copies); kInternal if the range is past the end (callers
 // check ranges first: this one would be a stale row or a bug).

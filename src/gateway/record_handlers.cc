@@ -463,13 +463,12 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
                                          to_read, kMaxInsertCrcBytes)},
                             req);
   }
+  // Read a stripe at a time: a row can be up to the object's size.
   for (PendingRow& p : rows) {
     if (p.has_crc) continue;
-    auto bytes = co_await readObjectBytes(ctx.data, *manifest, p.row.offset, p.row.length);
-    if (!bytes) co_return errorResponse(fromStatus(bytes.error()), req);
-    p.row.crc32c = co_await offload(ctx.pool(), [&] {
-      return ec::crc32c({reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()});
-    });
+    auto crc = co_await crc32cOfRange(ctx.data, *manifest, p.row.offset, p.row.length);
+    if (!crc) co_return errorResponse(fromStatus(crc.error()), req);
+    p.row.crc32c = *crc;
   }
 
   const bool new_set = manifest->records.set.isZero();

@@ -310,6 +310,13 @@ def test_batch_insert_of_external_rows(s3, rc, bucket):
     listed = [(r["offset"], r["key"]) for r in rc.container_records(bucket, "packed.bin",
                                                                     page_size=1)]
     assert listed == [(0, "start"), (0, "whole"), (6, "doc/0"), (18, "doc/1"), (18, "doc/2")]
+    # CRCs computed over striped bytes, a stripe at a time (rows over several stripes).
+    big = os.urandom(3 * 1024 * 1024 + 123)
+    s3.put_object(Bucket=bucket, Key="big.bin", Body=big)
+    rc.insert_rows(bucket, "big.bin", [{"key": "big/all", "offset": 0, "length": len(big)},
+                                       {"key": "big/mid", "offset": 1000, "length": 2 << 20}])
+    assert rc.get_record(bucket, "big/all") == big
+    assert rc.get_record(bucket, "big/mid") == big[1000:1000 + (2 << 20)]
     # Rows are validated against the container's size; nothing is inserted on error.
     with pytest.raises(RecordError) as e:
         rc.insert_rows(bucket, "packed.bin", [{"key": "ok", "offset": 0, "length": 1},
