@@ -154,6 +154,15 @@ Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_ver
     set = it->second;
   } else {
     auto old = loadManifest(old_version);
+    if (!old && old.error().isCorruption()) {
+      // An unreadable manifest must not make its key impossible to delete or overwrite
+      // for ever: the version goes without it. Its own blobs become orphans (the sweep
+      // takes them); blob versions it borrowed stay referenced by its blob-ref rows.
+      log::error("index: retiring object version {} whose manifest is unreadable ({}); "
+                 "its blobs are left to the orphan sweep",
+                 old_version.toHex(), old.error().toString());
+      return std::optional<std::string>();
+    }
     if (!old) return fail(old.error());
     if (!old->has_value()) {
       // An object row without its manifest: nothing to reclaim. Should not happen.

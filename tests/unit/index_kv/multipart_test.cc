@@ -457,6 +457,51 @@ TEST_CASE("A database made before multipart uploads opens and gains the new colu
   CHECK(*index.getUpload("b", "k", "id1") == u);
 }
 
+TEST_CASE("An object whose manifest is unreadable can still be deleted and overwritten") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const Manifest bad = f.stripedManifest(1);
+  const Manifest other = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k", bad, Precondition::none()));
+  REQUIRE(f.index->putObject("b", "k2", other, Precondition::none()));
+  f.close();
+  {  // The manifest rows of both, garbled on disk (a CBOR map of an unknown format).
+    std::vector<std::string> names;
+    REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), f.dir.path(), &names).ok());
+    rocksdb::Options options = f.resources.baseOptions();
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const std::string& name : names) {
+      descriptors.emplace_back(name, f.resources.columnFamilyOptions());
+    }
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(options), f.dir.path(), descriptors, &handles,
+                              &raw)
+                .ok());
+    const auto cf = std::find(names.begin(), names.end(), "manifests") - names.begin();
+    for (const Manifest* m : {&bad, &other}) {
+      REQUIRE(raw->Put(rocksdb::WriteOptions(), handles[cf], versionKey(m->version),
+                       "\xA1\x61\x66\x07")
+                  .ok());
+    }
+    for (rocksdb::ColumnFamilyHandle* h : handles) REQUIRE(raw->DestroyColumnFamilyHandle(h).ok());
+    REQUIRE(raw->Close().ok());
+    delete raw;
+  }
+  f.reopen();
+  REQUIRE(f.index->getObject("b", "k").error().isCorruption());
+  // Deleted: gone, nothing queued for GC (the blobs are the orphan sweep's).
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()));
+  CHECK(f.index->getObject("b", "k").error().isNotFound());
+  CHECK_FALSE(referenced(*f.index, bad.version));
+  // Overwritten: the new object is in place.
+  const Manifest fresh = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "k2", fresh, Precondition::none()));
+  CHECK(*f.index->getObject("b", "k2") == fresh);
+  CHECK(allGc(*f.index).empty());
+  CHECK(f.index->deleteBucket("b", 0).code() == Code::kNotEmpty);
+}
+
 // ---- races ---------------------------------------------------------------------------
 
 TEST_CASE("Complete, putPart and abort racing: one of complete/abort wins, no blob lost") {
