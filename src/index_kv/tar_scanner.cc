@@ -178,6 +178,9 @@ class TarScanner final : public FormatScanner {
           return truncated(fmt::format("after the extended header at byte offset {}, before "
                                        "the member it belongs to", ext_offset_));
         }
+        if (sparse_ext_) {
+          return truncated(fmt::format("inside the sparse map of member '{}'", name_));
+        }
         return Status::ok();  // EOF at a member boundary (with or without one zero block)
       case State::kData:
         return truncated(fmt::format("inside the data of member '{}' (header at byte offset "
@@ -203,6 +206,13 @@ class TarScanner final : public FormatScanner {
   }
 
   Status onHeader(std::span<const uint8_t, kBlock> b, std::vector<ParsedRecord>& out) {
+    if (sparse_ext_) {
+      // An old-GNU sparse member's extension block (21 more map entries), between its
+      // header and its data; byte 504 says whether another one follows.
+      if (b[504] != 0) return Status::ok();
+      sparse_ext_ = false;
+      return startData(sparse_size_, false, out);
+    }
     if (allZero(b)) {
       if (pending_) {
         return malformed(header_offset_, "zero block right after an extended header");
@@ -258,6 +268,11 @@ class TarScanner final : public FormatScanner {
     pending_ = false;
     collect_ = false;
     name_ = std::move(name);
+    if (type == 'S' && b[482] != 0) {  // old-GNU sparse, its map continued in more blocks
+      sparse_ext_ = true;
+      sparse_size_ = size;
+      return Status::ok();
+    }
     return startData(size, row, out);
   }
 
@@ -377,6 +392,8 @@ class TarScanner final : public FormatScanner {
   std::optional<uint64_t> pax_size_;
   std::optional<std::string> long_name_;
   bool pax_sparse_ = false;
+  bool sparse_ext_ = false;   // the next block is an old-GNU sparse extension block
+  uint64_t sparse_size_ = 0;  // the data size of the sparse member whose map goes on
 };
 
 }  // namespace
