@@ -704,6 +704,9 @@ int rebuildIndexCommand(int argc, char** argv) {
       "root credentials file: its access key owns the buckets the rebuild creates (default: "
       "$GRANARY_ROOT_USER)")(
       "no-checkpoint", "start from an empty index instead of the newest checkpoint")(
+      "checkpoint", po::value<std::string>(),
+      "restore this checkpoint (its id, from --list-checkpoints) instead of the newest")(
+      "list-checkpoints", "print the checkpoints on the drives, newest first, and exit")(
       "max-put-seconds", po::value<int>()->default_value(1800),
       "the longest a PUT may have taken (half the gateways' --orphan-grace): older versions "
       "the checkpoint does not know are orphans, not rebuilt")(
@@ -711,9 +714,32 @@ int rebuildIndexCommand(int argc, char** argv) {
   addSecretOption(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
-  if (dir.empty()) die("rebuild-index needs --dir DIR");
+  const bool list_only = vm.count("list-checkpoints") > 0;
+  if (dir.empty() && !list_only) die("rebuild-index needs --dir DIR");
+  std::optional<VersionId> chosen;
+  if (vm.count("checkpoint")) {
+    if (vm.count("no-checkpoint")) die("--checkpoint and --no-checkpoint exclude each other");
+    auto id = VersionId::fromHex(vm["checkpoint"].as<std::string>());
+    if (!id || !id->isSystem()) die("--checkpoint: not a checkpoint id");
+    chosen = *id;
+  }
   const std::string secret = clusterSecret(vm);
   auto map = loadClusterMap(cluster);
+  if (list_only) {
+    SystemClock clock;
+    auto chunks = remoteChunks(map, secret, clock);
+    auto listed = gateway::listCheckpoints(*chunks, map);
+    if (!listed) die("cannot list the checkpoints: " + listed.error().toString());
+    for (const gateway::CheckpointInfo& c : *listed) {
+      nlohmann::json line = {{"id", c.id.toHex()},
+                             {"created_unix", c.created_unix_nanos / 1'000'000'000},
+                             {"files", c.files},
+                             {"bytes", c.bytes},
+                             {"copies", c.copies}};
+      std::printf("%s\n", line.dump().c_str());
+    }
+    return 0;
+  }
   gateway::RebuildOptions ro;
   ro.max_put = std::chrono::seconds(std::max(0, vm["max-put-seconds"].as<int>()));
   if (!credentials.empty()) {
@@ -729,7 +755,7 @@ int rebuildIndexCommand(int argc, char** argv) {
   std::error_code fec;
   if (fs::exists(dir, fec) && !fs::is_empty(dir, fec)) die(dir + " is not empty");
   if (!vm.count("no-checkpoint")) {
-    auto restored = gateway::restoreLatestCheckpoint(*chunks, map, dir);
+    auto restored = gateway::restoreLatestCheckpoint(*chunks, map, dir, chosen);
     if (!restored) {
       die("no checkpoint restored (" + restored.error().toString() +
           "); run with --no-checkpoint to rebuild from the fragments alone");

@@ -397,19 +397,28 @@ void IndexCheckpointer::stop() { thread_.stop(); }
 
 namespace {
 
-// Restores checkpoint `version` into `dir` (which exists and is empty).
-Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemBlobs& blobs,
-                                  const VersionId& version, const fs::path& dir) {
+// Checkpoint `version`'s catalog, read from any copy; `info` gets what the catalog says.
+Result<Catalog> readCatalog(chunkstore::ChunkClient& chunks, const SystemBlobs& blobs,
+                            const VersionId& version, CheckpointInfo& info) {
   auto where = blobs.find(BlobId{version, 0, 0});
   if (where == blobs.end()) return fail(Status::notFound("incomplete checkpoint"));
   auto text = readAnyCopy(chunks, where->first, where->second);
   if (!text) return fail(text.error());
   auto catalog = decodeCatalog({reinterpret_cast<const char*>(text->data()), text->size()});
   if (!catalog) return fail(catalog.error());
-  CheckpointInfo info;
+  info = CheckpointInfo{};
   info.id = version;
   info.created_unix_nanos = catalog->created_unix_nanos;
   info.copies = where->second.size();
+  return catalog;
+}
+
+// Restores checkpoint `version` into `dir` (which exists and is empty).
+Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemBlobs& blobs,
+                                  const VersionId& version, const fs::path& dir) {
+  CheckpointInfo info;
+  auto catalog = readCatalog(chunks, blobs, version, info);
+  if (!catalog) return fail(catalog.error());
   for (size_t f = 0; f < catalog->files.size(); ++f) {
     const auto& file = catalog->files[f];
     std::ofstream out(dir / file.name, std::ios::binary | std::ios::trunc);
@@ -467,7 +476,8 @@ Status syncRestored(const fs::path& dir) {
 
 Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
                                                const placement::ClusterMap& map,
-                                               const std::string& dir) {
+                                               const std::string& dir,
+                                               const std::optional<VersionId>& only) {
   const fs::path target(dir);
   std::error_code ec;
   if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
@@ -479,6 +489,13 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
   std::set<VersionId, std::greater<>> versions;
   for (const auto& [id, where] : blobs) {
     if (id.stripe == 0 && id.fragment == 0) versions.insert(id.version);
+  }
+  if (only) {
+    if (!versions.contains(*only)) {
+      return fail(Status::notFound("checkpoint " + only->toHex() +
+                                   " is not on the drives, or has no catalog"));
+    }
+    versions = {*only};
   }
   for (const auto& v : versions) {
     fs::remove_all(target, ec);
@@ -495,7 +512,35 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
     log::warn("checkpoint {} cannot be restored: {}", v.toHex(), info.error().toString());
   }
   fs::remove_all(target, ec);
+  if (only) {
+    return fail(Status::notFound("checkpoint " + only->toHex() + " does not read back whole"));
+  }
   return fail(Status::notFound("no complete index checkpoint on the drives"));
+}
+
+Result<std::vector<CheckpointInfo>> listCheckpoints(chunkstore::ChunkClient& chunks,
+                                                    const placement::ClusterMap& map) {
+  auto listed = listSystemBlobs(chunks, map, /*strict=*/true);
+  if (!listed) return fail(listed.error());
+  std::vector<CheckpointInfo> out;
+  for (const auto& [id, where] : *listed) {
+    if (id.stripe != 0 || id.fragment != 0) continue;
+    CheckpointInfo info;
+    auto catalog = readCatalog(chunks, *listed, id.version, info);
+    if (!catalog) {
+      log::warn("checkpoint {}: catalog unreadable: {}", id.version.toHex(),
+                catalog.error().toString());
+      continue;
+    }
+    for (const CatalogFile& file : catalog->files) {
+      ++info.files;
+      info.bytes += file.size;
+    }
+    out.push_back(info);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) { return b.id < a.id; });
+  return out;
 }
 
 // --- rebuild ---------------------------------------------------------------------------

@@ -587,15 +587,24 @@ def test_index_lost_with_its_disk_is_rebuilt_from_a_checkpoint_and_the_fragments
     env = dict(os.environ)
     with open(os.path.join(cluster.dir, "cluster-secret")) as f:
         env["GRANARY_CLUSTER_SECRET"] = f.read().strip()
+    # The checkpoints on the drives, newest first; the rebuild is told which one to use.
+    listed = subprocess.run([GRANARY, "admin", "rebuild-index", "--list-checkpoints",
+                             "--cluster", os.path.join(cluster.dir, "cluster.json")],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    checkpoints = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert checkpoints and checkpoints[0]["files"] > 0 and checkpoints[0]["copies"] >= 2
+    assert [c["id"] for c in checkpoints] == sorted((c["id"] for c in checkpoints),
+                                                    reverse=True)
     res = subprocess.run([GRANARY, "admin", "rebuild-index",
                           "--cluster", os.path.join(cluster.dir, "cluster.json"),
-                          "--dir", index_dir,
+                          "--dir", index_dir, "--checkpoint", checkpoints[0]["id"],
                           "--credentials", os.path.join(cluster.dir, "root-credentials.json")],
                          env=env, capture_output=True, text=True, timeout=300)
     print(res.stdout, "\n".join(line for line in res.stderr.splitlines()
                                  if "WARN" in line or "created bucket" in line))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "restored checkpoint" in res.stdout
+    assert "restored checkpoint " + checkpoints[0]["id"] in res.stdout
     report = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
     with open(os.path.join(cluster.dir, "cluster.json")) as f:
         drives = len(json.load(f)["drives"])

@@ -33,7 +33,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "granary/common/ids.h"
 #include "granary/common/periodic_thread.h"
@@ -98,9 +100,19 @@ class IndexCheckpointer {
 // Finds the newest complete checkpoint on the map's drives and writes its files into
 // `dir` (created; must not exist or be empty). kNotFound if there is none that reads back;
 // kUnavailable if a drive does not answer (the newest checkpoint might be there).
+// `only`: that checkpoint and no other (kNotFound if it is not on the drives, is
+// incomplete, or does not read back whole): an operator's choice when the newest is not
+// the one wanted (one made by an index started empty after a loss).
 Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
                                                const placement::ClusterMap& map,
-                                               const std::string& dir);
+                                               const std::string& dir,
+                                               const std::optional<VersionId>& only = {});
+
+// The checkpoints on the map's drives that have a catalog, newest first, from their
+// catalogs alone (their files are not read: a listed one may still not read back whole).
+// `removed` is 0. kUnavailable if a drive does not answer.
+Result<std::vector<CheckpointInfo>> listCheckpoints(chunkstore::ChunkClient& chunks,
+                                                    const placement::ClusterMap& map);
 
 struct RebuildStats {
   uint64_t drives = 0;

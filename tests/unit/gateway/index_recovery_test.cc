@@ -260,6 +260,43 @@ TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be r
   CHECK(idx->getObject("bucket", "b").error().isNotFound());
 }
 
+TEST_CASE("Checkpoints are listed newest first, and any one of them can be restored") {
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 3));
+  auto cp = f.checkpointer();
+  auto older = cp.runOnce();
+  REQUIRE(older.has_value());
+  f.put(f.index, "b", randomString(kStripe, 4));
+  f.cluster.clock.advance(1'000'000'000);
+  auto newer = cp.runOnce();
+  REQUIRE(newer.has_value());
+
+  auto listed = listCheckpoints(*f.cluster.chunks, f.cluster.map);
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].id == newer->id);
+  CHECK((*listed)[1].id == older->id);
+  CHECK((*listed)[1].created_unix_nanos == older->created_unix_nanos);
+  CHECK((*listed)[1].files == older->files);
+  CHECK((*listed)[1].bytes == older->bytes);
+  CHECK((*listed)[1].copies == 3);
+
+  // The older one by its id: "b", written after it, is not there.
+  const std::string dir = f.cluster.dir.path() + "/chosen";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir, older->id);
+  REQUIRE(restored.has_value());
+  CHECK(restored->id == older->id);
+  auto idx = f.openAt(dir);
+  CHECK(idx->getObject("bucket", "a").has_value());
+  CHECK(idx->getObject("bucket", "b").error().isNotFound());
+  // An id that is no checkpoint on the drives: nothing restored, no fallback to another.
+  auto missing = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map,
+                                         f.cluster.dir.path() + "/none",
+                                         VersionId::fromHex(std::string(32, 'f')).value());
+  CHECK(missing.error().isNotFound());
+  CHECK_FALSE(std::filesystem::exists(f.cluster.dir.path() + "/none/CURRENT"));
+}
+
 TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragment headers") {
   RecoveryFixture f;
   const std::string a1 = randomString(2 * kStripe + 5, 10);
