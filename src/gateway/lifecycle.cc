@@ -52,7 +52,12 @@ Result<LifecycleStats> LifecycleJob::runOnce() {
     ++stats.buckets;
     // A bucket deleted since listBuckets is no error: there is nothing left to expire.
     Status st = expireObjects(bucket, now, stats);
-    if (st.isOk()) st = abortUploads(bucket, now, stats);
+    // Its uploads are aborted even when its objects could not be expired (the backstop
+    // must not wait on an unreadable listing).
+    if (!st.isNotFound()) {
+      Status aborted = abortUploads(bucket, now, stats);
+      if (st.isOk()) st = aborted;
+    }
     if (!st.isOk() && !st.isNotFound()) {
       // One bucket's failure (an unreadable listing, an index that timed out) leaves the
       // later buckets their rules and the uploads' backstop; the next pass tries it again.
@@ -79,7 +84,6 @@ Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
   // deleted) while the pass runs binds the rest of it. On a change the bucket starts over
   // with its new rules (a few times at most; then the next pass).
   for (int start = 0; start < 3; ++start) {
-    if (Status st = refresh(bucket); !st.isOk()) return st;
     const std::vector<index_kv::LifecycleRule> rules = bucket.lifecycle;
     bool changed = false;
     for (size_t r = 0; r < rules.size() && !changed; ++r) {
@@ -104,13 +108,11 @@ Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
   index_kv::ListRequest list;
   list.prefix = rule.prefix;
   list.max_keys = options_.page_keys;
-  for (bool first = true;; first = false) {
-    if (!first) {
-      if (Status st = refresh(bucket); !st.isOk()) return st;
-      if (bucket.lifecycle != rules) {
-        changed = true;
-        return Status::ok();
-      }
+  for (;;) {
+    if (Status st = refresh(bucket); !st.isOk()) return st;
+    if (bucket.lifecycle != rules) {
+      changed = true;
+      return Status::ok();
     }
     auto page = index_.listObjects(bucket.name, list);
     if (!page) return page.error();

@@ -619,14 +619,22 @@ class StringSink final : public BodySink {
 
 class Crc32cSink final : public BodySink {
  public:
+  explicit Crc32cSink(WorkerPool& pool) : pool_(pool) {}
   Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
   Task<Status> write(std::span<const uint8_t> data) override {
-    crc_ = ec::crc32c(data, crc_);
+    // A stripe's worth takes tens of microseconds: on a worker, not the event loop.
+    if (data.size() < kInline) {
+      crc_ = ec::crc32c(data, crc_);
+    } else {
+      crc_ = co_await offload(pool_, [&] { return ec::crc32c(data, crc_); });
+    }
     co_return Status::ok();
   }
   uint32_t crc() const { return crc_; }
 
  private:
+  static constexpr size_t kInline = 64 * 1024;
+  WorkerPool& pool_;
   uint32_t crc_ = 0;
 };
 
@@ -644,7 +652,7 @@ Task<Result<uint32_t>> crc32cOfRange(DataPath& dp, const index_kv::Manifest& man
     co_return ec::crc32c(
         {reinterpret_cast<const uint8_t*>(manifest.inline_data.data()) + first, length});
   }
-  Crc32cSink sink;
+  Crc32cSink sink(dp.pool());
   Status st = co_await readObjectRange(dp, manifest, first, length, sink);
   if (!st.isOk()) co_return fail(st);
   co_return sink.crc();

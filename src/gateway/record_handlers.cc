@@ -481,9 +481,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   // format; a new set of a container stored plainly (or not indexable, or malformed: the
   // format its indexing tried says nothing) takes the request's.
   const index_kv::RecordIndexInfo& had = manifest->records;
-  add.format = !new_set || (had.status == "indexed" && !had.format.empty())
-                   ? had.format
-                   : (format.empty() ? "raw" : format);
+  const bool keeps = !new_set || had.status == "indexed";
+  add.format = keeps && !had.format.empty() ? had.format : (format.empty() ? "raw" : format);
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::RecordIndexInfo> {
     if (new_set) {
       if (Status st = ctx.index().createRecordSet(req.bucket, req.key, set); !st.isOk()) {
@@ -612,19 +611,28 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
     rows = std::move(*got);
   }
   const bool truncated = rows.size() > *max;
-  if (truncated) rows.resize(*max);
+  // Where the next page starts: the bare offset (a number, as gateways before 2026-11-30
+  // and typed clients take it) unless the next row shares the last one's offset; then
+  // "OFFSET~" and the base64 of the last row's key.
+  Json next_after;
+  if (truncated) {
+    const index_kv::RecordRow& last = rows[*max - 1];
+    if (rows[*max].offset != last.offset) {
+      next_after = last.offset;
+    } else {
+      next_after = fmt::format(
+          "{}~{}", last.offset,
+          base64Encode({reinterpret_cast<const uint8_t*>(last.key.data()), last.key.size()}));
+    }
+    rows.resize(*max);
+  }
   Json out = Json::object();
   out["container"] = req.key;
   out["container_version"] = manifest->version.toHex();
   out["format"] = manifest->records.format;
   out["status"] = manifest->records.status;
   if (!manifest->records.message.empty()) out["message"] = manifest->records.message;
-  if (truncated) {  // before the rows are moved out
-    const index_kv::RecordRow& last = rows.back();
-    out["next_after"] = fmt::format(
-        "{}~{}", last.offset,
-        base64Encode({reinterpret_cast<const uint8_t*>(last.key.data()), last.key.size()}));
-  }
+  if (truncated) out["next_after"] = std::move(next_after);
   Json records = Json::array();
   for (index_kv::RecordRow& r : rows) {
     records.push_back(locationJson(index_kv::RecordLocation{std::move(r), manifest->version,

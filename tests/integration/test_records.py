@@ -310,6 +310,13 @@ def test_batch_insert_of_external_rows(s3, rc, bucket):
     listed = [(r["offset"], r["key"]) for r in rc.container_records(bucket, "packed.bin",
                                                                     page_size=1)]
     assert listed == [(0, "start"), (0, "whole"), (6, "doc/0"), (18, "doc/1"), (18, "doc/2")]
+    # next_after: the bare offset where the next page starts at another one (as before),
+    # a key cursor where it ends inside an offset.
+    def next_after(n):
+        q = [("records", None), ("max-records", n)]
+        return json.loads(rc._request("GET", bucket, "packed.bin", q).data)["next_after"]
+    assert next_after(2) == 0
+    assert isinstance(next_after(1), str) and next_after(1).startswith("0~")
     # CRCs computed over striped bytes, a stripe at a time (rows over several stripes).
     big = os.urandom(3 * 1024 * 1024 + 123)
     s3.put_object(Bucket=bucket, Key="big.bin", Body=big)

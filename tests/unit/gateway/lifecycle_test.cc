@@ -222,7 +222,7 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   auto abort_after = expireAfter(1);
   abort_after.abort_incomplete_days = 1;
   f.makeBucket("a", {expireAfter(1)});
-  f.makeBucket("c", {expireAfter(1)});
+  f.makeBucket("c", {abort_after});
   f.makeBucket("z", {abort_after});
   f.put("bad", 1, {}, "a");
   f.put("ok", 1, {}, "a");
@@ -235,6 +235,10 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   up.owner = "owner";
   up.initiated_unix_nanos = f.clock.nowUnixNanos();
   REQUIRE(f.index->createUpload(up, 0).isOk());
+  auto c_upload = up;  // c's objects cannot be listed: its uploads are still aborted
+  c_upload.upload_id = VersionId::generate(f.clock, f.random).toHex();
+  c_upload.bucket = "c";
+  REQUIRE(f.index->createUpload(c_upload, 0).isOk());
   f.clock.advance(kDay * kSecond);
 
   FailingIndex failing(*f.index);
@@ -242,7 +246,7 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   CHECK(stats.objects_failed == 1);
   CHECK(stats.buckets_failed == 1);
   CHECK(stats.objects_expired == 2);  // a's "ok", z's "z-old"
-  CHECK(stats.uploads_aborted == 1);
+  CHECK(stats.uploads_aborted == 2);
   CHECK(f.keys("a") == std::set<std::string>{"bad"});
   CHECK(f.keys("c") == std::set<std::string>{"c-old"});
   CHECK(f.keys("z").empty());
