@@ -680,7 +680,8 @@ TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot 
   REQUIRE(verifyV2At(q, 1175139000).has_value());
   for (const char* extra : {"&attributes", "&records", "&record&key=k", "&records-batch",
                             "&record-index", "&policyStatus", "&rec%6Frds",
-                            "&x-granary-index=tar"}) {
+                            "&x-granary-index=tar", "&%61cl", "&%70olicy", "&%75ploadId=x",
+                            "&%6Cifecycle", "&tag+ging"}) {
     INFO(extra);
     q.r.target = url + extra;
     auto refused = verifyV2At(q, 1175139000);
