@@ -530,6 +530,21 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
       op = "Admin";
       co_return errorResponse({S3ErrorCode::kAccessDenied, "Access Denied"}, req);
     }
+    // SigV2 signs neither the query (?dry-run) nor the body (a user's secret key), and an
+    // unsigned payload is a body anyone on the path may swap: the admin API takes neither.
+    if (admin_auth->info && admin_auth->info->version != 4) {
+      op = "Admin";
+      co_return errorResponse({S3ErrorCode::kAccessDenied,
+                               "The admin API takes Signature Version 4 requests only."},
+                              req);
+    }
+    if (!body.done() && req.signed_payload_hash.empty()) {
+      op = "Admin";
+      co_return errorResponse({S3ErrorCode::kAccessDenied,
+                               "The admin API takes only bodies whose SHA-256 is signed "
+                               "(x-amz-content-sha256)."},
+                              req);
+    }
     co_await body.invite();
     co_return co_await adminRequest(ctx, req, body, op);
   }
