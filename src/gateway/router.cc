@@ -589,6 +589,16 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   op = route.op;
   if (route.handler == nullptr) co_return errorResponse(route.error, req);
+  // An aws-chunked body (STREAMING-*) is decoded, and its chunk signatures checked, by the
+  // upload paths; every other handler reads its body as sent, so the chunks' signatures
+  // would go unchecked (a body swapped under the request's signature).
+  if (auth->info && auth->info->payload_hash.starts_with("STREAMING-") && !body.done() &&
+      route.op != "PutObject" && route.op != "UploadPart") {
+    co_return errorResponse({S3ErrorCode::kInvalidRequest,
+                             "An aws-chunked (STREAMING-*) body is accepted by PutObject and "
+                             "UploadPart only: sign this request's payload SHA-256."},
+                            req);
+  }
   Call call{ctx, req, body, sink, *auth, route};
   co_return co_await route.handler(call);
 }

@@ -1764,6 +1764,27 @@ TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
   CHECK(queued == blobs);
 }
 
+TEST_CASE("Only uploads take aws-chunked bodies: elsewhere their chunk signatures went unchecked") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string policy =
+      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
+      R"("Action":"s3:GetObject","Resource":"arn:aws:s3:::bucket/*"}]})";
+  for (const char* streaming : {"STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+                                "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}) {
+    CAPTURE(streaming);
+    // A plain body (no chunk framing, no chunk signatures) under a streaming hash.
+    Reply r = f.send(makeRequest("PUT", "/bucket?policy",
+                                 {{"x-amz-decoded-content-length",
+                                   std::to_string(policy.size())}},
+                                 streaming),
+                     policy);
+    CHECK(r.status == 400);
+    CHECK(r.code == "InvalidRequest");
+    CHECK(f.get("/bucket?policy").code == "NoSuchBucketPolicy");
+  }
+}
+
 TEST_CASE("A Complete retried after it committed gets its answer again, and only then") {
   GatewayFixture f;
   f.createBucket();
