@@ -155,7 +155,7 @@ std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
     std::optional<std::string> v;
     if (eq != std::string_view::npos) {
       const std::string_view raw = segment.substr(eq + 1);
-      v = percentDecode(raw, false).value_or(std::string(raw));
+      v = percentDecode(raw, true).value_or(std::string(raw));  // as the router reads it
     }
     subresources.emplace_back(name, std::move(v));
   }

@@ -302,10 +302,12 @@ void appendCanonicalHeaderValue(std::string& out, std::string_view value) {
 std::string canonicalQuery(std::string_view query, bool presigned) {
   std::vector<std::pair<std::string, std::string>> params;
   for (auto& [raw_name, raw_value] : parseQueryRaw(query)) {
-    std::optional<std::string> name = percentDecode(raw_name, false);
-    std::optional<std::string> value = percentDecode(raw_value, false);
-    // An undecodable escape is canonicalised as literal text; the signature will not
-    // match whatever the client signed, which is the right outcome.
+    // Decoded as the router decodes them ('+' is a space): a name or value must mean to the
+    // signature what it means to the handler ("a+b" signed as "a%2Bb" would be read as
+    // "a b"). An undecodable escape is canonicalised as literal text; the signature will
+    // not match whatever the client signed, which is the right outcome.
+    std::optional<std::string> name = percentDecode(raw_name, true);
+    std::optional<std::string> value = percentDecode(raw_value, true);
     std::string n = name ? std::move(*name) : raw_name;
     if (presigned && n == "X-Amz-Signature") {
       continue;

@@ -384,7 +384,13 @@ void checkV2(const Request& req, const AuthInfo& a, bool has_header) {
                                           [](const auto& h) {
                                             return h.first.starts_with("x-granary-");
                                           });
-  if (granary_header || std::any_of(params.begin(), params.end(), [](const auto& p) {
+  // A name written encoded ("%61cl"): V2 signs names as sent, the router decodes them.
+  const auto raw_params = parseQueryRaw(splitTarget(req.target).second);
+  const bool encoded_name = std::any_of(raw_params.begin(), raw_params.end(), [](const auto& p) {
+    return p.first.find_first_of("%+") != std::string::npos;
+  });
+  if (granary_header || encoded_name ||
+      std::any_of(params.begin(), params.end(), [](const auto& p) {
         if (p.first.starts_with("x-granary-")) return true;
         for (const char* name : {"attributes", "policyStatus", "record", "record-index",
                                  "records", "records-batch"}) {

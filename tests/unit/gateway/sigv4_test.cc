@@ -225,6 +225,18 @@ TEST_CASE("SigV4 reproduces AWS's GET Bucket (List Objects) example in any param
   CHECK(verifyAt(bucketGetExample("/?prefix=%4A&max-keys=2", sig), kExampleTime).has_value());
 }
 
+TEST_CASE("SigV4 reads '+' in the query as the router does: a space, never a signed '+'") {
+  // Signed as "a%2Bb" ('+'), sent as "a+b": the handler would read "a b", so the
+  // signature must not match; "a+b" signs as "a%20b" does.
+  auto canonical = [](const char* target) {
+    Request r = bucketGetExample(target, std::string(64, '0'));
+    return canonicalRequest(r.view(), parsed(r));
+  };
+  CHECK(canonical("/?prefix=a+b") != canonical("/?prefix=a%2Bb"));
+  CHECK(canonical("/?prefix=a+b") == canonical("/?prefix=a%20b"));
+  CHECK(canonical("/?pre+fix=a") == canonical("/?pre%20fix=a"));
+}
+
 TEST_CASE("SigV4 reproduces AWS's presigned GET example and enforces its expiry") {
   Request r = presignedExample();
   AuthInfo auth = parsed(r);
