@@ -211,16 +211,35 @@ struct Repairer::Impl {
       auto there = chunks.stat(d.id, idOf(j));
       return !there && there.error().isNotFound();
     };
+    // Fragments per domain (those that stay, and targets as they are given), and the drives
+    // that hold one: with no free domain, a rebuilt fragment goes to the domain holding
+    // the fewest (a third in a domain of two would leave k - 1 when it goes), onto a drive
+    // without another fragment of the stripe if that domain has one (placement's
+    // degraded rule); the best ranked of equals.
+    std::map<std::string, int> domain_load;
+    std::set<std::string> holding;
+    for (int j = 0; j < n; ++j) {
+      if (f[j].fix) continue;
+      const placement::Drive* d = map.findDrive(f[j].drive);
+      ++domain_load[d ? d->domain : f[j].drive];
+      holding.insert(f[j].drive);
+    }
+    auto cost = [&](const placement::Drive& d) {
+      return std::pair{domain_load[d.domain], holding.contains(d.id) ? 1 : 0};
+    };
     auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
+      const placement::Drive* best = nullptr;
       for (size_t idx : ranked) {
         const placement::Drive& d = map.drives[idx];
         if (!any_domain && held.contains(d.domain)) continue;
         if (taken.contains(d.id) || !usable(d)) continue;
+        if (any_domain && best && cost(d) >= cost(*best)) continue;
         // Never onto a drive that holds this blob id already (a copy waiting for GC).
         if (!absent(d, j)) continue;
-        return &d;
+        if (!any_domain) return &d;
+        best = &d;
       }
-      return nullptr;
+      return best;
     };
     for (int pass = 0; pass < 2; ++pass) {  // rebuilds first, then moves
       for (int j = 0; j < n; ++j) {
@@ -231,6 +250,8 @@ struct Repairer::Impl {
         f[j].target = d->id;
         taken.insert(d->id);
         held.insert(d->domain);
+        ++domain_load[d->domain];
+        holding.insert(d->id);
       }
     }
     if (any_relocate) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace granary::placement {
@@ -89,12 +90,26 @@ Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view
         " usable drives in distinct failure domains, found " + std::to_string(chosen.size())));
   }
   // Degraded (docs/ec-placement.md, "Fewer failure domains than fragments"): pass 2, other
-  // drives of the domains already used; pass 3, the chosen drives again, in rank order.
-  for (size_t idx : usable_order) {
-    if (std::find(chosen.begin(), chosen.end(), idx) != chosen.end()) continue;
-    chosen.push_back(idx);
-    if (chosen.size() == count) return chosen;
+  // drives of the domains already used, each time in a domain holding the fewest so far
+  // (the best ranked of those), so that no domain holds more than its share; pass 3, the
+  // chosen drives again, in rank order.
+  std::vector<size_t> load(domains.size(), 1);  // fragments per domain of `domains`
+  auto domainOf = [&](size_t idx) {
+    return static_cast<size_t>(
+        std::find(domains.begin(), domains.end(), map.drives[idx].domain) - domains.begin());
+  };
+  while (chosen.size() < count) {
+    std::optional<size_t> best;  // position in usable_order
+    for (size_t i = 0; i < usable_order.size(); ++i) {
+      const size_t idx = usable_order[i];
+      if (std::find(chosen.begin(), chosen.end(), idx) != chosen.end()) continue;
+      if (!best || load[domainOf(idx)] < load[domainOf(usable_order[*best])]) best = i;
+    }
+    if (!best) break;
+    chosen.push_back(usable_order[*best]);
+    ++load[domainOf(usable_order[*best])];
   }
+  if (chosen.size() == count) return chosen;
   const size_t distinct = chosen.size();
   if (distinct == 0) return fail(Status::unavailable("placement: no usable drive"));
   for (size_t i = 0; chosen.size() < count; ++i) chosen.push_back(chosen[i % distinct]);

@@ -244,6 +244,28 @@ TEST_CASE("Repair spreads a stacked stripe out once domains are usable again") {
   CHECK(queued == 2);
 }
 
+TEST_CASE("With no free domain, a rebuilt fragment goes to the least-held one, beside none") {
+  // Three domains of three drives; each stripe holds two fragments in each. One fragment
+  // of domain C is lost: A and B hold two, C one, so the new copy belongs in C, on a drive
+  // that holds no other fragment of the stripe where there is one (a third in A or B
+  // would leave k - 1 when that domain goes).
+  RepairFixture f(9);
+  const char* domain_of[] = {"A", "A", "A", "B", "B", "B", "C", "C", "C"};
+  for (int i = 0; i < 9; ++i) f.cluster.map.drives[i].domain = domain_of[i];
+  for (int o = 0; o < 12; ++o) {
+    const std::string key = "k" + std::to_string(o);
+    auto m = f.put(key, {0, 1, 3, 4, 6, 7});
+    REQUIRE(f.removeFragment(m, 5).isOk());  // the one on d7
+  }
+  RepairStats stats = f.pass(false);
+  CHECK(stats.fragments_rebuilt == 12);
+  for (int o = 0; o < 12; ++o) {
+    auto where = f.checkFragments("k" + std::to_string(o));
+    CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
+    CHECK((where[5] == "d7" || where[5] == "d8"));
+  }
+}
+
 TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});

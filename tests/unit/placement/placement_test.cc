@@ -298,6 +298,25 @@ TEST_CASE("With domains down, a degraded placement stacks fragments, down to min
   CHECK(three.error().code() == Status::Code::kUnavailable);
 }
 
+TEST_CASE("A degraded placement spreads the extra fragments over the live domains") {
+  // Six hosts of three drives, each host its own domain, two hosts down: 4+2 on four
+  // domains. No host may hold three fragments (losing it would leave 3 < k).
+  const ClusterMap map = makeMap(18, 6, {4, 2});
+  auto up = [](const Drive& d) { return d.domain != "dom1" && d.domain != "dom4"; };
+  for (int i = 0; i < 2'000; ++i) {
+    auto r = chooseDrives(map, keyOf(i), 6, up, 4);
+    REQUIRE(r.has_value());
+    std::map<std::string, int> per_domain;
+    for (size_t idx : *r) {
+      REQUIRE(up(map.drives[idx]));
+      ++per_domain[map.drives[idx].domain];
+    }
+    REQUIRE(std::set<size_t>(r->begin(), r->end()).size() == 6);
+    REQUIRE(per_domain.size() == 4);
+    for (const auto& [domain, n] : per_domain) REQUIRE(n <= 2);
+  }
+}
+
 TEST_CASE("A degraded placement prefers another drive of a used domain to stacking") {
   const ClusterMap map = makeMap(8, 4, {4, 2});  // two drives per domain
   auto r = chooseDrives(map, "k", 6, nullptr, 4);
