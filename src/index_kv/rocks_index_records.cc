@@ -41,8 +41,9 @@ Status RocksIndex::createRecordSet(std::string_view bucket, std::string_view con
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.record_sets, set_key, &value);
   if (s.ok()) return Status::alreadyExists("index: record set exists");
   if (!s.IsNotFound()) return fromRocks(s, "index: reading record set");
+  // Synced, as the rows are (putRecordRows).
   rocksdb::WriteOptions options;
-  options.sync = false;
+  options.sync = true;
   return fromRocks(db_->Put(options, cfs_.record_sets, set_key,
                             encodeRecordSetMeta({std::string(bucket), std::string(container),
                                                  clock_.nowUnixNanos()})),
@@ -83,8 +84,11 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
     GRANARY_RETURN_IF_ERROR(
         put(cfs_.record_order, recordOrderKey(set, row.offset, row.key), rocksdb::Slice()));
   }
+  // Synced: the commit that publishes the set checks only that the set lives, so rows
+  // lost to a power cut of the index host while the gateway (another host) went on would
+  // be published missing, under a 200. A sync per batch of thousands of rows.
   rocksdb::WriteOptions options;
-  options.sync = false;
+  options.sync = true;
   return fromRocks(db_->Write(options, &batch), "index: writing record rows");
 }
 
