@@ -106,7 +106,7 @@ Status ExtentSet::open(uint32_t min_next) {
 Status syncDirectory(IoEngine& engine, const std::string& dir) {
   auto fd = engine.open(dir, O_RDONLY | O_DIRECTORY, 0);
   if (!fd) return fd.error();
-  Status st = engine.fdatasync(*fd);
+  Status st = engine.fsync(*fd);  // fdatasync promises nothing about entries
   Status closed = engine.close(*fd);
   return st.isOk() ? closed : st;
 }

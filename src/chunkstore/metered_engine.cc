@@ -77,6 +77,9 @@ class MeteredEngine final : public IoEngine {
   Status fdatasync(int fd) override {
     return timed(kSync, 0, [&] { return inner_->fdatasync(fd); });
   }
+  Status fsync(int fd) override {
+    return timed(kSync, 0, [&] { return inner_->fsync(fd); });
+  }
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return timed(kPunch, 0, [&] { return inner_->punchHole(fd, offset, len); });
   }

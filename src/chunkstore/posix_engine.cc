@@ -113,6 +113,15 @@ Status dataSync(int fd) {
   return Status::ok();
 }
 
+Status fullSync(int fd) {
+  int rc;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return Status::fromErrno(errno, "fsync");
+  return Status::ok();
+}
+
 Status punchHole(int fd, uint64_t offset, uint64_t len) {
   if (len == 0) return Status::ok();
   int rc;
@@ -173,6 +182,7 @@ class PosixEngine final : public IoEngine {
     return posix_io::readNoWait(fd, parts, offset);
   }
   Status fdatasync(int fd) override { return posix_io::dataSync(fd); }
+  Status fsync(int fd) override { return posix_io::fullSync(fd); }
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return posix_io::punchHole(fd, offset, len);
   }

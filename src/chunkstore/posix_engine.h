@@ -27,6 +27,7 @@ Status readAll(int fd, std::span<uint8_t> out, uint64_t offset);
 // IoEngine::preadNoWait, with preadv2(RWF_NOWAIT).
 bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offset);
 Status dataSync(int fd);
+Status fullSync(int fd);  // fsync(2)
 Status punchHole(int fd, uint64_t offset, uint64_t len);
 Status resize(int fd, uint64_t size);
 Status renameFile(const std::string& from, const std::string& to);

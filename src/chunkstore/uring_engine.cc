@@ -706,6 +706,7 @@ class UringEngine final : public IoEngine {
     if (res < 0) return Status::fromErrno(-res, "io_uring fdatasync");
     return Status::ok();
   }
+  Status fsync(int fd) override { return posix_io::fullSync(fd); }  // directories: rare
 
   // Hole punching is rare (deletes), and so is resizing (once per extent): plain
   // fallocate(2) and ftruncate(2) are enough.

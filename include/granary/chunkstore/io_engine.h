@@ -114,6 +114,9 @@ class IoEngine {
     return false;
   }
   virtual Status fdatasync(int fd) = 0;
+  // fsync(2), for directories: fdatasync promises nothing about a directory's entries (a
+  // created or renamed file). Engines that only simulate I/O may keep the default.
+  virtual Status fsync(int fd) { return fdatasync(fd); }
   // Frees the blocks of [offset, offset+len) keeping the file size (FALLOC_FL_PUNCH_HOLE).
   virtual Status punchHole(int fd, uint64_t offset, uint64_t len) = 0;
   // Sets the file's size (ftruncate(2)): growing it adds a hole and allocates nothing. Like
@@ -194,6 +197,7 @@ class IoEngineWrapper : public IoEngine {
     return target_->pread(fd, out, offset);
   }
   Status fdatasync(int fd) override { return target_->fdatasync(fd); }
+  Status fsync(int fd) override { return target_->fsync(fd); }
   Status punchHole(int fd, uint64_t offset, uint64_t len) override {
     return target_->punchHole(fd, offset, len);
   }

@@ -5,8 +5,8 @@
 //  - bytes written (or holes punched, or sizes changed) since the file's last fdatasync are
 //    restored to what they were before the change (saved at change time), and the file
 //    size with them;
-//  - files created since their directory's last fsync are deleted;
-//  - renames since their directory's last fsync are undone;
+//  - files created since their directory's last fsync are deleted, and renames since then
+//    undone (its fdatasync does not count: it promises nothing about entries);
 //  - a removal (unlink) is durable at once: a power cut may also undo one, but the store
 //    only removes what it would remove again at its next open (orphans, spares).
 // crash() simulates the process dying: from then on every call fails with EIO (close still
@@ -149,14 +149,19 @@ class PowerLossEngine final : public IoEngineWrapper {
     if (dead_) return Status::ioError("dead: pread");
     return target_->pread(fd, out, offset);
   }
-  Status fdatasync(int fd) override {
+  Status fdatasync(int fd) override { return sync(fd, false); }
+  Status fsync(int fd) override { return sync(fd, true); }
+  // fdatasync makes a file's data durable, fsync a directory's entries too: an fdatasync
+  // of a directory promises nothing about them (POSIX; ext4 may skip a rename's).
+  Status sync(int fd, bool full) {
     std::lock_guard lock(mu_);
     if (dead_) return Status::ioError("dead: fdatasync");
-    Status st = target_->fdatasync(fd);
+    Status st = full ? target_->fsync(fd) : target_->fdatasync(fd);
     if (!st) return st;
     ++syncs_;
     const std::string& path = paths_[fd];
     if (std::filesystem::is_directory(path)) {
+      if (!full) return st;
       // Entries of this directory are durable now.
       const auto inDir = [&](const std::string& p) {
         return std::filesystem::path(p).parent_path() == std::filesystem::path(path);
