@@ -26,6 +26,7 @@ struct RemoteChunkClient::Impl {
     std::map<std::string, bool, std::less<>> writable;
     // False from a failed exchange (unreachable server) until a drive list comes back.
     bool reachable = true;
+    bool listed = false;  // a drive list has come back: a drive it leaves out is not served
     int64_t next_refresh_nanos = 0;
     bool refreshing = false;
   };
@@ -125,6 +126,7 @@ struct RemoteChunkClient::Impl {
         // On failure keep the drive states we knew, but not the server's health.
         cache.reachable = list.has_value();
         if (list) {
+          cache.listed = true;
           cache.writable.clear();
           for (const auto& d : *list) cache.writable[d.id] = d.writable;
         }
@@ -250,8 +252,10 @@ bool RemoteChunkClient::writable(std::string_view drive) const {
   impl_->refreshDrives(*endpoint, cache);
   std::lock_guard lock(cache.mu);
   if (!cache.reachable) return false;
+  // A drive the server's list leaves out (a --dir it was not started with, endpoints
+  // swapped in the map) takes nothing: every put there would fail.
   auto it = cache.writable.find(drive);
-  return it == cache.writable.end() || it->second;
+  return it == cache.writable.end() ? !cache.listed : it->second;
 }
 
 bool RemoteChunkClient::reachable(std::string_view drive) const {

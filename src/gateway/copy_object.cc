@@ -157,7 +157,7 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex, src->size, false);
     if (Status st = co_await writer.start(); !st.isOk()) {
-      co_return errorResponse(fromStatus(st), req);
+      co_return errorResponse(dataPathError(st), req);
     }
     CopySink sink(ctx, writer);
     Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
@@ -165,7 +165,7 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     if (st.isOk()) st = co_await writer.finish();
     if (!st.isOk()) {
       co_await writer.abandon();
-      co_return errorResponse(fromStatus(st), req);
+      co_return errorResponse(dataPathError(st), req);
     }
     if (auto overdue = writeOverdue(ctx, m.version)) {
       co_await writer.abandon();

@@ -331,7 +331,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     // for buffer memory holds back its client through TCP.
     if (Status st = co_await writer->start(); !st.isOk()) {
       writer.reset();  // nothing written: nothing to abandon
-      S3Error err = fromStatus(st);
+      S3Error err = dataPathError(st);
       co_return co_await failWith(err);
     }
     // A member while it may hand chunks to the MD5 lanes: until the last one is read.
@@ -360,7 +360,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       }
       Status st = co_await writer->flush(*n);
       if (!st.isOk()) {
-        S3Error err = fromStatus(st);
+        S3Error err = dataPathError(st);
         co_return co_await failWith(err);
       }
       if (*n < buf.size()) break;
@@ -369,7 +369,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
     (void)co_await hashing.wait();
     Status st = co_await writer->finish();
     if (!st.isOk()) {
-      S3Error err = fromStatus(st);
+      S3Error err = dataPathError(st);
       co_return co_await failWith(err);
     }
   }

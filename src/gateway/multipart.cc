@@ -345,7 +345,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   ObjectWriter writer(ctx.data, version, req.bucket, req.key, ex, length, true);
   if (Status st = co_await writer.start(); !st.isOk()) {
-    co_return errorResponse(fromStatus(st), req);
+    co_return errorResponse(dataPathError(st), req);
   }
   CopySink sink(ctx, writer);
   Status st = Status::ok();
@@ -364,7 +364,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   if (st.isOk()) st = co_await writer.finish();
   if (!st.isOk()) {
     co_await writer.abandon();
-    co_return errorResponse(fromStatus(st), req);
+    co_return errorResponse(dataPathError(st), req);
   }
   if (auto overdue = writeOverdue(ctx, version)) {
     co_await writer.abandon();

@@ -252,4 +252,16 @@ S3Error fromStatus(const Status& status, S3ErrorCode not_found) {
   return {S3ErrorCode::kInternalError, "We encountered an internal error. Please try again."};
 }
 
+S3Error dataPathError(const Status& status) {
+  using Code = Status::Code;
+  switch (status.code()) {
+    case Code::kUnavailable:
+    case Code::kTimeout:
+    case Code::kNoSpace:
+      return fromStatus(status);
+    default:
+      return {S3ErrorCode::kInternalError, "We encountered an internal error. Please try again."};
+  }
+}
+
 }  // namespace granary::gateway

@@ -104,5 +104,10 @@ int httpStatus(S3ErrorCode code);
 // The one place internal failures become S3 errors. `not_found` says which 404 a
 // kNotFound means in this context (kNoSuchBucket or kNoSuchKey).
 S3Error fromStatus(const Status& status, S3ErrorCode not_found = S3ErrorCode::kNoSuchKey);
+// A failure of the data path (writing or reading fragments on the chunk servers): the
+// store's, never the request's, whatever code a chunk server gave (a drive it does not
+// serve is kNotFound, a body that failed its CRC on the wire kInvalidArgument): 503 when a
+// server is down or slow, 507 when the drives are full, otherwise 500. SDKs retry these.
+S3Error dataPathError(const Status& status);
 
 }  // namespace granary::gateway

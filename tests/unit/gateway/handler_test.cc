@@ -1239,6 +1239,21 @@ TEST_CASE("A PUT whose fragment write fails is a 500 and leaves nothing behind")
   CHECK(f.blobCount() == 0);
   // Small objects live in the manifest and do not touch the drives.
   CHECK(f.put("small", "tiny").status == 200);
+  // Whatever a chunk server answered (a drive it does not serve, a body that failed its
+  // CRC on the wire, a clock it finds skewed), it is the store's failure, one an SDK
+  // retries: never NoSuchKey, InvalidArgument or AccessDenied for a good request.
+  for (const Status& st : {Status::notFound("no such drive"),
+                           Status::invalidArgument("body CRC mismatch"),
+                           Status::permissionDenied("request expired"),
+                           Status::alreadyExists("blob exists")}) {
+    CAPTURE(st.toString());
+    f.cluster.chunks->failPuts("d1", st);
+    Reply failed = f.put("obj", data);
+    CHECK(failed.status == 500);
+    CHECK(failed.code == "InternalError");
+  }
+  f.cluster.chunks->failPuts("d1", Status::unavailable("server down"));
+  CHECK(f.put("obj", data).status == 503);
 }
 
 TEST_CASE("Signatures dated more than 15 minutes from the clock are RequestTimeTooSkewed") {
