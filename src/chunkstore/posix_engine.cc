@@ -104,23 +104,20 @@ bool readNoWait(int fd, std::span<const std::span<uint8_t>> parts, uint64_t offs
   return n >= 0 && static_cast<size_t>(n) == total;
 }
 
-Status dataSync(int fd) {
+namespace {
+// fdatasync(2) or fsync(2), again on EINTR.
+Status syncWith(int (*call)(int), int fd, const char* what) {
   int rc;
   do {
-    rc = ::fdatasync(fd);
+    rc = call(fd);
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) return Status::fromErrno(errno, "fdatasync");
+  if (rc != 0) return Status::fromErrno(errno, what);
   return Status::ok();
 }
+}  // namespace
 
-Status fullSync(int fd) {
-  int rc;
-  do {
-    rc = ::fsync(fd);
-  } while (rc != 0 && errno == EINTR);
-  if (rc != 0) return Status::fromErrno(errno, "fsync");
-  return Status::ok();
-}
+Status dataSync(int fd) { return syncWith(::fdatasync, fd, "fdatasync"); }
+Status fullSync(int fd) { return syncWith(::fsync, fd, "fsync"); }
 
 Status punchHole(int fd, uint64_t offset, uint64_t len) {
   if (len == 0) return Status::ok();

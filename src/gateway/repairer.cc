@@ -141,8 +141,10 @@ struct Repairer::Impl {
       f[j].drive = m.drives[s.drives[j]];
       f[j].state = probe(f[j], idOf(j), s.fragment_len);
     }
-    // Which fragments stay where they are, and the domains they hold.
-    std::set<std::string> held;
+    // Which fragments stay where they are; fragments per domain (those that stay, and
+    // later the targets as they are given) and the drives holding one.
+    std::map<std::string, int> domain_load;
+    std::set<std::string> holding;
     int healthy = 0;
     for (int j = 0; j < n; ++j) {
       const State st = f[j].state;
@@ -155,8 +157,8 @@ struct Repairer::Impl {
       }
       if (st == State::kOk) ++healthy;
       const placement::Drive* d = map.findDrive(f[j].drive);
-      const std::string domain = d ? d->domain : f[j].drive;
-      if (!held.insert(domain).second && st == State::kOk) {
+      holding.insert(f[j].drive);
+      if (++domain_load[d ? d->domain : f[j].drive] > 1 && st == State::kOk) {
         f[j].move = true;  // a second fragment in this domain
         ++stats.fragments_stacked;
       }
@@ -211,27 +213,22 @@ struct Repairer::Impl {
       auto there = chunks.stat(d.id, idOf(j));
       return !there && there.error().isNotFound();
     };
-    // Fragments per domain (those that stay, and targets as they are given), and the drives
-    // that hold one: with no free domain, a rebuilt fragment goes to the domain holding
-    // the fewest (a third in a domain of two would leave k - 1 when it goes), onto a drive
-    // without another fragment of the stripe if that domain has one (placement's
-    // degraded rule); the best ranked of equals.
-    std::map<std::string, int> domain_load;
-    std::set<std::string> holding;
-    for (int j = 0; j < n; ++j) {
-      if (f[j].fix) continue;
-      const placement::Drive* d = map.findDrive(f[j].drive);
-      ++domain_load[d ? d->domain : f[j].drive];
-      holding.insert(f[j].drive);
-    }
+    // With no free domain, a rebuilt fragment goes to the domain holding the fewest (a
+    // third in a domain of two would leave k - 1 when it goes), onto a drive without
+    // another fragment of the stripe if that domain has one (placement's degraded rule);
+    // the best ranked of equals.
+    auto loadOf = [&](const std::string& domain) {
+      auto it = domain_load.find(domain);
+      return it == domain_load.end() ? 0 : it->second;
+    };
     auto cost = [&](const placement::Drive& d) {
-      return std::pair{domain_load[d.domain], holding.contains(d.id) ? 1 : 0};
+      return std::pair{loadOf(d.domain), holding.contains(d.id) ? 1 : 0};
     };
     auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
       const placement::Drive* best = nullptr;
       for (size_t idx : ranked) {
         const placement::Drive& d = map.drives[idx];
-        if (!any_domain && held.contains(d.domain)) continue;
+        if (!any_domain && loadOf(d.domain) > 0) continue;
         if (taken.contains(d.id) || !usable(d)) continue;
         if (any_domain && best && cost(d) >= cost(*best)) continue;
         // Never onto a drive that holds this blob id already (a copy waiting for GC).
@@ -249,7 +246,6 @@ struct Repairer::Impl {
         if (d == nullptr) continue;  // a move waits for a free domain
         f[j].target = d->id;
         taken.insert(d->id);
-        held.insert(d->domain);
         ++domain_load[d->domain];
         holding.insert(d->id);
       }

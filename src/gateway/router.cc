@@ -260,6 +260,9 @@ struct Route {
   S3Error error = {};
   const SettingRoute* setting = nullptr;
   const AbsentSetting* absent = nullptr;
+  // The handler decodes an aws-chunked body and checks its chunk signatures (the upload
+  // paths); every other one reads its body as sent.
+  bool decodes_aws_chunked = false;
 };
 
 Route notImplemented(std::string message) {
@@ -376,7 +379,8 @@ Route routeOf(const S3Request& req) {
       }
       if (m == "PUT" && upload_id) {
         return {.op = "UploadPart",
-                .handler = [](Call& c) { return uploadPart(c.ctx, c.req, c.auth, c.body); }};
+                .handler = [](Call& c) { return uploadPart(c.ctx, c.req, c.auth, c.body); },
+                .decodes_aws_chunked = true};
       }
       if (!part_number && upload_id) {
         if (m == "POST") {
@@ -487,7 +491,8 @@ Route routeOf(const S3Request& req) {
     }
     if (m == "PUT") {
       return {.op = "PutObject",
-              .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); }};
+              .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); },
+              .decodes_aws_chunked = true};
     }
     if (m == "DELETE") {
       return {.op = "DeleteObject",
@@ -589,11 +594,10 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   op = route.op;
   if (route.handler == nullptr) co_return errorResponse(route.error, req);
-  // An aws-chunked body (STREAMING-*) is decoded, and its chunk signatures checked, by the
-  // upload paths; every other handler reads its body as sent, so the chunks' signatures
-  // would go unchecked (a body swapped under the request's signature).
+  // A handler that reads its body as sent would leave an aws-chunked body's chunk
+  // signatures unchecked (a body swapped under the request's signature).
   if (auth->info && auth->info->payload_hash.starts_with("STREAMING-") && !body.done() &&
-      route.op != "PutObject" && route.op != "UploadPart") {
+      !route.decodes_aws_chunked) {
     co_return errorResponse({S3ErrorCode::kInvalidRequest,
                              "An aws-chunked (STREAMING-*) body is accepted by PutObject and "
                              "UploadPart only: sign this request's payload SHA-256."},

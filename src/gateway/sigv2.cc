@@ -198,13 +198,10 @@ S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
   // A parameter name written other than plainly ("%61cl", "a+b"): the signed sub-resources
   // are picked from the names as sent, the router decodes them, so "&%61cl" would turn a
   // signed request into an unsigned GetBucketAcl. No S3 parameter name needs encoding.
-  for (std::string_view query = splitTarget(req.target).second; !query.empty();) {
-    const size_t amp = query.find('&');
-    const std::string_view name = query.substr(0, std::min(amp, query.find('=')));
-    if (name.find_first_of("%+") != std::string_view::npos) {
-      return unsignable("an encoded parameter name (" + std::string(name) + ")");
+  for (const auto& [name, value] : parseQueryRaw(splitTarget(req.target).second)) {
+    if (name.find_first_of("%+") != std::string::npos) {
+      return unsignable("an encoded parameter name (" + name + ")");
     }
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
   }
   // Names as the router reads them (percent-decoded).
   for (const auto& [name, value] : parseQuery(splitTarget(req.target).second)) {

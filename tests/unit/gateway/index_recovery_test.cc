@@ -103,6 +103,19 @@ struct RecoveryFixture {
                              registry, o);
   }
 
+  // Two checkpoints a second apart: the older holds object "a", the newer "a" and "b".
+  std::pair<CheckpointInfo, CheckpointInfo> olderAndNewerCheckpoints() {
+    put(index, "a", randomString(kStripe, 3));
+    auto cp = checkpointer();
+    auto older = cp.runOnce();
+    REQUIRE(older.has_value());
+    put(index, "b", randomString(kStripe, 4));
+    cluster.clock.advance(1'000'000'000);
+    auto newer = cp.runOnce();
+    REQUIRE(newer.has_value());
+    return {*older, *newer};
+  }
+
   // System blobs per drive.
   std::map<std::string, std::set<BlobId>> systemBlobs() {
     std::map<std::string, std::set<BlobId>> out;
@@ -235,18 +248,11 @@ TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made
 
 TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be read whole") {
   RecoveryFixture f;
-  f.put(f.index, "a", randomString(kStripe, 3));
-  auto cp = f.checkpointer();
-  auto older = cp.runOnce();
-  REQUIRE(older.has_value());
-  f.put(f.index, "b", randomString(kStripe, 4));
-  f.cluster.clock.advance(1'000'000'000);
-  auto newer = cp.runOnce();
-  REQUIRE(newer.has_value());
+  auto [older, newer] = f.olderAndNewerCheckpoints();
   // Every copy of one piece of the newer checkpoint is lost.
   for (const auto& [drive, ids] : f.systemBlobs()) {
     for (const auto& id : ids) {
-      if (id.version == newer->id && id.stripe == 1 && id.fragment == 0) {
+      if (id.version == newer.id && id.stripe == 1 && id.fragment == 0) {
         REQUIRE(f.cluster.local->remove(drive, id).isOk());
       }
     }
@@ -254,7 +260,7 @@ TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be r
   const std::string dir = f.cluster.dir.path() + "/restored";
   auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
   REQUIRE(restored.has_value());
-  CHECK(restored->id == older->id);
+  CHECK(restored->id == older.id);
   auto idx = f.openAt(dir);
   CHECK(idx->getObject("bucket", "a").has_value());
   CHECK(idx->getObject("bucket", "b").error().isNotFound());
@@ -262,30 +268,23 @@ TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be r
 
 TEST_CASE("Checkpoints are listed newest first, and any one of them can be restored") {
   RecoveryFixture f;
-  f.put(f.index, "a", randomString(kStripe, 3));
-  auto cp = f.checkpointer();
-  auto older = cp.runOnce();
-  REQUIRE(older.has_value());
-  f.put(f.index, "b", randomString(kStripe, 4));
-  f.cluster.clock.advance(1'000'000'000);
-  auto newer = cp.runOnce();
-  REQUIRE(newer.has_value());
+  auto [older, newer] = f.olderAndNewerCheckpoints();
 
   auto listed = listCheckpoints(*f.cluster.chunks, f.cluster.map);
   REQUIRE(listed.has_value());
   REQUIRE(listed->size() == 2);
-  CHECK((*listed)[0].id == newer->id);
-  CHECK((*listed)[1].id == older->id);
-  CHECK((*listed)[1].created_unix_nanos == older->created_unix_nanos);
-  CHECK((*listed)[1].files == older->files);
-  CHECK((*listed)[1].bytes == older->bytes);
+  CHECK((*listed)[0].id == newer.id);
+  CHECK((*listed)[1].id == older.id);
+  CHECK((*listed)[1].created_unix_nanos == older.created_unix_nanos);
+  CHECK((*listed)[1].files == older.files);
+  CHECK((*listed)[1].bytes == older.bytes);
   CHECK((*listed)[1].copies == 3);
 
   // The older one by its id: "b", written after it, is not there.
   const std::string dir = f.cluster.dir.path() + "/chosen";
-  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir, older->id);
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir, older.id);
   REQUIRE(restored.has_value());
-  CHECK(restored->id == older->id);
+  CHECK(restored->id == older.id);
   auto idx = f.openAt(dir);
   CHECK(idx->getObject("bucket", "a").has_value());
   CHECK(idx->getObject("bucket", "b").error().isNotFound());
