@@ -33,6 +33,7 @@
 #include "granary/chunkstore/scrubber.h"
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
+#include "granary/common/durable_dirs.h"
 #include "granary/common/log.h"
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
@@ -76,11 +77,7 @@ void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode
   }
   ::close(fd);
   fs::rename(tmp, p);
-  int dfd = ::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  if (Status st = fsyncPath(p.parent_path()); !st) die(st.toString());
 }
 
 // A root credentials file: {"access_key": ..., "secret_key": ...}.
@@ -478,9 +475,7 @@ int serve(int argc, char** argv) {
   sigset_t sigs = blockStopSignals();
 
   fs::path data(data_dir);
-  std::error_code fec;
-  fs::create_directories(data, fec);
-  if (fec) die("cannot create " + data.string() + ": " + fec.message());
+  if (Status st = createDirectoriesDurably(data); !st) die(st.toString());
 
   SystemClock clock;
   SecureRandom random;
@@ -644,9 +639,6 @@ int indexCommand(int argc, char** argv) {
   SecureRandom random;
   RocksResources rocks;
   prometheus::Registry registry;
-  std::error_code fec;
-  fs::create_directories(dir, fec);
-  if (fec) die("cannot create " + dir + ": " + fec.message());
   auto index = index_kv::openIndex({dir}, rocks, clock);
   if (!index) die("cannot open index: " + index.error().toString());
   *index = index_kv::makeMeteredIndex(std::move(*index), registry);

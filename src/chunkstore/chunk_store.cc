@@ -33,6 +33,7 @@
 #include "io_priority.h"
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/clock.h"
+#include "granary/common/durable_dirs.h"
 #include "granary/common/log.h"
 #include "granary/common/rate_limiter.h"
 #include "granary/common/rocks_resources.h"
@@ -1259,23 +1260,9 @@ Result<std::unique_ptr<ChunkStore>> openChunkStore(const ChunkStoreOptions& opti
   if (options.extent_size < kIoAlign || options.extent_size % kIoAlign != 0) {
     return fail(Status::invalidArgument("extent size is not a multiple of 4 KiB"));
   }
-  std::error_code ec;
+  // New directories must survive a power cut before anything is stored in them.
   for (const char* sub : {"/extents", "/index"}) {
-    const bool existed = std::filesystem::exists(options.dir + sub, ec);
-    std::filesystem::create_directories(options.dir + sub, ec);
-    if (ec) {
-      return fail(Status::ioError(
-          fmt::format("creating {}{}: {}", options.dir, sub, ec.message())));
-    }
-    if (!existed) {
-      // New directories must survive a power cut before anything is stored in them.
-      for (const std::string& d : {options.dir, std::filesystem::path(options.dir)
-                                                    .parent_path()
-                                                    .string()}) {
-        if (d.empty()) continue;
-        if (Status st = syncDirectory(engine, d); !st) return fail(st);
-      }
-    }
+    GRANARY_RETURN_IF_ERROR_RESULT(createDirectoriesDurably(options.dir + sub));
   }
   auto index = RocksIndex::open(options.dir + "/index", resources, options.index_cache_bytes);
   if (!index) return fail(index.error());

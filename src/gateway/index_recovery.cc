@@ -8,9 +8,6 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -26,6 +23,7 @@
 #include "digest.h"
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
+#include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/log.h"
 #include "granary/common/random.h"
@@ -451,25 +449,17 @@ Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemB
 
 // fsync of every file restored into `dir`, then of `dir` and its parent.
 Status syncRestored(const fs::path& dir) {
-  auto sync = [](const fs::path& p, int flags) {
-    const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
-    if (fd < 0) return Status::fromErrno(errno, "opening " + p.string());
-    const int rc = ::fsync(fd);
-    const int err = errno;
-    ::close(fd);
-    return rc == 0 ? Status::ok() : Status::fromErrno(err, "fsync " + p.string());
-  };
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file()) GRANARY_RETURN_IF_ERROR(sync(entry.path(), O_RDONLY));
+    if (entry.is_regular_file()) GRANARY_RETURN_IF_ERROR(fsyncPath(entry.path()));
   }
   if (ec) return Status::fromErrno(ec.value(), "listing " + dir.string());
-  GRANARY_RETURN_IF_ERROR(sync(dir, O_RDONLY | O_DIRECTORY));
+  GRANARY_RETURN_IF_ERROR(fsyncPath(dir));
   // The parent holds the directory's own entry (created by the restore); "a/b/" and "a/."
   // are normalised first, so that the parent is not the directory itself.
   fs::path parent = fs::absolute(dir).lexically_normal();
   if (!parent.has_filename()) parent = parent.parent_path();
-  return sync(parent.parent_path(), O_RDONLY | O_DIRECTORY);
+  return fsyncPath(parent.parent_path());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "granary/common/clock.h"
+#include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/rocks_resources.h"
 #include "index_kv/codec.h"
@@ -46,9 +47,7 @@ Result<std::unique_ptr<Index>> openIndex(const IndexOptions& options, RocksResou
 Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options,
                                                      RocksResources& resources,
                                                      const Clock& clock) {
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) return fail(Status::fromErrno(ec.value(), "index: creating " + options.dir));
+  GRANARY_RETURN_IF_ERROR_RESULT(createDirectoriesDurably(options.dir));
 
   rocksdb::Options db_options = resources.baseOptions();
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;

@@ -5,16 +5,20 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <latch>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <rocksdb/db.h>
 
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
+#include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
 #include "granary/common/random.h"
@@ -149,4 +153,38 @@ TEST_CASE("A RocksDB instance whose flush found its disk full takes writes again
     CHECK(value == "1");
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("createDirectoriesDurably syncs the parent of every directory it creates, top down") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("granary-dirs-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  std::vector<fs::path> synced;
+  auto record = [&](const fs::path& p) {
+    synced.push_back(p);
+    return fsyncPath(p);
+  };
+
+  REQUIRE(createDirectoriesDurably(root / "a" / "b" / "c" / "", record).isOk());
+  CHECK(fs::is_directory(root / "a" / "b" / "c"));
+  CHECK(synced == std::vector<fs::path>{root, root / "a", root / "a" / "b"});
+
+  SECTION("directories that exist cost no sync; only the new one's parent is synced") {
+    synced.clear();
+    REQUIRE(createDirectoriesDurably(root / "a" / "b" / "c", record).isOk());
+    CHECK(synced.empty());
+    REQUIRE(createDirectoriesDurably(root / "a" / "b" / "d", record).isOk());
+    CHECK(synced == std::vector<fs::path>{root / "a" / "b"});
+  }
+  SECTION("a failed sync is the caller's failure") {
+    auto failing = [](const fs::path& p) { return Status::ioError("fsync " + p.string()); };
+    CHECK(createDirectoriesDurably(root / "x" / "y", failing).code() == Status::Code::kIoError);
+  }
+  SECTION("a file in the way is an error, not an exception") {
+    { std::ofstream(root / "file") << "x"; }
+    CHECK(!createDirectoriesDurably(root / "file" / "sub", record).isOk());
+    CHECK(!createDirectoriesDurably(root / "file", record).isOk());
+  }
+  fs::remove_all(root);
 }
