@@ -13,6 +13,7 @@
 #include <fmt/core.h>
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -76,8 +77,18 @@ void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode
     die("cannot write " + tmp.string());
   }
   ::close(fd);
-  fs::rename(tmp, p);
+  std::error_code ec;
+  fs::rename(tmp, p, ec);
+  if (ec) die("cannot rename " + tmp.string() + ": " + ec.message());
   if (Status st = fsyncPath(p.parent_path()); !st) die(st.toString());
+}
+
+// Whether `p` exists; dies (with the reason) when that cannot be told, e.g. EACCES.
+bool existsOrDie(const fs::path& p) {
+  std::error_code ec;
+  const bool exists = fs::exists(p, ec);
+  if (ec) die("cannot read " + p.string() + ": " + ec.message());
+  return exists;
 }
 
 // A root credentials file: {"access_key": ..., "secret_key": ...}.
@@ -96,7 +107,7 @@ gateway::RootUser rootUser(const fs::path& data, Random& random) {
   if (user && password && *user && *password) return {user, password};
   if (user || password) die("set both GRANARY_ROOT_USER and GRANARY_ROOT_PASSWORD, or neither");
   fs::path file = data / "root-credentials.json";
-  if (fs::exists(file)) return readCredentials(file);
+  if (existsOrDie(file)) return readCredentials(file);
   gateway::RootUser root{"GR" + randomAlphanumeric(random, 18), randomAlphanumeric(random, 40)};
   nlohmann::json j = {{"access_key", root.access_key}, {"secret_key", root.secret_key}};
   writeFileDurably(file, j.dump(2) + "\n", 0600);
@@ -105,13 +116,14 @@ gateway::RootUser rootUser(const fs::path& data, Random& random) {
 
 placement::ClusterMap loadOrCreateMap(const fs::path& data, int drives, int k, int m) {
   fs::path file = data / "cluster.json";
-  if (fs::exists(file)) {
+  if (existsOrDie(file)) {
     auto map = placement::ClusterMap::fromJson(readFile(file));
     if (!map) die("invalid " + file.string() + ": " + map.error().toString());
     return *map;
   }
   placement::ClusterMap map;
   map.epoch = 1;
+  if (k < 1 || k > 255 || m < 0 || m > 255) die("--ec-k must be 1-255 and --ec-m 0-255");
   map.ec = {static_cast<uint8_t>(k), static_cast<uint8_t>(m)};
   for (int i = 0; i < drives; ++i) {
     std::string id = fmt::format("d{}", i);
@@ -131,11 +143,11 @@ std::pair<std::string, uint16_t> parseListen(const std::string& listen) {
     host = host.substr(1, host.size() - 2);
   }
   int port = -1;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (...) {
+  const std::string digits = listen.substr(colon + 1);
+  auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (err != std::errc() || end != digits.data() + digits.size() || port < 0 || port > 65535) {
+    die("bad port in --listen " + listen);
   }
-  if (port < 0 || port > 65535) die("bad port in --listen " + listen);
   return {host, static_cast<uint16_t>(port)};
 }
 
@@ -268,9 +280,13 @@ bool parseOptions(const po::options_description& opts, int argc, char** argv,
     std::cout << opts << "\n";
     return false;
   }
-  std::string level = vm["log-level"].as<std::string>();
-  log::setLevel(level == "debug" ? log::Level::kDebug : level == "warn" ? log::Level::kWarn
-                : level == "error" ? log::Level::kError : log::Level::kInfo);
+  const std::string level = vm["log-level"].as<std::string>();
+  static const std::map<std::string, log::Level, std::less<>> kLevels = {
+      {"debug", log::Level::kDebug}, {"info", log::Level::kInfo},
+      {"warn", log::Level::kWarn}, {"error", log::Level::kError}};
+  auto chosen = kLevels.find(level);
+  if (chosen == kLevels.end()) die("--log-level must be debug, info, warn or error");
+  log::setLevel(chosen->second);
   return true;
 }
 
@@ -401,8 +417,11 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.metrics_token = metricsToken(vm);
   gopts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   gopts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
-  // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions).
-  gopts.max_put_seconds = std::max(1, vm["orphan-grace"].as<int>() / 2);
+  // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions): a PUT
+  // may take half the grace, so a blob younger than twice that is never swept.
+  if (vm["orphan-grace"].as<int>() < 60) die("--orphan-grace must be >= 60 (seconds)");
+  if (vm["gc-grace"].as<int>() < 0) die("--gc-grace must be >= 0 (seconds)");
+  gopts.max_put_seconds = vm["orphan-grace"].as<int>() / 2;
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
   if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");

@@ -338,6 +338,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
         body);
   }
   if (auto bad = checkObjectKey(key); !bad) co_return errorResponse(bad.error(), req, body);
+  req.key = key;  // the access log's, and error bodies' Resource
   if (auto named = form->field("bucket"); named && *named != req.bucket) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,
                              "The bucket field does not name the bucket the form posts to."},

@@ -372,13 +372,16 @@ class AccessLog {
     }
     file_ = std::fopen(path.c_str(), "a");
     owned_ = file_ != nullptr;
-    if (!file_) log::error("cannot open access log {}: {}", path, std::strerror(errno));
+    if (!file_) opened_ = Status::fromErrno(errno, "opening the access log " + path);
   }
   ~AccessLog() {
     if (owned_) std::fclose(file_);
   }
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;
+
+  // Why the log asked for could not be opened: the server does not start without it.
+  const Status& opened() const { return opened_; }
 
   void write(const S3Request& req, std::string_view op, int status, uint64_t bytes_in,
              uint64_t bytes_out, double seconds, int64_t unix_nanos) {
@@ -404,6 +407,7 @@ class AccessLog {
  private:
   std::FILE* file_ = nullptr;
   bool owned_ = false;
+  Status opened_;
   std::mutex mu_;
 };
 
@@ -431,6 +435,13 @@ Task<bool> writeResponse(Stream& stream, const S3Request& req, S3Response& r,
   co_return !ec;
 }
 
+// 16 hex digits: x-amz-request-id and the error body's RequestId.
+std::string newRequestId(Random& random) {
+  uint8_t id[8];
+  random.fill(id);
+  return toHex(id);
+}
+
 S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) {
   S3Request req;
   req.method = std::string(h.method_string());
@@ -440,9 +451,7 @@ S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) 
         asciiLower(std::string_view(f.name_string().data(), f.name_string().size())),
         std::string(f.value()));
   }
-  uint8_t id[8];
-  random.fill(id);
-  req.request_id = toHex(id);
+  req.request_id = newRequestId(random);
   return req;
 }
 
@@ -486,18 +495,19 @@ Task<void> lingeringClose(beast::tcp_stream& stream, std::chrono::milliseconds l
 // Answers a connection over the cap with 503 SlowDown, then closes it gently: the
 // request is read and dropped (up to a second), so the client gets the answer, not a
 // reset.
-Task<void> refuseConnection(tcp::socket socket) {
-  static const std::string kResponse = [] {
-    const std::string body = errorXml(
-        {S3ErrorCode::kSlowDown, "Too many connections; reduce your request rate."}, "/", "0");
-    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
-           "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body;
-  }();
+Task<void> refuseConnection(tcp::socket socket, std::string request_id) {
+  const std::string body = errorXml(
+      {S3ErrorCode::kSlowDown, "Too many connections; reduce your request rate."}, "/",
+      request_id);
+  const std::string response = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+      "Retry-After: 1\r\nx-amz-request-id: {}\r\nConnection: close\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      request_id, body.size(), body);
   beast::tcp_stream stream(std::move(socket));
   beast::error_code ec;
   stream.expires_after(std::chrono::seconds(1));
-  co_await asio::async_write(stream, asio::buffer(kResponse), kRedirect(ec));
+  co_await asio::async_write(stream, asio::buffer(response), kRedirect(ec));
   if (!ec) co_await lingeringClose(stream, std::chrono::seconds(1));
   stream.socket().close(ec);  // lingeringClose closed it too, unless the write failed
 }
@@ -549,10 +559,13 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
           ec == ssl::error::stream_truncated) {  // a TLS client gone without close_notify
         break;
       }
-      // Malformed or oversized request head: answer once, then close.
+      // Malformed or oversized request head: answer once, then close, gently: the rest of
+      // the head (and a body) may still be on its way, and closing with unread bytes
+      // would send a reset that can destroy the answer.
+      const auto started = std::chrono::steady_clock::now();
       S3Request bad;
       bad.method = "GET";
-      bad.request_id = "0";
+      bad.request_id = newRequestId(request_ids);
       S3Error err = ec == http::error::header_limit
                         ? S3Error{S3ErrorCode::kRequestHeaderSectionTooLarge,
                                   "Your request header section exceeds the maximum allowed "
@@ -560,9 +573,14 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
                         : S3Error{S3ErrorCode::kInvalidRequest,
                                   "Malformed HTTP request: " + ec.message()};
       S3Response res = errorResponse(err, bad);
-      ctx.metrics.observe("BadRequest", res.status, 0);
-      co_await writeResponse(stream, bad, res, clock, false, io);
-      break;
+      const uint64_t body_bytes = res.body.size();
+      const bool written = co_await writeResponse(stream, bad, res, clock, false, io);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      ctx.metrics.observe("BadRequest", res.status, seconds);
+      access_log.write(bad, "BadRequest", res.status, 0, body_bytes, seconds,
+                       clock.nowUnixNanos());
+      co_return written;
     }
     auto started = std::chrono::steady_clock::now();
     S3Request req = makeRequest(head_parser.get(), request_ids);
@@ -590,6 +608,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     bool reuse = keep_alive && !res.close && !body.failed() && !body.uninvited();
     if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20, std::chrono::seconds(5));
     bool written = true;
+    // writeResponse moves the body out; HEAD sends none.
+    const uint64_t body_bytes = req.method == "HEAD" ? 0 : res.body.size();
     if (!res.streamed) {
       written = co_await writeResponse(stream, req, res, clock, reuse, io);
     } else {
@@ -600,7 +620,7 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     ctx.metrics.observe(op, res.status, seconds);
     access_log.write(req, op, res.status, body.bytes(),
-                     res.streamed ? sink.bytes() : res.body.size(), seconds,
+                     res.streamed ? sink.bytes() : body_bytes, seconds,
                      clock.nowUnixNanos());
     if (!written) break;
     if (!reuse) co_return !body.done() && !body.failed();
@@ -706,6 +726,8 @@ class BeastGatewayServer final : public GatewayServer {
   uint16_t port() const override { return port_; }
 
   // TLS: the certificate chain and key (PEM) of GatewayOptions; nothing when unset.
+  Status accessLogOpened() const { return access_log_.opened(); }
+
   Status loadTls() {
     const auto& o = ctx_.options;
     if (o.tls_cert.empty() && o.tls_key.empty()) return Status::ok();
@@ -810,7 +832,8 @@ class BeastGatewayServer final : public GatewayServer {
         if (tls_) {
           socket.close(ec);  // a plain-text 503 would only be a failed TLS handshake
         } else {
-          asio::co_spawn(acceptor.get_executor(), refuseConnection(std::move(socket)),
+          asio::co_spawn(acceptor.get_executor(),
+                         refuseConnection(std::move(socket), newRequestId(ctx_.deps.random)),
                          asio::detached);
         }
         continue;
@@ -844,7 +867,8 @@ Result<std::unique_ptr<GatewayServer>> GatewayServer::create(const GatewayOption
   auto code = ec::ErasureCode::create(deps.map.ec);
   if (!code) return fail(code.error());
   auto server = std::make_unique<BeastGatewayServer>(options, deps, std::move(*code));
-  Status st = server->loadTls();
+  Status st = server->accessLogOpened();
+  if (st.isOk()) st = server->loadTls();
   if (st.isOk()) st = server->loadUsers();
   if (st.isOk()) st = server->bind();
   if (!st.isOk()) return fail(st);

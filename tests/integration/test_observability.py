@@ -4,6 +4,8 @@ import os
 import time
 import urllib.request
 
+import requests
+
 from conftest import Server, metric_value
 
 
@@ -21,6 +23,14 @@ def test_access_log_has_one_json_line_per_request(granary_bin, tmp_data, tmp_pat
             s3.get_object(Bucket="logged", Key="missing")
         except s3.exceptions.NoSuchKey:
             pass
+        listing = s3.list_objects_v2(Bucket="logged")
+        list_id = listing["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+        list_length = int(listing["ResponseMetadata"]["HTTPHeaders"]["content-length"])
+        head = s3.head_object(Bucket="logged", Key="dir/k\u00e9y")
+        head_id = head["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+        form = s3.generate_presigned_post("logged", "posted/${filename}")
+        requests.post(form["url"], data=form["fields"],
+                      files={"file": ("a.txt", b"posted")}).raise_for_status()
     finally:
         srv.stop()
     lines = [json.loads(line) for line in open(log_path)]
@@ -32,6 +42,13 @@ def test_access_log_has_one_json_line_per_request(granary_bin, tmp_data, tmp_pat
     assert get["op"] == "GetObject" and get["status"] == 200
     assert get["bucket"] == "logged" and get["key"] == "dir/k\u00e9y"
     assert get["bytes_out"] == 300 * 1024
+    # Answers not streamed (XML, errors) count their bodies too; a HEAD sends none.
+    listed = next(x for x in lines if x["request_id"] == list_id)
+    assert listed["op"] == "ListObjectsV2" and listed["bytes_out"] == list_length > 0
+    assert next(x for x in lines if x["op"] == "GetObject" and x["status"] == 404)["bytes_out"] > 0
+    assert next(x for x in lines if x["request_id"] == head_id)["bytes_out"] == 0
+    posted = next(x for x in lines if x["op"] == "PostObject")
+    assert posted["status"] == 204 and posted["key"] == "posted/a.txt"
     putline = next(x for x in lines if x["op"] == "PutObject")
     assert putline["bytes_in"] >= 300 * 1024
     assert putline["user"] == srv.access_key
