@@ -102,12 +102,19 @@ constexpr SettingRoute kSettingRoutes[] = {
 // (isAuthParameter). A sub-resource routed only when alone (?acl, ?tagging...) may come
 // presigned.
 size_t operationParameters(const S3Request& req) {
-  return static_cast<size_t>(std::count_if(
-      req.query.begin(), req.query.end(), [](const auto& p) { return !isAuthParameter(p.first); }));
+  return static_cast<size_t>(
+      std::count_if(req.query.begin(), req.query.end(), [](const auto& p) {
+        return !isAuthParameter(p.first) && !isHoistedHeaderParameter(p.first);
+      }));
 }
 
+// (x-amz-* parameters are headers: a presigned request's are moved to its headers
+// (hoistQueryHeaders); another request's are ignored, as X-Amz-* always were.)
 bool knownParameter(std::string_view name) {
-  if (name.starts_with("response-") || isAuthParameter(name)) return true;
+  if (name.starts_with("response-") || isAuthParameter(name) ||
+      isHoistedHeaderParameter(name)) {
+    return true;
+  }
   return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=
          kKnownParameters.end();
 }
@@ -505,6 +512,29 @@ Route routeOf(const S3Request& req) {
                          "The specified method is not allowed against this resource."}};
 }
 
+// A SigV4 presigned URL's x-amz-* parameters, once its signature holds, become the
+// request's headers (as S3 reads them), before it is routed and authorised: x-amz-meta-*,
+// x-amz-acl, x-amz-tagging, x-amz-copy-source... A header given both ways, or twice, is
+// refused: which one would count is not for the server to guess.
+S3Result<void> hoistQueryHeaders(S3Request& req) {
+  std::vector<std::pair<std::string, std::string>> query;
+  for (auto& [name, value] : req.query) {
+    if (!isHoistedHeaderParameter(name)) {
+      query.emplace_back(std::move(name), std::move(value));
+      continue;
+    }
+    std::string header = asciiLower(name);
+    if (req.header(header)) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    fmt::format("{} is given more than once (in the headers or the query).",
+                                header));
+    }
+    req.headers.emplace_back(std::move(header), std::move(value));
+  }
+  req.query = std::move(query);
+  return {};
+}
+
 }  // namespace
 
 S3Result<void> checkObjectKey(std::string_view key) {
@@ -580,6 +610,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   if (!auth) {
     op = "Auth";
     co_return errorResponse(auth.error(), req);
+  }
+  if (auth->info && auth->info->version == 4 && auth->info->presigned) {
+    if (auto hoisted = hoistQueryHeaders(req); !hoisted) {
+      co_return errorResponse(hoisted.error(), req);
+    }
   }
   Route route = routeOf(req);
   // (The root user may do anything, unless it names another bucket owner than the one it

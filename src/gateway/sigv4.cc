@@ -9,6 +9,7 @@
 #include <openssl/params.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -603,6 +604,16 @@ S3Result<void> matchSignature(std::string_view path, std::string_view provided,
 bool isAuthParameter(std::string_view name) {
   return name.starts_with("X-Amz-") || name == "AWSAccessKeyId" || name == "Signature" ||
          name == "Expires";
+}
+
+bool isHoistedHeaderParameter(std::string_view name) {
+  static constexpr std::array<std::string_view, 8> kSignatureParameters = {
+      "x-amz-algorithm", "x-amz-credential",    "x-amz-date",           "x-amz-expires",
+      "x-amz-signedheaders", "x-amz-signature", "x-amz-security-token", "x-amz-content-sha256"};
+  const std::string lower = asciiLower(name);
+  return lower.starts_with("x-amz-") &&
+         std::find(kSignatureParameters.begin(), kSignatureParameters.end(), lower) ==
+             kSignatureParameters.end();
 }
 
 }  // namespace granary::gateway

@@ -436,6 +436,23 @@ def test_presigned_post_form_upload(server, bucket, js_sdk):
     assert "<Code>EntityTooLarge</Code>" in r["tooLarge"]["body"], r["tooLarge"]
 
 
+def test_presigned_urls_carry_hoisted_headers(server, bucket, js_sdk):
+    """getSignedUrl moves x-amz-meta-*, x-amz-tagging (and the SDK's checksum) into the
+    query: they were refused as unknown subresources (501); now they are the request's
+    headers, as S3 reads them."""
+    r = run_js(server, js_sdk, "presigned-url", bucket)
+    ok = r["whenRequired"]
+    assert ok["status"] == 200, ok
+    assert {"x-amz-meta-colour", "x-amz-tagging", "x-id"} <= set(ok["query"]), ok
+    assert r["metadata"] == {"colour": "blue"} and r["contentType"] == "text/plain", r
+    assert r["tags"] == ["team=ml", "tier=hot"], r
+    assert r["get"] == {"status": 200, "md5": r["md5"]}, r
+    # The default client signs the CRC32 of an empty body into the URL: refused, as on AWS.
+    bad = r["withDefaults"]
+    assert "x-amz-checksum-crc32" in bad["query"], bad
+    assert bad["status"] == 400 and "<Code>BadDigest</Code>" in bad["body"], bad
+
+
 def test_list_buckets_by_pages(server, bucket, js_sdk):
     r = run_js(server, js_sdk, "list-buckets", bucket)
     pages = r["pages"]

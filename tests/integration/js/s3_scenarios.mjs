@@ -51,6 +51,7 @@ import {
 } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { createPresignedPost } from "@aws-sdk/s3-presigned-post";
+import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 
 const require = createRequire(import.meta.url);
 const SDK_VERSION = require("@aws-sdk/client-s3/package.json").version;
@@ -68,7 +69,7 @@ function need(name) {
 const [scenario, bucketArg] = process.argv.slice(2);
 const bucket = bucketArg || process.env.GRANARY_BUCKET;
 
-const client = new S3Client({
+const clientConfig = {
   endpoint: need("GRANARY_ENDPOINT"),
   region: "us-east-1",
   forcePathStyle: true,
@@ -77,7 +78,8 @@ const client = new S3Client({
     accessKeyId: need("GRANARY_ACCESS_KEY"),
     secretAccessKey: need("GRANARY_SECRET_KEY"),
   },
-});
+};
+const client = new S3Client(clientConfig);
 
 // What went on the wire: the deserialize step is the innermost, so the request it sees is
 // the signed one (flexible checksums, aws-chunked framing and all).
@@ -667,6 +669,41 @@ async function presignedPost() {
   };
 }
 
+// Presigned URLs (getSignedUrl), used with fetch as a browser or another program would. The
+// presigner moves every x-amz-* header into the query (x-amz-meta-*, x-amz-tagging...):
+// the object must get them. With the SDK's default checksums the URL also carries the CRC32
+// of the empty body it was signed without (AAAAAA==), so any real body fails its checksum,
+// on AWS as here (aws-sdk-js-v3 #6994); `requestChecksumCalculation: "WHEN_REQUIRED"` is
+// the documented way to presign uploads.
+async function presignedUrl() {
+  const key = "presigned/obj";
+  const data = payload(100 * KiB);
+  const put = async (signer) => {
+    const url = await getSignedUrl(signer, new PutObjectCommand({
+      Bucket: bucket, Key: key, ContentType: "text/plain", Metadata: { colour: "blue" },
+      Tagging: "team=ml&tier=hot",
+    }), { expiresIn: 600 });
+    const res = await fetch(url, { method: "PUT", body: data, headers: { "content-type": "text/plain" } });
+    return { query: [...new URL(url).searchParams.keys()].sort(), status: res.status, body: await res.text() };
+  };
+  const withDefaults = await put(client);
+  const whenRequired = await put(new S3Client({ ...clientConfig, requestChecksumCalculation: "WHEN_REQUIRED" }));
+  const head = await send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+  const tags = await send(new GetObjectTaggingCommand({ Bucket: bucket, Key: key }));
+  const getUrl = await getSignedUrl(client, new GetObjectCommand({ Bucket: bucket, Key: key }), { expiresIn: 600 });
+  const got = await fetch(getUrl);
+  const body = Buffer.from(await got.arrayBuffer());
+  return {
+    withDefaults,
+    whenRequired,
+    metadata: head.Metadata,
+    contentType: head.ContentType,
+    tags: (tags.TagSet ?? []).map((t) => `${t.Key}=${t.Value}`).sort(),
+    get: { status: got.status, md5: md5hex(body) },
+    md5: md5hex(data),
+  };
+}
+
 // ListBuckets by pages: five buckets under a prefix, two a page, through the SDK's
 // paginator; another region lists nothing; a bad page size is refused.
 async function listBuckets() {
@@ -723,6 +760,7 @@ const SCENARIOS = {
   "bucket-policy": bucketPolicy,
   versions,
   "presigned-post": presignedPost,
+  "presigned-url": presignedUrl,
   "list-buckets": listBuckets,
   errors,
 };
