@@ -106,14 +106,15 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   }
   // Onto itself, a copy must change something: its metadata, or the storage class, website
   // redirect or encryption it names (headers Granary accepts and ignores, so such a copy
-  // rewrites the object as it is: `aws s3 cp s3://b/k s3://b/k --storage-class ...`).
+  // rewrites the object as it is: `aws s3 cp s3://b/k s3://b/k --storage-class ...`). A
+  // source naming its version is S3's way to restore that version, and needs no change.
   const bool same_object = source->bucket == req.bucket && source->key == req.key;
   const bool names_a_change =
       directive == "REPLACE" || req.header("x-amz-storage-class") ||
       req.header("x-amz-website-redirect-location") ||
       req.header("x-amz-server-side-encryption") ||
       req.header("x-amz-server-side-encryption-customer-algorithm");
-  if (same_object && !names_a_change) {
+  if (same_object && !source->version && !names_a_change) {
     co_return errorResponse({S3ErrorCode::kInvalidRequest,
                              "This copy request is illegal because it is trying to copy an "
                              "object to itself without changing the object's metadata, storage "
@@ -183,7 +184,9 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }
-  co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
+  S3Response res = xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
+  if (source->version) res.set("x-amz-copy-source-version-id", "null");
+  co_return res;
 }
 
 }  // namespace granary::gateway

@@ -152,6 +152,8 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
 
   S3Response res;
   objectHeaders(m, res);
+  // The one version every object has, named: S3 says which version it served.
+  if (req.queryValue("versionId")) res.set("x-amz-version-id", "null");
   // A part by number is a ranged GET of its bytes (206, Content-Range), as in S3; a bad
   // one is refused before the conditions are looked at.
   std::optional<PartRange> part;
@@ -296,6 +298,7 @@ Task<S3Response> deleteObject(GatewayContext& ctx, const S3Request& req) {
   }
   S3Response res;
   res.status = 204;
+  if (req.queryValue("versionId")) res.set("x-amz-version-id", "null");
   co_return res;
 }
 

@@ -33,7 +33,6 @@ S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv
   p.bucket = req.bucket;
   p.prefix = std::string(req.queryValue("prefix").value_or(""));
   p.delimiter = std::string(req.queryValue("delimiter").value_or(""));
-  p.owner_id = req.principal;
   p.fetch_owner = req.queryValue("fetch-owner") == std::optional<std::string_view>("true");
   if (auto enc = req.queryValue("encoding-type")) {
     if (*enc != "url") {
@@ -98,9 +97,11 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
     co_return errorResponse(parsed.error(), req);
   }
   // The index lists a missing bucket as empty; S3 answers NoSuchBucket.
+  // The bucket's owner owns every object in it (the listing's <Owner>, not the caller).
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListResult> {
     auto bucket = ctx.index().getBucket(req.bucket);
     if (!bucket) return fail(bucket.error());
+    p.owner_id = bucket->owner;
     return ctx.index().listObjects(req.bucket, lr);
   });
   if (!result) co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);

@@ -388,7 +388,9 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
     co_await removeBlobs(ctx, recorded.error(), part.drives, part.stripes);
     co_return errorResponse(err, req);
   }
-  co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
+  S3Response res = xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
+  if (source->version) res.set("x-amz-copy-source-version-id", "null");
+  co_return res;
 }
 
 // The answer to a Complete of an upload that is gone because it was completed: a client

@@ -555,13 +555,13 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
     if (child.type() != pugi::node_element) continue;
     const std::string_view name = child.name();
     if (name == "ID" || name == "Status" || name == "Prefix" || name == "Filter" ||
-        name == "Expiration" || name == "AbortIncompleteMultipartUpload") {
+        name == "Expiration" || name == "AbortIncompleteMultipartUpload" ||
+        name == "NoncurrentVersionExpiration") {
       continue;
     }
-    if (name == "Transition" || name == "NoncurrentVersionTransition" ||
-        name == "NoncurrentVersionExpiration") {
+    if (name == "Transition" || name == "NoncurrentVersionTransition") {
       return notImplemented(std::string("Lifecycle action ") + child.name() +
-                            " is not implemented (no storage classes or versioning)");
+                            " is not implemented (no storage classes)");
     }
     return malformedXml();
   }
@@ -620,13 +620,23 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
     rule.prefix = node.child("Prefix").text().as_string();
   }
   if (pugi::xml_node exp = node.child("Expiration")) {
-    if (exp.child("ExpiredObjectDeleteMarker")) {
-      return notImplemented("ExpiredObjectDeleteMarker is not implemented (no versioning)");
-    }
     const bool has_days = exp.child("Days");
     const bool has_date = exp.child("Date");
-    if (has_days == has_date) return malformedXml();
-    if (has_days) {
+    if (pugi::xml_node marker = exp.child("ExpiredObjectDeleteMarker")) {
+      // Alone in its Expiration, and never with a tag filter (as S3 requires).
+      const std::string_view v = marker.text().as_string();
+      if (v != "true" && v != "false") return malformedXml();
+      if (has_days || has_date) {
+        return invalidArgument("ExpiredObjectDeleteMarker cannot be specified with Days or Date "
+                               "in a Lifecycle Expiration Policy");
+      }
+      if (!rule.tags.empty()) {
+        return invalidArgument("Tag-based filters cannot be used with ExpiredObjectDeleteMarker");
+      }
+      rule.expired_object_delete_marker = v == "true";
+    } else if (has_days == has_date) {
+      return malformedXml();
+    } else if (has_days) {
       rule.expiration_days = parseDays(exp.child("Days").text().as_string());
       if (!rule.expiration_days) {
         return invalidArgument("'Days' for Expiration action must be a positive integer");
@@ -645,7 +655,21 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
                              "must be a positive integer");
     }
   }
-  if (!rule.expiration_days && !rule.expiration_date_unix && !rule.abort_incomplete_days) {
+  if (pugi::xml_node noncurrent = node.child("NoncurrentVersionExpiration")) {
+    rule.noncurrent_days = parseDays(noncurrent.child("NoncurrentDays").text().as_string());
+    if (!rule.noncurrent_days) {
+      return invalidArgument("'NoncurrentDays' for NoncurrentVersionExpiration action must be a "
+                             "positive integer");
+    }
+    if (pugi::xml_node newer = noncurrent.child("NewerNoncurrentVersions")) {
+      rule.newer_noncurrent_versions = parseDays(newer.text().as_string());
+      if (!rule.newer_noncurrent_versions || *rule.newer_noncurrent_versions > 100) {
+        return invalidArgument("'NewerNoncurrentVersions' must be between 1 and 100");
+      }
+    }
+  }
+  if (!rule.expiration_days && !rule.expiration_date_unix && !rule.abort_incomplete_days &&
+      !rule.noncurrent_days && !rule.expired_object_delete_marker) {
     return invalidArgument("At least one action needs to be specified in a rule");
   }
   if (rule.abort_incomplete_days &&
@@ -844,6 +868,18 @@ std::string lifecycleConfigurationXml(const std::vector<index_kv::LifecycleRule>
         x.element("Date", midnightDate(*rule.expiration_date_unix));
       }
       x.close();
+    } else if (rule.expired_object_delete_marker) {
+      x.open("Expiration")
+          .element("ExpiredObjectDeleteMarker", *rule.expired_object_delete_marker ? "true"
+                                                                                   : "false")
+          .close();
+    }
+    if (rule.noncurrent_days) {
+      x.open("NoncurrentVersionExpiration");
+      if (rule.newer_noncurrent_versions) {
+        x.element("NewerNoncurrentVersions", std::to_string(*rule.newer_noncurrent_versions));
+      }
+      x.element("NoncurrentDays", std::to_string(*rule.noncurrent_days)).close();
     }
     if (rule.abort_incomplete_days) {
       x.open("AbortIncompleteMultipartUpload")

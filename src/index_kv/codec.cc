@@ -339,6 +339,9 @@ std::string encodeBucket(const BucketInfo& bucket) {
       if (r.expiration_days) rule["ed"] = *r.expiration_days;
       if (r.expiration_date_unix) rule["et"] = *r.expiration_date_unix;
       if (r.abort_incomplete_days) rule["ad"] = *r.abort_incomplete_days;
+      if (r.noncurrent_days) rule["nd"] = *r.noncurrent_days;
+      if (r.newer_noncurrent_versions) rule["nn"] = *r.newer_noncurrent_versions;
+      if (r.expired_object_delete_marker) rule["dm"] = *r.expired_object_delete_marker;
       if (!r.tags.empty()) rule["tg"] = r.tags;
       if (r.size_greater_than) rule["sg"] = *r.size_greater_than;
       if (r.size_less_than) rule["sl"] = *r.size_less_than;
@@ -386,6 +389,9 @@ Result<BucketInfo> decodeBucket(std::string_view value) {
         if (const Json* v = findField(rule, "ed")) r.expiration_days = asI64(*v);
         if (const Json* v = findField(rule, "et")) r.expiration_date_unix = asI64(*v);
         if (const Json* v = findField(rule, "ad")) r.abort_incomplete_days = asI64(*v);
+        if (const Json* v = findField(rule, "nd")) r.noncurrent_days = asI64(*v);
+        if (const Json* v = findField(rule, "nn")) r.newer_noncurrent_versions = asI64(*v);
+        if (const Json* v = findField(rule, "dm")) r.expired_object_delete_marker = asBool(*v);
         if (const Json* v = findField(rule, "tg")) r.tags = asStringMap(*v);
         if (const Json* v = findField(rule, "sg")) r.size_greater_than = asU64(*v);
         if (const Json* v = findField(rule, "sl")) r.size_less_than = asU64(*v);

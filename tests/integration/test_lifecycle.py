@@ -63,6 +63,25 @@ def test_configuration_round_trips_through_aws_cli(fast, tmp_path):
     assert got[2]["Status"] == "Disabled"
     assert got[2]["Expiration"]["Date"].startswith("2030-01-01T00:00:00")
 
+    # The versioning actions (Terraform's usual templates carry them) are kept and read
+    # back; with one version per key and no delete markers they do nothing.
+    versions = {"Rules": [
+        {"ID": "noncurrent", "Filter": {"Prefix": "ckpt/"}, "Status": "Enabled",
+         "Expiration": {"Days": 30},
+         "NoncurrentVersionExpiration": {"NoncurrentDays": 7, "NewerNoncurrentVersions": 2}},
+        {"ID": "markers", "Filter": {"Prefix": ""}, "Status": "Enabled",
+         "Expiration": {"ExpiredObjectDeleteMarker": True}},
+    ]}
+    path.write_text(json.dumps(versions))
+    fast.aws("s3api", "put-bucket-lifecycle-configuration", "--bucket", name,
+             "--lifecycle-configuration", f"file://{path}")
+    got = s3.get_bucket_lifecycle_configuration(Bucket=name)["Rules"]
+    assert got[0]["Expiration"] == {"Days": 30}
+    assert got[0]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7,
+                                                     "NewerNoncurrentVersions": 2}
+    assert got[1]["Expiration"] == {"ExpiredObjectDeleteMarker": True}
+    assert "NoncurrentVersionExpiration" not in got[1]
+
     fast.aws("s3api", "delete-bucket-lifecycle", "--bucket", name)
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_bucket_lifecycle_configuration(Bucket=name)
@@ -88,6 +107,15 @@ def test_configuration_round_trips_through_aws_cli(fast, tmp_path):
       "Status": "Enabled", "Expiration": {"Days": 1}}, "InvalidArgument"),
     ({"ID": "nothing", "Filter": {"Prefix": ""}, "Status": "Enabled",
       "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": -1}}, "InvalidArgument"),
+    ({"ID": "nc0", "Filter": {"Prefix": ""}, "Status": "Enabled",
+      "NoncurrentVersionExpiration": {"NoncurrentDays": 0}}, "InvalidArgument"),
+    ({"ID": "ncmove", "Filter": {"Prefix": ""}, "Status": "Enabled",
+      "NoncurrentVersionTransitions": [{"NoncurrentDays": 30, "StorageClass": "GLACIER"}]},
+     "NotImplemented"),
+    ({"ID": "both", "Filter": {"Prefix": ""}, "Status": "Enabled",
+      "Expiration": {"Days": 1, "ExpiredObjectDeleteMarker": True}}, "InvalidArgument"),
+    ({"ID": "tagged", "Filter": {"Tag": {"Key": "k", "Value": "v"}}, "Status": "Enabled",
+      "Expiration": {"ExpiredObjectDeleteMarker": True}}, "InvalidArgument"),
 ])
 def test_bad_rules_get_the_aws_error(fast, rule, code):
     s3 = fast.client()

@@ -60,3 +60,35 @@ def test_aws_cli_lists_versions(server, s3, bucket):
         {"Key": "one", "VersionId": "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY"}]})
     assert res["Errors"][0]["Code"] == "InvalidArgument"
     assert s3.get_object(Bucket=bucket, Key="one")["Body"].read() == b"1"
+
+
+def test_the_null_version_named_is_answered_as_s3_answers_it(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="v", Body=b"one", Metadata={"m": "1"})
+    assert s3.get_object(Bucket=bucket, Key="v", VersionId="null")["VersionId"] == "null"
+    assert s3.head_object(Bucket=bucket, Key="v", VersionId="null")["VersionId"] == "null"
+    assert "VersionId" not in s3.head_object(Bucket=bucket, Key="v")
+    # Copying a version onto its own key is S3's way to restore it: no change needed.
+    copied = s3.copy_object(Bucket=bucket, Key="v", CopySource=f"{bucket}/v?versionId=null")
+    assert copied["CopySourceVersionId"] == "null"
+    assert s3.get_object(Bucket=bucket, Key="v")["Metadata"] == {"m": "1"}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="v", CopySource=f"{bucket}/v")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert s3.delete_object(Bucket=bucket, Key="v", VersionId="null")["VersionId"] == "null"
+
+
+def test_listings_name_the_buckets_owner_not_the_caller(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="owned", Body=b"x")
+    owner = s3.list_object_versions(Bucket=bucket)["Versions"][0]["Owner"]["ID"]
+    assert owner
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    try:
+        anonymous = boto3.client(
+            "s3", endpoint_url=server.endpoint, region_name="us-east-1",
+            config=botocore.config.Config(signature_version=botocore.UNSIGNED,
+                                          s3={"addressing_style": "path"}))
+        listed = anonymous.list_object_versions(Bucket=bucket)["Versions"][0]
+        assert listed["Owner"]["ID"] == owner
+        assert anonymous.list_objects(Bucket=bucket)["Contents"][0]["Owner"]["ID"] == owner
+    finally:
+        s3.put_bucket_acl(Bucket=bucket, ACL="private")

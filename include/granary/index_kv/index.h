@@ -77,6 +77,13 @@ struct LifecycleRule {
   std::map<std::string, std::string> tags = {};
   std::optional<uint64_t> size_greater_than = {};
   std::optional<uint64_t> size_less_than = {};
+  // The versioning actions: NoncurrentVersionExpiration (NoncurrentDays, and
+  // NewerNoncurrentVersions) and Expiration/ExpiredObjectDeleteMarker. Kept and answered
+  // as set (configuration tools compare what they read back), and no-ops: every object is
+  // its one current version, and there are no delete markers.
+  std::optional<int64_t> noncurrent_days = {};
+  std::optional<int64_t> newer_noncurrent_versions = {};
+  std::optional<bool> expired_object_delete_marker = {};
   bool operator==(const LifecycleRule&) const = default;
 };
 

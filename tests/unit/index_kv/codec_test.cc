@@ -241,7 +241,9 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   b.lifecycle = {LifecycleRule{"logs", true, "logs/", 30, std::nullopt, 7},
                  LifecycleRule{"old", false, "", std::nullopt, 1767225600, std::nullopt},
                  LifecycleRule{"tagged", true, "tmp/", 1, std::nullopt, std::nullopt,
-                               {{"temp", "yes"}, {"stage", "raw"}}, 0, 1 << 20}};
+                               {{"temp", "yes"}, {"stage", "raw"}}, 0, 1 << 20},
+                 LifecycleRule{"versions", true, "", std::nullopt, std::nullopt, std::nullopt,
+                               {}, std::nullopt, std::nullopt, 7, 3, true}};
   auto settings = decodeBucket(encodeBucket(b));
   REQUIRE(settings.has_value());
   CHECK(*settings == b);
@@ -250,6 +252,10 @@ TEST_CASE("Bucket, summary and GC values round-trip") {
   CHECK(settings->lifecycle[2].size_greater_than == 0u);
   CHECK(settings->lifecycle[2].tags.at("stage") == "raw");
   CHECK(settings->lifecycle[2].enabled);
+  CHECK(settings->lifecycle[3].noncurrent_days == 7);
+  CHECK(settings->lifecycle[3].newer_noncurrent_versions == 3);
+  CHECK(settings->lifecycle[3].expired_object_delete_marker == true);
+  CHECK_FALSE(settings->lifecycle[0].noncurrent_days);
   // What a gateway older than the filters sees of that rule: disabled, not prefix-only.
   {
     const nlohmann::json stored = nlohmann::json::from_cbor(encodeBucket(b));
