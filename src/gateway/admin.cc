@@ -171,7 +171,12 @@ Task<S3Response> adminStats(GatewayContext& ctx, const S3Request& req) {
       return 0;
     }
     out["buckets"] = buckets->size();
-    const index_kv::RecordIndexStats r = ctx.index().recordIndexStats();
+    auto records = ctx.index().recordIndexStats();
+    if (!records) {
+      failed = records.error();
+      return 0;
+    }
+    const index_kv::RecordIndexStats& r = *records;
     out["record_index"] = {{"rows", r.rows},
                            {"bytes", r.bytes},
                            {"sets", r.sets},

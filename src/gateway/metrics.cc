@@ -154,6 +154,18 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      "Bytes of verified page-cache pages mapped now (in RSS as file pages)",
                      &chunkstore::DriveStats::verified_bytes},
       },
+      drive_up_(prometheus::BuildGauge()
+                    .Name("granary_drive_up")
+                    .Help("1 if the drive's statistics were read for this scrape, 0 if its "
+                          "server or the drive did not answer (its other series are left "
+                          "out then)")
+                    .Register(registry)),
+      index_up_(prometheus::BuildGauge()
+                    .Name("granary_index_up")
+                    .Help("1 if the index's statistics were read for this scrape, 0 if the "
+                          "index did not answer")
+                    .Register(registry)
+                    .Add({})),
       record_index_(prometheus::BuildGauge()
                         .Name("granary_record_index")
                         .Help("Record index size (RocksDB estimates): rows, bytes, sets, dead_sets")
@@ -220,28 +232,55 @@ DataPathCounters GatewayMetrics::dataPathCounters() {
           hedged_stripes_, sent_from_cache_};
 }
 
-void GatewayMetrics::setDrive(const std::string& drive, const chunkstore::DriveStats& stats) {
-  for (auto& g : drives_) {
-    g.family->Add({{"drive", drive}}).Set(static_cast<double>(stats.*g.field));
+namespace {
+
+// Sets each (label value, figure) of `family`'s series labelled `label`; when `ok` is
+// false, removes them instead.
+void setOrRemove(prometheus::Family<prometheus::Gauge>& family, const std::string& label,
+                 bool ok, std::initializer_list<std::pair<const char*, uint64_t>> values) {
+  for (const auto& [name, value] : values) {
+    prometheus::Gauge& gauge = family.Add({{label, name}});
+    if (ok) {
+      gauge.Set(static_cast<double>(value));
+    } else {
+      family.Remove(&gauge);
+    }
   }
 }
 
-void GatewayMetrics::setRecordIndex(const index_kv::RecordIndexStats& stats) {
-  record_index_.Add({{"what", "rows"}}).Set(static_cast<double>(stats.rows));
-  record_index_.Add({{"what", "bytes"}}).Set(static_cast<double>(stats.bytes));
-  record_index_.Add({{"what", "sets"}}).Set(static_cast<double>(stats.sets));
-  record_index_.Add({{"what", "dead_sets"}}).Set(static_cast<double>(stats.dead_sets));
+}  // namespace
+
+void GatewayMetrics::setDrive(const std::string& drive,
+                              const Result<chunkstore::DriveStats>& stats) {
+  std::lock_guard lock(scraped_gauges_mu_);
+  drive_up_.Add({{"drive", drive}}).Set(stats ? 1 : 0);
+  for (auto& g : drives_) {
+    prometheus::Gauge& gauge = g.family->Add({{"drive", drive}});
+    if (stats) {
+      gauge.Set(static_cast<double>((*stats).*g.field));
+    } else {
+      g.family->Remove(&gauge);
+    }
+  }
 }
 
-void GatewayMetrics::setIndexStorage(const index_kv::IndexStorageStats& stats) {
-  index_storage_.Add({{"what", "sst"}}).Set(static_cast<double>(stats.sst_bytes));
-  index_storage_.Add({{"what", "memtable"}}).Set(static_cast<double>(stats.memtable_bytes));
-  index_storage_.Add({{"what", "live_data"}}).Set(static_cast<double>(stats.live_data_bytes));
-}
-
-void GatewayMetrics::setIndexCommits(const index_kv::IndexCommitStats& stats) {
-  index_group_commits_.Set(static_cast<double>(stats.batches));
-  index_committed_requests_.Set(static_cast<double>(stats.requests));
+void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
+                              const Result<index_kv::IndexStorageStats>& storage,
+                              const Result<index_kv::IndexCommitStats>& commits) {
+  std::lock_guard lock(scraped_gauges_mu_);
+  index_up_.Set(records && storage && commits ? 1 : 0);
+  const index_kv::RecordIndexStats r = records.value_or(index_kv::RecordIndexStats{});
+  setOrRemove(record_index_, "what", records.has_value(),
+              {{"rows", r.rows}, {"bytes", r.bytes}, {"sets", r.sets},
+               {"dead_sets", r.dead_sets}});
+  const index_kv::IndexStorageStats s = storage.value_or(index_kv::IndexStorageStats{});
+  setOrRemove(index_storage_, "what", storage.has_value(),
+              {{"sst", s.sst_bytes}, {"memtable", s.memtable_bytes},
+               {"live_data", s.live_data_bytes}});
+  if (commits) {
+    index_group_commits_.Set(static_cast<double>(commits->batches));
+    index_committed_requests_.Set(static_cast<double>(commits->requests));
+  }
 }
 
 void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {

@@ -34,12 +34,17 @@ class GatewayMetrics {
   void loopLag(double seconds) { loop_lag_.Observe(seconds); }
   prometheus::Registry& registry() { return registry_; }
   DataPathCounters dataPathCounters();
-  // Per-drive gauges, refreshed from ChunkClient::stats before each scrape.
-  void setDrive(const std::string& drive, const chunkstore::DriveStats& stats);
-  // Record index: size gauges refreshed before each scrape; outcomes of indexed uploads.
-  void setRecordIndex(const index_kv::RecordIndexStats& stats);
-  void setIndexStorage(const index_kv::IndexStorageStats& stats);
-  void setIndexCommits(const index_kv::IndexCommitStats& stats);
+  // Per-drive gauges, refreshed from ChunkClient::stats before each scrape. A drive whose
+  // statistics could not be read has granary_drive_up 0 and no other series: a value
+  // kept from an earlier scrape (a dead drive's free space) would be a lie.
+  void setDrive(const std::string& drive, const Result<chunkstore::DriveStats>& stats);
+  // The index's gauges (record index, storage, commits), refreshed before each scrape;
+  // granary_index_up 0 when one could not be read (an index service down), whose series
+  // are then left out (the commit counts, unlabelled, keep their last value).
+  void setIndex(const Result<index_kv::RecordIndexStats>& records,
+                const Result<index_kv::IndexStorageStats>& storage,
+                const Result<index_kv::IndexCommitStats>& commits);
+  // Outcomes of indexed uploads.
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
   // scrape.
   void setBufferBudget(const BufferBudget::Stats& stats);
@@ -70,6 +75,11 @@ class GatewayMetrics {
     prometheus::Family<prometheus::Gauge>* family = nullptr;
   };
   std::vector<DriveGauge> drives_;
+  prometheus::Family<prometheus::Gauge>& drive_up_;
+  prometheus::Gauge& index_up_;
+  // Series are removed and added again: two scrapes at once must not set one the other
+  // is removing.
+  std::mutex scraped_gauges_mu_;
   prometheus::Family<prometheus::Gauge>& record_index_;
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;

@@ -202,15 +202,19 @@ S3Result<S3Request> putRequestOf(const S3Request& post, const FormHead& form,
 }
 
 // What the form's success_action_* fields ask for, after the object is stored.
-S3Response successResponse(GatewayContext& ctx, const S3Request& post, const FormHead& form,
-                           const S3Request& put, const S3Response& stored) {
+S3Response successResponse(const S3Request& post, const FormHead& form, const S3Request& put,
+                           const S3Response& stored) {
   std::string etag;
   for (const auto& [name, value] : stored.headers) {
     if (name == "ETag") etag = value;
   }
+  // The object's URL in the form's own style: a form posted to a virtual-hosted bucket
+  // (path "/", the Host names the bucket) gets https://bucket.domain/key, as from S3.
+  const bool virtual_hosted = post.path == "/";
   const std::string location =
-      fmt::format("{}://{}{}", ctx.options.tls_cert.empty() ? "http" : "https",
-                  post.header("host").value_or("localhost"), put.path);
+      fmt::format("{}://{}{}", post.secure ? "https" : "http",
+                  post.header("host").value_or("localhost"),
+                  virtual_hosted ? "/" + uriEncode(put.key, false) : put.path);
   auto redirect = form.field("success_action_redirect");
   if (!redirect) redirect = form.field("redirect");
   S3Response res;
@@ -414,7 +418,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
     stored.close = stored.close || !body.done();
     co_return stored;
   }
-  S3Response res = successResponse(ctx, req, *form, *put, stored);
+  S3Response res = successResponse(req, *form, *put, stored);
   res.close = !body.done();
   co_return res;
 }

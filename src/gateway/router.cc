@@ -216,6 +216,42 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req, bool vir
   return auth;
 }
 
+// The gauges read from other components when Prometheus scrapes: every drive's
+// statistics and the index's, read in parallel, so that a host that does not answer costs
+// its timeout once, not once per drive (one after another, they outlasted Prometheus's
+// 10 s scrape timeout and every gauge went missing).
+Task<void> refreshScrapedGauges(GatewayContext& ctx) {
+  struct Scraped {
+    std::vector<Result<chunkstore::DriveStats>> drives;
+    Result<index_kv::RecordIndexStats> records;
+    Result<index_kv::IndexStorageStats> storage;
+    Result<index_kv::IndexCommitStats> commits;
+  };
+  const auto& drives = ctx.deps.map.drives;
+  // Shared with the tasks: they own what they write, whatever happens to this frame.
+  auto scraped = std::make_shared<Scraped>();
+  scraped->drives.resize(drives.size());
+  TaskGroup group(ctx.pool(), co_await asio::this_coro::executor);
+  for (size_t i = 0; i < drives.size(); ++i) {
+    group.spawn([&chunks = ctx.deps.chunks, scraped, i, id = drives[i].id] {
+      scraped->drives[i] = chunks.stats(id);
+      return Status::ok();
+    });
+  }
+  group.spawn([&index = ctx.index(), scraped] {
+    scraped->records = index.recordIndexStats();
+    scraped->storage = index.storageStats();
+    scraped->commits = index.commitStats();
+    return Status::ok();
+  });
+  (void)co_await group.wait();
+  for (size_t i = 0; i < drives.size(); ++i) {
+    ctx.metrics.setDrive(drives[i].id, scraped->drives[i]);
+  }
+  ctx.metrics.setIndex(scraped->records, scraped->storage, scraped->commits);
+  ctx.metrics.setBufferBudget(ctx.data.budget().stats());
+}
+
 Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::string& op) {
   S3Response res;
   if (req.path == "/_granary/health") {
@@ -228,18 +264,7 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
       co_return errorResponse({S3ErrorCode::kAccessDenied,
                                "Metrics need Authorization: Bearer <token>"}, req);
     }
-    co_await offload(ctx.pool(), [&] {
-      for (const auto& d : ctx.deps.map.drives) {
-        if (auto st = ctx.deps.chunks.stats(d.id)) {
-          ctx.metrics.setDrive(d.id, *st);
-        }
-      }
-      ctx.metrics.setRecordIndex(ctx.index().recordIndexStats());
-      ctx.metrics.setIndexStorage(ctx.index().storageStats());
-      ctx.metrics.setIndexCommits(ctx.index().commitStats());
-      ctx.metrics.setBufferBudget(ctx.data.budget().stats());
-      return 0;
-    });
+    co_await refreshScrapedGauges(ctx);
     res.set("Content-Type", "text/plain; version=0.0.4");
     res.body = prometheus::TextSerializer().Serialize(ctx.metrics.registry().Collect());
   } else {
@@ -553,6 +578,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   op = "Unknown";
   bool virtual_host = false;
   if (auto parsed = parseTarget(req, ctx.options.virtual_host_domain, virtual_host); !parsed) {
+    // A key refused for its form (too long, not UTF-8) is still an answer the page must be
+    // allowed to read, as every other error is.
+    if (!req.bucket.empty() && plausibleBucketName(req.bucket)) {
+      co_await addCorsHeaders(ctx, req);
+    }
     co_return errorResponse(parsed.error(), req);
   }
   if (!virtual_host && req.path.starts_with("/_granary/admin/")) {

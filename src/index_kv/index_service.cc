@@ -377,20 +377,26 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"record_stats",
        [](Index& x, const Json&) -> Result<Json> {
-         RecordIndexStats s = x.recordIndexStats();
+         auto stats = x.recordIndexStats();
+         if (!stats) return fail(stats.error());
+         const RecordIndexStats& s = *stats;
          return Json{{"rows", s.rows}, {"bytes", s.bytes}, {"sets", s.sets},
                      {"dead_sets", s.dead_sets}};
        }},
       {"storage_stats",
        [](Index& x, const Json&) -> Result<Json> {
-         IndexStorageStats s = x.storageStats();
+         auto stats = x.storageStats();
+         if (!stats) return fail(stats.error());
+         const IndexStorageStats& s = *stats;
          return Json{{"sst_bytes", s.sst_bytes},
                      {"memtable_bytes", s.memtable_bytes},
                      {"live_data_bytes", s.live_data_bytes}};
        }},
       {"commit_stats",
        [](Index& x, const Json&) -> Result<Json> {
-         IndexCommitStats s = x.commitStats();
+         auto stats = x.commitStats();
+         if (!stats) return fail(stats.error());
+         const IndexCommitStats& s = *stats;
          return Json{{"batches", s.batches}, {"requests", s.requests}};
        }},
   };
@@ -644,27 +650,24 @@ class RemoteIndex final : public Index {
                                        j.at("sets_removed").get<uint64_t>()};
                 });
   }
-  // Statistics are best effort: an unreachable service reads as zeros.
-  RecordIndexStats recordIndexStats() override {
-    auto r = query("record_stats", Json::object(), [](const Json& j) {
+  // An unreachable service is an error, not zeros (a metric would show an empty index).
+  Result<RecordIndexStats> recordIndexStats() override {
+    return query("record_stats", Json::object(), [](const Json& j) {
       return RecordIndexStats{j.at("rows").get<uint64_t>(), j.at("bytes").get<uint64_t>(),
                               j.at("sets").get<uint64_t>(), j.at("dead_sets").get<uint64_t>()};
     });
-    return r ? *r : RecordIndexStats{};
   }
-  IndexStorageStats storageStats() override {
-    auto r = query("storage_stats", Json::object(), [](const Json& j) {
+  Result<IndexStorageStats> storageStats() override {
+    return query("storage_stats", Json::object(), [](const Json& j) {
       return IndexStorageStats{j.at("sst_bytes").get<uint64_t>(),
                                j.at("memtable_bytes").get<uint64_t>(),
                                j.at("live_data_bytes").get<uint64_t>()};
     });
-    return r ? *r : IndexStorageStats{};
   }
-  IndexCommitStats commitStats() override {
-    auto r = query("commit_stats", Json::object(), [](const Json& j) {
+  Result<IndexCommitStats> commitStats() override {
+    return query("commit_stats", Json::object(), [](const Json& j) {
       return IndexCommitStats{j.at("batches").get<uint64_t>(), j.at("requests").get<uint64_t>()};
     });
-    return r ? *r : IndexCommitStats{};
   }
 
  private:

@@ -207,9 +207,9 @@ class MeteredIndex final : public Index {
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows, int64_t orphan_before) override {
     return timed(kRecordGc, [&] { return inner_->collectRecordGarbage(max_rows, orphan_before); });
   }
-  RecordIndexStats recordIndexStats() override { return inner_->recordIndexStats(); }
-  IndexStorageStats storageStats() override { return inner_->storageStats(); }
-  IndexCommitStats commitStats() override { return inner_->commitStats(); }
+  Result<RecordIndexStats> recordIndexStats() override { return inner_->recordIndexStats(); }
+  Result<IndexStorageStats> storageStats() override { return inner_->storageStats(); }
+  Result<IndexCommitStats> commitStats() override { return inner_->commitStats(); }
   Status checkpoint(const std::string& dir) override { return inner_->checkpoint(dir); }
   Result<int64_t> createdUnixNanos() override { return inner_->createdUnixNanos(); }
 

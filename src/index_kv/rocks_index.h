@@ -91,9 +91,9 @@ class RocksIndex final : public Index {
                                             size_t limit) override;
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                              int64_t orphan_before_unix_nanos) override;
-  RecordIndexStats recordIndexStats() override;
-  IndexStorageStats storageStats() override;
-  IndexCommitStats commitStats() override { return queue_->stats(); }
+  Result<RecordIndexStats> recordIndexStats() override;
+  Result<IndexStorageStats> storageStats() override;
+  Result<IndexCommitStats> commitStats() override { return queue_->stats(); }
   Status checkpoint(const std::string& dir) override;
   Result<int64_t> createdUnixNanos() override { return created_unix_nanos_; }
 

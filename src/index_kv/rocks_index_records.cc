@@ -376,7 +376,7 @@ Result<RecordGcStats> RocksIndex::collectRecordGarbage(size_t max_rows,
   return stats;
 }
 
-RecordIndexStats RocksIndex::recordIndexStats() {
+Result<RecordIndexStats> RocksIndex::recordIndexStats() {
   auto prop = [&](rocksdb::ColumnFamilyHandle* cf, const char* name) {
     uint64_t v = 0;
     return db_->GetIntProperty(cf, name, &v) ? v : 0;
@@ -392,7 +392,7 @@ RecordIndexStats RocksIndex::recordIndexStats() {
   return s;
 }
 
-IndexStorageStats RocksIndex::storageStats() {
+Result<IndexStorageStats> RocksIndex::storageStats() {
   auto total = [&](const char* name) {
     uint64_t v = 0;
     return db_->GetAggregatedIntProperty(name, &v) ? v : 0;

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -344,6 +345,16 @@ def test_two_of_six_chunk_servers_killed_under_load_lose_nothing(healthy):
     status = cluster.admin_status(0)
     down = sorted(s["server"] for s in status["servers"] if not s["healthy"])
     assert down == ["cs1", "cs4"] and status["domains"]["healthy"] == 4, status
+    # The metrics say which drives did not answer, and show no stale figures for them.
+    with open(os.path.join(cluster.dir, "cluster.json")) as f:
+        server_of = {d["id"]: d["server"] for d in json.load(f)["drives"]}
+    text = requests.get(cluster.endpoint(0) + "/_granary/metrics", timeout=10).text
+    up = {m.group(1): float(m.group(2)) for m in
+          re.finditer(r'^granary_drive_up\{drive="([^"]+)"\} (\S+)$', text, re.M)}
+    assert up == {d: 0.0 if server in ("cs1", "cs4") else 1.0
+                  for d, server in server_of.items()}, up
+    shown = set(re.findall(r'^granary_drive_capacity_bytes\{drive="([^"]+)"\}', text, re.M))
+    assert shown == {d for d, server in server_of.items() if server not in ("cs1", "cs4")}
     # Every acknowledged object, from before and during the outage, byte-exact while two
     # servers are still down, and again once they are back.
     assert load.verify_all(gateway=1) == []

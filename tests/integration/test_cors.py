@@ -118,6 +118,10 @@ def test_preflight_and_the_request_after_it(server, s3, bucket):
                                 {"Origin": APP})
     assert status == 404 and code_of(body) == "NoSuchKey"
     assert headers["access-control-allow-origin"] == APP
+    # So does a key refused for its form, before any route is chosen.
+    status, headers, body = raw(server, "GET", f"/{bucket}/{'k' * 1025}", {"Origin": APP})
+    assert status == 400 and code_of(body) == "KeyTooLongError"
+    assert headers["access-control-allow-origin"] == APP and "Origin" in headers["vary"]
 
     def add_origin(request, **_):
         request.headers["Origin"] = APP

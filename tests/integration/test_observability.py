@@ -166,13 +166,15 @@ def test_grafana_dashboard_queries_are_valid_promql_over_real_metrics(server, s3
         time.sleep(2.5)
         results = {}
         for e in exprs:
-            q = e.replace("$__rate_interval", "1m").replace('job=~"$job"', 'job=~".+"')
+            q = (e.replace("$__rate_interval", "1m").replace('job=~"$job"', 'job=~".+"')
+                 .replace('job=~"$storage_job"', 'job=~".+"'))
             r = prom_query(port, q)
             assert r["status"] == "success", (e, r)
             results[e] = r["data"]["result"]
         with_data = [e for e in exprs if results[e]]
         for must in ("granary_s3_requests_total", "granary_s3_request_duration_seconds_bucket",
-                     "granary_drive_capacity_bytes", "granary_s3_received_bytes_total"):
+                     "granary_drive_capacity_bytes", "granary_s3_received_bytes_total",
+                     "granary_io_operations_total"):
             assert any(must in e for e in with_data), f"no panel over {must} returned data"
     finally:
         prom.terminate()

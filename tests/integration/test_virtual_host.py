@@ -155,3 +155,26 @@ def test_hand_signed_sigv2_virtual_hosted_and_time_rules(vserver):
     stale = email.utils.formatdate(time.time() - 3600, usegmt=True)
     status, err = put("late.txt", b"hi", stale)
     assert status == 403 and b"<Code>RequestTimeTooSkewed</Code>" in err, err
+
+
+def test_a_form_posted_to_a_virtual_hosted_bucket_is_located_there(vserver):
+    # The Location of a form upload is the object's URL in the form's own style: posted to
+    # https://bucket.domain/, the object is at https://bucket.domain/key (it was given the
+    # path-style path under the bucket's host: the key "bucket/key").
+    import requests
+    s3 = vserver.client()
+    bucket = "vform-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=bucket)
+    form = s3.generate_presigned_post(bucket, "docs/a b.txt",
+                                      Fields={"success_action_status": "201"},
+                                      Conditions=[{"success_action_status": "201"}])
+    u = urllib.parse.urlsplit(vserver.endpoint)
+    host = f"{bucket}.{DOMAIN}:{u.port}"
+    res = requests.post(f"http://127.0.0.1:{u.port}/", data=form["fields"],
+                        files={"file": ("f", b"posted")}, headers={"Host": host}, timeout=30)
+    assert res.status_code == 201, res.text
+    location = f"http://{host}/docs/a%20b.txt"
+    assert res.headers["Location"] == location
+    assert ET.fromstring(res.content).find("Location").text == location
+    status, _, body = send(vserver, "GET", host, "/docs/a b.txt")
+    assert status == 200 and body == b"posted"

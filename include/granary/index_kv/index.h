@@ -560,9 +560,11 @@ class Index {
   // that scan of every set.
   virtual Result<RecordGcStats> collectRecordGarbage(size_t max_rows,
                                                      int64_t orphan_before_unix_nanos) = 0;
-  virtual RecordIndexStats recordIndexStats() = 0;
-  virtual IndexStorageStats storageStats() { return {}; }
-  virtual IndexCommitStats commitStats() { return {}; }
+  // Statistics (estimates). An index service that cannot be reached is an error, never
+  // zeros: a metric must not show an outage as an empty index.
+  virtual Result<RecordIndexStats> recordIndexStats() = 0;
+  virtual Result<IndexStorageStats> storageStats() { return IndexStorageStats{}; }
+  virtual Result<IndexCommitStats> commitStats() { return IndexCommitStats{}; }
   // A consistent copy of the whole index as RocksDB files in `dir` (which must not exist;
   // created on the index's filesystem, hard links where possible): openIndex on it opens
   // the index as of this call. Only where the database is (kInvalidArgument elsewhere, e.g. over RPC).

@@ -143,9 +143,9 @@ class ForwardingIndex : public Index {
   Result<RecordGcStats> collectRecordGarbage(size_t max_rows, int64_t orphan_before) override {
     return target_.collectRecordGarbage(max_rows, orphan_before);
   }
-  RecordIndexStats recordIndexStats() override { return target_.recordIndexStats(); }
-  IndexStorageStats storageStats() override { return target_.storageStats(); }
-  IndexCommitStats commitStats() override { return target_.commitStats(); }
+  Result<RecordIndexStats> recordIndexStats() override { return target_.recordIndexStats(); }
+  Result<IndexStorageStats> storageStats() override { return target_.storageStats(); }
+  Result<IndexCommitStats> commitStats() override { return target_.commitStats(); }
   Status checkpoint(const std::string& dir) override { return target_.checkpoint(dir); }
   Result<int64_t> createdUnixNanos() override { return target_.createdUnixNanos(); }
 

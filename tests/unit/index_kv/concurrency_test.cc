@@ -23,7 +23,7 @@ namespace {
 IndexCommitStats statsOf(Index& index) {
   auto* rocks = dynamic_cast<RocksIndex*>(&index);
   REQUIRE(rocks != nullptr);
-  return rocks->commitStats();
+  return rocks->commitStats().value();
 }
 
 // Runs body(thread) on `threads` threads released together.
