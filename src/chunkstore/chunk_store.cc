@@ -375,7 +375,7 @@ class ChunkStoreImpl final : public ChunkStore {
   static Status crashed(std::string_view point) {
     return Status::unavailable(fmt::format("crashed at {}", point));
   }
-  void noteNoSpace(const Status& st);
+  void noteWriteFailure(const Status& st);
   // Whether the drive's free space exceeds `bytes` beyond what writable() keeps free: the
   // reserve, and room for one large fragment (a statvfs; false if it fails).
   bool hasRoomFor(uint64_t bytes) const {
@@ -429,9 +429,9 @@ class ChunkStoreImpl final : public ChunkStore {
   std::atomic<uint64_t> payload_bytes_{0};
   std::atomic<uint64_t> disk_bytes_{0};
   std::atomic<uint64_t> committed_puts_{0};
-  // After an ENOSPC the drive is not writable() until this time (unix nanos) and until
-  // statvfs shows space again.
-  std::atomic<int64_t> full_until_{0};
+  // After an ENOSPC, or a write that failed with EIO, the drive is not writable() until
+  // this time (unix nanos) (and, when full, until statvfs shows space again).
+  std::atomic<int64_t> writes_paused_until_{0};
   // writable()'s cached free-space verdict and when it expires (unix nanos).
   std::atomic<bool> space_ok_{false};
   std::atomic<int64_t> space_checked_until_{0};
@@ -477,7 +477,7 @@ void ChunkStoreImpl::zeroSpares() {
     }
     // Room for the spare and as much again, beyond what writable() keeps free; and no
     // ENOSPC lately (a drive that just ran out of space gives its spare back).
-    if (extents_.wantsSpare() && clock_.nowUnixNanos() >= full_until_.load() &&
+    if (extents_.wantsSpare() && clock_.nowUnixNanos() >= writes_paused_until_.load() &&
         hasRoomFor(2 * options_.extent_size)) {
       const auto started = std::chrono::steady_clock::now();
       Status st = extents_.prepareSpare(kZeroPiece, [this](uint64_t bytes) {
@@ -520,12 +520,21 @@ void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t 
   }
 }
 
-void ChunkStoreImpl::noteNoSpace(const Status& st) {
-  if (st.code() != Status::Code::kNoSpace) return;
-  constexpr int64_t kFullBackoffNanos = 5'000'000'000;
-  full_until_ = clock_.nowUnixNanos() + kFullBackoffNanos;
-  log::warn("{}: out of space: {}", options_.dir, st.message());
-  extents_.dropSpare();  // its space goes back to the drive
+// A full drive, and one whose writes fail (EIO: a dying disk, a file system gone
+// read-only), take no new blobs for a while: placement puts stripes on other drives (a
+// PUT that failed here succeeds when its client retries), and a drive that was only
+// briefly sick takes blobs again after the back-off. Reads go on.
+void ChunkStoreImpl::noteWriteFailure(const Status& st) {
+  if (st.code() == Status::Code::kNoSpace) {
+    constexpr int64_t kFullBackoffNanos = 5'000'000'000;
+    writes_paused_until_ = clock_.nowUnixNanos() + kFullBackoffNanos;
+    log::warn("{}: out of space: {}", options_.dir, st.message());
+    extents_.dropSpare();  // its space goes back to the drive
+  } else if (st.code() == Status::Code::kIoError && !st.retryable()) {
+    constexpr int64_t kFailingBackoffNanos = 30'000'000'000;
+    writes_paused_until_ = clock_.nowUnixNanos() + kFailingBackoffNanos;
+    log::error("{}: a write failed; no new blobs for 30 s: {}", options_.dir, st.message());
+  }
 }
 
 Status ChunkStoreImpl::put(const BlobDescriptor& desc, std::span<const uint8_t> payload) {
@@ -564,7 +573,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   // puts (group commit), and `done` runs once they are over.
   auto alloc = extents_.allocate(blob->diskLen());
   if (!alloc) {
-    noteNoSpace(alloc.error());
+    noteWriteFailure(alloc.error());
     return early(putFailed(desc.id, alloc.error()));
   }
   auto owned = std::make_unique<PendingCommit>();
@@ -620,7 +629,7 @@ void ChunkStoreImpl::finishPut(PendingCommit* p) {
     if (!p->ok_after_sync && !p->crashed) {
       punchBestEffort(p->extent, p->rec.offset, p->rec.diskLen());
     }
-    noteNoSpace(p->result);
+    noteWriteFailure(p->result);
     p->result = putFailed(p->id, p->result);
   }
   {
@@ -1236,7 +1245,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
 
 bool ChunkStoreImpl::writable() {
   const int64_t now = clock_.nowUnixNanos();
-  if (now < full_until_.load()) return false;
+  if (now < writes_paused_until_.load()) return false;
   // Placement asks for every stripe, on event-loop threads: statvfs at most once a second.
   if (now >= space_checked_until_.load()) {
     space_ok_ = hasRoomFor(0);

@@ -597,7 +597,18 @@ TEST_CASE("Reads racing a remove see the bytes or kNotFound, never kCorruption")
   CHECK(f.store->stats()->blobs == 0);
 }
 
-TEST_CASE("A full drive fails puts with kNoSpace, stops taking blobs, and keeps serving reads") {
+TEST_CASE("A full or failing drive fails puts, stops taking blobs for a while, and keeps serving reads") {
+  // ENOSPC: 5 s, then statvfs decides; EIO (a dying disk, a read-only remount): 30 s.
+  // Placement leaves the drive out meanwhile, so that PUTs retried by their clients land
+  // on other drives.
+  struct Failure {
+    int err;
+    Status::Code code;
+    int64_t paused_nanos;
+  };
+  const Failure failure = GENERATE(Failure{ENOSPC, Status::Code::kNoSpace, 5'000'000'000},
+                                   Failure{EIO, Status::Code::kIoError, 30'000'000'000});
+  INFO("errno " << failure.err);
   auto real = makeUringEngine();
   FaultyEngine engine(real.get());
   StoreFixture f(engine);
@@ -605,10 +616,10 @@ TEST_CASE("A full drive fails puts with kNoSpace, stops taking blobs, and keeps 
   REQUIRE(f.store->put(descriptor(makeId(1)), kept).isOk());
   CHECK(f.store->writable());
 
-  SECTION("ENOSPC on the data write") { engine.write_errno = ENOSPC; }
-  SECTION("ENOSPC on the fdatasync") { engine.sync_errno = ENOSPC; }
+  SECTION("on the data write") { engine.write_errno = failure.err; }
+  SECTION("on the fdatasync") { engine.sync_errno = failure.err; }
   Status st = f.store->put(descriptor(makeId(2)), randomBytes(20'000, 2));
-  CHECK(st.code() == Status::Code::kNoSpace);
+  CHECK(st.code() == failure.code);
   CHECK(st.message().find(makeId(2).toString()) != std::string::npos);
   CHECK_FALSE(f.store->writable());
   std::vector<uint8_t> out(kept.size());
@@ -616,10 +627,12 @@ TEST_CASE("A full drive fails puts with kNoSpace, stops taking blobs, and keeps 
   CHECK(out == kept);
   CHECK(f.store->read(makeId(2), 0, out).code() == Status::Code::kNotFound);
 
-  // Space comes back: after the back-off the drive takes blobs again.
+  // The disk recovers (space comes back): after the back-off the drive takes blobs again.
   engine.write_errno = 0;
   engine.sync_errno = 0;
-  f.clock.advance(6'000'000'000);
+  f.clock.advance(failure.paused_nanos - 1'000'000'000);
+  CHECK_FALSE(f.store->writable());
+  f.clock.advance(2'000'000'000);
   CHECK(f.store->writable());
   REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(20'000, 2)).isOk());
 }
