@@ -779,8 +779,7 @@ int rebuildIndexCommand(int argc, char** argv) {
                 static_cast<unsigned long long>(restored->bytes), restored->copies);
     ro.checkpoint_unix_nanos = restored->created_unix_nanos;
   }
-  fs::create_directories(dir, fec);
-  RocksResources rocks;
+  RocksResources rocks;  // openIndex makes `dir`, durably, if the restore did not
   // Rebuilt from every blob on the drives, it will know them all, and what it leaves out
   // is the orphan sweep's: its creation time becomes 0 once the rebuild is done (while
   // it runs, a new index's guard stays recorded, should it not finish).

@@ -26,30 +26,43 @@ Status fsyncPath(const fs::path& path) {
 Status createDirectoriesDurably(const fs::path& dir,
                                 const std::function<Status(const fs::path&)>& sync_directory) {
   if (dir.empty()) return Status::invalidArgument("creating a directory: empty path");
-  // "a/b/" and "a/." are normalised, so that no component is the directory itself.
-  fs::path target = fs::absolute(dir).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();
-  std::vector<fs::path> missing;  // deepest first
+  std::error_code ec;
+  // Not lexically normalised: "link/.." must mean what the kernel makes of it.
+  fs::path target = fs::absolute(dir, ec);
+  if (ec) return Status::fromErrno(ec.value(), "resolving " + dir.string());
+  if (!target.has_filename()) target = target.parent_path();  // "a/b/" is "a/b"
+  std::vector<std::pair<fs::path, bool>> chain;  // (component, exists), deepest first
+  bool below_missing = false;
   for (fs::path p = target; p.has_relative_path(); p = p.parent_path()) {
     struct stat st;
+    if (below_missing) {
+      chain.emplace_back(p, true);
+      continue;
+    }
     if (::stat(p.c_str(), &st) == 0) {
       if (!S_ISDIR(st.st_mode)) return Status::ioError(p.string() + " is not a directory");
-      break;
+      below_missing = true;  // it and every ancestor exist
+      chain.emplace_back(p, true);
+      continue;
     }
     if (errno != ENOENT) return Status::fromErrno(errno, "stat " + p.string());
-    missing.push_back(p);
+    chain.emplace_back(p, false);
   }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (::mkdir(it->c_str(), 0755) != 0) {
+  // Top down: each component's entry is synced into its parent. One that existed is synced
+  // too, at no risk to the start (an error is ignored): an earlier start may have crashed
+  // between its mkdir and that sync, or an older version made it without one.
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const auto& [path, existed] = *it;
+    if (!existed && ::mkdir(path.c_str(), 0777) != 0) {
       const int err = errno;
       struct stat st;
-      // Another process may have made it meanwhile; its entry is then its maker's to sync,
-      // but syncing the parent again costs little and leaves no window.
-      if (err != EEXIST || ::stat(it->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        return Status::fromErrno(err, "creating " + it->string());
+      // Another process may have made it meanwhile: then it is synced here all the same.
+      if (err != EEXIST || ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return Status::fromErrno(err, "creating " + path.string());
       }
     }
-    if (Status st = sync_directory(it->parent_path()); !st) return st;
+    Status synced = sync_directory(path.parent_path());
+    if (!synced.isOk() && !existed) return synced;
   }
   return Status::ok();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <string_view>
 
 namespace granary::gateway {
@@ -15,6 +16,13 @@ inline bool headerValueChar(char ch) {
   return (c >= 0x20 || ch == '\t') && c != 0x7f;
 }
 inline bool headerValueText(std::string_view v) { return std::ranges::all_of(v, headerValueChar); }
+
+// A header value that did not come through the HTTP parser (a form field, a presigned
+// URL's query parameter) and may become a stored object's header: text, at most 8 KiB.
+constexpr size_t kMaxHeaderValue = 8 * 1024;
+inline bool headerValue(std::string_view v) {
+  return v.size() <= kMaxHeaderValue && headerValueText(v);
+}
 
 // RFC 9110's token: what a header name may hold.
 inline bool headerToken(std::string_view name) {

@@ -447,19 +447,15 @@ Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemB
   return info;
 }
 
-// fsync of every file restored into `dir`, then of `dir` and its parent.
+// fsync of every file restored into `dir`, then of `dir`.
 Status syncRestored(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.is_regular_file()) GRANARY_RETURN_IF_ERROR(fsyncPath(entry.path()));
   }
   if (ec) return Status::fromErrno(ec.value(), "listing " + dir.string());
-  GRANARY_RETURN_IF_ERROR(fsyncPath(dir));
-  // The parent holds the directory's own entry (created by the restore); "a/b/" and "a/."
-  // are normalised first, so that the parent is not the directory itself.
-  fs::path parent = fs::absolute(dir).lexically_normal();
-  if (!parent.has_filename()) parent = parent.parent_path();
-  return fsyncPath(parent.parent_path());
+  // (The directory's own entry was synced into its parent when it was made.)
+  return fsyncPath(dir);
 }
 
 }  // namespace
@@ -489,8 +485,7 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
   }
   for (const auto& v : versions) {
     fs::remove_all(target, ec);
-    fs::create_directories(target, ec);
-    if (ec) return fail(Status::fromErrno(ec.value(), "creating " + dir));
+    GRANARY_RETURN_IF_ERROR_RESULT(createDirectoriesDurably(target));
     auto info = restoreOne(chunks, blobs, v, target);
     if (info) {
       // The index started on it acknowledges writes at once: its files must be on disk.

@@ -144,13 +144,7 @@ class StreamedFile final : public BodySource {
 // Form fields that become headers: of the object (stored, and sent on every GET of it)
 // or of the answer (the redirect). An HTTP parser refuses control characters in a PUT's
 // headers and bounds their length; a form's values are the body's bytes, so they are
-// checked here.
-constexpr size_t kMaxHeaderValue = 8 * 1024;
-
-bool headerValue(std::string_view v) {
-  return v.size() <= kMaxHeaderValue && headerValueText(v);
-}
-
+// checked here (headerValue).
 bool headerField(std::string_view name) {
   return name.starts_with("x-amz-meta-") || name.starts_with("x-amz-checksum-") ||
          name == "content-type" || name == "content-md5" || name == "cache-control" ||

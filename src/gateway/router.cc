@@ -16,6 +16,7 @@
 #include "granary/placement/cluster_map.h"
 #include "granary/common/bearer_token.h"
 #include "handlers.h"
+#include "http_text.h"
 #include "s3_xml.h"
 #include "uri.h"
 
@@ -102,19 +103,14 @@ constexpr SettingRoute kSettingRoutes[] = {
 // (isAuthParameter). A sub-resource routed only when alone (?acl, ?tagging...) may come
 // presigned.
 size_t operationParameters(const S3Request& req) {
-  return static_cast<size_t>(
-      std::count_if(req.query.begin(), req.query.end(), [](const auto& p) {
-        return !isAuthParameter(p.first) && !isHoistedHeaderParameter(p.first);
-      }));
+  return static_cast<size_t>(std::count_if(
+      req.query.begin(), req.query.end(), [](const auto& p) { return !isAuthParameter(p.first); }));
 }
 
-// (x-amz-* parameters are headers: a presigned request's are moved to its headers
-// (hoistQueryHeaders); another request's are ignored, as X-Amz-* always were.)
+// (A SigV4 presigned request's x-amz-* parameters are its headers, moved out of the query
+// before it is routed: hoistQueryHeaders. Another request's count as unknown.)
 bool knownParameter(std::string_view name) {
-  if (name.starts_with("response-") || isAuthParameter(name) ||
-      isHoistedHeaderParameter(name)) {
-    return true;
-  }
+  if (name.starts_with("response-") || isAuthParameter(name)) return true;
   return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=
          kKnownParameters.end();
 }
@@ -233,6 +229,12 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
   scraped->drives.resize(drives.size());
   TaskGroup group(ctx.pool(), co_await asio::this_coro::executor);
   for (size_t i = 0; i < drives.size(); ++i) {
+    // A server known to be down costs no call (and no worker held for its timeout): the
+    // client's own probe notices when it is back.
+    if (!ctx.deps.chunks.reachable(drives[i].id)) {
+      scraped->drives[i] = fail(Status::unavailable("not reachable"));
+      continue;
+    }
     group.spawn([&chunks = ctx.deps.chunks, scraped, i, id = drives[i].id] {
       scraped->drives[i] = chunks.stats(id);
       return Status::ok();
@@ -240,6 +242,11 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
   }
   group.spawn([&index = ctx.index(), scraped] {
     scraped->records = index.recordIndexStats();
+    if (!scraped->records && scraped->records.error().code() == Status::Code::kUnavailable) {
+      scraped->storage = fail(scraped->records.error());
+      scraped->commits = fail(scraped->records.error());
+      return Status::ok();  // one timeout, not three
+    }
     scraped->storage = index.storageStats();
     scraped->commits = index.commitStats();
     return Status::ok();
@@ -540,23 +547,35 @@ Route routeOf(const S3Request& req) {
 // A SigV4 presigned URL's x-amz-* parameters, once its signature holds, become the
 // request's headers (as S3 reads them), before it is routed and authorised: x-amz-meta-*,
 // x-amz-acl, x-amz-tagging, x-amz-copy-source... A header given both ways, or twice, is
-// refused: which one would count is not for the server to guess.
+// refused: which one would count is not for the server to guess. So is a name or value
+// an HTTP parser would have refused (decoded from the query, "%0D%0A" is CR LF: stored as
+// metadata, it would split every later answer with it).
 S3Result<void> hoistQueryHeaders(S3Request& req) {
   std::vector<std::pair<std::string, std::string>> query;
-  for (auto& [name, value] : req.query) {
+  HeaderList hoisted;
+  for (const auto& [name, value] : req.query) {
     if (!isHoistedHeaderParameter(name)) {
-      query.emplace_back(std::move(name), std::move(value));
+      query.emplace_back(name, value);
       continue;
     }
     std::string header = asciiLower(name);
-    if (req.header(header)) {
+    if (!headerToken(header) || !headerValue(value)) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "The query parameter " + header + " is not a valid HTTP header.");
+    }
+    const bool twice = std::any_of(hoisted.begin(), hoisted.end(),
+                                   [&](const auto& h) { return h.first == header; });
+    if (twice || req.header(header)) {
       return s3fail(S3ErrorCode::kInvalidArgument,
                     fmt::format("{} is given more than once (in the headers or the query).",
                                 header));
     }
-    req.headers.emplace_back(std::move(header), std::move(value));
+    hoisted.emplace_back(std::move(header), value);
   }
+  // Nothing changes until every parameter has passed.
   req.query = std::move(query);
+  req.headers.insert(req.headers.end(), std::make_move_iterator(hoisted.begin()),
+                     std::make_move_iterator(hoisted.end()));
   return {};
 }
 
@@ -643,6 +662,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   if (auth->info && auth->info->version == 4 && auth->info->presigned) {
     if (auto hoisted = hoistQueryHeaders(req); !hoisted) {
+      op = "Auth";
       co_return errorResponse(hoisted.error(), req);
     }
   }

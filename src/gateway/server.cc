@@ -165,6 +165,10 @@ class BeastBodySource final : public BodySource {
 void setHeaders(http::fields& f, const HeaderList& headers) {
   constexpr size_t kMaxValue = 16 * 1024;
   for (const auto& [name, value] : headers) {
+    if (!headerToken(name)) {  // a stored metadata name: checked on the way in
+      log::warn("response header left out: its name is not an HTTP token");
+      continue;
+    }
     const bool control = !headerValueText(value);
     std::string encoded;
     if (control) {  // '%' too: "%0A" must not read as a key's LF when it was "%0A"

@@ -155,7 +155,7 @@ TEST_CASE("A RocksDB instance whose flush found its disk full takes writes again
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("createDirectoriesDurably syncs the parent of every directory it creates, top down") {
+TEST_CASE("createDirectoriesDurably syncs every component into its parent, top down") {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("granary-dirs-" + std::to_string(::getpid()));
   fs::remove_all(root);
@@ -165,21 +165,31 @@ TEST_CASE("createDirectoriesDurably syncs the parent of every directory it creat
     synced.push_back(p);
     return fsyncPath(p);
   };
+  // The parents of root's own components, from "/" down, come first.
+  std::vector<fs::path> above;
+  for (fs::path p = root.parent_path(); p.has_relative_path(); p = p.parent_path()) {
+    above.insert(above.begin(), p);
+  }
+  above.insert(above.begin(), root.root_path());
+  auto chain = [&](std::vector<fs::path> below) {
+    std::vector<fs::path> all = above;
+    all.insert(all.end(), below.begin(), below.end());
+    return all;
+  };
 
   REQUIRE(createDirectoriesDurably(root / "a" / "b" / "c" / "", record).isOk());
   CHECK(fs::is_directory(root / "a" / "b" / "c"));
-  CHECK(synced == std::vector<fs::path>{root, root / "a", root / "a" / "b"});
+  CHECK(synced == chain({root, root / "a", root / "a" / "b"}));
 
-  SECTION("directories that exist cost no sync; only the new one's parent is synced") {
+  SECTION("directories that exist are synced again (a crash may have come before)") {
     synced.clear();
-    REQUIRE(createDirectoriesDurably(root / "a" / "b" / "c", record).isOk());
-    CHECK(synced.empty());
     REQUIRE(createDirectoriesDurably(root / "a" / "b" / "d", record).isOk());
-    CHECK(synced == std::vector<fs::path>{root / "a" / "b"});
+    CHECK(synced == chain({root, root / "a", root / "a" / "b"}));
   }
-  SECTION("a failed sync is the caller's failure") {
+  SECTION("a failed sync is an error for a directory made here, not for one that existed") {
     auto failing = [](const fs::path& p) { return Status::ioError("fsync " + p.string()); };
     CHECK(createDirectoriesDurably(root / "x" / "y", failing).code() == Status::Code::kIoError);
+    CHECK(createDirectoriesDurably(root / "a" / "b" / "c", failing).isOk());
   }
   SECTION("a file in the way is an error, not an exception") {
     { std::ofstream(root / "file") << "x"; }
