@@ -193,7 +193,9 @@ std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& 
   if (anonymous && std::any_of(req.query.begin(), req.query.end(), [](const auto& p) {
         return p.first.starts_with("response-");
       })) {
-    return accessDenied();
+    return S3Error{S3ErrorCode::kInvalidRequest,
+                   "Request specific response headers cannot be used for anonymous GET "
+                   "requests."};
   }
   PolicyEffect effect = PolicyEffect::kNone;
   if (!info.policy.empty()) {

@@ -174,10 +174,17 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
                                "At least one of the pre-conditions you specified did not hold"},
                               req);
     }
-    S3Response not_modified;  // 304: validators only, no body
+    // 304: no body; the validators, and the caching headers a 200 would carry (RFC 9110
+    // 15.4.5: a cache refreshes what it stored from them).
+    S3Response not_modified;
     not_modified.status = 304;
     not_modified.set("ETag", "\"" + m.etag + "\"");
     not_modified.set("Last-Modified", httpDate(m.mtime_unix_nanos));
+    for (const auto& [name, value] : m.headers) {
+      if (asciiIEquals(name, "cache-control") || asciiIEquals(name, "expires")) {
+        not_modified.set(name, value);
+      }
+    }
     co_return not_modified;
   }
   if (auto bad = applyResponseOverrides(req, res)) co_return errorResponse(*bad, req);
@@ -240,6 +247,11 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
     } else {
       st = co_await readObjectRange(ctx.data, m, first, length, sink);
     }
+  }
+  if (!st.isOk() && sink.withdrawHead()) {
+    // Nothing sent yet (the first stripe could not be read): an error the client retries,
+    // not a 200 whose body stops short.
+    co_return errorResponse(dataPathError(st), req);
   }
   res.streamed = true;
   if (!st.isOk()) {

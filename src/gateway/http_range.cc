@@ -77,8 +77,14 @@ RangeResult parseRange(std::string_view header, uint64_t object_size) {
     if (!n) {
       return none;
     }
-    if (*n == 0 || object_size == 0) {
+    if (*n == 0) {
       return unsatisfiable;
+    }
+    if (object_size == 0) {
+      // RFC 9110 14.1.1: a non-zero suffix is the one range an empty representation
+      // satisfies; S3 answers it 200 with the empty body (tail readers of Parquet footers
+      // send it to any object).
+      return none;
     }
     uint64_t length = *n < object_size ? *n : object_size;
     return {RangeResult::Kind::kSatisfiable, {object_size - length, length}};

@@ -110,6 +110,10 @@ class BodySink {
   virtual Task<Status> finish() { co_return Status::ok(); }
   // Sends whatever is held back; the server calls it after every streamed response.
   virtual Task<Status> flush() { co_return Status::ok(); }
+  // Takes back a head that has not gone out (nothing of the response sent yet): true, and
+  // the handler may answer something else (an error the client can retry), false once
+  // any byte is on its way.
+  virtual bool withdrawHead() { return false; }
 };
 
 S3Response errorResponse(const S3Error& error, const S3Request& req);

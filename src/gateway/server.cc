@@ -296,6 +296,14 @@ class BeastBodySink final : public BodySink {
     co_return Status::ok();
   }
 
+  bool withdrawHead() override {
+    // head_ is emptied by every attempt to send it, sent or not.
+    if (head_.empty() || bytes_ > 0) return false;
+    head_.clear();
+    chunked_ = false;
+    return true;
+  }
+
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -422,7 +430,9 @@ Task<bool> writeResponse(Stream& stream, const S3Request& req, S3Response& r,
   commonHeaders(res, req, clock);
   setHeaders(res, r.headers);
   if (req.method == "HEAD") {
-    res.content_length(r.body.size());  // HEAD: headers as for GET, no body
+    // HEAD: headers as for GET, no body; a 304 has no Content-Length (RFC 9110 8.6: it
+    // would have to be the object's size).
+    if (r.status != 304) res.content_length(r.body.size());
   } else {
     res.body() = std::move(r.body);
     res.prepare_payload();

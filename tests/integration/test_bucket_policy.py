@@ -215,7 +215,7 @@ def test_policy_operations_stay_the_owners_whatever_it_grants(server):
     # Anonymous readers get no response-* overrides (a public object served as HTML).
     res = requests.get(f"{server.endpoint}/{name}/k?response-content-type=text%2Fhtml",
                        timeout=30)
-    assert res.status_code == 403 and "<Code>AccessDenied</Code>" in res.text
+    assert res.status_code == 400 and "<Code>InvalidRequest</Code>" in res.text
     assert requests.get(f"{server.endpoint}/{name}/k", timeout=30).content == b"granted"
 
 

@@ -71,6 +71,18 @@ def test_ranged_gets_match_slices(s3, bucket, size):
     assert http_status(e) == 416
 
 
+def test_a_tail_read_of_an_empty_object_is_an_empty_200(s3, bucket):
+    # Parquet readers fetch a footer with a suffix range from any object: on an empty one
+    # S3 answers 200 and no bytes; any other range of it is 416.
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    r = s3.get_object(Bucket=bucket, Key="empty", Range="bytes=-512")
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert r["Body"].read() == b"" and "ContentRange" not in r
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="empty", Range="bytes=0-")
+    assert http_status(e) == 416
+
+
 def test_overwrite_returns_newest_version(s3, bucket):
     s3.put_object(Bucket=bucket, Key="k", Body=os.urandom(3 * MiB))
     newest = os.urandom(2 * MiB + 5)
@@ -211,7 +223,8 @@ def test_aws_cli_recursive_rm_uses_delete_objects(server, s3, bucket):
 
 def test_conditional_get_and_head_follow_s3_precedence(s3, bucket):
     import datetime
-    put = s3.put_object(Bucket=bucket, Key="cond", Body=b"conditional body")
+    put = s3.put_object(Bucket=bucket, Key="cond", Body=b"conditional body",
+                        CacheControl="max-age=60", Expires=datetime.datetime(2030, 1, 1))
     etag = put["ETag"]
     mtime = s3.head_object(Bucket=bucket, Key="cond")["LastModified"]
     before = mtime - datetime.timedelta(hours=1)
@@ -228,6 +241,20 @@ def test_conditional_get_and_head_follow_s3_precedence(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.head_object(Bucket=bucket, Key="cond", IfNoneMatch=etag)
     assert http_status(e) == 304
+    # A 304 carries the caching headers a 200 would (a cache refreshes them from it), and
+    # a HEAD's no Content-Length (it could only be the object's size).
+    for method in ("GET", "HEAD"):
+        url = s3.generate_presigned_url(method.lower() + "_object",
+                                        Params={"Bucket": bucket, "Key": "cond"})
+        req = urllib.request.Request(url, method=method, headers={"If-None-Match": etag})
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(req, timeout=30)
+        assert raised.value.code == 304
+        headers = raised.value.headers
+        assert headers["Cache-Control"] == "max-age=60", method
+        assert headers["Expires"] == "Tue, 01 Jan 2030 00:00:00 GMT", method
+        if method == "HEAD":
+            assert headers["Content-Length"] is None
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="cond", IfModifiedSince=after)
     assert http_status(e) == 304
