@@ -4,6 +4,8 @@
 // a byte range of another object as new stripes instead, copy_source.h); Complete builds the
 // object's manifest from the parts' stripes without copying a byte: each stripe keeps its
 // part's blob version, and the parts' drive tables are merged into one.
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -183,6 +185,46 @@ S3Result<std::pair<std::string, std::string>> uploadChecksum(const S3Request& re
                       std::string(checksumName(*alg)) + " checksum algorithm.");
   }
   return std::pair(std::string(checksumName(*alg)), type);
+}
+
+// What the client says the whole object is, against what its parts make: the size in
+// x-amz-mp-object-size, and the checksum of the upload's algorithm in its
+// x-amz-checksum-* header ("value" or "value-N" for a composite one). Nullopt when they
+// agree or were not given; a checksum of another algorithm than the object has is not
+// compared (the object keeps the one it has).
+std::optional<S3Error> checkClaimedObject(const S3Request& req, const index_kv::Manifest& m) {
+  if (auto size = req.header("x-amz-mp-object-size")) {
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(size->data(), size->data() + size->size(), v);
+    if (ec != std::errc() || end != size->data() + size->size()) {
+      return S3Error{S3ErrorCode::kInvalidArgument,
+                     "x-amz-mp-object-size must be a number of bytes."};
+    }
+    if (v != m.size) {
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     fmt::format("The provided 'x-amz-mp-object-size' header value {} does not "
+                                 "match what was computed: {}",
+                                 v, m.size)};
+    }
+  }
+  const auto alg = checksumFromName(m.checksum.algorithm);
+  if (!alg || m.checksum.value.empty()) return std::nullopt;
+  const auto claimed = req.header(checksumHeader(*alg));
+  if (!claimed) return std::nullopt;
+  // The value, and the part count after '-' when one is given on either side.
+  const auto split = [](std::string_view v) {
+    const size_t dash = v.find('-');
+    return std::pair(v.substr(0, dash),
+                     dash == std::string_view::npos ? std::string_view() : v.substr(dash + 1));
+  };
+  const auto [claimed_value, claimed_parts] = split(*claimed);
+  const auto [value, parts] = split(m.checksum.value);
+  if (claimed_value != value || (!claimed_parts.empty() && claimed_parts != parts)) {
+    return S3Error{S3ErrorCode::kBadDigest,
+                   "The " + std::string(checksumName(*alg)) +
+                       " you specified did not match the calculated checksum."};
+  }
+  return std::nullopt;
 }
 
 // The completed object's checksum: empty unless the upload named an algorithm and every
@@ -497,6 +539,7 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
   auto manifest = assemble(ctx, loaded->upload, chosen);
   if (!manifest) co_return errorResponse(manifest.error(), req);
   manifest->checksum = objectChecksum(loaded->upload, chosen);
+  if (auto mismatch = checkClaimedObject(req, *manifest)) co_return errorResponse(*mismatch, req);
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) co_return errorResponse(precondition.error(), req);
 

@@ -222,12 +222,17 @@ def test_multipart_composite_checksum(s3, bucket, alg):
     listed = s3.list_parts(Bucket=bucket, Key="mp", UploadId=upload_id)
     if alg in ("CRC32", "SHA1", "SHA256", "CRC32C"):
         assert [p.get("Checksum" + alg) for p in listed["Parts"]] == [p["value"] for p in parts]
-    done = s3.complete_multipart_upload(
-        Bucket=bucket, Key="mp", UploadId=upload_id,
-        MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"],
-                                    "Checksum" + alg: p["value"]} for p in parts]})
     want = base64.b64encode(raw_checksum(
         alg, raw_checksum(alg, PART1) + raw_checksum(alg, PART2))).decode() + "-2"
+    # The client may name the composite value it expects ("value-N"): it is compared.
+    undo = with_headers(s3, "CompleteMultipartUpload", {f"x-amz-checksum-{alg.lower()}": want})
+    try:
+        done = s3.complete_multipart_upload(
+            Bucket=bucket, Key="mp", UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"],
+                                        "Checksum" + alg: p["value"]} for p in parts]})
+    finally:
+        undo()
     assert done["Checksum" + alg] == want
     got = s3.get_object(Bucket=bucket, Key="mp", ChecksumMode="ENABLED")
     assert got["Body"].read() == PART1 + PART2
@@ -255,6 +260,36 @@ def test_multipart_full_object_crc(s3, bucket, alg, ctype):
     assert got["Body"].read() == PART1 + PART2
     assert checksum_headers(got) == {f"x-amz-checksum-{alg.lower()}": want,
                                      "x-amz-checksum-type": "FULL_OBJECT"}
+
+
+def test_complete_checks_the_whole_objects_claimed_checksum_and_size(s3, bucket):
+    """A Complete that names the whole object's checksum or size (x-amz-mp-object-size)
+    is refused when the parts make another: nothing is stored, and the upload can still
+    be completed (they were accepted unchecked before)."""
+    upload_id = create(s3, bucket, "mp", "CRC32", "FULL_OBJECT")
+    parts = upload_parts(s3, bucket, "mp", upload_id, "CRC32", send_value=False)
+    listed = {"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"]} for p in parts]}
+    whole = PART1 + PART2
+
+    def complete(headers):
+        undo = with_headers(s3, "CompleteMultipartUpload", headers)
+        try:
+            return s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                                MultipartUpload=listed)
+        finally:
+            undo()
+
+    for headers, code in (({"x-amz-checksum-crc32": b64("CRC32", PART1)}, "BadDigest"),
+                          ({"x-amz-mp-object-size": str(len(whole) + 1)}, "InvalidRequest")):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            complete(headers)
+        assert e.value.response["Error"]["Code"] == code, headers
+        with pytest.raises(botocore.exceptions.ClientError):
+            s3.head_object(Bucket=bucket, Key="mp")
+    done = complete({"x-amz-checksum-crc32": b64("CRC32", whole),
+                     "x-amz-mp-object-size": str(len(whole))})
+    assert done["ChecksumCRC32"] == b64("CRC32", whole)
+    assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == whole
 
 
 def test_complete_with_wrong_part_checksum_is_invalid_part(s3, bucket):
