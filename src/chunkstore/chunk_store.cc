@@ -375,9 +375,7 @@ class ChunkStoreImpl final : public ChunkStore {
   static Status crashed(std::string_view point) {
     return Status::unavailable(fmt::format("crashed at {}", point));
   }
-  // `on_disk`: the blob's data write or its fdatasync failed (not its allocation, nor
-  // the index write after it).
-  void noteWriteFailure(const Status& st, bool on_disk);
+  void noteWriteFailure(const Status& st);
   // Whether the drive's free space exceeds `bytes` beyond what writable() keeps free: the
   // reserve, and room for one large fragment (a statvfs; false if it fails).
   bool hasRoomFor(uint64_t bytes) const {
@@ -522,18 +520,19 @@ void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t 
   }
 }
 
-// A full drive, and one whose data writes or syncs fail (EIO: a dying disk, a file system
-// gone read-only), take no new blobs for a while: placement puts stripes on other drives
-// (a PUT that failed here succeeds when its client retries), and a drive that was only
-// briefly sick takes blobs again after the back-off. Reads go on. Other failures (too
-// many open files, the blob index) say nothing about the disk.
-void ChunkStoreImpl::noteWriteFailure(const Status& st, bool on_disk) {
+// A full drive, and one whose writes fail (EIO: a dying disk; EROFS: a file system gone
+// read-only; at the data write, its sync, a new extent or the drive's blob index), take no
+// new blobs for a while: placement puts stripes on other drives (a PUT that failed here
+// succeeds when its client retries), and a drive that was only briefly sick takes blobs
+// again after the back-off. Reads go on. A retryable error (the process short of file
+// descriptors or memory: Status::fromErrno) says nothing about the disk.
+void ChunkStoreImpl::noteWriteFailure(const Status& st) {
   if (st.code() == Status::Code::kNoSpace) {
     constexpr int64_t kFullBackoffNanos = 5'000'000'000;
     writes_paused_until_ = clock_.nowUnixNanos() + kFullBackoffNanos;
     log::warn("{}: out of space: {}", options_.dir, st.message());
     extents_.dropSpare();  // its space goes back to the drive
-  } else if (on_disk && st.code() == Status::Code::kIoError && !st.retryable()) {
+  } else if (st.code() == Status::Code::kIoError && !st.retryable()) {
     constexpr int64_t kFailingBackoffNanos = 30'000'000'000;
     writes_paused_until_ = clock_.nowUnixNanos() + kFailingBackoffNanos;
     log::error("{}: a write failed; no new blobs for 30 s: {}", options_.dir, st.message());
@@ -576,7 +575,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   // puts (group commit), and `done` runs once they are over.
   auto alloc = extents_.allocate(blob->diskLen());
   if (!alloc) {
-    noteWriteFailure(alloc.error(), false);
+    noteWriteFailure(alloc.error());
     return early(putFailed(desc.id, alloc.error()));
   }
   auto owned = std::make_unique<PendingCommit>();
@@ -632,7 +631,7 @@ void ChunkStoreImpl::finishPut(PendingCommit* p) {
     if (!p->ok_after_sync && !p->crashed) {
       punchBestEffort(p->extent, p->rec.offset, p->rec.diskLen());
     }
-    noteWriteFailure(p->result, !p->ok_after_sync && !p->crashed);
+    noteWriteFailure(p->result);
     p->result = putFailed(p->id, p->result);
   }
   {

@@ -20,6 +20,11 @@ Status Status::fromErrno(int err, std::string_view context) {
       return alreadyExists(std::move(msg));
     case EAGAIN:
     case EINTR:
+    // The process is short of something (descriptors, memory), not the disk failing:
+    // later may work, and a drive must not be judged by it.
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
       return ioError(std::move(msg), /*retryable=*/true);
     default:
       return ioError(std::move(msg));

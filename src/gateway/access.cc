@@ -32,7 +32,7 @@ bool isPublicRead(const S3Request& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;
   return std::all_of(req.query.begin(), req.query.end(), [&](const auto& param) {
     const std::string& name = param.first;
-    if (name.starts_with("response-")) return true;  // anonymous ones: refused by decide()
+    if (name.starts_with("response-")) return true;  // anonymous: see authorizeRequest
     return std::find_if(kPublicReadParams.begin(), kPublicReadParams.end(),
                         [&](const char* p) { return name == p; }) != kPublicReadParams.end();
   });
@@ -188,15 +188,6 @@ std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& 
     if (owner) return std::nullopt;
     return accessDenied();
   }
-  // response-* overrides: a signed reader's only, however the read is allowed (AWS
-  // refuses them on anonymous GETs: anyone could have a public object served as HTML).
-  if (anonymous && std::any_of(req.query.begin(), req.query.end(), [](const auto& p) {
-        return p.first.starts_with("response-");
-      })) {
-    return S3Error{S3ErrorCode::kInvalidRequest,
-                   "Request specific response headers cannot be used for anonymous GET "
-                   "requests."};
-  }
   PolicyEffect effect = PolicyEffect::kNone;
   if (!info.policy.empty()) {
     auto policy = policyOf(info);
@@ -298,6 +289,16 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& re
   }
   if (req.root) co_return std::nullopt;
   const bool anonymous = req.principal.empty();
+  // response-* overrides: a signed reader's only, however the read would be allowed (AWS
+  // refuses them on anonymous GETs: anyone could have a public object served as HTML).
+  // Before the bucket is looked up: the answer must not tell whether it exists.
+  if (anonymous && std::any_of(req.query.begin(), req.query.end(), [](const auto& p) {
+        return p.first.starts_with("response-");
+      })) {
+    co_return S3Error{S3ErrorCode::kInvalidRequest,
+                      "Request specific response headers cannot be used for anonymous GET "
+                      "requests."};
+  }
   if (req.bucket.empty()) {
     // ListBuckets: a user sees its own buckets.
     if (anonymous) co_return accessDenied();

@@ -197,8 +197,8 @@ std::optional<S3Error> checkClaimedObject(const S3Request& req, const index_kv::
     uint64_t v = 0;
     auto [end, ec] = std::from_chars(size->data(), size->data() + size->size(), v);
     if (ec != std::errc() || end != size->data() + size->size()) {
-      return S3Error{S3ErrorCode::kInvalidArgument,
-                     "x-amz-mp-object-size must be a number of bytes."};
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     "Value for x-amz-mp-object-size header is invalid."};
     }
     if (v != m.size) {
       return S3Error{S3ErrorCode::kInvalidRequest,
@@ -209,6 +209,12 @@ std::optional<S3Error> checkClaimedObject(const S3Request& req, const index_kv::
   }
   const auto alg = checksumFromName(m.checksum.algorithm);
   if (!alg || m.checksum.value.empty()) return std::nullopt;
+  if (auto type = req.header("x-amz-checksum-type"); type && *type != m.checksum.type) {
+    return S3Error{S3ErrorCode::kInvalidRequest,
+                   fmt::format("The upload was created using the {} checksum mode. The "
+                               "complete request must use the same checksum mode.",
+                               m.checksum.type)};
+  }
   const auto claimed = req.header(checksumHeader(*alg));
   if (!claimed) return std::nullopt;
   // The value, and the part count after '-' when one is given on either side.

@@ -242,7 +242,8 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
   }
   group.spawn([&index = ctx.index(), scraped] {
     scraped->records = index.recordIndexStats();
-    if (!scraped->records && scraped->records.error().code() == Status::Code::kUnavailable) {
+    if (!scraped->records && (scraped->records.error().code() == Status::Code::kUnavailable ||
+                              scraped->records.error().code() == Status::Code::kTimeout)) {
       scraped->storage = fail(scraped->records.error());
       scraped->commits = fail(scraped->records.error());
       return Status::ok();  // one timeout, not three

@@ -601,19 +601,25 @@ S3Result<void> matchSignature(std::string_view path, std::string_view provided,
                 "provided. Check your key and signing method.");
 }
 
+namespace {
+
+// A SigV4 presigned URL's own parameters, as AWS names them.
+constexpr std::array<std::string_view, 8> kSigV4QueryParameters = {
+    "X-Amz-Algorithm",     "X-Amz-Credential", "X-Amz-Date",           "X-Amz-Expires",
+    "X-Amz-SignedHeaders", "X-Amz-Signature",  "X-Amz-Security-Token", "X-Amz-Content-Sha256"};
+
+}  // namespace
+
 bool isAuthParameter(std::string_view name) {
-  return name.starts_with("X-Amz-") || name == "AWSAccessKeyId" || name == "Signature" ||
-         name == "Expires";
+  return std::find(kSigV4QueryParameters.begin(), kSigV4QueryParameters.end(), name) !=
+             kSigV4QueryParameters.end() ||
+         name == "AWSAccessKeyId" || name == "Signature" || name == "Expires";
 }
 
 bool isHoistedHeaderParameter(std::string_view name) {
-  static constexpr std::array<std::string_view, 8> kSignatureParameters = {
-      "x-amz-algorithm", "x-amz-credential",    "x-amz-date",           "x-amz-expires",
-      "x-amz-signedheaders", "x-amz-signature", "x-amz-security-token", "x-amz-content-sha256"};
-  const std::string lower = asciiLower(name);
-  return lower.starts_with("x-amz-") &&
-         std::find(kSignatureParameters.begin(), kSignatureParameters.end(), lower) ==
-             kSignatureParameters.end();
+  if (!asciiLower(name).starts_with("x-amz-")) return false;
+  return std::none_of(kSigV4QueryParameters.begin(), kSigV4QueryParameters.end(),
+                      [&](std::string_view p) { return asciiIEquals(p, name); });
 }
 
 }  // namespace granary::gateway

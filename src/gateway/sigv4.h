@@ -84,8 +84,11 @@ std::string signV2(std::string_view secret, std::string_view string_to_sign);
 // neither matches. Both signature versions verify through it.
 S3Result<void> matchSignature(std::string_view path, std::string_view provided,
                               const std::function<std::string(std::string_view)>& sign);
-// A query parameter that carries a presigned URL's signature (SigV4's X-Amz-*, SigV2's
-// AWSAccessKeyId, Signature and Expires), not what the request does.
+// A query parameter that carries a presigned URL's signature (SigV4's X-Amz-Algorithm,
+// -Credential, -Date, -Expires, -SignedHeaders, -Signature, -Security-Token,
+// -Content-Sha256; SigV2's AWSAccessKeyId, Signature and Expires), not what the request
+// does. Any other X-Amz-* parameter is a header in a SigV4 presigned URL
+// (isHoistedHeaderParameter) and unknown elsewhere.
 bool isAuthParameter(std::string_view name);
 // A query parameter that is a request header moved into a SigV4 presigned URL (any case):
 // an x-amz-* name other than the signature's own (X-Amz-Algorithm, -Credential, -Date,

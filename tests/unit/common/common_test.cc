@@ -29,6 +29,16 @@
 
 using namespace granary;
 
+TEST_CASE("Status maps a process short of descriptors or memory to a retryable error, EIO not") {
+  for (int err : {EMFILE, ENFILE, ENOMEM}) {
+    CHECK(Status::fromErrno(err, "open").retryable());
+  }
+  for (int err : {EIO, EROFS}) {
+    CHECK(Status::fromErrno(err, "write").code() == Status::Code::kIoError);
+    CHECK_FALSE(Status::fromErrno(err, "write").retryable());
+  }
+}
+
 TEST_CASE("Status maps ENOSPC to kNoSpace and EAGAIN to a retryable I/O error") {
   Status s = Status::fromErrno(ENOSPC, "write");
   CHECK(s.code() == Status::Code::kNoSpace);
