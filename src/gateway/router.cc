@@ -242,11 +242,11 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
   }
   group.spawn([&index = ctx.index(), scraped] {
     scraped->records = index.recordIndexStats();
-    if (!scraped->records && (scraped->records.error().code() == Status::Code::kUnavailable ||
-                              scraped->records.error().code() == Status::Code::kTimeout)) {
+    // Not answering now (unavailable, timed out): one wait, not three.
+    if (!scraped->records && scraped->records.error().retryable()) {
       scraped->storage = fail(scraped->records.error());
       scraped->commits = fail(scraped->records.error());
-      return Status::ok();  // one timeout, not three
+      return Status::ok();
     }
     scraped->storage = index.storageStats();
     scraped->commits = index.commitStats();
@@ -552,7 +552,7 @@ Route routeOf(const S3Request& req) {
 // an HTTP parser would have refused (decoded from the query, "%0D%0A" is CR LF: stored as
 // metadata, it would split every later answer with it).
 S3Result<void> hoistQueryHeaders(S3Request& req) {
-  std::vector<std::pair<std::string, std::string>> query;
+  HeaderList query;
   HeaderList hoisted;
   for (const auto& [name, value] : req.query) {
     if (!isHoistedHeaderParameter(name)) {

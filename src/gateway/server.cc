@@ -559,6 +559,15 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     if (!peer_ec) source_ip = peer.to_string();
   }
   constexpr bool kSecure = !std::is_same_v<Stream, beast::tcp_stream>;
+  // One request's metrics and access-log line, however it ended.
+  const auto account = [&](const S3Request& r, std::string_view op, int status,
+                           uint64_t bytes_in, uint64_t bytes_out,
+                           std::chrono::steady_clock::time_point started) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ctx.metrics.observe(op, status, seconds);
+    access_log.write(r, op, status, bytes_in, bytes_out, seconds, clock.nowUnixNanos());
+  };
 
   for (;;) {
     http::request_parser<http::empty_body> head_parser;
@@ -589,11 +598,7 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
       S3Response res = errorResponse(err, bad);
       const uint64_t body_bytes = res.body.size();
       const bool written = co_await writeResponse(stream, bad, res, clock, false, io);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      ctx.metrics.observe("BadRequest", res.status, seconds);
-      access_log.write(bad, "BadRequest", res.status, 0, body_bytes, seconds,
-                       clock.nowUnixNanos());
+      account(bad, "BadRequest", res.status, 0, body_bytes, started);
       co_return written;
     }
     auto started = std::chrono::steady_clock::now();
@@ -630,12 +635,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
       Status flushed = co_await sink.flush();
       written = flushed.isOk();
     }
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    ctx.metrics.observe(op, res.status, seconds);
-    access_log.write(req, op, res.status, body.bytes(),
-                     res.streamed ? sink.bytes() : body_bytes, seconds,
-                     clock.nowUnixNanos());
+    account(req, op, res.status, body.bytes(), res.streamed ? sink.bytes() : body_bytes,
+            started);
     if (!written) break;
     if (!reuse) co_return !body.done() && !body.failed();
   }
