@@ -123,6 +123,18 @@ S3Result<PartRange> partRange(const index_kv::Manifest& m, std::string_view numb
   return out;
 }
 
+// If-Range (RFC 9110 13.1.5): the Range applies only while the object is the one the
+// client has part of. An entity tag compares strongly (a weak one never matches), a date
+// must equal Last-Modified; anything else does not match, so the whole object is sent
+// rather than a range of other bytes spliced onto the client's.
+bool ifRangeHolds(std::string_view value, const index_kv::Manifest& m) {
+  value = trimSpaces(value);
+  if (value.starts_with("W/")) return false;
+  if (value.starts_with('"')) return value == "\"" + m.etag + "\"";
+  auto t = parseHttpDate(value);
+  return t && *t == m.mtime_unix_nanos / 1'000'000'000;
+}
+
 }  // namespace
 
 std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,
@@ -200,7 +212,12 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
                                    std::to_string(m.size));
     }
   }
-  RangeResult range = parseRange(req.header("range").value_or(""), m.size);
+  std::optional<std::string_view> range_header = req.header("range");
+  if (auto if_range = req.header("if-range"); if_range && range_header &&
+                                             !ifRangeHolds(*if_range, m)) {
+    range_header.reset();
+  }
+  RangeResult range = parseRange(range_header.value_or(""), m.size);
   if (range.kind == RangeResult::Kind::kUnsatisfiable) {
     S3Response err = errorResponse({S3ErrorCode::kInvalidRange,
                                     "The requested range is not satisfiable"},
@@ -218,7 +235,7 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   }
   // Additional checksum: only on request, and only when the whole object is returned (S3
   // sends none when a Range header was given, whatever it covers).
-  if (!m.checksum.empty() && !req.header("range") && !req.hasQuery("partNumber")) {
+  if (!m.checksum.empty() && !range_header && !req.hasQuery("partNumber")) {
     auto mode = req.header("x-amz-checksum-mode");
     if (mode && asciiIEquals(*mode, "ENABLED")) {
       if (auto alg = checksumFromName(m.checksum.algorithm)) {

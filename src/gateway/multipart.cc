@@ -28,9 +28,12 @@ namespace {
 constexpr uint32_t kMaxPartNumber = 10000;
 constexpr uint64_t kMaxPartSize = 5ull << 30;     // AWS: 5 GiB
 constexpr uint64_t kMinPartSize = 5ull << 20;     // AWS: 5 MiB, except the last part
+constexpr uint64_t kMaxObjectSize = 5ull << 40;   // AWS: 5 TiB
 constexpr size_t kMaxCompleteBody = 2 * 1024 * 1024;  // 10000 parts with checksums
 constexpr size_t kMaxListed = 1000;
 constexpr size_t kPartsPage = 1000;
+// Complete loads the parts again when one was replaced under it, at most this many times.
+constexpr int kCompleteAttempts = 3;
 
 std::optional<uint64_t> parseUint(std::string_view s) {
   uint64_t v = 0;
@@ -483,115 +486,130 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
     }
   }
 
-  auto loaded = co_await offload(ctx.pool(), [&]() -> Result<LoadedUpload> {
-    LoadedUpload out;
-    auto up = ctx.index().getUpload(req.bucket, req.key, upload_id);
-    if (!up) return fail(up.error());
-    out.upload = std::move(*up);
-    uint32_t after = 0;
-    for (;;) {
-      auto page = ctx.index().listParts(req.bucket, req.key, upload_id, after, kPartsPage);
-      if (!page) return fail(page.error());
-      if (page->empty()) break;
-      after = page->back().part_number;
-      const bool more = page->size() >= kPartsPage;
-      for (auto& p : *page) {
-        uint32_t n = p.part_number;
-        out.parts.emplace(n, std::move(p));
+  for (int attempt = 1;; ++attempt) {
+    auto loaded = co_await offload(ctx.pool(), [&]() -> Result<LoadedUpload> {
+      LoadedUpload out;
+      auto up = ctx.index().getUpload(req.bucket, req.key, upload_id);
+      if (!up) return fail(up.error());
+      out.upload = std::move(*up);
+      uint32_t after = 0;
+      for (;;) {
+        auto page = ctx.index().listParts(req.bucket, req.key, upload_id, after, kPartsPage);
+        if (!page) return fail(page.error());
+        if (page->empty()) break;
+        after = page->back().part_number;
+        const bool more = page->size() >= kPartsPage;
+        for (auto& p : *page) {
+          uint32_t n = p.part_number;
+          out.parts.emplace(n, std::move(p));
+        }
+        if (!more) break;
       }
-      if (!more) break;
+      return out;
+    });
+    if (!loaded && loaded.error().isNotFound()) {
+      if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
+        co_return std::move(*replay);
+      }
     }
-    return out;
-  });
-  if (!loaded && loaded.error().isNotFound()) {
-    if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
-      co_return std::move(*replay);
-    }
-  }
-  if (!loaded) co_return errorResponse(uploadError(loaded.error()), req);
+    if (!loaded) co_return errorResponse(uploadError(loaded.error()), req);
 
-  std::vector<const index_kv::PartInfo*> chosen;
-  chosen.reserve(listed->size());
-  for (size_t i = 0; i < listed->size(); ++i) {
-    const CompletedPart& want = (*listed)[i];
-    auto it = loaded->parts.find(want.part_number);
-    if (it == loaded->parts.end() || !asciiIEquals(it->second.etag, want.etag)) {
-      co_return errorResponse({S3ErrorCode::kInvalidPart,
-                               "One or more of the specified parts could not be found. The part "
-                               "may not have been uploaded, or the specified entity tag may not "
-                               "match the part's entity tag."},
-                              req);
-    }
-    // Checksums listed for the part must be the ones it was uploaded with.
-    const index_kv::ObjectChecksum& stored = it->second.checksum;
-    for (const auto& [name, value] : want.checksums) {
-      if (stored.empty() || stored.algorithm != name || stored.value != value) {
+    std::vector<const index_kv::PartInfo*> chosen;
+    chosen.reserve(listed->size());
+    for (size_t i = 0; i < listed->size(); ++i) {
+      const CompletedPart& want = (*listed)[i];
+      auto it = loaded->parts.find(want.part_number);
+      if (it == loaded->parts.end() || !asciiIEquals(it->second.etag, want.etag)) {
         co_return errorResponse({S3ErrorCode::kInvalidPart,
-                                 "One or more of the specified parts could not be found. The "
-                                 "part may not have been uploaded, or the specified checksum "
-                                 "may not match the part's checksum."},
+                                 "One or more of the specified parts could not be found. The part "
+                                 "may not have been uploaded, or the specified entity tag may not "
+                                 "match the part's entity tag."},
+                                req);
+      }
+      // Checksums listed for the part must be the ones it was uploaded with.
+      const index_kv::ObjectChecksum& stored = it->second.checksum;
+      for (const auto& [name, value] : want.checksums) {
+        if (stored.empty() || stored.algorithm != name || stored.value != value) {
+          co_return errorResponse({S3ErrorCode::kInvalidPart,
+                                   "One or more of the specified parts could not be found. The "
+                                   "part may not have been uploaded, or the specified checksum "
+                                   "may not match the part's checksum."},
+                                  req);
+        }
+      }
+      chosen.push_back(&it->second);
+    }
+    for (size_t i = 0; i + 1 < chosen.size(); ++i) {
+      if (chosen[i]->size < kMinPartSize) {
+        co_return errorResponse({S3ErrorCode::kEntityTooSmall,
+                                 "Your proposed upload is smaller than the minimum allowed size"},
                                 req);
       }
     }
-    chosen.push_back(&it->second);
-  }
-  for (size_t i = 0; i + 1 < chosen.size(); ++i) {
-    if (chosen[i]->size < kMinPartSize) {
-      co_return errorResponse({S3ErrorCode::kEntityTooSmall,
-                               "Your proposed upload is smaller than the minimum allowed size"},
+    // S3's largest object (5 TiB): 10,000 parts of 5 GiB would make a ~1 GB manifest.
+    uint64_t total = 0;
+    for (const index_kv::PartInfo* p : chosen) total += p->size;
+    if (total > kMaxObjectSize) {
+      co_return errorResponse({S3ErrorCode::kEntityTooLarge,
+                               "Your proposed upload exceeds the maximum allowed object size "
+                               "(5 TiB)."},
                               req);
     }
-  }
-  auto manifest = assemble(ctx, loaded->upload, chosen);
-  if (!manifest) co_return errorResponse(manifest.error(), req);
-  manifest->checksum = objectChecksum(loaded->upload, chosen);
-  if (auto mismatch = checkClaimedObject(req, *manifest)) co_return errorResponse(*mismatch, req);
-  auto precondition = co_await writePrecondition(ctx, req);
-  if (!precondition) co_return errorResponse(precondition.error(), req);
+    auto manifest = assemble(ctx, loaded->upload, chosen);
+    if (!manifest) co_return errorResponse(manifest.error(), req);
+    manifest->checksum = objectChecksum(loaded->upload, chosen);
+    if (auto mismatch = checkClaimedObject(req, *manifest)) co_return errorResponse(*mismatch, req);
+    auto precondition = co_await writePrecondition(ctx, req);
+    if (!precondition) co_return errorResponse(precondition.error(), req);
 
-  // Indexing reads the parts once, in order, before the commit that makes the rows visible
-  // with the object (docs/record-index.md: Complete waits for it).
-  std::unique_ptr<RecordIndexer> indexer;
-  if (auto index_request = indexRequestOf(loaded->upload)) {
-    indexer = co_await indexStoredObject(ctx, req.bucket, req.key, *manifest, *index_request,
-                                         manifest->records);
-  }
-  auto committed = co_await offload(ctx.pool(), [&] {
-    return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
-  });
-  if (!committed) {
-    if (auto plain = retryWithoutRecords(manifest->records, committed.error())) {
-      manifest->records = *plain;  // a swept record set: store the object unindexed
-      committed = co_await offload(ctx.pool(), [&] {
-        return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest,
-                                          *precondition);
+    // Indexing reads the parts once, in order, before the commit that makes the rows visible
+    // with the object (docs/record-index.md: Complete waits for it).
+    std::unique_ptr<RecordIndexer> indexer;
+    if (auto index_request = indexRequestOf(loaded->upload)) {
+      indexer = co_await indexStoredObject(ctx, req.bucket, req.key, *manifest, *index_request,
+                                           manifest->records);
+    }
+    auto committed = co_await offload(ctx.pool(), [&] {
+      return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
+    });
+    if (!committed) {
+      if (auto plain = retryWithoutRecords(manifest->records, committed.error())) {
+        manifest->records = *plain;  // a swept record set: store the object unindexed
+        committed = co_await offload(ctx.pool(), [&] {
+          return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest,
+                                            *precondition);
+        });
+      }
+    }
+    // Rows no commit published (and none that may have): the record sweep gets the others.
+    if (indexer && (committed ? manifest->records.set.isZero()
+                              : commitRefused(committed.error()))) {
+      co_await offload(ctx.pool(), [&] {
+        indexer->abandon();
+        return 0;
       });
     }
-  }
-  // Rows no commit published (and none that may have): the record sweep gets the others.
-  if (indexer && (committed ? manifest->records.set.isZero()
-                            : commitRefused(committed.error()))) {
-    co_await offload(ctx.pool(), [&] {
-      indexer->abandon();
-      return 0;
-    });
-  }
-  // Another Complete of this upload (a retry sent while this one ran) committed first.
-  if (!committed && committed.error().isNotFound()) {
-    if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
-      co_return std::move(*replay);
+    // Another Complete of this upload (a retry sent while this one ran) committed first.
+    if (!committed && committed.error().isNotFound()) {
+      if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
+        co_return std::move(*replay);
+      }
     }
-  }
-  if (!committed && committed.error().code() == Status::Code::kInvalidArgument) {
-    // A listed part was replaced while we assembled the manifest (index.h).
-    co_return errorResponse({S3ErrorCode::kInvalidPart,
-                             "A part was replaced while the upload was being completed."},
-                            req);
-  }
-  if (!committed) co_return errorResponse(uploadError(committed.error()), req);
+    if (!committed && committed.error().code() == Status::Code::kInvalidArgument) {
+      // A listed part was replaced while we assembled the manifest (index.h): an UploadPart
+      // retry whose first attempt committed late, most often with the same bytes. Load the
+      // parts again: the listed ETags decide whether the new ones still make this object.
+      if (attempt < kCompleteAttempts) continue;
+      co_return errorResponse({S3ErrorCode::kInvalidPart,
+                               "A part was replaced while the upload was being completed."},
+                              req);
+    }
+    if (!committed) co_return errorResponse(uploadError(committed.error()), req);
 
-  ctx.metrics.containerIndexed(manifest->records);
-  co_return completedAnswer(req, *manifest);
+    ctx.metrics.containerIndexed(manifest->records);
+    co_return completedAnswer(req, *manifest);
+
+  }
 }
 
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {

@@ -71,6 +71,29 @@ def test_ranged_gets_match_slices(s3, bucket, size):
     assert http_status(e) == 416
 
 
+def test_if_range_sends_the_range_only_of_the_same_object(s3, bucket):
+    # A download resumed with If-Range (curl -C -, browsers) must get the whole new object,
+    # not a range of it spliced onto the old one's bytes (RFC 9110 13.1.5).
+    body = os.urandom(10000)
+    s3.put_object(Bucket=bucket, Key="resumed", Body=body)
+    head = s3.head_object(Bucket=bucket, Key="resumed")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "resumed"})
+
+    def get(if_range):
+        req = urllib.request.Request(url, headers={"Range": "bytes=100-199",
+                                                   "If-Range": if_range})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+
+    date = head["ResponseMetadata"]["HTTPHeaders"]["last-modified"]
+    assert get(head["ETag"]) == (206, body[100:200])
+    assert get(date) == (206, body[100:200])
+    assert get('"0123456789abcdef0123456789abcdef"') == (200, body)
+    assert get("W/" + head["ETag"]) == (200, body)  # weak tags never match for ranges
+    assert get("Thu, 01 Jan 2015 00:00:00 GMT") == (200, body)
+    assert get("not a validator") == (200, body)
+
+
 def test_a_tail_read_of_an_empty_object_is_an_empty_200(s3, bucket):
     # Parquet readers fetch a footer with a suffix range from any object: on an empty one
     # S3 answers 200 and no bytes; any other range of it is 416.

@@ -1916,6 +1916,78 @@ TEST_CASE("A Complete that another Complete of its upload beat to the commit get
   CHECK(xmlField(done.body, "ETag") == got.header("ETag"));
 }
 
+TEST_CASE("A part replaced with the same bytes while Complete runs does not fail it") {
+  // An UploadPart retried after a timeout: the retry committed, the client completed, and
+  // the first attempt's commit lands while Complete assembles its manifest.
+  struct RacedIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    std::optional<index_kv::PartInfo> late;  // the first attempt's part
+    std::atomic<int> calls{0};
+    Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
+                                                    std::string_view key,
+                                                    std::string_view upload_id,
+                                                    const index_kv::Manifest& manifest,
+                                                    index_kv::Precondition pre) override {
+      if (calls++ == 0 && late) (void)target_.putPart(bucket, key, upload_id, *late);
+      return target_.completeUpload(bucket, key, upload_id, manifest, pre);
+    }
+  };
+  RacedIndex* raced = nullptr;
+  GatewayFixture f([&raced](index_kv::Index& index) {
+    auto wrapped = std::make_unique<RacedIndex>(index);
+    raced = wrapped.get();
+    return wrapped;
+  });
+  f.createBucket();
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+  const std::string data = randomString(70'000, 7);
+  auto put_part = [&] {
+    Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                    sha256Hex(data)),
+                        data);
+    REQUIRE(part.status == 200);
+    return *part.header("ETag");
+  };
+  const std::string etag = put_part();
+  auto first = f.cluster.index().listParts("bucket", "k", id, 0, 10);
+  REQUIRE(first);
+  REQUIRE(first->size() == 1);
+  raced->late = first->front();
+  REQUIRE(put_part() == etag);  // the retry: a new version of part 1
+  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + etag +
+                    "</ETag></Part></CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  CHECK(raced->calls == 2);  // refused once (the part replaced), then committed
+  CHECK(done.status == 200);
+  Reply got = f.get("/bucket/k");
+  CHECK(got.status == 200);
+  CHECK(got.body == data);
+}
+
+TEST_CASE("Complete refuses an object over S3's 5 TiB before assembling its manifest") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/big?uploads")).body, "UploadId");
+  // Part rows as 5 GiB parts would leave them (no stripes: the size check comes first).
+  std::string xml = "<CompleteMultipartUpload>";
+  for (uint32_t n = 1; n <= 1025; ++n) {
+    index_kv::PartInfo part;
+    part.part_number = n;
+    part.size = 5ull << 30;
+    part.etag = md5Hex(std::to_string(n));
+    part.version = VersionId::generate(f.cluster.clock, f.random);
+    REQUIRE(f.cluster.index().putPart("bucket", "big", id, part));
+    xml += "<Part><PartNumber>" + std::to_string(n) + "</PartNumber><ETag>\"" + part.etag +
+           "\"</ETag></Part>";
+  }
+  xml += "</CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/big?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  CHECK(done.status == 400);
+  CHECK(done.code == "EntityTooLarge");
+  // The upload stays: a client can still abort it.
+  CHECK(f.send(makeRequest("DELETE", "/bucket/big?uploadId=" + id)).status == 204);
+}
+
 // A request addressed virtual-hosted-style: Host `host`, the whole path is the key.
 S3Request vhostRequest(std::string method, std::string host, std::string target,
                        HeaderList extra = {}, std::string payload_hash = "UNSIGNED-PAYLOAD") {
