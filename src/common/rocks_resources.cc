@@ -2,6 +2,7 @@
 
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/table_properties_collectors.h>
 
 namespace granary {
 
@@ -40,6 +41,12 @@ rocksdb::ColumnFamilyOptions RocksResources::columnFamilyOptions() const {
   table.cache_index_and_filter_blocks = true;
   cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   cf.write_buffer_size = 32 << 20;
+  if (budget_.compact_on_deletion) {
+    // A file is marked for compaction when any 128K consecutive entries hold 16K
+    // deletions (RocksDB's suggested use for queues and bulk deletes).
+    cf.table_properties_collector_factories.push_back(
+        rocksdb::NewCompactOnDeletionCollectorFactory(128 * 1024, 16 * 1024));
+  }
   return cf;
 }
 

@@ -650,8 +650,16 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
     index_kv::MultipartUpload upload;
     std::vector<index_kv::PartInfo> parts;
   };
+  enum class Missing { kBucket, kUpload };
+  std::optional<Missing> missing;  // which one a NotFound names
   auto page = co_await offload(ctx.pool(), [&]() -> Result<Page> {
     Page out;
+    auto bucket = ctx.index().getBucket(req.bucket);
+    if (!bucket) {
+      missing = Missing::kBucket;
+      return fail(bucket.error());
+    }
+    missing = Missing::kUpload;
     auto up = ctx.index().getUpload(req.bucket, req.key, p.upload_id);
     if (!up) return fail(up.error());
     out.upload = std::move(*up);
@@ -662,8 +670,13 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
     out.parts = std::move(*parts);
     return out;
   });
+  if (!page && missing == Missing::kBucket) {
+    co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
+  }
   if (!page) co_return errorResponse(uploadError(page.error()), req);
   p.owner_id = page->upload.owner;
+  p.checksum_algorithm = page->upload.checksum_algorithm;
+  p.checksum_type = page->upload.checksum_type;
   if (page->parts.size() > p.max_parts) {
     p.truncated = p.max_parts > 0;  // (none asked for: no marker to go on from)
     page->parts.resize(p.max_parts);
@@ -671,15 +684,83 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
   co_return xmlResponse(listPartsXml(p, page->parts));
 }
 
-Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req) {
-  if (!req.queryValue("delimiter").value_or("").empty()) {
-    co_return errorResponse({S3ErrorCode::kNotImplemented,
-                             "ListMultipartUploads with a delimiter is not implemented"},
-                            req);
+namespace {
+
+// The page of uploads `p` asks for, read from the index: keys with the delimiter after
+// the prefix roll into one common prefix each, and the listing seeks past the rest of a
+// prefix's keys (UTF-8 keys never hold the byte 0xFF, so prefix + "\xff" is after all of
+// them) rather than reading them. A marker inside a prefix resumes after that prefix.
+Result<UploadsPage> readUploadsPage(index_kv::Index& index, const ListUploadsParams& p) {
+  UploadsPage out;
+  if (p.max_uploads == 0) return out;  // none asked for, and nothing said of more
+  index_kv::ListUploadsRequest lr;
+  lr.prefix = p.prefix;
+  lr.key_marker = p.key_marker;
+  lr.upload_id_marker = p.upload_id_marker;
+  auto rolled = [&](std::string_view key) -> std::optional<std::string> {
+    if (p.delimiter.empty() || !key.starts_with(p.prefix)) return std::nullopt;
+    const size_t at = key.find(p.delimiter, p.prefix.size());
+    if (at == std::string_view::npos) return std::nullopt;
+    return std::string(key.substr(0, at + p.delimiter.size()));
+  };
+  auto skip_past = [&](const std::string& prefix) {
+    lr.key_marker = prefix + '\xff';
+    lr.upload_id_marker.clear();
+  };
+  if (auto group = rolled(lr.key_marker)) skip_past(*group);
+  size_t count = 0;
+  for (;;) {
+    lr.max_uploads = p.max_uploads - count;
+    auto page = index.listUploads(p.bucket, lr);
+    if (!page) return fail(page.error());
+    bool reseek = false;
+    for (auto& u : page->uploads) {
+      if (auto group = rolled(u.key)) {
+        out.common_prefixes.push_back(*group);
+        out.next_key_marker = *group;
+        out.next_upload_id_marker.clear();
+        ++count;
+        skip_past(*group);
+        reseek = true;
+        break;
+      }
+      out.next_key_marker = u.key;
+      out.next_upload_id_marker = u.upload_id;
+      out.uploads.push_back(std::move(u));
+      ++count;
+    }
+    if (count == p.max_uploads) {
+      // Full: more follow if the index said so, or (after a prefix) if anything is left.
+      if (page->truncated && !reseek) {
+        out.truncated = true;
+      } else if (reseek) {
+        lr.max_uploads = 1;
+        auto next = index.listUploads(p.bucket, lr);
+        if (!next) return fail(next.error());
+        out.truncated = !next->uploads.empty();
+      }
+      break;
+    }
+    if (!reseek && !page->truncated) break;
   }
+  return out;
+}
+
+}  // namespace
+
+Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req) {
   ListUploadsParams p;
   p.bucket = req.bucket;
   p.prefix = std::string(req.queryValue("prefix").value_or(""));
+  p.delimiter = std::string(req.queryValue("delimiter").value_or(""));
+  if (auto enc = req.queryValue("encoding-type")) {
+    if (*enc != "url") {
+      co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                               "Invalid Encoding Method specified in Request"},
+                              req);
+    }
+    p.url_encode = true;
+  }
   p.key_marker = std::string(req.queryValue("key-marker").value_or(""));
   // S3 ignores upload-id-marker without key-marker.
   if (!p.key_marker.empty()) {
@@ -689,21 +770,13 @@ Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req)
   if (!max) co_return errorResponse(max.error(), req);
   p.max_uploads = *max;
 
-  index_kv::ListUploadsRequest lr;
-  lr.prefix = p.prefix;
-  lr.key_marker = p.key_marker;
-  lr.upload_id_marker = p.upload_id_marker;
-  lr.max_uploads = p.max_uploads;
-  auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListUploadsResult> {
+  auto page = co_await offload(ctx.pool(), [&]() -> Result<UploadsPage> {
     auto bucket = ctx.index().getBucket(req.bucket);
     if (!bucket) return fail(bucket.error());
-    return ctx.index().listUploads(req.bucket, lr);
+    return readUploadsPage(ctx.index(), p);
   });
-  if (!result) {
-    co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);
-  }
-  if (p.max_uploads == 0) result->truncated = false;  // (an older index service says so)
-  co_return xmlResponse(listMultipartUploadsXml(p, *result));
+  if (!page) co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
+  co_return xmlResponse(listMultipartUploadsXml(p, *page));
 }
 
 }  // namespace granary::gateway

@@ -75,13 +75,28 @@ std::string listBucketsXml(const ListBucketsPage& page) {
   return std::move(x).finish();
 }
 
+namespace {
+
+// Keys, prefixes and markers as a listing writes them: as they are, or URI-encoded for
+// encoding-type=url. The view lasts until the next call (the writer copies it at once).
+class KeyText {
+ public:
+  explicit KeyText(bool url_encode) : url_encode_(url_encode) {}
+  std::string_view operator()(std::string_view s) {
+    if (!url_encode_) return s;
+    encoded_ = uriEncode(s, /*encode_slash=*/false);
+    return encoded_;
+  }
+
+ private:
+  bool url_encode_;
+  std::string encoded_;
+};
+
+}  // namespace
+
 std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResult& result) {
-  std::string encoded;  // the last value enc() encoded; the writer copies it at once
-  auto enc = [&](std::string_view s) -> std::string_view {
-    if (!p.url_encode) return s;
-    encoded = uriEncode(s, /*encode_slash=*/false);
-    return encoded;
-  };
+  KeyText enc{p.url_encode};
   const bool versions = p.kind == ListKind::kVersions;
   // About 250 bytes a key with its owner, 60 a common prefix.
   XmlWriter x(versions ? "ListVersionsResult" : "ListBucketResult", true,
@@ -90,7 +105,10 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
   switch (p.kind) {
     case ListKind::kV1:
       x.element("Marker", enc(p.marker));
-      if (result.truncated && !p.next_token.empty()) x.element("NextMarker", enc(p.next_token));
+      // Only with a delimiter, as S3: without one a client resumes after the last Key.
+      if (result.truncated && !p.next_token.empty() && !p.delimiter.empty()) {
+        x.element("NextMarker", enc(p.next_token));
+      }
       break;
     case ListKind::kV2:
       if (!p.marker.empty()) x.element("StartAfter", enc(p.marker));
@@ -415,6 +433,8 @@ std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::P
   }
   x.element("MaxParts", uint64_t{p.max_parts})
       .element("IsTruncated", p.truncated ? "true" : "false");
+  if (!p.checksum_algorithm.empty()) x.element("ChecksumAlgorithm", p.checksum_algorithm);
+  if (!p.checksum_type.empty()) x.element("ChecksumType", p.checksum_type);
   for (const auto& part : parts) {
     x.open("Part")
         .element("PartNumber", uint64_t{part.part_number})
@@ -429,25 +449,33 @@ std::string listPartsXml(const ListPartsParams& p, const std::vector<index_kv::P
   return std::move(x).finish();
 }
 
-std::string listMultipartUploadsXml(const ListUploadsParams& p,
-                                    const index_kv::ListUploadsResult& result) {
-  XmlWriter x("ListMultipartUploadsResult", true, 1024 + result.uploads.size() * 400);
+std::string listMultipartUploadsXml(const ListUploadsParams& p, const UploadsPage& page) {
+  KeyText enc{p.url_encode};
+  XmlWriter x("ListMultipartUploadsResult", true,
+              1024 + page.uploads.size() * 400 + page.common_prefixes.size() * 64);
   x.element("Bucket", p.bucket)
-      .element("KeyMarker", p.key_marker)
+      .element("KeyMarker", enc(p.key_marker))
       .element("UploadIdMarker", p.upload_id_marker);
-  if (result.truncated && !result.uploads.empty()) {
-    x.element("NextKeyMarker", result.uploads.back().key)
-        .element("NextUploadIdMarker", result.uploads.back().upload_id);
+  if (page.truncated) {
+    x.element("NextKeyMarker", enc(page.next_key_marker))
+        .element("NextUploadIdMarker", page.next_upload_id_marker);
   }
-  x.element("Prefix", p.prefix)
-      .element("MaxUploads", uint64_t{p.max_uploads})
-      .element("IsTruncated", result.truncated ? "true" : "false");
-  for (const auto& u : result.uploads) {
-    x.open("Upload").element("Key", u.key).element("UploadId", u.upload_id);
+  x.element("Prefix", enc(p.prefix));
+  if (!p.delimiter.empty()) x.element("Delimiter", enc(p.delimiter));
+  x.element("MaxUploads", uint64_t{p.max_uploads});
+  if (p.url_encode) x.element("EncodingType", "url");
+  x.element("IsTruncated", page.truncated ? "true" : "false");
+  for (const auto& u : page.uploads) {
+    x.open("Upload").element("Key", enc(u.key)).element("UploadId", u.upload_id);
     for (const char* who : {"Initiator", "Owner"}) identity(x, who, u.owner);
     x.element("StorageClass", "STANDARD")
-        .element("Initiated", IsoTimestamp(u.initiated_unix_nanos).view())
-        .close();
+        .element("Initiated", IsoTimestamp(u.initiated_unix_nanos).view());
+    if (!u.checksum_algorithm.empty()) x.element("ChecksumAlgorithm", u.checksum_algorithm);
+    if (!u.checksum_type.empty()) x.element("ChecksumType", u.checksum_type);
+    x.close();
+  }
+  for (const auto& prefix : page.common_prefixes) {
+    x.open("CommonPrefixes").element("Prefix", enc(prefix)).close();
   }
   return std::move(x).finish();
 }

@@ -190,6 +190,8 @@ struct ListPartsParams {
   std::string key;
   std::string upload_id;
   std::string owner_id;
+  std::string checksum_algorithm;  // the upload's, "" for none
+  std::string checksum_type;
   uint32_t part_number_marker = 0;
   size_t max_parts = 1000;
   bool truncated = false;
@@ -200,11 +202,22 @@ std::string listPartsXml(const ListPartsParams& params,
 struct ListUploadsParams {
   std::string bucket;
   std::string prefix;
+  std::string delimiter;
   std::string key_marker;
   std::string upload_id_marker;
   size_t max_uploads = 1000;
+  bool url_encode = false;  // encoding-type=url
 };
-std::string listMultipartUploadsXml(const ListUploadsParams& params,
-                                    const index_kv::ListUploadsResult& result);
+// One page of ListMultipartUploads: uploads and the common prefixes keys rolled into (at
+// most max_uploads of both), and where the next page starts when truncated (the last
+// entry: a key and upload id, or a prefix and no id).
+struct UploadsPage {
+  std::vector<index_kv::MultipartUpload> uploads;
+  std::vector<std::string> common_prefixes;
+  bool truncated = false;
+  std::string next_key_marker;
+  std::string next_upload_id_marker;
+};
+std::string listMultipartUploadsXml(const ListUploadsParams& params, const UploadsPage& page);
 
 }  // namespace granary::gateway

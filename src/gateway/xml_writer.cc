@@ -9,12 +9,14 @@ namespace granary::gateway {
 
 namespace {
 
-// Which bytes need escaping where, as pugixml escapes them.
+// Which bytes need escaping where, as pugixml escapes them, but for CR in text: a parser
+// reads a raw CR (or CR LF) as LF (XML 1.0 2.11), so a key "a\rb" would list as "a\nb",
+// a key that does not exist. As a reference it survives.
 constexpr uint8_t kInText = 1, kInAttribute = 2;
 constexpr std::array<uint8_t, 256> kEscape = [] {
   std::array<uint8_t, 256> t{};
   for (int c = 0; c < 32; ++c) t[c] = kInText | kInAttribute;
-  t['\t'] = t['\n'] = t['\r'] = kInAttribute;
+  t['\t'] = t['\n'] = kInAttribute;
   t['&'] = t['<'] = kInText | kInAttribute;
   t['>'] = kInText;
   t['"'] = kInAttribute;

@@ -424,6 +424,7 @@ Status BatchBuilder::deleteObject(CommitRequest& req) {
   auto retired = retire(**current, nullptr);
   if (!retired) return retired.error();
   GRANARY_STAGE(batch_.Delete(cfs_.objects, okey));
+  ++object_deletes_;
   manifests_.erase(**current);
   objects_[okey] = std::nullopt;
   req.replaced = *current;

@@ -108,6 +108,8 @@ class BatchBuilder {
   // A request that fails stages nothing and leaves the overlay untouched.
   void apply(CommitRequest& req);
   rocksdb::WriteBatch& batch() { return batch_; }
+  // Object rows this batch deletes (each a tombstone listings walk until compacted).
+  uint64_t objectDeletes() const { return object_deletes_; }
 
  private:
   Status createBucket(CommitRequest& req);
@@ -197,6 +199,7 @@ class BatchBuilder {
   std::map<std::string, std::optional<UserInfo>> users_;         // name -> row (nullopt: gone)
   std::vector<VersionId> dead_added_;  // by the request being applied (undone on failure)
   std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch
+  uint64_t object_deletes_ = 0;
 };
 
 class CommitQueue {
@@ -219,6 +222,7 @@ class CommitQueue {
  private:
   void run();
   void commitBatch(const std::vector<CommitRequest*>& batch);
+  void flushAfterBulkDeletes(uint64_t deletes);
   // Calls (and drops) req.on_done.
   static void finish(CommitRequest& req);
 
@@ -235,6 +239,9 @@ class CommitQueue {
 
   std::atomic<uint64_t> batches_{0};
   std::atomic<uint64_t> requests_{0};
+  // Object deletes written since the objects' memtable was last flushed for them (the
+  // committer thread's alone).
+  uint64_t deletes_unflushed_ = 0;
 };
 
 }  // namespace granary::index_kv

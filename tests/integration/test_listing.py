@@ -79,3 +79,28 @@ def test_listing_a_missing_bucket_is_no_such_bucket(s3):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.list_objects_v2(Bucket="no-such-bucket-for-listing")
     assert e.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+def test_a_key_with_a_carriage_return_lists_as_itself(server, s3, bucket):
+    # Without encoding-type=url (s3cmd, the JS SDK, xml.etree readers) a raw CR would be
+    # read back as LF: a key that does not exist.
+    import xml.etree.ElementTree as ET
+    from conftest import signed
+    s3.put_object(Bucket=bucket, Key="a\rb", Body=b"cr")
+    s3.put_object(Bucket=bucket, Key="c\r\nd", Body=b"crlf")
+    status, body = signed(server, "GET", f"/{bucket}?list-type=2")
+    assert status == 200
+    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+    keys = [k.text for k in ET.fromstring(body).findall("s3:Contents/s3:Key", ns)]
+    assert "a\rb" in keys and "c\r\nd" in keys
+    assert s3.get_object(Bucket=bucket, Key="a\rb")["Body"].read() == b"cr"
+
+
+def test_v1_next_marker_only_with_a_delimiter(s3, listing_bucket):
+    # S3 sends NextMarker only with a delimiter; without one a client resumes after the
+    # last key it got.
+    name, keys = listing_bucket
+    r = s3.list_objects(Bucket=name, MaxKeys=1)
+    assert r["IsTruncated"] is True and "NextMarker" not in r
+    r = s3.list_objects(Bucket=name, MaxKeys=1, Delimiter="/")
+    assert r["IsTruncated"] is True and r["NextMarker"] == "dir00/"

@@ -9,6 +9,8 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
+from conftest import signed
+
 MiB = 1024 * 1024
 
 
@@ -330,6 +332,59 @@ def test_list_multipart_uploads_and_pagination(s3, bucket):
     for key, up in ids:
         s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=up)
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_list_multipart_uploads_with_a_delimiter(server, s3, bucket):
+    # S3 rolls keys into common prefixes here as in ListObjects; pages resume after them.
+    ids = {key: s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+           for key in ("a/1", "a/2", "b/x/1", "c", "d/1", "sp ace+/1")}
+    r = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+    assert r["Delimiter"] == "/" and r["IsTruncated"] is False
+    assert [u["Key"] for u in r["Uploads"]] == ["c"]
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["a/", "b/", "d/", "sp ace+/"]
+    r = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", Prefix="b/")
+    assert "Uploads" not in r
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["b/x/"]
+
+    entries, kwargs = [], {}
+    for _ in range(10):
+        r = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", MaxUploads=2, **kwargs)
+        page = [u["Key"] for u in r.get("Uploads", [])] + \
+            [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+        assert len(page) <= 2
+        entries += page
+        if not r["IsTruncated"]:
+            break
+        kwargs = {"KeyMarker": r["NextKeyMarker"],
+                  "UploadIdMarker": r.get("NextUploadIdMarker", "")}
+    assert sorted(entries) == ["a/", "b/", "c", "d/", "sp ace+/"]
+    # A marker inside a prefix resumes after it.
+    r = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", KeyMarker="a/1",
+                                  UploadIdMarker=ids["a/1"])
+    assert [p["Prefix"] for p in r["CommonPrefixes"]][0] == "b/"
+
+    # encoding-type=url encodes keys and prefixes; another encoding is refused.
+    status, body = signed(server, "GET", f"/{bucket}?uploads=&encoding-type=url&delimiter=%2F")
+    assert status == 200
+    assert b"<Prefix>sp%20ace%2B/</Prefix>" in body
+    assert b"<EncodingType>url</EncodingType>" in body
+    status, body = signed(server, "GET", f"/{bucket}?uploads=&encoding-type=base64")
+    assert status == 400 and b"<Code>InvalidArgument</Code>" in body
+    for key, up in ids.items():
+        s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=up)
+
+
+def test_list_parts_names_the_checksum_and_the_missing_bucket(s3, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="ck", ChecksumAlgorithm="CRC32")
+    s3.upload_part(Bucket=bucket, Key="ck", UploadId=up["UploadId"], PartNumber=1,
+                   Body=b"x" * 100, ChecksumAlgorithm="CRC32")
+    r = s3.list_parts(Bucket=bucket, Key="ck", UploadId=up["UploadId"])
+    assert r["ChecksumAlgorithm"] == "CRC32"
+    assert r["Parts"][0]["ChecksumCRC32"]
+    s3.abort_multipart_upload(Bucket=bucket, Key="ck", UploadId=up["UploadId"])
+    with pytest.raises(ClientError) as e:
+        s3.list_parts(Bucket="no-such-bucket-for-parts", Key="k", UploadId=up["UploadId"])
+    assert e.value.response["Error"]["Code"] == "NoSuchBucket"
 
 
 def test_abort_reclaims_the_parts_space(server, s3, bucket):

@@ -17,6 +17,10 @@ namespace granary {
 struct RocksBudget {
   size_t block_cache_bytes = 256ull << 20;   // shared LRU block cache
   size_t write_buffer_bytes = 128ull << 20;  // all memtables of all instances together
+  // Table files holding many deletions are compacted soon after they are written, so that
+  // scans (listings, the GC queue) stop walking the tombstones of a bulk delete. Off only
+  // to measure it (bench/index_bench.cc).
+  bool compact_on_deletion = true;
 };
 
 class RocksResources {
