@@ -159,7 +159,8 @@ void RecordIndexer::flush() {
 }
 
 RecordIndexInfo RecordIndexer::finish() {
-  if (error_.isOk()) error_ = parser_.finish(parsed_);
+  // After a write error the parser was fed no more: its "truncated" would blame the data.
+  if (error_.isOk() && write_error_.isOk()) error_ = parser_.finish(parsed_);
   if (error_.isOk()) flush();
   RecordIndexInfo info;
   const ContainerFormat format = parser_.format();

@@ -1988,6 +1988,53 @@ TEST_CASE("Complete refuses an object over S3's 5 TiB before assembling its mani
   CHECK(f.send(makeRequest("DELETE", "/bucket/big?uploadId=" + id)).status == 204);
 }
 
+// A ustar archive of `n` members "m<i>": the first of 1600 bytes, the others of one. No
+// member ends on a 4 KiB boundary (they end at 2560 + 1024 j), so however the body is cut
+// into stripes, a piece that ends mid-archive ends inside a member.
+std::string tarOf(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    char h[512] = {};
+    std::string name(1, 'm');  // (not "m" + ...: GCC 12's false -Wrestrict)
+    name += std::to_string(i);
+    std::memcpy(h, name.data(), name.size());
+    std::snprintf(h + 100, 8, "%07o", 0644);
+    const unsigned size = i == 0 ? 1600 : 1;
+    std::snprintf(h + 124, 12, "%011o", size);
+    std::snprintf(h + 136, 12, "%011o", 0u);
+    h[156] = '0';
+    std::memcpy(h + 257, "ustar\0" "00", 8);
+    std::memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (char c : h) sum += static_cast<unsigned char>(c);
+    std::snprintf(h + 148, 8, "%06o", sum);
+    out.append(h, 512);
+    out.append(size, 'x');
+    out.append((512 - size % 512) % 512, '\0');
+  }
+  out.append(1024, '\0');
+  return out;
+}
+
+TEST_CASE("A container whose rows the index refused is 'failed', not blamed on its bytes") {
+  struct RefusingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Status putRecordRows(std::string_view, std::string_view, const VersionId&,
+                         const std::vector<index_kv::RecordRow>&) override {
+      return Status::unavailable("index: refused for the test");
+    }
+  };
+  GatewayFixture f([](index_kv::Index& index) { return std::make_unique<RefusingIndex>(index); });
+  f.createBucket();
+  // More members than one batch of rows: the first write happens mid-stream.
+  const std::string tar = tarOf(9000);
+  Reply put = f.put("shard.tar", tar, {{"x-granary-index", "tar"}});
+  REQUIRE(put.status == 200);
+  CHECK(put.header("x-granary-record-index") == "failed");
+  CHECK(put.header("x-granary-record-index-message").value_or("").starts_with("indexing failed"));
+  CHECK(f.get("/bucket/shard.tar").body == tar);  // the object itself is stored
+}
+
 // A request addressed virtual-hosted-style: Host `host`, the whole path is the key.
 S3Request vhostRequest(std::string method, std::string host, std::string target,
                        HeaderList extra = {}, std::string payload_hash = "UNSIGNED-PAYLOAD") {
