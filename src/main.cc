@@ -151,13 +151,18 @@ std::pair<std::string, uint16_t> parseListen(const std::string& listen) {
   return {host, static_cast<uint16_t>(port)};
 }
 
-using Stores = std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>>;
+struct OpenedDrives {
+  std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>> stores;
+  std::map<std::string, Status, std::less<>> failed;  // drive id -> why it did not open
+};
 
-// Opens every (drive id, directory) drive; dies if one cannot be opened.
-Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
-                  chunkstore::IoEngine& engine, RocksResources& rocks, const Clock& clock,
-                  const po::variables_map& vm) {
-  Stores stores;
+// Opens every (drive id, directory) drive. One that cannot be opened (a failing disk, a
+// corrupt blob index) is logged and left out, as a dead disk would be: the other drives
+// of the process serve, and its fragments are read from the others. Dies if none opens.
+OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
+                        chunkstore::IoEngine& engine, RocksResources& rocks,
+                        const Clock& clock, const po::variables_map& vm) {
+  OpenedDrives opened;
   const double zero_rate = vm["spare-zero-rate"].as<double>();
   if (zero_rate < 0) die("--spare-zero-rate must be >= 0");
   const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
@@ -197,10 +202,16 @@ Stores openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
           std::max<uint64_t>(1, static_cast<uint64_t>(zero_rate * 1e6 / drives.size()));
     }
     auto store = chunkstore::openChunkStore(co, engine, rocks, clock);
-    if (!store) die("cannot open drive " + id + ": " + store.error().toString());
-    stores.emplace(id, std::move(*store));
+    if (!store) {
+      log::error("drive {} ({}) did not open, serving without it: {}", id, dir.string(),
+                 store.error().toString());
+      opened.failed.emplace(id, store.error());
+      continue;
+    }
+    opened.stores.emplace(id, std::move(*store));
   }
-  return stores;
+  if (opened.stores.empty()) die("no drive could be opened (see above)");
+  return opened;
 }
 
 // The /_granary/metrics bearer token, shared by `serve` and `chunkserver`.
@@ -506,7 +517,8 @@ int serve(int argc, char** argv) {
 
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
-  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock, vm));
+  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, vm);
+  chunkstore::LocalChunkClient chunks(std::move(opened.stores), opened.failed);
   startScrubbing(chunks, drive_dirs.size(), vm);
   // One clock for the index and its gateway: no margin for gateway clocks running ahead.
   auto index = index_kv::openIndex({.dir = (data / "index").string(), .new_index_margin = {}},
@@ -517,6 +529,9 @@ int serve(int argc, char** argv) {
   std::string description =
       fmt::format("data:        {} ({} drives, EC {}+{}, io engine {})", data.string(),
                   map.drives.size(), map.ec.k, map.ec.m, engine->name());
+  for (const auto& [id, why] : opened.failed) {
+    description += fmt::format("\n  drive {} did not open: {}", id, why.message());
+  }
   return runGateway(vm, sigs, {map, chunks, **index, root, registry, description}, clock,
                     random);
 }
@@ -872,7 +887,8 @@ int chunkserver(int argc, char** argv) {
   RocksResources rocks;
   prometheus::Registry registry;
   auto engine = chunkstore::makeMeteredEngine(chunkstore::makeUringEngine(), registry);
-  chunkstore::LocalChunkClient chunks(openDrives(drive_dirs, *engine, rocks, clock, vm));
+  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, vm);
+  chunkstore::LocalChunkClient chunks(std::move(opened.stores), opened.failed);
   startScrubbing(chunks, drive_dirs.size(), vm);
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 
@@ -891,7 +907,8 @@ int chunkserver(int argc, char** argv) {
 
   std::string drives_text;
   for (const auto& [id, dir] : drive_dirs) {
-    drives_text += fmt::format("{}{}={}", drives_text.empty() ? "" : ", ", id, dir.string());
+    drives_text += fmt::format("{}{}={}{}", drives_text.empty() ? "" : ", ", id, dir.string(),
+                               opened.failed.contains(id) ? " (did not open)" : "");
   }
   std::printf("Granary chunkserver listening at http://%s:%u\n  drives: %s (io engine %s)\n",
               urlHost(copts.listen_host).c_str(), static_cast<unsigned>((*server)->port()),

@@ -4,12 +4,17 @@
 namespace granary::chunkstore {
 
 LocalChunkClient::LocalChunkClient(
-    std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives)
-    : drives_(std::move(drives)) {}
+    std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives,
+    std::map<std::string, Status, std::less<>> unopened)
+    : drives_(std::move(drives)), unopened_(std::move(unopened)) {}
 
 Result<ChunkStore*> LocalChunkClient::find(std::string_view drive) const {
   auto it = drives_.find(drive);
   if (it == drives_.end()) {
+    if (auto failed = unopened_.find(drive); failed != unopened_.end()) {
+      return fail(Status::unavailable("drive '" + std::string(drive) +
+                                      "' did not open: " + failed->second.message()));
+    }
     return fail(Status::notFound("unknown drive '" + std::string(drive) + "'"));
   }
   return it->second.get();

@@ -163,3 +163,33 @@ def test_sigterm_stops_it_and_a_restart_serves_the_same_blobs(granary_bin, tmp_p
         assert r.content == body
     finally:
         assert srv.stop() == 0
+
+
+def test_a_drive_that_does_not_open_is_left_out_and_the_others_serve(granary_bin, tmp_path):
+    # One failing drive must not take the server's other drives offline: it is listed not
+    # writable, and calls on it are 503 Unavailable (retryable: its fragments are not
+    # lost, as 404 would say). Only when no drive opens does the server refuse to start.
+    (tmp_path / "broken").write_text("a file where a drive directory should be")
+    srv = ChunkServer([str(tmp_path / "d0"), "bad=" + str(tmp_path / "broken")],
+                      secret=SECRET).start()
+    try:
+        drives = {d["id"]: d["writable"]
+                  for d in call(srv, "GET", "/internal/v1/drives").json()["drives"]}
+        assert drives == {"d0": True, "bad": False}
+        assert call(srv, "PUT", blob_path(), body=b"x" * 5000,
+                    headers=DESCRIPTOR).status_code == 200
+        r = call(srv, "PUT", blob_path("bad"), body=b"x" * 5000, headers=DESCRIPTOR)
+        assert r.status_code == 503 and "did not open" in r.text
+        r = call(srv, "GET", "/internal/v1/drives/bad/stats")
+        assert r.status_code == 503
+    finally:
+        assert srv.stop() == 0
+    with open(srv.log_path) as log:
+        assert "drive bad" in log.read()
+
+    res = subprocess.run([granary_bin, "chunkserver", "--dir", "bad=" + str(tmp_path / "broken"),
+                          "--listen", "127.0.0.1:0"],
+                         env=dict(os.environ, GRANARY_CLUSTER_SECRET=SECRET),
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode != 0
+    assert "no drive could be opened" in res.stderr

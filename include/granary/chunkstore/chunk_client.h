@@ -68,8 +68,13 @@ class ChunkClient {
 
 class LocalChunkClient final : public ChunkClient {
  public:
-  // Takes ownership of the stores, keyed by drive id.
-  explicit LocalChunkClient(std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives);
+  // Takes ownership of the stores, keyed by drive id. `unopened`: drives of this process
+  // that could not be opened, and why: every call naming one is kUnavailable (a reader
+  // rebuilds from the other fragments; placement leaves it out), never kNotFound (which
+  // says a fragment is lost).
+  explicit LocalChunkClient(
+      std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives,
+      std::map<std::string, Status, std::less<>> unopened = {});
   Status put(std::string_view drive, const BlobDescriptor& desc,
              std::span<const uint8_t> payload) override;
   void putAsync(std::string_view drive, const BlobDescriptor& desc,
@@ -98,6 +103,7 @@ class LocalChunkClient final : public ChunkClient {
  private:
   Result<ChunkStore*> find(std::string_view drive) const;
   std::map<std::string, std::unique_ptr<ChunkStore>, std::less<>> drives_;
+  std::map<std::string, Status, std::less<>> unopened_;
   // Declared after drives_: destroyed (stopped) first.
   std::map<std::string, std::unique_ptr<Scrubber>, std::less<>> scrubbers_;
 };
