@@ -119,24 +119,31 @@ class RecordClient:
         return json.loads(self._request("POST", bucket, container, query, body).data)
 
     # ---- reads -------------------------------------------------------------------------
-    def _record_query(self, key, container, type, raw):
+    def _record_query(self, key, container, type, raw, offset=None):
         q = [("record", None), ("key", key)]
         if container:
             q.append(("container", container))
+        if offset is not None:
+            q.append(("offset", str(offset)))
         if type is not None:
             q.append(("type", type))
         if raw:
             q.append(("raw", "1"))
         return q
 
-    def get_record(self, bucket, key, container=None, type=None, raw=False, with_location=False):
-        resp = self._request("GET", bucket, "", self._record_query(key, container, type, raw))
+    def get_record(self, bucket, key, container=None, type=None, raw=False, with_location=False,
+                   offset=None):
+        """The record's bytes: the newest location of `key`, or the row at `offset` of
+        `container` (one of several of the same key in it)."""
+        resp = self._request("GET", bucket, "",
+                             self._record_query(key, container, type, raw, offset))
         if with_location:
             return resp.data, _location(resp.headers)
         return resp.data
 
-    def head_record(self, bucket, key, container=None, type=None, raw=False):
-        resp = self._request("HEAD", bucket, "", self._record_query(key, container, type, raw))
+    def head_record(self, bucket, key, container=None, type=None, raw=False, offset=None):
+        resp = self._request("HEAD", bucket, "",
+                             self._record_query(key, container, type, raw, offset))
         loc = _location(resp.headers)
         loc["size"] = int(resp.headers["Content-Length"])
         return loc
@@ -180,7 +187,7 @@ class RecordClient:
 
     def batch_get(self, bucket, records, type="response", raw=False):
         """Yields (header, body) per requested record, in order. `records`: keys, or
-        dicts {"key": ..., "container": ...}. A failed record has header["status"] != 200
+        dicts {"key": ..., "container": ...[, "offset": ...]}. A failed record has header["status"] != 200
         and an empty body. Raises if the stream ends early."""
         body = json.dumps({"records": list(records), "type": type, "raw": raw}).encode()
         resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)

@@ -90,13 +90,14 @@ std::optional<std::string> readFile(const std::string& path) {
   return std::move(ss).str();
 }
 
-// GET or HEAD /b?record&key=K[&container=C][&type=T][&raw=1].
+// GET or HEAD /b?record&key=K[&container=C[&offset=N]][&type=T][&raw=1].
 S3Request recordRequest(const Invocation& inv, std::string method) {
   S3Request req;
   req.method = std::move(method);
   req.bucket = inv.args[0];
   req.query = {{"record", std::nullopt}, {"key", inv.args[1]}};
   if (inv.has("container")) req.query.emplace_back("container", inv.opt("container"));
+  if (inv.has("offset")) req.query.emplace_back("offset", inv.opt("offset"));
   if (inv.has("type")) req.query.emplace_back("type", inv.opt("type"));
   if (inv.vm["raw"].as<bool>()) req.query.emplace_back("raw", "1");
   return req;
@@ -328,6 +329,8 @@ int runStats(const Invocation& inv) {
 
 void recordOptions(po::options_description& o) {
   o.add_options()("container", po::value<std::string>(), "only the record in this container")(
+      "offset", po::value<std::string>(),
+      "the row at this offset of --container (one of several of the same key)")(
       "type", po::value<std::string>(), "WARC type (default response; '*': any)")(
       "raw", po::bool_switch(), "a warc.gz record as stored (gzip), not inflated");
 }

@@ -26,7 +26,7 @@ constexpr std::array kPublicReadParams = {
     "list-type", "prefix",   "delimiter", "max-keys", "continuation-token", "start-after",
     "encoding-type", "fetch-owner", "marker", "x-id",  "record",  "records", "key",
     "after",     "container", "format",   "max-records", "raw", "versions", "key-marker",
-    "version-id-marker", "partNumber", "type"};
+    "version-id-marker", "partNumber", "type", "offset"};
 
 bool isPublicRead(const S3Request& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;

@@ -82,12 +82,29 @@ Task<std::optional<S3Error>> checkBucket(GatewayContext& ctx, const S3Request& r
   co_return std::nullopt;
 }
 
-RecordSelector selectorOf(const S3Request& req) {
+// An offset selects one row of a named container (records.h).
+std::optional<S3Error> checkOffset(const RecordSelector& s) {
+  if (s.offset && s.container.empty()) {
+    return S3Error{S3ErrorCode::kInvalidArgument, "An offset needs the container it is in."};
+  }
+  return std::nullopt;
+}
+
+S3Result<RecordSelector> selectorOf(const S3Request& req) {
   RecordSelector s;
   s.key = std::string(req.queryValue("key").value_or(""));
   s.container = std::string(req.queryValue("container").value_or(""));
   if (auto t = req.queryValue("type")) s.type = std::string(*t);
   s.raw = truthy(req.queryValue("raw"));
+  if (auto o = req.queryValue("offset")) {
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(o->data(), o->data() + o->size(), v);
+    if (o->empty() || ec != std::errc() || p != o->data() + o->size()) {
+      return s3fail(S3ErrorCode::kInvalidArgument, "offset must be a non-negative integer");
+    }
+    s.offset = v;
+  }
+  if (auto bad = checkOffset(s)) return std::unexpected(*bad);
   return s;
 }
 
@@ -95,7 +112,9 @@ RecordSelector selectorOf(const S3Request& req) {
 
 Task<S3Response> getRecord(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only) {
-  RecordSelector selector = selectorOf(req);
+  auto parsed = selectorOf(req);
+  if (!parsed) co_return errorResponse(parsed.error(), req);
+  RecordSelector selector = std::move(*parsed);
   if (selector.key.empty()) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "The key parameter is required."}, req);
   }
@@ -195,9 +214,19 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
         if (!c->is_string()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "container must be a string"}, req);
         s.container = c->get<std::string>();
       }
+      if (auto o = e.find("offset"); o != e.end()) {
+        if (!o->is_number_unsigned()) {
+          co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                                   "offset must be a non-negative integer"},
+                                  req);
+        }
+        s.offset = o->get<uint64_t>();
+      }
+      if (auto bad = checkOffset(s)) co_return errorResponse(*bad, req);
     } else {
       co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                               "Each record is a key string or {\"key\": ..., \"container\": ...}."},
+                               "Each record is a key string or {\"key\": ..., \"container\": "
+                               "..., \"offset\": ...}."},
                               req);
     }
     if (s.key.empty()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "A record key is empty."}, req);

@@ -357,6 +357,7 @@ Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& inde
     auto page = index.listRecords(bucket, q);
     if (!page) return fail(page.error());
     for (index_kv::RecordLocation& l : page->records) {
+      if (selector.offset && l.row.offset != *selector.offset) continue;
       if (!newest || std::tie(l.container_mtime_unix_nanos, l.row.offset) >=
                          std::tie(newest->container_mtime_unix_nanos, newest->row.offset)) {
         newest = std::move(l);

@@ -106,12 +106,15 @@ struct RecordData {
 struct RecordSelector {
   std::string key;
   std::string container;      // empty: the newest location among all containers
+  // The row at this offset of `container` (set only with a container): one of several
+  // records of the same key in it (a tar appended to, WARC records of one URI).
+  std::optional<uint64_t> offset;
   std::string type = "response";  // WARC rows; "*" or empty: any
   bool raw = false;           // warc.gz: the gzip member as stored
 };
 
 // Finds the newest visible location of a record (newest container, then the last
-// occurrence in it), reads its bytes from the container version named by the row,
+// occurrence in it; or the one at selector.offset), reads its bytes from the container version named by the row,
 // verifies the CRC32C and inflates a warc.gz member unless raw. NoSuchKey when there is
 // no such record; InternalError on a CRC mismatch.
 Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,

@@ -68,7 +68,7 @@ namespace {
 constexpr std::array kKnownParameters = {
     "after", "bucket-region", "container", "continuation-token", "delete", "delimiter",
     "encoding-type", "fetch-owner", "format", "key", "key-marker", "list-type", "location",
-    "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads",
+    "marker", "max-buckets", "max-keys", "max-parts", "max-records", "max-uploads", "offset",
     "part-number-marker", "partNumber", "prefix", "raw", "record", "record-index", "records",
     "records-batch", "start-after", "type", "upload-id-marker", "uploadId", "uploads",
     "version-id-marker", "versionId", "versions", "x-granary-index", "x-granary-index-key",

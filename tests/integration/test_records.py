@@ -435,6 +435,37 @@ def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket
     assert e.value.code == "InvalidArgument"
 
 
+def test_records_of_one_name_are_read_one_by_one_by_offset(rc, bucket):
+    # A tar appended to (tar -r) holds a name twice; without an offset the last wins,
+    # with the listed offset each row is its own record, by GET and by batch get.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for content in (b"first version", b"second, longer version", b"other"):
+            info = tarfile.TarInfo("other.txt" if content == b"other" else "a.txt")
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+    rc.put_container(bucket, "twice.tar", buf.getvalue())
+    rows = [r for r in rc.container_records(bucket, "twice.tar") if r["key"] == "a.txt"]
+    assert len(rows) == 2
+    assert rc.get_record(bucket, "a.txt") == b"second, longer version"
+    got = [rc.get_record(bucket, "a.txt", container="twice.tar", offset=r["offset"])
+           for r in rows]
+    assert got == [b"first version", b"second, longer version"]
+    assert rc.head_record(bucket, "a.txt", container="twice.tar",
+                          offset=rows[0]["offset"])["size"] == len(b"first version")
+    batch = [{"key": "a.txt", "container": "twice.tar", "offset": r["offset"]} for r in rows]
+    batch.append({"key": "a.txt", "container": "twice.tar", "offset": rows[0]["offset"] + 1})
+    answers = list(rc.batch_get(bucket, batch, type="*"))
+    assert [body for _, body in answers[:2]] == got
+    assert answers[2][0]["status"] == 404  # no row of that key there
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, "a.txt", offset=rows[0]["offset"])  # no container
+    assert e.value.code == "InvalidArgument"
+    with pytest.raises(RecordError) as e:
+        rc.get_record(bucket, "a.txt", container="twice.tar", offset="-1")
+    assert e.value.code == "InvalidArgument"
+
+
 def test_pytorch_iterable_dataset_streams_shuffled_samples(server, rc, bucket):
     import torch  # noqa: F401  python3-torch, installed by scripts/install-deps.sh
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python",

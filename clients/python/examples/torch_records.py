@@ -47,7 +47,9 @@ class RecordShardDataset(IterableDataset):
         """(name, bytes) of every record of one shard, in container order."""
         rows = list(client.container_records(self.bucket, shard))
         for i in range(0, len(rows), self.batch):
-            want = [{"key": r["key"], "container": shard} for r in rows[i:i + self.batch]]
+            # By offset: a shard may hold one name twice (tar -r), a crawl one URI twice.
+            want = [{"key": r["key"], "container": shard, "offset": r["offset"]}
+                    for r in rows[i:i + self.batch]]
             for header, body in client.batch_get(self.bucket, want, type="*"):
                 if header["status"] != 200:
                     raise IOError(f"{shard}: {header['key']}: {header.get('code')} "
