@@ -157,19 +157,30 @@ class ChunkServerImpl final : public ChunkServer {
   void readBlob(const Route& route, std::string_view query, ReplyDone done) {
     auto offset = queryParam(query, "offset");
     auto length = queryParam(query, "length");
-    auto o = offset ? parseU64(*offset) : std::nullopt;
-    auto n = length ? parseU64(*length) : std::nullopt;
-    if (!o || !n) return done(errorReply(Status::invalidArgument("offset and length are required")));
-    if (*n > options_.max_blob_bytes) {
+    auto parsed_o = offset ? parseU64(*offset) : std::nullopt;
+    auto parsed_n = length ? parseU64(*length) : std::nullopt;
+    if (!parsed_o || !parsed_n) {
+      return done(errorReply(Status::invalidArgument("offset and length are required")));
+    }
+    const uint64_t first = *parsed_o, count = *parsed_n;
+    if (count > options_.max_blob_bytes) {
       return done(errorReply(Status::invalidArgument("length exceeds the server's limit")));
+    }
+    // The range against the blob before its buffer is made: a request for 64 MiB of a
+    // 4 KiB blob (or of none) must not allocate 64 MiB first. Usually an index-cache hit;
+    // the read checks again.
+    auto found = backend_.stat(route.drive, route.id);
+    if (!found) return done(errorReply(found.error()));
+    if (first > found->length || count > found->length - first) {
+      return done(errorReply(Status::invalidArgument("range beyond the blob's length")));
     }
     auto r = std::make_unique<Reply>();
     // The read fills it, so skip the zero-fill. (g++ 12's libstdc++ passes the capacity,
     // not the requested size, to the callback: return the size we asked for.)
-    const size_t want = static_cast<size_t>(*n);
+    const size_t want = static_cast<size_t>(count);
     r->body.resize_and_overwrite(want, [want](char*, size_t) { return want; });
     std::span<uint8_t> out{reinterpret_cast<uint8_t*>(r->body.data()), r->body.size()};
-    backend_.readAsync(route.drive, route.id, *o, out,
+    backend_.readAsync(route.drive, route.id, first, out,
                        [r = std::move(r), out, done = std::move(done)](Status st) mutable {
                          if (!st.isOk()) return done(errorReply(st));
                          r->headers = {{std::string(kCrcHeader), crcHex(ec::crc32c(out))},

@@ -553,6 +553,26 @@ TEST_CASE("Short reads of every small size come back exactly (reply buffer sizin
   }
 }
 
+TEST_CASE("A read past a blob's end, or of no blob, is refused before any buffer or read") {
+  // The range is checked against the blob's length first: 64 MiB asked of a 3,000-byte
+  // blob (or of a missing one) allocates nothing and reads nothing.
+  Cluster c;
+  auto client = c.client();
+  BlobId id = makeId(9);
+  auto data = randomBytes(3000, 9);
+  REQUIRE(client->put("d0", descriptor(id), data).isOk());
+  std::vector<uint8_t> big(64u << 20);
+  CHECK(client->read("d0", id, 0, big).code() == Code::kInvalidArgument);
+  std::vector<uint8_t> two(2);
+  CHECK(client->read("d0", id, 2999, two).code() == Code::kInvalidArgument);
+  CHECK(client->read("d0", makeId(10), 0, two).code() == Code::kNotFound);
+  CHECK(c.scripted->async_reads == 0);
+  std::vector<uint8_t> last(1);
+  REQUIRE(client->read("d0", id, 2999, last).isOk());
+  CHECK(last[0] == data[2999]);
+  CHECK(c.scripted->async_reads == 1);
+}
+
 TEST_CASE("A backend that throws gives kInternal, and the server keeps serving") {
   Cluster c;
   auto client = c.client();
