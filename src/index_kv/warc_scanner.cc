@@ -213,6 +213,15 @@ class WarcRecordScanner {
       return Status::invalidArgument(
           fmt::format("invalid Content-Length \"{}\"", std::string_view(cl).substr(0, 40)));
     }
+    // The type goes into every row and back out in x-granary-record-type: a WARC type is
+    // a short token (as the batch insert of rows requires: at most 256 printable bytes).
+    if (type_.size() > 256 || !std::all_of(type_.begin(), type_.end(), [](char c) {
+          return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+        })) {
+      return Status::invalidArgument(fmt::format(
+          "invalid WARC-Type \"{}\" (at most 256 bytes, no control characters)",
+          std::string_view(type_).substr(0, 40)));
+    }
     content_length_ = 0;
     for (char c : cl) {
       content_length_ = content_length_ * 10 + static_cast<uint64_t>(c - '0');

@@ -569,6 +569,14 @@ TEST_CASE("Malformed WARC: no or bad Content-Length, missing trailer, oversized 
   malformed("WARC/x\r\nContent-Length: 0\r\n\r\n\r\n\r\n");     // version line
   malformed("WARC/1.0\r\nno colon here\r\nContent-Length: 0\r\n\r\n\r\n\r\n");
   malformed(warcRecord("", "x") + "GARBAGE");
+  // A type is a short token: it is stored in every row and sent back as a header.
+  CHECK_THAT(malformed(warcRecord("WARC-Type: resp\ronse\r\n", "x")),
+             Catch::Contains("WARC-Type"));
+  CHECK_THAT(malformed(warcRecord("WARC-Type: " + std::string(300, 'r') + "\r\n", "x")),
+             Catch::Contains("WARC-Type"));
+  CHECK(parseAllWays(bytes(warcRecord("WARC-Type: " + std::string(256, 'r') + "\r\n", "x")),
+                     withFormat(ContainerFormat::kWarc))
+            .status.isOk());
   ParserOptions small = withFormat(ContainerFormat::kWarc);
   small.max_header_bytes = 64;
   CHECK_THAT(malformed(warcRecord("WARC-Target-URI: http://" + std::string(100, 'a') + "/\r\n",
