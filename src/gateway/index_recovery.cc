@@ -664,17 +664,23 @@ class Rebuilder {
 
   // The descriptor of a stripe, from the first fragment copy that describes itself; with
   // `every`, every copy is asked and their flags OR-ed (a fragment a repair wrote before
-  // repairs kept flags has none).
+  // repairs kept flags has none). `unsure` is set when a copy could not be asked (an error
+  // other than NotFound) where its answer counts: with `every`, or when no copy answered.
+  // The version is then an error of the rebuild, not incomplete: an error keeps the new
+  // index's guard against the orphan sweep, "incomplete" would let it take the fragments.
   std::optional<chunkstore::BlobDescriptor> describe(const VersionId& version, uint32_t stripe,
                                                      const StripeFragments& fragments,
-                                                     bool every) {
+                                                     bool every, bool& unsure) {
     std::optional<chunkstore::BlobDescriptor> out;
+    bool failed = false;
+    unsure = false;
     for (const auto& [j, copies] : fragments) {
       for (const auto& drive : copies.drives) {
         auto d = chunks_.describe(drive, BlobId{version, stripe, j});
         if (!d) {
           log::warn("rebuild: describing {} on {}: {}", BlobId{version, stripe, j}.toString(),
                     drive, d.error().toString());
+          if (!d.error().isNotFound()) failed = true;
           continue;
         }
         if (out) {
@@ -685,6 +691,7 @@ class Rebuilder {
         if (!every) return out;
       }
     }
+    unsure = failed;  // with `every`, or (without) no copy answered
     return out;
   }
 
@@ -696,8 +703,9 @@ class Rebuilder {
     }
     if (*referenced) return;  // an upload's part, or waiting on the GC queue
     const uint32_t first_number = stripes.begin()->first;
-    auto first = describe(version, first_number, stripes.begin()->second, /*every=*/true);
-    if (!first) {
+    bool unsure = false;
+    auto first = describe(version, first_number, stripes.begin()->second, /*every=*/true, unsure);
+    if (!first || unsure) {
       ++stats_.errors;
       return;
     }
@@ -726,7 +734,12 @@ class Rebuilder {
     for (auto it = stripes.begin(); complete && it != stripes.end(); ++it) {
       const auto& [number, fragments] = *it;
       const bool final_listed = std::next(it) == stripes.end();
-      auto desc = number == first_number ? first : describe(version, number, fragments, final_listed);
+      auto desc =
+          number == first_number ? first : describe(version, number, fragments, final_listed, unsure);
+      if (unsure) {
+        ++stats_.errors;
+        return;
+      }
       if (!desc || number != expect++ || desc->ec != m.ec || desc->bucket != first->bucket ||
           desc->key != first->key || fragments.size() < static_cast<size_t>(m.ec.k)) {
         complete = false;

@@ -69,6 +69,8 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
   void failRemoves(const std::string& drive, Status st) { remove_faults_[drive] = std::move(st); }
   void failLists(const std::string& drive, Status st) { list_faults_[drive] = std::move(st); }
+  // describe() of every fragment of stripe `stripe` (of any blob version) fails with `st`.
+  void failDescribes(uint32_t stripe, Status st) { describe_faults_[stripe] = std::move(st); }
   // Reads from the drive answer only after `delay` (a slow server); set before reading.
   void delayReads(const std::string& drive, std::chrono::milliseconds delay) {
     read_delays_[drive] = delay;
@@ -90,6 +92,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     put_faults_.clear();
     remove_faults_.clear();
     list_faults_.clear();
+    describe_faults_.clear();
     read_delays_.clear();
     put_delays_.clear();
     read_only_.clear();
@@ -159,6 +162,9 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     return target_.stat(drive, id);
   }
   Result<chunkstore::BlobDescriptor> describe(std::string_view drive, const BlobId& id) override {
+    if (auto f = describe_faults_.find(id.stripe); f != describe_faults_.end()) {
+      return fail(f->second);
+    }
     return target_.describe(drive, id);
   }
   Result<std::vector<chunkstore::BlobInfo>> list(std::string_view drive,
@@ -237,6 +243,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   std::map<std::string, Status, std::less<>> put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::map<std::string, Status, std::less<>> list_faults_;
+  std::map<uint32_t, Status> describe_faults_;
   Delays read_delays_;
   Delays put_delays_;
   std::set<std::string> read_only_;

@@ -467,6 +467,29 @@ TEST_CASE("stripeFlags marks multipart parts and the last stripe of each blob ve
   CHECK(stripeFlags(m, 1) == kBlobFlagLastStripe);
 }
 
+TEST_CASE("A stripe that cannot be described is a rebuild error, not an incomplete version") {
+  // Counted incomplete, the version would be left out and the rebuilt index (guard 0)
+  // would let the orphan sweep delete a complete, acknowledged object; as an error, the
+  // rebuild is reported failed and the new index keeps its guard.
+  RecoveryFixture f;
+  f.put(f.index, "x", randomString(2 * kStripe + 5, 51));
+  f.cluster.chunks->failDescribes(1, Status::unavailable("server busy"));
+  auto idx = f.openAt(f.cluster.dir.path() + "/x", kRebuilding);
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
+  REQUIRE(stats.has_value());
+  CHECK(stats->errors == 1);
+  CHECK(stats->versions_incomplete == 0);
+  CHECK(stats->objects_rebuilt == 0);
+  // A fragment that is merely gone (NotFound) still makes the version incomplete.
+  f.cluster.chunks->clearFaults();
+  f.cluster.chunks->failDescribes(1, Status::notFound("no such blob"));
+  auto idx2 = f.openAt(f.cluster.dir.path() + "/x2", kRebuilding);
+  auto stats2 = rebuildIndex(*idx2, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
+  REQUIRE(stats2.has_value());
+  CHECK(stats2->errors == 0);
+  CHECK(stats2->versions_incomplete == 1);
+}
+
 TEST_CASE("rebuildIndex refuses to run while a drive does not answer") {
   RecoveryFixture f;
   f.put(f.index, "x", randomString(kStripe, 50));
