@@ -71,6 +71,10 @@ class StreamedFile final : public BodySource {
         delimiter_(std::move(delimiter)),
         closing_(std::move(closing)) {}
 
+  void setDeadline(std::chrono::steady_clock::time_point deadline) override {
+    raw_.setDeadline(deadline);  // the upload's, once the form is known good
+  }
+
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
     if (yielded_ == size_ || out.empty()) co_return 0;
     out = out.first(std::min<uint64_t>(out.size(), size_ - yielded_));
@@ -245,7 +249,12 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
                             req, body);
   }
 
-  // The form up to the file's first byte, kMaxFormHead bytes at most.
+  // The form up to the file's first byte, kMaxFormHead bytes at most, within the time a
+  // request head has (--idle-timeout): nothing is authenticated yet, and a client
+  // trickling its fields (a byte a minute) must not keep its connection for longer than
+  // one trickling its head. The file then has the upload's own deadline.
+  body.setDeadline(std::chrono::steady_clock::now() +
+                   std::chrono::seconds(ctx.options.idle_timeout_seconds));
   std::string buf;
   std::optional<FormHead> form;
   FormHeadParser parser(*boundary);

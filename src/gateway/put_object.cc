@@ -11,6 +11,14 @@ namespace granary::gateway {
 
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body) {
+  // The root user's requests skip authorization, which looks the bucket up: a PUT to a
+  // missing bucket is answered before its body is asked for, not after storing it.
+  if (req.bucket_created_unix_nanos == 0) {
+    auto bucket = co_await lookupBucket(ctx, req.bucket);
+    if (!bucket) {
+      co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req, body);
+    }
+  }
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) {
     co_return errorResponse(precondition.error(), req, body);
@@ -60,13 +68,22 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
                                           in.checksum, "FULL_OBJECT"};
   }
   if (indexer) m.records = co_await offload(ctx.pool(), [&] { return indexer->finish(); });
-  auto committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
-  if (!committed) {
+  // Checked again just before each commit: once a version is older than the longest a PUT
+  // may take, the orphan sweep may be taking its fragments (indexing a large container,
+  // or a retry, can take that long after the body ended). Refused: our blobs go.
+  std::optional<S3Error> overdue;
+  auto commit = [&]() -> Task<Result<std::optional<VersionId>>> {
+    overdue = writeOverdue(ctx, m.version);
+    if (overdue) co_return fail(Status::preconditionFailed(overdue->message));
+    co_return co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
+  };
+  auto committed = co_await commit();
+  if (!committed && !overdue) {
     if (auto plain = retryWithoutRecords(m.records, committed.error())) {
       // A swept record set is refused, not the upload: store the object unindexed (if
       // the request's own precondition failed, it fails again, as it should).
       m.records = *plain;
-      committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
+      committed = co_await commit();
     }
   }
   // Rows no commit published (and none that may have): the record sweep gets the others.
@@ -79,7 +96,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   if (!committed) {
     // A commit's kNotFound is the bucket's: gone, or deleted and created again since
     // authorization (the precondition names its creation time).
-    S3Error err = fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
+    S3Error err = overdue ? *overdue : fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
     co_await removeBlobs(ctx, committed.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();

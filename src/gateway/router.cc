@@ -303,6 +303,9 @@ struct Route {
   // The handler decodes an aws-chunked body and checks its chunk signatures (the upload
   // paths); every other one reads its body as sent.
   bool decodes_aws_chunked = false;
+  // The handler asks for its body itself (ingestBody, once the request's headers, the
+  // bucket and the upload are known good); every other one is invited before it runs.
+  bool invites_body = false;
 };
 
 Route notImplemented(std::string message) {
@@ -420,7 +423,8 @@ Route routeOf(const S3Request& req) {
       if (m == "PUT" && upload_id) {
         return {.op = "UploadPart",
                 .handler = [](Call& c) { return uploadPart(c.ctx, c.req, c.auth, c.body); },
-                .decodes_aws_chunked = true};
+                .decodes_aws_chunked = true,
+                .invites_body = true};
       }
       if (!part_number && upload_id) {
         if (m == "POST") {
@@ -532,7 +536,8 @@ Route routeOf(const S3Request& req) {
     if (m == "PUT") {
       return {.op = "PutObject",
               .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); },
-              .decodes_aws_chunked = true};
+              .decodes_aws_chunked = true,
+              .invites_body = true};
     }
     if (m == "DELETE") {
       return {.op = "DeleteObject",
@@ -645,9 +650,11 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   // A browser form upload: the form's policy and signature (in its body) authenticate it.
   const bool form =
       req.method == "POST" && !req.bucket.empty() && req.key.empty() && req.query.empty();
-  // The signature is checked first, without waiting for anything (BodySource::invite).
+  // The signature is checked first, without waiting for anything. A client that sent
+  // `Expect: 100-continue` is asked for its body only once the request will be served
+  // (BodySource::invite): a request refused for its signature, its authorization, its
+  // route or (uploads) its headers is answered without the client sending a byte of it.
   auto auth = form ? S3Result<RequestAuth>() : authenticate(ctx, req, virtual_host);
-  if (auth) co_await body.invite();
   // Every answer to a browser, errors included, says what the CORS rules allow, so that
   // the page can read it. (Tested here: a coroutine's frame is an allocation, 0.28% of a
   // 4 KiB GET's server time when every request entered it.)
@@ -689,6 +696,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
                              "UploadPart only: sign this request's payload SHA-256."},
                             req);
   }
+  if (!route.invites_body) co_await body.invite();
   Call call{ctx, req, body, sink, *auth, route};
   co_return co_await route.handler(call);
 }

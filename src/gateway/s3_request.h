@@ -4,6 +4,7 @@
 // driven without sockets.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -80,10 +81,15 @@ class BodySource {
   virtual Task<S3Result<size_t>> read(std::span<uint8_t> out) = 0;
   virtual bool done() const = 0;
   // The request will be served: a client that sent `Expect: 100-continue` is asked for
-  // its body now, an empty one too (read() asks, if this was not called). Called right
-  // after the request's signature is checked, before anything the request waits for
-  // (botocore sends its body anyway after waiting 1 s).
+  // its body now, an empty one too (read() asks, if this was not called). Called once the
+  // request is authenticated, authorized and routed (uploads: once their headers, bucket
+  // and upload are checked), before anything slow the request waits for (botocore sends
+  // its body anyway after waiting 1 s).
   virtual Task<void> invite() { co_return; }
+  // Reads after `deadline` fail with RequestTimeout, however steadily bytes trickle in
+  // (each read also has its own no-progress timeout): a body may not hold its connection
+  // and buffers longer than its request may take.
+  virtual void setDeadline(std::chrono::steady_clock::time_point deadline) { (void)deadline; }
 };
 
 class BodySink {

@@ -89,6 +89,10 @@ class BeastBodySource final : public BodySource {
     if (ec) failed_ = true;
   }
 
+  void setDeadline(std::chrono::steady_clock::time_point deadline) override {
+    deadline_ = deadline;
+  }
+
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
     if (done() || out.empty()) co_return 0;
     if (continue_pending_) co_await invite();
@@ -96,6 +100,21 @@ class BeastBodySource final : public BodySource {
       co_return s3fail(S3ErrorCode::kIncompleteBody, "The request body terminated unexpectedly");
     }
     beast::error_code ec;
+    // Each socket read waits for progress at most `timeout_`, and none past the deadline
+    // (then `ec` is a timeout).
+    auto arm = [&] {
+      std::chrono::steady_clock::duration wait = timeout_;
+      if (deadline_) {
+        const auto left = *deadline_ - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) {
+          ec = beast::error::timeout;
+          return false;
+        }
+        wait = std::min(wait, left);
+      }
+      tcpLayer(stream_).expires_after(wait);
+      return true;
+    };
     size_t n = 0;
     if (remaining_) {
       out = out.first(std::min<uint64_t>(out.size(), *remaining_));
@@ -103,8 +122,7 @@ class BeastBodySource final : public BodySource {
         n = std::min(buffer_.size(), out.size());
         std::memcpy(out.data(), buffer_.data().data(), n);
         buffer_.consume(n);
-      } else {
-        tcpLayer(stream_).expires_after(timeout_);
+      } else if (arm()) {
         n = co_await stream_.async_read_some(asio::buffer(out.data(), out.size()),
                                              kRedirect(ec));
       }
@@ -113,9 +131,14 @@ class BeastBodySource final : public BodySource {
       auto& body = parser_.get().body();
       body.data = out.data();
       body.size = out.size();
-      tcpLayer(stream_).expires_after(timeout_);
-      co_await http::async_read(stream_, buffer_, parser_, kRedirect(ec));
-      if (ec == http::error::need_buffer) ec = {};
+      // What has come, not a full buffer: a slow but steady chunked stream makes progress
+      // under the no-progress timeout, as a Content-Length body does. A read may bring a
+      // chunk header and no data: then read on.
+      while (body.size == out.size() && !parser_.is_done() && arm()) {
+        co_await http::async_read_some(stream_, buffer_, parser_, kRedirect(ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) break;
+      }
       n = out.size() - body.size;
     }
     if (ec) {
@@ -154,6 +177,7 @@ class BeastBodySource final : public BodySource {
   std::optional<uint64_t> remaining_;  // body bytes not read yet, when read directly
   bool failed_ = false;
   uint64_t bytes_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
 // The one way response headers are set from a HeaderList. Values can carry stored text
@@ -576,6 +600,13 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     tcpLayer(stream).expires_after(idle);
     beast::error_code ec;
     co_await http::async_read_header(stream, buffer, head_parser, kRedirect(ec));
+    // A Transfer-Encoding that does not end in chunked gives the body no length: Beast
+    // would read none, and the body's bytes would be parsed as the next request (request
+    // smuggling behind a proxy). RFC 9112 6.3: 400, and close.
+    if (!ec && head_parser.get().count(http::field::transfer_encoding) > 0 &&
+        !head_parser.chunked()) {
+      ec = http::error::bad_transfer_encoding;
+    }
     if (ec) {
       if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
           ec == asio::error::connection_reset || ec == asio::error::eof ||

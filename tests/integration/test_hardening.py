@@ -109,6 +109,46 @@ def test_idle_and_slowloris_connections_are_closed_by_the_server(hserver):
     assert healthy(hserver)
 
 
+def test_an_anonymous_form_trickling_its_fields_is_cut_off(hserver, hs3):
+    # A browser-form POST is not authenticated until its fields are read: a byte every
+    # half second (each read within --io-timeout 2) must not hold the connection for more
+    # than a request head may take (--idle-timeout 2).
+    s = socket.create_connection(addr(hserver), timeout=10)
+    start = time.time()
+    closed_after = None
+    try:
+        s.sendall(b"POST /hardening HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: multipart/form-data; boundary=b\r\n"
+                  b"Content-Length: 60000\r\n\r\n--b\r\n")
+        s.settimeout(0.5)
+        for _ in range(40):  # up to 20 s of trickling
+            try:
+                s.sendall(b"x")
+                got = s.recv(65536)
+                if got == b"" or got.startswith(b"HTTP/1.1 4"):
+                    closed_after = time.time() - start
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed_after = time.time() - start
+                break
+    finally:
+        s.close()
+    assert closed_after is not None and closed_after < 8, closed_after
+    assert healthy(hserver)
+
+
+def test_a_transfer_encoding_other_than_chunked_is_refused_not_smuggled(hserver):
+    # Without a length Beast would read no body, and the body's bytes would be taken for
+    # the next request. One 400, and the connection closes.
+    out = raw(hserver, b"PUT /hardening/te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"
+                       b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n", read_timeout=10)
+    assert out.startswith(b"HTTP/1.1 400"), out[:200]
+    assert out.count(b"HTTP/1.1 ") == 1, out[:600]
+    assert healthy(hserver)
+
+
 def test_stalled_body_times_out_and_nothing_is_stored(hserver, hs3):
     url = hs3.generate_presigned_url("put_object", Params={"Bucket": "hardening",
                                                            "Key": "stalled"})
@@ -555,6 +595,34 @@ def test_expect_100_continue_invites_only_bodies_that_will_be_read(hserver, hs3)
     assert head.startswith(b"HTTP/1.1 403"), head[:200]
     assert b"Connection: close" in head, head[:300]
     assert elapsed < 1.5, f"the answer took {elapsed:.1f} s"
+
+    # Refused after the signature: anonymous (authorization), and the root user's PUT to a
+    # bucket that does not exist (its headers): no 100 either.
+    def first_answer(path, sign):
+        req = AWSRequest(method="PUT", url=hserver.endpoint + path, data=b"",
+                         headers={"Expect": "100-continue", "x-amz-content-sha256":
+                                  "UNSIGNED-PAYLOAD"})
+        if sign:
+            S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
+                        "us-east-1").add_auth(req)
+        prepared = req.prepare()
+        host, port = addr(hserver)
+        lines = [f"PUT {urlsplit(prepared.url).path} HTTP/1.1", f"Host: {host}:{port}"]
+        lines += [f"{k}: {v}" for k, v in prepared.headers.items()
+                  if k.lower() not in ("host", "content-length")]
+        lines.append("Content-Length: 67108864")
+        s = socket.create_connection(addr(hserver), timeout=10)
+        try:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            return read_head(s, 10)
+        finally:
+            s.close()
+
+    head = first_answer("/hardening/anonymous", sign=False)
+    assert head.startswith(b"HTTP/1.1 403"), head[:200]
+    head = first_answer("/no-such-bucket-expect/k", sign=True)
+    assert head.startswith(b"HTTP/1.1 404"), head[:200]
+    assert b"NoSuchBucket" in head or b"Connection: close" in head
 
     # Accepted: 100 Continue, then the body, then 200; the connection stays open.
     body = os.urandom(256 * 1024)

@@ -2226,6 +2226,35 @@ TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
   REQUIRE(f.get("/bucket/src").body == data);
 }
 
+TEST_CASE("A PUT whose indexing outlasts the PUT deadline is not committed") {
+  // The deadline is checked again just before the commit: the record rows are written
+  // at finish(), after the body (and its own deadline check) ended.
+  struct SlowRowsIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Status putRecordRows(std::string_view bucket, std::string_view container,
+                         const VersionId& set,
+                         const std::vector<index_kv::RecordRow>& rows) override {
+      clock->advance(int64_t{61} * 1'000'000'000);
+      return target_.putRecordRows(bucket, container, set, rows);
+    }
+    ManualClock* clock = nullptr;
+  };
+  SlowRowsIndex* slow = nullptr;
+  GatewayFixture f([&slow](index_kv::Index& index) {
+    auto wrapped = std::make_unique<SlowRowsIndex>(index);
+    slow = wrapped.get();
+    return wrapped;
+  });
+  slow->clock = &f.cluster.clock;
+  f.createBucket();
+  f.ctx->options.max_put_seconds = 60;
+  const size_t blobs = f.blobCount();
+  Reply r = f.put("shard.tar", tarOf(20), {{"x-granary-index", "tar"}});
+  CHECK(r.code == "RequestTimeout");
+  CHECK(f.get("/bucket/shard.tar").code == "NoSuchKey");
+  CHECK(f.blobCount() == blobs);  // what it wrote is removed
+}
+
 TEST_CASE("SigV4: an x-amz-* header left out of the signature is AccessDenied") {
   GatewayFixture f;
   f.createBucket();
