@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--no-compact-on-deletion") == 0) {
       compact_on_deletion = false;
     } else {
-      fmt::print(stderr, "usage: index_bench [--dir D] [--keys N] [--refill N] [--threads T] [--watch S] "
-                         "[--no-compact-on-deletion]\n");
+      fmt::print(stderr,
+                 "usage: index_bench [--dir D] [--keys N] [--refill N] [--threads T] "
+                 "[--watch S] [--no-compact-on-deletion]\n");
       return 2;
     }
   }

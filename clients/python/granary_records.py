@@ -187,8 +187,8 @@ class RecordClient:
 
     def batch_get(self, bucket, records, type="response", raw=False):
         """Yields (header, body) per requested record, in order. `records`: keys, or
-        dicts {"key": ..., "container": ...[, "offset": ...]}. A failed record has header["status"] != 200
-        and an empty body. Raises if the stream ends early."""
+        dicts {"key": ..., "container": ...[, "offset": ...]}. A failed record has
+        header["status"] != 200 and an empty body. Raises if the stream ends early."""
         body = json.dumps({"records": list(records), "type": type, "raw": raw}).encode()
         resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)
         try:

@@ -664,8 +664,9 @@ class Rebuilder {
 
   // The descriptor of a stripe, from the first fragment copy that describes itself; with
   // `every`, every copy is asked and their flags OR-ed (a fragment a repair wrote before
-  // repairs kept flags has none). `unsure` is set when a copy could not be asked (an error
-  // other than NotFound) where its answer counts: with `every`, or when no copy answered.
+  // repairs kept flags has none). `unsure` is set when a copy did not answer now (a
+  // retryable error: unavailable, timed out) where its answer counts: with `every`, or
+  // when no copy answered. A copy gone or corrupt is lost, as a missing one.
   // The version is then an error of the rebuild, not incomplete: an error keeps the new
   // index's guard against the orphan sweep, "incomplete" would let it take the fragments.
   std::optional<chunkstore::BlobDescriptor> describe(const VersionId& version, uint32_t stripe,
@@ -680,7 +681,7 @@ class Rebuilder {
         if (!d) {
           log::warn("rebuild: describing {} on {}: {}", BlobId{version, stripe, j}.toString(),
                     drive, d.error().toString());
-          if (!d.error().isNotFound()) failed = true;
+          if (d.error().retryable()) failed = true;
           continue;
         }
         if (out) {
@@ -734,8 +735,9 @@ class Rebuilder {
     for (auto it = stripes.begin(); complete && it != stripes.end(); ++it) {
       const auto& [number, fragments] = *it;
       const bool final_listed = std::next(it) == stripes.end();
-      auto desc =
-          number == first_number ? first : describe(version, number, fragments, final_listed, unsure);
+      auto desc = number == first_number
+                      ? first
+                      : describe(version, number, fragments, final_listed, unsure);
       if (unsure) {
         ++stats_.errors;
         return;

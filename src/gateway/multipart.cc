@@ -608,7 +608,6 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
 
     ctx.metrics.containerIndexed(manifest->records);
     co_return completedAnswer(req, *manifest);
-
   }
 }
 
@@ -708,9 +707,12 @@ Result<UploadsPage> readUploadsPage(index_kv::Index& index, const ListUploadsPar
     lr.upload_id_marker.clear();
   };
   if (auto group = rolled(lr.key_marker)) skip_past(*group);
+  // With a delimiter, pages of a few: most of a page may lie in a prefix skipped past.
+  constexpr size_t kRollingBatch = 64;
   size_t count = 0;
   for (;;) {
-    lr.max_uploads = p.max_uploads - count;
+    const size_t left = p.max_uploads - count;
+    lr.max_uploads = p.delimiter.empty() ? left : std::min(left, kRollingBatch);
     auto page = index.listUploads(p.bucket, lr);
     if (!page) return fail(page.error());
     bool reseek = false;
@@ -724,24 +726,24 @@ Result<UploadsPage> readUploadsPage(index_kv::Index& index, const ListUploadsPar
         reseek = true;
         break;
       }
-      out.next_key_marker = u.key;
-      out.next_upload_id_marker = u.upload_id;
+      out.next_key_marker = lr.key_marker = u.key;  // the next read resumes after it
+      out.next_upload_id_marker = lr.upload_id_marker = u.upload_id;
       out.uploads.push_back(std::move(u));
       ++count;
     }
+    if (!reseek && !page->truncated) break;  // the index has no more
     if (count == p.max_uploads) {
       // Full: more follow if the index said so, or (after a prefix) if anything is left.
-      if (page->truncated && !reseek) {
-        out.truncated = true;
-      } else if (reseek) {
+      if (reseek) {
         lr.max_uploads = 1;
         auto next = index.listUploads(p.bucket, lr);
         if (!next) return fail(next.error());
         out.truncated = !next->uploads.empty();
+      } else {
+        out.truncated = true;
       }
       break;
     }
-    if (!reseek && !page->truncated) break;
   }
   return out;
 }

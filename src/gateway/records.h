@@ -114,8 +114,8 @@ struct RecordSelector {
 };
 
 // Finds the newest visible location of a record (newest container, then the last
-// occurrence in it; or the one at selector.offset), reads its bytes from the container version named by the row,
-// verifies the CRC32C and inflates a warc.gz member unless raw. NoSuchKey when there is
+// occurrence in it; or the one at selector.offset), reads its bytes from the container
+// version named by the row, verifies the CRC32C and inflates a warc.gz member unless raw. NoSuchKey when there is
 // no such record; InternalError on a CRC mismatch.
 Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bucket,
                                       const RecordSelector& selector);

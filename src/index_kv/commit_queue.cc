@@ -108,6 +108,13 @@ void CommitQueue::flushAfterBulkDeletes(uint64_t deletes) {
   constexpr uint64_t kFlushAfterDeletes = 16 * 1024;
   deletes_unflushed_ += deletes;
   if (deletes_unflushed_ < kFlushAfterDeletes) return;
+  // Not while an earlier memtable is still being flushed: with RocksDB's two write
+  // buffers, a second would stop every write until the first is done.
+  uint64_t immutable = 0;
+  if (db_->GetIntProperty(cfs_.objects, "rocksdb.num-immutable-mem-table", &immutable) &&
+      immutable > 0) {
+    return;
+  }
   deletes_unflushed_ = 0;
   rocksdb::FlushOptions options;
   options.wait = false;              // the commit thread only asks for it
@@ -127,12 +134,13 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
       req->replaced.reset();
     }
   }
+  bool written = false;
   if (builder.batch().Count() > 0) {
     rocksdb::WriteOptions options;
     options.sync = true;
     rocksdb::Status s = db_->Write(options, &builder.batch());
     batches_.fetch_add(1, std::memory_order_relaxed);
-    if (s.ok()) flushAfterBulkDeletes(builder.objectDeletes());
+    written = s.ok();
     if (!s.ok()) {
       Status st = fromRocks(s, "index: commit write");
       log::error("{}", st.toString());
@@ -147,6 +155,7 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
   requests_.fetch_add(batch.size(), std::memory_order_relaxed);
   // The caller may destroy its request as soon as it is told: touch nothing after.
   for (CommitRequest* req : batch) finish(*req);
+  if (written) flushAfterBulkDeletes(builder.objectDeletes());  // once they are told
 }
 
 }  // namespace granary::index_kv

@@ -216,10 +216,10 @@ class WarcRecordScanner {
     // The type goes into every row and back out in x-granary-record-type: a WARC type is
     // a short token (as the batch insert of rows requires: at most 256 printable bytes).
     if (type_.size() > 256 || !std::all_of(type_.begin(), type_.end(), [](char c) {
-          return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+          return (static_cast<unsigned char>(c) >= 0x20 || c == '\t') && c != 0x7f;
         })) {
       return Status::invalidArgument(fmt::format(
-          "invalid WARC-Type \"{}\" (at most 256 bytes, no control characters)",
+          "invalid WARC-Type \"{}\" (at most 256 bytes, no control characters but tab)",
           std::string_view(type_).substr(0, 40)));
     }
     content_length_ = 0;

@@ -2035,6 +2035,46 @@ TEST_CASE("A container whose rows the index refused is 'failed', not blamed on i
   CHECK(f.get("/bucket/shard.tar").body == tar);  // the object itself is stored
 }
 
+TEST_CASE("ListMultipartUploads pages right over an index that answers short pages") {
+  // An index (or an RPC hop) may return fewer uploads than asked, truncated: the gateway
+  // goes on after the last one it got, never repeating or losing one.
+  struct ShortPages final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<index_kv::ListUploadsResult> listUploads(
+        std::string_view bucket, const index_kv::ListUploadsRequest& req) override {
+      auto one = req;
+      one.max_uploads = std::min<size_t>(req.max_uploads, 1);
+      return target_.listUploads(bucket, one);
+    }
+  };
+  GatewayFixture f([](index_kv::Index& index) { return std::make_unique<ShortPages>(index); });
+  f.createBucket();
+  for (const char* key : {"a/1", "b", "b", "c/x/1", "d"}) {
+    REQUIRE(f.send(makeRequest("POST", std::string("/bucket/") + key + "?uploads")).status ==
+            200);
+  }
+  auto count = [](const std::string& xml, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = xml.find(what); at != std::string::npos; at = xml.find(what, at + 1)) ++n;
+    return n;
+  };
+  Reply all = f.get("/bucket?uploads");
+  REQUIRE(all.status == 200);
+  CHECK(count(all.body, "<Upload>") == 5);
+  CHECK(xmlField(all.body, "IsTruncated") == "false");
+  Reply rolled = f.get("/bucket?uploads&delimiter=/&max-uploads=3");
+  REQUIRE(rolled.status == 200);
+  CHECK(count(rolled.body, "<Upload>") == 2);          // b, b
+  CHECK(count(rolled.body, "<CommonPrefixes>") == 1);  // a/
+  CHECK(xmlField(rolled.body, "IsTruncated") == "true");
+  Reply rest = f.get("/bucket?uploads&delimiter=/&key-marker=" +
+                     xmlField(rolled.body, "NextKeyMarker") +
+                     "&upload-id-marker=" + xmlField(rolled.body, "NextUploadIdMarker"));
+  CHECK(count(rest.body, "<CommonPrefixes>") == 1);  // c/
+  CHECK(count(rest.body, "<Upload>") == 1);          // d
+  CHECK(xmlField(rest.body, "IsTruncated") == "false");
+}
+
 // A request addressed virtual-hosted-style: Host `host`, the whole path is the key.
 S3Request vhostRequest(std::string method, std::string host, std::string target,
                        HeaderList extra = {}, std::string payload_hash = "UNSIGNED-PAYLOAD") {

@@ -480,9 +480,10 @@ TEST_CASE("A stripe that cannot be described is a rebuild error, not an incomple
   CHECK(stats->errors == 1);
   CHECK(stats->versions_incomplete == 0);
   CHECK(stats->objects_rebuilt == 0);
-  // A fragment that is merely gone (NotFound) still makes the version incomplete.
+  // A fragment that is gone (NotFound) or rotten (Corruption) is lost: the version is
+  // incomplete, as before, and the rebuild does not fail on it forever.
   f.cluster.chunks->clearFaults();
-  f.cluster.chunks->failDescribes(1, Status::notFound("no such blob"));
+  f.cluster.chunks->failDescribes(1, Status::corruption("header checksum mismatch"));
   auto idx2 = f.openAt(f.cluster.dir.path() + "/x2", kRebuilding);
   auto stats2 = rebuildIndex(*idx2, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
   REQUIRE(stats2.has_value());
