@@ -374,6 +374,9 @@ void addGatewayOptions(po::options_description& opts) {
       "tls-key", po::value<std::string>()->default_value(""), "PEM private key of --tls-cert")(
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
+      "shutdown-grace", po::value<int>()->default_value(10),
+      "seconds SIGTERM/SIGINT lets the requests being served finish (new connections are "
+      "refused at once)")(
       "buffer-memory", po::value<int>()->default_value(256),
       "MiB of object data all GET streams and uploads may hold at once (more wait their "
       "turn)")(
@@ -435,6 +438,8 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.max_put_seconds = vm["orphan-grace"].as<int>() / 2;
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
+  if (vm["shutdown-grace"].as<int>() < 0) die("--shutdown-grace must be >= 0");
+  gopts.shutdown_grace_seconds = vm["shutdown-grace"].as<int>();
   if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");
   gopts.buffer_memory = uint64_t(vm["buffer-memory"].as<int>()) << 20;
   if (vm["buffer-wait"].as<int>() < 1) die("--buffer-wait must be >= 1 (seconds)");

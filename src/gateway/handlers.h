@@ -105,6 +105,8 @@ struct GatewayContext {
   CredentialStore credentials;
   SigningKeyCache signing_keys;
   std::atomic<size_t> connections{0};  // open client connections (the cap's count)
+  std::atomic<size_t> requests{0};     // requests being served (between head and answer)
+  std::atomic<bool> draining{false};   // stopping: answers close their connections
   // Uploads' ETag MD5s, 16 at a time; null where the CPU has no multi-lane kernel (each
   // upload's MD5 then runs on its own).
   std::unique_ptr<Md5Lanes> md5_lanes;

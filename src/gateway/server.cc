@@ -637,7 +637,7 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     req.source_ip = source_ip;
     req.secure = kSecure;
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
-    bool keep_alive = head_parser.get().keep_alive();
+    bool keep_alive = head_parser.get().keep_alive() && !ctx.draining.load();
     const auto expect = req.header("expect");
     const bool expect_continue = expect && head_parser.get().version() >= 11 &&
                                  beast::iequals(beast::string_view(expect->data(), expect->size()),
@@ -649,13 +649,20 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
     ctx.metrics.requestStarted();
+    // Counted until its answer is written (or the connection ends): stop() waits for it.
+    ctx.requests.fetch_add(1);
+    struct Served {
+      std::atomic<size_t>& requests;
+      ~Served() { requests.fetch_sub(1); }
+    } served{ctx.requests};
     S3Response res = co_await handleRequest(ctx, req, body, sink, op);
     ctx.metrics.requestFinished();
 
     // A body never invited may or may not come (a client may send it after waiting a
     // while): the connection cannot tell what follows, so it closes. One invited and not
     // read is drained (up to 1 MiB, 5 s) to keep the connection.
-    bool reuse = keep_alive && !res.close && !body.failed() && !body.uninvited();
+    bool reuse = keep_alive && !res.close && !body.failed() && !body.uninvited() &&
+                 !ctx.draining.load();
     if (reuse && !body.done()) reuse = co_await drain(body, 1 << 20, std::chrono::seconds(5));
     bool written = true;
     // writeResponse moves the body out; HEAD sends none.
@@ -824,6 +831,25 @@ class BeastGatewayServer final : public GatewayServer {
   }
 
   void stop() override {
+    // No new connections (connects are refused once the listening sockets close); answers
+    // from now on close their connections; the requests being served get the grace to
+    // finish. Idle keep-alive connections are cut with the loops, as any server's are.
+    ctx_.draining = true;
+    for (size_t i = 0; i < contexts_.size(); ++i) {
+      asio::post(*contexts_[i], [&acceptor = acceptors_[i]] {
+        beast::error_code ec;
+        acceptor.close(ec);
+      });
+    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::seconds(std::max(0, ctx_.options.shutdown_grace_seconds));
+    while (ctx_.requests.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (ctx_.requests.load() > 0) {
+      log::warn("shutdown: {} requests still in progress after {} s are cut",
+                ctx_.requests.load(), ctx_.options.shutdown_grace_seconds);
+    }
     for (auto& c : contexts_) c->stop();
   }
 

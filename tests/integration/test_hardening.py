@@ -747,3 +747,38 @@ def test_presigned_query_headers_are_headers_and_elsewhere_refused(hserver, hs3)
                   "X-Amz-Copy-Source=hardening%2Fhoisted"):
         resp = urllib3.PoolManager().request("PUT", f"{url}&{extra}", body=b"data")
         assert resp.status == 501, (extra, resp.data)
+
+
+def test_sigterm_lets_a_request_in_flight_finish_and_refuses_new_ones(granary_bin, tmp_path):
+    # A rolling restart: SIGTERM stops new connections at once, and a PUT whose body is
+    # still arriving is finished, answered (Connection: close) and durable; then exit 0.
+    import signal
+    srv = Server(str(tmp_path / "granary-data")).start()
+    try:
+        c = srv.client()
+        c.create_bucket(Bucket="drain")
+        url = c.generate_presigned_url("put_object", Params={"Bucket": "drain", "Key": "k"})
+        u = urlsplit(url)
+        body = os.urandom(2 * MiB)
+        s = socket.create_connection(addr(srv), timeout=10)
+        s.sendall((f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:MiB])
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(OSError):
+            socket.create_connection(addr(srv), timeout=2).close()
+        s.sendall(body[MiB:])
+        head = read_head(s, 10)
+        s.close()
+        assert head.startswith(b"HTTP/1.1 200"), head[:300]
+        assert b"Connection: close" in head, head[:300]
+        assert srv.proc.wait(timeout=15) == 0
+    finally:
+        srv.stop()
+    srv.start()
+    try:
+        got = srv.client().get_object(Bucket="drain", Key="k")["Body"].read()
+        assert got == body
+    finally:
+        srv.stop()

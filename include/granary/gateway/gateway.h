@@ -62,6 +62,9 @@ struct GatewayOptions {
   std::string tls_key;
   // Open client connections at most; one more is answered 503 SlowDown and closed.
   size_t max_connections = 4096;
+  // On stop(): new connections are refused at once, requests being served get this long
+  // to finish (their answers say Connection: close), then the rest are cut.
+  int shutdown_grace_seconds = 10;
   // Bytes of object data (stripe buffers) all GET streams and uploads may hold at once; a
   // request that finds them spent waits for its turn (backpressure), so memory does not
   // grow with the number of requests.
@@ -112,7 +115,9 @@ class GatewayServer {
   virtual ~GatewayServer() = default;
   virtual uint16_t port() const = 0;
   virtual void run() = 0;   // blocks until stop()
-  virtual void stop() = 0;  // thread safe
+  // Thread safe. Stops accepting, lets the requests being served finish (at most
+  // shutdown_grace_seconds), then ends run().
+  virtual void stop() = 0;
 };
 
 }  // namespace granary::gateway
