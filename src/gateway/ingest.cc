@@ -278,7 +278,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
   }
   auto content_md5 = requestedContentMd5(req);
   if (!content_md5) co_return refuse(content_md5.error());
-  // The headers are good: now the client may send the body (Route::invites_body), which
+  // The headers are good: now the client may send the body (Route::ingests_body), which
   // must come within the longest a PUT may take (a slow trickle would hold its buffer).
   co_await body.invite();
   body.setDeadline(std::chrono::steady_clock::now() +

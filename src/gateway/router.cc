@@ -300,12 +300,11 @@ struct Route {
   S3Error error = {};
   const SettingRoute* setting = nullptr;
   const AbsentSetting* absent = nullptr;
-  // The handler decodes an aws-chunked body and checks its chunk signatures (the upload
-  // paths); every other one reads its body as sent.
-  bool decodes_aws_chunked = false;
-  // The handler asks for its body itself (ingestBody, once the request's headers, the
-  // bucket and the upload are known good); every other one is invited before it runs.
-  bool invites_body = false;
+  // The handler takes its body through ingestBody (PutObject, UploadPart), which decodes
+  // an aws-chunked body, checking its chunk signatures, and asks for the body itself once
+  // the request's headers, bucket and upload are known good. Every other handler reads
+  // its body as sent, and is invited to before it runs.
+  bool ingests_body = false;
 };
 
 Route notImplemented(std::string message) {
@@ -423,8 +422,7 @@ Route routeOf(const S3Request& req) {
       if (m == "PUT" && upload_id) {
         return {.op = "UploadPart",
                 .handler = [](Call& c) { return uploadPart(c.ctx, c.req, c.auth, c.body); },
-                .decodes_aws_chunked = true,
-                .invites_body = true};
+                .ingests_body = true};
       }
       if (!part_number && upload_id) {
         if (m == "POST") {
@@ -536,8 +534,7 @@ Route routeOf(const S3Request& req) {
     if (m == "PUT") {
       return {.op = "PutObject",
               .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); },
-              .decodes_aws_chunked = true,
-              .invites_body = true};
+              .ingests_body = true};
     }
     if (m == "DELETE") {
       return {.op = "DeleteObject",
@@ -690,13 +687,13 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   // A handler that reads its body as sent would leave an aws-chunked body's chunk
   // signatures unchecked (a body swapped under the request's signature).
   if (auth->info && auth->info->payload_hash.starts_with("STREAMING-") && !body.done() &&
-      !route.decodes_aws_chunked) {
+      !route.ingests_body) {
     co_return errorResponse({S3ErrorCode::kInvalidRequest,
                              "An aws-chunked (STREAMING-*) body is accepted by PutObject and "
                              "UploadPart only: sign this request's payload SHA-256."},
                             req);
   }
-  if (!route.invites_body) co_await body.invite();
+  if (!route.ingests_body) co_await body.invite();
   Call call{ctx, req, body, sink, *auth, route};
   co_return co_await route.handler(call);
 }

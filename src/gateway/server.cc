@@ -648,15 +648,20 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
     BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
-    ctx.metrics.requestStarted();
-    // Counted until its answer is written (or the connection ends): stop() waits for it.
-    ctx.requests.fetch_add(1);
-    struct Served {
-      std::atomic<size_t>& requests;
-      ~Served() { requests.fetch_sub(1); }
-    } served{ctx.requests};
+    // In flight until its answer is written (or the connection ends): the in-flight
+    // gauge, and the count stop() waits for.
+    struct InFlight {
+      GatewayContext& ctx;
+      explicit InFlight(GatewayContext& c) : ctx(c) {
+        ctx.metrics.requestStarted();
+        ctx.requests.fetch_add(1);
+      }
+      ~InFlight() {
+        ctx.requests.fetch_sub(1);
+        ctx.metrics.requestFinished();
+      }
+    } in_flight{ctx};
     S3Response res = co_await handleRequest(ctx, req, body, sink, op);
-    ctx.metrics.requestFinished();
 
     // A body never invited may or may not come (a client may send it after waiting a
     // while): the connection cannot tell what follows, so it closes. One invited and not
