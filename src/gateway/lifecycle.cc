@@ -49,6 +49,7 @@ Result<LifecycleStats> LifecycleJob::runOnce() {
   if (!buckets) return fail(buckets.error());
   const int64_t now = clock_.nowUnixNanos();
   for (index_kv::BucketInfo& bucket : *buckets) {
+    if (thread_.stopping()) break;  // shutting down: the next start's passes go on
     ++stats.buckets;
     // A bucket deleted since listBuckets is no error: there is nothing left to expire.
     Status st = expireObjects(bucket, now, stats);
@@ -109,6 +110,7 @@ Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
   list.prefix = rule.prefix;
   list.max_keys = options_.page_keys;
   for (;;) {
+    if (thread_.stopping()) return Status::ok();
     if (Status st = refresh(bucket); !st.isOk()) return st;
     if (bucket.lifecycle != rules) {
       changed = true;
@@ -188,6 +190,7 @@ Status LifecycleJob::abortUploads(index_kv::BucketInfo& bucket, int64_t now,
   };
   index_kv::ListUploadsRequest list;
   for (;;) {
+    if (thread_.stopping()) return Status::ok();
     auto page = index_.listUploads(bucket.name, list);
     if (!page) return page.error();
     for (const index_kv::MultipartUpload& upload : page->uploads) {

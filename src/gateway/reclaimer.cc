@@ -36,6 +36,7 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
   std::string after;
   std::set<std::string, std::less<>> down;
   for (;;) {
+    if (thread_.stopping()) break;  // shutting down: the next start goes on from the front
     auto due = index_.gcDue(cutoff, kGcBatch, after);
     if (!due) return fail(due.error());
     const bool last_page = due->size() < kGcBatch;
@@ -60,6 +61,10 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       bool complete = true;
       for (const auto& blob : entry.blobs) {
         if (in_use.contains({blob.drive, blob.id})) continue;
+        // A drive taken out of the cluster map (decommissioned): nothing can remove its
+        // blobs any more, and keeping the entry would have every pass read it for ever.
+        // Should the drive come back, what it holds is unreferenced: the sweep's.
+        if (map_.findDrive(blob.drive) == nullptr) continue;
         if (down.contains(blob.drive) || !chunks_.reachable(blob.drive)) {
           complete = false;  // kept: removed on a later pass
           continue;
@@ -97,6 +102,7 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
     std::optional<BlobId> after;
     std::map<VersionId, bool> referenced;  // per drive page: versions repeat across stripes
     for (;;) {
+      if (thread_.stopping()) return stats;
       auto page = chunks_.list(drive.id, after, kSweepPage);
       if (!page) {
         log::warn("sweep: cannot list {}: {}", drive.id, page.error().toString());
@@ -114,7 +120,16 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
         if (it == referenced.end()) {
           auto ref = index_.isBlobVersionReferenced(blob.id.version);
           if (!ref) return fail(ref.error());
-          it = referenced.emplace(blob.id.version, *ref).first;
+          bool keep = *ref;
+          if (!keep) {
+            // The fence: a commit of this version that is still on its way (a PUT past
+            // its deadline, a request late in a remote index's queue) either lands
+            // first, and the version is kept, or is refused for good once it is dead.
+            auto dead = index_.markVersionDead(blob.id.version);
+            if (!dead) return fail(dead.error());
+            keep = !*dead;
+          }
+          it = referenced.emplace(blob.id.version, keep).first;
         }
         if (it->second) continue;
         Status st = chunks_.remove(drive.id, blob.id);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "granary/common/ids.h"
 #include "granary/common/status.h"
 
 namespace granary::index_kv {
@@ -25,6 +26,7 @@ inline constexpr const char* kRecordSetsCf = "record_sets";
 inline constexpr const char* kRecordOrderCf = "record_order";
 inline constexpr const char* kRecordGcCf = "record_gc";
 inline constexpr const char* kUsersCf = "users";
+inline constexpr const char* kDeadVersionsCf = "dead_versions";
 
 // Handles owned by the index; valid while its DB is open.
 struct ColumnFamilies {
@@ -40,6 +42,7 @@ struct ColumnFamilies {
   rocksdb::ColumnFamilyHandle* record_order = nullptr;
   rocksdb::ColumnFamilyHandle* record_gc = nullptr;
   rocksdb::ColumnFamilyHandle* users = nullptr;
+  rocksdb::ColumnFamilyHandle* dead_versions = nullptr;
 };
 
 // kInvalidArgument unless the bucket name is non-empty and free of '/' (the key layouts
@@ -67,6 +70,13 @@ class Snapshot {
 // Maps a failed RocksDB status to ours: NotFound, Corruption, IOError/NoSpace, Busy/TryAgain
 // (retryable kUnavailable); anything else is kInternal.
 Status fromRocks(const rocksdb::Status& s, std::string_view context);
+
+// True if the DB's rows reference blob version `version` (docs/index-format.md, blobrefs):
+// its manifests row, or a blobrefs row starting with its 16 bytes. Read with `options`
+// (a snapshot, for isBlobVersionReferenced).
+Result<bool> versionReferencedInDb(rocksdb::DB* db, const ColumnFamilies& cfs,
+                                   const rocksdb::ReadOptions& options,
+                                   const VersionId& version);
 
 // Every value of a (small) column family, decoded, in key order.
 template <typename T>

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 
+#include "granary/common/hex.h"
 #include "granary/common/log.h"
 #include "index_kv/codec.h"
 #include "index_kv/commit_queue.h"
@@ -53,6 +54,7 @@ Status BatchBuilder::applyKind(CommitRequest& req) {
     case CommitRequest::Kind::kCreateUser: return createUser(req);
     case CommitRequest::Kind::kDeleteUser: return deleteUser(req);
     case CommitRequest::Kind::kReplaceManifest: return replaceManifest(req);
+    case CommitRequest::Kind::kMarkVersionDead: return markVersionDead(req);
   }
   return Status::internal("index: unknown commit request kind");
 }
@@ -301,6 +303,13 @@ Status BatchBuilder::deleteBucket(CommitRequest& req) {
 }
 
 Status BatchBuilder::putObject(CommitRequest& req) {
+  // Stripes name few distinct blob versions (one, but for a copy of a completed upload).
+  std::vector<VersionId> blob_versions;
+  for (const StripeLayout& s : req.manifest->stripes) blob_versions.push_back(s.blob_version);
+  std::sort(blob_versions.begin(), blob_versions.end());
+  blob_versions.erase(std::unique(blob_versions.begin(), blob_versions.end()),
+                      blob_versions.end());
+  for (const VersionId& v : blob_versions) GRANARY_RETURN_IF_ERROR(requireNotDead(v));
   const std::string okey = objectKey(req.bucket, req.key);
   auto current = checkPut(req, okey);
   if (!current) return current.error();
@@ -468,6 +477,98 @@ Status BatchBuilder::gcDone(CommitRequest& req) {
     gc_entries_.erase(key);
     gc_deleted_.insert(key);
   }
+  return Status::ok();
+}
+
+// ---- the orphan sweep's fence ---------------------------------------------------------
+
+Status BatchBuilder::requireNotDead(const VersionId& version) {
+  bool dead = dead_versions_.contains(version);
+  if (!dead) {
+    std::string value;
+    rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), cfs_.dead_versions, versionKey(version), &value);
+    if (!s.ok() && !s.IsNotFound()) return fromRocks(s, "index: reading dead versions");
+    dead = s.ok();
+  }
+  if (!dead) return Status::ok();
+  return Status(Status::Code::kTimeout,
+                "index: blob version " + version.toHex() +
+                    " was swept as an orphan: the write took longer than the orphan grace");
+}
+
+Result<bool> BatchBuilder::versionReferenced(const VersionId& version) {
+  auto in_db = versionReferencedInDb(db_, cfs_, rocksdb::ReadOptions(), version);
+  if (!in_db || *in_db) return in_db;
+  const std::string key = versionKey(version);
+  // This batch's writes: any manifest or blobrefs row of the version, put or deleted. A
+  // claim losing to a deletion is only deferred (the next sweep asks again); one winning
+  // over a staged reference would lose data.
+  struct Finder : rocksdb::WriteBatch::Handler {
+    uint32_t manifests = 0;
+    uint32_t blobrefs = 0;
+    std::string_view prefix;
+    bool found = false;
+    void note(uint32_t cf, const rocksdb::Slice& k) {
+      if ((cf == manifests || cf == blobrefs) && k.starts_with(prefix)) found = true;
+    }
+    rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& k, const rocksdb::Slice&) override {
+      note(cf, k);
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& k) override {
+      note(cf, k);
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status SingleDeleteCF(uint32_t cf, const rocksdb::Slice& k) override {
+      note(cf, k);
+      return rocksdb::Status::OK();
+    }
+  } finder;
+  finder.manifests = cfs_.manifests->GetID();
+  finder.blobrefs = cfs_.blobrefs->GetID();
+  finder.prefix = key;
+  // Another kind of write (none is staged today) fails the walk: counted as a reference.
+  if (!batch_.Iterate(&finder).ok()) return true;
+  return finder.found;
+}
+
+Status BatchBuilder::markVersionDead(CommitRequest& req) {
+  const VersionId& v = req.dead_version;
+  if (dead_versions_.contains(v)) return Status::ok();
+  const std::string key = versionKey(v);
+  {
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cfs_.dead_versions, key, &value);
+    if (s.ok()) return Status::ok();  // marked by an earlier sweep
+    if (!s.IsNotFound()) return fromRocks(s, "index: reading dead versions");
+  }
+  auto referenced = versionReferenced(v);
+  if (!referenced) return referenced.error();
+  if (*referenced) return Status::preconditionFailed("index: blob version is referenced");
+  const int64_t now = clock_.nowUnixNanos();
+  const int64_t forget_before =
+      now - std::chrono::duration_cast<std::chrono::nanoseconds>(kDeadVersionRetention).count();
+  // Forget a few of the oldest marks with each new one: no PUT of theirs can commit now.
+  VersionId cutoff;
+  putBe64(cutoff.bytes.data(), static_cast<uint64_t>(std::max<int64_t>(forget_before, 0)));
+  const std::string upper = versionKey(cutoff);
+  rocksdb::ReadOptions options;
+  rocksdb::Slice upper_slice(upper);
+  options.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options, cfs_.dead_versions));
+  int forgotten = 0;
+  for (it->SeekToFirst(); it->Valid() && forgotten < 64; it->Next(), ++forgotten) {
+    GRANARY_STAGE(batch_.Delete(cfs_.dead_versions, it->key()));
+  }
+  if (!it->status().ok()) return fromRocks(it->status(), "index: reading dead versions");
+  // Older than the retention itself: no commit of it can come, no mark is needed.
+  if (v.createdUnixNanos() < forget_before) return Status::ok();
+  uint8_t when[8];
+  putBe64(when, static_cast<uint64_t>(now));
+  GRANARY_STAGE(batch_.Put(cfs_.dead_versions, key,
+                           rocksdb::Slice(reinterpret_cast<const char*>(when), 8)));
+  dead_versions_.insert(v);
   return Status::ok();
 }
 

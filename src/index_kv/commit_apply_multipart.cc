@@ -124,6 +124,7 @@ Status BatchBuilder::putPart(CommitRequest& req) {
   auto exists = uploadExists(uploadKey(req.bucket, req.key, req.upload_id));
   if (!exists) return exists.error();
   if (!*exists) return Status::notFound("no upload " + req.upload_id);
+  GRANARY_RETURN_IF_ERROR(requireNotDead(part.version));
   const std::string pkey = partKey(req.upload_id, part.part_number);
   auto old = loadPart(pkey);
   if (!old) return old.error();

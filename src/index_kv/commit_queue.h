@@ -15,6 +15,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,11 @@
 
 namespace granary::index_kv {
 
+// How long a dead-version mark (Index::markVersionDead) is kept, counted from the
+// version's creation: far longer than any PUT may take (its deadline is half the orphan
+// grace) plus its commit's time in a queue.
+inline constexpr std::chrono::hours kDeadVersionRetention{7 * 24};
+
 struct CommitRequest {
   enum class Kind {
     kCreateBucket,
@@ -52,6 +58,7 @@ struct CommitRequest {
     kCreateUser,
     kDeleteUser,
     kReplaceManifest,  // relocateFragments, updateObjectTags: same version, new manifest
+    kMarkVersionDead,  // the orphan sweep's fence (Index::markVersionDead)
   };
   Kind kind = Kind::kCreateBucket;
   std::string bucket;     // every kind but kGcDone
@@ -83,6 +90,8 @@ struct CommitRequest {
   RecordIndexInfo record_info;
   std::string record_gc_value;
   std::optional<UserInfo> user;  // kCreateUser (key: the user's name; kDeleteUser too)
+  // kMarkVersionDead: the blob version to mark. Outcome kPreconditionFailed: referenced.
+  VersionId dead_version;
 
   // Outcome, set by the committer before `done` is fulfilled.
   Status status;
@@ -128,6 +137,7 @@ class BatchBuilder {
   Status createUser(CommitRequest& req);
   Status deleteUser(CommitRequest& req);
   Status replaceManifest(CommitRequest& req);
+  Status markVersionDead(CommitRequest& req);
   // The one request's staging, by its kind.
   Status applyKind(CommitRequest& req);
   // Every user: the DB's rows with this batch's writes applied.
@@ -136,6 +146,12 @@ class BatchBuilder {
   Status markRecordSetDead(const VersionId& set);
   // False if the set is dead, or has no record_sets row (never written or removed).
   Result<bool> recordSetAlive(const VersionId& set);
+  // kTimeout if the orphan sweep marked blob version `version` dead (this batch included):
+  // its fragments are being removed, so nothing may be committed that uses them.
+  Status requireNotDead(const VersionId& version);
+  // True if the DB (manifests row, blobrefs rows) or a write this batch has staged
+  // references blob version `version`; a staged write is counted whatever it does.
+  Result<bool> versionReferenced(const VersionId& version);
 
   // putObject in two steps, shared with completeUpload: checkPut reads (bucket exists,
   // precondition) and returns the key's current version; stagePut retires it and stages
@@ -198,6 +214,7 @@ class BatchBuilder {
   std::map<VersionId, VersionId> blobless_;
   std::map<std::string, std::optional<UserInfo>> users_;         // name -> row (nullopt: gone)
   std::vector<VersionId> dead_added_;  // by the request being applied (undone on failure)
+  std::set<VersionId> dead_versions_;  // blob versions marked dead in this batch
   std::vector<std::unique_ptr<Manifest>> owned_manifests_;       // rewritten in this batch
   uint64_t object_deletes_ = 0;
 };

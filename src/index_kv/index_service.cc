@@ -276,6 +276,11 @@ const std::map<std::string, Op, std::less<>>& operations() {
          return answer(x.isBlobVersionReferenced(unver(a.at("version"))),
                        [](bool b) { return Json(b); });
        }},
+      {"mark_version_dead",
+       [](Index& x, const Json& a) {
+         return answer(x.markVersionDead(unver(a.at("version"))),
+                       [](bool b) { return Json(b); });
+       }},
       {"index_created",
        [](Index& x, const Json&) {
          return answer(x.createdUnixNanos(), [](int64_t t) { return Json(t); });
@@ -533,12 +538,25 @@ class RemoteIndex final : public Index {
     return query("gc_due", args, unlist<GcEntryCodec>);
   }
   Status gcDone(const std::vector<GcEntry>& entries) override {
-    // Idempotent: removing queue entries twice removes nothing the second time.
-    return status(call("gc_done", {{"entries", list<GcEntryCodec>(entries)}}, true, ignore));
+    // Idempotent: removing queue entries twice removes nothing the second time. The index
+    // needs only the queue keys: the blob lists stay behind (an entry of a multi-TiB
+    // object's would not fit in a request).
+    std::vector<GcEntry> keys;
+    keys.reserve(entries.size());
+    for (const GcEntry& e : entries) {
+      keys.push_back(GcEntry{e.queue_key, e.version, e.enqueued_unix_nanos, {}});
+    }
+    return status(call("gc_done", {{"entries", list<GcEntryCodec>(keys)}}, true, ignore));
   }
   Result<bool> isBlobVersionReferenced(const VersionId& version) override {
     return query("blob_referenced", {{"version", ver(version)}},
                  [](const Json& j) { return j.get<bool>(); });
+  }
+  // Idempotent: a version already dead answers true again. An index service older than
+  // this call refuses it, and the sweep then removes nothing (upgrade the index first).
+  Result<bool> markVersionDead(const VersionId& version) override {
+    return call("mark_version_dead", {{"version", ver(version)}}, true,
+                [](const Json& j) { return j.get<bool>(); });
   }
   Result<int64_t> createdUnixNanos() override {
     return query("index_created", Json::object(), [](const Json& j) { return j.get<int64_t>(); });

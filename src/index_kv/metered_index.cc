@@ -20,7 +20,7 @@ enum Op {
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
   kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest,
-  kUpdateTags, kOpCount
+  kUpdateTags, kMarkDead, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -30,7 +30,8 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "list_uploads",   "complete_upload",  "abort_upload",    "create_record_set",
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
-    "delete_user",    "relocate_fragments", "get_manifest", "update_object_tags"};
+    "delete_user",    "relocate_fragments", "get_manifest", "update_object_tags",
+    "mark_version_dead"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
@@ -144,6 +145,9 @@ class MeteredIndex final : public Index {
   }
   Result<bool> isBlobVersionReferenced(const VersionId& version) override {
     return timed(kBlobReferenced, [&] { return inner_->isBlobVersionReferenced(version); });
+  }
+  Result<bool> markVersionDead(const VersionId& version) override {
+    return timed(kMarkDead, [&] { return inner_->markVersionDead(version); });
   }
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
     return timed(kCreateUpload,

@@ -55,7 +55,7 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
                            rocksdb::ColumnFamilyOptions(db_options));
   for (const char* name :
        {kBucketsCf, kObjectsCf, kManifestsCf, kGcCf, kBlobRefsCf, kUploadsCf, kPartsCf,
-        kRecordsCf, kRecordSetsCf, kRecordOrderCf, kRecordGcCf, kUsersCf}) {
+        kRecordsCf, kRecordSetsCf, kRecordOrderCf, kRecordGcCf, kUsersCf, kDeadVersionsCf}) {
     descriptors.emplace_back(name, resources.columnFamilyOptions());
   }
   std::unique_ptr<RocksIndex> index(new RocksIndex(clock));
@@ -68,7 +68,7 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
                                index->handles_[4], index->handles_[5], index->handles_[6],
                                index->handles_[7], index->handles_[8], index->handles_[9],
                                index->handles_[10], index->handles_[11],
-                               index->handles_[12]};
+                               index->handles_[12], index->handles_[13]};
   if (Status st = index->loadCreated(options); !st.isOk()) return fail(st);
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
@@ -446,16 +446,34 @@ Result<bool> RocksIndex::isBlobVersionReferenced(const VersionId& version) {
   // Older than this index: not its to call an orphan.
   if (version.createdUnixNanos() < created_unix_nanos_) return true;
   Snapshot snap(db_.get());
+  return versionReferencedInDb(db_.get(), cfs_, snap.options(), version);
+}
+
+Result<bool> versionReferencedInDb(rocksdb::DB* db, const ColumnFamilies& cfs,
+                                   const rocksdb::ReadOptions& options,
+                                   const VersionId& version) {
   const std::string key = versionKey(version);
   std::string value;
-  rocksdb::Status s = db_->Get(snap.options(), cfs_.manifests, key, &value);
+  rocksdb::Status s = db->Get(options, cfs.manifests, key, &value);
   if (s.ok()) return true;
   if (!s.IsNotFound()) return fail(fromRocks(s, "index: reading manifest"));
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(snap.options(), cfs_.blobrefs));
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(options, cfs.blobrefs));
   it->Seek(key);
   if (it->Valid()) return it->key().starts_with(key);
   if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading blob refs"));
   return false;
+}
+
+Result<bool> RocksIndex::markVersionDead(const VersionId& version) {
+  // Older than this index: not its to call an orphan (isBlobVersionReferenced).
+  if (version.createdUnixNanos() < created_unix_nanos_) return false;
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kMarkVersionDead;
+  req.dead_version = version;
+  Status st = submit(req);
+  if (st.isOk()) return true;
+  if (st.code() == Status::Code::kPreconditionFailed) return false;
+  return fail(st);
 }
 
 // ---- multipart uploads ---------------------------------------------------------------

@@ -57,6 +57,7 @@ class RocksIndex final : public Index {
                                      std::string_view after = {}) override;
   Status gcDone(const std::vector<GcEntry>& entries) override;
   Result<bool> isBlobVersionReferenced(const VersionId& version) override;
+  Result<bool> markVersionDead(const VersionId& version) override;
 
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override;
   Result<MultipartUpload> getUpload(std::string_view bucket, std::string_view key,

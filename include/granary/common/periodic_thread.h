@@ -1,6 +1,7 @@
 // PeriodicThread: runs a pass every `interval` on its own thread, from start() until
 // stop() (the background jobs: reclaimer, lifecycle). stop() wakes the thread at once and
-// joins it after the pass in progress, if any, ends.
+// joins it after the pass in progress, if any, ends: a long pass asks stopping() between
+// its steps and returns early, so that shutting down does not wait for it.
 // Thread safety: start() and stop() may be called from any thread; the pass runs on the
 // periodic thread only.
 #pragma once
@@ -47,6 +48,12 @@ class PeriodicThread {
     cv_.notify_all();
   }
 
+  // True from stop() on (until the next start()).
+  bool stopping() const {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
+
   void stop() {
     std::thread joining;
     {
@@ -59,7 +66,7 @@ class PeriodicThread {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   bool triggered_ = false;

@@ -478,6 +478,15 @@ class Index {
   // version was created before this index (createdUnixNanos), which therefore cannot know.
   // Used by the orphan sweep.
   virtual Result<bool> isBlobVersionReferenced(const VersionId& version) = 0;
+  // The orphan sweep's fence, asked before it removes an unreferenced version's fragments.
+  // In one commit (so atomically with every other commit): if nothing references
+  // `version` (as isBlobVersionReferenced), marks it dead and answers true, and its
+  // fragments may go; if something does, answers false. A dead version is never committed
+  // after: putObject and putPart naming blobs of it fail kTimeout (the write outlived the
+  // orphan grace; S3: retry), so a late commit cannot publish fragments a sweep removes.
+  // Idempotent: true again for a version already dead. A mark is kept 7 days past the
+  // version's creation (kDeadVersionRetention), longer than any PUT may take.
+  virtual Result<bool> markVersionDead(const VersionId& version) = 0;
   // When this index began, as the orphan sweep needs it: blob versions created before it
   // may belong to objects it never heard of (a new, empty index put where a lost one was),
   // so it never calls them unreferenced. 0: it knows them all (an index made before this

@@ -21,6 +21,7 @@
 #include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
+#include "granary/common/periodic_thread.h"
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/common/status.h"
@@ -207,4 +208,21 @@ TEST_CASE("createDirectoriesDurably syncs every component into its parent, top d
     CHECK(!createDirectoriesDurably(root / "file", record).isOk());
   }
   fs::remove_all(root);
+}
+
+TEST_CASE("A periodic pass sees stopping() once stop() is called, and stop() waits for it") {
+  PeriodicThread thread;
+  std::latch running(1);
+  std::atomic<bool> returned{false};
+  thread.start(std::chrono::milliseconds(1), [&] {
+    running.count_down();
+    // A long pass (a sweep over many drives) returning between its steps.
+    while (!thread.stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    returned = true;
+  });
+  running.wait();
+  CHECK_FALSE(thread.stopping());
+  thread.stop();  // would wait for ever if the pass could not see it
+  CHECK(returned);
+  CHECK(thread.stopping());
 }

@@ -86,6 +86,9 @@ class ForwardingIndex : public Index {
   Result<bool> isBlobVersionReferenced(const VersionId& version) override {
     return target_.isBlobVersionReferenced(version);
   }
+  Result<bool> markVersionDead(const VersionId& version) override {
+    return target_.markVersionDead(version);
+  }
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
     return target_.createUpload(upload, bucket_created_unix_nanos);
   }

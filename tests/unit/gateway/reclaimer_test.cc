@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "forwarding_index.h"
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
 
@@ -196,6 +197,31 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
 }
 
+TEST_CASE("GC finishes entries naming a drive taken out of the map; the sweep gets its blobs") {
+  ReclaimerFixture f;
+  index_kv::Manifest old_version = f.writeBlobs(1);
+  f.commit("key", old_version);
+  index_kv::Manifest new_version = f.writeBlobs(1);
+  f.commit("key", new_version);
+  f.cluster.clock.advance(120 * kSecond);
+  // d1 is decommissioned: the map no longer names it (its server may still answer).
+  placement::ClusterMap smaller = f.cluster.map;
+  std::erase_if(smaller.drives, [](const placement::Drive& d) { return d.id == "d1"; });
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, smaller, f.cluster.clock, f.options);
+  auto gc = reclaimer.collectGarbage();
+  REQUIRE(gc.has_value());
+  CHECK(gc->blobs_removed == 5);
+  CHECK(gc->entries_done == 1);  // not kept for ever
+  BlobSet left = ReclaimerFixture::blobsOf(new_version);
+  left.emplace("d1", BlobId{old_version.version, 0, 1});
+  CHECK(f.cluster.allBlobs() == left);
+  // Back in the map, what d1 still holds of the old version is an orphan.
+  f.cluster.clock.advance(2 * 3600 * kSecond);
+  Reclaimer whole(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  CHECK(whole.sweepOrphans().value().blobs_removed == 1);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
+}
+
 TEST_CASE("Entries stuck on a drive that is down hide none behind them, and it is asked once") {
   ReclaimerFixture f;
   // More overwritten versions than one page of the queue: every entry has a fragment on d1.
@@ -314,6 +340,37 @@ TEST_CASE("An empty index put in place of a lost one sweeps nothing older than i
   f.cluster.clock.advance(2 * 3600 * kSecond);
   CHECK(reclaimer.sweepOrphans().value().blobs_removed == 6);
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(committed));
+}
+
+TEST_CASE("A commit landing after the sweep read 'unreferenced' keeps its blobs; a later one fails") {
+  ReclaimerFixture f;
+  index_kv::Manifest slow = f.writeBlobs(2);    // its commit lands during the sweep
+  index_kv::Manifest later = f.writeBlobs(1);   // its commit comes after the sweep
+  f.cluster.clock.advance(2 * 3600 * kSecond);  // both past the orphan grace
+  // Between the sweep's read and its claim, the slow PUT's commit lands (a request late in
+  // a remote index's queue): the claim must lose.
+  struct LateCommit final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<bool> markVersionDead(const VersionId& version) override {
+      if (commit && version == commit->version) {
+        REQUIRE(target_.putObject("bucket", "slow", *commit, index_kv::Precondition::none()));
+        commit = nullptr;
+      }
+      return ForwardingIndex::markVersionDead(version);
+    }
+    const index_kv::Manifest* commit = nullptr;
+  } index(f.index);
+  index.commit = &slow;
+  Reclaimer reclaimer(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  auto swept = reclaimer.sweepOrphans();
+  REQUIRE(swept.has_value());
+  CHECK(swept->blobs_removed == 6);  // `later`'s, not the committed object's
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(slow));
+  CHECK(f.index.getObject("bucket", "slow").has_value());
+  // The other PUT's commit arrives now: refused, or it would name removed fragments.
+  auto put = f.index.putObject("bucket", "later", later, index_kv::Precondition::none());
+  REQUIRE_FALSE(put.has_value());
+  CHECK(put.error().code() == Status::Code::kTimeout);
 }
 
 }  // namespace

@@ -491,6 +491,62 @@ TEST_CASE("Blob versions are referenced while live or queued, and not after gcDo
   }
 }
 
+TEST_CASE("A version the orphan sweep marked dead is never committed after") {
+  IndexFixture f;
+  f.makeBucket("b");
+  // A PUT still on its way to the index when the sweep took its fragments.
+  Manifest late = f.stripedManifest(2);
+  CHECK(f.index->markVersionDead(late.version).value());
+  CHECK(f.index->markVersionDead(late.version).value());  // idempotent
+  auto put = f.index->putObject("b", "k", late, Precondition::none());
+  REQUIRE_FALSE(put.has_value());
+  CHECK(put.error().code() == Code::kTimeout);
+  CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
+  CHECK_FALSE(f.index->isBlobVersionReferenced(late.version).value());
+  // Nor may another manifest borrow its stripes (a copy).
+  Manifest borrower = f.stripedManifest(1);
+  borrower.stripes[0].blob_version = late.version;
+  CHECK(f.index->putObject("b", "k", borrower, Precondition::none()).error().code() ==
+        Code::kTimeout);
+  // An inline object names no blobs; other versions are untouched.
+  REQUIRE(f.index->putObject("b", "k", f.inlineManifest("x"), Precondition::none()));
+
+  // Referenced versions are never marked: committed, or queued for GC after a delete.
+  Manifest live = f.stripedManifest(1);
+  REQUIRE(f.index->putObject("b", "live", live, Precondition::none()));
+  CHECK_FALSE(f.index->markVersionDead(live.version).value());
+  REQUIRE(f.index->putObject("b", "live", live, Precondition::none()));  // still writable
+  REQUIRE(f.index->deleteObject("b", "live", Precondition::none()));
+  CHECK_FALSE(f.index->markVersionDead(live.version).value());
+  // Once its GC entry is done, it is unreferenced: the sweep may have it.
+  REQUIRE(f.index->gcDone(allGc(*f.index)).isOk());
+  CHECK(f.index->markVersionDead(live.version).value());
+}
+
+TEST_CASE("Dead-version marks are forgotten a week after their version's creation") {
+  IndexFixture f;
+  f.makeBucket("b");
+  constexpr int64_t kDay = 24 * 3600 * 1'000'000'000LL;
+  Manifest old = f.stripedManifest(1);
+  Manifest unmarked = f.stripedManifest(1);
+  REQUIRE(f.index->markVersionDead(old.version).value());
+  f.clock.advance(8 * kDay);
+  REQUIRE(f.index->markVersionDead(f.newVersion()).value());  // forgets the old mark
+  // A version older than the retention is answered without one.
+  REQUIRE(f.index->markVersionDead(unmarked.version).value());
+  // Their PUT deadlines passed a week ago: no gateway commits them. The index no longer
+  // holds a mark for either, which is what this shows.
+  CHECK(f.index->putObject("b", "old", old, Precondition::none()).has_value());
+  CHECK(f.index->putObject("b", "unmarked", unmarked, Precondition::none()).has_value());
+  // A mark younger than the retention stays.
+  Manifest recent = f.stripedManifest(1);
+  REQUIRE(f.index->markVersionDead(recent.version).value());
+  f.clock.advance(6 * kDay);
+  REQUIRE(f.index->markVersionDead(f.newVersion()).value());
+  CHECK(f.index->putObject("b", "recent", recent, Precondition::none()).error().code() ==
+        Code::kTimeout);
+}
+
 TEST_CASE("Stripes borrowed from other blob versions keep those versions referenced") {
   IndexFixture f;
   f.makeBucket("b");

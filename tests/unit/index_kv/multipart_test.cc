@@ -202,6 +202,23 @@ TEST_CASE("Parts are listed in part-number order and paginate after a part numbe
   CHECK(f.index->listParts("b", "k", u.upload_id, 0xFFFFFFFFu, 10)->empty());
 }
 
+TEST_CASE("A part the orphan sweep marked dead is refused; a part in progress is never marked") {
+  MultipartFixture f;
+  MultipartUpload u = f.newUpload("k");
+  PartInfo stored = f.putPart(u, 1);
+  CHECK_FALSE(f.index->markVersionDead(stored.version).value());
+  // An UploadPart whose commit comes after the sweep took its fragments.
+  PartInfo late = f.newPart(2);
+  REQUIRE(f.index->markVersionDead(late.version).value());
+  auto put = f.index->putPart(u.bucket, u.key, u.upload_id, late);
+  REQUIRE_FALSE(put.has_value());
+  CHECK(put.error().code() == Code::kTimeout);
+  auto parts = f.index->listParts("b", "k", u.upload_id, 0, 100);
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 1);
+  CHECK((*parts)[0].version == stored.version);
+}
+
 TEST_CASE("putPart rejects part numbers outside 1..10000 and stripes of another version") {
   MultipartFixture f;
   MultipartUpload u = f.newUpload("k");
