@@ -5,6 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -96,8 +97,17 @@ Status validate(const ClusterMap& map) {
     return bad("ec.k + ec.m must be at most " + std::to_string(ec::kMaxFragments));
   }
   std::set<std::string_view> ids;
+  std::map<std::string_view, std::string_view> domain_of_endpoint;
   for (const Drive& d : map.drives) {
     if (!ids.insert(d.id).second) return bad("duplicate drive id \"" + d.id + "\"");
+    // One chunk server is one process on one host: it fails as a whole, so its drives in
+    // two failure domains would let one failure take two fragments of a stripe.
+    if (d.endpoint.empty()) continue;  // in-process (serve): one drive, one domain
+    auto [it, added] = domain_of_endpoint.emplace(d.endpoint, d.domain);
+    if (!added && it->second != d.domain) {
+      return bad("drive \"" + d.id + "\": chunk server " + d.endpoint + " is in domain \"" +
+                 std::string(it->second) + "\" already; one server's drives share a domain");
+    }
   }
   if (static_cast<size_t>(map.ec.total()) > map.domainCount()) {
     return bad("ec.k + ec.m = " + std::to_string(map.ec.total()) +

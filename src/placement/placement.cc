@@ -89,30 +89,32 @@ Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view
         "placement: need " + std::to_string(std::min(min_domains, count)) +
         " usable drives in distinct failure domains, found " + std::to_string(chosen.size())));
   }
-  // Degraded (docs/ec-placement.md, "Fewer failure domains than fragments"): pass 2, other
-  // drives of the domains already used, each time in a domain holding the fewest so far
-  // (the best ranked of those), so that no domain holds more than its share; pass 3, the
-  // chosen drives again, in rank order.
+  // Degraded (docs/ec-placement.md, "Fewer failure domains than fragments"): each further
+  // fragment goes to a domain holding the fewest so far, there to a drive holding the
+  // fewest of the stripe (another drive of the domain before a chosen one again), the
+  // best ranked of those; so no domain holds more than its share, however many usable
+  // drives each has.
   std::vector<size_t> load(domains.size(), 1);  // fragments per domain of `domains`
+  std::vector<size_t> on_drive(map.drives.size(), 0);  // fragments per drive
+  for (size_t idx : chosen) on_drive[idx] = 1;
   auto domainOf = [&](size_t idx) {
     return static_cast<size_t>(
         std::find(domains.begin(), domains.end(), map.drives[idx].domain) - domains.begin());
   };
+  auto fewer = [&](size_t a, size_t b) {  // drive indices; true if `a` should come first
+    const size_t la = load[domainOf(a)], lb = load[domainOf(b)];
+    return la != lb ? la < lb : on_drive[a] < on_drive[b];
+  };
   while (chosen.size() < count) {
-    std::optional<size_t> best;  // position in usable_order
-    for (size_t i = 0; i < usable_order.size(); ++i) {
-      const size_t idx = usable_order[i];
-      if (std::find(chosen.begin(), chosen.end(), idx) != chosen.end()) continue;
-      if (!best || load[domainOf(idx)] < load[domainOf(usable_order[*best])]) best = i;
+    std::optional<size_t> best;  // a drive index; usable_order is best ranked first
+    for (size_t idx : usable_order) {
+      if (!best || fewer(idx, *best)) best = idx;
     }
-    if (!best) break;
-    chosen.push_back(usable_order[*best]);
-    ++load[domainOf(usable_order[*best])];
+    if (!best) return fail(Status::unavailable("placement: no usable drive"));
+    chosen.push_back(*best);
+    ++load[domainOf(*best)];
+    ++on_drive[*best];
   }
-  if (chosen.size() == count) return chosen;
-  const size_t distinct = chosen.size();
-  if (distinct == 0) return fail(Status::unavailable("placement: no usable drive"));
-  for (size_t i = 0; chosen.size() < count; ++i) chosen.push_back(chosen[i % distinct]);
   return chosen;
 }
 

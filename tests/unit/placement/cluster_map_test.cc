@@ -104,6 +104,10 @@ TEST_CASE("Cluster map validation names the problem") {
         std::string::npos);
   CHECK(rejection(mutate(R"("weight": 1.5)", R"("wieght": 1.5)")).find("unknown field") !=
         std::string::npos);
+  // One chunk server's drives in two domains: losing that server loses two fragments.
+  CHECK(rejection(mutate(R"("domain": "rack-b")",
+                         R"("domain": "rack-b", "endpoint": "10.0.0.1:9100")"))
+            .find("share a domain") != std::string::npos);
 }
 
 TEST_CASE("Cluster map validation reports missing fields") {

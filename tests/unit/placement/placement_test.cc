@@ -317,6 +317,32 @@ TEST_CASE("A degraded placement spreads the extra fragments over the live domain
   }
 }
 
+TEST_CASE("A degraded placement keeps domains even when they have unequal usable drives") {
+  // Six hosts of two drives (dom0: d0, d6; dom1: d1, d7; ...), 4+2. Hosts 4 and 5 are
+  // down, and hosts 1-3 have one drive full: dom0 has two usable drives, the others one.
+  const ClusterMap map = makeMap(12, 6, {4, 2});
+  auto up = [](const Drive& d) {
+    return d.domain != "dom4" && d.domain != "dom5" && d.id != "d7" && d.id != "d8" &&
+           d.id != "d9";
+  };
+  for (int i = 0; i < 2'000; ++i) {
+    auto r = chooseDrives(map, keyOf(i), 6, up, 4);
+    REQUIRE(r.has_value());
+    REQUIRE(r->size() == 6);
+    std::map<std::string, int> per_domain;
+    std::map<size_t, int> per_drive;
+    for (size_t idx : *r) {
+      REQUIRE(up(map.drives[idx]));
+      ++per_domain[map.drives[idx].domain];
+      ++per_drive[idx];
+    }
+    // Losing any one domain still leaves k = 4 fragments.
+    for (const auto& [domain, n] : per_domain) REQUIRE(n <= 2);
+    // Both of dom0's drives are used before any drive takes a second fragment.
+    REQUIRE(per_drive.size() == 5);
+  }
+}
+
 TEST_CASE("A degraded placement prefers another drive of a used domain to stacking") {
   const ClusterMap map = makeMap(8, 4, {4, 2});  // two drives per domain
   auto r = chooseDrives(map, "k", 6, nullptr, 4);
