@@ -34,6 +34,18 @@ DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& ch
       counters_(counters),
       budget_(buffer_budget, BufferBudget::kDefaultPatience, admission_wait) {}
 
+Result<const ec::ErasureCode*> DataPath::codeFor(const ec::EcProfile& profile) {
+  if (profile == code_.profile()) return &code_;
+  std::lock_guard lock(other_codes_mu_);
+  for (const auto& code : other_codes_) {
+    if (code->profile() == profile) return code.get();
+  }
+  auto made = ec::ErasureCode::create(profile);
+  if (!made) return fail(made.error());
+  other_codes_.push_back(std::move(*made));
+  return other_codes_.back().get();
+}
+
 uint32_t DataPath::fragmentLenFor(uint64_t len) const {
   if (len >= stripeCapacity()) return fragment_len_;
   uint64_t k = code_.profile().k;
@@ -328,8 +340,11 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
 }
 
 // Degraded path: read whole fragments from every other drive and rebuild the stripe.
+// `failed_data[j]`: data fragment j is not counted on; `ask_again[j]`: it may still be
+// read whole should the others fall short.
 Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead& r,
-                          const std::vector<bool>& failed_data) {
+                          const std::vector<bool>& failed_data,
+                          const std::vector<bool>& ask_again) {
   const auto& s = *r.layout;
   const int k = m.ec.k, total = m.ec.total();
   const uint64_t fl = s.fragment_len;
@@ -344,7 +359,9 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   std::vector<uint8_t> frags(uint64_t(total) * fl);
   auto ok = std::make_shared<std::vector<Status>>(total);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  std::vector<int> skipped;  // on servers believed down: asked only if the others fall short
+  // On servers believed down, or failed on the fast path: asked only if the others fall
+  // short.
+  std::vector<int> skipped;
   auto readAll = [&](const std::vector<int>& which) -> Task<void> {
     TaskGroup group(dp.pool(), ex);
     for (int j : which) {
@@ -361,6 +378,10 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   for (int j = 0; j < total; ++j) {
     if (j < k && failed_data[j]) {
       (*ok)[j] = Status::corruption("failed on the fast path");
+      // A read that failed is asked again if the others fall short: it may have failed for
+      // a passing reason (a server believed down that answers, one failed exchange). One
+      // still in flight (a hedge) is not: its answer is being waited for elsewhere.
+      if (ask_again[j]) skipped.push_back(j);
     } else if (!dp.chunks().reachable(m.drives[s.drives[j]])) {
       (*ok)[j] = unreachable(m.drives[s.drives[j]]);
       skipped.push_back(j);
@@ -393,8 +414,11 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   }
   std::unique_ptr<bool[]> present_arr(new bool[total]);
   for (int j = 0; j < total; ++j) present_arr[j] = present[j];
+  auto code = dp.codeFor(m.ec);
+  if (!code) co_return code.error();
+  const ec::ErasureCode* decoder = *code;
   Status st = co_await offload(dp.pool(), [&] {
-    return dp.code().reconstruct(fl, ptrs, std::span<const bool>(present_arr.get(), total));
+    return decoder->reconstruct(fl, ptrs, std::span<const bool>(present_arr.get(), total));
   });
   if (!st.isOk()) co_return st;
   dp.counters().degraded_stripes.Increment();
@@ -411,17 +435,19 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   const uint64_t fl = r.layout->fragment_len;
   const int j0 = static_cast<int>(r.first / fl);
   std::vector<bool> slow(m.ec.k, false);
+  std::vector<bool> failed(m.ec.k, false);
   {
     std::lock_guard lock(r.reads->mu);
     for (size_t i = 0; i < r.reads->done.size(); ++i) {
-      // Failed ones too: the decode does not ask them again.
+      // Failed ones too: the decode does not count on them.
       slow[j0 + i] = !r.reads->done[i] || !r.reads->results[i].isOk();
+      failed[j0 + i] = r.reads->done[i] && !r.reads->results[i].isOk();
     }
   }
   dp.counters().hedged_stripes.Increment();
   auto fast = r.out;
   r.out = std::make_shared<AlignedBytes>(r.length);
-  Status st = co_await decodeStripe(dp, m, r, slow);
+  Status st = co_await decodeStripe(dp, m, r, slow, failed);
   if (st.isOk()) co_return st;
   log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",
             r.layout->blob_stripe, m.version.toHex(), st.toString());
@@ -461,7 +487,7 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
     }
   }
   if (!any) co_return Status::ok();
-  co_return co_await decodeStripe(dp, m, r, failed);
+  co_return co_await decodeStripe(dp, m, r, failed, failed);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,7 +63,12 @@ class DataPath {
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }
+  // The code new objects are written with (the cluster map's profile).
   const ec::ErasureCode& code() const { return code_; }
+  // The code for an object's own profile (its manifest's `ec`), which a map changed since
+  // it was written no longer names: decoding with another profile's matrix would return
+  // wrong bytes. Made once per profile and kept. kInvalidArgument for an impossible one.
+  Result<const ec::ErasureCode*> codeFor(const ec::EcProfile& profile);
   WorkerPool& pool() { return pool_; }
   WorkerPool& bulkPool() { return bulk_pool_; }
   uint32_t fragmentLen() const { return fragment_len_; }
@@ -91,6 +97,8 @@ class DataPath {
   BufferBudget budget_;
   std::chrono::milliseconds hedge_after_{0};
   bool sendfile_ = true;
+  std::mutex other_codes_mu_;
+  std::vector<std::unique_ptr<ec::ErasureCode>> other_codes_;  // codeFor's, never removed
 };
 
 // Best-effort removal of every fragment blob of `stripes` (fragments that no manifest

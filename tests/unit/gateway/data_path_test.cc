@@ -437,6 +437,40 @@ TEST_CASE("GET of stripes with a missing data fragment decodes them from parity"
   CHECK(f.counters.degraded.Value() == expected + 1);
 }
 
+TEST_CASE("A degraded read decodes with the object's EC profile, not the map's new one") {
+  DataPathFixture f;
+  const uint64_t size = 2 * kStripe + 300;
+  std::string data = randomString(size, 12);
+  index_kv::Manifest m = f.write(data);  // 4+2
+  // The operator changed the map's profile to 3+3 (the same six fragments a stripe): new
+  // objects use it, old ones must still decode with their own matrix.
+  auto code33 = ec::ErasureCode::create({3, 3});
+  REQUIRE(code33.has_value());
+  DataPath changed(f.cluster.map, *f.cluster.chunks, **code33, f.pool, f.bulk, kFragmentLen,
+                   testing::countersOf(f.counters), 512ull << 20);
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 1), Status::notFound("gone"));
+  StringSink sink;
+  Status st = runTask(f.io, readInto(changed, m, 0, size, sink));
+  REQUIRE(st.isOk());
+  CHECK(sink.body == data);
+  CHECK(f.counters.degraded.Value() >= 1);
+}
+
+TEST_CASE("A degraded read asks again for a data fragment that failed on the fast path") {
+  DataPathFixture f;
+  const uint64_t size = kStripe - 100;  // one stripe
+  std::string data = randomString(size, 13);
+  index_kv::Manifest m = f.write(data);
+  // Both parity fragments are lost, and fragment 0's server is believed down (a stale
+  // mark) though it answers: only the fragments the fast path skipped can make k = 4.
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 4), Status::notFound("gone"));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 5), Status::notFound("gone"));
+  f.cluster.chunks->setUnreachable(DataPathFixture::driveOf(m, 0, 0));
+  auto [st, got] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("A degraded read charges its decode space to the buffer budget and waits for it") {
   constexpr uint64_t kBudget = 64 << 10;
   DataPathFixture f(6, kFragmentLen, kBudget);
