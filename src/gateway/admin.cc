@@ -260,10 +260,7 @@ Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::stri
 }  // namespace
 
 Status reloadUsers(GatewayContext& ctx) {
-  auto users = ctx.index().listUsers();
-  if (!users) return users.error();
-  ctx.credentials.setUsers(*users);
-  return Status::ok();
+  return ctx.credentials.reloadUsers([&] { return ctx.index().listUsers(); });
 }
 
 Task<Status> refreshUsers(GatewayContext& ctx) {

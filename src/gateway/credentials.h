@@ -33,6 +33,18 @@ class CredentialStore {
   }
   const UserCredentials& root() const { return root_; }
 
+  // Reads the users with `list` and installs them, one reload at a time: two reloads (the
+  // periodic one and an admin change's) overlapping must not let the older list land
+  // last, bringing back a user just removed.
+  template <typename List>
+  Status reloadUsers(List&& list) {
+    std::lock_guard serial(reload_mu_);
+    auto users = list();
+    if (!users) return users.error();
+    setUsers(*users);
+    return Status::ok();
+  }
+
   void setUsers(const std::vector<index_kv::UserInfo>& users) {
     std::map<std::string, UserCredentials, std::less<>> next;
     for (const auto& u : users) {
@@ -52,6 +64,7 @@ class CredentialStore {
 
  private:
   UserCredentials root_;
+  std::mutex reload_mu_;
   mutable std::shared_mutex mu_;
   std::map<std::string, UserCredentials, std::less<>> users_;
 };

@@ -577,7 +577,7 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
   return malformedXml();
 }
 
-S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t ordinal) {
+S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
   index_kv::LifecycleRule rule;
   for (pugi::xml_node child : node.children()) {
     if (child.type() != pugi::node_element) continue;
@@ -595,7 +595,6 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node, size_t
   }
   rule.id = node.child("ID").text().as_string();
   if (rule.id.size() > 255) return invalidArgument("ID length should not exceed allowed limit of 255");
-  if (rule.id.empty()) rule.id = "rule-" + std::to_string(ordinal + 1);
   const std::string status = node.child("Status").text().as_string();
   if (status != "Enabled" && status != "Disabled") return malformedXml();
   rule.enabled = status == "Enabled";
@@ -861,14 +860,21 @@ S3Result<std::vector<index_kv::LifecycleRule>> parseLifecycleConfiguration(
     if (rules.size() == kMaxLifecycleRules) {
       return invalidArgument("A lifecycle configuration has at most 1000 rules");
     }
-    auto rule = parseLifecycleRule(node, rules.size());
+    auto rule = parseLifecycleRule(node);
     if (!rule) return std::unexpected(rule.error());
-    if (!ids.insert(rule->id).second) {
+    if (!rule->id.empty() && !ids.insert(rule->id).second) {
       return invalidArgument("Rule ID must be unique. Found same ID for more than one rule");
     }
     rules.push_back(std::move(*rule));
   }
   if (rules.empty()) return malformedXml();
+  // Rules without an ID get one (as S3 does), none that an explicit ID already took.
+  for (size_t i = 0, n = 1; i < rules.size(); ++i) {
+    while (rules[i].id.empty()) {
+      std::string id = "rule-" + std::to_string(n++);
+      if (ids.insert(id).second) rules[i].id = std::move(id);
+    }
+  }
   return rules;
 }
 

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
+#include <latch>
 #include <optional>
 #include <string>
 #include <thread>
@@ -817,6 +818,33 @@ struct HookedSource final : BodySource {
   std::function<void()> hook_;
   size_t pos_ = 0;
 };
+
+TEST_CASE("Overlapping user reloads install in order: a removed user stays removed") {
+  CredentialStore store;
+  using Users = Result<std::vector<index_kv::UserInfo>>;
+  const std::vector<index_kv::UserInfo> with_bob = {{"bob", "BOBACCESSKEY", "bob-secret", 1}};
+  // The periodic reload read the users while bob still existed, and is slow to install
+  // them; meanwhile bob is removed and the admin change's own reload reads no bob.
+  std::latch periodic_listed(1);
+  std::latch release_periodic(1);
+  std::thread periodic([&] {
+    (void)store.reloadUsers([&]() -> Users {
+      periodic_listed.count_down();
+      release_periodic.wait();
+      return with_bob;
+    });
+  });
+  periodic_listed.wait();
+  std::thread admin([&] {
+    (void)store.reloadUsers([]() -> Users { return std::vector<index_kv::UserInfo>{}; });
+  });
+  // Time for the admin reload to finish first, were it not made to wait its turn.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  release_periodic.count_down();
+  periodic.join();
+  admin.join();
+  CHECK_FALSE(store.find("BOBACCESSKEY").has_value());
+}
 
 // Two named users, alice and bob, beside the root user: as() sends a request signed as
 // one of them, "root" as the root user, anyone else anonymous.

@@ -9,6 +9,7 @@
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
 #include "granary/gateway/lifecycle.h"
+#include "s3_xml.h"
 
 using namespace granary;
 using namespace granary::gateway;
@@ -250,4 +251,27 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   CHECK(f.keys("a") == std::set<std::string>{"bad"});
   CHECK(f.keys("c") == std::set<std::string>{"c-old"});
   CHECK(f.keys("z").empty());
+}
+
+TEST_CASE("Lifecycle rules without an ID get one that no explicit ID took") {
+  // A configuration of rules with these IDs ("": none), each expiring prefix p after a day.
+  auto configuration = [](const std::vector<std::string>& ids) {
+    std::string xml = "<LifecycleConfiguration>";
+    for (const std::string& id : ids) {
+      xml.append("<Rule>");
+      if (!id.empty()) xml.append("<ID>").append(id).append("</ID>");
+      xml.append("<Status>Enabled</Status><Filter><Prefix>p</Prefix></Filter>"
+                 "<Expiration><Days>1</Days></Expiration></Rule>");
+    }
+    return xml.append("</LifecycleConfiguration>");
+  };
+  auto rules = parseLifecycleConfiguration(configuration({"rule-1", "", "", "rule-3"}));
+  REQUIRE(rules.has_value());
+  REQUIRE(rules->size() == 4);
+  CHECK((*rules)[0].id == "rule-1");
+  CHECK((*rules)[1].id == "rule-2");
+  CHECK((*rules)[2].id == "rule-4");
+  CHECK((*rules)[3].id == "rule-3");
+  // Two explicit IDs alike are still refused.
+  CHECK_FALSE(parseLifecycleConfiguration(configuration({"a", "a"})).has_value());
 }
