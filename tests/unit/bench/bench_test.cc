@@ -71,7 +71,7 @@ TEST_CASE("A workload spec parses every field and fills defaults") {
   CHECK_FALSE(put->needsObjects());
 }
 
-TEST_CASE("A paced workload keeps its rate; a bad rate is refused") {
+TEST_CASE("A paced workload keeps its rate, a bad rate is refused") {
   auto spec = parseWorkload("name=loader,op=range,size=64MiB,rate=250.5");
   REQUIRE(spec);
   CHECK(spec->rate == Approx(250.5));

@@ -483,7 +483,7 @@ TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
   CHECK(back == data);
 }
 
-TEST_CASE("Connections beyond max_connections are closed at accept; freed slots are reused") {
+TEST_CASE("Connections beyond max_connections are closed at accept, freed slots are reused") {
   ChunkServerOptions opts;
   opts.max_connections = 2;
   Cluster c(opts);
@@ -512,7 +512,7 @@ TEST_CASE("Connections beyond max_connections are closed at accept; freed slots 
   CHECK(served);
 }
 
-TEST_CASE("list() pages up to its limit; a limit over the server's cap is refused") {
+TEST_CASE("list() pages up to its limit, a limit over the server's cap is refused") {
   ChunkServerOptions opts;
   opts.max_list_limit = 8;
   Cluster c(opts);

@@ -176,7 +176,7 @@ TEST_CASE("Whole blocks read into an aligned buffer land there, and are still ve
 }
 
 
-TEST_CASE("Reads go through the page cache; readFromDrive and --direct-reads do not") {
+TEST_CASE("Reads go through the page cache, readFromDrive and --direct-reads do not") {
   const bool async = GENERATE(false, true);
   INFO((async ? "readAsync" : "read"));
   auto inner = makeUringEngine();

@@ -592,7 +592,7 @@ TEST_CASE("A caller's callback that throws does not leave its operation open for
   }
 }
 
-TEST_CASE("putAsync returns before the sync; puts queued behind a slow sync share the next one") {
+TEST_CASE("putAsync returns before the sync, puts queued behind a slow sync share the next one") {
   auto engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
   auto inner = makeEngine(engine_name);
   GatedSyncEngine engine(inner.get());

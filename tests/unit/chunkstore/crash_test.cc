@@ -284,7 +284,7 @@ TEST_CASE("A failed group fdatasync fails every blob of the batch and retires th
   CHECK(f.store->read(makeId(3), 0, out).isOk());
 }
 
-TEST_CASE("Opening a drive reclaims orphan bytes and empty extents; space matches the disk") {
+TEST_CASE("Opening a drive reclaims orphan bytes and empty extents, space matches the disk") {
   auto engine = makePosixEngine();
   ChunkStoreOptions options;
   options.extent_size = 256 * 1024;  // a few blobs per extent

@@ -120,7 +120,7 @@ TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it"
   CHECK(waited < std::chrono::seconds(10));
 }
 
-TEST_CASE("RateLimiter: unlimited never waits; stop releases waiters") {
+TEST_CASE("RateLimiter: unlimited never waits, stop releases waiters") {
   RateLimiter unlimited(0);
   for (int i = 0; i < 1000; ++i) REQUIRE(unlimited.acquire(1 << 30));
   RateLimiter slow(1024, 1024);  // 1 KiB/s

@@ -255,7 +255,7 @@ TEST_CASE("Reads of every object: any Deny for the action refuses, only b/* allo
   CHECK(narrow.evaluate(q) == PolicyEffect::kAllow);
 }
 
-TEST_CASE("Null is true when any of its values holds; an unknown address never grants") {
+TEST_CASE("Null is true when any of its values holds, an unknown address never grants") {
   BucketPolicy p = parsed(R"({"Statement": [
       {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
        "Resource": "arn:aws:s3:::data/*",

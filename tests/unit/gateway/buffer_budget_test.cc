@@ -25,7 +25,7 @@ Task<void> borrower(BufferBudget& budget, uint64_t bytes, std::string name,
 
 }  // namespace
 
-TEST_CASE("BufferBudget lends up to its capacity; waiters get their bytes in arrival order") {
+TEST_CASE("BufferBudget lends up to its capacity, waiters get their bytes in arrival order") {
   asio::io_context io;
   BufferBudget budget(100);
   BufferBudget::Lease held = budget.tryAcquire(60);
@@ -107,7 +107,7 @@ TEST_CASE("An admission wait that runs out gets no bytes, is counted, and lets t
   CHECK(stats.waiting == 0);
 }
 
-TEST_CASE("Uploads have half the budget of their own; reads use the rest and borrow the idle half") {
+TEST_CASE("Uploads have half the budget of their own, reads use the rest and borrow the idle half") {
   asio::io_context io;
   BufferBudget budget(100, std::chrono::seconds(60), std::chrono::seconds(60));
   BufferBudget::Lease upload = budget.tryAcquire(30, BufferBudget::Kind::kUpload);

@@ -544,7 +544,7 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
   }
 }
 
-TEST_CASE("Versioning can be suspended, not enabled; objects keep their version null") {
+TEST_CASE("Versioning can be suspended, not enabled, objects keep their version null") {
   GatewayFixture f;
   f.createBucket();
   const auto put = [&](const std::string& body, HeaderList extra = {}) {
@@ -658,7 +658,7 @@ TEST_CASE("Bucket settings Granary cannot set read as never set, as S3 answers t
   CHECK(f.get("/bucket?tagging").code == "NoSuchTagSet");  // still never set
 }
 
-TEST_CASE("CORS: rules set, read and deleted; preflights and other requests answered by them") {
+TEST_CASE("CORS: rules set, read and deleted, preflights and other requests answered by them") {
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
@@ -1041,7 +1041,7 @@ TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already
   CHECK(f.get("/bucket/obj").body == "data");  // never a PutObject
 }
 
-TEST_CASE("Bucket tags: set, replaced, read and deleted; up to 50; not the objects' tags") {
+TEST_CASE("Bucket tags: set, replaced, read and deleted, up to 50, not the objects' tags") {
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
@@ -1246,7 +1246,7 @@ TEST_CASE("Overwrite serves the new version, queues the old blobs for GC and DEL
   CHECK(due->size() == 2);
 }
 
-TEST_CASE("GET decodes around one failed drive; with three it answers 5xx, or a short body once sending") {
+TEST_CASE("GET decodes around one failed drive, with three it answers 5xx, or a short body once sending") {
   GatewayFixture f;
   f.createBucket();
   std::string data = randomString(kStripedSize, 15);
@@ -1506,7 +1506,7 @@ std::string xmlField(const std::string& xml, const std::string& name) {
   return xml.substr(a, b - a);
 }
 
-TEST_CASE("ListObjectVersions: each object is its one version, null; markers page through") {
+TEST_CASE("ListObjectVersions: each object is its one version, null, markers page through") {
   GatewayFixture f;
   f.createBucket();
   for (const char* key : {"a", "b/1", "b/2", "c d", "e"}) REQUIRE(f.put(key, key).status == 200);
@@ -2570,7 +2570,7 @@ TEST_CASE("POST Object stores a form's file, whatever the size of the reads it c
   }
 }
 
-TEST_CASE("POST Object refuses a large file the form's delimiter cuts short; nothing is stored") {
+TEST_CASE("POST Object refuses a large file the form's delimiter cuts short, nothing is stored") {
   GatewayFixture f;
   f.createBucket();
   const size_t blobs = f.blobCount();

@@ -197,7 +197,7 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
 }
 
-TEST_CASE("GC finishes entries naming a drive taken out of the map; the sweep gets its blobs") {
+TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep gets its blobs") {
   ReclaimerFixture f;
   index_kv::Manifest old_version = f.writeBlobs(1);
   f.commit("key", old_version);
@@ -342,7 +342,7 @@ TEST_CASE("An empty index put in place of a lost one sweeps nothing older than i
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(committed));
 }
 
-TEST_CASE("A commit landing after the sweep read 'unreferenced' keeps its blobs; a later one fails") {
+TEST_CASE("A commit landing after the sweep read 'unreferenced' keeps its blobs, a later one fails") {
   ReclaimerFixture f;
   index_kv::Manifest slow = f.writeBlobs(2);    // its commit lands during the sweep
   index_kv::Manifest later = f.writeBlobs(1);   // its commit comes after the sweep

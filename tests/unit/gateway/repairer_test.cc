@@ -130,7 +130,7 @@ struct RepairFixture {
 
 }  // namespace
 
-TEST_CASE("Repair rebuilds a missing fragment from the others; a dry run only counts") {
+TEST_CASE("Repair rebuilds a missing fragment from the others, a dry run only counts") {
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});
   f.put("healthy", {5, 4, 3, 2, 1, 0});

@@ -202,7 +202,7 @@ Task<Observed> startHereAndWait(WorkerPool& pool, int n, std::vector<std::thread
   });
 }
 
-TEST_CASE("TaskGroup::startHere starts on the calling thread; the waiter resumes when all end") {
+TEST_CASE("TaskGroup::startHere starts on the calling thread, the waiter resumes when all end") {
   WorkerPool pool(1, "tg-test");
   asio::io_context io;
   std::vector<std::thread> enders;

@@ -226,7 +226,7 @@ std::string warcRecord(std::string_view headers, std::string_view block) {
 
 }  // namespace
 
-TEST_CASE("Format and WARC key names round-trip; unknown names are refused") {
+TEST_CASE("Format and WARC key names round-trip, unknown names are refused") {
   for (auto f : {ContainerFormat::kAuto, ContainerFormat::kTar, ContainerFormat::kWarc,
                  ContainerFormat::kWarcGz}) {
     CHECK(parseContainerFormat(containerFormatName(f)) == f);
@@ -501,7 +501,7 @@ TEST_CASE("Malformed tars: bad checksum, empty name, lone zero block, oversized 
   CHECK(isMalformed(parseAllWays(bad_pax).status));
 }
 
-TEST_CASE("Auto mode: a tar whose first member is named WARC/ is a tar; junk is not indexable") {
+TEST_CASE("Auto mode: a tar whose first member is named WARC/ is a tar, junk is not indexable") {
   Bytes tar;
   auto r = addMember(tar, {.name = "WARC/1.0/record.warc", .size = 3}, "abc");
   endArchive(tar);
@@ -530,7 +530,7 @@ TEST_CASE("Auto mode: a tar whose first member is named WARC/ is a tar; junk is 
   CHECK(parseAllWays(Bytes{}, withFormat(ContainerFormat::kTar)).status.isOk());
 }
 
-TEST_CASE("WARC headers: bare LF, any name case, folding, <uri>; records without key") {
+TEST_CASE("WARC headers: bare LF, any name case, folding, <uri>, records without key") {
   std::string w = warcRecord("WARC-Type: warcinfo\r\n", "software: test\r\n");
   const uint64_t second = w.size();
   std::string rec2 = "WARC/1.1\nwarc-type: response\nwarc-target-uri:   <http://a.example/x>  \n"
@@ -584,7 +584,7 @@ TEST_CASE("Malformed WARC: no or bad Content-Length, missing trailer, oversized 
              Catch::Contains("limit"));
 }
 
-TEST_CASE("After an error the parser repeats it and ignores input; format is known early") {
+TEST_CASE("After an error the parser repeats it and ignores input, format is known early") {
   ContainerParser p(ParserOptions{});
   std::vector<ParsedRecord> rows;
   CHECK(p.format() == ContainerFormat::kAuto);

@@ -202,7 +202,7 @@ TEST_CASE("Parts are listed in part-number order and paginate after a part numbe
   CHECK(f.index->listParts("b", "k", u.upload_id, 0xFFFFFFFFu, 10)->empty());
 }
 
-TEST_CASE("A part the orphan sweep marked dead is refused; a part in progress is never marked") {
+TEST_CASE("A part the orphan sweep marked dead is refused, a part in progress is never marked") {
   MultipartFixture f;
   MultipartUpload u = f.newUpload("k");
   PartInfo stored = f.putPart(u, 1);
@@ -256,7 +256,7 @@ TEST_CASE("Replacing a part enqueues the old part's blobs and returns its versio
 
 // ---- completion ----------------------------------------------------------------------
 
-TEST_CASE("Part versions stay referenced through completion; unused ones until GC is done") {
+TEST_CASE("Part versions stay referenced through completion, unused ones until GC is done") {
   MultipartFixture f;
   MultipartUpload u = f.newUpload("k");
   PartInfo p1 = f.putPart(u, 1);

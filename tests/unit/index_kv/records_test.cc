@@ -179,7 +179,7 @@ TEST_CASE("The type filter applies to typed (WARC) rows only") {
   CHECK(f.index->listRecords("b", q)->records.size() == 3);
 }
 
-TEST_CASE("Overwriting or deleting a container hides its rows at once; GC removes them") {
+TEST_CASE("Overwriting or deleting a container hides its rows at once, GC removes them") {
   IndexFixture f;
   f.makeBucket("b");
   const VersionId s1 = f.newVersion();
@@ -276,7 +276,7 @@ TEST_CASE("attachRecords to a replaced version fails and the set's rows are remo
   CHECK(put.error().code() == Code::kPreconditionFailed);
 }
 
-TEST_CASE("Abandoned and orphaned record sets are removed; named ones are kept") {
+TEST_CASE("Abandoned and orphaned record sets are removed, named ones are kept") {
   IndexFixture f;
   f.makeBucket("b");
   const VersionId abandoned = f.newVersion();
