@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "bucket_policy.h"
+#include "granary/common/strings.h"
 #include "handlers.h"
 
 namespace granary::gateway {
@@ -247,6 +248,23 @@ std::string_view versionAction(std::string_view action) {
   }
   return action;
 }
+
+}  // namespace
+
+std::optional<bool> actionOnObjects(std::string_view lower_action) {
+  auto same = [&](std::string_view action) {
+    return !action.empty() && asciiLower(action) == lower_action;
+  };
+  for (const OperationAction& a : kActions) {
+    if (same(a.action) || same(a.also) || same(versionAction(a.action)) ||
+        same(versionAction(a.also))) {
+      return a.on != On::kBucket;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 // The action AWS asks for: reads and deletes naming a version are the *Version actions,
 // and writes that set tags need s3:PutObjectTagging too.

@@ -246,6 +246,20 @@ std::string objectArn(std::string_view bucket, std::string_view key) {
   return arn;
 }
 
+bool BucketPolicy::actionsApply(const Statement& st, std::string_view own) {
+  if (st.not_action || st.not_resource) return true;
+  for (const std::string& a : st.actions) {
+    if (a.find_first_of("*?") != std::string::npos) return true;
+    const std::optional<bool> on_objects = actionOnObjects(a);
+    if (!on_objects) return true;  // an action Granary does not evaluate: AWS's to judge
+    for (const std::string& r : st.resources) {
+      const bool object = r.size() > own.size() && r.starts_with(own) && r[own.size()] == '/';
+      if (object == *on_objects) return true;
+    }
+  }
+  return false;
+}
+
 S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
   if (value == "*") {
     st.everyone = true;
@@ -264,11 +278,16 @@ S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
       const size_t user = n.find(":user/");
       // No wildcards but the whole "*": S3 refuses them in principals.
       const bool wild = n.find_first_of("*?") != std::string::npos;
+      const bool account_id = n.size() == 12 && n.find_first_not_of("0123456789") == n.npos;
       if (n == "*") {
         st.everyone = true;
       } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
                  n.find(':', kIam.size()) == user && user + 6 < n.size()) {
         st.users.push_back(n.substr(user + 6));
+      } else if (!wild && (account_id || n.starts_with(kIam))) {
+        // An account (its id, or arn:aws:iam::<account>:root), a role, a group: valid
+        // for AWS, and nothing Granary's users are.
+        return unsupported("Principals other than \"*\" and named users are not supported");
       } else {
         return malformed("Invalid principal in policy");
       }
@@ -412,6 +431,11 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
     if (!principal) return malformed("Missing required field Principal");
     if (!action) return malformed("Missing required field Action");
     if (!resource) return malformed("Missing required field Resource");
+    if (!actionsApply(st, own)) {
+      // S3's refusal too: a Deny of s3:DeleteObject on "arn:aws:s3:::bucket" (the "/*"
+      // forgotten) would otherwise be stored and protect nothing.
+      return malformed("Action does not apply to any resource(s) in statement");
+    }
     policy.statements_.push_back(std::move(st));
   }
   return policy;

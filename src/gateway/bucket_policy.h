@@ -55,8 +55,9 @@ inline constexpr size_t kMaxBucketPolicyBytes = 20 * 1024;
 class BucketPolicy {
  public:
   // The policy of `bucket`: MalformedPolicy for a document S3 refuses (not JSON, a
-  // missing or unknown element, an action outside s3, a resource outside the bucket),
-  // NotImplemented for what Granary cannot evaluate.
+  // missing or unknown element, an action outside s3, a resource outside the bucket, a
+  // statement none of whose actions applies to any of its resources), NotImplemented for
+  // what Granary cannot evaluate.
   static S3Result<BucketPolicy> parse(std::string_view json, std::string_view bucket);
 
   // Deny if a Deny statement applies, else Allow if an Allow statement applies, else None.
@@ -86,6 +87,10 @@ class BucketPolicy {
     std::vector<Condition> conditions;
   };
   static S3Result<void> parsePrincipal(const nlohmann::json& value, Statement& st);
+  // False if no action of `st` can apply to any of its resources (object actions to
+  // "<own>/...", bucket actions to `own`); wildcards, unknown actions and the Not* forms
+  // are not judged.
+  static bool actionsApply(const Statement& st, std::string_view own);
   static S3Result<void> parseConditions(const nlohmann::json& value, Statement& st);
   // `action`: q.action in lower case, as the statements hold actions.
   bool applies(const Statement& s, const PolicyQuery& q, std::string_view action) const;
@@ -97,6 +102,11 @@ class BucketPolicy {
 
 std::string bucketArn(std::string_view bucket);
 std::string objectArn(std::string_view bucket, std::string_view key);
+
+// Whether an S3 action (lower case: "s3:getobject") applies to objects (true) or to a
+// bucket (false); nullopt for one Granary does not evaluate. Defined in access.cc, beside
+// the table of the actions each operation asks for.
+std::optional<bool> actionOnObjects(std::string_view lower_action);
 
 // The wildcards of the policy language: `*` any run of characters (none included), `?`
 // exactly one; nothing else is special (fnmatch(3) would also take [] and \).

@@ -223,6 +223,30 @@ TEST_CASE("The documents the refusals below change one thing of are accepted") {
       "Principal": "*", "Action": "s3:*", "Resource": "arn:aws:s3:::data"}})");
   parsed(R"({"Statement": [{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::1:user/b"},
       "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})");
+  // Actions that apply to some resource of their statement (a bucket action to the bucket,
+  // an object action to its objects), or that are not judged: wildcards, actions Granary
+  // does not evaluate, NotAction and NotResource.
+  for (std::string_view ok : {
+           R"({"Statement": [{"Effect": "Deny", "Principal": "*",
+               "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::data/*"}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": ["s3:ListBucket", "s3:GetObject"],
+               "Resource": ["arn:aws:s3:::data", "arn:aws:s3:::data/*"]}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": "s3:GetObjectVersion", "Resource": "arn:aws:s3:::data/k"}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": "s3:Get*", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Deny", "Principal": "*",
+               "Action": "s3:PutObjectRetention", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Deny", "Principal": "*",
+               "NotAction": "s3:GetObject", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Deny", "Principal": "*",
+               "Action": "s3:GetObject", "NotResource": "arn:aws:s3:::data"}]})"}) {
+    INFO(ok);
+    parsed(ok);
+  }
 }
 
 TEST_CASE("Reads of every object: any Deny for the action refuses, only b/* allows") {
@@ -323,7 +347,16 @@ TEST_CASE("Policies S3 refuses are MalformedPolicy") {
            R"({"Statement": [{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::1:user/*"},
                "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
            R"({"Statement": [{"Effect": "Deny", "Principal": {"AWS": "arn:aws:iam::*:user/bob"},
-               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})"}) {
+               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
+           // No action applies to a resource of its statement (S3: "Action does not
+           // apply to any resource(s) in statement"): the "/*" forgotten, or added.
+           R"({"Statement": [{"Effect": "Deny", "Principal": "*",
+               "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::data/*"}]})",
+           R"({"Statement": [{"Effect": "Allow", "Principal": "*",
+               "Action": ["s3:GetObject", "s3:PutObject"],
+               "Resource": "arn:aws:s3:::data"}]})"}) {
     INFO(bad);
     CHECK(codeOf(bad) == S3ErrorCode::kMalformedPolicy);
   }
@@ -350,7 +383,16 @@ TEST_CASE("What Granary cannot evaluate is NotImplemented, never ignored") {
                "Condition": {"StringEquals": {"aws:PrincipalOrgID": "o-123"}}}]})",
            R"({"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*",
                "Resource": "arn:aws:s3:::data",
-               "Condition": {"ForAnyValue:StringLike": {"s3:prefix": "a*"}}}]})"}) {
+               "Condition": {"ForAnyValue:StringLike": {"s3:prefix": "a*"}}}]})",
+           // Accounts and roles: valid principals for AWS, none of Granary's users.
+           R"({"Statement": [{"Effect": "Allow", "Principal": {"AWS": "123456789012"},
+               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Allow",
+               "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
+           R"({"Statement": [{"Effect": "Allow",
+               "Principal": {"AWS": "arn:aws:iam::123456789012:role/loader"},
+               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})"}) {
     INFO(unsupported);
     CHECK(codeOf(unsupported) == S3ErrorCode::kNotImplemented);
   }
