@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "granary/common/strings.h"
+#include "policy_actions.h"
 
 namespace granary::gateway {
 namespace {
@@ -244,6 +245,19 @@ std::string objectArn(std::string_view bucket, std::string_view key) {
   arn += '/';
   arn += key;
   return arn;
+}
+
+std::optional<bool> actionOnObjects(std::string_view lower_action) {
+  auto same = [&](std::string_view action) {
+    return !action.empty() && asciiLower(action) == lower_action;
+  };
+  for (const OperationAction& a : kActions) {
+    if (same(a.action) || same(a.also) || same(versionAction(a.action)) ||
+        same(versionAction(a.also))) {
+      return a.on != On::kBucket;
+    }
+  }
+  return std::nullopt;
 }
 
 bool BucketPolicy::actionsApply(const Statement& st, std::string_view own) {

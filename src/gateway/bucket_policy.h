@@ -104,8 +104,7 @@ std::string bucketArn(std::string_view bucket);
 std::string objectArn(std::string_view bucket, std::string_view key);
 
 // Whether an S3 action (lower case: "s3:getobject") applies to objects (true) or to a
-// bucket (false); nullopt for one Granary does not evaluate. Defined in access.cc, beside
-// the table of the actions each operation asks for.
+// bucket (false); nullopt for one Granary does not evaluate (policy_actions.h).
 std::optional<bool> actionOnObjects(std::string_view lower_action);
 
 // The wildcards of the policy language: `*` any run of characters (none included), `?`
