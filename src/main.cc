@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -357,7 +358,9 @@ void addGatewayOptions(po::options_description& opts) {
       "added to the niceness of the threads that hash and erasure-code uploads (0-19), so "
       "that reads and index calls get the CPUs first when they are short (0: the same as "
       "every thread)")(
-      "gc-grace", po::value<int>()->default_value(60), "seconds before replaced blobs are deleted")(
+      "gc-grace", po::value<int>()->default_value(1800),
+      "seconds before replaced blobs are deleted (GETs and copies of the replaced version "
+      "may run that long; the default is the longest a PUT or copy may take)")(
       "gc-interval", po::value<int>()->default_value(10), "seconds between GC passes")(
       "orphan-grace", po::value<int>()->default_value(3600),
       "seconds before an unreferenced blob counts as an orphan")(
@@ -391,6 +394,9 @@ void addGatewayOptions(po::options_description& opts) {
       "repair-interval", po::value<int>()->default_value(3600),
       "seconds between background repair passes (0: only 'granary admin repair')")(
       "repair-verify", "repair passes read every fragment whole (CRC-checked), not only stat it")(
+      "keepalive-ms", po::value<int>()->default_value(10000),
+      "a copy or a CompleteMultipartUpload still working after this many milliseconds "
+      "answers 200 at once and sends spaces until its result (S3's keep-alive; -1: never)")(
       "hedge-ms", po::value<int>()->default_value(500),
       "decode a stripe from parity when its data fragments have not all answered after this "
       "many ms (0: never)")(
@@ -449,6 +455,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.repair_interval_seconds = std::max(0, vm["repair-interval"].as<int>());
   gopts.repair_verify = vm.count("repair-verify") > 0;
   gopts.hedge_after_ms = vm["hedge-ms"].as<int>();
+  gopts.keepalive_after_ms = vm["keepalive-ms"].as<int>();
   if (gopts.hedge_after_ms < 0) die("--hedge-ms must be >= 0");
   gopts.sendfile = vm.count("no-sendfile") == 0;
   auto server = gateway::GatewayServer::create(
@@ -941,6 +948,13 @@ void usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A drive keeps a descriptor open per extent file it has written or read (two for one
+  // both): the usual soft limit of 1024 runs out after about 1 TiB of 1 GiB extents, and a
+  // drive then refuses to open. The hard limit is the one that means anything.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  }
   if (argc < 2) {
     usage();
     return 2;

@@ -118,7 +118,9 @@ Result<int> ExtentSet::openDirect(const std::string& file, int flags) {
   // Only a filesystem that never took O_DIRECT here refuses it: switching a drive whose
   // earlier descriptors are O_DIRECT to buffered I/O would leave those in use by reads
   // that expect the page cache's (unaligned) access.
-  if (!fd && direct_io_ && !direct_proven_ && fd.error().code() == Status::Code::kIoError) {
+  // A retryable failure (out of descriptors or memory) says nothing of O_DIRECT.
+  if (!fd && direct_io_ && !direct_proven_ && fd.error().code() == Status::Code::kIoError &&
+      !fd.error().retryable()) {
     // tmpfs and some FUSE filesystems refuse O_DIRECT (EINVAL). Buffered I/O plus
     // fdatasync keeps the durability contract; only the page-cache bypass is lost. O_EXCL
     // is dropped on the retry: the refused open may already have created the file, and the
@@ -419,8 +421,15 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
       ++stats.extents_removed;
       continue;
     }
-    auto fd = this->fd(extent);
+    // A descriptor of its own, closed after: one cached per extent with a live blob would
+    // stay open for the process's life, and a large drive would run out (RLIMIT_NOFILE).
+    auto fd = engine_.open(path(extent), O_RDWR, 0644);
     if (!fd) return fail(fd.error());
+    struct Closer {
+      IoEngine& engine;
+      int fd;
+      ~Closer() { (void)engine.close(fd); }
+    } closer{engine_, *fd};
     const off_t size = ::lseek(*fd, 0, SEEK_END);
     if (size < 0) return fail(Status::fromErrno(errno, "lseek " + path(extent)));
     auto ranges = it->second;

@@ -64,6 +64,7 @@ Task<Status> CopySink::flush() {
   });
   Status st = co_await writer_.flush(used_);
   used_ = 0;
+  if (keep_alive_ != nullptr) co_await keep_alive_->tick();
   co_return st;
 }
 
@@ -83,7 +84,10 @@ Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3R
   co_return std::move(*src);
 }
 
-Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
+namespace {
+
+Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
+                                     KeepAlive& keep_alive) {
   auto source = parseCopySource(*req.header("x-amz-copy-source"));
   if (!source) co_return errorResponse(source.error(), req);
   std::string directive(req.header("x-amz-metadata-directive").value_or("COPY"));
@@ -96,6 +100,10 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   if (tagging != "COPY" && tagging != "REPLACE") {
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "Unknown tagging directive."}, req);
   }
+  // Not after copying up to 5 GiB.
+  if (auto missing = co_await missingBucketOfRoot(ctx, req)) {
+    co_return errorResponse(*missing, req);
+  }
   auto src = co_await loadCopySource(ctx, req, *source);
   if (!src) co_return errorResponse(src.error(), req);
   if (src->size > kMaxCopySource) {
@@ -104,13 +112,14 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
                              "size for a copy source: 5368709120"},
                             req);
   }
-  // Onto itself, a copy must change something: its metadata, or the storage class, website
-  // redirect or encryption it names (headers Granary accepts and ignores, so such a copy
-  // rewrites the object as it is: `aws s3 cp s3://b/k s3://b/k --storage-class ...`). A
-  // source naming its version is S3's way to restore that version, and needs no change.
+  // Onto itself, a copy must change something: its metadata or tags, or the storage class,
+  // website redirect or encryption it names (headers Granary accepts and ignores, so such
+  // a copy rewrites the object as it is: `aws s3 cp s3://b/k s3://b/k --storage-class
+  // ...`). A source naming its version is S3's way to restore that version, and needs no
+  // change.
   const bool same_object = source->bucket == req.bucket && source->key == req.key;
   const bool names_a_change =
-      directive == "REPLACE" || req.header("x-amz-storage-class") ||
+      directive == "REPLACE" || tagging == "REPLACE" || req.header("x-amz-storage-class") ||
       req.header("x-amz-website-redirect-location") ||
       req.header("x-amz-server-side-encryption") ||
       req.header("x-amz-server-side-encryption-customer-algorithm");
@@ -160,7 +169,7 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
     if (Status st = co_await writer.start(); !st.isOk()) {
       co_return errorResponse(dataPathError(st), req);
     }
-    CopySink sink(ctx, writer);
+    CopySink sink(ctx, writer, &keep_alive);
     Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
     if (st.isOk()) st = co_await sink.flush();
     if (st.isOk()) st = co_await writer.finish();
@@ -187,6 +196,14 @@ Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req) {
   S3Response res = xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
   if (source->version) res.set("x-amz-copy-source-version-id", "null");
   co_return res;
+}
+
+}  // namespace
+
+Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req, BodySink& sink) {
+  KeepAlive keep_alive(sink, std::chrono::milliseconds(ctx.options.keepalive_after_ms));
+  S3Response res = co_await copyObjectKeptAlive(ctx, req, keep_alive);
+  co_return co_await keep_alive.answer(std::move(res));
 }
 
 }  // namespace granary::gateway

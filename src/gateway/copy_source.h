@@ -11,6 +11,7 @@
 
 #include "digest.h"
 #include "handlers.h"
+#include "keep_alive.h"
 
 namespace granary::gateway {
 
@@ -36,7 +37,9 @@ Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3R
 // the writer's finish().
 class CopySink final : public BodySink {
  public:
-  CopySink(GatewayContext& ctx, ObjectWriter& writer) : ctx_(ctx), writer_(writer) {}
+  // `keep_alive`: ticked after each stripe is written (the copy's steps).
+  CopySink(GatewayContext& ctx, ObjectWriter& writer, KeepAlive* keep_alive = nullptr)
+      : ctx_(ctx), writer_(writer), keep_alive_(keep_alive) {}
 
   Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
   Task<Status> write(std::span<const uint8_t> data) override;
@@ -48,6 +51,7 @@ class CopySink final : public BodySink {
  private:
   GatewayContext& ctx_;
   ObjectWriter& writer_;
+  KeepAlive* keep_alive_;
   size_t used_ = 0;
   Digest md5_{Digest::Kind::kMd5};
 };

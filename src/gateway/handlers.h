@@ -263,9 +263,9 @@ Task<S3Response> createMultipartUpload(GatewayContext& ctx, const S3Request& req
 Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                             BodySource& body);
 // UploadPart with x-amz-copy-source (and optional x-amz-copy-source-range).
-Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req, BodySink& sink);
 Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
-                                         BodySource& body);
+                                         BodySource& body, BodySink& sink);
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req);
 Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req);
@@ -291,7 +291,7 @@ Task<S3Result<index_kv::Precondition>> matchCondition(GatewayContext& ctx,
 std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Manifest& m,
                                       std::string_view prefix);
 // copy_object.cc
-Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req);
+Task<S3Response> copyObject(GatewayContext& ctx, const S3Request& req, BodySink& sink);
 
 // record_handlers.cc: the record index API (docs/record-index.md).
 Task<S3Response> getRecord(GatewayContext& ctx, const S3Request& req, BodySink& sink,
@@ -330,6 +330,10 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
 // The bucket's settings: from memory on the event loop when the index can answer without
 // I/O (access checks of named users ask on every request), else on a worker thread.
 Task<Result<index_kv::BucketInfo>> lookupBucket(GatewayContext& ctx, std::string_view name);
+// NoSuchBucket (or the lookup's error) if the request's bucket is missing and the request
+// skipped authorization, which looks it up (the root user's: bucket_created_unix_nanos 0).
+// Writes ask it before reading a body or a copy source they would store for nothing.
+Task<std::optional<S3Error>> missingBucketOfRoot(GatewayContext& ctx, const S3Request& req);
 // The current manifest of bucket/key: from memory on the event loop when the index can
 // answer without I/O, else on a worker thread.
 Task<Result<index_kv::Manifest>> lookupObject(GatewayContext& ctx, std::string_view bucket,

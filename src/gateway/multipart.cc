@@ -367,7 +367,10 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   co_return res;
 }
 
-Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
+namespace {
+
+Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& req,
+                                         KeepAlive& keep_alive) {
   auto target = partTargetOf(req);
   if (!target) co_return errorResponse(target.error(), req);
   const uint32_t number = target->number;
@@ -398,7 +401,7 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   if (Status st = co_await writer.start(); !st.isOk()) {
     co_return errorResponse(dataPathError(st), req);
   }
-  CopySink sink(ctx, writer);
+  CopySink sink(ctx, writer, &keep_alive);
   Status st = Status::ok();
   if (src->is_inline) {
     if (src->inline_data.size() < first + length) {
@@ -444,6 +447,14 @@ Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req) {
   co_return res;
 }
 
+}  // namespace
+
+Task<S3Response> uploadPartCopy(GatewayContext& ctx, const S3Request& req, BodySink& sink) {
+  KeepAlive keep_alive(sink, std::chrono::milliseconds(ctx.options.keepalive_after_ms));
+  S3Response res = co_await uploadPartCopyKeptAlive(ctx, req, keep_alive);
+  co_return co_await keep_alive.answer(std::move(res));
+}
+
 // The answer to a Complete of an upload that is gone because it was completed: a client
 // retrying a Complete whose answer it lost (a timeout, a reset) must get that answer, as
 // S3 gives it, not NoSuchUpload for an object that is in place. The key's object is that
@@ -467,8 +478,10 @@ Task<std::optional<S3Response>> completedBefore(GatewayContext& ctx, const S3Req
   co_return completedAnswer(req, *current);
 }
 
-Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
-                                         BodySource& body) {
+namespace {
+
+Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, BodySource& body,
+                                   KeepAlive& keep_alive) {
   auto parsed_id = uploadIdOf(req);
   if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
   const std::string upload_id = std::move(*parsed_id);
@@ -567,7 +580,7 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
     std::unique_ptr<RecordIndexer> indexer;
     if (auto index_request = indexRequestOf(loaded->upload)) {
       indexer = co_await indexStoredObject(ctx, req.bucket, req.key, *manifest, *index_request,
-                                           manifest->records);
+                                           manifest->records, &keep_alive);
     }
     auto committed = co_await offload(ctx.pool(), [&] {
       return ctx.index().completeUpload(req.bucket, req.key, upload_id, *manifest, *precondition);
@@ -609,6 +622,15 @@ Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& r
     ctx.metrics.containerIndexed(manifest->records);
     co_return completedAnswer(req, *manifest);
   }
+}
+
+}  // namespace
+
+Task<S3Response> completeMultipartUpload(GatewayContext& ctx, const S3Request& req,
+                                         BodySource& body, BodySink& sink) {
+  KeepAlive keep_alive(sink, std::chrono::milliseconds(ctx.options.keepalive_after_ms));
+  S3Response res = co_await completeKeptAlive(ctx, req, body, keep_alive);
+  co_return co_await keep_alive.answer(std::move(res));
 }
 
 Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req) {

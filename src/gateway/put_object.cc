@@ -9,15 +9,18 @@
 
 namespace granary::gateway {
 
+Task<std::optional<S3Error>> missingBucketOfRoot(GatewayContext& ctx, const S3Request& req) {
+  if (req.bucket_created_unix_nanos != 0) co_return std::nullopt;
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
+  if (bucket) co_return std::nullopt;
+  co_return fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket);
+}
+
 Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const RequestAuth& auth,
                            BodySource& body) {
-  // The root user's requests skip authorization, which looks the bucket up: a PUT to a
-  // missing bucket is answered before its body is asked for, not after storing it.
-  if (req.bucket_created_unix_nanos == 0) {
-    auto bucket = co_await lookupBucket(ctx, req.bucket);
-    if (!bucket) {
-      co_return errorResponse(fromStatus(bucket.error(), S3ErrorCode::kNoSuchBucket), req, body);
-    }
+  // A PUT to a missing bucket is answered before its body is asked for, not after storing it.
+  if (auto missing = co_await missingBucketOfRoot(ctx, req)) {
+    co_return errorResponse(*missing, req, body);
   }
   auto precondition = co_await writePrecondition(ctx, req);
   if (!precondition) {

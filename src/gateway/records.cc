@@ -197,7 +197,8 @@ namespace {
 // Feeds an object's bytes to an indexer, on the worker pool, as readObjectRange delivers.
 class IndexingSink final : public BodySink {
  public:
-  IndexingSink(WorkerPool& pool, RecordIndexer& indexer) : pool_(pool), indexer_(indexer) {}
+  IndexingSink(WorkerPool& pool, RecordIndexer& indexer, KeepAlive* keep_alive)
+      : pool_(pool), indexer_(indexer), keep_alive_(keep_alive) {}
   Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
   Task<Status> write(std::span<const uint8_t> data) override {
     co_await offload(pool_, [&] {
@@ -206,12 +207,14 @@ class IndexingSink final : public BodySink {
     });
     // Stop reading the object once the outcome is known (not a container, malformed...).
     if (indexer_.stopped()) co_return Status::unavailable("indexing stopped");
+    if (keep_alive_ != nullptr) co_await keep_alive_->tick();
     co_return Status::ok();
   }
 
  private:
   WorkerPool& pool_;
   RecordIndexer& indexer_;
+  KeepAlive* keep_alive_;
 };
 }  // namespace
 
@@ -220,12 +223,13 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
                                                        const std::string& key,
                                                        const index_kv::Manifest& manifest,
                                                        const IndexRequest& request,
-                                                       RecordIndexInfo& info) {
+                                                       RecordIndexInfo& info,
+                                                       KeepAlive* keep_alive) {
   auto indexer = std::make_unique<RecordIndexer>(
       ctx.index(), bucket, key, VersionId::generate(ctx.deps.clock, ctx.deps.random), request,
       std::chrono::seconds(ctx.options.max_put_seconds));
   // Its one caller is CompleteMultipartUpload, whose manifests are always striped.
-  IndexingSink sink(ctx.pool(), *indexer);
+  IndexingSink sink(ctx.pool(), *indexer, keep_alive);
   Status st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
   if (!st.isOk() && !indexer->stopped()) {
     co_await offload(ctx.pool(), [&] {

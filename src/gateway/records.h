@@ -13,6 +13,7 @@
 #include "granary/index_kv/container_parser.h"
 #include "granary/index_kv/index.h"
 #include "handlers.h"
+#include "keep_alive.h"
 
 namespace granary::gateway {
 
@@ -78,13 +79,15 @@ class RecordIndexer {
 
 // Indexes an object stored under a striped `manifest` (a multipart upload being completed) by
 // reading its bytes once, in order. Sets `info` for the manifest; returns the indexer so
-// the caller can abandon its rows if the commit fails.
+// the caller can abandon its rows if the commit fails. `keep_alive` (if any) is ticked
+// as the bytes are read.
 Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
                                                        const std::string& bucket,
                                                        const std::string& key,
                                                        const index_kv::Manifest& manifest,
                                                        const IndexRequest& request,
-                                                       index_kv::RecordIndexInfo& info);
+                                                       index_kv::RecordIndexInfo& info,
+                                                       KeepAlive* keep_alive = nullptr);
 
 // After a commit naming the indexer's set failed with kPreconditionFailed: the set may
 // have been swept (it is refused then), or the request's own precondition failed. Either

@@ -417,7 +417,7 @@ Route routeOf(const S3Request& req) {
     if (!req.key.empty() && !uploads) {
       if (m == "PUT" && upload_id && req.header("x-amz-copy-source")) {
         return {.op = "UploadPartCopy",
-                .handler = [](Call& c) { return uploadPartCopy(c.ctx, c.req); }};
+                .handler = [](Call& c) { return uploadPartCopy(c.ctx, c.req, c.sink); }};
       }
       if (m == "PUT" && upload_id) {
         return {.op = "UploadPart",
@@ -427,7 +427,7 @@ Route routeOf(const S3Request& req) {
       if (!part_number && upload_id) {
         if (m == "POST") {
           return {.op = "CompleteMultipartUpload", .handler = [](Call& c) {
-                    return completeMultipartUpload(c.ctx, c.req, c.body);
+                    return completeMultipartUpload(c.ctx, c.req, c.body, c.sink);
                   }};
         }
         if (m == "DELETE") {
@@ -529,7 +529,8 @@ Route routeOf(const S3Request& req) {
               .handler = [](Call& c) { return getObject(c.ctx, c.req, c.sink, true); }};
     }
     if (m == "PUT" && req.header("x-amz-copy-source")) {
-      return {.op = "CopyObject", .handler = [](Call& c) { return copyObject(c.ctx, c.req); }};
+      return {.op = "CopyObject",
+              .handler = [](Call& c) { return copyObject(c.ctx, c.req, c.sink); }};
     }
     if (m == "PUT") {
       return {.op = "PutObject",

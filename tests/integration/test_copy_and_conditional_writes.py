@@ -7,6 +7,8 @@ import os
 import botocore.exceptions
 import pytest
 
+from conftest import Server
+
 MiB = 1024 * 1024
 
 
@@ -55,6 +57,12 @@ def test_copy_with_replace_directive_and_onto_itself(s3, bucket):
         head = s3.head_object(Bucket=bucket, Key="k")
         assert head["Metadata"] == {"new": "y"} and head["ContentType"] == "a/b"
         assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
+    # So are tags replaced (AWS, MinIO): the object keeps its metadata, gets the tags.
+    s3.copy_object(Bucket=bucket, Key="k", CopySource={"Bucket": bucket, "Key": "k"},
+                   TaggingDirective="REPLACE", Tagging="t=1")
+    assert s3.get_object_tagging(Bucket=bucket, Key="k")["TagSet"] == [{"Key": "t", "Value": "1"}]
+    assert s3.head_object(Bucket=bucket, Key="k")["Metadata"] == {"new": "y"}
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
 
 
 def test_aws_cli_changes_an_objects_storage_class_in_place(server, s3, bucket):
@@ -168,3 +176,37 @@ def test_if_match_updates_only_the_expected_version(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         put_conditional(s3, Bucket=bucket, Key="absent", Body=b"x", if_match=etag)
     assert code(e) == "NoSuchKey"
+
+
+@pytest.fixture(scope="module")
+def eager(granary_bin, tmp_path_factory):
+    """A server whose copies and Completes keep their answers alive from the first stripe
+    (--keepalive-ms 0): a 200 head, the XML declaration and spaces, then the result."""
+    srv = Server(str(tmp_path_factory.mktemp("eager") / "granary-data"),
+                 extra_args=["--keepalive-ms", "0"]).start()
+    yield srv
+    srv.stop()
+
+
+def test_kept_alive_copies_parse_in_boto3_and_aws_cli(eager):
+    s3 = eager.client()
+    s3.create_bucket(Bucket="kept")
+    body = os.urandom(20 * MiB + 123)  # five stripes and more
+    s3.put_object(Bucket="kept", Key="src", Body=body)
+    r = s3.copy_object(Bucket="kept", Key="copy", CopySource={"Bucket": "kept", "Key": "src"})
+    assert r["CopyObjectResult"]["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    assert s3.get_object(Bucket="kept", Key="copy")["Body"].read() == body
+    # The answer as it went on the wire: 200, the declaration, whitespace, the result.
+    raw = []
+    s3.meta.events.register("after-call.s3.CopyObject",
+                            lambda http_response, **kw: raw.append(http_response))
+    s3.copy_object(Bucket="kept", Key="copy2", CopySource={"Bucket": "kept", "Key": "src"})
+    assert raw[0].status_code == 200
+    text = raw[0].content.decode()
+    assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>\n ')
+    assert text.lstrip().split("?>", 1)[1].lstrip().startswith("<CopyObjectResult")
+    # aws-cli copies a 20 MiB object as a multipart upload of UploadPartCopy parts.
+    r = eager.aws("s3", "cp", "s3://kept/src", "s3://kept/cli-copy")
+    assert r.returncode == 0, r.stderr
+    assert s3.get_object(Bucket="kept", Key="cli-copy")["Body"].read() == body
+

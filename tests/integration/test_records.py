@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
 from granary_records import RecordClient, RecordError, index_uploads  # noqa: E402
+from conftest import Server  # noqa: E402
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
 
@@ -433,6 +434,44 @@ def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket
     with pytest.raises(RecordError) as e:
         rc.set_bucket_index(bucket, "zip")
     assert e.value.code == "InvalidArgument"
+
+
+def test_a_complete_that_indexes_is_kept_alive_and_aws_cli_reads_its_answer(granary_bin,
+                                                                           tmp_path_factory,
+                                                                           tmp_path):
+    # --keepalive-ms 0: the Complete answers 200 at once and sends spaces while it indexes
+    # the tar, then its result; aws-cli (botocore) must take that for the answer it is.
+    srv = Server(str(tmp_path_factory.mktemp("eager") / "granary-data"),
+                 extra_args=["--keepalive-ms", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="shards")
+        erc = RecordClient(srv.endpoint, srv.access_key, srv.secret_key)
+        erc.set_bucket_index("shards", "auto")
+        data, files = make_tar(6000, seed=6)
+        assert len(data) > 8 << 20  # aws-cli's multipart threshold
+        path = tmp_path / "shard-000001.tar"
+        path.write_bytes(data)
+        r = srv.aws("s3", "cp", str(path), "s3://shards/shard-000001.tar")
+        assert r.returncode == 0, r.stderr
+        head = s3.head_object(Bucket="shards", Key="shard-000001.tar")
+        assert "-" in head["ETag"]
+        assert head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"] == "6000"
+        for name in random.Random(2).sample(sorted(files), 20):
+            assert erc.get_record("shards", name) == files[name]
+        # The same through boto3, with the answer as it went on the wire.
+        raw = []
+        s3.meta.events.register("after-call.s3.CompleteMultipartUpload",
+                                lambda http_response, **kw: raw.append(http_response))
+        s3.upload_file(str(path), "shards", "shard-000002.tar")
+        text = raw[0].content.decode()
+        assert raw[0].status_code == 200
+        assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>\n '), text[:80]
+        assert "<CompleteMultipartUploadResult" in text
+        head = s3.head_object(Bucket="shards", Key="shard-000002.tar")
+        assert head["ResponseMetadata"]["HTTPHeaders"]["x-granary-record-count"] == "6000"
+    finally:
+        srv.stop()
 
 
 def test_records_of_one_name_are_read_one_by_one_by_offset(rc, bucket):

@@ -83,6 +83,10 @@ struct GatewayOptions {
   // Hedged reads: a stripe whose data fragment reads have not all answered after this many
   // milliseconds is decoded from the other fragments instead; 0 = never.
   int hedge_after_ms = 500;
+  // CopyObject, UploadPartCopy and CompleteMultipartUpload still working after this many
+  // milliseconds send a 200 head and then whitespace to keep the client waiting
+  // (keep_alive.h); the answer follows in that body. Negative: never.
+  int keepalive_after_ms = 10000;
   // GET bodies whose fragments are in the page cache (and verified there) go out with
   // sendfile(2), on plain-TCP connections; false = always through a stripe buffer.
   bool sendfile = true;

@@ -33,7 +33,7 @@ struct ClusterMap;
 namespace granary::gateway {
 
 struct ReclaimerOptions {
-  std::chrono::seconds gc_grace{60};
+  std::chrono::seconds gc_grace{1800};
   std::chrono::seconds orphan_grace{3600};
   std::chrono::seconds gc_interval{10};
   std::chrono::seconds sweep_interval{600};

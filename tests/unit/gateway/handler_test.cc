@@ -2294,6 +2294,55 @@ TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
   REQUIRE(f.get("/bucket/src").body == data);
 }
 
+TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follows spaces") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data = randomString(3 * kStripedSize, 11);
+  REQUIRE(f.put("src", data).status == 200);
+  f.ctx->options.keepalive_after_ms = 0;  // from the first stripe on
+  Reply ok = f.send(makeRequest("PUT", "/bucket/dst", {{"x-amz-copy-source", "/bucket/src"}}));
+  CHECK(ok.status == 200);
+  REQUIRE(ok.content_length == BodySink::kUnknownLength);
+  const std::string declaration = R"(<?xml version="1.0" encoding="UTF-8"?>)";
+  REQUIRE(ok.body.starts_with(declaration + "\n"));
+  const size_t root = ok.body.find('<', declaration.size());
+  CHECK(ok.body.find_first_not_of(" \n", declaration.size()) == root);
+  CHECK(ok.body.compare(root, 17, "<CopyObjectResult") == 0);
+  CHECK(f.get("/bucket/dst").body == data);
+  // A failure after the head went out is an <Error> document in the 200 (S3's way).
+  f.ctx->options.max_put_seconds = 60;
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->delayReads(d.id, std::chrono::milliseconds(100));
+  }
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    f.cluster.clock.advance(int64_t{61} * 1'000'000'000);
+  });
+  Reply failed =
+      f.send(makeRequest("PUT", "/bucket/dst2", {{"x-amz-copy-source", "/bucket/src"}}));
+  late.join();
+  f.cluster.chunks->clearFaults();
+  CHECK(failed.status == 200);
+  CHECK(failed.body.find("<Error><Code>RequestTimeout</Code>") != std::string::npos);
+  CHECK(failed.body.find(declaration, 1) == std::string::npos);  // one declaration
+  CHECK(f.get("/bucket/dst2").code == "NoSuchKey");
+}
+
+TEST_CASE("A root copy into a missing bucket is NoSuchBucket before any byte is read") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data = randomString(kStripedSize, 10);
+  REQUIRE(f.put("src", data).status == 200);
+  // The root user's requests skip authorization's bucket lookup: the copy must look.
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->failReads(d.id, Status::ioError("the source must not be read"));
+  }
+  Reply r = f.send(makeRequest("PUT", "/nobucket/dst", {{"x-amz-copy-source", "/bucket/src"}}));
+  f.cluster.chunks->clearFaults();
+  CHECK(r.status == 404);
+  CHECK(r.code == "NoSuchBucket");
+}
+
 TEST_CASE("A PUT whose indexing outlasts the PUT deadline is not committed") {
   // The deadline is checked again just before the commit: the record rows are written
   // at finish(), after the body (and its own deadline check) ended.
