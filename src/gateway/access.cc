@@ -15,6 +15,7 @@
 #include "bucket_policy.h"
 #include "handlers.h"
 #include "policy_actions.h"
+#include "sigv4.h"
 
 namespace granary::gateway {
 namespace {
@@ -34,6 +35,9 @@ bool isPublicRead(const S3Request& req) {
   return std::all_of(req.query.begin(), req.query.end(), [&](const auto& param) {
     const std::string& name = param.first;
     if (name.starts_with("response-")) return true;  // anonymous: see authorizeRequest
+    // A presigned URL's own parameters (another user's signature, verified by now) are
+    // not the request's: its reads of a public bucket are anyone's.
+    if (isAuthParameter(name)) return true;
     return std::find_if(kPublicReadParams.begin(), kPublicReadParams.end(),
                         [&](const char* p) { return name == p; }) != kPublicReadParams.end();
   });

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "granary/common/log.h"
 #include "granary/index_kv/index.h"
 
 namespace granary::gateway {
@@ -48,6 +49,14 @@ class CredentialStore {
   void setUsers(const std::vector<index_kv::UserInfo>& users) {
     std::map<std::string, UserCredentials, std::less<>> next;
     for (const auto& u : users) {
+      // The root user's identity (it owns buckets under it) is its access key: a named
+      // user called that, or holding that key, would own the root's buckets. Such a user
+      // can only come from a root key changed after it was added: it is left out.
+      if (!root_.access_key.empty() &&
+          (u.name == root_.access_key || u.access_key == root_.access_key)) {
+        log::warn("user {} is left out: its name or access key is the root user's", u.name);
+        continue;
+      }
       next[u.access_key] = {u.name, u.access_key, u.secret_key, /*is_root=*/false};
     }
     std::unique_lock lock(mu_);

@@ -38,7 +38,8 @@ constexpr std::string_view kSignedSubresources[] = {
 // being Granary's or newer than V2: one appended to a V2-signed URL would turn it into
 // another operation under the signer's name, so V2 requests may not carry them.
 constexpr std::string_view kUnsignableSelectors[] = {
-    "attributes", "policyStatus", "record", "record-index", "records", "records-batch",
+    "attributes", "encryption", "ownershipControls", "policyStatus", "publicAccessBlock",
+    "record", "record-index", "records", "records-batch",
 };
 
 bool signedSubresource(std::string_view name) {

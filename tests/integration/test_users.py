@@ -193,6 +193,12 @@ def test_public_read_bucket_serves_anonymous_reads_only(server, s3):
     # Another user may read it too (AllUsers), but not write.
     other = user_client(server, add_user(server, "reader-" + uuid.uuid4().hex[:8]))
     assert other.get_object(Bucket=name, Key="data/shard-0.tar")["Body"].read() == b"public bytes"
+    # So may a URL that user presigned (SigV4 by aws-cli, and boto3's default), though its
+    # signature's parameters are no public read's.
+    r = other.generate_presigned_url("get_object",
+                                     Params={"Bucket": name, "Key": "data/shard-0.tar"})
+    got = pool.request("GET", r)
+    assert got.status == 200 and got.data == b"public bytes", got.data
     with pytest.raises(botocore.exceptions.ClientError) as e:
         other.put_object(Bucket=name, Key="x", Body=b"x")
     assert error_code(e) == "AccessDenied"

@@ -819,6 +819,22 @@ struct HookedSource final : BodySource {
   size_t pos_ = 0;
 };
 
+TEST_CASE("A named user called as the root's access key, or holding it, is left out") {
+  // The root user owns buckets as its access key: a user added before the root key was
+  // changed to its name must not own them.
+  CredentialStore store;
+  store.setRoot("admin", "root-secret");
+  store.setUsers({{"admin", "ADMINUSERKEY", "s1", 1},
+                  {"eve", "admin", "s2", 1},
+                  {"bob", "BOBACCESSKEY", "s3", 1}});
+  CHECK_FALSE(store.find("ADMINUSERKEY").has_value());
+  auto root = store.find("admin");
+  REQUIRE(root.has_value());
+  CHECK(root->is_root);
+  CHECK(root->secret_key == "root-secret");
+  CHECK(store.find("BOBACCESSKEY").has_value());
+}
+
 TEST_CASE("Overlapping user reloads install in order: a removed user stays removed") {
   CredentialStore store;
   using Users = Result<std::vector<index_kv::UserInfo>>;

@@ -691,7 +691,8 @@ TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot 
   V2Request q{{"GET", url, {{"host", "s3.amazonaws.com"}}}, ""};
   REQUIRE(verifyV2At(q, 1175139000).has_value());
   for (const char* extra : {"&attributes", "&records", "&record&key=k", "&records-batch",
-                            "&record-index", "&policyStatus", "&rec%6Frds",
+                            "&record-index", "&policyStatus", "&rec%6Frds", "&encryption",
+                            "&ownershipControls", "&publicAccessBlock",
                             "&x-granary-index=tar", "&%61cl", "&%70olicy", "&%75ploadId=x",
                             "&%6Cifecycle", "&tag+ging"}) {
     INFO(extra);
