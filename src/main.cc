@@ -440,6 +440,11 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   // Orphan sweeping must never race a PUT that may still commit (see GatewayOptions): a PUT
   // may take half the grace, so a blob younger than twice that is never swept.
   if (vm["orphan-grace"].as<int>() < 60) die("--orphan-grace must be >= 60 (seconds)");
+  // The index forgets the sweep's dead-version marks a week after a version's creation
+  // (kDeadVersionRetention): no PUT may still be able to commit by then.
+  if (vm["orphan-grace"].as<int>() > 7 * 86400) {
+    die("--orphan-grace must be <= 604800 (seconds: 7 days)");
+  }
   if (vm["gc-grace"].as<int>() < 0) die("--gc-grace must be >= 0 (seconds)");
   gopts.max_put_seconds = vm["orphan-grace"].as<int>() / 2;
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");

@@ -555,7 +555,7 @@ Task<S3Response> putBucketPolicy(GatewayContext& ctx, const S3Request& req, Body
   // Read past S3's 20 KB so that a larger policy is refused as one (MalformedPolicy).
   auto text = co_await readSmallBody(req, body, 64 * 1024);
   if (!text) co_return errorResponse(text.error(), req, body);
-  if (auto parsed = BucketPolicy::parse(*text, req.bucket); !parsed) {
+  if (auto parsed = BucketPolicy::parse(*text, req.bucket, /*being_set=*/true); !parsed) {
     co_return errorResponse(parsed.error(), req);
   }
   co_return co_await changeSetting(ctx, req,

@@ -357,7 +357,8 @@ S3Result<void> BucketPolicy::parseConditions(const Json& value, Statement& st) {
   return {};
 }
 
-S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_view bucket) {
+S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_view bucket,
+                                           bool being_set) {
   if (json.size() > kMaxBucketPolicyBytes) {
     return malformed("Policies must be no larger than 20 KB");
   }
@@ -445,7 +446,7 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
     if (!principal) return malformed("Missing required field Principal");
     if (!action) return malformed("Missing required field Action");
     if (!resource) return malformed("Missing required field Resource");
-    if (!actionsApply(st, own)) {
+    if (being_set && !actionsApply(st, own)) {
       // S3's refusal too: a Deny of s3:DeleteObject on "arn:aws:s3:::bucket" (the "/*"
       // forgotten) would otherwise be stored and protect nothing.
       return malformed("Action does not apply to any resource(s) in statement");

@@ -55,10 +55,13 @@ inline constexpr size_t kMaxBucketPolicyBytes = 20 * 1024;
 class BucketPolicy {
  public:
   // The policy of `bucket`: MalformedPolicy for a document S3 refuses (not JSON, a
-  // missing or unknown element, an action outside s3, a resource outside the bucket, a
-  // statement none of whose actions applies to any of its resources), NotImplemented for
-  // what Granary cannot evaluate.
-  static S3Result<BucketPolicy> parse(std::string_view json, std::string_view bucket);
+  // missing or unknown element, an action outside s3, a resource outside the bucket; and,
+  // for a policy being set (`being_set`: PutBucketPolicy), a statement none of whose
+  // actions applies to any of its resources), NotImplemented for what Granary cannot
+  // evaluate. A stored policy is read without that last check: one stored before it
+  // existed keeps working (such a statement matches no request).
+  static S3Result<BucketPolicy> parse(std::string_view json, std::string_view bucket,
+                                      bool being_set = false);
 
   // Deny if a Deny statement applies, else Allow if an Allow statement applies, else None.
   PolicyEffect evaluate(const PolicyQuery& q) const;

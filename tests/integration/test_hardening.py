@@ -378,6 +378,7 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, 
 
 @pytest.mark.parametrize("args,message", [
     (["--orphan-grace", "0"], "--orphan-grace must be >= 60"),
+    (["--orphan-grace", "604801"], "--orphan-grace must be <= 604800"),
     (["--gc-grace", "-1"], "--gc-grace must be >= 0"),
     (["--log-level", "verbose"], "--log-level must be"),
     (["--listen", "127.0.0.1:9000x"], "bad port in --listen"),

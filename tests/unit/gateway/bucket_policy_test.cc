@@ -6,14 +6,15 @@
 namespace granary::gateway {
 namespace {
 
+// As PutBucketPolicy judges a policy being set.
 S3ErrorCode codeOf(std::string_view json) {
-  auto p = BucketPolicy::parse(json, "data");
+  auto p = BucketPolicy::parse(json, "data", /*being_set=*/true);
   REQUIRE_FALSE(p.has_value());
   return p.error().code;
 }
 
 BucketPolicy parsed(std::string_view json) {
-  auto p = BucketPolicy::parse(json, "data");
+  auto p = BucketPolicy::parse(json, "data", /*being_set=*/true);
   INFO(json);
   REQUIRE(p.has_value());
   return std::move(*p);
@@ -365,6 +366,20 @@ TEST_CASE("Policies S3 refuses are MalformedPolicy") {
   for (int i = 0; i < 1000; ++i) huge += "\"arn:aws:s3:::data/k" + std::to_string(i) + "\",";
   huge += R"("arn:aws:s3:::data/z"]}]})";
   CHECK(codeOf(huge) == S3ErrorCode::kMalformedPolicy);
+}
+
+TEST_CASE("A stored policy with a statement that applies to nothing still reads") {
+  // Stored before PutBucketPolicy refused such statements: refusing it now would lock
+  // every user but the root out of the bucket. Its statement matches no request.
+  constexpr std::string_view kStored = R"({"Statement": [
+      {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+       "Resource": "arn:aws:s3:::data/*"},
+      {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+       "Resource": "arn:aws:s3:::data"}]})";
+  CHECK(codeOf(kStored) == S3ErrorCode::kMalformedPolicy);
+  auto stored = BucketPolicy::parse(kStored, "data");
+  REQUIRE(stored.has_value());
+  CHECK(stored->evaluate(query("s3:GetObject", "arn:aws:s3:::data/k")) == PolicyEffect::kAllow);
 }
 
 TEST_CASE("What Granary cannot evaluate is NotImplemented, never ignored") {
