@@ -2284,6 +2284,17 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
   CHECK(f.cluster.index().getObject("mine", "k").has_value());
 }
 
+// A PUT deadline of 60 s, every fragment read `delay` slow, and a thread (to join) that
+// moves the clock past the deadline 50 ms from now: a copy reading its source outlasts it.
+static std::thread deadlinePassesWhileReading(GatewayFixture& f, std::chrono::milliseconds delay) {
+  f.ctx->options.max_put_seconds = 60;
+  for (const auto& d : f.cluster.map.drives) f.cluster.chunks->delayReads(d.id, delay);
+  return std::thread([&f] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    f.cluster.clock.advance(int64_t{61} * 1'000'000'000);
+  });
+}
+
 TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
   // The orphan sweep removes unreferenced blobs older than twice max_put_seconds: a write
   // that took longer may have lost fragments already, so it must not commit.
@@ -2292,15 +2303,8 @@ TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
   const std::string data = randomString(kStripedSize, 9);
   REQUIRE(f.put("src", data).status == 200);
   const size_t blobs = f.blobCount();
-  f.ctx->options.max_put_seconds = 60;
-  for (const auto& d : f.cluster.map.drives) {
-    f.cluster.chunks->delayReads(d.id, std::chrono::milliseconds(300));
-  }
   // While the copy reads its source, its deadline passes.
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    f.cluster.clock.advance(int64_t{61} * 1'000'000'000);
-  });
+  std::thread late = deadlinePassesWhileReading(f, std::chrono::milliseconds(300));
   Reply r = f.send(makeRequest("PUT", "/bucket/dst", {{"x-amz-copy-source", "/bucket/src"}}));
   late.join();
   f.cluster.chunks->clearFaults();
@@ -2326,14 +2330,7 @@ TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follo
   CHECK(ok.body.compare(root, 17, "<CopyObjectResult") == 0);
   CHECK(f.get("/bucket/dst").body == data);
   // A failure after the head went out is an <Error> document in the 200 (S3's way).
-  f.ctx->options.max_put_seconds = 60;
-  for (const auto& d : f.cluster.map.drives) {
-    f.cluster.chunks->delayReads(d.id, std::chrono::milliseconds(100));
-  }
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    f.cluster.clock.advance(int64_t{61} * 1'000'000'000);
-  });
+  std::thread late = deadlinePassesWhileReading(f, std::chrono::milliseconds(100));
   Reply failed =
       f.send(makeRequest("PUT", "/bucket/dst2", {{"x-amz-copy-source", "/bucket/src"}}));
   late.join();

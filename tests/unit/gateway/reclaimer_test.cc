@@ -85,6 +85,17 @@ struct ReclaimerFixture {
     REQUIRE(r.has_value());
   }
 
+  // Commits a version of "key" and then another over it, and lets gc_grace pass: the
+  // first is on the GC queue and due. Returns {replaced, current}.
+  std::pair<index_kv::Manifest, index_kv::Manifest> overwrittenPastGrace() {
+    index_kv::Manifest replaced = writeBlobs(1);
+    commit("key", replaced);
+    index_kv::Manifest current = writeBlobs(1);
+    commit("key", current);
+    cluster.clock.advance(120 * kSecond);
+    return {replaced, current};
+  }
+
   static BlobSet unite(const BlobSet& a, const BlobSet& b) {
     BlobSet out = a;
     out.insert(b.begin(), b.end());
@@ -173,11 +184,7 @@ TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and on
 
 TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a later pass") {
   ReclaimerFixture f;
-  index_kv::Manifest old_version = f.writeBlobs(1);
-  f.commit("key", old_version);
-  index_kv::Manifest new_version = f.writeBlobs(1);
-  f.commit("key", new_version);
-  f.cluster.clock.advance(120 * kSecond);
+  auto [old_version, new_version] = f.overwrittenPastGrace();
   f.cluster.chunks->failRemoves("d1", Status::ioError("drive offline", true));
 
   Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
@@ -199,11 +206,7 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
 
 TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep gets its blobs") {
   ReclaimerFixture f;
-  index_kv::Manifest old_version = f.writeBlobs(1);
-  f.commit("key", old_version);
-  index_kv::Manifest new_version = f.writeBlobs(1);
-  f.commit("key", new_version);
-  f.cluster.clock.advance(120 * kSecond);
+  auto [old_version, new_version] = f.overwrittenPastGrace();
   // d1 is decommissioned: the map no longer names it (its server may still answer).
   placement::ClusterMap smaller = f.cluster.map;
   std::erase_if(smaller.drives, [](const placement::Drive& d) { return d.id == "d1"; });
