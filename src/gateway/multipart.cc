@@ -10,6 +10,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <optional>
 
 #include "copy_source.h"
 #include "digest.h"
@@ -117,12 +118,43 @@ S3Response completedAnswer(const S3Request& req, const index_kv::Manifest& m) {
   return res;
 }
 
+// The EC profile the parts' stripes were written with, which the object takes. Each part
+// has the profile of the gateway that wrote it: an upload that spans a change of the map's
+// profile (or a rolling update of it) can hold parts of two, and one object has one.
+// A part stored before parts recorded their profile is taken to have this gateway's.
+S3Result<ec::EcProfile> partsProfile(GatewayContext& ctx,
+                                     const std::vector<const index_kv::PartInfo*>& parts) {
+  const ec::EcProfile ours = ctx.data.code().profile();
+  auto profileOf = [&](const index_kv::PartInfo* p) { return p->ec.k > 0 ? p->ec : ours; };
+  std::optional<ec::EcProfile> found;
+  bool mixed = false;
+  for (const index_kv::PartInfo* part : parts) {
+    if (part->stripes.empty()) continue;  // an empty part: no bytes, no code
+    if (!found) found = profileOf(part);
+    mixed = mixed || profileOf(part) != *found;
+  }
+  if (!mixed) return found.value_or(ours);
+  // Two profiles, so at least one part is not this gateway's: name the first such.
+  for (const index_kv::PartInfo* part : parts) {
+    const ec::EcProfile p = profileOf(part);
+    if (part->stripes.empty() || p == ours) continue;
+    return s3fail(S3ErrorCode::kInvalidPart,
+                  fmt::format("Part {} was stored with erasure code {}+{} and other parts with "
+                              "{}+{}: the cluster's erasure code changed during the upload. "
+                              "Upload part {} again.",
+                              part->part_number, p.k, p.m, ours.k, ours.m, part->part_number));
+  }
+  return ours;  // not reached: `mixed` means some part's profile is not ours
+}
+
 // The manifest of the completed object: `parts` in order, stripes referenced in place.
 S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::MultipartUpload& up,
                                       const std::vector<const index_kv::PartInfo*>& parts) {
   index_kv::Manifest m;
   m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
-  m.ec = ctx.data.code().profile();
+  auto profile = partsProfile(ctx, parts);
+  if (!profile) return std::unexpected(profile.error());
+  m.ec = *profile;
   m.upload_id = up.upload_id;
   m.content_type = up.content_type;
   m.metadata = up.metadata;
@@ -346,6 +378,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   part.version = in.version;
   part.drives = in.drives;
   part.stripes = in.stripes;
+  part.ec = ctx.data.code().profile();
   if (in.checksum_algorithm) {
     part.checksum = index_kv::ObjectChecksum{std::string(checksumName(*in.checksum_algorithm)),
                                              in.checksum, "FULL_OBJECT"};
@@ -433,6 +466,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   part.version = version;
   part.drives = writer.drives();
   part.stripes = writer.stripes();
+  part.ec = ctx.data.code().profile();
   auto recorded = co_await offload(ctx.pool(), [&] {
     return ctx.index().putPart(req.bucket, req.key, upload_id, part);
   });

@@ -802,6 +802,10 @@ std::string encodePart(const PartInfo& p) {
   if (!p.drives.empty()) j["dr"] = p.drives;
   if (!p.stripes.empty()) j["st"] = stripesToJson(p.stripes);
   if (!p.checksum.empty()) j["ck"] = checksumToJson(p.checksum);
+  if (p.ec.k > 0) {
+    j["k"] = p.ec.k;
+    j["m"] = p.ec.m;
+  }
   return toCbor(j);
 }
 
@@ -820,6 +824,10 @@ Result<PartInfo> decodePart(std::string_view value) {
     }
     if (const Json* f = findField(j, "st")) p.stripes = asStripes(*f);
     if (const Json* f = findField(j, "ck")) p.checksum = asChecksum(*f);
+    if (const Json* f = findField(j, "k")) {
+      p.ec.k = static_cast<uint8_t>(asU64(*f, 0xFF));
+      p.ec.m = static_cast<uint8_t>(asU64(field(j, "m"), 0xFF));
+    }
     return p;
   });
   if (!decoded) return decoded;
@@ -895,7 +903,14 @@ Status validatePart(const PartInfo& p) {
   if (p.part_number < 1 || p.part_number > 10000) {
     return Status::invalidArgument("part: number out of range 1..10000");
   }
+  const bool profiled = p.ec.k > 0 || p.ec.m > 0;
+  if (profiled && (p.ec.k < 1 || p.ec.total() > ec::kMaxFragments)) {
+    return Status::invalidArgument("part: bad EC profile");
+  }
   for (const StripeLayout& s : p.stripes) {
+    if (profiled && s.drives.size() != static_cast<size_t>(p.ec.total())) {
+      return Status::invalidArgument("part: stripe does not name k + m drives");
+    }
     if (s.blob_version != p.version) {
       return Status::invalidArgument("part: stripe blob version is not the part's version");
     }

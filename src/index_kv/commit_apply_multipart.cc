@@ -4,6 +4,7 @@
 #include <rocksdb/options.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -155,13 +156,20 @@ Status BatchBuilder::completeUpload(CommitRequest& req) {
   if (!parts) return parts.error();
   // The caller built the manifest from a listParts read; a part replaced since then has
   // its old blobs on the GC queue already, so a manifest still using them would lose data.
-  std::set<VersionId> part_versions;
-  for (const auto& entry : *parts) part_versions.insert(entry.second.version);
+  // Its profile must be the one each part's stripes were written with (when the part
+  // recorded it): the object is decoded with it.
+  std::map<VersionId, ec::EcProfile> part_versions;
+  for (const auto& entry : *parts) part_versions.emplace(entry.second.version, entry.second.ec);
   for (const StripeLayout& s : req.manifest->stripes) {
-    if (!part_versions.contains(s.blob_version)) {
+    auto it = part_versions.find(s.blob_version);
+    if (it == part_versions.end()) {
       return Status::invalidArgument("index: manifest uses blob version " +
                                      s.blob_version.toHex() +
                                      ", not a current part of upload " + req.upload_id);
+    }
+    if (it->second.k > 0 && it->second != req.manifest->ec) {
+      return Status::invalidArgument("index: manifest's EC profile is not that of the part "
+                                     "with blob version " + s.blob_version.toHex());
     }
   }
   const std::string okey = objectKey(req.bucket, req.key);

@@ -361,6 +361,10 @@ struct PartInfo {
   std::vector<std::string> drives;    // drive id table
   std::vector<StripeLayout> stripes;  // blob_version == version
   ObjectChecksum checksum;            // the part's own checksum (type FULL_OBJECT); may be empty
+  // The code its stripes were written with (the writing gateway's map). The completed
+  // object takes it: decoding with another profile's matrix returns wrong bytes. {0, 0} in
+  // a part stored before parts recorded it.
+  ec::EcProfile ec{0, 0};
   bool operator==(const PartInfo&) const = default;
 };
 

@@ -184,6 +184,19 @@ struct GatewayFixture {
     options.fragment_len = kFragmentLen;
     options.virtual_host_domain = "S3.Test";  // hosts <bucket>.s3.test are virtual-hosted
     if (wrap) wrapped_index = wrap(cluster.index());
+    makeContext();
+  }
+
+  // The gateway restarted with a map whose EC profile the operator changed: new writes
+  // use `profile`; what is stored stays as it was.
+  void restartWithProfile(ec::EcProfile profile) {
+    ctx.reset();
+    cluster.map.ec = profile;
+    code = std::move(*ec::ErasureCode::create(profile));
+    makeContext();
+  }
+
+  void makeContext() {
     GatewayDeps deps{cluster.map,     *cluster.chunks,
                      wrapped_index ? *wrapped_index : cluster.index(), cluster.clock,
                      random,          pool,
@@ -1705,6 +1718,81 @@ TEST_CASE("Small bodies are checked against Content-MD5 and x-amz-checksum-* hea
                                   {{"x-amz-checksum-crc32", "AAAAAA=="}}, sha256Hex(xml)),
                       xml);
   CHECK(done.status == 200);
+}
+
+// Creates bucket `bucket` and an upload of key mp in it; the upload id.
+std::string startUpload(GatewayFixture& f) {
+  f.createBucket();
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads"));
+  REQUIRE(created.status == 200);
+  return xmlField(created.body, "UploadId");
+}
+
+// Uploads each of `parts` as part 1, 2, ... of `id` (key mp); the ETags.
+std::vector<std::string> uploadParts(GatewayFixture& f, const std::string& id,
+                                     const std::vector<std::string>& parts, int first = 1) {
+  std::vector<std::string> etags;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Reply r = f.send(makeRequest("PUT", "/bucket/mp?partNumber=" + std::to_string(first + i) +
+                                            "&uploadId=" + id,
+                                 {}, sha256Hex(parts[i])),
+                     parts[i], 64 * 1024);
+    REQUIRE(r.status == 200);
+    etags.push_back(*r.header("ETag"));
+  }
+  return etags;
+}
+
+Reply completeParts(GatewayFixture& f, const std::string& id,
+                    const std::vector<std::string>& etags) {
+  std::string xml = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < etags.size(); ++i) {
+    xml += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", i + 1,
+                       etags[i]);
+  }
+  xml += "</CompleteMultipartUpload>";
+  return f.send(makeRequest("POST", "/bucket/mp?uploadId=" + id, {}, sha256Hex(xml)), xml);
+}
+
+TEST_CASE("Multipart: the object takes its parts' EC profile, not the completing gateway's") {
+  // Parts written 4+2, Complete by a gateway restarted with a 3+3 map (six fragments a
+  // stripe either way): stamped 3+3, a degraded read would decode with the wrong matrix.
+  GatewayFixture f;
+  const std::string id = startUpload(f);
+  const std::vector<std::string> data = {randomString((5u << 20) + 100, 41),
+                                         randomString(50000, 42)};
+  auto etags = uploadParts(f, id, data);
+  f.restartWithProfile({3, 3});
+  REQUIRE(completeParts(f, id, etags).status == 200);
+  auto stored = f.cluster.index().getObject("bucket", "mp");
+  REQUIRE(stored.has_value());
+  CHECK(stored->ec == ec::EcProfile{4, 2});
+  f.cluster.chunks->failReads("d0", Status::notFound("gone"));  // every stripe degraded
+  Reply got = f.get("/bucket/mp");
+  REQUIRE(got.status == 200);
+  CHECK(got.body == data[0] + data[1]);
+}
+
+TEST_CASE("Multipart: parts of two EC profiles are InvalidPart until the odd one is re-sent") {
+  GatewayFixture f;
+  const std::string id = startUpload(f);
+  const std::vector<std::string> data = {randomString((5u << 20) + 100, 43),
+                                         randomString(50000, 44)};
+  auto etags = uploadParts(f, id, {data[0]});  // 4+2
+  f.restartWithProfile({3, 3});
+  etags.push_back(uploadParts(f, id, {data[1]}, 2)[0]);  // 3+3
+  Reply mixed = completeParts(f, id, etags);
+  CHECK(mixed.code == "InvalidPart");
+  CHECK(xmlField(mixed.body, "Message").find("Part 1 was stored with erasure code 4+2") !=
+        std::string::npos);
+  CHECK(f.cluster.index().getUpload("bucket", "mp", id).has_value());  // the upload stays
+  etags[0] = uploadParts(f, id, {data[0]})[0];  // part 1 again, now 3+3
+  REQUIRE(completeParts(f, id, etags).status == 200);
+  CHECK(f.cluster.index().getObject("bucket", "mp")->ec == ec::EcProfile{3, 3});
+  f.cluster.chunks->failReads("d0", Status::notFound("gone"));
+  Reply got = f.get("/bucket/mp");
+  REQUIRE(got.status == 200);
+  CHECK(got.body == data[0] + data[1]);
 }
 
 TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges cross parts") {

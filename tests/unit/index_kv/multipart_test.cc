@@ -67,6 +67,7 @@ struct MultipartFixture : IndexFixture {
     p.drives = eightDrives();
     p.stripes = stripeLayouts(p.version, stripes, number);
     p.size = uint64_t{stripes} * (4u << 20);
+    p.ec = ec::EcProfile{4, 2};
     return p;
   }
 
@@ -369,6 +370,27 @@ TEST_CASE("Completion rejects a manifest using a part version that is no longer 
   CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
 }
 
+TEST_CASE("Completion rejects a manifest whose EC profile is not its parts' own") {
+  // Parts written 4+2 decode only with 4+2's matrix: a manifest stamped 3+3 (the map's
+  // profile changed during the upload) would read wrong bytes once degraded.
+  MultipartFixture f;
+  MultipartUpload u = f.newUpload("k");
+  PartInfo p1 = f.putPart(u, 1);
+  Manifest m = f.assemble({p1});
+  m.ec = ec::EcProfile{3, 3};
+  CHECK(f.index->completeUpload("b", "k", u.upload_id, m, Precondition::none()).error().code() ==
+        Code::kInvalidArgument);
+  CHECK(f.index->getUpload("b", "k", u.upload_id).has_value());
+  // A part stored before parts recorded a profile ({0, 0}) is not judged.
+  PartInfo old = f.newPart(2);
+  old.ec = ec::EcProfile{0, 0};
+  REQUIRE(f.index->putPart("b", "k", u.upload_id, old).has_value());
+  Manifest m2 = f.assemble({old});
+  m2.ec = ec::EcProfile{3, 3};
+  REQUIRE(f.index->completeUpload("b", "k", u.upload_id, m2, Precondition::none()).has_value());
+  CHECK(f.index->getObject("b", "k")->ec == ec::EcProfile{3, 3});
+}
+
 TEST_CASE("Deleting a completed object enqueues the part blobs it used") {
   MultipartFixture f;
   MultipartUpload u = f.newUpload("k");
@@ -646,6 +668,30 @@ TEST_CASE("Upload and part values round-trip and garbage decodes as kCorruption"
   std::string old_part_cbor;
   nlohmann::json::to_cbor(pj, old_part_cbor);
   CHECK(decodePart(old_part_cbor)->checksum.empty());
+  // The EC profile round-trips; a part written before it was recorded reads as {0, 0}.
+  PartInfo p33 = p;
+  p33.ec = ec::EcProfile{3, 3};
+  CHECK(decodePart(encodePart(p33))->ec == ec::EcProfile{3, 3});
+  pj.erase("k");
+  pj.erase("m");
+  old_part_cbor.clear();
+  nlohmann::json::to_cbor(pj, old_part_cbor);
+  auto unprofiled = decodePart(old_part_cbor);
+  REQUIRE(unprofiled.has_value());
+  CHECK(unprofiled->ec == ec::EcProfile{0, 0});
+  CHECK(unprofiled->stripes == p.stripes);
+  // A profile whose stripes do not name k + m drives, or an impossible one, is corrupt.
+  PartInfo p53 = p;
+  p53.ec = ec::EcProfile{5, 3};
+  CHECK(decodePart(encodePart(p53)).error().code() == Code::kCorruption);
+  PartInfo p40 = p;
+  p40.ec = ec::EcProfile{40, 2};  // k + m > kMaxFragments
+  CHECK(decodePart(encodePart(p40)).error().code() == Code::kCorruption);
+  pj["k"] = 0;
+  pj["m"] = 6;
+  old_part_cbor.clear();
+  nlohmann::json::to_cbor(pj, old_part_cbor);
+  CHECK(decodePart(old_part_cbor).error().code() == Code::kCorruption);
 
   for (const std::string& bad : {std::string(), std::string("\xff\x00", 2),
                                  std::string("\xa0"), encodeBucket(bucketInfo("n", "o", 1))}) {
