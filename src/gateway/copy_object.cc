@@ -90,6 +90,7 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
                                      KeepAlive& keep_alive) {
   auto source = parseCopySource(*req.header("x-amz-copy-source"));
   if (!source) co_return errorResponse(source.error(), req);
+  if (source->version) keep_alive.set("x-amz-copy-source-version-id", "null");
   std::string directive(req.header("x-amz-metadata-directive").value_or("COPY"));
   if (directive != "COPY" && directive != "REPLACE") {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,
@@ -193,9 +194,7 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }
-  S3Response res = xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
-  if (source->version) res.set("x-amz-copy-source-version-id", "null");
-  co_return res;
+  co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
 }
 
 }  // namespace

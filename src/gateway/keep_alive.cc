@@ -14,12 +14,17 @@ std::span<const uint8_t> bytesOf(std::string_view s) {
 KeepAlive::KeepAlive(BodySink& sink, std::chrono::milliseconds after)
     : sink_(sink), after_(after), due_(std::chrono::steady_clock::now() + after) {}
 
+void KeepAlive::set(std::string name, std::string value) {
+  headers_.emplace_back(std::move(name), std::move(value));
+}
+
 Task<void> KeepAlive::tick() {
   if (after_.count() < 0 || failed_ || std::chrono::steady_clock::now() < due_) co_return;
   Status st = Status::ok();
   if (!started_) {
     started_ = true;
     S3Response head;
+    head.headers = headers_;
     head.set("Content-Type", "application/xml");
     st = co_await sink_.writeHead(head, BodySink::kUnknownLength);
     // Whitespace may follow the declaration, not precede it: the document's first bytes.
@@ -35,7 +40,10 @@ Task<void> KeepAlive::tick() {
 }
 
 Task<S3Response> KeepAlive::answer(S3Response res) {
-  if (!started_) co_return res;
+  if (!started_) {
+    if (res.status < 300) res.headers.insert(res.headers.end(), headers_.begin(), headers_.end());
+    co_return res;
+  }
   std::string_view body = res.body;
   if (body.starts_with(kDeclaration)) body.remove_prefix(kDeclaration.size());
   if (!failed_) {
@@ -44,7 +52,7 @@ Task<S3Response> KeepAlive::answer(S3Response res) {
     failed_ = !st.isOk();
   }
   S3Response sent;
-  sent.status = 200;
+  sent.status = res.status;
   sent.streamed = true;
   sent.close = res.close || failed_;
   co_return sent;

@@ -20,14 +20,20 @@ class KeepAlive {
   // `after`: 0 sends at the first tick; negative never does.
   KeepAlive(BodySink& sink, std::chrono::milliseconds after);
 
+  // A header of the successful answer known before the long work (the copy source's
+  // version id): sent with the 200 head if it goes early, else added to a success.
+  void set(std::string name, std::string value);
   Task<void> tick();
   bool started() const { return started_; }
   // What the handler returns: `res` itself if nothing was sent; else `res`'s body written
-  // after what was sent (without its XML declaration), and a streamed 200.
+  // after what was sent (without its XML declaration), and a streamed answer whose
+  // status is `res`'s, for the metrics and the access log (the client saw 200 and, in
+  // the body, the <Error> whose code that status stands for).
   Task<S3Response> answer(S3Response res);
 
  private:
   BodySink& sink_;
+  HeaderList headers_;
   std::chrono::milliseconds after_;
   std::chrono::steady_clock::time_point due_;
   bool started_ = false;

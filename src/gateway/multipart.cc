@@ -410,6 +410,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   const std::string upload_id = std::move(target->upload_id);
   auto source = parseCopySource(*req.header("x-amz-copy-source"));
   if (!source) co_return errorResponse(source.error(), req);
+  if (source->version) keep_alive.set("x-amz-copy-source-version-id", "null");
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
@@ -476,9 +477,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
     co_await removeBlobs(ctx, recorded.error(), part.drives, part.stripes);
     co_return errorResponse(err, req);
   }
-  S3Response res = xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
-  if (source->version) res.set("x-amz-copy-source-version-id", "null");
-  co_return res;
+  co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
 }
 
 }  // namespace

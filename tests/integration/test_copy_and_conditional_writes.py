@@ -205,6 +205,11 @@ def test_kept_alive_copies_parse_in_boto3_and_aws_cli(eager):
     text = raw[0].content.decode()
     assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>\n ')
     assert text.lstrip().split("?>", 1)[1].lstrip().startswith("<CopyObjectResult")
+    # A header known before the copy (the source's version) goes with the early head.
+    r = s3.copy_object(Bucket="kept", Key="copy3",
+                       CopySource={"Bucket": "kept", "Key": "src", "VersionId": "null"})
+    assert r["CopySourceVersionId"] == "null"
+    assert raw[-1].content.decode().startswith('<?xml version="1.0" encoding="UTF-8"?>\n ')
     # aws-cli copies a 20 MiB object as a multipart upload of UploadPartCopy parts.
     r = eager.aws("s3", "cp", "s3://kept/src", "s3://kept/cli-copy")
     assert r.returncode == 0, r.stderr

@@ -112,6 +112,7 @@ struct Reply {
   std::optional<uint64_t> content_length;  // streamed responses
   bool close = false;
   std::string op;
+  int accounted = 0;  // the handler's status: what the metrics and the access log record
 
   std::optional<std::string> header(std::string_view name) const {
     for (const auto& [n, v] : headers) {
@@ -211,6 +212,7 @@ struct GatewayFixture {
     Reply r;
     S3Response res = runTask(io, handleRequest(*ctx, req, body, sink, r.op));
     r.close = res.close;
+    r.accounted = res.status;
     if (res.streamed) {
       REQUIRE(sink.heads == 1);
       r.status = sink.head.status;
@@ -2416,7 +2418,14 @@ TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follo
   const size_t root = ok.body.find('<', declaration.size());
   CHECK(ok.body.find_first_not_of(" \n", declaration.size()) == root);
   CHECK(ok.body.compare(root, 17, "<CopyObjectResult") == 0);
+  CHECK(ok.accounted == 200);
+  CHECK_FALSE(ok.header("x-amz-copy-source-version-id"));
   CHECK(f.get("/bucket/dst").body == data);
+  // A header known before the copy goes with the early head.
+  Reply versioned = f.send(makeRequest("PUT", "/bucket/dst",
+                                       {{"x-amz-copy-source", "/bucket/src?versionId=null"}}));
+  CHECK(versioned.content_length == BodySink::kUnknownLength);
+  CHECK(versioned.header("x-amz-copy-source-version-id") == "null");
   // A failure after the head went out is an <Error> document in the 200 (S3's way).
   std::thread late = deadlinePassesWhileReading(f, std::chrono::milliseconds(100));
   Reply failed =
@@ -2426,7 +2435,34 @@ TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follo
   CHECK(failed.status == 200);
   CHECK(failed.body.find("<Error><Code>RequestTimeout</Code>") != std::string::npos);
   CHECK(failed.body.find(declaration, 1) == std::string::npos);  // one declaration
+  CHECK(failed.accounted == 400);  // counted as the RequestTimeout it is, not as a 200
   CHECK(f.get("/bucket/dst2").code == "NoSuchKey");
+}
+
+TEST_CASE("A copy of a version answers x-amz-copy-source-version-id, kept alive or not") {
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data = randomString(kStripedSize, 12);
+  REQUIRE(f.put("src", data).status == 200);
+  Reply r = f.send(makeRequest("PUT", "/bucket/dst",
+                               {{"x-amz-copy-source", "/bucket/src?versionId=null"}}));
+  CHECK(r.status == 200);
+  CHECK(r.content_length == std::nullopt);  // answered whole: not kept alive
+  CHECK(r.header("x-amz-copy-source-version-id") == "null");
+  CHECK(f.send(makeRequest("PUT", "/bucket/dst", {{"x-amz-copy-source", "/bucket/src"}}))
+            .header("x-amz-copy-source-version-id") == std::nullopt);
+  // UploadPartCopy the same way.
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads"));
+  const std::string id = xmlField(created.body, "UploadId");
+  Reply part = f.send(makeRequest("PUT", "/bucket/mp?partNumber=1&uploadId=" + id,
+                                  {{"x-amz-copy-source", "/bucket/src?versionId=null"}}));
+  CHECK(part.status == 200);
+  CHECK(part.header("x-amz-copy-source-version-id") == "null");
+  // An error carries no success header.
+  Reply missing = f.send(makeRequest("PUT", "/bucket/dst",
+                                     {{"x-amz-copy-source", "/bucket/none?versionId=null"}}));
+  CHECK(missing.code == "NoSuchKey");
+  CHECK_FALSE(missing.header("x-amz-copy-source-version-id"));
 }
 
 TEST_CASE("A root copy into a missing bucket is NoSuchBucket before any byte is read") {
