@@ -733,6 +733,9 @@ class RemoteIndex final : public Index {
 Result<std::unique_ptr<rpc::Server>> serveIndex(rpc::ServerOptions options, Index& index,
                                                 WorkerPool& pool, const Clock& clock) {
   if (options.name == rpc::ServerOptions{}.name) options.name = "granary-index";
+  if (options.max_body_bytes == rpc::ServerOptions{}.max_body_bytes) {
+    options.max_body_bytes = kMaxIndexRequestBytes;
+  }
   return rpc::Server::create(
       options, [&index](rpc::Request& req, rpc::ReplyDone done) { done(handle(index, req)); },
       pool, clock);

@@ -27,6 +27,13 @@ class WorkerPool;
 
 namespace granary::index_kv {
 
+// The largest index request body, unless `options` set another: a Complete's manifest of
+// the largest object (5 TiB: ~1.3 M stripes of 4 MiB, ~76 MB of CBOR) and a relocation
+// (two manifests) fit, as they did not in rpc's 64 MiB default. The remote index reads
+// answers up to the same (rpc::ClientOptions::max_response_bytes). Only signed requests
+// get their body read.
+inline constexpr uint64_t kMaxIndexRequestBytes = 256ull << 20;
+
 // Serves `index` (which must outlive the server) on an rpc::Server.
 Result<std::unique_ptr<rpc::Server>> serveIndex(rpc::ServerOptions options, Index& index,
                                                 WorkerPool& pool, const Clock& clock);

@@ -73,6 +73,18 @@ TEST_CASE("Keys with NUL and bytes that are not UTF-8 cross the index API intact
   CHECK(listed->objects[0].version == m.version);
 }
 
+TEST_CASE("An index request over rpc's 64 MiB default, as a 5 TiB object's manifest, is served") {
+  // A Complete of ~4.5 TiB or a relocation of ~2.4 TiB names more stripes than 64 MiB
+  // of CBOR holds; an inline body of the same size stands in for them here.
+  IndexFixture f;
+  f.makeBucket("b");
+  Manifest m = f.inlineManifest(std::string(size_t{70} << 20, 'x'));
+  REQUIRE(f.index->putObject("b", "big", m, Precondition::none()).has_value());
+  auto got = f.index->getObject("b", "big");
+  REQUIRE(got.has_value());
+  CHECK(got->inline_data.size() == size_t{70} << 20);
+}
+
 TEST_CASE("An index service that is down is kUnavailable, and usable again once back") {
   IndexFixture f;
   f.makeBucket("b");
