@@ -75,6 +75,8 @@ bool onceASecond(std::atomic<int64_t>& last_ms) {
 }
 
 std::atomic<int> g_refused_submits{0};  // testing::refuseThreadRingSubmits
+std::atomic<int> g_failed_submits{0};   // testing::failThreadRingSubmits
+std::atomic<int> g_failed_waits{0};     // testing::failThreadRingWaits
 
 std::atomic<int> g_again_results{0};  // testing::askAgainCompletions
 std::atomic<int> g_short_results{0};  // testing::shortenCompletions
@@ -132,8 +134,12 @@ struct ThreadRing {
   io_uring ring{};
   bool tried = false;
   bool ok = false;
-  ~ThreadRing() {
+  ~ThreadRing() { abandon(); }
+  // This thread's calls use plain syscalls from now on.
+  void abandon() {
     if (ok) io_uring_queue_exit(&ring);
+    ok = false;
+    tried = true;
   }
   io_uring* get() {
     if (!tried) {
@@ -149,6 +155,18 @@ struct ThreadRing {
 
 thread_local ThreadRing t_ring;
 
+// Between tries of a thread ring's call that failed `tries` times in a row: the first
+// `quick` tries again at once, then after a sleep of 0.1 ms doubling up to 12.8 ms, so that
+// a failure that lasts does not spin a core; the warning is logged at most once a second.
+void backOff(std::atomic<int64_t>& last_log_ms, const char* call, int rc, unsigned tries,
+             unsigned quick) {
+  if (tries < quick) return;
+  if (onceASecond(last_log_ms)) {
+    log::warn("{}: {} ({} times in a row); retrying", call, std::strerror(-rc), tries + 1);
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(100u << std::min(tries - quick, 7u)));
+}
+
 // Submits the SQE prepared by `prep` once and returns its CQE result (negative errno).
 template <typename Prep>
 int submitOnceAndWait(io_uring* ring, Prep& prep) {
@@ -157,30 +175,38 @@ int submitOnceAndWait(io_uring* ring, Prep& prep) {
   prep(sqe);
   // A refusal for now (EAGAIN, EBUSY: the kernel is short of memory for requests) is
   // retried, the SQE still in the ring, until the kernel takes it: giving up would leave
-  // it there for this thread's next call, whose wait would then reap its CQE. After a few
-  // quick tries the thread sleeps between them, 0.1 ms doubling up to 12.8 ms, so that a
-  // refusal that lasts does not spin a core; the warning is logged at most once a second.
+  // it there for this thread's next call, whose wait would then reap its CQE (backOff
+  // paces the tries).
   int rc;
   for (unsigned refused = 0;; ++refused) {
     // A retried submit re-reads the SQ tail, so an SQE the kernel already took is not
     // submitted twice.
-    rc = takeOne(g_refused_submits) ? -EAGAIN : io_uring_submit(ring);
+    rc = takeOne(g_refused_submits)  ? -EAGAIN
+         : takeOne(g_failed_submits) ? -EINVAL
+                                     : io_uring_submit(ring);
     if (rc == -EINTR) continue;
     if (rc != -EAGAIN && rc != -EBUSY) break;
-    if (refused < 3) continue;
     static std::atomic<int64_t> last_log_ms{-1000000};
-    if (onceASecond(last_log_ms)) {
-      log::warn("io_uring_submit: {} ({} times in a row); retrying", std::strerror(-rc),
-                refused + 1);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100u << std::min(refused - 3, 7u)));
+    backOff(last_log_ms, "io_uring_submit", rc, refused, 3);
   }
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    // Any other refusal leaves the SQE in the ring, and the next call's submit would send
+    // it, naming this call's buffer long after it was given back: the ring goes.
+    log::warn("io_uring_submit: {}; this thread uses pread/pwrite from now on",
+              std::strerror(-rc));
+    t_ring.abandon();
+    return rc;
+  }
+  // The request is in the kernel and may write into the caller's buffer: this returns
+  // only with its completion, whatever the wait answers meanwhile.
   io_uring_cqe* cqe = nullptr;
-  do {
-    rc = io_uring_wait_cqe(ring, &cqe);
-  } while (rc == -EINTR);
-  if (rc < 0) return rc;
+  for (unsigned failed = 0;; ++failed) {
+    rc = takeOne(g_failed_waits) ? -EIO : io_uring_wait_cqe(ring, &cqe);
+    if (rc == 0) break;
+    if (rc == -EINTR) continue;
+    static std::atomic<int64_t> last_log_ms{-1000000};
+    backOff(last_log_ms, "io_uring_wait_cqe", rc, failed, 0);
+  }
   int res = resultForTest(cqe->res);
   io_uring_cqe_seen(ring, cqe);
   return res;
@@ -765,6 +791,18 @@ int testing::sharedRingRefusalsLeft() { return g_refused_enters.load(std::memory
 void testing::refuseThreadRingSubmits(int n) {
   g_refused_submits.store(n, std::memory_order_relaxed);
 }
+
+void testing::failThreadRingSubmits(int n) {
+  g_failed_submits.store(n, std::memory_order_relaxed);
+}
+
+void testing::failThreadRingWaits(int n) { g_failed_waits.store(n, std::memory_order_relaxed); }
+
+int testing::threadRingWaitFailuresLeft() {
+  return g_failed_waits.load(std::memory_order_relaxed);
+}
+
+bool testing::threadRingInUse() { return t_ring.ok; }
 
 int testing::threadRingRefusalsLeft() {
   return g_refused_submits.load(std::memory_order_relaxed);

@@ -15,6 +15,16 @@ int sharedRingRefusalsLeft();
 void refuseThreadRingSubmits(int n);
 // How many of those refusals are still to come.
 int threadRingRefusalsLeft();
+// The next `n` submissions on the calling threads' own rings fail with an error other than
+// a refusal for now (io_uring_submit returning -EINVAL): the call fails, and the thread
+// gives its ring up (its entry is still in it) and uses plain syscalls from then on.
+void failThreadRingSubmits(int n);
+// The next `n` waits for a thread ring's completion fail (io_uring_wait_cqe returning
+// -EIO) with the request in flight: the call waits again, until its completion.
+void failThreadRingWaits(int n);
+int threadRingWaitFailuresLeft();
+// Whether the calling thread's own ring is in use (made, and not given up).
+bool threadRingInUse();
 
 // The next `n` completions of io_uring requests (the shared ring's and the threads' own
 // rings') report -EAGAIN in place of their result, as if the kernel asked for the request

@@ -412,6 +412,49 @@ TEST_CASE("io_uring: a thread ring's refused submission is retried with a pause,
   CHECK(engine->close(*fd).isOk());
 }
 
+// A failed wait for a completion returns nothing while the request is in the kernel (it
+// may still write into the caller's buffer): the thread waits again until it completes.
+// A submission refused for another reason than "for now" gives the thread's ring up, its
+// entry still in it: the next call must not send that entry with a buffer given back.
+TEST_CASE("io_uring: a failed wait waits again, a failed submit gives the thread's ring up") {
+  TempDir dir;
+  constexpr size_t kBlock = 4096;
+  auto a = randomBytes(kBlock, 23), b = randomBytes(kBlock, 24);
+  int waits_left = -1;
+  bool read_back = false, submit_failed = false, ring_kept = true, rewritten = false;
+  bool ran = false;
+  // A thread of its own: the ring it gives up is not the test thread's.
+  std::thread([&] {
+    auto engine = makeUringEngine();
+    auto fd = engine->open(dir.path() + "/f", O_RDWR | O_CREAT | O_DIRECT, 0644);
+    if (!fd) return;
+    AlignedBytes in_a = pageAlignedCopy(a), in_b = pageAlignedCopy(b), out(2 * kBlock);
+    if (!engine->pwrite(*fd, {in_a.data(), kBlock}, 0).isOk()) return;
+    if (!testing::threadRingInUse()) return;  // no ring: fails below, as the others here
+    testing::failThreadRingWaits(3);
+    Status read = engine->pread(*fd, {out.data(), kBlock}, 0);
+    waits_left = testing::threadRingWaitFailuresLeft();
+    read_back = read.isOk() && std::equal(a.begin(), a.end(), out.data());
+    testing::failThreadRingSubmits(1);
+    submit_failed = !engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk();
+    ring_kept = testing::threadRingInUse();
+    // The calls after it go through plain syscalls, right.
+    rewritten = engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk() &&
+                engine->pread(*fd, {out.data(), 2 * kBlock}, 0).isOk() &&
+                std::equal(a.begin(), a.end(), out.data()) &&
+                std::equal(b.begin(), b.end(), out.data() + kBlock);
+    ran = engine->close(*fd).isOk();
+  }).join();
+  testing::failThreadRingWaits(0);
+  testing::failThreadRingSubmits(0);
+  REQUIRE(ran);
+  CHECK(waits_left == 0);
+  CHECK(read_back);
+  CHECK(submit_failed);
+  CHECK_FALSE(ring_kept);
+  CHECK(rewritten);
+}
+
 // A request whose completion asks for it again (-EAGAIN, -EINTR) is submitted again, a
 // bounded number of times in a row: a device that keeps answering so fails the request
 // instead of spinning a thread on it forever.
