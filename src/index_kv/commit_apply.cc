@@ -23,17 +23,26 @@ void BatchBuilder::apply(CommitRequest& req) {
   Status st = req.bucket.empty() ? Status::ok() : checkBucketName(req.bucket);
   try {
     if (st.isOk()) st = applyKind(req);
-  } catch (const std::exception& e) {
-    st = Status::internal(std::string("index: commit failed: ") + e.what());
+  } catch (...) {
+    // Undone before anything that may fail again (out of memory, even the failure's
+    // message may not be made): a request failed must leave nothing staged, or half of
+    // it (an old version retired, the new one not put) would be written with the batch.
+    // commitBatch fails this request alone.
+    rollBack(req);
+    throw;
   }
   if (st.isOk()) {
     (void)batch_.PopSavePoint();
   } else {
-    (void)batch_.RollbackToSavePoint();
-    for (const VersionId& set : dead_added_) dead_sets_.erase(set);
-    req.replaced.reset();
+    rollBack(req);
   }
   req.status = std::move(st);
+}
+
+void BatchBuilder::rollBack(CommitRequest& req) {
+  (void)batch_.RollbackToSavePoint();
+  for (const VersionId& set : dead_added_) dead_sets_.erase(set);
+  req.replaced.reset();
 }
 
 Status BatchBuilder::applyKind(CommitRequest& req) {
@@ -441,15 +450,15 @@ Status BatchBuilder::deleteObject(CommitRequest& req) {
 }
 
 Status BatchBuilder::gcDone(CommitRequest& req) {
-  for (const std::string& key : req.gc_keys) {
-    auto parts = parseGcKey(key);
-    if (!parts) return parts.error();
-  }
   std::vector<std::string> removed;
   for (const std::string& key : req.gc_keys) {
     if (gc_deleted_.contains(key)) continue;
     std::vector<VersionId> versions;
-    if (auto it = gc_entries_.find(key); it != gc_entries_.end()) {
+    if (!parseGcKey(key)) {
+      // A row whose key does not parse (gcDue hands such rows out): dropped, naming no
+      // version it could release.
+      log::warn("index: removing a gc queue row whose key does not parse");
+    } else if (auto it = gc_entries_.find(key); it != gc_entries_.end()) {
       versions = it->second;
     } else {
       std::string value;

@@ -132,6 +132,9 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
     } catch (const std::exception& e) {  // e.g. bad_alloc: fail this request alone
       req->status = Status::internal(std::string("index: commit failed: ") + e.what());
       req->replaced.reset();
+    } catch (...) {
+      req->status = Status::internal("index: commit failed");
+      req->replaced.reset();
     }
   }
   bool written = false;

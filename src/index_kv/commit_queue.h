@@ -121,6 +121,8 @@ class BatchBuilder {
   uint64_t objectDeletes() const { return object_deletes_; }
 
  private:
+  // Undoes what apply() staged for `req` (its save point).
+  void rollBack(CommitRequest& req);
   Status createBucket(CommitRequest& req);
   Status updateBucket(CommitRequest& req);
   Status deleteBucket(CommitRequest& req);

@@ -11,6 +11,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
+#include "granary/common/log.h"
 #include "granary/common/rocks_resources.h"
 #include "index_kv/codec.h"
 #include "index_kv/listing.h"
@@ -422,11 +423,24 @@ Result<std::vector<GcEntry>> RocksIndex::gcDue(int64_t enqueued_before_unix_nano
     if (it->Valid() && it->key().ToStringView() == after) it->Next();
   }
   for (; it->Valid() && out.size() < limit; it->Next()) {
+    // A row that does not decode is handed out with no blobs, for gcDone to drop: failing
+    // the page would stop every GC pass at it for good. The versions it named stay
+    // referenced by their blobrefs rows (the safe direction: space, not data).
     auto parts = parseGcKey(it->key().ToStringView());
-    if (!parts) return fail(Status::corruption("index: bad gc queue key"));
+    if (!parts) {
+      const rocksdb::Slice key = it->key();
+      log::warn("index: gc queue key {} does not parse; handing it out to be dropped",
+                toHex({reinterpret_cast<const uint8_t*>(key.data()), key.size()}));
+      out.push_back(GcEntry{it->key().ToString(), VersionId{}, 0, {}});
+      continue;
+    }
     if (parts->enqueued_unix_nanos > enqueued_before_unix_nanos) break;
     auto blobs = decodeGcBlobs(it->value().ToStringView());
-    if (!blobs) return fail(blobs.error());
+    if (!blobs) {
+      log::warn("index: gc queue entry of {}: {}; handing it out to be dropped",
+                parts->version.toHex(), blobs.error().toString());
+      blobs = std::vector<BlobRef>{};
+    }
     out.push_back(GcEntry{it->key().ToString(), parts->version, parts->enqueued_unix_nanos,
                           std::move(*blobs)});
   }

@@ -469,23 +469,11 @@ TEST_CASE("Uploads and parts survive a reopen") {
 TEST_CASE("A database made before multipart uploads opens and gains the new column families") {
   testing::TempDir dir;
   RocksResources resources{RocksBudget{16ull << 20, 16ull << 20}};
-  {
-    rocksdb::Options options = resources.baseOptions();
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName,
-                             rocksdb::ColumnFamilyOptions(options));
-    for (const char* name : {"buckets", "objects", "manifests", "gc", "blobrefs"}) {
-      descriptors.emplace_back(name, resources.columnFamilyOptions());
-    }
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(options), dir.path(), descriptors, &handles,
-                              &raw)
-                .ok());
-    for (rocksdb::ColumnFamilyHandle* h : handles) REQUIRE(raw->DestroyColumnFamilyHandle(h).ok());
-    REQUIRE(raw->Close().ok());
-    delete raw;
-  }
+  // The column families of that release only.
+  testing::withRawDb(dir.path(), resources,
+                     {rocksdb::kDefaultColumnFamilyName, "buckets", "objects", "manifests", "gc",
+                      "blobrefs"},
+                     [](rocksdb::DB&, const testing::RawHandles&) {});
   ManualClock clock{testing::kStartNanos};
   auto opened = openIndex(IndexOptions{dir.path(), 16}, resources, clock);
   REQUIRE(opened.has_value());
@@ -503,31 +491,9 @@ TEST_CASE("An object whose manifest is unreadable can still be deleted and overw
   const Manifest other = f.stripedManifest(1);
   REQUIRE(f.index->putObject("b", "k", bad, Precondition::none()));
   REQUIRE(f.index->putObject("b", "k2", other, Precondition::none()));
-  f.close();
-  {  // The manifest rows of both, garbled on disk (a CBOR map of an unknown format).
-    std::vector<std::string> names;
-    REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), f.dir.path(), &names).ok());
-    rocksdb::Options options = f.resources.baseOptions();
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (const std::string& name : names) {
-      descriptors.emplace_back(name, f.resources.columnFamilyOptions());
-    }
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(options), f.dir.path(), descriptors, &handles,
-                              &raw)
-                .ok());
-    const auto cf = std::find(names.begin(), names.end(), "manifests") - names.begin();
-    for (const Manifest* m : {&bad, &other}) {
-      REQUIRE(raw->Put(rocksdb::WriteOptions(), handles[cf], versionKey(m->version),
-                       "\xA1\x61\x66\x07")
-                  .ok());
-    }
-    for (rocksdb::ColumnFamilyHandle* h : handles) REQUIRE(raw->DestroyColumnFamilyHandle(h).ok());
-    REQUIRE(raw->Close().ok());
-    delete raw;
-  }
-  f.reopen();
+  // The manifest rows of both, garbled on disk (a CBOR map of an unknown format).
+  f.putRaw("manifests", {{versionKey(bad.version), "\xA1\x61\x66\x07"},
+                         {versionKey(other.version), "\xA1\x61\x66\x07"}});
   REQUIRE(f.index->getObject("b", "k").error().isCorruption());
   // Deleted: gone, nothing queued for GC (the blobs are the orphan sweep's).
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()));

@@ -9,10 +9,13 @@
 #include "support/temp_dir.h"
 
 #include <catch2/catch.hpp>
+#include <rocksdb/db.h>
 #include <fmt/core.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -42,6 +45,28 @@ inline BucketInfo bucketInfo(std::string name, std::string owner, int64_t create
   b.owner = std::move(owner);
   b.created_unix_nanos = created_unix_nanos;
   return b;
+}
+
+using RawHandles = std::vector<rocksdb::ColumnFamilyHandle*>;
+
+// Opens the RocksDB in `dir` directly (no index on it), with column families `names`
+// (made if missing, as the base options say), runs `fn` on it, and closes it.
+inline void withRawDb(const std::string& dir, RocksResources& resources,
+                      const std::vector<std::string>& names,
+                      const std::function<void(rocksdb::DB&, const RawHandles&)>& fn) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& name : names) {
+    descriptors.emplace_back(name, resources.columnFamilyOptions());
+  }
+  RawHandles handles;
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(resources.baseOptions()), dir, descriptors,
+                            &handles, &raw)
+              .ok());
+  fn(*raw, handles);
+  for (rocksdb::ColumnFamilyHandle* h : handles) REQUIRE(raw->DestroyColumnFamilyHandle(h).ok());
+  REQUIRE(raw->Close().ok());
+  delete raw;
 }
 
 struct IndexFixture {
@@ -83,6 +108,23 @@ struct IndexFixture {
 #else
     return *index;
 #endif
+  }
+
+  // Writes `rows` (key, value) into column family `cf` of the index's RocksDB directly,
+  // as damage on disk would: the index is closed meanwhile and reopened after.
+  void putRaw(const std::string& cf,
+              const std::vector<std::pair<std::string, std::string>>& rows) {
+    close();
+    std::vector<std::string> names;
+    REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.path(), &names).ok());
+    const auto at = std::find(names.begin(), names.end(), cf) - names.begin();
+    REQUIRE(static_cast<size_t>(at) < names.size());
+    withRawDb(dir.path(), resources, names, [&](rocksdb::DB& db, const RawHandles& handles) {
+      for (const auto& [key, value] : rows) {
+        REQUIRE(db.Put(rocksdb::WriteOptions(), handles[at], key, value).ok());
+      }
+    });
+    reopen();
   }
 
   void close() {
