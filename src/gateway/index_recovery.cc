@@ -142,7 +142,15 @@ Result<Catalog> decodeCatalog(std::string_view text) {
   }
 }
 
-// Reads a whole blob from the first of `where` that returns it.
+// Whether a failure to read a checkpoint says its bytes are gone (missing, corrupt, a
+// medium error), rather than that a drive did not serve them now.
+bool unreadable(const Status& st) {
+  return st.isNotFound() || st.isCorruption() ||
+         (st.code() == Status::Code::kIoError && !st.retryable());
+}
+
+// Reads a whole blob from the first of `where` that returns it. A copy a drive failed to
+// serve now outweighs copies that are gone: the blob is not then taken for lost.
 Result<std::vector<uint8_t>> readAnyCopy(chunkstore::ChunkClient& chunks, const BlobId& id,
                                          const std::map<std::string, uint64_t>& where) {
   Status last = Status::notFound("blob " + id.toString() + " is on no drive");
@@ -151,7 +159,7 @@ Result<std::vector<uint8_t>> readAnyCopy(chunkstore::ChunkClient& chunks, const 
     Status st = chunks.read(drive, id, 0, bytes);
     if (st.isOk()) return bytes;
     log::warn("checkpoints: reading {} on {}: {}", id.toString(), drive, st.toString());
-    last = st;
+    if (unreadable(last)) last = st;
   }
   return fail(last);
 }
@@ -292,8 +300,11 @@ struct IndexCheckpointer::Impl {
       return fail(Status::unavailable("checkpoint: no drive took a complete copy"));
     }
     if (info.copies < static_cast<size_t>(map.ec.m) + 1) {
-      log::warn("checkpoint {}: only {} copies (want {})", info.id.toHex(), info.copies,
-                map.ec.m + 1);
+      // Short of copies (drives down): the older checkpoints, better kept, stay until one
+      // made whole prunes them; with --checkpoint-keep 1 this one alone would be left.
+      log::warn("checkpoint {}: only {} copies (want {}); older checkpoints are kept",
+                info.id.toHex(), info.copies, map.ec.m + 1);
+      return info;
     }
     info.removed = prune(info.id);
     return info;
@@ -494,7 +505,19 @@ Result<CheckpointInfo> restoreLatestCheckpoint(chunkstore::ChunkClient& chunks,
       fs::remove_all(target, ec);
       return fail(synced);
     }
-    log::warn("checkpoint {} cannot be restored: {}", v.toHex(), info.error().toString());
+    // Only a checkpoint that is not on the drives whole, or does not read back right, is
+    // passed over: one a drive failed to serve now (a timeout, a server down) may be the
+    // newest and readable, and an older one would drop what was acknowledged since.
+    const Status& why = info.error();
+    if (!unreadable(why)) {
+      fs::remove_all(target, ec);
+      return fail(Status(why.code(),
+                         "checkpoint " + v.toHex() + " could not be read (" + why.message() +
+                             "); not falling back to an older one: retry, or name one with "
+                             "--checkpoint",
+                         why.retryable()));
+    }
+    log::warn("checkpoint {} cannot be restored: {}", v.toHex(), why.toString());
   }
   fs::remove_all(target, ec);
   if (only) {

@@ -99,7 +99,10 @@ class IndexCheckpointer {
 
 // Finds the newest complete checkpoint on the map's drives and writes its files into
 // `dir` (created; must not exist or be empty). kNotFound if there is none that reads back;
-// kUnavailable if a drive does not answer (the newest checkpoint might be there).
+// kUnavailable if a drive does not answer (the newest checkpoint might be there). A
+// checkpoint is passed over for an older one only when its bytes are gone (a piece or
+// catalog missing, corrupt, or a medium error on every copy): a read a drive failed to
+// serve now (a timeout, a server down, a local write error) fails the restore instead.
 // `only`: that checkpoint and no other (kNotFound if it is not on the drives, is
 // incomplete, or does not read back whole): an operator's choice when the newest is not
 // the one wanted (one made by an index started empty after a loss).

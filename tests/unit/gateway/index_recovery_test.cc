@@ -212,6 +212,40 @@ TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves che
   CHECK(restored->id == made[3]);
 }
 
+TEST_CASE("A checkpoint short of m + 1 copies prunes none of the older ones") {
+  // With --checkpoint-keep 1, one that landed on a single drive would otherwise leave
+  // that drive holding the only checkpoint.
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 2));
+  auto cp = f.checkpointer(/*keep=*/1);
+  f.cluster.clock.advance(1'000'000'000);
+  auto whole = cp.runOnce();
+  REQUIRE(whole.has_value());
+  REQUIRE(whole->copies == 3);
+  for (size_t d = 1; d < f.cluster.map.drives.size(); ++d) {
+    f.cluster.chunks->setReadOnly(f.cluster.map.drives[d].id);
+  }
+  f.cluster.clock.advance(1'000'000'000);
+  auto thin = cp.runOnce();
+  REQUIRE(thin.has_value());
+  CHECK(thin->copies == 1);
+  CHECK(thin->removed == 0);
+  auto versions = [&f] {
+    std::set<VersionId> present;
+    for (const auto& [drive, ids] : f.systemBlobs()) {
+      for (const auto& id : ids) present.insert(id.version);
+    }
+    return present;
+  };
+  CHECK(versions() == std::set<VersionId>{whole->id, thin->id});
+  f.cluster.chunks->clearFaults();
+  f.cluster.clock.advance(1'000'000'000);
+  auto next = cp.runOnce();
+  REQUIRE(next.has_value());
+  CHECK(next->copies == 3);
+  CHECK(versions() == std::set<VersionId>{next->id});
+}
+
 TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made before it") {
   // A new, empty index started where a lost one was must not prune away the checkpoints
   // that could restore the lost one.
@@ -264,6 +298,27 @@ TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be r
   auto idx = f.openAt(dir);
   CHECK(idx->getObject("bucket", "a").has_value());
   CHECK(idx->getObject("bucket", "b").error().isNotFound());
+}
+
+TEST_CASE("Restore stops, not falls back, when a drive does not serve the newest now") {
+  // An older checkpoint would drop what was acknowledged after it: a read that timed out
+  // (or a server gone for a moment) must not pass the newest over.
+  RecoveryFixture f;
+  auto [older, newer] = f.olderAndNewerCheckpoints();
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->failReads(d.id, Status::unavailable("timed out"));
+  }
+  const std::string dir = f.cluster.dir.path() + "/restored";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  f.cluster.chunks->clearFaults();
+  REQUIRE_FALSE(restored.has_value());
+  CHECK(restored.error().code() == Status::Code::kUnavailable);
+  CHECK(restored.error().message().find(newer.id.toHex()) != std::string::npos);
+  // Once the drives answer, the newest comes back.
+  auto again = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(again.has_value());
+  CHECK(again->id == newer.id);
+  CHECK(f.openAt(dir)->getObject("bucket", "b").has_value());
 }
 
 TEST_CASE("Checkpoints are listed newest first, and any one of them can be restored") {
