@@ -265,8 +265,21 @@ class BeastBodySink final : public BodySink {
     co_return Status::ok();
   }
 
+  // A body write may be a whole stripe slice (MiBs): it goes in pieces, each with the
+  // timeout, which is for a client making no progress: one reading slowly but steadily
+  // (under ~35 KB/s, 4 MiB in 120 s) is not cut off.
   Task<Status> write(std::span<const uint8_t> data) override {
-    if (data.empty()) co_return Status::ok();  // an empty chunk would end a chunked body
+    constexpr size_t kPiece = 256 << 10;
+    while (!data.empty()) {
+      const auto piece = data.first(std::min(data.size(), kPiece));
+      if (Status st = co_await writePiece(piece); !st.isOk()) co_return st;
+      data = data.subspan(piece.size());
+    }
+    co_return Status::ok();  // nothing for an empty one: an empty chunk would end the body
+  }
+
+  // One piece of write()'s, not empty.
+  Task<Status> writePiece(std::span<const uint8_t> data) {
     beast::error_code ec;
     if (chunked_) {
       tcpLayer(stream_).expires_after(timeout_);
@@ -344,11 +357,13 @@ class BeastBodySink final : public BodySink {
       if (n > 0) head_.erase(0, static_cast<size_t>(n));
       if (Status st = co_await flush(); !st.isOk()) co_return st;  // what is left of it
     }
-    // The whole range within the timeout, as one write() of the same bytes would be: one
-    // timer, armed at the first full buffer, cancels the wait in progress at the deadline.
-    // Its handler may run after a wait ended (both ready in one poll), even after this
-    // response: `waiting` tells it to leave the socket alone then.
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // No byte sent for `timeout_` ends the range, as for write(): one timer, armed at the
+    // first full buffer and moved on by each byte sent since, cancels the wait in
+    // progress at the deadline. Its handler may run after a wait ended (both ready in one
+    // poll), even after this response: `waiting` tells it to leave the socket alone then;
+    // a handler whose wait a move cancelled does nothing.
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto armed = deadline;
     std::optional<asio::steady_timer> timer;
     auto waiting = std::make_shared<bool>(false);
     auto at = static_cast<off_t>(offset);
@@ -360,15 +375,17 @@ class BeastBodySink final : public BodySink {
           ::sendfile(socket.native_handle(), fd, &at, static_cast<size_t>(end - at));
       if (n > 0) {
         bytes_ += static_cast<uint64_t>(n);
+        deadline = std::chrono::steady_clock::now() + timeout_;
         continue;  // `at` moved on
       }
       if (n == 0) co_return Status::ioError("write body: the file ended early");
       if (errno == EINTR) continue;
       if (errno != EAGAIN) co_return Status::fromErrno(errno, "write body (sendfile)");
       // The socket's buffer is full: wait until it drains.
-      if (!timer) {
-        timer.emplace(socket.get_executor());
+      if (!timer || armed != deadline) {
+        if (!timer) timer.emplace(socket.get_executor());
         timer->expires_at(deadline);
+        armed = deadline;
         timer->async_wait([&socket, waiting](beast::error_code timer_ec) {
           if (!timer_ec && *waiting) socket.cancel();
         });

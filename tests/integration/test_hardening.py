@@ -109,6 +109,46 @@ def test_idle_and_slowloris_connections_are_closed_by_the_server(hserver):
     assert healthy(hserver)
 
 
+def test_a_slow_but_steady_reader_gets_the_whole_body(granary_bin, tmp_path):
+    # --io-timeout (2 s here) is for a client making no progress: one reading slowly but
+    # steadily (~1.3 MB/s, 6 s in all) gets every byte. A whole stripe slice (4 MiB) went
+    # in one write given the timeout at once, and a sendfile range (1 MiB) the same: once
+    # the socket buffers (up to 4 MiB) were full, the client was cut off. (The kernel
+    # wakes a writer once a third of a full send buffer drained: ~1 s here.)
+    srv = Server(str(tmp_path / "granary-data"), extra_args=["--io-timeout", "2"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="slow")
+        body = os.urandom(8 * MiB)
+        s3.put_object(Bucket="slow", Key="read", Body=body)
+        u = urlsplit(s3.generate_presigned_url("get_object",
+                                               Params={"Bucket": "slow", "Key": "read"}))
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 131072)  # before connect
+        s.settimeout(10)
+        s.connect(addr(srv))
+        got = b""
+        start = time.time()
+        try:
+            s.sendall(("GET %s?%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                       % (u.path, u.query, u.netloc)).encode())
+            while True:
+                chunk = s.recv(131072)
+                if not chunk:
+                    break
+                got += chunk
+                time.sleep(0.1)
+        finally:
+            s.close()
+        head, _, received = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head[:200]
+        assert time.time() - start > 4  # longer than --io-timeout in all
+        assert len(received) == len(body)
+        assert received == body
+    finally:
+        srv.stop()
+
+
 def test_an_anonymous_form_trickling_its_fields_is_cut_off(hserver, hs3):
     # A browser-form POST is not authenticated until its fields are read: a byte every
     # half second (each read within --io-timeout 2) must not hold the connection for more
