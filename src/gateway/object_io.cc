@@ -270,7 +270,9 @@ namespace {
 struct FastReads {
   std::mutex mu;
   std::vector<Status> results;  // per data fragment touched
-  std::vector<bool> done;
+  // 1 once its read ended. Bytes, not std::vector<bool>: the event loop sets some while
+  // workers set others, and bits of one word would race.
+  std::vector<uint8_t> done;
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
 };
@@ -307,7 +309,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   const int j1 = static_cast<int>((first + length - 1) / fl);
   r->reads = std::make_shared<FastReads>();
   r->reads->results.resize(j1 - j0 + 1);
-  r->reads->done.resize(j1 - j0 + 1, false);
+  r->reads->done.resize(j1 - j0 + 1, 0);
   r->reads->out = r->out;
   for (int j = j0; j <= j1; ++j) {
     uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
@@ -318,13 +320,13 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       // Its server does not answer: decode from parity at once rather than wait for a
       // connection to time out.
       r->reads->results[j - j0] = unreachable(drive);
-      r->reads->done[j - j0] = true;
+      r->reads->done[j - j0] = 1;
       continue;
     }
     const uint64_t off = lo - uint64_t(j) * fl, n = hi - lo;
     if (dp.chunks().readIfCached(drive, blobOf(s, j), off, {dst, n})) {
       // In memory and verified, here on the event loop: no hop to a worker and back.
-      r->reads->done[j - j0] = true;
+      r->reads->done[j - j0] = 1;
       continue;
     }
     r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j), off,
@@ -332,7 +334,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       Status st = dp.chunks().read(drive, id, off, {dst, n});
       std::lock_guard lock(reads->mu);
       reads->results[idx] = std::move(st);
-      reads->done[idx] = true;
+      reads->done[idx] = 1;
       return Status::ok();
     });
   }
