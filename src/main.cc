@@ -826,6 +826,8 @@ int rebuildIndexCommand(int argc, char** argv) {
                         {"objects_checked", stats->objects_checked},
                         {"objects_relocated", stats->objects_relocated},
                         {"objects_dropped", stats->objects_dropped},
+                        {"uploads_checked", stats->uploads_checked},
+                        {"uploads_aborted", stats->uploads_aborted},
                         {"objects_rebuilt", stats->objects_rebuilt},
                         {"versions_superseded", stats->versions_superseded},
                         {"versions_stale", stats->versions_stale},

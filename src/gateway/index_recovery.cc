@@ -632,8 +632,62 @@ class Rebuilder {
         if (!page->truncated) break;
         req.start_after = page->next_start_after;
       }
+      GRANARY_RETURN_IF_ERROR(checkUploads(bucket.name));
     }
     return Status::ok();
+  }
+
+  // Every upload in progress of `bucket`: one whose part lost a stripe (a part replaced
+  // after the checkpoint: the restored row names the replaced blobs, which GC took) is
+  // aborted, so that a Complete answers NoSuchUpload rather than 200 for an object that
+  // cannot be read.
+  Status checkUploads(const std::string& bucket) {
+    index_kv::ListUploadsRequest req;
+    for (;;) {
+      auto page = index_.listUploads(bucket, req);
+      if (!page) return page.error();
+      for (const auto& up : page->uploads) checkUpload(bucket, up);
+      if (!page->truncated || page->uploads.empty()) break;
+      req.key_marker = page->uploads.back().key;
+      req.upload_id_marker = page->uploads.back().upload_id;
+    }
+    return Status::ok();
+  }
+
+  void checkUpload(const std::string& bucket, const index_kv::MultipartUpload& up) {
+    ++stats_.uploads_checked;
+    bool lost = false;
+    uint32_t after = 0;
+    for (;;) {
+      auto parts = index_.listParts(bucket, up.key, up.upload_id, after, kListPage);
+      if (!parts) {
+        if (!parts.error().isNotFound()) ++stats_.errors;
+        return;
+      }
+      for (const auto& part : *parts) {
+        const int k = part.ec.k > 0 ? part.ec.k : map_.ec.k;
+        for (const auto& stripe : part.stripes) {
+          int present = 0;
+          for (size_t j = 0; j < stripe.drives.size(); ++j) {
+            const auto* copies = find(
+                BlobId{stripe.blob_version, stripe.blob_stripe, static_cast<uint16_t>(j)});
+            if (copies && copies->length == stripe.fragment_len) ++present;
+          }
+          lost = lost || present < k;
+        }
+      }
+      if (parts->size() < kListPage) break;
+      after = parts->back().part_number;
+    }
+    if (!lost) return;
+    Status st = index_.abortUpload(bucket, up.key, up.upload_id);
+    if (st.isOk() || st.isNotFound()) {
+      ++stats_.uploads_aborted;
+      log::warn("rebuild: upload {} of {}/{} has a part that lost a stripe (replaced after "
+                "the checkpoint?): aborted", up.upload_id, bucket, up.key);
+    } else {
+      ++stats_.errors;
+    }
   }
 
   void checkObject(const std::string& bucket, const std::string& key) {

@@ -321,6 +321,65 @@ TEST_CASE("Restore stops, not falls back, when a drive does not serve the newest
   CHECK(f.openAt(dir)->getObject("bucket", "b").has_value());
 }
 
+TEST_CASE("rebuildIndex aborts an upload whose restored part names blobs GC took") {
+  // Part 1 was uploaded again after the checkpoint (a retry) and GC removed the first
+  // copy's blobs: the restored part row names them, and a Complete would answer 200 for
+  // an object that cannot be read.
+  RecoveryFixture f;
+  auto upload = [&f](const std::string& key) {
+    index_kv::MultipartUpload u;
+    u.upload_id = VersionId::generate(f.cluster.clock, f.random).toHex();
+    u.bucket = "bucket";
+    u.key = key;
+    u.owner = "root";
+    u.initiated_unix_nanos = f.cluster.clock.nowUnixNanos();
+    REQUIRE(f.index.createUpload(u, 0).isOk());
+    return u;
+  };
+  auto putPart = [&f](const index_kv::MultipartUpload& u, const std::string& data) {
+    index_kv::Manifest w = f.write("bucket", u.key, data, /*part=*/true);
+    index_kv::PartInfo p;
+    p.part_number = 1;
+    p.size = data.size();
+    p.etag = w.etag;
+    p.version = w.version;
+    p.drives = w.drives;
+    p.stripes = w.stripes;
+    p.ec = w.ec;
+    REQUIRE(f.index.putPart("bucket", u.key, u.upload_id, p).has_value());
+    return p;
+  };
+  const std::string data = randomString(2 * kStripe, 40);
+  auto replaced = upload("replaced");
+  const index_kv::PartInfo first = putPart(replaced, data);
+  auto intact = upload("intact");
+  putPart(intact, data);
+  auto made = f.checkpointer().runOnce();
+  REQUIRE(made.has_value());
+  putPart(replaced, data);  // the retry: first's blobs go on the GC queue
+  f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, {});
+  REQUIRE(reclaimer.collectGarbage().has_value());
+  for (const auto& [drive, id] : f.cluster.allBlobs()) {
+    REQUIRE(id.version != first.version);  // GC took them
+  }
+
+  const std::string dir = f.cluster.dir.path() + "/rebuilt";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
+  auto idx = f.openAt(dir, kRebuilding);
+  REQUIRE(idx->listParts("bucket", "replaced", replaced.upload_id, 0, 10)->at(0).version ==
+          first.version);
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map,
+                            RebuildOptions{"rootkey", restored->created_unix_nanos});
+  REQUIRE(stats.has_value());
+  CHECK(stats->uploads_checked == 2);
+  CHECK(stats->uploads_aborted == 1);
+  CHECK(stats->errors == 0);
+  CHECK(idx->getUpload("bucket", "replaced", replaced.upload_id).error().isNotFound());
+  CHECK(idx->getUpload("bucket", "intact", intact.upload_id).has_value());
+}
+
 TEST_CASE("Checkpoints are listed newest first, and any one of them can be restored") {
   RecoveryFixture f;
   auto [older, newer] = f.olderAndNewerCheckpoints();
