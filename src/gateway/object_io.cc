@@ -275,6 +275,9 @@ struct FastReads {
   std::vector<uint8_t> done;
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
+  // Their charge to the buffer budget, given back with them: reads a hedge left behind on
+  // a stalled drive keep counting until they end.
+  BufferBudget::Lease lease;
 };
 
 struct StripeRead {
@@ -283,6 +286,7 @@ struct StripeRead {
   uint64_t length = 0;
   std::shared_ptr<AlignedBytes> out;  // the stripe slice's bytes once read
   std::shared_ptr<FastReads> reads;
+  BufferBudget::Lease hedge_lease;  // the hedged decode's own slice buffer
   std::unique_ptr<TaskGroup> group;
 };
 
@@ -446,14 +450,19 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
       failed[j0 + i] = r.reads->done[i] && !r.reads->results[i].isOk();
     }
   }
+  // A second slice buffer, charged: with the budget spent, the fast reads are waited for.
+  BufferBudget::Lease extra = dp.budget().tryAcquire(r.length);
+  if (!extra.held()) co_return std::nullopt;
   dp.counters().hedged_stripes.Increment();
   auto fast = r.out;
   r.out = std::make_shared<AlignedBytes>(r.length);
+  r.hedge_lease = std::move(extra);
   Status st = co_await decodeStripe(dp, m, r, slow, failed);
   if (st.isOk()) co_return st;
   log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",
             r.layout->blob_stripe, m.version.toHex(), st.toString());
   r.out = std::move(fast);
+  r.hedge_lease.reset();
   co_return std::nullopt;  // the caller waits for the fast reads
 }
 
@@ -594,7 +603,6 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
   // started only when the budget has room for it now (buffer_budget.h, "Deadlock rule").
   const bool send_files = dp.sendfile() && sink.sendsFiles();
   std::unique_ptr<StripeRead> next;
-  BufferBudget::Lease next_lease;
   for (size_t i = 0; i < slices.size(); ++i) {
     Slice sl = slices[i];
     if (!next && send_files) {
@@ -609,17 +617,19 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       // Initialised from the co_await, then moved: no temporary of a co_await expression
       // with a destructor (the g++ 12 note in task_group.h).
       BufferBudget::Lease got = co_await dp.budget().acquire(sl.length);
-      next_lease = std::move(got);
       next = startStripeRead(dp, manifest, *sl.s, sl.first, sl.length, ex);
+      next->reads->lease = std::move(got);
     }
-    BufferBudget::Lease lease = std::move(next_lease);
     std::unique_ptr<StripeRead> cur = std::move(next);
     Status st = co_await finishStripeRead(dp, manifest, *cur);
     if (!st.isOk()) co_return st;
     if (i + 1 < slices.size()) {
       const auto& n = slices[i + 1];
-      next_lease = dp.budget().tryAcquire(n.length);
-      if (next_lease.held()) next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+      BufferBudget::Lease ahead = dp.budget().tryAcquire(n.length);
+      if (ahead.held()) {
+        next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
+        next->reads->lease = std::move(ahead);
+      }
     }
     st = co_await sink.write(cur->out->span());
     if (!st.isOk()) {

@@ -385,6 +385,27 @@ TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other 
   CHECK(f.counters.fragment_errors.Value() == 0);  // slow is not failed
 }
 
+TEST_CASE("A hedged stripe's slow reads keep their buffer charged to the budget until they end") {
+  // The read moves on without them; their buffer lives on until they end (up to the chunk
+  // client's timeout on a stalled drive): uncharged, a stalled drive let memory grow past
+  // the budget by a slice per hedged stripe.
+  DataPathFixture f;
+  f.dp.setHedgeAfter(std::chrono::milliseconds(50));
+  std::string data = randomString(kStripe, 25);
+  index_kv::Manifest m = f.write(data);
+  f.cluster.chunks->delayReads(f.driveOf(m, 0, 1), std::chrono::milliseconds(1500));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  REQUIRE(f.counters.hedged.Value() == 1);
+  CHECK(f.dp.budget().stats().used >= data.size());  // the slow read is still out
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.dp.budget().stats().used > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(f.dp.budget().stats().used == 0);  // and given back once it ended
+}
+
 TEST_CASE("A hedged stripe that cannot be decoded waits for its slow data fragment") {
   DataPathFixture f;
   f.dp.setHedgeAfter(std::chrono::milliseconds(50));
