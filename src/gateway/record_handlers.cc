@@ -275,6 +275,8 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     std::optional<S3Result<std::string>> body;  // verified stored bytes; nullopt: slow path
   };
   std::vector<Fetched> window;
+  // The window's stored bytes, charged to the buffer budget as a GET stream's are.
+  BufferBudget::Lease window_lease;
   auto windowEnd = [&](size_t begin) {
     size_t end = begin;
     uint64_t bytes = 0;
@@ -288,6 +290,15 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   };
   auto fetchWindow = [&](size_t begin, size_t end) -> Task<void> {
     window.assign(end - begin, Fetched{});
+    window_lease.reset();  // the last window's, before waiting for this one's
+    uint64_t bytes = 0;
+    for (size_t i = begin; i < end; ++i) {
+      if (!found[i] || !found[i]->has_value()) continue;
+      const uint64_t len = (*found[i])->row.length;
+      if (len <= kMaxRecordBytes) bytes += len;  // larger ones are refused, not read
+    }
+    BufferBudget::Lease got = co_await ctx.data.budget().acquire(bytes);
+    window_lease = std::move(got);
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     TaskGroup group(ctx.pool(), ex);
     for (size_t i = begin; i < end; ++i) {

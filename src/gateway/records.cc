@@ -299,8 +299,17 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   RecordData out;
   out.location = loc;
   out.format = m.records.format;
+  // The record's bytes, and inflated ones, are charged to the buffer budget as a GET
+  // stream's stripes are (a read waits for room at most the budget's patience, then goes
+  // over): dozens of 64 MiB records read at once must not run the server out of memory.
+  BufferBudget::Lease stored = co_await ctx.data.budget().acquire(row.length);
   auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length);
   if (!read) co_return std::unexpected(fromStatus(read.error()));
+  BufferBudget::Lease inflated;
+  if (out.format == "warc.gz" && !raw) {
+    BufferBudget::Lease got = co_await ctx.data.budget().acquire(inflatedBound(*read));
+    inflated = std::move(got);
+  }
   auto body = co_await offload(ctx.pool(), [&] {
     return recordBody(bucket, row, out.format, std::move(*read), raw);
   });
@@ -321,6 +330,16 @@ S3Result<std::string> recordBody(const std::string& bucket, const index_kv::Reco
   }
   if (format != "warc.gz" || raw) return bytes;
   return inflateRecord(bytes);
+}
+
+uint64_t inflatedBound(std::string_view member) {
+  if (member.size() < 4) return 0;
+  // A gzip member ends with ISIZE, the inflated size mod 2^32 (little-endian); the
+  // inflation sizes its output from it, up to kMaxInflated.
+  const auto* tail = reinterpret_cast<const uint8_t*>(member.data() + member.size() - 4);
+  const uint64_t isize = uint64_t{tail[0]} | uint64_t{tail[1]} << 8 |
+                         uint64_t{tail[2]} << 16 | uint64_t{tail[3]} << 24;
+  return std::min<uint64_t>(isize, kMaxInflated);
 }
 
 S3Result<std::string> inflateRecord(std::string_view member) {

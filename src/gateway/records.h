@@ -142,6 +142,8 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
 S3Result<std::string> recordBody(const std::string& bucket, const index_kv::RecordRow& row,
                                  const std::string& format, std::string bytes, bool raw);
 
+// What inflating warc.gz member `member` may allocate: its ISIZE, at most kMaxRecordBytes.
+uint64_t inflatedBound(std::string_view member);
 // Blocking: a verified warc.gz member, inflated (at most kMaxRecordBytes).
 S3Result<std::string> inflateRecord(std::string_view member);
 // Writes a body in 1 MiB pieces, so a slow client's deadline applies per piece.

@@ -2480,6 +2480,26 @@ TEST_CASE("A root copy into a missing bucket is NoSuchBucket before any byte is 
   CHECK(r.code == "NoSuchBucket");
 }
 
+TEST_CASE("A record read charges its bytes to the buffer budget") {
+  // Up to 64 MiB a record (and as much again inflated) were held outside the budget: many
+  // record GETs at once could run the server out of memory.
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("shard.tar", tarOf(20), {{"x-granary-index", "tar"}}).status == 200);
+  f.restartWithProfile({4, 2});  // a fresh budget: its peak is the record GET's alone
+  Reply r = f.get("/bucket?record&key=m0");
+  REQUIRE(r.status == 200);
+  CHECK(r.body == std::string(1600, 'x'));
+  // The record's 1,600 bytes, held while the stripe buffer they are read through is too.
+  CHECK(f.ctx->data.budget().stats().peak >= 2 * 1600);
+  CHECK(f.ctx->data.budget().stats().used == 0);
+  // The batch GET charges its window of records the same way.
+  const std::string batch = R"({"records": ["m0", "m1"]})";
+  Reply b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  CHECK(b.status == 200);
+  CHECK(f.ctx->data.budget().stats().used == 0);
+}
+
 TEST_CASE("A PUT whose indexing outlasts the PUT deadline is not committed") {
   // The deadline is checked again just before the commit: the record rows are written
   // at finish(), after the body (and its own deadline check) ended.
