@@ -300,21 +300,19 @@ struct IndexCheckpointer::Impl {
       return fail(Status::unavailable("checkpoint: no drive took a complete copy"));
     }
     if (info.copies < static_cast<size_t>(map.ec.m) + 1) {
-      // Short of copies (drives down): the older checkpoints, better kept, stay until one
-      // made whole prunes them; with --checkpoint-keep 1 this one alone would be left.
-      log::warn("checkpoint {}: only {} copies (want {}); older checkpoints are kept",
+      log::warn("checkpoint {}: only {} copies (want {}); the older whole ones are kept",
                 info.id.toHex(), info.copies, map.ec.m + 1);
-      return info;
     }
     info.removed = prune(info.id);
     return info;
   }
 
-  // Keeps the newest `keep` complete checkpoints, any checkpoint newer than `made`
-  // (another index's, in progress), and every complete one made before this index was
-  // (an index that replaced a lost one must not prune the checkpoints that could restore
-  // it); removes every other checkpoint blob (older ones and failed attempts). Returns the
-  // blobs removed.
+  // Keeps `made`, the newest `keep` whole complete checkpoints (a catalog on m + 1 drives;
+  // `made` counts if it is whole), any checkpoint newer than `made` (another index's, in
+  // progress), and every complete one made before this index was (an index that replaced
+  // a lost one must not prune the checkpoints that could restore it); removes every other
+  // checkpoint blob (older ones, thin ones, failed attempts). A thin `made` (drives down)
+  // so prunes no whole one, and thin ones do not pile up. Returns the blobs removed.
   size_t prune(const VersionId& made) {
     auto index_created = index.createdUnixNanos();
     if (!index_created) {
@@ -322,17 +320,21 @@ struct IndexCheckpointer::Impl {
       return 0;
     }
     SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
-    std::set<VersionId, std::greater<>> complete;
+    std::map<VersionId, size_t, std::greater<>> complete;  // catalog copies
     for (const auto& [id, where] : blobs) {
-      if (id.stripe == 0 && id.fragment == 0) complete.insert(id.version);
+      if (id.stripe == 0 && id.fragment == 0) complete[id.version] = where.size();
     }
+    auto whole = [this, &complete](const VersionId& v) {
+      auto it = complete.find(v);
+      return it != complete.end() && it->second >= static_cast<size_t>(map.ec.m) + 1;
+    };
     std::set<VersionId> kept = {made};  // even if the clock stepped back
-    size_t newest = 1;
-    for (const auto& v : complete) {
+    size_t newest = whole(made) ? 1 : 0;
+    for (const auto& [v, copies] : complete) {
       if (kept.contains(v)) continue;
       if (checkpointTime(v) < *index_created) {
         kept.insert(v);
-      } else if (newest < std::max<size_t>(options.keep, 1)) {
+      } else if (whole(v) && newest < std::max<size_t>(options.keep, 1)) {
         kept.insert(v);
         ++newest;
       }
@@ -431,7 +433,9 @@ Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemB
   for (size_t f = 0; f < catalog->files.size(); ++f) {
     const auto& file = catalog->files[f];
     std::ofstream out(dir / file.name, std::ios::binary | std::ios::trunc);
-    if (!out) return fail(Status::ioError("cannot create " + (dir / file.name).string()));
+    // Local failures are kInternal, not kIoError: unreadable() would take them for the
+    // checkpoint's bytes gone and restore an older one (a full disk fits a smaller one).
+    if (!out) return fail(Status::internal("cannot create " + (dir / file.name).string()));
     uint64_t size = 0;
     uint32_t crc = 0;
     for (uint32_t p = 0; p < file.pieces; ++p) {
@@ -446,7 +450,7 @@ Result<CheckpointInfo> restoreOne(chunkstore::ChunkClient& chunks, const SystemB
                 static_cast<std::streamsize>(bytes->size()));
     }
     out.flush();
-    if (!out) return fail(Status::ioError("writing " + (dir / file.name).string()));
+    if (!out) return fail(Status::internal("writing " + (dir / file.name).string()));
     if (size != file.size || crc != file.crc32c) {
       return fail(Status::corruption(fmt::format("checkpoint file {}: {} bytes, CRC32C {:08x}; "
                                                  "the catalog says {} bytes, {:08x}",

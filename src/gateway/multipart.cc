@@ -120,29 +120,47 @@ S3Response completedAnswer(const S3Request& req, const index_kv::Manifest& m) {
 
 // The EC profile the parts' stripes were written with, which the object takes. Each part
 // has the profile of the gateway that wrote it: an upload that spans a change of the map's
-// profile (or a rolling update of it) can hold parts of two, and one object has one.
-// A part stored before parts recorded their profile is taken to have this gateway's.
+// profile (or a rolling update of it) can hold parts of two, and one object has one. A
+// part stored by a release before parts recorded their profile is taken to have this
+// gateway's, unless that cannot be (its stripes name another number of fragments) or
+// another part recorded another profile (the map changed during the upload: which one
+// the old part has is unknown). InvalidPart names a part to upload again.
 S3Result<ec::EcProfile> partsProfile(GatewayContext& ctx,
                                      const std::vector<const index_kv::PartInfo*>& parts) {
   const ec::EcProfile ours = ctx.data.code().profile();
   auto profileOf = [&](const index_kv::PartInfo* p) { return p->ec.k > 0 ? p->ec : ours; };
+  auto again = [&](const index_kv::PartInfo* p, std::string_view why) {
+    return s3fail(S3ErrorCode::kInvalidPart,
+                  fmt::format("Part {} {}: the cluster's erasure code changed during the "
+                              "upload. Upload part {} again.",
+                              p->part_number, why, p->part_number));
+  };
   std::optional<ec::EcProfile> found;
   bool mixed = false;
+  const index_kv::PartInfo* unprofiled = nullptr;
   for (const index_kv::PartInfo* part : parts) {
     if (part->stripes.empty()) continue;  // an empty part: no bytes, no code
+    if (part->ec.k == 0) {
+      if (part->stripes.front().drives.size() != static_cast<size_t>(ours.total())) {
+        return again(part, "was stored by an older release with another erasure code");
+      }
+      if (!unprofiled) unprofiled = part;
+    }
     if (!found) found = profileOf(part);
     mixed = mixed || profileOf(part) != *found;
   }
   if (!mixed) return found.value_or(ours);
+  if (unprofiled) {
+    return again(unprofiled, "was stored by an older release, which kept no record of its "
+                             "erasure code");
+  }
   // Two profiles, so at least one part is not this gateway's: name the first such.
   for (const index_kv::PartInfo* part : parts) {
     const ec::EcProfile p = profileOf(part);
     if (part->stripes.empty() || p == ours) continue;
-    return s3fail(S3ErrorCode::kInvalidPart,
-                  fmt::format("Part {} was stored with erasure code {}+{} and other parts with "
-                              "{}+{}: the cluster's erasure code changed during the upload. "
-                              "Upload part {} again.",
-                              part->part_number, p.k, p.m, ours.k, ours.m, part->part_number));
+    return again(part, fmt::format("was stored with erasure code {}+{} and other parts with "
+                                   "{}+{}",
+                                   p.k, p.m, ours.k, ours.m));
   }
   return ours;  // not reached: `mixed` means some part's profile is not ours
 }

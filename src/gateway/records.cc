@@ -299,17 +299,17 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   RecordData out;
   out.location = loc;
   out.format = m.records.format;
-  // The record's bytes, and inflated ones, are charged to the buffer budget as a GET
-  // stream's stripes are (a read waits for room at most the budget's patience, then goes
-  // over): dozens of 64 MiB records read at once must not run the server out of memory.
-  BufferBudget::Lease stored = co_await ctx.data.budget().acquire(row.length);
   auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length);
   if (!read) co_return std::unexpected(fromStatus(read.error()));
-  BufferBudget::Lease inflated;
-  if (out.format == "warc.gz" && !raw) {
-    BufferBudget::Lease got = co_await ctx.data.budget().acquire(inflatedBound(*read));
-    inflated = std::move(got);
-  }
+  // The record's bytes, and inflated ones, are charged to the buffer budget as a GET
+  // stream's stripes are (a read waits for room at most the budget's patience, then goes
+  // over), until the body is sent: dozens of 64 MiB records read at once must not run the
+  // server out of memory. Taken after the read, holding nothing (its stripe buffers are
+  // charged while it runs).
+  const bool inflate = out.format == "warc.gz" && !raw;
+  BufferBudget::Lease got =
+      co_await ctx.data.budget().acquire(row.length + (inflate ? inflatedBound(*read) : 0));
+  out.charge = std::move(got);
   auto body = co_await offload(ctx.pool(), [&] {
     return recordBody(bucket, row, out.format, std::move(*read), raw);
   });

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "buffer_budget.h"
 #include "granary/index_kv/container_parser.h"
 #include "granary/index_kv/index.h"
 #include "handlers.h"
@@ -104,6 +105,9 @@ struct RecordData {
   index_kv::RecordLocation location;
   std::string format;  // the container's records.format
   std::string body;    // the unit's bytes; inflated for warc.gz unless raw
+  // The body's charge to the buffer budget (its stored bytes, and inflated ones): held
+  // until the body is sent.
+  BufferBudget::Lease charge;
 };
 
 struct RecordSelector {

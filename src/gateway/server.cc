@@ -360,12 +360,17 @@ class BeastBodySink final : public BodySink {
     // No byte sent for `timeout_` ends the range, as for write(): one timer, armed at the
     // first full buffer and moved on by each byte sent since, cancels the wait in
     // progress at the deadline. Its handler may run after a wait ended (both ready in one
-    // poll), even after this response: `waiting` tells it to leave the socket alone then;
-    // a handler whose wait a move cancelled does nothing.
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // poll), even after this response or after bytes moved the deadline on: it leaves the
+    // socket alone unless a wait is in progress and the deadline (as it is now) passed.
+    struct Waiting {
+      bool now = false;
+      std::chrono::steady_clock::time_point deadline;
+    };
+    auto waiting = std::make_shared<Waiting>();
+    waiting->deadline = std::chrono::steady_clock::now() + timeout_;
+    auto& deadline = waiting->deadline;
     auto armed = deadline;
     std::optional<asio::steady_timer> timer;
-    auto waiting = std::make_shared<bool>(false);
     auto at = static_cast<off_t>(offset);
     const auto end = static_cast<off_t>(offset + length);
     while (at < end) {
@@ -387,14 +392,17 @@ class BeastBodySink final : public BodySink {
         timer->expires_at(deadline);
         armed = deadline;
         timer->async_wait([&socket, waiting](beast::error_code timer_ec) {
-          if (!timer_ec && *waiting) socket.cancel();
+          if (!timer_ec && waiting->now &&
+              std::chrono::steady_clock::now() >= waiting->deadline) {
+            socket.cancel();
+          }
         });
       }
       if (std::chrono::steady_clock::now() >= deadline) ec = asio::error::operation_aborted;
       if (!ec) {
-        *waiting = true;
+        waiting->now = true;
         co_await socket.async_wait(tcp::socket::wait_write, kRedirect(ec));
-        *waiting = false;
+        waiting->now = false;
       }
       if (ec == asio::error::operation_aborted) {
         co_return Status::timeout("write body: the client stopped reading");

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <latch>
 #include <optional>
 #include <string>
@@ -91,9 +92,11 @@ class RecordingSink final : public BodySink {
     co_return Status::ok();
   }
   Task<Status> write(std::span<const uint8_t> data) override {
+    if (on_write) on_write();
     body.append(reinterpret_cast<const char*>(data.data()), data.size());
     co_return Status::ok();
   }
+  std::function<void()> on_write;  // called as each piece of the body is written
   S3Response head;
   uint64_t content_length = 0;
   int heads = 0;
@@ -209,6 +212,7 @@ struct GatewayFixture {
 
   Reply send(S3Request& req, BodySource& body) {
     RecordingSink sink(sinks_hold_heads);
+    sink.on_write = on_body_write;
     Reply r;
     S3Response res = runTask(io, handleRequest(*ctx, req, body, sink, r.op));
     r.close = res.close;
@@ -270,6 +274,7 @@ struct GatewayFixture {
   std::unique_ptr<index_kv::Index> wrapped_index;
   std::unique_ptr<GatewayContext> ctx;
   bool sinks_hold_heads = true;  // RecordingSink's: false sends every head at once
+  std::function<void()> on_body_write;  // RecordingSink's on_write
   asio::io_context io;
 };
 
@@ -1797,6 +1802,42 @@ TEST_CASE("Multipart: parts of two EC profiles are InvalidPart until the odd one
   CHECK(got.body == data[0] + data[1]);
 }
 
+TEST_CASE("Multipart: a part stored before parts recorded their EC profile") {
+  // Taken for the completing gateway's profile (as before), unless another part recorded
+  // another: which one the old part has is then unknown.
+  GatewayFixture f;
+  const std::string id = startUpload(f);
+  const std::vector<std::string> data = {randomString((5u << 20) + 100, 45),
+                                         randomString(50000, 46)};
+  auto etags = uploadParts(f, id, data);  // 4+2
+  // Part 1 as an older release stored it: no profile.
+  auto stored = f.cluster.index().listParts("bucket", "mp", id, 0, 10);
+  REQUIRE(stored.has_value());
+  index_kv::PartInfo old = stored->at(0);
+  old.ec = ec::EcProfile{0, 0};
+  REQUIRE(f.cluster.index().putPart("bucket", "mp", id, old).has_value());
+  f.restartWithProfile({3, 3});
+  Reply mixed = completeParts(f, id, etags);
+  CHECK(mixed.code == "InvalidPart");
+  CHECK(xmlField(mixed.body, "Message").find("Part 1 was stored by an older release") !=
+        std::string::npos);
+  etags[0] = uploadParts(f, id, {data[0]})[0];  // now 3+3: part 2 (4+2) is the odd one
+  CHECK(xmlField(completeParts(f, id, etags).body, "Message")
+            .find("Part 2 was stored with erasure code 4+2") != std::string::npos);
+  // Back on 4+2 with only old parts, the object completes with this gateway's profile.
+  f.restartWithProfile({4, 2});
+  etags = uploadParts(f, id, data);
+  auto parts = f.cluster.index().listParts("bucket", "mp", id, 0, 10);
+  REQUIRE(parts.has_value());
+  for (auto& part : *parts) {
+    part.ec = ec::EcProfile{0, 0};
+    REQUIRE(f.cluster.index().putPart("bucket", "mp", id, part).has_value());
+  }
+  REQUIRE(completeParts(f, id, etags).status == 200);
+  CHECK(f.cluster.index().getObject("bucket", "mp")->ec == ec::EcProfile{4, 2});
+  CHECK(f.get("/bucket/mp").body == data[0] + data[1]);
+}
+
 TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges cross parts") {
   GatewayFixture f;
   f.createBucket();
@@ -2486,12 +2527,15 @@ TEST_CASE("A record read charges its bytes to the buffer budget") {
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("shard.tar", tarOf(20), {{"x-granary-index", "tar"}}).status == 200);
-  f.restartWithProfile({4, 2});  // a fresh budget: its peak is the record GET's alone
+  uint64_t charged_while_sending = 0;
+  f.on_body_write = [&f, &charged_while_sending] {
+    charged_while_sending =
+        std::max(charged_while_sending, f.ctx->data.budget().stats().used);
+  };
   Reply r = f.get("/bucket?record&key=m0");
   REQUIRE(r.status == 200);
   CHECK(r.body == std::string(1600, 'x'));
-  // The record's 1,600 bytes, held while the stripe buffer they are read through is too.
-  CHECK(f.ctx->data.budget().stats().peak >= 2 * 1600);
+  CHECK(charged_while_sending >= 1600);  // the record's bytes, until they are sent
   CHECK(f.ctx->data.budget().stats().used == 0);
   // The batch GET charges its window of records the same way.
   const std::string batch = R"({"records": ["m0", "m1"]})";

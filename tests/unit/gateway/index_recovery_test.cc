@@ -212,9 +212,10 @@ TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves che
   CHECK(restored->id == made[3]);
 }
 
-TEST_CASE("A checkpoint short of m + 1 copies prunes none of the older ones") {
+TEST_CASE("A checkpoint short of m + 1 copies prunes no whole one, and thin ones do not pile up") {
   // With --checkpoint-keep 1, one that landed on a single drive would otherwise leave
-  // that drive holding the only checkpoint.
+  // that drive holding the only checkpoint; and while drives stay down, each interval's
+  // thin checkpoint must not add to the last one's.
   RecoveryFixture f;
   f.put(f.index, "a", randomString(kStripe, 2));
   auto cp = f.checkpointer(/*keep=*/1);
@@ -238,6 +239,10 @@ TEST_CASE("A checkpoint short of m + 1 copies prunes none of the older ones") {
     return present;
   };
   CHECK(versions() == std::set<VersionId>{whole->id, thin->id});
+  f.cluster.clock.advance(1'000'000'000);
+  auto thinner = cp.runOnce();
+  REQUIRE(thinner.has_value());
+  CHECK(versions() == std::set<VersionId>{whole->id, thinner->id});
   f.cluster.chunks->clearFaults();
   f.cluster.clock.advance(1'000'000'000);
   auto next = cp.runOnce();
