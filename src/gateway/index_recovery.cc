@@ -613,6 +613,18 @@ class Rebuilder {
     return Status::ok();
   }
 
+  // The fragments of `stripe` on the drives, whole (of the stripe's fragment length).
+  const FragmentCopies* fragment(const index_kv::StripeLayout& stripe, size_t j) const {
+    const auto* copies =
+        find(BlobId{stripe.blob_version, stripe.blob_stripe, static_cast<uint16_t>(j)});
+    return copies && copies->length == stripe.fragment_len ? copies : nullptr;
+  }
+  int present(const index_kv::StripeLayout& stripe) const {
+    int n = 0;
+    for (size_t j = 0; j < stripe.drives.size(); ++j) n += fragment(stripe, j) != nullptr;
+    return n;
+  }
+
   const FragmentCopies* find(const BlobId& id) const {
     auto v = versions_.find(id.version);
     if (v == versions_.end()) return nullptr;
@@ -670,15 +682,7 @@ class Rebuilder {
       }
       for (const auto& part : *parts) {
         const int k = part.ec.k > 0 ? part.ec.k : map_.ec.k;
-        for (const auto& stripe : part.stripes) {
-          int present = 0;
-          for (size_t j = 0; j < stripe.drives.size(); ++j) {
-            const auto* copies = find(
-                BlobId{stripe.blob_version, stripe.blob_stripe, static_cast<uint16_t>(j)});
-            if (copies && copies->length == stripe.fragment_len) ++present;
-          }
-          lost = lost || present < k;
-        }
+        for (const auto& stripe : part.stripes) lost = lost || present(stripe) < k;
       }
       if (parts->size() < kListPage) break;
       after = parts->back().part_number;
@@ -705,12 +709,9 @@ class Rebuilder {
     bool moved = false, lost = false;
     for (auto& stripe : updated.stripes) {
       known_.insert(stripe.blob_version);
-      int present = 0;
       for (size_t j = 0; j < stripe.drives.size(); ++j) {
-        const auto* copies =
-            find(BlobId{stripe.blob_version, stripe.blob_stripe, static_cast<uint16_t>(j)});
-        if (!copies || copies->length != stripe.fragment_len) continue;
-        ++present;
+        const auto* copies = fragment(stripe, j);
+        if (!copies) continue;
         const std::string& recorded = updated.drives[stripe.drives[j]];
         if (std::find(copies->drives.begin(), copies->drives.end(), recorded) !=
             copies->drives.end()) {
@@ -719,7 +720,7 @@ class Rebuilder {
         stripe.drives[j] = driveIndex(updated, copies->drives.front());
         moved = true;
       }
-      if (present < updated.ec.k) lost = true;
+      if (present(stripe) < updated.ec.k) lost = true;
     }
     if (lost) {
       auto st = index_.deleteObject(bucket, key, index_kv::Precondition::mustMatch(m->version));

@@ -135,9 +135,8 @@ S3Result<ec::EcProfile> partsProfile(GatewayContext& ctx,
                               "upload. Upload part {} again.",
                               p->part_number, why, p->part_number));
   };
-  std::optional<ec::EcProfile> found;
-  bool mixed = false;
   const index_kv::PartInfo* unprofiled = nullptr;
+  const index_kv::PartInfo* other = nullptr;  // the first with a profile not ours
   for (const index_kv::PartInfo* part : parts) {
     if (part->stripes.empty()) continue;  // an empty part: no bytes, no code
     if (part->ec.k == 0) {
@@ -145,24 +144,23 @@ S3Result<ec::EcProfile> partsProfile(GatewayContext& ctx,
         return again(part, "was stored by an older release with another erasure code");
       }
       if (!unprofiled) unprofiled = part;
+    } else if (part->ec != ours && !other) {
+      other = part;
     }
-    if (!found) found = profileOf(part);
-    mixed = mixed || profileOf(part) != *found;
   }
-  if (!mixed) return found.value_or(ours);
+  if (!other) return ours;
+  // Parts of two profiles (an old part counts as ours) unless all are `other`'s.
+  const bool mixed = std::any_of(parts.begin(), parts.end(), [&](const index_kv::PartInfo* p) {
+    return !p->stripes.empty() && profileOf(p) != other->ec;
+  });
+  if (!mixed) return other->ec;
   if (unprofiled) {
     return again(unprofiled, "was stored by an older release, which kept no record of its "
                              "erasure code");
   }
-  // Two profiles, so at least one part is not this gateway's: name the first such.
-  for (const index_kv::PartInfo* part : parts) {
-    const ec::EcProfile p = profileOf(part);
-    if (part->stripes.empty() || p == ours) continue;
-    return again(part, fmt::format("was stored with erasure code {}+{} and other parts with "
-                                   "{}+{}",
-                                   p.k, p.m, ours.k, ours.m));
-  }
-  return ours;  // not reached: `mixed` means some part's profile is not ours
+  return again(other, fmt::format("was stored with erasure code {}+{} and other parts with "
+                                  "{}+{}",
+                                  other->ec.k, other->ec.m, ours.k, ours.m));
 }
 
 // The manifest of the completed object: `parts` in order, stripes referenced in place.

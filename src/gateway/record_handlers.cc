@@ -277,26 +277,23 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   std::vector<Fetched> window;
   // The window's stored bytes, charged to the buffer budget as a GET stream's are.
   BufferBudget::Lease window_lease;
+  // The window from `begin`: its end, and the stored bytes it reads (records over
+  // kMaxRecordBytes are refused, not read).
   auto windowEnd = [&](size_t begin) {
     size_t end = begin;
     uint64_t bytes = 0;
     while (end < wanted.size() && end - begin < kReadWindow) {
-      const uint64_t len = (found[end] && found[end]->has_value()) ? (*found[end])->row.length : 0;
+      uint64_t len = (found[end] && found[end]->has_value()) ? (*found[end])->row.length : 0;
+      if (len > kMaxRecordBytes) len = 0;
       if (end > begin && bytes + len > kWindowBytes) break;
       bytes += len;
       ++end;
     }
-    return end;
+    return std::pair{end, bytes};
   };
-  auto fetchWindow = [&](size_t begin, size_t end) -> Task<void> {
+  auto fetchWindow = [&](size_t begin, size_t end, uint64_t bytes) -> Task<void> {
     window.assign(end - begin, Fetched{});
     window_lease.reset();  // the last window's, before waiting for this one's
-    uint64_t bytes = 0;
-    for (size_t i = begin; i < end; ++i) {
-      if (!found[i] || !found[i]->has_value()) continue;
-      const uint64_t len = (*found[i])->row.length;
-      if (len <= kMaxRecordBytes) bytes += len;  // larger ones are refused, not read
-    }
     BufferBudget::Lease got = co_await ctx.data.budget().acquire(bytes);
     window_lease = std::move(got);
     asio::any_io_executor ex = co_await asio::this_coro::executor;
@@ -354,8 +351,9 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   for (size_t i = 0; i < wanted.size() && st.isOk(); ++i) {
     if (i == end) {
       begin = i;
-      end = windowEnd(begin);
-      co_await fetchWindow(begin, end);
+      uint64_t bytes = 0;
+      std::tie(end, bytes) = windowEnd(begin);
+      co_await fetchWindow(begin, end, bytes);
     }
     auto record = co_await readOne(i, begin);
     Json head = Json::object();

@@ -129,12 +129,8 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
   for (CommitRequest* req : batch) {
     try {
       builder.apply(*req);
-    } catch (const std::exception& e) {  // e.g. bad_alloc: fail this request alone
-      req->status = Status::internal(std::string("index: commit failed: ") + e.what());
-      req->replaced.reset();
-    } catch (...) {
-      req->status = Status::internal("index: commit failed");
-      req->replaced.reset();
+    } catch (...) {  // e.g. bad_alloc: fail this request alone (apply rolled it back)
+      req->status = Status::internal("index: commit failed (an exception)");
     }
   }
   bool written = false;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <latch>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -1761,30 +1762,50 @@ Reply completeParts(GatewayFixture& f, const std::string& id,
   return f.send(makeRequest("POST", "/bucket/mp?uploadId=" + id, {}, sha256Hex(xml)), xml);
 }
 
+// Two parts' bodies: a full-size first part (over the 5 MiB minimum), a short last one.
+std::vector<std::string> twoParts(uint64_t seed) {
+  return {randomString((5u << 20) + 100, seed), randomString(50000, seed + 1)};
+}
+
+// Parts `numbers` of upload `id` as a release before parts recorded their EC profile
+// stored them.
+void forgetProfiles(GatewayFixture& f, const std::string& id, std::set<uint32_t> numbers) {
+  auto parts = f.cluster.index().listParts("bucket", "mp", id, 0, 10);
+  REQUIRE(parts.has_value());
+  for (index_kv::PartInfo& part : *parts) {
+    if (!numbers.contains(part.part_number)) continue;
+    part.ec = ec::EcProfile{0, 0};
+    REQUIRE(f.cluster.index().putPart("bucket", "mp", id, part).has_value());
+  }
+}
+
+// GET of the completed object with d0's reads failing (every stripe decoded from parity).
+void checkDegradedRead(GatewayFixture& f, const std::string& expected) {
+  f.cluster.chunks->failReads("d0", Status::notFound("gone"));
+  Reply got = f.get("/bucket/mp");
+  REQUIRE(got.status == 200);
+  CHECK(got.body == expected);
+}
+
 TEST_CASE("Multipart: the object takes its parts' EC profile, not the completing gateway's") {
   // Parts written 4+2, Complete by a gateway restarted with a 3+3 map (six fragments a
   // stripe either way): stamped 3+3, a degraded read would decode with the wrong matrix.
   GatewayFixture f;
   const std::string id = startUpload(f);
-  const std::vector<std::string> data = {randomString((5u << 20) + 100, 41),
-                                         randomString(50000, 42)};
+  const std::vector<std::string> data = twoParts(41);
   auto etags = uploadParts(f, id, data);
   f.restartWithProfile({3, 3});
   REQUIRE(completeParts(f, id, etags).status == 200);
   auto stored = f.cluster.index().getObject("bucket", "mp");
   REQUIRE(stored.has_value());
   CHECK(stored->ec == ec::EcProfile{4, 2});
-  f.cluster.chunks->failReads("d0", Status::notFound("gone"));  // every stripe degraded
-  Reply got = f.get("/bucket/mp");
-  REQUIRE(got.status == 200);
-  CHECK(got.body == data[0] + data[1]);
+  checkDegradedRead(f, data[0] + data[1]);
 }
 
 TEST_CASE("Multipart: parts of two EC profiles are InvalidPart until the odd one is re-sent") {
   GatewayFixture f;
   const std::string id = startUpload(f);
-  const std::vector<std::string> data = {randomString((5u << 20) + 100, 43),
-                                         randomString(50000, 44)};
+  const std::vector<std::string> data = twoParts(43);
   auto etags = uploadParts(f, id, {data[0]});  // 4+2
   f.restartWithProfile({3, 3});
   etags.push_back(uploadParts(f, id, {data[1]}, 2)[0]);  // 3+3
@@ -1796,10 +1817,7 @@ TEST_CASE("Multipart: parts of two EC profiles are InvalidPart until the odd one
   etags[0] = uploadParts(f, id, {data[0]})[0];  // part 1 again, now 3+3
   REQUIRE(completeParts(f, id, etags).status == 200);
   CHECK(f.cluster.index().getObject("bucket", "mp")->ec == ec::EcProfile{3, 3});
-  f.cluster.chunks->failReads("d0", Status::notFound("gone"));
-  Reply got = f.get("/bucket/mp");
-  REQUIRE(got.status == 200);
-  CHECK(got.body == data[0] + data[1]);
+  checkDegradedRead(f, data[0] + data[1]);
 }
 
 TEST_CASE("Multipart: a part stored before parts recorded their EC profile") {
@@ -1807,15 +1825,9 @@ TEST_CASE("Multipart: a part stored before parts recorded their EC profile") {
   // another: which one the old part has is then unknown.
   GatewayFixture f;
   const std::string id = startUpload(f);
-  const std::vector<std::string> data = {randomString((5u << 20) + 100, 45),
-                                         randomString(50000, 46)};
+  const std::vector<std::string> data = twoParts(45);
   auto etags = uploadParts(f, id, data);  // 4+2
-  // Part 1 as an older release stored it: no profile.
-  auto stored = f.cluster.index().listParts("bucket", "mp", id, 0, 10);
-  REQUIRE(stored.has_value());
-  index_kv::PartInfo old = stored->at(0);
-  old.ec = ec::EcProfile{0, 0};
-  REQUIRE(f.cluster.index().putPart("bucket", "mp", id, old).has_value());
+  forgetProfiles(f, id, {1});  // part 1 as an older release stored it
   f.restartWithProfile({3, 3});
   Reply mixed = completeParts(f, id, etags);
   CHECK(mixed.code == "InvalidPart");
@@ -1827,12 +1839,7 @@ TEST_CASE("Multipart: a part stored before parts recorded their EC profile") {
   // Back on 4+2 with only old parts, the object completes with this gateway's profile.
   f.restartWithProfile({4, 2});
   etags = uploadParts(f, id, data);
-  auto parts = f.cluster.index().listParts("bucket", "mp", id, 0, 10);
-  REQUIRE(parts.has_value());
-  for (auto& part : *parts) {
-    part.ec = ec::EcProfile{0, 0};
-    REQUIRE(f.cluster.index().putPart("bucket", "mp", id, part).has_value());
-  }
+  forgetProfiles(f, id, {1, 2});
   REQUIRE(completeParts(f, id, etags).status == 200);
   CHECK(f.cluster.index().getObject("bucket", "mp")->ec == ec::EcProfile{4, 2});
   CHECK(f.get("/bucket/mp").body == data[0] + data[1]);
