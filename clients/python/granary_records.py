@@ -10,6 +10,7 @@
 Uploads of big containers (multipart) go through boto3 with `index_uploads(client)`, which
 adds x-granary-index to PutObject and CreateMultipartUpload.
 """
+import base64
 import json
 import urllib.parse
 
@@ -29,8 +30,47 @@ class RecordError(Exception):
         self.message = message
 
 
-def _quote(s):
-    return urllib.parse.quote(s, safe="-_.~")
+def _quote(s, safe="-_.~"):
+    # Record keys that are not UTF-8: bytes, or str with surrogate escapes (as os.fsdecode
+    # gives).
+    if isinstance(s, bytes):
+        return urllib.parse.quote(s, safe=safe)
+    return urllib.parse.quote(str(s), safe=safe, errors="surrogateescape")
+
+
+def key_of(obj):
+    """The record key of a listed row or a batch header: "key", or, for a key that is not
+    UTF-8, "key_b64" decoded to a str with surrogate escapes (it round-trips through every
+    method here; `.encode("utf-8", "surrogateescape")` gives its bytes)."""
+    if "key_b64" in obj:
+        return base64.b64decode(obj["key_b64"]).decode("utf-8", "surrogateescape")
+    return obj["key"]
+
+
+def _key_field(key):
+    """A key for a JSON request body: {"key": ...}, or {"key_b64": ...} for one that is not
+    UTF-8 (bytes, or a str with surrogate escapes)."""
+    raw = key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
+    try:
+        return {"key": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"key_b64": base64.b64encode(raw).decode()}
+
+
+def _with_key(obj):
+    """A row or header with "key" set to key_of(obj)."""
+    if "key_b64" in obj:
+        obj["key"] = key_of(obj)
+    return obj
+
+
+def _request_record(r):
+    """A batch GET entry (a key, or a dict with "key") with its key sent safely."""
+    if isinstance(r, (str, bytes)):
+        return _key_field(r)
+    out = {k: v for k, v in r.items() if k not in ("key", "key_b64")}
+    out.update(_key_field(r["key"]) if "key" in r else {"key_b64": r["key_b64"]})
+    return out
 
 
 def _error_of(resp):
@@ -77,8 +117,8 @@ class RecordClient:
     # ---- transport ---------------------------------------------------------------------
     def _request(self, method, bucket, key="", query=(), body=b"", headers=None,
                  preload=True):
-        path = "/" + _quote(bucket) + ("/" + urllib.parse.quote(key, safe="/-_.~") if key else "")
-        qs = "&".join(_quote(k) + ("=" + _quote(str(v)) if v is not None else "")
+        path = "/" + _quote(bucket) + ("/" + _quote(key, safe="/-_.~") if key else "")
+        qs = "&".join(_quote(k) + ("=" + _quote(v) if v is not None else "")
                       for k, v in query)
         url = self.endpoint + path + ("?" + qs if qs else "")
         req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
@@ -113,8 +153,11 @@ class RecordClient:
 
     def insert_rows(self, bucket, container, rows, format=None):
         """Batch insert of externally built rows: dicts with key, offset, length and
-        optionally type and crc32c (hex)."""
-        body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        optionally type and crc32c (hex). A key that is not UTF-8: bytes, or a str with
+        surrogate escapes."""
+        body = "".join(json.dumps({**{k: v for k, v in r.items() if k != "key"},
+                                   **_key_field(r["key"])}) + "\n"
+                       for r in rows).encode()
         query = [("records", None)] + ([("format", format)] if format else [])
         return json.loads(self._request("POST", bucket, container, query, body).data)
 
@@ -167,7 +210,7 @@ class RecordClient:
             if token:
                 q.append(("continuation-token", token))
             page = json.loads(self._request("GET", bucket, "", q).data)
-            yield from page["records"]
+            yield from map(_with_key, page["records"])
             if not page["is_truncated"]:
                 return
             token = page["next_continuation_token"]
@@ -180,7 +223,7 @@ class RecordClient:
             if after is not None:
                 q.append(("after", after))
             page = json.loads(self._request("GET", bucket, container, q).data)
-            yield from page["records"]
+            yield from map(_with_key, page["records"])
             if not page["is_truncated"]:
                 return
             after = page["next_after"]
@@ -188,8 +231,10 @@ class RecordClient:
     def batch_get(self, bucket, records, type="response", raw=False):
         """Yields (header, body) per requested record, in order. `records`: keys, or
         dicts {"key": ..., "container": ...[, "offset": ...]}. A failed record has
-        header["status"] != 200 and an empty body. Raises if the stream ends early."""
-        body = json.dumps({"records": list(records), "type": type, "raw": raw}).encode()
+        header["status"] != 200 and an empty body. Raises if the stream ends early. Keys
+        as in key_of."""
+        body = json.dumps({"records": [_request_record(r) for r in records], "type": type,
+                           "raw": raw}).encode()
         resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)
         try:
             reader = _FrameReader(resp)
@@ -197,7 +242,7 @@ class RecordClient:
                 header = json.loads(reader.line())
                 if header.get("end"):
                     return
-                yield header, reader.exactly(header["size"])
+                yield _with_key(header), reader.exactly(header["size"])
         finally:
             resp.release_conn()
 

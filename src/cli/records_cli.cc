@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "granary/common/base64.h"
+#include "granary/common/strings.h"
 #include "record_stream.h"
 #include "s3_client.h"
 
@@ -238,7 +240,13 @@ int runBatchGet(const Invocation& inv) {
   std::istringstream lines(*keys_text);
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) keys.push_back(line);
+    if (line.empty()) continue;
+    // JSON strings are UTF-8: a key that is not goes as its bytes in base64.
+    if (validUtf8(line)) {
+      keys.push_back(line);
+    } else {
+      keys.push_back({{"key_b64", base64Encode(line)}});
+    }
   }
   json body = {{"records", keys}, {"raw", inv.vm["raw"].as<bool>()}};
   if (inv.has("type")) body["type"] = inv.opt("type");

@@ -1,4 +1,5 @@
 #include "checksum.h"
+#include "granary/common/base64.h"
 #include "granary/common/strings.h"
 
 #include <array>

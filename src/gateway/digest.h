@@ -30,8 +30,4 @@ class Digest {
   std::unique_ptr<Impl> impl_;
 };
 
-std::string base64Encode(std::span<const uint8_t> data);
-// nullopt on malformed input.
-std::optional<std::vector<uint8_t>> base64Decode(std::string_view text);
-
 }  // namespace granary::gateway

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "digest.h"
+#include "granary/common/base64.h"
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
 #include "handlers.h"

@@ -7,8 +7,9 @@
 #include <charconv>
 #include <map>
 
-#include "digest.h"
+#include "granary/common/base64.h"
 #include "granary/common/clock.h"
+#include "granary/common/strings.h"
 #include "granary/ec/erasure_code.h"
 #include "handlers.h"
 #include "http_text.h"
@@ -34,9 +35,36 @@ S3Error bodyError(const S3Error& e, size_t limit) {
 
 std::string crcHex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 
+// A record key in a JSON answer. Keys are bytes (a Latin-1 tar member name, a raw byte in
+// a WARC URI) and JSON strings are UTF-8: "key" is the key with invalid UTF-8 replaced
+// (U+FFFD) for reading, and such a key also comes as "key_b64", its bytes exactly.
+void putKey(Json& j, const std::string& key) {
+  j["key"] = key;
+  if (!validUtf8(key)) j["key_b64"] = base64Encode(key);
+}
+
+// A record key in a JSON request: "key", or "key_b64" for a key that is not UTF-8.
+// kInvalidArgument names what is wrong; nullopt: neither is given.
+std::optional<S3Result<std::string>> requestKey(const Json& e) {
+  auto key = e.find("key");
+  auto b64 = e.find("key_b64");
+  if (key != e.end() && b64 != e.end()) {
+    return s3fail(S3ErrorCode::kInvalidArgument, "Give key or key_b64, not both.");
+  }
+  if (b64 != e.end()) {
+    auto bytes = b64->is_string() ? base64Decode(b64->get_ref<const std::string&>())
+                                  : std::nullopt;
+    if (!bytes) return s3fail(S3ErrorCode::kInvalidArgument, "key_b64 must be base64.");
+    return std::string(bytes->begin(), bytes->end());
+  }
+  if (key == e.end()) return std::nullopt;
+  if (!key->is_string()) return s3fail(S3ErrorCode::kInvalidArgument, "key must be a string.");
+  return key->get<std::string>();
+}
+
 Json locationJson(const index_kv::RecordLocation& l) {
   Json j = Json::object();
-  j["key"] = l.row.key;
+  putKey(j, l.row.key);
   j["container"] = l.row.container;
   j["offset"] = l.row.offset;
   j["length"] = l.row.length;
@@ -212,10 +240,13 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     RecordSelector s;
     s.type = type;
     s.raw = raw;
+    std::optional<S3Result<std::string>> key;
+    if (e.is_object()) key = requestKey(e);
     if (e.is_string()) {
       s.key = e.get<std::string>();
-    } else if (e.is_object() && e.contains("key") && e["key"].is_string()) {
-      s.key = e["key"].get<std::string>();
+    } else if (key) {
+      if (!*key) co_return errorResponse(key->error(), req);
+      s.key = std::move(**key);
       if (auto c = e.find("container"); c != e.end()) {
         if (!c->is_string()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "container must be a string"}, req);
         s.container = c->get<std::string>();
@@ -231,8 +262,8 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       if (auto bad = checkOffset(s)) co_return errorResponse(*bad, req);
     } else {
       co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                               "Each record is a key string or {\"key\": ..., \"container\": "
-                               "..., \"offset\": ...}."},
+                               "Each record is a key string or {\"key\" (or \"key_b64\"): "
+                               "..., \"container\": ..., \"offset\": ...}."},
                               req);
     }
     if (s.key.empty()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "A record key is empty."}, req);
@@ -358,13 +389,13 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     auto record = co_await readOne(i, begin);
     Json head = Json::object();
     head["index"] = i;
-    head["key"] = wanted[i].key;
+    putKey(head, wanted[i].key);
     std::string frame;
     if (record) {
       Json loc = locationJson(**found[i]);
       head["status"] = 200;
       for (auto it = loc.begin(); it != loc.end(); ++it) {
-        if (it.key() != "key") head[it.key()] = it.value();
+        if (!head.contains(it.key())) head[it.key()] = it.value();
       }
       head["size"] = record->size();
       frame = head.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
@@ -427,14 +458,15 @@ S3Result<std::vector<PendingRow>> parseRows(std::string_view text, const std::st
     };
     Json r = Json::parse(line, nullptr, false);
     if (r.is_discarded() || !r.is_object()) return bad("not a JSON object");
-    auto key = r.find("key");
+    auto key = requestKey(r);
     auto off = r.find("offset");
     auto len = r.find("length");
-    if (key == r.end() || !key->is_string()) return bad("key must be a string");
+    if (!key) return bad("key (or key_b64) is missing");
+    if (!*key) return bad(key->error().message);
     if (off == r.end() || !off->is_number_unsigned()) return bad("offset must be a non-negative integer");
     if (len == r.end() || !len->is_number_unsigned()) return bad("length must be a non-negative integer");
     PendingRow p;
-    p.row.key = key->get<std::string>();
+    p.row.key = std::move(**key);
     p.row.offset = off->get<uint64_t>();
     p.row.length = len->get<uint64_t>();
     p.row.container = container;

@@ -544,6 +544,46 @@ def test_pytorch_iterable_dataset_streams_shuffled_samples(server, rc, bucket):
     assert orders[0] != orders[1]          # reshuffled per epoch
 
 
+def test_member_names_that_are_not_utf8_round_trip_through_the_client_and_loader(
+        server, rc, bucket):
+    # Latin-1 member names (an old tar, a Windows crawl): the JSON answers carry them as
+    # key_b64; the client turns them into str with surrogate escapes and back.
+    buf = io.BytesIO()
+    names = ["caf\udce9/000001.txt", "caf\udce9/000001.cls", "plain/000002.txt"]
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT, encoding="utf-8",
+                      errors="surrogateescape") as tf:
+        for n in names:
+            content = n.encode("utf-8", "surrogateescape")
+            info = tarfile.TarInfo(n)
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+    assert b"caf\xe9/000001.txt" in buf.getvalue()
+    rc.put_container(bucket, "latin1/shard-0.tar", buf.getvalue())
+    rows = list(rc.container_records(bucket, "latin1/shard-0.tar"))
+    assert [r["key"] for r in rows] == names
+    assert "key_b64" in rows[0] and "key_b64" not in rows[2]
+    assert [r["key"] for r in rc.list_records(bucket, prefix="caf\udce9/")] == sorted(names[:2])
+    assert rc.get_record(bucket, names[0]) == names[0].encode("utf-8", "surrogateescape")
+    got = list(rc.batch_get(bucket, [{"key": r["key"], "container": "latin1/shard-0.tar",
+                                      "offset": r["offset"]} for r in rows] + [b"caf\xe9/none"]))
+    assert [h["key"] for h, _ in got] == names + ["caf\udce9/none"]
+    assert [h["status"] for h, _ in got] == [200, 200, 200, 404]
+    assert [b for _, b in got[:3]] == [n.encode("utf-8", "surrogateescape") for n in names]
+    import torch  # noqa: F401  python3-torch, installed by scripts/install-deps.sh
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python",
+                                    "examples"))
+    from torch_records import RecordShardDataset
+    ds = RecordShardDataset(server.endpoint, server.access_key, server.secret_key, bucket,
+                            ["latin1/shard-0.tar"], shuffle_buffer=1)
+    samples = sorted(ds, key=lambda s: s["__key__"])
+    assert [s["__key__"] for s in samples] == ["caf\udce9/000001", "plain/000002"]
+    assert samples[0]["cls"] == names[1].encode("utf-8", "surrogateescape")
+    # Rows inserted with such keys (bytes here).
+    rc.insert_rows(bucket, "latin1/shard-0.tar", [{"key": b"raw\xff", "offset": 512,
+                                                  "length": 3}])
+    assert rc.get_record(bucket, b"raw\xff") == b"caf"
+
+
 def test_kill9_mid_indexing_keeps_every_acknowledged_record(granary_bin, tmp_path):
     """Writers upload indexed tar shards (single PUTs and multipart); the server is killed
     with SIGKILL mid-load. After restart every acknowledged shard's records read back by

@@ -151,6 +151,13 @@ def test_batch_get_with_a_missing_key_exits_1_reports_404_and_writes_the_others(
     assert res.returncode == 0, res.stderr
     assert [h.get("status") for h in json_lines(res.stdout)] == [200, 200, None]
 
+    # A key that is not UTF-8 goes as key_b64 and comes back so.
+    keys_file.write_bytes(b"000005.ten\ncaf\xe9.ten\n")
+    res = run_cli(server, "batch-get", indexed, str(keys_file))
+    lines = json_lines(res.stdout)
+    assert [h.get("status") for h in lines] == [200, 404, None]
+    assert lines[1]["key_b64"] == "Y2Fm6S50ZW4="
+
 
 def test_insert_adds_rows_to_a_plain_object(server, s3, bucket, tmp_path):
     body = b"hello world, a plain object with no index"

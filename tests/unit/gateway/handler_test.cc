@@ -5,6 +5,7 @@
 #include "asio.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
 
 #include <catch2/catch.hpp>
@@ -19,6 +20,7 @@
 
 #include "cors.h"
 #include "digest.h"
+#include "granary/common/base64.h"
 #include "forwarding_index.h"
 #include "gateway_test_util.h"
 #include "granary/common/hex.h"
@@ -2170,18 +2172,14 @@ TEST_CASE("Complete refuses an object over S3's 5 TiB before assembling its mani
   CHECK(f.send(makeRequest("DELETE", "/bucket/big?uploadId=" + id)).status == 204);
 }
 
-// A ustar archive of `n` members "m<i>": the first of 1600 bytes, the others of one. No
-// member ends on a 4 KiB boundary (they end at 2560 + 1024 j), so however the body is cut
-// into stripes, a piece that ends mid-archive ends inside a member.
-std::string tarOf(size_t n) {
+// A ustar archive of (name, content) members; names under 100 bytes.
+std::string tarOf(const std::vector<std::pair<std::string, std::string>>& members) {
   std::string out;
-  for (size_t i = 0; i < n; ++i) {
+  for (const auto& [name, content] : members) {
     char h[512] = {};
-    std::string name(1, 'm');  // (not "m" + ...: GCC 12's false -Wrestrict)
-    name += std::to_string(i);
     std::memcpy(h, name.data(), name.size());
     std::snprintf(h + 100, 8, "%07o", 0644);
-    const unsigned size = i == 0 ? 1600 : 1;
+    const auto size = static_cast<unsigned>(content.size());
     std::snprintf(h + 124, 12, "%011o", size);
     std::snprintf(h + 136, 12, "%011o", 0u);
     h[156] = '0';
@@ -2191,11 +2189,24 @@ std::string tarOf(size_t n) {
     for (char c : h) sum += static_cast<unsigned char>(c);
     std::snprintf(h + 148, 8, "%06o", sum);
     out.append(h, 512);
-    out.append(size, 'x');
+    out.append(content);
     out.append((512 - size % 512) % 512, '\0');
   }
   out.append(1024, '\0');
   return out;
+}
+
+// A ustar archive of `n` members "m<i>": the first of 1600 bytes, the others of one. No
+// member ends on a 4 KiB boundary (they end at 2560 + 1024 j), so however the body is cut
+// into stripes, a piece that ends mid-archive ends inside a member.
+std::string tarOf(size_t n) {
+  std::vector<std::pair<std::string, std::string>> members;
+  for (size_t i = 0; i < n; ++i) {
+    std::string name(1, 'm');  // (not "m" + ...: GCC 12's false -Wrestrict)
+    name += std::to_string(i);
+    members.emplace_back(std::move(name), std::string(i == 0 ? 1600 : 1, 'x'));
+  }
+  return tarOf(members);
 }
 
 TEST_CASE("A container whose rows the index refused is 'failed', not blamed on its bytes") {
@@ -2559,6 +2570,74 @@ TEST_CASE("A record read charges its bytes to the buffer budget") {
   Reply b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
   CHECK(b.status == 200);
   CHECK(budgetDrained(f));
+}
+
+// The JSON head lines of a batch GET's answer, in order (bodies skipped by their size).
+std::vector<nlohmann::json> batchHeads(const std::string& stream) {
+  std::vector<nlohmann::json> heads;
+  for (size_t pos = 0; pos < stream.size();) {
+    const size_t nl = stream.find('\n', pos);
+    if (nl == std::string::npos) break;
+    heads.push_back(nlohmann::json::parse(stream.substr(pos, nl - pos)));
+    pos = nl + 1 + heads.back().value("size", size_t{0});
+  }
+  return heads;
+}
+
+TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
+  // A Latin-1 tar member name: "key" alone (UTF-8, the byte replaced) could not name it
+  // again, and a loader reading a shard in order stopped at it with a 404.
+  GatewayFixture f;
+  f.createBucket();
+  const std::string latin1 = "caf\xe9.txt";
+  const std::string b64 = base64Encode(latin1);
+  REQUIRE(f.put("shard.tar", tarOf({{latin1, "latin-1 name"}, {"plain.txt", "utf-8 name"}}),
+                {{"x-granary-index", "tar"}})
+              .status == 200);
+  for (const std::string& target : {std::string("/bucket/shard.tar?records"),
+                                    std::string("/bucket?records&prefix=caf")}) {
+    Reply listed = f.get(target);
+    REQUIRE(listed.status == 200);
+    auto rows = nlohmann::json::parse(listed.body)["records"];
+    REQUIRE(rows.size() >= 1);
+    CHECK(rows[0]["key"] == "caf\xef\xbf\xbd.txt");  // U+FFFD for reading
+    CHECK(rows[0]["key_b64"] == b64);
+    if (rows.size() > 1) CHECK_FALSE(rows[1].contains("key_b64"));  // UTF-8: key alone
+  }
+  CHECK(f.get("/bucket?record&key=caf%E9.txt").body == "latin-1 name");
+
+  const std::string batch = R"({"records": [{"key_b64": ")" + b64 +
+                            R"("}, "plain.txt", {"key_b64": ")" + base64Encode("caf\xe8") +
+                            R"("}]})";
+  Reply b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  REQUIRE(b.status == 200);
+  auto heads = batchHeads(b.body);
+  REQUIRE(heads.size() == 4);
+  CHECK(heads[0]["status"] == 200);
+  CHECK(heads[0]["key_b64"] == b64);
+  CHECK(b.body.find("}\nlatin-1 name{") != std::string::npos);
+  CHECK(heads[1]["status"] == 200);
+  CHECK_FALSE(heads[1].contains("key_b64"));
+  CHECK(heads[2]["status"] == 404);  // not there, and said which it was
+  CHECK(heads[2]["key_b64"] == base64Encode("caf\xe8"));
+
+  // Batch insert names such keys the same way; each request says what it got wrong.
+  const std::string rows = R"({"key_b64": ")" + base64Encode("raw\xff") +
+                           R"(", "offset": 512, "length": 5})" "\n";
+  Reply ins = f.send(makeRequest("POST", "/bucket/shard.tar?records", {}, sha256Hex(rows)), rows);
+  CHECK(ins.status == 200);
+  CHECK(f.get("/bucket?record&key=raw%FF").body == "latin");
+  for (const std::string& bad : {std::string(R"({"key": "a", "key_b64": "YQ==", "offset": 0, )"
+                                             R"("length": 1})"),
+                                 std::string(R"({"key_b64": "not base64!", "offset": 0, )"
+                                             R"("length": 1})"),
+                                 std::string(R"({"offset": 0, "length": 1})")}) {
+    Reply r = f.send(makeRequest("POST", "/bucket/shard.tar?records", {}, sha256Hex(bad)), bad);
+    CHECK(r.code == "InvalidArgument");
+    const std::string get = R"({"records": [)" + bad + "]}";
+    r = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(get)), get);
+    CHECK(r.code == "InvalidArgument");
+  }
 }
 
 TEST_CASE("A PUT whose indexing outlasts the PUT deadline is not committed") {
