@@ -32,7 +32,23 @@ DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& ch
       bulk_pool_(bulk_pool),
       fragment_len_(fragment_len),
       counters_(counters),
-      budget_(buffer_budget, BufferBudget::kDefaultPatience, admission_wait) {}
+      budget_(buffer_budget, BufferBudget::kDefaultPatience, admission_wait),
+      reads_per_drive_(std::max<size_t>(4, pool.threads() / 2)) {}
+
+std::optional<DataPath::DriveRead> DataPath::beginRead(std::string_view drive, bool must) {
+  std::lock_guard lock(running_mu_);
+  auto it = running_.find(drive);
+  if (it == running_.end()) it = running_.emplace(std::string(drive), 0).first;
+  if (it->second >= reads_per_drive_ && !must) return std::nullopt;
+  ++it->second;
+  return DriveRead(this, it->first);
+}
+
+DataPath::DriveRead::~DriveRead() {
+  if (dp_ == nullptr) return;
+  std::lock_guard lock(dp_->running_mu_);
+  --dp_->running_.find(drive_)->second;
+}
 
 Result<const ec::ErasureCode*> DataPath::codeFor(const ec::EcProfile& profile) {
   if (profile == code_.profile()) return &code_;
@@ -294,6 +310,11 @@ Status unreachable(const std::string& drive) {
   return Status::unavailable("the server of drive " + drive + " does not answer (not asked)");
 }
 
+Status busy(std::string_view drive, size_t running) {
+  return Status::unavailable(
+      fmt::format("drive {} is busy: {} reads of it running (not asked)", drive, running));
+}
+
 BlobId blobOf(const index_kv::StripeLayout& s, int j) {
   return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
 }
@@ -335,7 +356,10 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
     }
     r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j), off,
                      dst, n] {
-      Status st = dp.chunks().read(drive, id, off, {dst, n});
+      // Refused: decoded from parity, and asked after all should the others fall short.
+      auto running = dp.beginRead(drive);
+      Status st = running ? dp.chunks().read(drive, id, off, {dst, n})
+                          : busy(drive, dp.readsPerDrive());
       std::lock_guard lock(reads->mu);
       reads->results[idx] = std::move(st);
       reads->done[idx] = 1;
@@ -365,15 +389,23 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   std::vector<uint8_t> frags(uint64_t(total) * fl);
   auto ok = std::make_shared<std::vector<Status>>(total);
   asio::any_io_executor ex = co_await asio::this_coro::executor;
-  // On servers believed down, or failed on the fast path: asked only if the others fall
-  // short.
+  // On servers believed down, failed on the fast path, or refused for their drive's reads
+  // running (DataPath::beginRead): asked only if the others fall short, and then even if
+  // their drive is busy.
   std::vector<int> skipped;
-  auto readAll = [&](const std::vector<int>& which) -> Task<void> {
+  std::vector<uint8_t> refused(total, 0);
+  auto readAll = [&](const std::vector<int>& which, bool must) -> Task<void> {
     TaskGroup group(dp.pool(), ex);
     for (int j : which) {
       std::string drive = m.drives[s.drives[j]];
-      group.spawn([&dp, ok, j, drive, id = blobOf(s, j), dst = frags.data() + uint64_t(j) * fl,
-                   fl] {
+      group.spawn([&dp, ok, &refused, j, drive, id = blobOf(s, j),
+                   dst = frags.data() + uint64_t(j) * fl, fl, must] {
+        auto running = dp.beginRead(drive, must);
+        if (!running) {
+          (*ok)[j] = busy(drive, dp.readsPerDrive());
+          refused[j] = 1;
+          return Status::ok();
+        }
         (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
         return Status::ok();
       });
@@ -395,11 +427,16 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
       first.push_back(j);
     }
   }
-  co_await readAll(first);
+  co_await readAll(first, false);
   const auto readable = [&] {
     return std::count_if(ok->begin(), ok->end(), [](const Status& st) { return st.isOk(); });
   };
-  if (readable() < k && !skipped.empty()) co_await readAll(skipped);
+  if (readable() < k) {
+    for (int j : first) {
+      if (refused[j]) skipped.push_back(j);
+    }
+    if (!skipped.empty()) co_await readAll(skipped, true);
+  }
   std::vector<bool> present(total);
   std::vector<uint8_t*> ptrs(total);
   int have = 0;
@@ -581,6 +618,8 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
   if (!slices) return slices.error();
   for (const Slice& sl : *slices) {
     for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
+      auto running = dp.beginRead(fr.drive);
+      if (!running) return busy(fr.drive, dp.readsPerDrive());
       GRANARY_RETURN_IF_ERROR(dp.chunks().read(fr.drive, fr.id, fr.offset, {out, fr.length}));
       out += fr.length;
     }

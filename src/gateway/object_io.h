@@ -17,10 +17,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -86,6 +88,30 @@ class DataPath {
   void setSendfile(bool on) { sendfile_ = on; }
   bool sendfile() const { return sendfile_; }
 
+  // A fragment read running on the pool, counted against its drive until it ends. Each
+  // read holds a worker until its drive answers (a stalled server: up to the chunk
+  // client's timeout), so at most readsPerDrive() reads of one drive run at once: a drive
+  // that stalls holds that many workers, not all of them, and the reads of the other
+  // drives go on (the stripes it holds are decoded from parity meanwhile).
+  class DriveRead {
+   public:
+    DriveRead(DriveRead&& o) noexcept : dp_(std::exchange(o.dp_, nullptr)), drive_(o.drive_) {}
+    DriveRead& operator=(DriveRead&&) = delete;
+    ~DriveRead();
+
+   private:
+    friend class DataPath;
+    DriveRead(DataPath* dp, std::string_view drive) : dp_(dp), drive_(drive) {}
+    DataPath* dp_;
+    std::string_view drive_;  // the key in DataPath::running_, which outlives it
+  };
+  // Counts a read of `drive` about to run; nullopt when readsPerDrive() of its reads are
+  // running already (read around it). `must`: counted even then (the read is needed).
+  std::optional<DriveRead> beginRead(std::string_view drive, bool must = false);
+  // Default: half the pool's workers, at least 4.
+  void setReadsPerDrive(size_t n) { reads_per_drive_ = n; }
+  size_t readsPerDrive() const { return reads_per_drive_; }
+
  private:
   const placement::ClusterMap& map_;
   chunkstore::ChunkClient& chunks_;
@@ -97,6 +123,9 @@ class DataPath {
   BufferBudget budget_;
   std::chrono::milliseconds hedge_after_{0};
   bool sendfile_ = true;
+  size_t reads_per_drive_;
+  std::mutex running_mu_;
+  std::map<std::string, size_t, std::less<>> running_;  // reads running per drive
   std::mutex other_codes_mu_;
   std::vector<std::unique_ptr<ec::ErasureCode>> other_codes_;  // codeFor's, never removed
 };
@@ -171,8 +200,9 @@ class ObjectWriter {
 
 // Blocking (call it on the worker pool): object bytes [first, first + length) of a
 // striped manifest, read from the data fragments only, into `out` (length bytes). Any
-// fragment failure fails the call; the caller then uses readObjectRange, which decodes
-// from parity. For many small ranges read concurrently (record batch gets).
+// fragment failure, or a drive with DataPath::readsPerDrive() reads running, fails the
+// call; the caller then uses readObjectRange, which decodes from parity. For many small
+// ranges read concurrently (record batch gets).
 Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                        uint64_t length, uint8_t* out);
 

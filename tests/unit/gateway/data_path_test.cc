@@ -19,6 +19,7 @@
 #include <exception>
 #include <future>
 #include <latch>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -383,6 +384,60 @@ TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other 
   CHECK((f.counters.hedged.Value() > 0) == hedging);
   CHECK(f.counters.hedged.Value() == f.counters.degraded.Value());
   CHECK(f.counters.fragment_errors.Value() == 0);  // slow is not failed
+}
+
+TEST_CASE("A stalled drive holds at most readsPerDrive() workers: the others read around it") {
+  // Each fragment read holds a worker until its drive answers (a stalled chunk server: up
+  // to the client's 30 s). Unbounded, the reads of one stalled drive took every worker and
+  // every GET, of any drive, waited behind them.
+  DataPathFixture f;  // 4 workers
+  f.dp.setReadsPerDrive(2);
+  std::vector<std::string> datas;
+  std::vector<index_kv::Manifest> all;
+  for (int i = 0; i < 16; ++i) {
+    datas.push_back(randomString(kStripe, 100 + i));
+    all.push_back(f.write(datas.back()));
+  }
+  // The drive holding a data fragment of the most objects, and those objects.
+  std::map<std::string, std::vector<size_t>> holders;
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = 0; j < 4; ++j) holders[DataPathFixture::driveOf(all[i], 0, j)].push_back(i);
+  }
+  const auto& [stalled, objects] = *std::max_element(
+      holders.begin(), holders.end(),
+      [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  REQUIRE(objects.size() >= 6);
+  f.cluster.chunks->delayReads(stalled, std::chrono::milliseconds(1500));
+  std::vector<StringSink> sinks(objects.size());
+  std::vector<Status> results(objects.size(), Status::internal("not run"));
+  for (size_t i = 0; i < objects.size(); ++i) {
+    asio::co_spawn(f.io, readInto(f.dp, all[objects[i]], 0, kStripe, sinks[i]),
+                   [&results, i](std::exception_ptr e, Status st) {
+                     results[i] = e ? Status::internal("exception") : std::move(st);
+                   });
+  }
+  f.io.restart();
+  f.io.run();
+  for (size_t i = 0; i < objects.size(); ++i) {
+    INFO("object " << objects[i]);
+    CHECK(results[i].isOk());
+    CHECK(sinks[i].body == datas[objects[i]]);
+  }
+  CHECK(f.cluster.chunks->peakReads(stalled) <= 2);
+  CHECK(f.counters.degraded.Value() > 0);  // the refused ones were read around it
+}
+
+TEST_CASE("A fragment refused for its drive's running reads is still read when it is needed") {
+  DataPathFixture f;
+  f.dp.setReadsPerDrive(0);  // every read is refused the first time
+  const std::string data = randomString(2 * kStripe + 100, 31);
+  index_kv::Manifest m = f.write(data);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  std::string direct(10, '\0');
+  CHECK(readRangeDirect(f.dp, m, 5, 10, reinterpret_cast<uint8_t*>(direct.data()))
+            .code() == Status::Code::kUnavailable);
 }
 
 TEST_CASE("A hedged stripe's slow reads keep their buffer charged to the budget until they end") {

@@ -111,8 +111,22 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
               std::span<uint8_t> out) override {
     if (auto f = fault(read_faults_, drive)) return *f;
+    {
+      std::lock_guard lock(mu_);
+      auto& [now, peak] = reads_running_[std::string(drive)];
+      peak = std::max(peak, ++now);
+    }
     std::this_thread::sleep_for(delayOf(read_delays_, drive));
-    return target_.read(drive, id, offset, out);
+    Status st = target_.read(drive, id, offset, out);
+    std::lock_guard lock(mu_);
+    --reads_running_[std::string(drive)].first;
+    return st;
+  }
+  // The most read() calls of the drive that ran at once.
+  int peakReads(const std::string& drive) const {
+    std::lock_guard lock(mu_);
+    auto it = reads_running_.find(drive);
+    return it == reads_running_.end() ? 0 : it->second.second;
   }
   // A drive with a read fault or delay has nothing in memory: its reads meet the fault.
   std::optional<chunkstore::CachedRange> pinIfCached(std::string_view drive, const BlobId& id,
@@ -248,7 +262,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   Delays put_delays_;
   std::set<std::string> read_only_;
   std::set<std::string> unreachable_;
-  mutable std::mutex mu_;  // injected_, pending_, running_, stopping_, puts in flight
+  mutable std::mutex mu_;  // injected_, pending_, running_, stopping_, puts and reads in flight
   std::condition_variable cv_;
   int injected_ = 0;
   std::multimap<std::chrono::steady_clock::time_point, Completion> pending_;
@@ -256,6 +270,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   bool stopping_ = false;
   int puts_in_flight_ = 0;
   int peak_puts_ = 0;
+  std::map<std::string, std::pair<int, int>> reads_running_;  // drive: running, peak
   std::thread completer_;  // last: starts after, and stops before, the members it uses
 };
 
