@@ -28,15 +28,19 @@ void objectHeaders(const index_kv::Manifest& m, S3Response& res) {
   setRecordIndexHeaders(res, m.records);
 }
 
-// True if `header` (an If-Match / If-None-Match list) names `etag`, or is "*".
-bool etagListMatches(std::string_view header, std::string_view etag) {
+// True if `header` (an If-Match / If-None-Match list) names `etag`, or is "*". RFC 9110
+// 13.1.1/13.1.2: If-Match compares strongly (a weak tag, W/"...", never matches: the client
+// holds bytes that may differ), If-None-Match weakly (`weak`).
+bool etagListMatches(std::string_view header, std::string_view etag, bool weak) {
   size_t pos = 0;
   while (pos <= header.size()) {
     size_t comma = header.find(',', pos);
     std::string_view item = trimSpaces(header.substr(pos, comma == std::string_view::npos
                                                              ? std::string_view::npos
                                                              : comma - pos));
-    if (item.starts_with("W/")) item.remove_prefix(2);
+    const bool is_weak = item.starts_with("W/");
+    if (is_weak) item.remove_prefix(2);
+    if (is_weak && !weak) item = {};
     if (item.size() >= 2 && item.front() == '"' && item.back() == '"') {
       item = item.substr(1, item.size() - 2);
     }
@@ -144,12 +148,12 @@ std::optional<int> evaluateConditions(const S3Request& req, const index_kv::Mani
   };
   const int64_t mtime = m.mtime_unix_nanos / 1'000'000'000;
   if (auto im = header("if-match")) {
-    if (!etagListMatches(*im, m.etag)) return 412;
+    if (!etagListMatches(*im, m.etag, /*weak=*/false)) return 412;
   } else if (auto ius = header("if-unmodified-since")) {
     if (auto t = parseHttpDate(*ius); t && mtime > *t) return 412;
   }
   if (auto inm = header("if-none-match")) {
-    if (etagListMatches(*inm, m.etag)) return 304;
+    if (etagListMatches(*inm, m.etag, /*weak=*/true)) return 304;
   } else if (auto ims = header("if-modified-since")) {
     if (auto t = parseHttpDate(*ims); t && mtime <= *t) return 304;
   }

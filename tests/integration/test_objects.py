@@ -258,9 +258,14 @@ def test_conditional_get_and_head_follow_s3_precedence(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="cond", IfMatch='"0123"')
     assert http_status(e) == 412 and error_code(e) == "PreconditionFailed"
+    # If-Match compares strongly: a weak tag never matches; If-None-Match weakly.
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.get_object(Bucket=bucket, Key="cond", IfNoneMatch=etag)
-    assert http_status(e) == 304
+        s3.get_object(Bucket=bucket, Key="cond", IfMatch="W/" + etag)
+    assert http_status(e) == 412
+    for none_match in (etag, "W/" + etag):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket=bucket, Key="cond", IfNoneMatch=none_match)
+        assert http_status(e) == 304
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.head_object(Bucket=bucket, Key="cond", IfNoneMatch=etag)
     assert http_status(e) == 304
