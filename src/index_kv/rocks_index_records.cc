@@ -273,6 +273,11 @@ Status RocksIndex::markOrphanSets(int64_t orphan_before_unix_nanos) {
       } else if (!s.IsNotFound()) {
         return fromRocks(s, "index: reading container");
       }
+      // Dead already, its rows being removed over passes: marking it again would take the
+      // sweep lock exclusively and a trip through the committer for nothing, every pass.
+      s = db_->Get(rocksdb::ReadOptions(), cfs_.record_gc, it->key(), &summary_value);
+      if (s.ok()) continue;
+      if (!s.IsNotFound()) return fromRocks(s, "index: reading record gc");
       stale.emplace_back(*set, std::move(*meta));
     }
     if (!it->status().ok()) return fromRocks(it->status(), "index: listing record sets");

@@ -276,6 +276,27 @@ TEST_CASE("attachRecords to a replaced version fails and the set's rows are remo
   CHECK(put.error().code() == Code::kPreconditionFailed);
 }
 
+TEST_CASE("An orphan set marked dead is not marked again while its rows are removed") {
+  // Its rows go a bounded number a pass; each pass re-marked it (the sweep lock taken
+  // exclusively, blocking row inserts, and a commit) until the last row was gone.
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId orphan = f.newVersion();
+  REQUIRE(putRows(*f.index, "b", "y.tar", orphan, makeRows("y.tar", orphan, 5)).isOk());
+  f.clock.advance(2'000'000'000);
+  const int64_t cutoff = f.clock.nowUnixNanos() - 1'000'000'000;
+  auto gc = f.index->collectRecordGarbage(1, cutoff);  // marks it dead, removes a row
+  REQUIRE(gc);
+  CHECK(gc->rows_removed == 1);
+  const uint64_t requests = f.index->commitStats()->requests;
+  gc = f.index->collectRecordGarbage(1, cutoff);
+  REQUIRE(gc);
+  CHECK(gc->rows_removed == 1);
+  CHECK(f.index->commitStats()->requests == requests);  // no second mark
+  gc = f.index->collectRecordGarbage(100, cutoff);
+  CHECK(storedRows(*f.index, orphan) == 0);
+}
+
 TEST_CASE("Abandoned and orphaned record sets are removed, named ones are kept") {
   IndexFixture f;
   f.makeBucket("b");
