@@ -355,14 +355,18 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       continue;
     }
     r->group->spawn([&dp, reads = r->reads, idx = j - j0, drive, id = blobOf(s, j), off,
-                     dst, n] {
+                     dst, n]() mutable {
+      // Let go of when this returns, before the group hears it ended: the slice's buffer
+      // and its budget charge go with the last read, so a reader done with the slice
+      // finds them given back (not with the task, which a worker destroys later).
+      std::shared_ptr<FastReads> held = std::move(reads);
       // Refused: decoded from parity, and asked after all should the others fall short.
       auto running = dp.beginRead(drive);
       Status st = running ? dp.chunks().read(drive, id, off, {dst, n})
                           : busy(drive, dp.readsPerDrive());
-      std::lock_guard lock(reads->mu);
-      reads->results[idx] = std::move(st);
-      reads->done[idx] = 1;
+      std::lock_guard lock(held->mu);
+      held->results[idx] = std::move(st);
+      held->done[idx] = 1;
       return Status::ok();
     });
   }
@@ -694,45 +698,126 @@ class StringSink final : public BodySink {
   std::string& out_;
 };
 
-class Crc32cSink final : public BodySink {
+// Range indices ordered by offset (then length), and the spans they are read as.
+std::vector<size_t> byOffset(std::span<const ByteRange> ranges) {
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair{ranges[a].first, ranges[a].length} <
+           std::pair{ranges[b].first, ranges[b].length};
+  });
+  return order;
+}
+
+// Calls `span(first, end)` for each span of the ranges taken in `order`.
+template <typename Fn>
+void forEachSpan(std::span<const ByteRange> ranges, const std::vector<size_t>& order,
+                 Fn&& span) {
+  bool open = false;
+  uint64_t first = 0, end = 0;
+  for (size_t i : order) {
+    const ByteRange& r = ranges[i];
+    if (r.length == 0) continue;
+    if (open && r.first <= end + kCrcSpanGap) {
+      end = std::max(end, r.first + r.length);
+      continue;
+    }
+    if (open) span(first, end);
+    open = true;
+    first = r.first;
+    end = r.first + r.length;
+  }
+  if (open) span(first, end);
+}
+
+// Receives one span's bytes in order and feeds each range the bytes of it they hold.
+class RangesCrcSink final : public BodySink {
  public:
-  explicit Crc32cSink(WorkerPool& pool) : pool_(pool) {}
+  RangesCrcSink(WorkerPool& pool, std::span<const ByteRange> ranges,
+                const std::vector<size_t>& order, std::vector<uint32_t>& crcs)
+      : pool_(pool), ranges_(ranges), order_(order), crcs_(crcs) {}
+  // The span's bytes start at `pos`.
+  void startAt(uint64_t pos) { pos_ = pos; }
   Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
   Task<Status> write(std::span<const uint8_t> data) override {
     // A stripe's worth takes tens of microseconds: on a worker, not the event loop.
     if (data.size() < kInline) {
-      crc_ = ec::crc32c(data, crc_);
+      feed(data);
     } else {
-      crc_ = co_await offload(pool_, [&] { return ec::crc32c(data, crc_); });
+      co_await offload(pool_, [&] {
+        feed(data);
+        return 0;
+      });
     }
     co_return Status::ok();
   }
-  uint32_t crc() const { return crc_; }
 
  private:
+  void feed(std::span<const uint8_t> data) {
+    const uint64_t end = pos_ + data.size();
+    while (next_ < order_.size() && ranges_[order_[next_]].first < end) {
+      if (ranges_[order_[next_]].length > 0) active_.push_back(order_[next_]);
+      ++next_;
+    }
+    std::erase_if(active_, [&](size_t i) {
+      const ByteRange& r = ranges_[i];
+      const uint64_t lo = std::max(r.first, pos_);
+      const uint64_t hi = std::min(r.first + r.length, end);
+      if (lo < hi) crcs_[i] = ec::crc32c(data.subspan(lo - pos_, hi - lo), crcs_[i]);
+      return r.first + r.length <= end;
+    });
+    pos_ = end;
+  }
+
   static constexpr size_t kInline = 64 * 1024;
   WorkerPool& pool_;
-  uint32_t crc_ = 0;
+  std::span<const ByteRange> ranges_;
+  const std::vector<size_t>& order_;
+  std::vector<uint32_t>& crcs_;
+  uint64_t pos_ = 0;
+  size_t next_ = 0;             // in order_: the next range to start
+  std::vector<size_t> active_;  // ranges started and not ended
 };
 
 }  // namespace
 
-Task<Result<uint32_t>> crc32cOfRange(DataPath& dp, const index_kv::Manifest& manifest,
-                                     uint64_t first, uint64_t length) {
-  if (first > manifest.size || length > manifest.size - first) {
-    co_return fail(Status::internal("the byte range lies outside the object"));
-  }
-  if (manifest.is_inline) {
-    if (manifest.inline_data.size() < first + length) {
-      co_return fail(Status::corruption("inline body shorter than the object size"));
+CrcSpans crcSpansOf(std::span<const ByteRange> ranges) {
+  CrcSpans out;
+  forEachSpan(ranges, byOffset(ranges), [&](uint64_t first, uint64_t end) {
+    ++out.spans;
+    out.bytes += end - first;
+  });
+  return out;
+}
+
+Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
+                                                   const index_kv::Manifest& manifest,
+                                                   std::span<const ByteRange> ranges) {
+  for (const ByteRange& r : ranges) {
+    if (r.first > manifest.size || r.length > manifest.size - r.first) {
+      co_return fail(Status::internal("the byte range lies outside the object"));
     }
-    co_return ec::crc32c(
-        {reinterpret_cast<const uint8_t*>(manifest.inline_data.data()) + first, length});
   }
-  Crc32cSink sink(dp.pool());
-  Status st = co_await readObjectRange(dp, manifest, first, length, sink);
-  if (!st.isOk()) co_return fail(st);
-  co_return sink.crc();
+  if (manifest.is_inline && manifest.inline_data.size() < manifest.size) {
+    co_return fail(Status::corruption("inline body shorter than the object size"));
+  }
+  std::vector<uint32_t> crcs(ranges.size(), 0);
+  const std::vector<size_t> order = byOffset(ranges);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  forEachSpan(ranges, order, [&](uint64_t first, uint64_t end) { spans.emplace_back(first, end); });
+  RangesCrcSink sink(dp.pool(), ranges, order, crcs);
+  for (const auto& [first, end] : spans) {
+    sink.startAt(first);
+    Status st;
+    if (manifest.is_inline) {
+      st = co_await sink.write(
+          {reinterpret_cast<const uint8_t*>(manifest.inline_data.data()) + first, end - first});
+    } else {
+      st = co_await readObjectRange(dp, manifest, first, end - first, sink);
+    }
+    if (!st.isOk()) co_return fail(st);
+  }
+  co_return crcs;
 }
 
 Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,

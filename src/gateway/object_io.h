@@ -28,6 +28,7 @@
 #include <prometheus/counter.h>
 
 #include "buffer_budget.h"
+#include "http_range.h"
 #include "asio.h"
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/ids.h"
@@ -211,10 +212,21 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                              uint64_t length, BodySink& sink);
 
-// The CRC32C of object bytes [first, first + length) of `manifest`, read a stripe at a
-// time (no more than that in memory); kInternal for a range past the end.
-Task<Result<uint32_t>> crc32cOfRange(DataPath& dp, const index_kv::Manifest& manifest,
-                                     uint64_t first, uint64_t length);
+// How the ranges of crc32cOfRanges are read: as spans, each one read of the object;
+// ranges closer than kCrcSpanGap are read as one span (their gap read and skipped).
+constexpr uint64_t kCrcSpanGap = 64 * 1024;
+struct CrcSpans {
+  uint64_t spans = 0;  // reads
+  uint64_t bytes = 0;  // object bytes read, gaps included
+};
+CrcSpans crcSpansOf(std::span<const ByteRange> ranges);
+
+// The CRC32C of each of `ranges` of `manifest` (any order; they may overlap), reading
+// each byte of their spans (crcSpansOf) once, a stripe at a time (no more than that in
+// memory); kInternal for a range past the end.
+Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
+                                                   const index_kv::Manifest& manifest,
+                                                   std::span<const ByteRange> ranges);
 
 // Object bytes [first, first + length) of `manifest` (inline or striped) in memory, for
 // small reads (records, small copies); kInternal if the range is past the end (callers

@@ -25,6 +25,7 @@ constexpr size_t kMaxBatchGetBody = 8u << 20;
 constexpr size_t kMaxInsertBody = 64u << 20;
 constexpr size_t kInsertChunk = 8192;
 constexpr uint64_t kMaxInsertCrcBytes = 1ull << 30;
+constexpr uint64_t kMaxInsertCrcSpans = 10000;
 
 
 // readSmallBody's "too large" names XML's limit; JSON bodies say what they are.
@@ -522,24 +523,33 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   if (!parsed) co_return errorResponse(parsed.error(), req);
   std::vector<PendingRow>& rows = *parsed;
 
-  // Rows without a CRC32C get one computed from the container's bytes (bounded per request).
-  uint64_t to_read = 0;
-  for (const PendingRow& p : rows) {
-    if (!p.has_crc) to_read += p.row.length;
+  // Rows without a CRC32C get one computed from the container's bytes, read once in
+  // spans (crcSpansOf), bounded per request: the bytes the CRCs cover, the bytes read and
+  // the reads made (two million tiny rows far apart were two million reads).
+  std::vector<ByteRange> need;
+  std::vector<size_t> needing;
+  uint64_t covered = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].has_crc) continue;
+    need.push_back({rows[i].row.offset, rows[i].row.length});
+    needing.push_back(i);
+    covered += rows[i].row.length;
   }
-  if (to_read > kMaxInsertCrcBytes) {
-    co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                             fmt::format("The rows without crc32c cover {} bytes, over the {} "
-                                         "a request may make the server read: give crc32c.",
-                                         to_read, kMaxInsertCrcBytes)},
-                            req);
+  const CrcSpans cost = crcSpansOf(need);
+  if (covered > kMaxInsertCrcBytes || cost.bytes > kMaxInsertCrcBytes ||
+      cost.spans > kMaxInsertCrcSpans) {
+    co_return errorResponse(
+        {S3ErrorCode::kInvalidArgument,
+         fmt::format("The rows without crc32c cover {} bytes, {} bytes to read in {} separate "
+                     "ranges: over the {} bytes and {} ranges a request may make the server "
+                     "read. Give crc32c.",
+                     covered, cost.bytes, cost.spans, kMaxInsertCrcBytes, kMaxInsertCrcSpans)},
+        req);
   }
-  // Read a stripe at a time: a row can be up to the object's size.
-  for (PendingRow& p : rows) {
-    if (p.has_crc) continue;
-    auto crc = co_await crc32cOfRange(ctx.data, *manifest, p.row.offset, p.row.length);
-    if (!crc) co_return errorResponse(fromStatus(crc.error()), req);
-    p.row.crc32c = *crc;
+  if (!need.empty()) {
+    auto crcs = co_await crc32cOfRanges(ctx.data, *manifest, need);
+    if (!crcs) co_return errorResponse(fromStatus(crcs.error()), req);
+    for (size_t j = 0; j < needing.size(); ++j) rows[needing[j]].row.crc32c = (*crcs)[j];
   }
 
   const bool new_set = manifest->records.set.isZero();

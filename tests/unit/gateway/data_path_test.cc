@@ -878,6 +878,35 @@ TEST_CASE("readRangeDirect reads ranges across fragments and stripes, and fails 
 }
 
 }  // namespace
+TEST_CASE("crc32cOfRanges reads each span once and gives every range its own CRC") {
+  // Batch insert computes the CRCs of its rows this way: two million tiny rows were two
+  // million reads of the container.
+  DataPathFixture f;
+  const std::string data = randomString(3 * kCrcSpanGap + 5000, 41);
+  index_kv::Manifest m = f.write(data);
+  const std::vector<ByteRange> ranges = {
+      {100, 50},                   // out of order,
+      {0, 10},   {5, 100},         // overlapping,
+      {60, 0},                     // empty,
+      {kCrcSpanGap + 100, 7},      // within the gap of the span before: one span
+      {3 * kCrcSpanGap, 5000},     // past a wider gap: its own span
+      {3 * kCrcSpanGap + 10, 20}};
+  const CrcSpans spans = crcSpansOf(ranges);
+  CHECK(spans.spans == 2);
+  CHECK(spans.bytes == kCrcSpanGap + 107 + 5000);
+  auto crcs = runTask(f.io, crc32cOfRanges(f.dp, m, ranges));
+  REQUIRE(crcs);
+  REQUIRE(crcs->size() == ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    INFO("range " << i);
+    CHECK((*crcs)[i] == ec::crc32c({reinterpret_cast<const uint8_t*>(data.data()) +
+                                        ranges[i].first,
+                                    ranges[i].length}));
+  }
+  const std::vector<ByteRange> past = {{data.size() - 1, 2}};
+  CHECK_FALSE(runTask(f.io, crc32cOfRanges(f.dp, m, past)));
+}
+
 TEST_CASE("Concurrent reads share the buffer budget: never more than it, every byte right") {
   // Room for one and a half stripes, and a stripe is charged whole: one stream at a time
   // holds a full stripe's buffer, so the streams must take turns.
