@@ -36,18 +36,26 @@ DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& ch
       reads_per_drive_(std::max<size_t>(4, pool.threads() / 2)) {}
 
 std::optional<DataPath::DriveRead> DataPath::beginRead(std::string_view drive, bool must) {
-  std::lock_guard lock(running_mu_);
-  auto it = running_.find(drive);
-  if (it == running_.end()) it = running_.emplace(std::string(drive), 0).first;
-  if (it->second >= reads_per_drive_ && !must) return std::nullopt;
-  ++it->second;
-  return DriveRead(this, it->first);
+  const placement::Drive* d = map_.findDrive(drive);
+  const std::string_view server = d != nullptr && !d->endpoint.empty() ? d->endpoint : drive;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(running_->mu);
+  auto it = running_->starts.find(server);
+  if (it == running_->starts.end()) {
+    it = running_->starts.emplace(std::string(server), RunningReads::Starts()).first;
+  }
+  RunningReads::Starts& starts = it->second;
+  if (!must && starts.size() >= reads_per_drive_ && !starts.empty() &&
+      now - *starts.begin() >= kStalledRead) {
+    return std::nullopt;
+  }
+  return DriveRead(running_, &starts, starts.insert(now));
 }
 
 DataPath::DriveRead::~DriveRead() {
-  if (dp_ == nullptr) return;
-  std::lock_guard lock(dp_->running_mu_);
-  --dp_->running_.find(drive_)->second;
+  if (!running_) return;
+  std::lock_guard lock(running_->mu);
+  starts_->erase(at_);
 }
 
 Result<const ec::ErasureCode*> DataPath::codeFor(const ec::EcProfile& profile) {
@@ -289,6 +297,7 @@ struct FastReads {
   // 1 once its read ended. Bytes, not std::vector<bool>: the event loop sets some while
   // workers set others, and bits of one word would race.
   std::vector<uint8_t> done;
+  std::vector<uint8_t> refused;  // 1: not made, its server stalled (DataPath::beginRead)
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
   // Their charge to the buffer budget, given back with them: reads a hedge left behind on
@@ -310,9 +319,11 @@ Status unreachable(const std::string& drive) {
   return Status::unavailable("the server of drive " + drive + " does not answer (not asked)");
 }
 
-Status busy(std::string_view drive, size_t running) {
+Status stalled(std::string_view drive, size_t reads) {
   return Status::unavailable(
-      fmt::format("drive {} is busy: {} reads of it running (not asked)", drive, running));
+      fmt::format("the server of drive {} is stalled: {} or more reads of it running, the "
+                  "oldest for {} ms or more (not asked)",
+                  drive, reads, DataPath::kStalledRead.count()));
 }
 
 BlobId blobOf(const index_kv::StripeLayout& s, int j) {
@@ -335,6 +346,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->reads = std::make_shared<FastReads>();
   r->reads->results.resize(j1 - j0 + 1);
   r->reads->done.resize(j1 - j0 + 1, 0);
+  r->reads->refused.resize(j1 - j0 + 1, 0);
   r->reads->out = r->out;
   for (int j = j0; j <= j1; ++j) {
     uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
@@ -363,10 +375,11 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       // Refused: decoded from parity, and asked after all should the others fall short.
       auto running = dp.beginRead(drive);
       Status st = running ? dp.chunks().read(drive, id, off, {dst, n})
-                          : busy(drive, dp.readsPerDrive());
+                          : stalled(drive, dp.readsPerDrive());
       std::lock_guard lock(held->mu);
       held->results[idx] = std::move(st);
       held->done[idx] = 1;
+      held->refused[idx] = !running;
       return Status::ok();
     });
   }
@@ -405,9 +418,9 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
       group.spawn([&dp, ok, &refused, j, drive, id = blobOf(s, j),
                    dst = frags.data() + uint64_t(j) * fl, fl, must] {
         auto running = dp.beginRead(drive, must);
+        refused[j] = !running;
         if (!running) {
-          (*ok)[j] = busy(drive, dp.readsPerDrive());
-          refused[j] = 1;
+          (*ok)[j] = stalled(drive, dp.readsPerDrive());
           return Status::ok();
         }
         (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
@@ -448,7 +461,9 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     present[j] = (*ok)[j].isOk();
     have += present[j];
     ptrs[j] = frags.data() + uint64_t(j) * fl;
-    if (!present[j] && !(j < k && failed_data[j])) {
+    // Not counted: fragments not asked for their server being stalled (the reads it has
+    // running fail on their own, or not).
+    if (!present[j] && !(j < k && failed_data[j]) && !refused[j]) {
       dp.counters().fragment_errors.Increment();
       if ((*ok)[j].isCorruption()) dp.counters().crc_failures.Increment();
       log::warn("fragment {} on {}: {}", blobOf(s, j).toString(), m.drives[s.drives[j]],
@@ -522,15 +537,18 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
   std::vector<bool> failed(m.ec.k, false);
   bool any = false;
   std::vector<Status> results;
+  std::vector<uint8_t> refused;
   {
     std::lock_guard lock(r.reads->mu);
     results = r.reads->results;
+    refused = r.reads->refused;
   }
   for (size_t i = 0; i < results.size(); ++i) {
     const Status& st = results[i];
     if (!st.isOk()) {
       failed[j0 + i] = true;
       any = true;
+      if (refused[i]) continue;  // not a fragment error: not asked (DataPath::beginRead)
       dp.counters().fragment_errors.Increment();
       if (st.isCorruption()) dp.counters().crc_failures.Increment();
       log::warn("fragment {} on {}: {}; decoding from parity",
@@ -623,7 +641,7 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
   for (const Slice& sl : *slices) {
     for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
       auto running = dp.beginRead(fr.drive);
-      if (!running) return busy(fr.drive, dp.readsPerDrive());
+      if (!running) return stalled(fr.drive, dp.readsPerDrive());
       GRANARY_RETURN_IF_ERROR(dp.chunks().read(fr.drive, fr.id, fr.offset, {out, fr.length}));
       out += fr.length;
     }

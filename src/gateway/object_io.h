@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -89,25 +90,40 @@ class DataPath {
   void setSendfile(bool on) { sendfile_ = on; }
   bool sendfile() const { return sendfile_; }
 
-  // A fragment read running on the pool, counted against its drive until it ends. Each
-  // read holds a worker until its drive answers (a stalled server: up to the chunk
-  // client's timeout), so at most readsPerDrive() reads of one drive run at once: a drive
-  // that stalls holds that many workers, not all of them, and the reads of the other
-  // drives go on (the stripes it holds are decoded from parity meanwhile).
+  // A fragment read running on the pool, counted against its server until it ends. Each
+  // read holds a worker until its server answers (stalled: up to the chunk client's 30 s),
+  // so a server counts as stalled when readsPerDrive() of its reads are running and the
+  // oldest has run kStalledRead: a new read of it is then not made (its stripe is decoded
+  // from parity), so that it holds about that many workers, not all of them, and the
+  // reads of the others go on. Reads of a server that answers are never refused, however
+  // many: its stripes are not decoded for being popular. The server: the drive's
+  // endpoint, or the drive itself for drives of this process.
+  static constexpr std::chrono::milliseconds kStalledRead{100};
+  // The reads running, per server: shared with the reads, which may end after the data
+  // path is gone (a hedge's leftover read at shutdown).
+  struct RunningReads {
+    using Starts = std::multiset<std::chrono::steady_clock::time_point>;
+    std::mutex mu;
+    std::map<std::string, Starts, std::less<>> starts;  // by server
+  };
   class DriveRead {
    public:
-    DriveRead(DriveRead&& o) noexcept : dp_(std::exchange(o.dp_, nullptr)), drive_(o.drive_) {}
+    DriveRead(DriveRead&& o) noexcept
+        : running_(std::move(o.running_)), starts_(o.starts_), at_(o.at_) {}
     DriveRead& operator=(DriveRead&&) = delete;
     ~DriveRead();
 
    private:
     friend class DataPath;
-    DriveRead(DataPath* dp, std::string_view drive) : dp_(dp), drive_(drive) {}
-    DataPath* dp_;
-    std::string_view drive_;  // the key in DataPath::running_, which outlives it
+    DriveRead(std::shared_ptr<RunningReads> running, RunningReads::Starts* starts,
+              RunningReads::Starts::iterator at)
+        : running_(std::move(running)), starts_(starts), at_(at) {}
+    std::shared_ptr<RunningReads> running_;  // null once moved from
+    RunningReads::Starts* starts_;           // in running_->starts
+    RunningReads::Starts::iterator at_;
   };
-  // Counts a read of `drive` about to run; nullopt when readsPerDrive() of its reads are
-  // running already (read around it). `must`: counted even then (the read is needed).
+  // Counts a read of `drive` about to run; nullopt when its server is stalled (read
+  // around it). `must`: counted even then (the read is needed).
   std::optional<DriveRead> beginRead(std::string_view drive, bool must = false);
   // Default: half the pool's workers, at least 4.
   void setReadsPerDrive(size_t n) { reads_per_drive_ = n; }
@@ -125,8 +141,7 @@ class DataPath {
   std::chrono::milliseconds hedge_after_{0};
   bool sendfile_ = true;
   size_t reads_per_drive_;
-  std::mutex running_mu_;
-  std::map<std::string, size_t, std::less<>> running_;  // reads running per drive
+  std::shared_ptr<RunningReads> running_ = std::make_shared<RunningReads>();
   std::mutex other_codes_mu_;
   std::vector<std::unique_ptr<ec::ErasureCode>> other_codes_;  // codeFor's, never removed
 };

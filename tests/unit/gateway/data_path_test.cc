@@ -24,6 +24,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "gateway_test_util.h"
 #include "granary/common/random.h"
@@ -386,7 +387,22 @@ TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other 
   CHECK(f.counters.fragment_errors.Value() == 0);  // slow is not failed
 }
 
-TEST_CASE("A stalled drive holds at most readsPerDrive() workers: the others read around it") {
+// Runs readers of `objects` (whole single-stripe objects) on f.io, concurrently.
+struct Readers {
+  Readers(DataPathFixture& f, const std::vector<index_kv::Manifest>& objects)
+      : sinks(objects.size()), results(objects.size(), Status::internal("not run")) {
+    for (size_t i = 0; i < objects.size(); ++i) {
+      asio::co_spawn(f.io, readInto(f.dp, objects[i], 0, objects[i].size, sinks[i]),
+                     [this, i](std::exception_ptr e, Status st) {
+                       results[i] = e ? Status::internal("exception") : std::move(st);
+                     });
+    }
+  }
+  std::vector<StringSink> sinks;
+  std::vector<Status> results;
+};
+
+TEST_CASE("A stalled drive holds about readsPerDrive() workers: the others read around it") {
   // Each fragment read holds a worker until its drive answers (a stalled chunk server: up
   // to the client's 30 s). Unbounded, the reads of one stalled drive took every worker and
   // every GET, of any drive, waited behind them.
@@ -403,41 +419,65 @@ TEST_CASE("A stalled drive holds at most readsPerDrive() workers: the others rea
   for (size_t i = 0; i < all.size(); ++i) {
     for (size_t j = 0; j < 4; ++j) holders[DataPathFixture::driveOf(all[i], 0, j)].push_back(i);
   }
-  const auto& [stalled, objects] = *std::max_element(
+  const auto& [stall, objects] = *std::max_element(
       holders.begin(), holders.end(),
       [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
   REQUIRE(objects.size() >= 6);
-  f.cluster.chunks->delayReads(stalled, std::chrono::milliseconds(1500));
-  std::vector<StringSink> sinks(objects.size());
-  std::vector<Status> results(objects.size(), Status::internal("not run"));
-  for (size_t i = 0; i < objects.size(); ++i) {
-    asio::co_spawn(f.io, readInto(f.dp, all[objects[i]], 0, kStripe, sinks[i]),
-                   [&results, i](std::exception_ptr e, Status st) {
-                     results[i] = e ? Status::internal("exception") : std::move(st);
-                   });
-  }
+  f.cluster.chunks->delayReads(stall, std::chrono::milliseconds(1500));
+  // Two readers meet the stall first; the others come once their reads have run a while.
+  std::vector<index_kv::Manifest> first, later;
+  for (size_t i = 0; i < objects.size(); ++i) (i < 2 ? first : later).push_back(all[objects[i]]);
+  Readers early(f, first);
   f.io.restart();
+  f.io.run_for(DataPath::kStalledRead + std::chrono::milliseconds(150));
+  Readers rest(f, later);
   f.io.run();
   for (size_t i = 0; i < objects.size(); ++i) {
     INFO("object " << objects[i]);
-    CHECK(results[i].isOk());
-    CHECK(sinks[i].body == datas[objects[i]]);
+    const Readers& r = i < 2 ? early : rest;
+    const size_t at = i < 2 ? i : i - 2;
+    CHECK(r.results[at].isOk());
+    CHECK(r.sinks[at].body == datas[objects[i]]);
   }
-  CHECK(f.cluster.chunks->peakReads(stalled) <= 2);
-  CHECK(f.counters.degraded.Value() > 0);  // the refused ones were read around it
+  CHECK(f.cluster.chunks->peakReads(stall) <= 2);
+  CHECK(f.counters.degraded.Value() >= static_cast<double>(later.size()));  // read around
+  CHECK(f.counters.fragment_errors.Value() == 0);  // not asked is not failed
 }
 
-TEST_CASE("A fragment refused for its drive's running reads is still read when it is needed") {
+TEST_CASE("Reads of a server that answers are never refused, a stalled server's are") {
   DataPathFixture f;
-  f.dp.setReadsPerDrive(0);  // every read is refused the first time
-  const std::string data = randomString(2 * kStripe + 100, 31);
+  f.dp.setReadsPerDrive(1);
+  // d0 and d1 are one remote server's; d2 is this process's.
+  f.cluster.map.drives[0].endpoint = f.cluster.map.drives[1].endpoint = "10.0.0.1:9100";
+  auto a = f.dp.beginRead("d0");
+  REQUIRE(a);
+  CHECK(f.dp.beginRead("d1"));  // the oldest is young: a busy server, not a stalled one
+  std::this_thread::sleep_for(DataPath::kStalledRead + std::chrono::milliseconds(20));
+  CHECK_FALSE(f.dp.beginRead("d1"));   // stalled: one server's drives share the count
+  CHECK(f.dp.beginRead("d1", /*must=*/true));
+  CHECK(f.dp.beginRead("d2"));         // another server
+  a.reset();
+  CHECK(f.dp.beginRead("d1"));         // its reads ended
+}
+
+TEST_CASE("A fragment not asked for its server being stalled is read when it is needed") {
+  DataPathFixture f;
+  f.dp.setReadsPerDrive(1);
+  const std::string data = randomString(kStripe, 31);
   index_kv::Manifest m = f.write(data);
+  // Fragment 0's drive has a read running for a while (a stalled one), and two other
+  // fragments are lost: k = 4 of the other five cannot be had without fragment 0.
+  auto stuck = f.dp.beginRead(DataPathFixture::driveOf(m, 0, 0));
+  REQUIRE(stuck);
+  std::this_thread::sleep_for(DataPath::kStalledRead + std::chrono::milliseconds(20));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 1), Status::ioError("EIO"));
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 2), Status::ioError("EIO"));
   auto [st, got] = f.read(m, 0, data.size());
   REQUIRE(st.isOk());
   CHECK(got == data);
   std::string direct(10, '\0');
-  CHECK(readRangeDirect(f.dp, m, 5, 10, reinterpret_cast<uint8_t*>(direct.data()))
-            .code() == Status::Code::kUnavailable);
+  CHECK(readRangeDirect(f.dp, m, 5, 10, reinterpret_cast<uint8_t*>(direct.data())).code() ==
+        Status::Code::kUnavailable);
 }
 
 TEST_CASE("A hedged stripe's slow reads keep their buffer charged to the budget until they end") {
