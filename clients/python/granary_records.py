@@ -58,19 +58,24 @@ def _key_field(key):
 
 
 def _with_key(obj):
-    """A row or header with "key" set to key_of(obj)."""
+    """A row or header with "key" set to key_of(obj) (and no "key_b64": "key" is exact)."""
     if "key_b64" in obj:
         obj["key"] = key_of(obj)
+        del obj["key_b64"]
     return obj
+
+
+def _keyed(r):
+    """A dict with "key" (or "key_b64", which wins: rows as the server sends them) made
+    into one with its key sent safely."""
+    out = {k: v for k, v in r.items() if k not in ("key", "key_b64")}
+    out.update(_key_field(key_of(r)))
+    return out
 
 
 def _request_record(r):
     """A batch GET entry (a key, or a dict with "key") with its key sent safely."""
-    if isinstance(r, (str, bytes)):
-        return _key_field(r)
-    out = {k: v for k, v in r.items() if k not in ("key", "key_b64")}
-    out.update(_key_field(r["key"]) if "key" in r else {"key_b64": r["key_b64"]})
-    return out
+    return _key_field(r) if isinstance(r, (str, bytes)) else _keyed(r)
 
 
 def _error_of(resp):
@@ -155,9 +160,7 @@ class RecordClient:
         """Batch insert of externally built rows: dicts with key, offset, length and
         optionally type and crc32c (hex). A key that is not UTF-8: bytes, or a str with
         surrogate escapes."""
-        body = "".join(json.dumps({**{k: v for k, v in r.items() if k != "key"},
-                                   **_key_field(r["key"])}) + "\n"
-                       for r in rows).encode()
+        body = "".join(json.dumps(_keyed(r)) + "\n" for r in rows).encode()
         query = [("records", None)] + ([("format", format)] if format else [])
         return json.loads(self._request("POST", bucket, container, query, body).data)
 

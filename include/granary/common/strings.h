@@ -44,16 +44,35 @@ inline bool allDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Well-formed UTF-8: no stray continuation bytes, truncated sequences or over-long
-// two-byte forms (keys, tags). Surrogates and code points past U+10FFFF are not checked.
+// Well-formed UTF-8 (RFC 3629, Unicode's table 3-7): no stray continuation bytes,
+// truncated sequences, over-long forms, surrogates (U+D800..DFFF) or code points past
+// U+10FFFF (keys, tags; what a JSON string can carry exactly).
 inline bool validUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
-                       : (c & 0xF8) == 0xF0 ? 3 : 4;
-    if (extra == 4 || (extra > 0 && (c == 0xC0 || c == 0xC1))) return false;
-    if (i + extra >= s.size() && extra > 0) return false;
-    for (size_t k = 1; k <= extra; ++k) {
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t extra = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      if (c == 0xE0) lo = 0xA0;  // over-long
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      if (c == 0xF0) lo = 0x90;  // over-long
+      if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
+    } else {
+      return false;  // a continuation byte, C0/C1 (over-long) or F5..FF
+    }
+    if (s.size() - i <= extra) return false;
+    const auto second = static_cast<unsigned char>(s[i + 1]);
+    if (second < lo || second > hi) return false;
+    for (size_t k = 2; k <= extra; ++k) {
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
     }
     i += extra + 1;

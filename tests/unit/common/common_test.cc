@@ -16,12 +16,14 @@
 
 #include <rocksdb/db.h>
 
+#include "granary/common/base64.h"
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
 #include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
 #include "granary/common/periodic_thread.h"
+#include "granary/common/strings.h"
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/common/status.h"
@@ -226,3 +228,41 @@ TEST_CASE("A periodic pass sees stopping() once stop() is called, and stop() wai
   CHECK(returned);
   CHECK(thread.stopping());
 }
+
+namespace granary {
+
+TEST_CASE("validUtf8 takes what RFC 3629 allows and nothing else") {
+  for (std::string_view ok : {"", "plain", "caf\xc3\xa9", "\xe2\x82\xac", "\xed\x9f\xbf",
+                              "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"}) {
+    INFO(ok);
+    CHECK(validUtf8(ok));
+  }
+  for (std::string_view bad :
+       {"caf\xe9", "\x80", "\xc3", "\xc0\xaf", "\xc1\xbf",  // stray, truncated, over-long
+        "\xe0\x80\x80", "\xe0\x9f\xbf",                     // over-long three bytes
+        "\xed\xa0\x80", "\xed\xbf\xbf",                     // surrogates
+        "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",             // over-long four bytes
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff",     // past U+10FFFF
+        "\xe2\x82", "\xe2\x28\xac"}) {
+    INFO(bad);
+    CHECK_FALSE(validUtf8(bad));
+  }
+}
+
+TEST_CASE("base64Decode takes the standard alphabet with end padding only") {
+  CHECK(base64Decode("") == std::vector<uint8_t>{});
+  CHECK(base64Decode("YQ==") == std::vector<uint8_t>{'a'});
+  CHECK(base64Decode("YWI=") == std::vector<uint8_t>{'a', 'b'});
+  CHECK(base64Decode("Y2Fm6Q==") == std::vector<uint8_t>{'c', 'a', 'f', 0xe9});
+  CHECK(base64Decode("+/+/") == std::vector<uint8_t>{0xfb, 0xff, 0xbf});
+  for (std::string_view bad : {"YQ=", "YQ==YQ==", "Y2Fm----", "Y2Fm6Q==\n\n\n\n", "Y2 m",
+                               "-_-_", "====", "A===", "Y=Q="}) {
+    INFO(bad);
+    CHECK_FALSE(base64Decode(bad));
+  }
+  const std::string bytes("\0\xff\x10 binary", 10);
+  CHECK(base64Decode(base64Encode(bytes)) ==
+        std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+}  // namespace granary
