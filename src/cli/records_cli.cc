@@ -242,7 +242,7 @@ int runBatchGet(const Invocation& inv) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     // JSON strings are UTF-8: a key that is not goes as its bytes in base64.
-    if (validUtf8(line)) {
+    if (strictUtf8(line)) {
       keys.push_back(line);
     } else {
       keys.push_back({{"key_b64", base64Encode(line)}});

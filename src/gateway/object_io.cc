@@ -37,25 +37,27 @@ DataPath::DataPath(const placement::ClusterMap& map, chunkstore::ChunkClient& ch
 
 std::optional<DataPath::DriveRead> DataPath::beginRead(std::string_view drive, bool must) {
   const placement::Drive* d = map_.findDrive(drive);
-  const std::string_view server = d != nullptr && !d->endpoint.empty() ? d->endpoint : drive;
-  const auto now = std::chrono::steady_clock::now();
+  const std::string_view name = d != nullptr && !d->endpoint.empty() ? d->endpoint : drive;
+  const auto now = RunningReads::Clock::now();
   std::lock_guard lock(running_->mu);
-  auto it = running_->starts.find(server);
-  if (it == running_->starts.end()) {
-    it = running_->starts.emplace(std::string(server), RunningReads::Starts()).first;
+  auto it = running_->servers.find(name);
+  if (it == running_->servers.end()) {
+    it = running_->servers.emplace(std::string(name), RunningReads::Server()).first;
   }
-  RunningReads::Starts& starts = it->second;
-  if (!must && starts.size() >= reads_per_drive_ && !starts.empty() &&
-      now - *starts.begin() >= kStalledRead) {
+  RunningReads::Server& server = it->second;
+  if (!must && !server.starts.empty() && server.starts.size() >= reads_per_drive_ &&
+      now - std::max(*server.starts.begin(), server.last_end) >= kStalledRead) {
     return std::nullopt;
   }
-  return DriveRead(running_, &starts, starts.insert(now));
+  return DriveRead(running_, &server, server.starts.insert(now));
 }
 
 DataPath::DriveRead::~DriveRead() {
   if (!running_) return;
+  const auto now = RunningReads::Clock::now();
   std::lock_guard lock(running_->mu);
-  starts_->erase(at_);
+  server_->starts.erase(at_);
+  server_->last_end = now;
 }
 
 Result<const ec::ErasureCode*> DataPath::codeFor(const ec::EcProfile& profile) {
@@ -321,8 +323,8 @@ Status unreachable(const std::string& drive) {
 
 Status stalled(std::string_view drive, size_t reads) {
   return Status::unavailable(
-      fmt::format("the server of drive {} is stalled: {} or more reads of it running, the "
-                  "oldest for {} ms or more (not asked)",
+      fmt::format("the server of drive {} is stalled: {} or more reads of it running, "
+                  "none ended in {} ms (not asked)",
                   drive, reads, DataPath::kStalledRead.count()));
 }
 
@@ -617,17 +619,34 @@ std::vector<FragmentRange> fragmentRanges(const index_kv::Manifest& manifest, co
 // sendFile, each verified and pinned there just before its send (so the window in which
 // the kernel could drop a checked page and read it again unchecked stays one range's
 // send); `sent` is set to the bytes sent, up to the first range that is not cached.
+// `whole`: all of the slice or nothing (the ranges are all pinned first): a GET's first
+// slice, whose bytes must not go out before the rest is known readable, since the first
+// byte sent commits the response to 200 (a failure after it can only cut the body short).
 Task<Status> sendCachedRanges(DataPath& dp, const index_kv::Manifest& manifest,
-                              const Slice& sl, BodySink& sink, uint64_t& sent) {
+                              const Slice& sl, BodySink& sink, bool whole, uint64_t& sent) {
   sent = 0;
+  std::vector<chunkstore::CachedRange> pinned;
   for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
     std::optional<chunkstore::CachedRange> r =
         dp.chunks().pinIfCached(fr.drive, fr.id, fr.offset, fr.length);
-    if (!r) break;
+    if (!r) {
+      if (whole) co_return Status::ok();
+      break;
+    }
+    if (whole) {
+      pinned.push_back(std::move(*r));
+      continue;
+    }
     Status st = co_await sink.sendFile(r->fd, r->offset, r->length);
     if (!st.isOk()) co_return st;
     dp.counters().sent_from_cache.Increment(static_cast<double>(fr.length));
     sent += fr.length;
+  }
+  for (const chunkstore::CachedRange& r : pinned) {
+    Status st = co_await sink.sendFile(r.fd, r.offset, r.length);
+    if (!st.isOk()) co_return st;
+    dp.counters().sent_from_cache.Increment(static_cast<double>(r.length));
+    sent += r.length;
   }
   co_return Status::ok();
 }
@@ -668,7 +687,7 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
     Slice sl = slices[i];
     if (!next && send_files) {
       uint64_t sent = 0;
-      Status st = co_await sendCachedRanges(dp, manifest, sl, sink, sent);
+      Status st = co_await sendCachedRanges(dp, manifest, sl, sink, /*whole=*/i == 0, sent);
       if (!st.isOk()) co_return st;
       if (sent == sl.length) continue;
       sl.first += sent;
@@ -820,9 +839,14 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
     co_return fail(Status::corruption("inline body shorter than the object size"));
   }
   std::vector<uint32_t> crcs(ranges.size(), 0);
-  const std::vector<size_t> order = byOffset(ranges);
+  std::vector<size_t> order;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
-  forEachSpan(ranges, order, [&](uint64_t first, uint64_t end) { spans.emplace_back(first, end); });
+  (void)co_await offload(dp.pool(), [&] {  // a sort of up to millions of ranges
+    order = byOffset(ranges);
+    forEachSpan(ranges, order,
+                [&](uint64_t first, uint64_t end) { spans.emplace_back(first, end); });
+    return 0;
+  });
   RangesCrcSink sink(dp.pool(), ranges, order, crcs);
   for (const auto& [first, end] : spans) {
     sink.startAt(first);

@@ -92,35 +92,41 @@ class DataPath {
 
   // A fragment read running on the pool, counted against its server until it ends. Each
   // read holds a worker until its server answers (stalled: up to the chunk client's 30 s),
-  // so a server counts as stalled when readsPerDrive() of its reads are running and the
-  // oldest has run kStalledRead: a new read of it is then not made (its stripe is decoded
-  // from parity), so that it holds about that many workers, not all of them, and the
-  // reads of the others go on. Reads of a server that answers are never refused, however
-  // many: its stripes are not decoded for being popular. The server: the drive's
-  // endpoint, or the drive itself for drives of this process.
+  // so a server counts as stalled when readsPerDrive() of its reads are running, the
+  // oldest started kStalledRead ago or more and none of its reads ended in that time: a
+  // new read of it is then not made (its stripe is decoded from parity), so that it holds
+  // about that many workers, not all of them, and the reads of the others go on. A server
+  // whose reads end is never refused, however many run: its stripes are not decoded for
+  // being popular. The server: the drive's endpoint, or the drive itself for drives of
+  // this process.
   static constexpr std::chrono::milliseconds kStalledRead{100};
   // The reads running, per server: shared with the reads, which may end after the data
   // path is gone (a hedge's leftover read at shutdown).
   struct RunningReads {
-    using Starts = std::multiset<std::chrono::steady_clock::time_point>;
+    using Clock = std::chrono::steady_clock;
+    struct Server {
+      std::multiset<Clock::time_point> starts;  // of the reads running
+      Clock::time_point last_end;               // of the last read that ended
+    };
     std::mutex mu;
-    std::map<std::string, Starts, std::less<>> starts;  // by server
+    std::map<std::string, Server, std::less<>> servers;
   };
   class DriveRead {
    public:
     DriveRead(DriveRead&& o) noexcept
-        : running_(std::move(o.running_)), starts_(o.starts_), at_(o.at_) {}
+        : running_(std::move(o.running_)), server_(o.server_), at_(o.at_) {}
     DriveRead& operator=(DriveRead&&) = delete;
     ~DriveRead();
 
    private:
     friend class DataPath;
-    DriveRead(std::shared_ptr<RunningReads> running, RunningReads::Starts* starts,
-              RunningReads::Starts::iterator at)
-        : running_(std::move(running)), starts_(starts), at_(at) {}
+    using Server = RunningReads::Server;
+    DriveRead(std::shared_ptr<RunningReads> running, Server* server,
+              std::multiset<RunningReads::Clock::time_point>::iterator at)
+        : running_(std::move(running)), server_(server), at_(at) {}
     std::shared_ptr<RunningReads> running_;  // null once moved from
-    RunningReads::Starts* starts_;           // in running_->starts
-    RunningReads::Starts::iterator at_;
+    Server* server_;                         // in running_->servers
+    std::multiset<RunningReads::Clock::time_point>::iterator at_;
   };
   // Counts a read of `drive` about to run; nullopt when its server is stalled (read
   // around it). `must`: counted even then (the read is needed).

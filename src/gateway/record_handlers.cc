@@ -41,7 +41,7 @@ std::string crcHex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 // (U+FFFD) for reading, and such a key also comes as "key_b64", its bytes exactly.
 void putKey(Json& j, const std::string& key) {
   j["key"] = key;
-  if (!validUtf8(key)) j["key_b64"] = base64Encode(key);
+  if (!strictUtf8(key)) j["key_b64"] = base64Encode(key);
 }
 
 // A record key in a JSON request: "key", or "key_b64" for a key that is not UTF-8.
@@ -535,7 +535,8 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
     needing.push_back(i);
     covered += rows[i].row.length;
   }
-  const CrcSpans cost = crcSpansOf(need);
+  // Sorts up to ~1.5 million rows: on the pool.
+  const CrcSpans cost = co_await offload(ctx.pool(), [&] { return crcSpansOf(need); });
   if (covered > kMaxInsertCrcBytes || cost.bytes > kMaxInsertCrcBytes ||
       cost.spans > kMaxInsertCrcSpans) {
     co_return errorResponse(

@@ -44,10 +44,30 @@ inline bool allDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Well-formed UTF-8 (RFC 3629, Unicode's table 3-7): no stray continuation bytes,
-// truncated sequences, over-long forms, surrogates (U+D800..DFFF) or code points past
-// U+10FFFF (keys, tags; what a JSON string can carry exactly).
+// Well-formed UTF-8: no stray continuation bytes, truncated sequences or over-long
+// two-byte forms (object keys, tags). Surrogates, over-long three- and four-byte forms
+// and code points past U+10FFFF are not checked: keys holding them were stored, and a
+// stricter check on every request would leave those objects unreadable (a stricter one
+// for new keys only is not done yet).
 inline bool validUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
+                       : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (extra == 4 || (extra > 0 && (c == 0xC0 || c == 0xC1))) return false;
+    if (i + extra >= s.size() && extra > 0) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// UTF-8 as RFC 3629 has it (Unicode's table 3-7): validUtf8, and no over-long three- or
+// four-byte forms, surrogates (U+D800..DFFF) or code points past U+10FFFF. What a JSON
+// string carries exactly (record keys in JSON answers).
+inline bool strictUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {

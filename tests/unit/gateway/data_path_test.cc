@@ -194,7 +194,19 @@ TEST_CASE("Cached stripes go to a sink that sends files as verified page-cache r
     CHECK(ranged.files_sent > 0);
   }
   SECTION("a drive that fails reads: its stripes go through buffers, decoded") {
-    f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 1, 2), Status::ioError("injected"));
+    // A parity drive of the first stripe (sent whole from the page cache) that holds a
+    // data fragment of a later one.
+    std::string failing;
+    for (size_t s = 1; s < m.stripes.size() && failing.empty(); ++s) {
+      for (size_t j = 0; j < 4; ++j) {
+        const std::string d = DataPathFixture::driveOf(m, s, j);
+        if (d == DataPathFixture::driveOf(m, 0, 4) || d == DataPathFixture::driveOf(m, 0, 5)) {
+          failing = d;
+        }
+      }
+    }
+    REQUIRE_FALSE(failing.empty());
+    f.cluster.chunks->failReads(failing, Status::ioError("injected"));
     FileSink sink;
     readFiles(0, size, sink);
     CHECK(f.counters.degraded.Value() >= 1);
@@ -206,6 +218,28 @@ TEST_CASE("Cached stripes go to a sink that sends files as verified page-cache r
     readFiles(0, size, sink);
     CHECK(sink.files_sent == 0);
   }
+}
+
+TEST_CASE("A first slice partly in the page cache goes out only once all of it is read") {
+  // Its cached leading ranges went out by sendfile before the rest was read: when the rest
+  // could not be, the GET was a 200 cut short, not the 503 a client retries.
+  DataPathFixture f;
+  const std::string data = randomString(kStripe, 12);
+  index_kv::Manifest m = f.write(data);
+  REQUIRE(f.read(m, 0, kStripe).first.isOk());  // now in the page cache
+  // Fragment 0 stays cached; 1, 2 and 4 fail: the stripe cannot be read.
+  for (size_t j : {1, 2, 4}) {
+    f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, j), Status::ioError("EIO"));
+  }
+  FileSink failed;
+  CHECK_FALSE(runTask(f.io, readInto(f.dp, m, 0, kStripe, failed)).isOk());
+  CHECK(failed.files_sent == 0);
+  CHECK(failed.body.empty());  // nothing went out: the GET can still answer with an error
+  f.cluster.chunks->clearFaults();
+  FileSink whole;
+  REQUIRE(runTask(f.io, readInto(f.dp, m, 0, kStripe, whole)).isOk());
+  CHECK(whole.body == data);
+  CHECK(whole.files_sent == 4);  // all of it cached: all by sendfile
 }
 
 TEST_CASE("Writers encode and write on the bulk pool, at its lower priority") {
@@ -449,15 +483,23 @@ TEST_CASE("Reads of a server that answers are never refused, a stalled server's 
   f.dp.setReadsPerDrive(1);
   // d0 and d1 are one remote server's; d2 is this process's.
   f.cluster.map.drives[0].endpoint = f.cluster.map.drives[1].endpoint = "10.0.0.1:9100";
+  const auto stall = DataPath::kStalledRead + std::chrono::milliseconds(20);
   auto a = f.dp.beginRead("d0");
   REQUIRE(a);
-  CHECK(f.dp.beginRead("d1"));  // the oldest is young: a busy server, not a stalled one
-  std::this_thread::sleep_for(DataPath::kStalledRead + std::chrono::milliseconds(20));
-  CHECK_FALSE(f.dp.beginRead("d1"));   // stalled: one server's drives share the count
-  CHECK(f.dp.beginRead("d1", /*must=*/true));
-  CHECK(f.dp.beginRead("d2"));         // another server
+  auto b = f.dp.beginRead("d1");
+  CHECK(b);  // the oldest is young: busy, maybe not stalled
+  std::this_thread::sleep_for(stall);
+  CHECK_FALSE(f.dp.beginRead("d1"));  // stalled: one server's drives share the count
+  CHECK(f.dp.beginRead("d2"));        // another server
+  auto c = f.dp.beginRead("d1", /*must=*/true);
+  CHECK(c);
+  c.reset();  // a read of it ends: it answers, however slow its oldest read is
+  CHECK(f.dp.beginRead("d0"));
+  std::this_thread::sleep_for(stall);
+  CHECK_FALSE(f.dp.beginRead("d0"));  // and none ended since
   a.reset();
-  CHECK(f.dp.beginRead("d1"));         // its reads ended
+  b.reset();
+  CHECK(f.dp.beginRead("d1"));  // none of its reads running
 }
 
 TEST_CASE("A fragment not asked for its server being stalled is read when it is needed") {
@@ -475,6 +517,8 @@ TEST_CASE("A fragment not asked for its server being stalled is read when it is 
   auto [st, got] = f.read(m, 0, data.size());
   REQUIRE(st.isOk());
   CHECK(got == data);
+  // The read just made ended: stalled again only once none has ended for a while.
+  std::this_thread::sleep_for(DataPath::kStalledRead + std::chrono::milliseconds(20));
   std::string direct(10, '\0');
   CHECK(readRangeDirect(f.dp, m, 5, 10, reinterpret_cast<uint8_t*>(direct.data())).code() ==
         Status::Code::kUnavailable);
@@ -945,6 +989,22 @@ TEST_CASE("crc32cOfRanges reads each span once and gives every range its own CRC
   }
   const std::vector<ByteRange> past = {{data.size() - 1, 2}};
   CHECK_FALSE(runTask(f.io, crc32cOfRanges(f.dp, m, past)));
+
+  // Stripes of 256 KiB: the sink gets writes over 64 KiB (fed on the pool), and ranges
+  // that go on across stripe slices.
+  DataPathFixture big(6, 64 * 1024);
+  const std::string bytes = randomString(3 * 256 * 1024 + 777, 42);
+  index_kv::Manifest bm = big.write(bytes);
+  const std::vector<ByteRange> wide = {
+      {1000, 600 * 1024}, {255 * 1024, 2048}, {0, bytes.size()}, {bytes.size() - 5, 5}};
+  auto wide_crcs = runTask(big.io, crc32cOfRanges(big.dp, bm, wide));
+  REQUIRE(wide_crcs);
+  for (size_t i = 0; i < wide.size(); ++i) {
+    INFO("wide range " << i);
+    CHECK((*wide_crcs)[i] == ec::crc32c({reinterpret_cast<const uint8_t*>(bytes.data()) +
+                                             wide[i].first,
+                                         wide[i].length}));
+  }
 }
 
 TEST_CASE("Concurrent reads share the buffer budget: never more than it, every byte right") {
