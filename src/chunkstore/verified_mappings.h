@@ -17,7 +17,8 @@
 // mapping, so no page is ever mapped that was not then verified.
 //
 // What it does not cover, as before it: a page dropped and read again between a check and
-// the send that follows (one range's send), and memory corrupted after its check.
+// the send that follows (one range's send; a GET's first stripe slice is checked whole,
+// then sent), and memory corrupted after its check.
 //
 // A blob is admitted at its second verified read (objects read once, as a stream reads
 // them, cost no mapping), bounded by mappings and by bytes, least recently used out first.

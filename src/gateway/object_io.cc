@@ -40,24 +40,31 @@ std::optional<DataPath::DriveRead> DataPath::beginRead(std::string_view drive, b
   const std::string_view name = d != nullptr && !d->endpoint.empty() ? d->endpoint : drive;
   const auto now = RunningReads::Clock::now();
   std::lock_guard lock(running_->mu);
-  auto it = running_->servers.find(name);
-  if (it == running_->servers.end()) {
-    it = running_->servers.emplace(std::string(name), RunningReads::Server()).first;
+  auto s = running_->servers.find(name);
+  if (s == running_->servers.end()) {
+    s = running_->servers.emplace(std::string(name), RunningReads::Server()).first;
   }
-  RunningReads::Server& server = it->second;
-  if (!must && !server.starts.empty() && server.starts.size() >= reads_per_drive_ &&
-      now - std::max(*server.starts.begin(), server.last_end) >= kStalledRead) {
+  RunningReads::Server& server = s->second;
+  auto it = server.drives.find(drive);
+  if (it == server.drives.end()) {
+    it = server.drives.emplace(std::string(drive), RunningReads::Drive()).first;
+  }
+  RunningReads::Drive& state = it->second;
+  if (!must && server.running >= reads_per_drive_ && !state.starts.empty() &&
+      now - std::max(*state.starts.begin(), state.last_end) >= kStalledRead) {
     return std::nullopt;
   }
-  return DriveRead(running_, &server, server.starts.insert(now));
+  ++server.running;
+  return DriveRead(running_, &server, &state, state.starts.insert(now));
 }
 
 DataPath::DriveRead::~DriveRead() {
   if (!running_) return;
   const auto now = RunningReads::Clock::now();
   std::lock_guard lock(running_->mu);
-  server_->starts.erase(at_);
-  server_->last_end = now;
+  --server_->running;
+  drive_->starts.erase(at_);
+  drive_->last_end = now;
 }
 
 Result<const ec::ErasureCode*> DataPath::codeFor(const ec::EcProfile& profile) {
@@ -323,8 +330,8 @@ Status unreachable(const std::string& drive) {
 
 Status stalled(std::string_view drive, size_t reads) {
   return Status::unavailable(
-      fmt::format("the server of drive {} is stalled: {} or more reads of it running, "
-                  "none ended in {} ms (not asked)",
+      fmt::format("drive {} is stalled: {} or more reads of its server running, none of "
+                  "its own ended in {} ms (not asked)",
                   drive, reads, DataPath::kStalledRead.count()));
 }
 
@@ -619,9 +626,10 @@ std::vector<FragmentRange> fragmentRanges(const index_kv::Manifest& manifest, co
 // sendFile, each verified and pinned there just before its send (so the window in which
 // the kernel could drop a checked page and read it again unchecked stays one range's
 // send); `sent` is set to the bytes sent, up to the first range that is not cached.
-// `whole`: all of the slice or nothing (the ranges are all pinned first): a GET's first
-// slice, whose bytes must not go out before the rest is known readable, since the first
-// byte sent commits the response to 200 (a failure after it can only cut the body short).
+// `whole`: all of the slice or nothing (the ranges are all verified and pinned first, so
+// the window above is the whole slice's sends): a GET's first slice, whose bytes must not
+// go out before the rest is known readable, since the first byte sent commits the
+// response to 200 (a failure after it can only cut the body short).
 Task<Status> sendCachedRanges(DataPath& dp, const index_kv::Manifest& manifest,
                               const Slice& sl, BodySink& sink, bool whole, uint64_t& sent) {
   sent = 0;

@@ -91,22 +91,27 @@ class DataPath {
   bool sendfile() const { return sendfile_; }
 
   // A fragment read running on the pool, counted against its server until it ends. Each
-  // read holds a worker until its server answers (stalled: up to the chunk client's 30 s),
-  // so a server counts as stalled when readsPerDrive() of its reads are running, the
-  // oldest started kStalledRead ago or more and none of its reads ended in that time: a
-  // new read of it is then not made (its stripe is decoded from parity), so that it holds
-  // about that many workers, not all of them, and the reads of the others go on. A server
-  // whose reads end is never refused, however many run: its stripes are not decoded for
-  // being popular. The server: the drive's endpoint, or the drive itself for drives of
-  // this process.
+  // read holds a worker until its drive answers (stalled: up to the chunk client's 30 s),
+  // so a drive counts as stalled when readsPerDrive() reads of its server are running, its
+  // own oldest started kStalledRead ago or more and none of its reads ended in that time:
+  // a new read of it is then not made (its stripe is decoded from parity), so that the
+  // server holds about that many workers, not all of them, and the reads of the others go
+  // on. A drive whose reads end is never refused, however many run: its stripes are not
+  // decoded for being popular. The server: the drive's endpoint, or the drive itself for
+  // drives of this process (a remote server's drives share one count, each drive's
+  // progress is its own: one hung drive of a server that answers is still refused).
   static constexpr std::chrono::milliseconds kStalledRead{100};
-  // The reads running, per server: shared with the reads, which may end after the data
-  // path is gone (a hedge's leftover read at shutdown).
+  // The reads running, per server and drive: shared with the reads, which may end after
+  // the data path is gone (a hedge's leftover read at shutdown).
   struct RunningReads {
     using Clock = std::chrono::steady_clock;
+    struct Drive {
+      std::multiset<Clock::time_point> starts;  // of its reads running
+      Clock::time_point last_end;               // of its last read that ended
+    };
     struct Server {
-      std::multiset<Clock::time_point> starts;  // of the reads running
-      Clock::time_point last_end;               // of the last read that ended
+      size_t running = 0;  // reads of all its drives
+      std::map<std::string, Drive, std::less<>> drives;
     };
     std::mutex mu;
     std::map<std::string, Server, std::less<>> servers;
@@ -114,22 +119,24 @@ class DataPath {
   class DriveRead {
    public:
     DriveRead(DriveRead&& o) noexcept
-        : running_(std::move(o.running_)), server_(o.server_), at_(o.at_) {}
+        : running_(std::move(o.running_)), server_(o.server_), drive_(o.drive_), at_(o.at_) {}
     DriveRead& operator=(DriveRead&&) = delete;
     ~DriveRead();
 
    private:
     friend class DataPath;
     using Server = RunningReads::Server;
-    DriveRead(std::shared_ptr<RunningReads> running, Server* server,
+    using Drive = RunningReads::Drive;
+    DriveRead(std::shared_ptr<RunningReads> running, Server* server, Drive* drive,
               std::multiset<RunningReads::Clock::time_point>::iterator at)
-        : running_(std::move(running)), server_(server), at_(at) {}
+        : running_(std::move(running)), server_(server), drive_(drive), at_(at) {}
     std::shared_ptr<RunningReads> running_;  // null once moved from
     Server* server_;                         // in running_->servers
+    Drive* drive_;                           // in server_->drives
     std::multiset<RunningReads::Clock::time_point>::iterator at_;
   };
-  // Counts a read of `drive` about to run; nullopt when its server is stalled (read
-  // around it). `must`: counted even then (the read is needed).
+  // Counts a read of `drive` about to run; nullopt when it is stalled (read around it).
+  // `must`: counted even then (the read is needed).
   std::optional<DriveRead> beginRead(std::string_view drive, bool must = false);
   // Default: half the pool's workers, at least 4.
   void setReadsPerDrive(size_t n) { reads_per_drive_ = n; }

@@ -163,7 +163,8 @@ size_t utf8Characters(std::string_view s) {
 }
 
 bool allowedTagText(std::string_view s) {
-  if (!validUtf8(s)) return false;
+  // Strict: tags are checked only when written, and go back in XML and JSON.
+  if (!strictUtf8(s)) return false;
   return std::all_of(s.begin(), s.end(), [](char ch) {
     const auto c = static_cast<unsigned char>(ch);
     return c >= 0x80 || std::isalnum(c) || std::string_view(" _.:/=+-@").find(ch) !=

@@ -481,7 +481,8 @@ TEST_CASE("A stalled drive holds about readsPerDrive() workers: the others read 
 TEST_CASE("Reads of a server that answers are never refused, a stalled server's are") {
   DataPathFixture f;
   f.dp.setReadsPerDrive(1);
-  // d0 and d1 are one remote server's; d2 is this process's.
+  // d0 and d1 are one remote server's (one count, each its own progress); d2 is this
+  // process's.
   f.cluster.map.drives[0].endpoint = f.cluster.map.drives[1].endpoint = "10.0.0.1:9100";
   const auto stall = DataPath::kStalledRead + std::chrono::milliseconds(20);
   auto a = f.dp.beginRead("d0");
@@ -493,10 +494,11 @@ TEST_CASE("Reads of a server that answers are never refused, a stalled server's 
   CHECK(f.dp.beginRead("d2"));        // another server
   auto c = f.dp.beginRead("d1", /*must=*/true);
   CHECK(c);
-  c.reset();  // a read of it ends: it answers, however slow its oldest read is
-  CHECK(f.dp.beginRead("d0"));
+  c.reset();  // a read of d1 ends: it answers, however slow its oldest read is
+  CHECK(f.dp.beginRead("d1"));
+  CHECK_FALSE(f.dp.beginRead("d0"));  // d0, of the same server, did not: still stalled
   std::this_thread::sleep_for(stall);
-  CHECK_FALSE(f.dp.beginRead("d0"));  // and none ended since
+  CHECK_FALSE(f.dp.beginRead("d1"));  // and none of d1's ended since
   a.reset();
   b.reset();
   CHECK(f.dp.beginRead("d1"));  // none of its reads running
