@@ -306,7 +306,7 @@ struct FastReads {
   // 1 once its read ended. Bytes, not std::vector<bool>: the event loop sets some while
   // workers set others, and bits of one word would race.
   std::vector<uint8_t> done;
-  std::vector<uint8_t> refused;  // 1: not made, its server stalled (DataPath::beginRead)
+  std::vector<uint8_t> refused;  // 1: not made, its drive stalled (DataPath::beginRead)
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
   // Their charge to the buffer budget, given back with them: reads a hedge left behind on
@@ -470,7 +470,7 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     present[j] = (*ok)[j].isOk();
     have += present[j];
     ptrs[j] = frags.data() + uint64_t(j) * fl;
-    // Not counted: fragments not asked for their server being stalled (the reads it has
+    // Not counted: fragments not asked for their drive being stalled (the reads it has
     // running fail on their own, or not).
     if (!present[j] && !(j < k && failed_data[j]) && !refused[j]) {
       dp.counters().fragment_errors.Increment();

@@ -95,8 +95,8 @@ class DataPath {
   // so a drive counts as stalled when readsPerDrive() reads of its server are running, its
   // own oldest started kStalledRead ago or more and none of its reads ended in that time:
   // a new read of it is then not made (its stripe is decoded from parity), so that the
-  // server holds about that many workers, not all of them, and the reads of the others go
-  // on. A drive whose reads end is never refused, however many run: its stripes are not
+  // server holds about that many workers (or one per drive of it that has reads running,
+  // if more), not all of them, and the reads of the others go on. A drive whose reads end is never refused, however many run: its stripes are not
   // decoded for being popular. The server: the drive's endpoint, or the drive itself for
   // drives of this process (a remote server's drives share one count, each drive's
   // progress is its own: one hung drive of a server that answers is still refused).
@@ -229,9 +229,9 @@ class ObjectWriter {
 
 // Blocking (call it on the worker pool): object bytes [first, first + length) of a
 // striped manifest, read from the data fragments only, into `out` (length bytes). Any
-// fragment failure, or a drive with DataPath::readsPerDrive() reads running, fails the
-// call; the caller then uses readObjectRange, which decodes from parity. For many small
-// ranges read concurrently (record batch gets).
+// fragment failure, or a stalled drive (DataPath::beginRead), fails the call; the caller
+// then uses readObjectRange, which decodes from parity. For many small ranges read
+// concurrently (record batch gets).
 Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
                        uint64_t length, uint8_t* out);
 

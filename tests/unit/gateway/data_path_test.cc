@@ -488,14 +488,18 @@ TEST_CASE("Reads of a server that answers are never refused, a stalled server's 
   auto a = f.dp.beginRead("d0");
   REQUIRE(a);
   auto b = f.dp.beginRead("d1");
-  CHECK(b);  // the oldest is young: busy, maybe not stalled
+  CHECK(b);  // no read of d1 running: it cannot be stalled
   std::this_thread::sleep_for(stall);
   CHECK_FALSE(f.dp.beginRead("d1"));  // stalled: one server's drives share the count
   CHECK(f.dp.beginRead("d2"));        // another server
-  auto c = f.dp.beginRead("d1", /*must=*/true);
-  CHECK(c);
-  c.reset();  // a read of d1 ends: it answers, however slow its oldest read is
-  CHECK(f.dp.beginRead("d1"));
+  // A read of d1 ends: it answers, however slow its oldest read is. (Admitted within
+  // 100 ms of that end: tried three times, should a loaded machine pause this thread.)
+  bool admitted = false;
+  for (int attempt = 0; attempt < 3 && !admitted; ++attempt) {
+    f.dp.beginRead("d1", /*must=*/true).reset();
+    admitted = f.dp.beginRead("d1").has_value();
+  }
+  CHECK(admitted);
   CHECK_FALSE(f.dp.beginRead("d0"));  // d0, of the same server, did not: still stalled
   std::this_thread::sleep_for(stall);
   CHECK_FALSE(f.dp.beginRead("d1"));  // and none of d1's ended since
