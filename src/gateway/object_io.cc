@@ -633,28 +633,25 @@ std::vector<FragmentRange> fragmentRanges(const index_kv::Manifest& manifest, co
 Task<Status> sendCachedRanges(DataPath& dp, const index_kv::Manifest& manifest,
                               const Slice& sl, BodySink& sink, bool whole, uint64_t& sent) {
   sent = 0;
-  std::vector<chunkstore::CachedRange> pinned;
-  for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
+  std::vector<chunkstore::CachedRange> pinned;  // `whole`: all pinned before any is sent
+  const std::vector<FragmentRange> ranges = fragmentRanges(manifest, sl);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const FragmentRange& fr = ranges[i];
     std::optional<chunkstore::CachedRange> r =
         dp.chunks().pinIfCached(fr.drive, fr.id, fr.offset, fr.length);
     if (!r) {
       if (whole) co_return Status::ok();
       break;
     }
-    if (whole) {
-      pinned.push_back(std::move(*r));
-      continue;
+    pinned.push_back(std::move(*r));
+    if (whole && i + 1 < ranges.size()) continue;
+    for (const chunkstore::CachedRange& p : pinned) {
+      Status st = co_await sink.sendFile(p.fd, p.offset, p.length);
+      if (!st.isOk()) co_return st;
+      dp.counters().sent_from_cache.Increment(static_cast<double>(p.length));
+      sent += p.length;
     }
-    Status st = co_await sink.sendFile(r->fd, r->offset, r->length);
-    if (!st.isOk()) co_return st;
-    dp.counters().sent_from_cache.Increment(static_cast<double>(fr.length));
-    sent += fr.length;
-  }
-  for (const chunkstore::CachedRange& r : pinned) {
-    Status st = co_await sink.sendFile(r.fd, r.offset, r.length);
-    if (!st.isOk()) co_return st;
-    dp.counters().sent_from_cache.Increment(static_cast<double>(r.length));
-    sent += r.length;
+    pinned.clear();
   }
   co_return Status::ok();
 }
