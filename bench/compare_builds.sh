@@ -116,8 +116,8 @@ for round in $(seq "$rounds"); do
     if [[ $phases == *" put "* ]]; then
       start "$bin"
       run_cpu put-1MiB --op put --size 1MiB --concurrency 16 --objects 256
-      awk -v p="$(metric_sum granary_drive_committed_puts)" \
-        -v c="$(metric_sum granary_drive_group_commits)" \
+      awk -v p="$(metric_sum granary_drive_committed_puts_total)" \
+        -v c="$(metric_sum granary_drive_group_commits_total)" \
         'BEGIN { printf "   blob puts per group commit: %.1f (%d / %d)\n", c ? p / c : 0, p, c }'
       start "$bin"
       run_cpu put-64MiB --op put --size 64MiB --concurrency 4 --objects 8

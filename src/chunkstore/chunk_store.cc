@@ -395,6 +395,7 @@ class ChunkStoreImpl final : public ChunkStore {
   const ChunkStoreOptions options_;
   IoEngine& engine_;
   const Clock& clock_;
+  const uint64_t opened_unix_nanos_ = static_cast<uint64_t>(clock_.nowUnixNanos());
   std::unique_ptr<RocksIndex> index_;
   ExtentSet extents_;
   // Verified block CRCs of recently read blobs (thread safe; filled from const verifyRead).
@@ -1238,6 +1239,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.verified_bytes = mapped.bytes;
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  s.opened_unix_nanos = opened_unix_nanos_;
   {
     std::lock_guard lock(corrupt_mu_);
     s.corrupt_ids.assign(corrupt_.begin(), corrupt_.end());

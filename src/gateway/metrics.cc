@@ -86,73 +86,74 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                  0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
                                  0.25, 1})),
       drives_{
-          DriveGauge{"granary_drive_blobs", "Blobs (fragments) stored on a drive",
-                     &chunkstore::DriveStats::blobs},
-          DriveGauge{"granary_drive_payload_bytes", "Payload bytes of the blobs on a drive",
-                     &chunkstore::DriveStats::payload_bytes},
-          DriveGauge{"granary_drive_disk_bytes",
-                     "Bytes the live blobs of a drive occupy on disk (headers, padding)",
-                     &chunkstore::DriveStats::disk_bytes},
-          DriveGauge{"granary_drive_reserved_bytes",
-                     "Extent bytes of a drive allocated ahead of use (the pre-zeroed spare "
-                     "extent, the unused tail of a pre-zeroed extent)",
-                     &chunkstore::DriveStats::reserved_bytes},
-          DriveGauge{"granary_drive_spare_zeroed_bytes",
-                     "Zeros written to prepare a drive's spare extents since it opened "
-                     "(background writes; they count in granary_io_bytes_total too)",
-                     &chunkstore::DriveStats::spare_zeroed_bytes},
-          DriveGauge{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
-                     &chunkstore::DriveStats::capacity_bytes},
-          DriveGauge{"granary_drive_available_bytes",
-                     "Free space of the file system holding a drive",
-                     &chunkstore::DriveStats::available_bytes},
-          DriveGauge{"granary_drive_group_commits",
-                     "Group commits (one data sync + one index sync) since the drive opened",
-                     &chunkstore::DriveStats::commit_batches},
-          DriveGauge{"granary_drive_committed_puts",
-                     "Blob puts made durable since the drive opened",
-                     &chunkstore::DriveStats::committed_puts},
-          DriveGauge{"granary_drive_scrub_passes", "Completed scrub passes over a drive",
-                     &chunkstore::DriveStats::scrub_passes},
-          DriveGauge{"granary_drive_scrubbed_bytes", "Payload bytes verified by the scrubber",
-                     &chunkstore::DriveStats::scrubbed_bytes},
-          DriveGauge{"granary_drive_corrupt_blobs", "Corrupt blobs found by the scrubber",
-                     &chunkstore::DriveStats::corrupt_blobs},
-          DriveGauge{"granary_drive_crc_cache_hits",
-                     "Lookups of a blob's block CRCs in memory that found them (the read "
-                     "skips the blob's header region), since the drive opened",
-                     &chunkstore::DriveStats::crc_cache_hits},
-          DriveGauge{"granary_drive_crc_cache_misses",
-                     "Lookups of a blob's block CRCs in memory that did not find them (the "
-                     "read verifies the blob's header region), since the drive opened",
-                     &chunkstore::DriveStats::crc_cache_misses},
-          DriveGauge{"granary_drive_crc_cache_bytes",
-                     "Memory held by the drive's block CRC cache",
-                     &chunkstore::DriveStats::crc_cache_bytes},
-          DriveGauge{"granary_drive_index_cache_hits",
-                     "Blob index lookups answered from memory without RocksDB, since the "
-                     "drive opened",
-                     &chunkstore::DriveStats::index_cache_hits},
-          DriveGauge{"granary_drive_index_cache_misses",
-                     "Blob index lookups that went to RocksDB, since the drive opened",
-                     &chunkstore::DriveStats::index_cache_misses},
-          DriveGauge{"granary_drive_index_cache_bytes",
-                     "Memory held by the drive's in-memory blob index entries",
-                     &chunkstore::DriveStats::index_cache_bytes},
-          DriveGauge{"granary_drive_verified_hits",
-                     "Page-cache ranges sent without verifying them again (their pages "
-                     "verified earlier and cached since), since the drive opened",
-                     &chunkstore::DriveStats::verified_hits},
-          DriveGauge{"granary_drive_verified_admitted",
-                     "Blobs whose verified page-cache pages were mapped to be trusted while "
-                     "cached, since the drive opened",
-                     &chunkstore::DriveStats::verified_admitted},
-          DriveGauge{"granary_drive_verified_blobs",
-                     "Blobs whose verified page-cache pages are mapped now",
-                     &chunkstore::DriveStats::verified_blobs},
-          DriveGauge{"granary_drive_verified_bytes",
-                     "Bytes of verified page-cache pages mapped now (in RSS as file pages)",
-                     &chunkstore::DriveStats::verified_bytes},
+          DriveFigure{"granary_drive_blobs", "Blobs (fragments) stored on a drive",
+                      &chunkstore::DriveStats::blobs, kLevel},
+          DriveFigure{"granary_drive_payload_bytes", "Payload bytes of the blobs on a drive",
+                      &chunkstore::DriveStats::payload_bytes, kLevel},
+          DriveFigure{"granary_drive_disk_bytes",
+                      "Bytes the live blobs of a drive occupy on disk (headers, padding)",
+                      &chunkstore::DriveStats::disk_bytes, kLevel},
+          DriveFigure{"granary_drive_reserved_bytes",
+                      "Extent bytes of a drive allocated ahead of use (the pre-zeroed spare "
+                      "extent, the unused tail of a pre-zeroed extent)",
+                      &chunkstore::DriveStats::reserved_bytes, kLevel},
+          DriveFigure{"granary_drive_spare_zeroed_bytes_total",
+                      "Zeros written to prepare a drive's spare extents since it opened "
+                      "(background writes; they count in granary_io_bytes_total too)",
+                      &chunkstore::DriveStats::spare_zeroed_bytes, kCount},
+          DriveFigure{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
+                      &chunkstore::DriveStats::capacity_bytes, kLevel},
+          DriveFigure{"granary_drive_available_bytes",
+                      "Free space of the file system holding a drive",
+                      &chunkstore::DriveStats::available_bytes, kLevel},
+          DriveFigure{"granary_drive_group_commits_total",
+                      "Group commits (one data sync + one index sync) since the drive opened",
+                      &chunkstore::DriveStats::commit_batches, kCount},
+          DriveFigure{"granary_drive_committed_puts_total",
+                      "Blob puts made durable since the drive opened",
+                      &chunkstore::DriveStats::committed_puts, kCount},
+          DriveFigure{"granary_drive_scrub_passes_total", "Completed scrub passes over a drive",
+                      &chunkstore::DriveStats::scrub_passes, kCount},
+          DriveFigure{"granary_drive_scrubbed_bytes_total",
+                      "Payload bytes verified by the scrubber",
+                      &chunkstore::DriveStats::scrubbed_bytes, kCount},
+          DriveFigure{"granary_drive_corrupt_blobs_total", "Corrupt blobs found by the scrubber",
+                      &chunkstore::DriveStats::corrupt_blobs, kCount},
+          DriveFigure{"granary_drive_crc_cache_hits_total",
+                      "Lookups of a blob's block CRCs in memory that found them (the read "
+                      "skips the blob's header region), since the drive opened",
+                      &chunkstore::DriveStats::crc_cache_hits, kCount},
+          DriveFigure{"granary_drive_crc_cache_misses_total",
+                      "Lookups of a blob's block CRCs in memory that did not find them (the "
+                      "read verifies the blob's header region), since the drive opened",
+                      &chunkstore::DriveStats::crc_cache_misses, kCount},
+          DriveFigure{"granary_drive_crc_cache_bytes",
+                      "Memory held by the drive's block CRC cache",
+                      &chunkstore::DriveStats::crc_cache_bytes, kLevel},
+          DriveFigure{"granary_drive_index_cache_hits_total",
+                      "Blob index lookups answered from memory without RocksDB, since the "
+                      "drive opened",
+                      &chunkstore::DriveStats::index_cache_hits, kCount},
+          DriveFigure{"granary_drive_index_cache_misses_total",
+                      "Blob index lookups that went to RocksDB, since the drive opened",
+                      &chunkstore::DriveStats::index_cache_misses, kCount},
+          DriveFigure{"granary_drive_index_cache_bytes",
+                      "Memory held by the drive's in-memory blob index entries",
+                      &chunkstore::DriveStats::index_cache_bytes, kLevel},
+          DriveFigure{"granary_drive_verified_hits_total",
+                      "Page-cache ranges sent without verifying them again (their pages "
+                      "verified earlier and cached since), since the drive opened",
+                      &chunkstore::DriveStats::verified_hits, kCount},
+          DriveFigure{"granary_drive_verified_admitted_total",
+                      "Blobs whose verified page-cache pages were mapped to be trusted while "
+                      "cached, since the drive opened",
+                      &chunkstore::DriveStats::verified_admitted, kCount},
+          DriveFigure{"granary_drive_verified_blobs",
+                      "Blobs whose verified page-cache pages are mapped now",
+                      &chunkstore::DriveStats::verified_blobs, kLevel},
+          DriveFigure{"granary_drive_verified_bytes",
+                      "Bytes of verified page-cache pages mapped now (in RSS as file pages)",
+                      &chunkstore::DriveStats::verified_bytes, kLevel},
       },
       drive_up_(prometheus::BuildGauge()
                     .Name("granary_drive_up")
@@ -183,17 +184,15 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Name("granary_index_storage_bytes")
                          .Help("Index size (RocksDB): sst files, memtables, live data estimate")
                          .Register(registry)),
-      index_group_commits_(prometheus::BuildGauge()
-                               .Name("granary_index_group_commits")
+      index_group_commits_(prometheus::BuildCounter()
+                               .Name("granary_index_group_commits_total")
                                .Help("Synced index batches written since the index opened")
-                               .Register(registry)
-                               .Add({})),
-      index_committed_requests_(prometheus::BuildGauge()
-                                    .Name("granary_index_committed_requests")
+                               .Register(registry)),
+      index_committed_requests_(prometheus::BuildCounter()
+                                    .Name("granary_index_committed_requests_total")
                                     .Help("Index writes those batches completed (their ratio "
                                           "is the batch size)")
-                                    .Register(registry)
-                                    .Add({})),
+                                    .Register(registry)),
       buffer_budget_(prometheus::BuildGauge()
                          .Name("granary_buffer_budget_bytes")
                          .Help("Stripe-buffer budget of GET streams and uploads "
@@ -208,22 +207,23 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       buffer_waits_(prometheus::BuildCounter()
                         .Name("granary_buffer_budget_waits_total")
                         .Help("Times a GET stream or an upload had to wait for buffer budget")
-                        .Register(registry)
-                        .Add({})),
+                        .Register(registry)),
       buffer_overdrafts_(prometheus::BuildCounter()
                              .Name("granary_buffer_budget_overdrafts_total")
                              .Help("GET streams' waits for buffer budget that ran out of "
                                    "patience (2 s) and went ahead over the budget")
-                             .Register(registry)
-                             .Add({})),
+                             .Register(registry)),
       buffer_refusals_(prometheus::BuildCounter()
                            .Name("granary_buffer_budget_refusals_total")
                            .Help("Uploads answered 503 because buffer budget stayed spent for "
                                  "--buffer-wait")
-                           .Register(registry)
-                           .Add({})) {
-  for (auto& g : drives_) {
-    g.family = &prometheus::BuildGauge().Name(g.name).Help(g.help).Register(registry);
+                           .Register(registry)) {
+  for (auto& f : drives_) {
+    if (f.kind == kCount) {
+      f.counters = &prometheus::BuildCounter().Name(f.name).Help(f.help).Register(registry);
+    } else {
+      f.gauges = &prometheus::BuildGauge().Name(f.name).Help(f.help).Register(registry);
+    }
   }
 }
 
@@ -233,6 +233,33 @@ DataPathCounters GatewayMetrics::dataPathCounters() {
 }
 
 namespace {
+
+// Whether statistics read now are of the opening of their source (a drive, the index)
+// last shown, `known`, of a later one (it restarted: `known` moves on) or of an earlier one
+// (read before the restart by a scrape running alongside).
+enum class Opening { kSame, kLater, kEarlier };
+Opening openingOf(uint64_t& known, uint64_t opened) {
+  if (opened == known) return Opening::kSame;
+  if (opened < known) return Opening::kEarlier;
+  known = opened;
+  return Opening::kLater;
+}
+
+// Shows `value`, a count its source keeps since it opened, as the counter of `family`
+// labelled `labels`. A counter only goes up: a lower count of the same opening was read
+// before the one shown (two scrapes at once) and is dropped. A source that opened again
+// counts from zero: its series is made anew, which Prometheus's rate() reads as a reset.
+void setCount(prometheus::Family<prometheus::Counter>& family,
+              const std::map<std::string, std::string>& labels, uint64_t value,
+              Opening opening) {
+  prometheus::Counter* counter = &family.Add(labels);
+  if (opening == Opening::kLater) {
+    family.Remove(counter);
+    counter = &family.Add(labels);
+  }
+  const auto v = static_cast<double>(value);
+  if (v > counter->Value()) counter->Increment(v - counter->Value());
+}
 
 // Sets each (label value, figure) of `family`'s series labelled `label`; when `ok` is
 // false, removes them instead.
@@ -254,12 +281,19 @@ void GatewayMetrics::setDrive(const std::string& drive,
                               const Result<chunkstore::DriveStats>& stats) {
   std::lock_guard lock(scraped_gauges_mu_);
   drive_up_.Add({{"drive", drive}}).Set(stats ? 1 : 0);
-  for (auto& g : drives_) {
-    prometheus::Gauge& gauge = g.family->Add({{"drive", drive}});
-    if (stats) {
-      gauge.Set(static_cast<double>((*stats).*g.field));
+  const Opening opening =
+      stats ? openingOf(drive_opened_[drive], stats->opened_unix_nanos) : Opening::kSame;
+  if (opening == Opening::kEarlier) return;  // a stale read: newer figures are shown
+  const std::map<std::string, std::string> labels{{"drive", drive}};
+  for (auto& f : drives_) {
+    if (stats && f.kind == kCount) {
+      setCount(*f.counters, labels, (*stats).*f.field, opening);
+    } else if (stats) {
+      f.gauges->Add(labels).Set(static_cast<double>((*stats).*f.field));
+    } else if (f.kind == kCount) {
+      f.counters->Remove(&f.counters->Add(labels));
     } else {
-      g.family->Remove(&gauge);
+      f.gauges->Remove(&f.gauges->Add(labels));
     }
   }
 }
@@ -277,10 +311,11 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
   setOrRemove(index_storage_, "what", storage.has_value(),
               {{"sst", s.sst_bytes}, {"memtable", s.memtable_bytes},
                {"live_data", s.live_data_bytes}});
-  if (commits) {
-    index_group_commits_.Set(static_cast<double>(commits->batches));
-    index_committed_requests_.Set(static_cast<double>(commits->requests));
-  }
+  if (!commits) return;
+  const Opening opening = openingOf(index_opened_, commits->opened_unix_nanos);
+  if (opening == Opening::kEarlier) return;
+  setCount(index_group_commits_, {}, commits->batches, opening);
+  setCount(index_committed_requests_, {}, commits->requests, opening);
 }
 
 void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
@@ -289,15 +324,11 @@ void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
   buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
   buffer_budget_.Add({{"what", "uploads"}}).Set(static_cast<double>(stats.uploads));
   buffer_waiting_.Set(static_cast<double>(stats.waiting));
-  // The budget counts since start; the counters advance by what is new since the last scrape.
-  std::lock_guard lock(buffer_counters_mu_);
-  auto advance = [](prometheus::Counter& counter, uint64_t& seen, uint64_t now) {
-    if (now > seen) counter.Increment(static_cast<double>(now - seen));
-    seen = std::max(seen, now);
-  };
-  advance(buffer_waits_, buffer_waits_seen_, stats.waits);
-  advance(buffer_overdrafts_, buffer_overdrafts_seen_, stats.overdrafts);
-  advance(buffer_refusals_, buffer_refusals_seen_, stats.refusals);
+  std::lock_guard lock(scraped_gauges_mu_);
+  // This process's own budget: it opened once.
+  setCount(buffer_waits_, {}, stats.waits, Opening::kSame);
+  setCount(buffer_overdrafts_, {}, stats.overdrafts, Opening::kSame);
+  setCount(buffer_refusals_, {}, stats.refusals, Opening::kSame);
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

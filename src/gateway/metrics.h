@@ -7,6 +7,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -34,20 +35,25 @@ class GatewayMetrics {
   void loopLag(double seconds) { loop_lag_.Observe(seconds); }
   prometheus::Registry& registry() { return registry_; }
   DataPathCounters dataPathCounters();
-  // Per-drive gauges, refreshed from ChunkClient::stats before each scrape. A drive whose
+  // Per-drive series, refreshed from ChunkClient::stats before each scrape. A drive whose
   // statistics could not be read has granary_drive_up 0 and no other series: a value
-  // kept from an earlier scrape (a dead drive's free space) would be a lie.
+  // kept from an earlier scrape (a dead drive's free space) would be a lie. Its counts
+  // since it opened are counters: a count lower than the one shown, from the same opening,
+  // was read by a scrape running alongside and is not shown; statistics of an earlier
+  // opening (read before a restart) are not shown at all; a later opening starts the
+  // counters again (to Prometheus, a counter reset).
   void setDrive(const std::string& drive, const Result<chunkstore::DriveStats>& stats);
-  // The index's gauges (record index, storage, commits), refreshed before each scrape;
+  // The index's series (record index, storage, commits), refreshed before each scrape;
   // granary_index_up 0 when one could not be read (an index service down), whose series
-  // are then left out (the commit counts, unlabelled, keep their last value).
+  // are then left out (the commit counters keep their last value). The commit counts are
+  // shown as a drive's are.
   void setIndex(const Result<index_kv::RecordIndexStats>& records,
                 const Result<index_kv::IndexStorageStats>& storage,
                 const Result<index_kv::IndexCommitStats>& commits);
-  // Outcomes of indexed uploads.
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
   // scrape.
   void setBufferBudget(const BufferBudget::Stats& stats);
+  // Outcomes of indexed uploads.
   void containerIndexed(const index_kv::RecordIndexInfo& info);
 
  private:
@@ -67,34 +73,38 @@ class GatewayMetrics {
   prometheus::Counter& decoded_bytes_;
   prometheus::Counter& crc_failures_;
   prometheus::Histogram& loop_lag_;
-  // One gauge family per DriveStats field.
-  struct DriveGauge {
+  // One family per DriveStats field: a gauge for a level now (blobs, free bytes), a
+  // counter for a count since the drive opened (its name ends in _total).
+  enum FigureKind { kLevel, kCount };
+  struct DriveFigure {
     const char* name;
     const char* help;
     uint64_t chunkstore::DriveStats::*field;
-    prometheus::Family<prometheus::Gauge>* family = nullptr;
+    FigureKind kind;
+    prometheus::Family<prometheus::Gauge>* gauges = nullptr;
+    prometheus::Family<prometheus::Counter>* counters = nullptr;
   };
-  std::vector<DriveGauge> drives_;
+  std::vector<DriveFigure> drives_;
   prometheus::Family<prometheus::Gauge>& drive_up_;
   prometheus::Gauge& index_up_;
   // Series are removed and added again: two scrapes at once must not set one the other
-  // is removing.
+  // is removing. Guards what follows, up to the buffer budget's figures.
   std::mutex scraped_gauges_mu_;
+  // When each drive, and the index, opened (as their statistics said; 0 before the first
+  // scrape): the counts since then are shown as counters, which start again when it changes.
+  std::map<std::string, uint64_t> drive_opened_;
+  uint64_t index_opened_ = 0;
   prometheus::Family<prometheus::Gauge>& record_index_;
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;
   prometheus::Family<prometheus::Gauge>& index_storage_;
-  prometheus::Gauge& index_group_commits_;
-  prometheus::Gauge& index_committed_requests_;
+  prometheus::Family<prometheus::Counter>& index_group_commits_;
+  prometheus::Family<prometheus::Counter>& index_committed_requests_;
   prometheus::Family<prometheus::Gauge>& buffer_budget_;
   prometheus::Gauge& buffer_waiting_;
-  prometheus::Counter& buffer_waits_;
-  prometheus::Counter& buffer_overdrafts_;
-  prometheus::Counter& buffer_refusals_;
-  std::mutex buffer_counters_mu_;  // concurrent scrapes
-  uint64_t buffer_waits_seen_ = 0;
-  uint64_t buffer_overdrafts_seen_ = 0;
-  uint64_t buffer_refusals_seen_ = 0;
+  prometheus::Family<prometheus::Counter>& buffer_waits_;
+  prometheus::Family<prometheus::Counter>& buffer_overdrafts_;
+  prometheus::Family<prometheus::Counter>& buffer_refusals_;
 };
 
 }  // namespace granary::gateway

@@ -13,7 +13,11 @@ namespace granary::index_kv {
 
 CommitQueue::CommitQueue(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
                          size_t max_batch)
-    : db_(db), cfs_(cfs), clock_(clock), max_batch_(std::max<size_t>(max_batch, 1)) {}
+    : db_(db),
+      cfs_(cfs),
+      clock_(clock),
+      max_batch_(std::max<size_t>(max_batch, 1)),
+      opened_unix_nanos_(static_cast<uint64_t>(clock.nowUnixNanos())) {}
 
 CommitQueue::~CommitQueue() {
   {
@@ -79,7 +83,7 @@ void CommitQueue::submitAsync(CommitRequest& req) {
 }
 
 IndexCommitStats CommitQueue::stats() const {
-  return IndexCommitStats{batches_.load(), requests_.load()};
+  return IndexCommitStats{batches_.load(), requests_.load(), opened_unix_nanos_};
 }
 
 void CommitQueue::run() {

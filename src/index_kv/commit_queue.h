@@ -256,6 +256,7 @@ class CommitQueue {
   bool stopping_ = false;
   std::thread thread_;
 
+  const uint64_t opened_unix_nanos_;  // IndexCommitStats::opened_unix_nanos
   std::atomic<uint64_t> batches_{0};
   std::atomic<uint64_t> requests_{0};
   // Object deletes written since the objects' memtable was last flushed for them (the

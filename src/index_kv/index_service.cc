@@ -402,7 +402,9 @@ const std::map<std::string, Op, std::less<>>& operations() {
          auto stats = x.commitStats();
          if (!stats) return fail(stats.error());
          const IndexCommitStats& s = *stats;
-         return Json{{"batches", s.batches}, {"requests", s.requests}};
+         return Json{{"batches", s.batches},
+                     {"requests", s.requests},
+                     {"opened_unix_nanos", s.opened_unix_nanos}};
        }},
   };
   return ops;
@@ -684,7 +686,8 @@ class RemoteIndex final : public Index {
   }
   Result<IndexCommitStats> commitStats() override {
     return query("commit_stats", Json::object(), [](const Json& j) {
-      return IndexCommitStats{j.at("batches").get<uint64_t>(), j.at("requests").get<uint64_t>()};
+      return IndexCommitStats{j.at("batches").get<uint64_t>(), j.at("requests").get<uint64_t>(),
+                              j.value("opened_unix_nanos", uint64_t{0})};
     });
   }
 

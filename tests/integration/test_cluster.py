@@ -687,13 +687,13 @@ def test_a_stalled_chunk_server_is_read_around_by_hedged_reads(healthy):
 
 
 def test_a_cluster_gateway_reports_its_index_servers_group_commits(healthy):
-    """The index's group-commit gauges of a gateway in cluster mode come from its index
+    """The index's group-commit counters of a gateway in cluster mode come from its index
     server (the RPC `commit_stats`), not from a local index it does not have."""
     cluster = healthy
 
     def commits(gateway):  # (batches, requests), from one scrape
-        return gateway_metrics(cluster, gateway, "granary_index_group_commits",
-                               "granary_index_committed_requests")
+        return gateway_metrics(cluster, gateway, "granary_index_group_commits_total",
+                               "granary_index_committed_requests_total")
 
     s3 = cluster.client(1)
     s3.create_bucket(Bucket="commits")

@@ -212,11 +212,11 @@ def test_scrubber_finds_silent_corruption_and_reads_still_succeed(granary_bin, t
     srv = Server(tmp_data, extra_args=args).start()
     try:
         deadline = time.time() + 30
-        while time.time() < deadline and metric(srv, "granary_drive_corrupt_blobs", 'drive="d2"') == 0:
+        while time.time() < deadline and metric(srv, "granary_drive_corrupt_blobs_total", 'drive="d2"') == 0:
             time.sleep(0.2)
-        assert metric(srv, "granary_drive_corrupt_blobs", 'drive="d2"') > 0
-        assert metric(srv, "granary_drive_corrupt_blobs", 'drive="d0"') == 0
-        assert metric(srv, "granary_drive_scrubbed_bytes") > 0
+        assert metric(srv, "granary_drive_corrupt_blobs_total", 'drive="d2"') > 0
+        assert metric(srv, "granary_drive_corrupt_blobs_total", 'drive="d0"') == 0
+        assert metric(srv, "granary_drive_scrubbed_bytes_total") > 0
         # Reads decode around the corrupt fragments.
         check_all(srv.client(), "scrub", objs)
     finally:
@@ -228,10 +228,10 @@ def metric_after_restart_is_zero(data_dir, args):
     srv = Server(data_dir, extra_args=args).start()
     try:
         deadline = time.time() + 30
-        while time.time() < deadline and metric(srv, "granary_drive_scrub_passes") < 6:
+        while time.time() < deadline and metric(srv, "granary_drive_scrub_passes_total") < 6:
             time.sleep(0.2)
-        assert metric(srv, "granary_drive_scrub_passes") >= 6  # every drive passed once
-        return metric(srv, "granary_drive_corrupt_blobs") == 0
+        assert metric(srv, "granary_drive_scrub_passes_total") >= 6  # every drive passed once
+        return metric(srv, "granary_drive_corrupt_blobs_total") == 0
     finally:
         srv.stop()
 

@@ -89,8 +89,10 @@ def test_promtool_accepts_the_metrics_endpoint(server, s3, bucket):
     text = urllib.request.urlopen(server.endpoint + "/_granary/metrics", timeout=10).read()
     r = subprocess.run(["/usr/bin/promtool", "check", "metrics"], input=text,
                        capture_output=True, timeout=60)
-    # promtool exits 0 for valid exposition text (lint hints, if any, come on stdout).
+    # promtool exits 0 for valid exposition text; its lint hints (a counter without the
+    # _total suffix, a gauge with it) come on stdout: there are none.
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    assert r.stdout.decode().strip() == "", r.stdout.decode()
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -248,9 +250,9 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert metric_value(after, "granary_index_storage_bytes", what="memtable") > 0
     # One after another, the five PUTs' manifests took a batch each (background jobs may
     # have written more meanwhile, alone or in the same batches).
-    batches = grew("granary_index_group_commits")
+    batches = grew("granary_index_group_commits_total")
     assert batches >= 5
-    assert grew("granary_index_committed_requests") >= batches
+    assert grew("granary_index_committed_requests_total") >= batches
     assert metric_value(after, "granary_crc_failures_total") == 0
     assert metric_value(after, "granary_ec_decoded_bytes_total") == 0
     # The GET streams' buffer budget: the default capacity, a 3 MiB object's one stripe
@@ -269,18 +271,18 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
         raise AssertionError("buffer budget not given back after the GETs")
     # Each GET above read its 4 data fragments' header regions (the CRCs were not cached
     # yet); the same GETs again take the CRCs from the block CRC cache.
-    assert grew("granary_drive_crc_cache_misses") >= 5 * 4
+    assert grew("granary_drive_crc_cache_misses_total") >= 5 * 4
     mid = scrape()
     for i in range(5):
         assert s3.get_object(Bucket=bucket, Key=f"io/{i}")["Body"].read() == body
     final = scrape()
-    assert (metric_value(final, "granary_drive_crc_cache_hits")
-            - metric_value(mid, "granary_drive_crc_cache_hits")) >= 5 * 4
+    assert (metric_value(final, "granary_drive_crc_cache_hits_total")
+            - metric_value(mid, "granary_drive_crc_cache_hits_total")) >= 5 * 4
     assert metric_value(final, "granary_drive_crc_cache_bytes") > 0
     # The fragments' blob index entries were kept in memory when they were put: the GETs
     # found them there, not in RocksDB.
-    assert (metric_value(final, "granary_drive_index_cache_hits")
-            - metric_value(mid, "granary_drive_index_cache_hits")) >= 5 * 4
+    assert (metric_value(final, "granary_drive_index_cache_hits_total")
+            - metric_value(mid, "granary_drive_index_cache_hits_total")) >= 5 * 4
     assert metric_value(final, "granary_drive_index_cache_bytes") > 0
 
 
@@ -305,11 +307,11 @@ def test_cache_budgets_of_zero_turn_the_drives_caches_off(granary_bin, tmp_data)
         text = scrape()
     finally:
         srv.stop()
-    assert metric_value(text, "granary_drive_crc_cache_hits") == 0
-    assert metric_value(text, "granary_drive_crc_cache_misses") >= 2 * 3 * 4
+    assert metric_value(text, "granary_drive_crc_cache_hits_total") == 0
+    assert metric_value(text, "granary_drive_crc_cache_misses_total") >= 2 * 3 * 4
     assert metric_value(text, "granary_drive_crc_cache_bytes") == 0
     # (With no index cache a lookup goes straight to RocksDB: not counted as a miss.)
-    assert metric_value(text, "granary_drive_index_cache_hits") == 0
+    assert metric_value(text, "granary_drive_index_cache_hits_total") == 0
     assert metric_value(text, "granary_drive_index_cache_bytes") == 0
 
 

@@ -104,6 +104,9 @@ struct DriveStats {
   std::vector<BlobId> corrupt_ids;
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
+  // When the drive was opened (Unix ns): the counts "since open" above start from zero
+  // again when it changes (0 from a server that does not say).
+  uint64_t opened_unix_nanos = 0;
 };
 
 inline constexpr size_t kMaxCorruptIds = 1024;

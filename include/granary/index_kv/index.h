@@ -270,9 +270,11 @@ struct RecordIndexStats {
 };
 
 // The index's group commit since it opened: each batch is one synced RocksDB write.
+// Counts since the index opened, at opened_unix_nanos (0 from a server that does not say).
 struct IndexCommitStats {
   uint64_t batches = 0;   // synced batches written
   uint64_t requests = 0;  // write requests the batches completed (successfully or not)
+  uint64_t opened_unix_nanos = 0;
 };
 
 struct RecordGcStats {

@@ -373,6 +373,8 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
   CHECK(stats->committed_puts == local_stats->committed_puts);
   CHECK(stats->committed_puts >= 3);
   CHECK(stats->commit_batches == local_stats->commit_batches);
+  CHECK(stats->opened_unix_nanos == local_stats->opened_unix_nanos);
+  CHECK(stats->opened_unix_nanos > 0);
   CHECK(stats->disk_bytes > stats->payload_bytes);
   CHECK(stats->capacity_bytes == local_stats->capacity_bytes);
   CHECK(stats->capacity_bytes > 0);
@@ -782,6 +784,7 @@ TEST_CASE("The internal API's wire helpers round-trip what they encode") {
   s.corrupt_blobs = 8;
   s.capacity_bytes = 9;
   s.available_bytes = UINT64_MAX;
+  s.opened_unix_nanos = 10;
   auto back = internal::decodeStats(internal::encodeStats(s));
   REQUIRE(back.has_value());
   CHECK(std::memcmp(&*back, &s, sizeof s) == 0);

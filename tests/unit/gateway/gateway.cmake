@@ -13,6 +13,7 @@ add_executable(gateway_test
   ${CMAKE_CURRENT_LIST_DIR}/post_form_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/bucket_policy_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/lifecycle_test.cc
-  ${CMAKE_CURRENT_LIST_DIR}/md5_lanes_test.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/md5_lanes_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc)
 target_link_libraries(gateway_test PRIVATE granary_gateway granary_catch_main)
 catch_discover_tests(gateway_test TEST_PREFIX "gateway." EXTRA_ARGS --warn NoTests)

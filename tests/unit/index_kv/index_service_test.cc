@@ -104,3 +104,22 @@ TEST_CASE("An index service that is down is kUnavailable, and usable again once 
   CHECK(f.index->getBucket("b").has_value());
   CHECK(f.index->getBucket("c").error().code() == Code::kNotFound);
 }
+
+TEST_CASE("The index's commit counts cross the index API with the time it opened") {
+  IndexFixture f;
+  f.makeBucket("b");
+  auto local = f.backing().commitStats();
+  auto remote = f.index->commitStats();
+  REQUIRE(local.has_value());
+  REQUIRE(remote.has_value());
+  CHECK(remote->batches >= 1);
+  CHECK(remote->batches == local->batches);
+  CHECK(remote->requests == local->requests);
+  CHECK(local->opened_unix_nanos == static_cast<uint64_t>(testing::kStartNanos));
+  CHECK(remote->opened_unix_nanos == local->opened_unix_nanos);
+  // Opened again later: its counts start again, and say so.
+  f.clock.advance(5'000'000'000);
+  f.reopen();
+  CHECK(f.index->commitStats()->opened_unix_nanos ==
+        static_cast<uint64_t>(testing::kStartNanos) + 5'000'000'000);
+}

@@ -1,0 +1,144 @@
+// GatewayMetrics: what the scrape-time statistics of drives, the index and the buffer budget
+// look like to Prometheus. Counts "since open" are counters that never go back within one
+// opening of their source and start again when it opens anew.
+#include "metrics.h"
+
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <string>
+
+namespace granary::gateway {
+namespace {
+
+struct Series {
+  prometheus::MetricType type;
+  double value;
+};
+
+// The series of family `name` labelled `label`="`value`" (or unlabelled), if shown.
+std::optional<Series> seriesOf(prometheus::Registry& registry, const std::string& name,
+                               const std::string& label = "", const std::string& value = "") {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& m : family.metric) {
+      const bool match = label.empty() ? m.label.empty()
+                                       : m.label.size() == 1 && m.label[0].name == label &&
+                                             m.label[0].value == value;
+      if (!match) continue;
+      const double v = family.type == prometheus::MetricType::Counter ? m.counter.value
+                                                                      : m.gauge.value;
+      return Series{family.type, v};
+    }
+  }
+  return std::nullopt;
+}
+
+double driveCount(prometheus::Registry& registry, const std::string& name) {
+  auto s = seriesOf(registry, name, "drive", "d0");
+  REQUIRE(s);
+  CHECK(s->type == prometheus::MetricType::Counter);
+  return s->value;
+}
+
+}  // namespace
+
+TEST_CASE("A drive's counts since open are counters, its levels gauges") {
+  prometheus::Registry registry;
+  GatewayMetrics metrics(registry);
+  chunkstore::DriveStats stats;
+  stats.opened_unix_nanos = 1000;
+  stats.commit_batches = 5;
+  stats.committed_puts = 12;
+  stats.blobs = 7;
+  metrics.setDrive("d0", stats);
+  CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
+  CHECK(driveCount(registry, "granary_drive_committed_puts_total") == 12);
+  auto blobs = seriesOf(registry, "granary_drive_blobs", "drive", "d0");
+  REQUIRE(blobs);
+  CHECK(blobs->type == prometheus::MetricType::Gauge);
+  CHECK(blobs->value == 7);
+  // No gauge of the old names is left: a since-start count has one series, a counter.
+  CHECK_FALSE(seriesOf(registry, "granary_drive_group_commits", "drive", "d0"));
+
+  SECTION("a lower count of the same opening (read by a scrape alongside) is not shown") {
+    stats.commit_batches = 4;
+    stats.blobs = 6;
+    metrics.setDrive("d0", stats);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
+    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 6);
+    stats.commit_batches = 9;
+    metrics.setDrive("d0", stats);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 9);
+  }
+  SECTION("a later opening starts the counters again, an earlier one is not shown") {
+    stats.opened_unix_nanos = 2000;
+    stats.commit_batches = 2;
+    stats.committed_puts = 3;
+    metrics.setDrive("d0", stats);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 2);
+    CHECK(driveCount(registry, "granary_drive_committed_puts_total") == 3);
+    stats.opened_unix_nanos = 1000;
+    stats.commit_batches = 6;
+    stats.blobs = 99;
+    metrics.setDrive("d0", stats);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 2);
+    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 7);
+  }
+  SECTION("a drive that does not answer shows no series but granary_drive_up 0") {
+    metrics.setDrive("d0", fail(Status::unavailable("down")));
+    CHECK_FALSE(seriesOf(registry, "granary_drive_group_commits_total", "drive", "d0"));
+    CHECK_FALSE(seriesOf(registry, "granary_drive_blobs", "drive", "d0"));
+    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 0);
+    // Back, the same opening: its counts again, from where they are.
+    stats.commit_batches = 8;
+    metrics.setDrive("d0", stats);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 8);
+    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 1);
+  }
+}
+
+TEST_CASE("The index's group commit counts are counters of its opening") {
+  prometheus::Registry registry;
+  GatewayMetrics metrics(registry);
+  const index_kv::RecordIndexStats records;
+  const index_kv::IndexStorageStats storage;
+  auto commits = [&](uint64_t batches, uint64_t requests, uint64_t opened) {
+    metrics.setIndex(records, storage, index_kv::IndexCommitStats{batches, requests, opened});
+    auto b = seriesOf(registry, "granary_index_group_commits_total");
+    auto r = seriesOf(registry, "granary_index_committed_requests_total");
+    REQUIRE(b);
+    REQUIRE(r);
+    CHECK(b->type == prometheus::MetricType::Counter);
+    CHECK(r->type == prometheus::MetricType::Counter);
+    return std::pair{b->value, r->value};
+  };
+  CHECK(commits(10, 30, 500) == std::pair{10.0, 30.0});
+  CHECK(commits(9, 29, 500) == std::pair{10.0, 30.0});  // read before the one shown
+  CHECK(commits(1, 4, 600) == std::pair{1.0, 4.0});     // the index server restarted
+  CHECK(commits(50, 90, 500) == std::pair{1.0, 4.0});   // read before that restart
+  // Not answering: the counters keep their value.
+  metrics.setIndex(records, storage, fail(Status::unavailable("down")));
+  CHECK(seriesOf(registry, "granary_index_group_commits_total")->value == 1);
+  CHECK(seriesOf(registry, "granary_index_up")->value == 0);
+}
+
+TEST_CASE("The buffer budget's counts are counters") {
+  prometheus::Registry registry;
+  GatewayMetrics metrics(registry);
+  BufferBudget::Stats stats{};
+  stats.waits = 3;
+  stats.refusals = 1;
+  metrics.setBufferBudget(stats);
+  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 3);
+  CHECK(seriesOf(registry, "granary_buffer_budget_refusals_total")->value == 1);
+  CHECK(seriesOf(registry, "granary_buffer_budget_overdrafts_total")->value == 0);
+  stats.waits = 2;  // an older reading
+  metrics.setBufferBudget(stats);
+  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 3);
+  stats.waits = 7;
+  metrics.setBufferBudget(stats);
+  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 7);
+}
+
+}  // namespace granary::gateway
