@@ -60,6 +60,13 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                            .Help("Fragment reads that failed: missing, corrupt or I/O error")
                            .Register(registry)
                            .Add({})),
+      refused_reads_(prometheus::BuildCounter()
+                         .Name("granary_fragment_reads_refused_total")
+                         .Help("Fragment reads not made because their drive looked stalled "
+                               "(reads of it running long, none ended lately): the stripe "
+                               "was decoded from parity instead")
+                         .Register(registry)
+                         .Add({})),
       encoded_bytes_(prometheus::BuildCounter()
                          .Name("granary_ec_encoded_bytes_total")
                          .Help("Data bytes erasure coded on PUT")
@@ -229,7 +236,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
   return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_,
-          hedged_stripes_, sent_from_cache_};
+          hedged_stripes_, sent_from_cache_, refused_reads_};
 }
 
 namespace {

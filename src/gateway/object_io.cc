@@ -52,6 +52,7 @@ std::optional<DataPath::DriveRead> DataPath::beginRead(std::string_view drive, b
   RunningReads::Drive& state = it->second;
   if (!must && server.running >= reads_per_drive_ && !state.starts.empty() &&
       now - std::max(*state.starts.begin(), state.last_end) >= kStalledRead) {
+    counters_.refused_reads.Increment();
     return std::nullopt;
   }
   ++server.running;
@@ -420,14 +421,16 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   // their drive is busy.
   std::vector<int> skipped;
   std::vector<uint8_t> refused(total, 0);
+  std::vector<uint8_t> made(total, 0);  // read here (its failure is counted here)
   auto readAll = [&](const std::vector<int>& which, bool must) -> Task<void> {
     TaskGroup group(dp.pool(), ex);
     for (int j : which) {
       std::string drive = m.drives[s.drives[j]];
-      group.spawn([&dp, ok, &refused, j, drive, id = blobOf(s, j),
+      group.spawn([&dp, ok, &refused, &made, j, drive, id = blobOf(s, j),
                    dst = frags.data() + uint64_t(j) * fl, fl, must] {
         auto running = dp.beginRead(drive, must);
         refused[j] = !running;
+        made[j] = running.has_value();
         if (!running) {
           (*ok)[j] = stalled(drive, dp.readsPerDrive());
           return Status::ok();
@@ -470,9 +473,11 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     present[j] = (*ok)[j].isOk();
     have += present[j];
     ptrs[j] = frags.data() + uint64_t(j) * fl;
-    // Not counted: fragments not asked for their drive being stalled (the reads it has
-    // running fail on their own, or not).
-    if (!present[j] && !(j < k && failed_data[j]) && !refused[j]) {
+    // Counted: a read made here that failed (a fast-path failure asked again counts once
+    // more: two reads failed), a fragment on a server believed down. Not counted: one not
+    // asked for its drive being stalled (the reads it has running fail on their own, or
+    // not), a fast-path failure not asked again (counted where it failed).
+    if (!present[j] && (made[j] || (!refused[j] && !(j < k && failed_data[j])))) {
       dp.counters().fragment_errors.Increment();
       if ((*ok)[j].isCorruption()) dp.counters().crc_failures.Increment();
       log::warn("fragment {} on {}: {}", blobOf(s, j).toString(), m.drives[s.drives[j]],

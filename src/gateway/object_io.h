@@ -50,6 +50,7 @@ struct DataPathCounters {
   prometheus::Counter& crc_failures;      // fragment reads that failed verification
   prometheus::Counter& hedged_stripes;    // stripes decoded because a data fragment was slow
   prometheus::Counter& sent_from_cache;   // object bytes sent from the page cache (sendfile)
+  prometheus::Counter& refused_reads;     // fragment reads not made: drive stalled (beginRead)
 };
 
 class DataPath {

@@ -7,6 +7,7 @@
 #include <prometheus/registry.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <string>
@@ -93,7 +94,11 @@ struct Repairer::Impl {
                       .Name("granary_repair_last_pass_timestamp_seconds")
                       .Help("When the last repair pass ended (Unix time)")
                       .Register(registry)
-                      .Add({})) {}
+                      .Add({})) {
+    // Every outcome shown from the start, at 0: a query over one gets data before the
+    // first pass found any.
+    for (const auto& o : outcomes(RepairStats{})) fragments.Add({{"outcome", o.first}});
+  }
 
   bool usable(const placement::Drive& d) const {
     return chunks.reachable(d.id) && chunks.writable(d.id);
@@ -439,13 +444,19 @@ struct Repairer::Impl {
     return stats;
   }
 
+  // The fragment counts of a pass, by the label granary_repair_fragments_total gives them.
+  static std::array<std::pair<const char*, uint64_t>, 7> outcomes(const RepairStats& s) {
+    return {{{"missing", s.fragments_missing},
+             {"corrupt", s.fragments_corrupt},
+             {"unreachable", s.fragments_unreachable},
+             {"stacked", s.fragments_stacked},
+             {"rebuilt", s.fragments_rebuilt},
+             {"moved", s.fragments_moved},
+             {"rebalanced", s.fragments_rebalanced}}};
+  }
+
   void record(const RepairStats& s) {
-    using Pair = std::pair<const char*, uint64_t>;
-    for (auto [outcome, n] : {Pair{"missing", s.fragments_missing}, Pair{"corrupt", s.fragments_corrupt},
-                              Pair{"unreachable", s.fragments_unreachable},
-                              Pair{"stacked", s.fragments_stacked},
-                              Pair{"rebuilt", s.fragments_rebuilt}, Pair{"moved", s.fragments_moved},
-                              Pair{"rebalanced", s.fragments_rebalanced}}) {
+    for (auto [outcome, n] : outcomes(s)) {
       fragments.Add({{"outcome", outcome}}).Increment(static_cast<double>(n));
     }
     passes.Increment();

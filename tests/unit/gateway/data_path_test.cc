@@ -476,6 +476,7 @@ TEST_CASE("A stalled drive holds about readsPerDrive() workers: the others read 
   CHECK(f.cluster.chunks->peakReads(stall) <= 2);
   CHECK(f.counters.degraded.Value() >= static_cast<double>(later.size()));  // read around
   CHECK(f.counters.fragment_errors.Value() == 0);  // not asked is not failed
+  CHECK(f.counters.refused.Value() >= static_cast<double>(later.size()));
 }
 
 TEST_CASE("Reads of a server that answers are never refused, a stalled server's are") {
@@ -506,6 +507,7 @@ TEST_CASE("Reads of a server that answers are never refused, a stalled server's 
   a.reset();
   b.reset();
   CHECK(f.dp.beginRead("d1"));  // none of its reads running
+  CHECK(f.counters.refused.Value() >= 3);
 }
 
 TEST_CASE("A fragment not asked for its server being stalled is read when it is needed") {
@@ -528,6 +530,27 @@ TEST_CASE("A fragment not asked for its server being stalled is read when it is 
   std::string direct(10, '\0');
   CHECK(readRangeDirect(f.dp, m, 5, 10, reinterpret_cast<uint8_t*>(direct.data())).code() ==
         Status::Code::kUnavailable);
+}
+
+TEST_CASE("A refused fragment read made after all to decode, and failing, is a fragment error") {
+  DataPathFixture f;
+  f.dp.setReadsPerDrive(1);
+  const std::string data = randomString(kStripe, 32);
+  index_kv::Manifest m = f.write(data);
+  const std::string stalled = DataPathFixture::driveOf(m, 0, 0);
+  auto stuck = f.dp.beginRead(stalled);
+  REQUIRE(stuck);
+  std::this_thread::sleep_for(DataPath::kStalledRead + std::chrono::milliseconds(20));
+  // Fragment 0 is refused on the fast path; with 1 and 2 lost the decode needs it after
+  // all, and its read fails too.
+  for (int j = 0; j < 3; ++j) {
+    f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, j), Status::ioError("EIO"));
+  }
+  auto [st, got] = f.read(m, 0, data.size());
+  CHECK_FALSE(st.isOk());
+  CHECK(f.counters.refused.Value() == 1);
+  // Each failed read once: 1 and 2 on the fast path, then 0, 1 and 2 whole for the decode.
+  CHECK(f.counters.fragment_errors.Value() == 5);
 }
 
 TEST_CASE("A hedged stripe's slow reads keep their buffer charged to the budget until they end") {

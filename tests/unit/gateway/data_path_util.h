@@ -51,6 +51,11 @@ struct Counters {
                                           .Help("crc")
                                           .Register(registry)
                                           .Add({});
+  prometheus::Counter& refused = prometheus::BuildCounter()
+                                     .Name("test_refused_reads_total")
+                                     .Help("refused")
+                                     .Register(registry)
+                                     .Add({});
 };
 
 // Starts the writer, fills its buffer stripe by stripe from `data`, then finishes. Stops at the
@@ -72,7 +77,7 @@ inline Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
 
 inline DataPathCounters countersOf(Counters& c) {
   return DataPathCounters{c.degraded, c.fragment_errors, c.encoded, c.decoded, c.crc_failures,
-                          c.hedged, c.sent_from_cache};
+                          c.hedged, c.sent_from_cache, c.refused};
 }
 
 }  // namespace granary::gateway::testing
