@@ -745,38 +745,6 @@ class StringSink final : public BodySink {
   std::string& out_;
 };
 
-// Range indices ordered by offset (then length), and the spans they are read as.
-std::vector<size_t> byOffset(std::span<const ByteRange> ranges) {
-  std::vector<size_t> order(ranges.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::pair{ranges[a].first, ranges[a].length} <
-           std::pair{ranges[b].first, ranges[b].length};
-  });
-  return order;
-}
-
-// Calls `span(first, end)` for each span of the ranges taken in `order`.
-template <typename Fn>
-void forEachSpan(std::span<const ByteRange> ranges, const std::vector<size_t>& order,
-                 Fn&& span) {
-  bool open = false;
-  uint64_t first = 0, end = 0;
-  for (size_t i : order) {
-    const ByteRange& r = ranges[i];
-    if (r.length == 0) continue;
-    if (open && r.first <= end + kCrcSpanGap) {
-      end = std::max(end, r.first + r.length);
-      continue;
-    }
-    if (open) span(first, end);
-    open = true;
-    first = r.first;
-    end = r.first + r.length;
-  }
-  if (open) span(first, end);
-}
-
 // Receives one span's bytes in order and feeds each range the bytes of it they hold.
 class RangesCrcSink final : public BodySink {
  public:
@@ -828,18 +796,31 @@ class RangesCrcSink final : public BodySink {
 
 }  // namespace
 
-CrcSpans crcSpansOf(std::span<const ByteRange> ranges) {
-  CrcSpans out;
-  forEachSpan(ranges, byOffset(ranges), [&](uint64_t first, uint64_t end) {
-    ++out.spans;
-    out.bytes += end - first;
+CrcPlan planCrcs(std::span<const ByteRange> ranges) {
+  CrcPlan plan;
+  plan.order.resize(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) plan.order[i] = i;
+  std::sort(plan.order.begin(), plan.order.end(), [&](size_t a, size_t b) {
+    return std::pair{ranges[a].first, ranges[a].length} <
+           std::pair{ranges[b].first, ranges[b].length};
   });
-  return out;
+  for (size_t i : plan.order) {
+    const ByteRange& r = ranges[i];
+    if (r.length == 0) continue;
+    if (!plan.spans.empty() && r.first <= plan.spans.back().second + kCrcSpanGap) {
+      plan.spans.back().second = std::max(plan.spans.back().second, r.first + r.length);
+    } else {
+      plan.spans.emplace_back(r.first, r.first + r.length);
+    }
+  }
+  for (const auto& [first, end] : plan.spans) plan.bytes += end - first;
+  return plan;
 }
 
 Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
                                                    const index_kv::Manifest& manifest,
-                                                   std::span<const ByteRange> ranges) {
+                                                   std::span<const ByteRange> ranges,
+                                                   const CrcPlan& plan) {
   for (const ByteRange& r : ranges) {
     if (r.first > manifest.size || r.length > manifest.size - r.first) {
       co_return fail(Status::internal("the byte range lies outside the object"));
@@ -849,16 +830,8 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
     co_return fail(Status::corruption("inline body shorter than the object size"));
   }
   std::vector<uint32_t> crcs(ranges.size(), 0);
-  std::vector<size_t> order;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  (void)co_await offload(dp.pool(), [&] {  // a sort of up to millions of ranges
-    order = byOffset(ranges);
-    forEachSpan(ranges, order,
-                [&](uint64_t first, uint64_t end) { spans.emplace_back(first, end); });
-    return 0;
-  });
-  RangesCrcSink sink(dp.pool(), ranges, order, crcs);
-  for (const auto& [first, end] : spans) {
+  RangesCrcSink sink(dp.pool(), ranges, plan.order, crcs);
+  for (const auto& [first, end] : plan.spans) {
     sink.startAt(first);
     Status st;
     if (manifest.is_inline) {

@@ -244,18 +244,21 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
 // How the ranges of crc32cOfRanges are read: as spans, each one read of the object;
 // ranges closer than kCrcSpanGap are read as one span (their gap read and skipped).
 constexpr uint64_t kCrcSpanGap = 64 * 1024;
-struct CrcSpans {
-  uint64_t spans = 0;  // reads
-  uint64_t bytes = 0;  // object bytes read, gaps included
+struct CrcPlan {
+  std::vector<size_t> order;                         // the ranges' indices by offset
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [first, end): one read each
+  uint64_t bytes = 0;                                // object bytes read, gaps included
 };
-CrcSpans crcSpansOf(std::span<const ByteRange> ranges);
+// Sorts the ranges: millions take a while, so callers run it on a pool.
+CrcPlan planCrcs(std::span<const ByteRange> ranges);
 
 // The CRC32C of each of `ranges` of `manifest` (any order; they may overlap), reading
-// each byte of their spans (crcSpansOf) once, a stripe at a time (no more than that in
-// memory); kInternal for a range past the end.
+// each byte of the spans of `plan` (planCrcs of these ranges) once, a stripe at a time
+// (no more than that in memory); kInternal for a range past the end.
 Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
                                                    const index_kv::Manifest& manifest,
-                                                   std::span<const ByteRange> ranges);
+                                                   std::span<const ByteRange> ranges,
+                                                   const CrcPlan& plan);
 
 // Object bytes [first, first + length) of `manifest` (inline or striped) in memory, for
 // small reads (records, small copies); kInternal if the range is past the end (callers

@@ -524,7 +524,7 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
   std::vector<PendingRow>& rows = *parsed;
 
   // Rows without a CRC32C get one computed from the container's bytes, read once in
-  // spans (crcSpansOf), bounded per request: the bytes the CRCs cover, the bytes read and
+  // spans (planCrcs), bounded per request: the bytes the CRCs cover, the bytes read and
   // the reads made (two million tiny rows far apart were two million reads).
   std::vector<ByteRange> need;
   std::vector<size_t> needing;
@@ -536,19 +536,20 @@ Task<S3Response> putRecordRows(GatewayContext& ctx, const S3Request& req, BodySo
     covered += rows[i].row.length;
   }
   // Sorts up to ~1.5 million rows: on the pool.
-  const CrcSpans cost = co_await offload(ctx.pool(), [&] { return crcSpansOf(need); });
-  if (covered > kMaxInsertCrcBytes || cost.bytes > kMaxInsertCrcBytes ||
-      cost.spans > kMaxInsertCrcSpans) {
+  const CrcPlan plan = co_await offload(ctx.pool(), [&] { return planCrcs(need); });
+  if (covered > kMaxInsertCrcBytes || plan.bytes > kMaxInsertCrcBytes ||
+      plan.spans.size() > kMaxInsertCrcSpans) {
     co_return errorResponse(
         {S3ErrorCode::kInvalidArgument,
          fmt::format("The rows without crc32c cover {} bytes, {} bytes to read in {} separate "
                      "ranges: over the {} bytes and {} ranges a request may make the server "
                      "read. Give crc32c.",
-                     covered, cost.bytes, cost.spans, kMaxInsertCrcBytes, kMaxInsertCrcSpans)},
+                     covered, plan.bytes, plan.spans.size(), kMaxInsertCrcBytes,
+                     kMaxInsertCrcSpans)},
         req);
   }
   if (!need.empty()) {
-    auto crcs = co_await crc32cOfRanges(ctx.data, *manifest, need);
+    auto crcs = co_await crc32cOfRanges(ctx.data, *manifest, need, plan);
     if (!crcs) co_return errorResponse(fromStatus(crcs.error()), req);
     for (size_t j = 0; j < needing.size(); ++j) rows[needing[j]].row.crc32c = (*crcs)[j];
   }

@@ -1004,10 +1004,10 @@ TEST_CASE("crc32cOfRanges reads each span once and gives every range its own CRC
       {kCrcSpanGap + 100, 7},      // within the gap of the span before: one span
       {3 * kCrcSpanGap, 5000},     // past a wider gap: its own span
       {3 * kCrcSpanGap + 10, 20}};
-  const CrcSpans spans = crcSpansOf(ranges);
-  CHECK(spans.spans == 2);
-  CHECK(spans.bytes == kCrcSpanGap + 107 + 5000);
-  auto crcs = runTask(f.io, crc32cOfRanges(f.dp, m, ranges));
+  const CrcPlan plan = planCrcs(ranges);
+  CHECK(plan.spans.size() == 2);
+  CHECK(plan.bytes == kCrcSpanGap + 107 + 5000);
+  auto crcs = runTask(f.io, crc32cOfRanges(f.dp, m, ranges, plan));
   REQUIRE(crcs);
   REQUIRE(crcs->size() == ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i) {
@@ -1017,7 +1017,7 @@ TEST_CASE("crc32cOfRanges reads each span once and gives every range its own CRC
                                     ranges[i].length}));
   }
   const std::vector<ByteRange> past = {{data.size() - 1, 2}};
-  CHECK_FALSE(runTask(f.io, crc32cOfRanges(f.dp, m, past)));
+  CHECK_FALSE(runTask(f.io, crc32cOfRanges(f.dp, m, past, planCrcs(past))));
 
   // Stripes of 256 KiB: the sink gets writes over 64 KiB (fed on the pool), and ranges
   // that go on across stripe slices.
@@ -1026,7 +1026,7 @@ TEST_CASE("crc32cOfRanges reads each span once and gives every range its own CRC
   index_kv::Manifest bm = big.write(bytes);
   const std::vector<ByteRange> wide = {
       {1000, 600 * 1024}, {255 * 1024, 2048}, {0, bytes.size()}, {bytes.size() - 5, 5}};
-  auto wide_crcs = runTask(big.io, crc32cOfRanges(big.dp, bm, wide));
+  auto wide_crcs = runTask(big.io, crc32cOfRanges(big.dp, bm, wide, planCrcs(wide)));
   REQUIRE(wide_crcs);
   for (size_t i = 0; i < wide.size(); ++i) {
     INFO("wide range " << i);
