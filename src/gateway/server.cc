@@ -233,21 +233,30 @@ inline size_t allAtOnce(const beast::error_code& ec, size_t /*transferred*/) {
 template <class Stream>
 class BeastBodySink final : public BodySink {
  public:
+  // `http10`: the request was HTTP/1.0, which has no chunked coding.
   BeastBodySink(Stream& stream, const S3Request& req, const Clock& clock,
-                std::chrono::seconds timeout, bool keep_alive)
-      : stream_(stream), req_(req), clock_(clock), timeout_(timeout), keep_alive_(keep_alive) {}
+                std::chrono::seconds timeout, bool keep_alive, bool http10)
+      : stream_(stream),
+        req_(req),
+        clock_(clock),
+        timeout_(timeout),
+        keep_alive_(keep_alive),
+        http10_(http10) {}
 
   Task<Status> writeHead(const S3Response& head, uint64_t content_length) override {
     http::response<http::empty_body> res{static_cast<http::status>(head.status), 11};
     commonHeaders(res, req_, clock_);
     setHeaders(res, head.headers);
-    chunked_ = content_length == kUnknownLength;
+    chunked_ = content_length == kUnknownLength && !http10_;
+    // An HTTP/1.0 client must not get Transfer-Encoding (RFC 9112 6.1): a body of unknown
+    // length goes to it as it is, ended by closing the connection.
+    closes_ = content_length == kUnknownLength && http10_;
     if (chunked_) {
       res.chunked(true);
-    } else {
+    } else if (!closes_) {
       res.content_length(content_length);
     }
-    res.keep_alive(keep_alive_);
+    res.keep_alive(keep_alive_ && !closes_);
     // Serialised now, sent with the first body bytes (or by flush()).
     http::response_serializer<http::empty_body> sr{res};
     sr.split(true);
@@ -338,10 +347,13 @@ class BeastBodySink final : public BodySink {
     if (head_.empty() || bytes_ > 0) return false;
     head_.clear();
     chunked_ = false;
+    closes_ = false;
     return true;
   }
 
   uint64_t bytes() const { return bytes_; }
+  // The head sent says the body ends when the connection closes.
+  bool closes() const { return closes_; }
 
  private:
   // sendFile() on a plain-TCP stream.
@@ -417,7 +429,9 @@ class BeastBodySink final : public BodySink {
   const Clock& clock_;
   std::chrono::seconds timeout_;
   bool keep_alive_;
+  bool http10_;
   bool chunked_ = false;
+  bool closes_ = false;
   std::string head_;  // a serialised head not sent yet
   uint64_t bytes_ = 0;
 };
@@ -671,7 +685,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
     BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
-    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
+    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive,
+                               head_parser.get().version() < 11);
     std::string op;
     // In flight until its answer is written (or the connection ends): the in-flight
     // gauge, and the count stop() waits for.
@@ -702,6 +717,7 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     } else {
       Status flushed = co_await sink.flush();
       written = flushed.isOk();
+      if (sink.closes()) reuse = false;
     }
     account(req, op, res.status, body.bytes(), res.streamed ? sink.bytes() : body_bytes,
             started);

@@ -823,3 +823,79 @@ def test_sigterm_lets_a_request_in_flight_finish_and_refuses_new_ones(granary_bi
         assert got == body
     finally:
         srv.stop()
+
+
+def test_an_http10_client_gets_a_streamed_answer_without_chunked_coding(hserver, hs3):
+    """HTTP/1.0 has no chunked transfer coding (RFC 9112 6.1: a server must not send
+    Transfer-Encoding to such a client). A streamed answer of unknown length, a batch GET
+    of records, goes to it plain and ends when the server closes the connection; an
+    HTTP/1.1 client on the same server still gets it chunked."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "clients", "python"))
+    from granary_records import RecordClient
+    tar = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata",
+                       "webdataset", "tendata.tar")
+    hs3.create_bucket(Bucket="http10")
+    rc = RecordClient(hserver.endpoint, hserver.access_key, hserver.secret_key)
+    rc.put_container("http10", "d.tar", open(tar, "rb").read())
+    keys = [r["key"] for r in rc.list_records("http10", container="d.tar")][:3]
+    assert len(keys) == 3
+    body = json.dumps({"records": keys}).encode()
+
+    def batch(version, connection):
+        req = AWSRequest(method="POST", url=hserver.endpoint + "/http10?records-batch",
+                         data=body)
+        S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
+                    "us-east-1").add_auth(req)
+        prepared = req.prepare()
+        host, port = addr(hserver)
+        lines = [f"POST /http10?records-batch {version}", f"Host: {host}:{port}",
+                 f"Connection: {connection}"]
+        lines += [f"{k}: {v}" for k, v in prepared.headers.items()
+                  if k.lower() not in ("host", "content-length", "connection")]
+        lines.append(f"Content-Length: {len(body)}")
+        s = socket.create_connection(addr(hserver), timeout=10)
+        try:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+            out = b""
+            while True:  # until the server closes (or, for HTTP/1.1, the last chunk)
+                chunk = s.recv(65536)
+                if not chunk:
+                    return out, True
+                out += chunk
+                if version == "HTTP/1.1" and out.endswith(b"\r\n0\r\n\r\n"):
+                    return out, False
+        finally:
+            s.close()
+
+    # Asked to keep the connection: it is closed all the same, the body's end.
+    got, closed = batch("HTTP/1.0", "keep-alive")
+    head, _, stream = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"transfer-encoding" not in head.lower(), head
+    assert b"content-length" not in head.lower(), head
+    assert b"Connection: close" in head, head
+    assert closed
+    # The stream itself (a JSON line, then that many bytes, per record; an end line), as
+    # the Python client reads it over HTTP/1.1.
+    frames, pos = [], 0
+    while True:
+        nl = stream.index(b"\n", pos)
+        header = json.loads(stream[pos:nl])
+        pos = nl + 1
+        if header.get("end"):
+            break
+        frames.append((header, stream[pos:pos + header["size"]]))
+        pos += header["size"]
+    assert pos == len(stream)
+    expected = list(rc.batch_get("http10", keys))
+    assert [(h["key"], h["status"], b) for h, b in frames] == \
+        [(h["key"], h["status"], b) for h, b in expected]
+    assert all(h["status"] == 200 for h, _ in frames)
+
+    got, closed = batch("HTTP/1.1", "keep-alive")
+    head = got.partition(b"\r\n\r\n")[0]
+    assert b"Transfer-Encoding: chunked" in head, head
+    assert not closed
+    assert healthy(hserver)
