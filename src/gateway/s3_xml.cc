@@ -2,13 +2,17 @@
 
 #include <fmt/format.h>
 #include <pugixml.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstring>
 #include <ctime>
 #include <set>
 
+#include "digest.h"
+#include "granary/common/hex.h"
 #include "granary/common/strings.h"
 #include "http_text.h"
 #include "time_format.h"
@@ -46,13 +50,25 @@ S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view bod
 
 }  // namespace
 
+const std::string& hostId() {
+  static const std::string id = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) std::strcpy(name, "granary");
+    Digest d(Digest::Kind::kSha256);
+    d.update(std::string_view(name));
+    return toHex(d.finish());
+  }();
+  return id;
+}
+
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id) {
   XmlWriter x("Error", /*s3_namespace=*/false);
   x.element("Code", errorName(error.code))
       .element("Message", error.message)
       .element("Resource", resource)
-      .element("RequestId", request_id);
+      .element("RequestId", request_id)
+      .element("HostId", hostId());
   return std::move(x).finish();
 }
 

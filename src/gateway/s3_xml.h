@@ -15,6 +15,11 @@
 
 namespace granary::gateway {
 
+// This host's id: the x-amz-id-2 header of every answer and the <HostId> of error bodies
+// (AWS's id of the host that served a request, which users quote to support): the
+// SHA-256 of the host name, in hex, as MinIO gives it.
+const std::string& hostId();
+
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id);
 

@@ -216,6 +216,7 @@ void setHeaders(http::fields& f, const HeaderList& headers) {
 void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::server, "Granary");
   f.set("x-amz-request-id", req.request_id);
+  f.set("x-amz-id-2", hostId());
   f.set(http::field::date, httpDate(clock.nowUnixNanos()));
   setHeaders(f, req.response_headers);
 }
@@ -572,15 +573,15 @@ Task<void> lingeringClose(beast::tcp_stream& stream, std::chrono::milliseconds l
 // Answers a connection over the cap with 503 SlowDown, then closes it gently: the
 // request is read and dropped (up to a second), so the client gets the answer, not a
 // reset.
-Task<void> refuseConnection(tcp::socket socket, std::string request_id) {
+Task<void> refuseConnection(tcp::socket socket, std::string request_id, const Clock& clock) {
   const std::string body = errorXml(
       {S3ErrorCode::kSlowDown, "Too many connections; reduce your request rate."}, "/",
       request_id);
   const std::string response = fmt::format(
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
-      "Retry-After: 1\r\nx-amz-request-id: {}\r\nConnection: close\r\n"
-      "Content-Length: {}\r\n\r\n{}",
-      request_id, body.size(), body);
+      "HTTP/1.1 503 Service Unavailable\r\nServer: Granary\r\nDate: {}\r\n"
+      "Content-Type: application/xml\r\nRetry-After: 1\r\nx-amz-request-id: {}\r\n"
+      "x-amz-id-2: {}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+      httpDate(clock.nowUnixNanos()), request_id, hostId(), body.size(), body);
   beast::tcp_stream stream(std::move(socket));
   beast::error_code ec;
   stream.expires_after(std::chrono::seconds(1));
@@ -951,7 +952,8 @@ class BeastGatewayServer final : public GatewayServer {
           socket.close(ec);  // a plain-text 503 would only be a failed TLS handshake
         } else {
           asio::co_spawn(acceptor.get_executor(),
-                         refuseConnection(std::move(socket), newRequestId(ctx_.deps.random)),
+                         refuseConnection(std::move(socket), newRequestId(ctx_.deps.random),
+                                          ctx_.deps.clock),
                          asio::detached);
         }
         continue;

@@ -82,6 +82,9 @@ def test_oversized_request_head_is_431_class_error_and_server_lives(hserver, hs3
     # Its own request id, in the header and the body, and an access-log line under it.
     request_id = re.search(rb"x-amz-request-id: ([0-9a-f]{16})\r\n", out, re.I).group(1)
     assert b"<RequestId>" + request_id + b"</RequestId>" in out
+    # And the host's id (x-amz-id-2, <HostId>), as AWS gives them.
+    host_id = re.search(rb"x-amz-id-2: ([0-9a-f]{64})\r\n", out, re.I).group(1)
+    assert b"<HostId>" + host_id + b"</HostId>" in out
     log = open(hserver.data_dir.rstrip("/") + ".access.log").read()
     line = next(json.loads(x) for x in log.splitlines() if request_id.decode() in x)
     assert line["op"] == "BadRequest" and line["status"] == 400 and line["bytes_out"] > 0
@@ -322,6 +325,10 @@ def test_connection_cap_answers_slow_down_and_recovers(granary_bin, tmp_path):
         assert b"<Code>SlowDown</Code>" in answer
         request_id = re.search(rb"x-amz-request-id: ([0-9a-f]{16})\r\n", answer).group(1)
         assert b"<RequestId>" + request_id + b"</RequestId>" in answer
+        host_id = re.search(rb"x-amz-id-2: ([0-9a-f]{64})\r\n", answer).group(1)
+        assert b"<HostId>" + host_id + b"</HostId>" in answer
+        assert re.search(rb"\r\nDate: [A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} ", answer)
+        assert b"\r\nServer: Granary\r\n" in answer
         # A held connection still works, and once one closes a new one is served.
         held[0].sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert held[0].recv(65536).startswith(b"HTTP/1.1 200")

@@ -1,6 +1,7 @@
 """Access log lines and request ids; the metrics endpoint."""
 import json
 import os
+import re
 import time
 import urllib.request
 
@@ -19,10 +20,13 @@ def test_access_log_has_one_json_line_per_request(granary_bin, tmp_data, tmp_pat
         got = s3.get_object(Bucket="logged", Key="dir/k\u00e9y")
         got["Body"].read()
         request_id = got["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+        # botocore reads the host's id from x-amz-id-2, and from <HostId> of an error.
+        host_id = got["ResponseMetadata"]["HostId"]
+        assert re.fullmatch("[0-9a-f]{64}", host_id), host_id
         try:
             s3.get_object(Bucket="logged", Key="missing")
-        except s3.exceptions.NoSuchKey:
-            pass
+        except s3.exceptions.NoSuchKey as e:
+            assert e.response["ResponseMetadata"]["HostId"] == host_id
         listing = s3.list_objects_v2(Bucket="logged")
         list_id = listing["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
         list_length = int(listing["ResponseMetadata"]["HTTPHeaders"]["content-length"])
