@@ -64,7 +64,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Name("granary_fragment_reads_refused_total")
                          .Help("Fragment reads not made because their drive looked stalled "
                                "(reads of it running long, none ended lately): the stripe "
-                               "was decoded from parity instead")
+                               "is decoded from parity instead (a record of a batch GET is "
+                               "read the slow way, which may count again)")
                          .Register(registry)
                          .Add({})),
       encoded_bytes_(prometheus::BuildCounter()
@@ -241,31 +242,12 @@ DataPathCounters GatewayMetrics::dataPathCounters() {
 
 namespace {
 
-// Whether statistics read now are of the opening of their source (a drive, the index)
-// last shown, `known`, of a later one (it restarted: `known` moves on) or of an earlier one
-// (read before the restart by a scrape running alongside).
-enum class Opening { kSame, kLater, kEarlier };
-Opening openingOf(uint64_t& known, uint64_t opened) {
-  if (opened == known) return Opening::kSame;
-  if (opened < known) return Opening::kEarlier;
-  known = opened;
-  return Opening::kLater;
-}
-
-// Shows `value`, a count its source keeps since it opened, as the counter of `family`
-// labelled `labels`. A counter only goes up: a lower count of the same opening was read
-// before the one shown (two scrapes at once) and is dropped. A source that opened again
-// counts from zero: its series is made anew, which Prometheus's rate() reads as a reset.
-void setCount(prometheus::Family<prometheus::Counter>& family,
-              const std::map<std::string, std::string>& labels, uint64_t value,
-              Opening opening) {
-  prometheus::Counter* counter = &family.Add(labels);
-  if (opening == Opening::kLater) {
-    family.Remove(counter);
-    counter = &family.Add(labels);
-  }
-  const auto v = static_cast<double>(value);
-  if (v > counter->Value()) counter->Increment(v - counter->Value());
+// Shows `value` on the counter of `family` labelled `labels` (made at 0 if it was not
+// there). Values given for one series never go down (GatewayMetrics::Counts).
+void setCounter(prometheus::Family<prometheus::Counter>& family,
+                const std::map<std::string, std::string>& labels, double value) {
+  prometheus::Counter& counter = family.Add(labels);
+  if (value > counter.Value()) counter.Increment(value - counter.Value());
 }
 
 // Sets each (label value, figure) of `family`'s series labelled `label`; when `ok` is
@@ -284,17 +266,38 @@ void setOrRemove(prometheus::Family<prometheus::Gauge>& family, const std::strin
 
 }  // namespace
 
+bool GatewayMetrics::Counts::newer(uint64_t scrape) {
+  if (scrape < shown_scrape) return false;
+  shown_scrape = scrape;
+  return true;
+}
+
+void GatewayMetrics::Counts::of(uint64_t opening, size_t n) {
+  if (shown.size() < n) {
+    shown.resize(n, 0);
+    base.resize(n, 0);
+  }
+  if (opened && *opened != opening) base = shown;  // it opened again: counts from 0
+  opened = opening;
+}
+
+double GatewayMetrics::Counts::show(size_t i, uint64_t count) {
+  shown[i] = std::max(shown[i], base[i] + static_cast<double>(count));
+  return shown[i];
+}
+
 void GatewayMetrics::setDrive(const std::string& drive,
-                              const Result<chunkstore::DriveStats>& stats) {
-  std::lock_guard lock(scraped_gauges_mu_);
+                              const Result<chunkstore::DriveStats>& stats, uint64_t scrape) {
+  std::lock_guard lock(scraped_mu_);
+  Counts& counts = drive_counts_[drive];
+  if (!counts.newer(scrape)) return;
   drive_up_.Add({{"drive", drive}}).Set(stats ? 1 : 0);
-  const Opening opening =
-      stats ? openingOf(drive_opened_[drive], stats->opened_unix_nanos) : Opening::kSame;
-  if (opening == Opening::kEarlier) return;  // a stale read: newer figures are shown
+  if (stats) counts.of(stats->opened_unix_nanos, drives_.size());
   const std::map<std::string, std::string> labels{{"drive", drive}};
-  for (auto& f : drives_) {
+  for (size_t i = 0; i < drives_.size(); ++i) {
+    DriveFigure& f = drives_[i];
     if (stats && f.kind == kCount) {
-      setCount(*f.counters, labels, (*stats).*f.field, opening);
+      setCounter(*f.counters, labels, counts.show(i, (*stats).*f.field));
     } else if (stats) {
       f.gauges->Add(labels).Set(static_cast<double>((*stats).*f.field));
     } else if (f.kind == kCount) {
@@ -307,8 +310,10 @@ void GatewayMetrics::setDrive(const std::string& drive,
 
 void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
                               const Result<index_kv::IndexStorageStats>& storage,
-                              const Result<index_kv::IndexCommitStats>& commits) {
-  std::lock_guard lock(scraped_gauges_mu_);
+                              const Result<index_kv::IndexCommitStats>& commits,
+                              uint64_t scrape) {
+  std::lock_guard lock(scraped_mu_);
+  if (!index_counts_.newer(scrape)) return;
   index_up_.Set(records && storage && commits ? 1 : 0);
   const index_kv::RecordIndexStats r = records.value_or(index_kv::RecordIndexStats{});
   setOrRemove(record_index_, "what", records.has_value(),
@@ -319,10 +324,9 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
               {{"sst", s.sst_bytes}, {"memtable", s.memtable_bytes},
                {"live_data", s.live_data_bytes}});
   if (!commits) return;
-  const Opening opening = openingOf(index_opened_, commits->opened_unix_nanos);
-  if (opening == Opening::kEarlier) return;
-  setCount(index_group_commits_, {}, commits->batches, opening);
-  setCount(index_committed_requests_, {}, commits->requests, opening);
+  index_counts_.of(commits->opened_unix_nanos, 2);
+  setCounter(index_group_commits_, {}, index_counts_.show(0, commits->batches));
+  setCounter(index_committed_requests_, {}, index_counts_.show(1, commits->requests));
 }
 
 void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
@@ -331,11 +335,11 @@ void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
   buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
   buffer_budget_.Add({{"what", "uploads"}}).Set(static_cast<double>(stats.uploads));
   buffer_waiting_.Set(static_cast<double>(stats.waiting));
-  std::lock_guard lock(scraped_gauges_mu_);
-  // This process's own budget: it opened once.
-  setCount(buffer_waits_, {}, stats.waits, Opening::kSame);
-  setCount(buffer_overdrafts_, {}, stats.overdrafts, Opening::kSame);
-  setCount(buffer_refusals_, {}, stats.refusals, Opening::kSame);
+  std::lock_guard lock(scraped_mu_);
+  buffer_counts_.of(0, 3);  // this process's own budget: one opening
+  setCounter(buffer_waits_, {}, buffer_counts_.show(0, stats.waits));
+  setCounter(buffer_overdrafts_, {}, buffer_counts_.show(1, stats.overdrafts));
+  setCounter(buffer_refusals_, {}, buffer_counts_.show(2, stats.refusals));
 }
 
 void GatewayMetrics::containerIndexed(const index_kv::RecordIndexInfo& info) {

@@ -7,8 +7,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,21 +37,23 @@ class GatewayMetrics {
   void loopLag(double seconds) { loop_lag_.Observe(seconds); }
   prometheus::Registry& registry() { return registry_; }
   DataPathCounters dataPathCounters();
+  // Begins a scrape's refresh of the series below: the number its reads are set with.
+  // Figures read by an earlier scrape than those shown (two scrapes at once, the other's
+  // reads made later) are not shown.
+  uint64_t beginScrape() { return scrapes_.fetch_add(1) + 1; }
   // Per-drive series, refreshed from ChunkClient::stats before each scrape. A drive whose
   // statistics could not be read has granary_drive_up 0 and no other series: a value
   // kept from an earlier scrape (a dead drive's free space) would be a lie. Its counts
-  // since it opened are counters: a count lower than the one shown, from the same opening,
-  // was read by a scrape running alongside and is not shown; statistics of an earlier
-  // opening (read before a restart) are not shown at all; a later opening starts the
-  // counters again (to Prometheus, a counter reset).
-  void setDrive(const std::string& drive, const Result<chunkstore::DriveStats>& stats);
+  // since it opened are counters (Counts).
+  void setDrive(const std::string& drive, const Result<chunkstore::DriveStats>& stats,
+                uint64_t scrape);
   // The index's series (record index, storage, commits), refreshed before each scrape;
   // granary_index_up 0 when one could not be read (an index service down), whose series
   // are then left out (the commit counters keep their last value). The commit counts are
-  // shown as a drive's are.
+  // counters (Counts).
   void setIndex(const Result<index_kv::RecordIndexStats>& records,
                 const Result<index_kv::IndexStorageStats>& storage,
-                const Result<index_kv::IndexCommitStats>& commits);
+                const Result<index_kv::IndexCommitStats>& commits, uint64_t scrape);
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
   // scrape.
   void setBufferBudget(const BufferBudget::Stats& stats);
@@ -88,13 +92,30 @@ class GatewayMetrics {
   std::vector<DriveFigure> drives_;
   prometheus::Family<prometheus::Gauge>& drive_up_;
   prometheus::Gauge& index_up_;
+  // The counts a source (a drive, the index, the buffer budget) keeps since it opened, as
+  // shown: a counter never goes back, so a source that opened again (its counts from 0:
+  // a restarted chunk server) is shown as the counts of its earlier openings (`base`)
+  // plus its new ones; a count lower than the one shown, of the same opening, read out of
+  // order, leaves it as it is. Openings are told apart by when they were (as the source
+  // says), not ordered by it: a clock set back across a restart is a new opening too.
+  struct Counts {
+    uint64_t shown_scrape = 0;       // the scrape whose figures are shown
+    std::optional<uint64_t> opened;  // the opening they are of
+    std::vector<double> base, shown;  // per count
+    // False if figures read by `scrape` are older than those shown; else they will be.
+    bool newer(uint64_t scrape);
+    // Figures of opening `opening`, `n` counts, follow.
+    void of(uint64_t opening, size_t n);
+    // The value to show for count `i`, read as `count`.
+    double show(size_t i, uint64_t count);
+  };
+  std::atomic<uint64_t> scrapes_{0};
   // Series are removed and added again: two scrapes at once must not set one the other
-  // is removing. Guards what follows, up to the buffer budget's figures.
-  std::mutex scraped_gauges_mu_;
-  // When each drive, and the index, opened (as their statistics said; 0 before the first
-  // scrape): the counts since then are shown as counters, which start again when it changes.
-  std::map<std::string, uint64_t> drive_opened_;
-  uint64_t index_opened_ = 0;
+  // is removing. Guards the Counts and the series set from scraped figures.
+  std::mutex scraped_mu_;
+  std::map<std::string, Counts> drive_counts_;
+  Counts index_counts_;
+  Counts buffer_counts_;
   prometheus::Family<prometheus::Gauge>& record_index_;
   prometheus::Family<prometheus::Counter>& containers_indexed_;
   prometheus::Counter& records_indexed_;

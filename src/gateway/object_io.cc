@@ -829,6 +829,9 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
   if (manifest.is_inline && manifest.inline_data.size() < manifest.size) {
     co_return fail(Status::corruption("inline body shorter than the object size"));
   }
+  if (plan.order.size() != ranges.size()) {
+    co_return fail(Status::internal("a CRC plan made for other ranges"));
+  }
   std::vector<uint32_t> crcs(ranges.size(), 0);
   RangesCrcSink sink(dp.pool(), ranges, plan.order, crcs);
   for (const auto& [first, end] : plan.spans) {

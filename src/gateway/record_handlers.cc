@@ -272,20 +272,35 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   }
   if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
 
-  // Every lookup in one pass on the pool, and each container's manifest fetched once.
-  using Found = Result<std::optional<index_kv::RecordLocation>>;
-  std::vector<Found> found;
-  std::map<std::string, Result<index_kv::Manifest>> manifests;
-  co_await offload(ctx.pool(), [&] {
-    found.reserve(wanted.size());
-    for (const RecordSelector& s : wanted) {
-      found.push_back(findRecord(ctx.index(), req.bucket, s));
-      if (found.back() && found.back()->has_value()) {
-        const std::string& c = (*found.back())->row.container;
-        if (!manifests.contains(c)) manifests.emplace(c, ctx.index().getObject(req.bucket, c));
-      }
+  // Every lookup, then each container's manifest once, in up to kLookupParts parts on the
+  // pool at once: with the index a service, each is a round trip, and 10,000 of them one
+  // after another kept the first record waiting for seconds. A part is a task: the pool's
+  // queue gets a few, not thousands ahead of other requests' work.
+  constexpr size_t kLookupParts = 8;
+  const asio::any_io_executor ex = co_await asio::this_coro::executor;
+  auto inParts = [&](size_t n, auto&& fn) -> Task<void> {
+    const size_t per = std::max<size_t>(16, (n + kLookupParts - 1) / kLookupParts);
+    TaskGroup group(ctx.pool(), ex);
+    for (size_t begin = 0; begin < n; begin += per) {
+      group.spawn([&fn, begin, end = std::min(n, begin + per)] {
+        for (size_t i = begin; i < end; ++i) fn(i);
+        return Status::ok();
+      });
     }
-    return 0;
+    (void)co_await group.wait();
+  };
+  using Found = Result<std::optional<index_kv::RecordLocation>>;
+  std::vector<Found> found(wanted.size());
+  co_await inParts(wanted.size(),
+                   [&](size_t i) { found[i] = findRecord(ctx.index(), req.bucket, wanted[i]); });
+  std::map<std::string, Result<index_kv::Manifest>> manifests;
+  for (const Found& f : found) {
+    if (f && f->has_value()) manifests.try_emplace((*f)->row.container);
+  }
+  std::vector<std::pair<const std::string, Result<index_kv::Manifest>>*> fetch;
+  for (auto& entry : manifests) fetch.push_back(&entry);
+  co_await inParts(fetch.size(), [&](size_t i) {
+    fetch[i]->second = ctx.index().getObject(req.bucket, fetch[i]->first);
   });
   // The manifest a found record is read through, or why it cannot be.
   auto manifestOf = [&](size_t i) -> S3Result<const index_kv::Manifest*> {

@@ -223,6 +223,7 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
     Result<index_kv::IndexStorageStats> storage;
     Result<index_kv::IndexCommitStats> commits;
   };
+  const uint64_t scrape = ctx.metrics.beginScrape();  // before any read is made
   const auto& drives = ctx.deps.map.drives;
   // Shared with the tasks: they own what they write, whatever happens to this frame.
   auto scraped = std::make_shared<Scraped>();
@@ -254,9 +255,9 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
   });
   (void)co_await group.wait();
   for (size_t i = 0; i < drives.size(); ++i) {
-    ctx.metrics.setDrive(drives[i].id, scraped->drives[i]);
+    ctx.metrics.setDrive(drives[i].id, scraped->drives[i], scrape);
   }
-  ctx.metrics.setIndex(scraped->records, scraped->storage, scraped->commits);
+  ctx.metrics.setIndex(scraped->records, scraped->storage, scraped->commits, scrape);
   ctx.metrics.setBufferBudget(ctx.data.budget().stats());
 }
 

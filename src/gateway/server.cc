@@ -678,16 +678,16 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     req.secure = kSecure;
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
     bool keep_alive = head_parser.get().keep_alive() && !ctx.draining.load();
+    const bool http10 = head_parser.get().version() < 11;
     const auto expect = req.header("expect");
-    const bool expect_continue = expect && head_parser.get().version() >= 11 &&
+    const bool expect_continue = expect && !http10 &&
                                  beast::iequals(beast::string_view(expect->data(), expect->size()),
                                                 "100-continue");
 
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
     BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
-    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive,
-                               head_parser.get().version() < 11);
+    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive, http10);
     std::string op;
     // In flight until its answer is written (or the connection ends): the in-flight
     // gauge, and the count stop() waits for.
@@ -722,6 +722,14 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     }
     account(req, op, res.status, body.bytes(), res.streamed ? sink.bytes() : body_bytes,
             started);
+    if (res.streamed && sink.closes() && res.close) {
+      // A body ended by the close, cut short: a reset, not the orderly close that would
+      // tell the client it has it all.
+      beast::error_code ec;
+      tcpLayer(stream).socket().set_option(asio::socket_base::linger(true, 0), ec);
+      tcpLayer(stream).socket().close(ec);
+      co_return false;
+    }
     if (!written) break;
     if (!reuse) co_return !body.done() && !body.failed();
   }

@@ -51,60 +51,72 @@ TEST_CASE("A drive's counts since open are counters, its levels gauges") {
   stats.commit_batches = 5;
   stats.committed_puts = 12;
   stats.blobs = 7;
-  metrics.setDrive("d0", stats);
+  metrics.setDrive("d0", stats, metrics.beginScrape());
   CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
   CHECK(driveCount(registry, "granary_drive_committed_puts_total") == 12);
   auto blobs = seriesOf(registry, "granary_drive_blobs", "drive", "d0");
   REQUIRE(blobs);
   CHECK(blobs->type == prometheus::MetricType::Gauge);
   CHECK(blobs->value == 7);
-  // No gauge of the old names is left: a since-start count has one series, a counter.
+  // No gauge of the old names is left: a since-open count has one series, a counter.
   CHECK_FALSE(seriesOf(registry, "granary_drive_group_commits", "drive", "d0"));
 
-  SECTION("a lower count of the same opening (read by a scrape alongside) is not shown") {
+  SECTION("a lower count of the same opening, read out of order, is not shown") {
     stats.commit_batches = 4;
     stats.blobs = 6;
-    metrics.setDrive("d0", stats);
+    metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
     CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 6);
     stats.commit_batches = 9;
-    metrics.setDrive("d0", stats);
+    metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 9);
   }
-  SECTION("a later opening starts the counters again, an earlier one is not shown") {
+  SECTION("figures of a scrape older than those shown are not shown at all") {
+    const uint64_t older = metrics.beginScrape();
+    const uint64_t newer = metrics.beginScrape();
+    stats.commit_batches = 8;
+    metrics.setDrive("d0", stats, newer);
+    metrics.setDrive("d0", fail(Status::unavailable("timed out")), older);
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 8);
+    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 1);
+  }
+  SECTION("a drive opened again counts on from what was shown") {
     stats.opened_unix_nanos = 2000;
     stats.commit_batches = 2;
     stats.committed_puts = 3;
-    metrics.setDrive("d0", stats);
-    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 2);
-    CHECK(driveCount(registry, "granary_drive_committed_puts_total") == 3);
-    stats.opened_unix_nanos = 1000;
+    metrics.setDrive("d0", stats, metrics.beginScrape());
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5 + 2);
+    CHECK(driveCount(registry, "granary_drive_committed_puts_total") == 12 + 3);
     stats.commit_batches = 6;
+    metrics.setDrive("d0", stats, metrics.beginScrape());
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5 + 6);
+    // Opened again at an earlier time (its clock set back): another opening all the same.
+    stats.opened_unix_nanos = 500;
+    stats.commit_batches = 1;
     stats.blobs = 99;
-    metrics.setDrive("d0", stats);
-    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 2);
-    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 7);
+    metrics.setDrive("d0", stats, metrics.beginScrape());
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5 + 6 + 1);
+    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 99);
   }
   SECTION("a drive that does not answer shows no series but granary_drive_up 0") {
-    metrics.setDrive("d0", fail(Status::unavailable("down")));
+    metrics.setDrive("d0", fail(Status::unavailable("down")), metrics.beginScrape());
     CHECK_FALSE(seriesOf(registry, "granary_drive_group_commits_total", "drive", "d0"));
     CHECK_FALSE(seriesOf(registry, "granary_drive_blobs", "drive", "d0"));
     CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 0);
-    // Back, the same opening: its counts again, from where they are.
-    stats.commit_batches = 8;
-    metrics.setDrive("d0", stats);
-    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 8);
+    // Back, the same opening, a count read out of order: not lower than shown before.
+    stats.commit_batches = 3;
+    metrics.setDrive("d0", stats, metrics.beginScrape());
+    CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
     CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 1);
   }
 }
 
-TEST_CASE("The index's group commit counts are counters of its opening") {
+TEST_CASE("The index's group commit counts are counters") {
   prometheus::Registry registry;
   GatewayMetrics metrics(registry);
   const index_kv::RecordIndexStats records;
   const index_kv::IndexStorageStats storage;
-  auto commits = [&](uint64_t batches, uint64_t requests, uint64_t opened) {
-    metrics.setIndex(records, storage, index_kv::IndexCommitStats{batches, requests, opened});
+  auto shown = [&] {
     auto b = seriesOf(registry, "granary_index_group_commits_total");
     auto r = seriesOf(registry, "granary_index_committed_requests_total");
     REQUIRE(b);
@@ -113,13 +125,20 @@ TEST_CASE("The index's group commit counts are counters of its opening") {
     CHECK(r->type == prometheus::MetricType::Counter);
     return std::pair{b->value, r->value};
   };
-  CHECK(commits(10, 30, 500) == std::pair{10.0, 30.0});
-  CHECK(commits(9, 29, 500) == std::pair{10.0, 30.0});  // read before the one shown
-  CHECK(commits(1, 4, 600) == std::pair{1.0, 4.0});     // the index server restarted
-  CHECK(commits(50, 90, 500) == std::pair{1.0, 4.0});   // read before that restart
+  auto commits = [&](uint64_t batches, uint64_t requests, uint64_t opened, uint64_t scrape) {
+    metrics.setIndex(records, storage, index_kv::IndexCommitStats{batches, requests, opened},
+                     scrape);
+    return shown();
+  };
+  CHECK(commits(10, 30, 500, metrics.beginScrape()) == std::pair{10.0, 30.0});
+  CHECK(commits(9, 29, 500, metrics.beginScrape()) == std::pair{10.0, 30.0});  // out of order
+  CHECK(commits(1, 4, 600, metrics.beginScrape()) == std::pair{11.0, 34.0});  // restarted
+  const uint64_t stale = metrics.beginScrape();
+  CHECK(commits(2, 6, 600, metrics.beginScrape()) == std::pair{12.0, 36.0});
+  CHECK(commits(50, 90, 500, stale) == std::pair{12.0, 36.0});  // read before the restart
   // Not answering: the counters keep their value.
-  metrics.setIndex(records, storage, fail(Status::unavailable("down")));
-  CHECK(seriesOf(registry, "granary_index_group_commits_total")->value == 1);
+  metrics.setIndex(records, storage, fail(Status::unavailable("down")), metrics.beginScrape());
+  CHECK(shown() == std::pair{12.0, 36.0});
   CHECK(seriesOf(registry, "granary_index_up")->value == 0);
 }
 
