@@ -35,6 +35,8 @@ struct S3Request {
   // the request came over TLS (aws:SecureTransport).
   std::string source_ip;
   bool secure = false;
+  // Sent as HTTP/1.0: no chunked answers, and a kept connection is said so.
+  bool http10 = false;
   // Who sent it: the owner identity of the authenticated user (UserCredentials::name),
   // "" for an anonymous request; `root` for the root user.
   std::string principal;

@@ -213,6 +213,14 @@ void setHeaders(http::fields& f, const HeaderList& headers) {
   }
 }
 
+// Connection: an HTTP/1.1 connection is kept unless it says close; an HTTP/1.0 one closes
+// unless it says keep-alive (RFC 9112 9.3).
+template <class Message>
+void keepAlive(Message& m, const S3Request& req, bool keep) {
+  m.keep_alive(keep);
+  if (keep && req.http10) m.set(http::field::connection, "keep-alive");
+}
+
 void commonHeaders(http::fields& f, const S3Request& req, const Clock& clock) {
   f.set(http::field::server, "Granary");
   f.set("x-amz-request-id", req.request_id);
@@ -234,30 +242,24 @@ inline size_t allAtOnce(const beast::error_code& ec, size_t /*transferred*/) {
 template <class Stream>
 class BeastBodySink final : public BodySink {
  public:
-  // `http10`: the request was HTTP/1.0, which has no chunked coding.
   BeastBodySink(Stream& stream, const S3Request& req, const Clock& clock,
-                std::chrono::seconds timeout, bool keep_alive, bool http10)
-      : stream_(stream),
-        req_(req),
-        clock_(clock),
-        timeout_(timeout),
-        keep_alive_(keep_alive),
-        http10_(http10) {}
+                std::chrono::seconds timeout, bool keep_alive)
+      : stream_(stream), req_(req), clock_(clock), timeout_(timeout), keep_alive_(keep_alive) {}
 
   Task<Status> writeHead(const S3Response& head, uint64_t content_length) override {
     http::response<http::empty_body> res{static_cast<http::status>(head.status), 11};
     commonHeaders(res, req_, clock_);
     setHeaders(res, head.headers);
-    chunked_ = content_length == kUnknownLength && !http10_;
+    chunked_ = content_length == kUnknownLength && !req_.http10;
     // An HTTP/1.0 client must not get Transfer-Encoding (RFC 9112 6.1): a body of unknown
     // length goes to it as it is, ended by closing the connection.
-    closes_ = content_length == kUnknownLength && http10_;
+    closes_ = content_length == kUnknownLength && req_.http10;
     if (chunked_) {
       res.chunked(true);
     } else if (!closes_) {
       res.content_length(content_length);
     }
-    res.keep_alive(keep_alive_ && !closes_);
+    keepAlive(res, req_, keep_alive_ && !closes_);
     // Serialised now, sent with the first body bytes (or by flush()).
     http::response_serializer<http::empty_body> sr{res};
     sr.split(true);
@@ -430,7 +432,6 @@ class BeastBodySink final : public BodySink {
   const Clock& clock_;
   std::chrono::seconds timeout_;
   bool keep_alive_;
-  bool http10_;
   bool chunked_ = false;
   bool closes_ = false;
   std::string head_;  // a serialised head not sent yet
@@ -501,7 +502,7 @@ Task<bool> writeResponse(Stream& stream, const S3Request& req, S3Response& r,
     res.body() = std::move(r.body);
     res.prepare_payload();
   }
-  res.keep_alive(keep_alive);
+  keepAlive(res, req, keep_alive);
   tcpLayer(stream).expires_after(timeout);
   beast::error_code ec;
   if (req.method == "HEAD") {
@@ -530,6 +531,7 @@ S3Request makeRequest(const http::request<http::empty_body>& h, Random& random) 
         std::string(f.value()));
   }
   req.request_id = newRequestId(random);
+  req.http10 = h.version() < 11;
   return req;
 }
 
@@ -678,16 +680,15 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     req.secure = kSecure;
     if (head_parser.content_length()) req.content_length = *head_parser.content_length();
     bool keep_alive = head_parser.get().keep_alive() && !ctx.draining.load();
-    const bool http10 = head_parser.get().version() < 11;
     const auto expect = req.header("expect");
-    const bool expect_continue = expect && !http10 &&
+    const bool expect_continue = expect && !req.http10 &&
                                  beast::iequals(beast::string_view(expect->data(), expect->size()),
                                                 "100-continue");
 
     http::request_parser<http::buffer_body> parser{std::move(head_parser)};
     parser.body_limit(std::numeric_limits<uint64_t>::max());
     BeastBodySource<Stream> body(stream, buffer, parser, io, expect_continue);
-    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive, http10);
+    BeastBodySink<Stream> sink(stream, req, clock, io, keep_alive);
     std::string op;
     // In flight until its answer is written (or the connection ends): the in-flight
     // gauge, and the count stop() waits for.

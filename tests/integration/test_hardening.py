@@ -905,4 +905,19 @@ def test_an_http10_client_gets_a_streamed_answer_without_chunked_coding(hserver,
     head = got.partition(b"\r\n\r\n")[0]
     assert b"Transfer-Encoding: chunked" in head, head
     assert not closed
+
+    # An answer of known length to HTTP/1.0 with keep-alive says it keeps the connection
+    # (an HTTP/1.0 client takes silence as close), and does.
+    s = socket.create_connection(addr(hserver), timeout=10)
+    try:
+        for _ in range(2):
+            s.sendall(b"GET /_granary/health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"ok\n"):
+                chunk = s.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            assert b"Connection: keep-alive" in answer, answer
+    finally:
+        s.close()
     assert healthy(hserver)
