@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include <algorithm>
+
 namespace granary::gateway {
 
 GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
@@ -106,7 +108,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                       "extent, the unused tail of a pre-zeroed extent)",
                       &chunkstore::DriveStats::reserved_bytes, kLevel},
           DriveFigure{"granary_drive_spare_zeroed_bytes_total",
-                      "Zeros written to prepare a drive's spare extents since it opened "
+                      "Zeros written to prepare a drive's spare extents "
                       "(background writes; they count in granary_io_bytes_total too)",
                       &chunkstore::DriveStats::spare_zeroed_bytes, kCount},
           DriveFigure{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
@@ -115,10 +117,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                       "Free space of the file system holding a drive",
                       &chunkstore::DriveStats::available_bytes, kLevel},
           DriveFigure{"granary_drive_group_commits_total",
-                      "Group commits (one data sync + one index sync) since the drive opened",
+                      "Group commits of a drive (one data sync + one index sync)",
                       &chunkstore::DriveStats::commit_batches, kCount},
           DriveFigure{"granary_drive_committed_puts_total",
-                      "Blob puts made durable since the drive opened",
+                      "Blob puts made durable by a drive's group commits",
                       &chunkstore::DriveStats::committed_puts, kCount},
           DriveFigure{"granary_drive_scrub_passes_total", "Completed scrub passes over a drive",
                       &chunkstore::DriveStats::scrub_passes, kCount},
@@ -129,32 +131,31 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                       &chunkstore::DriveStats::corrupt_blobs, kCount},
           DriveFigure{"granary_drive_crc_cache_hits_total",
                       "Lookups of a blob's block CRCs in memory that found them (the read "
-                      "skips the blob's header region), since the drive opened",
+                      "skips the blob's header region)",
                       &chunkstore::DriveStats::crc_cache_hits, kCount},
           DriveFigure{"granary_drive_crc_cache_misses_total",
                       "Lookups of a blob's block CRCs in memory that did not find them (the "
-                      "read verifies the blob's header region), since the drive opened",
+                      "read verifies the blob's header region)",
                       &chunkstore::DriveStats::crc_cache_misses, kCount},
           DriveFigure{"granary_drive_crc_cache_bytes",
                       "Memory held by the drive's block CRC cache",
                       &chunkstore::DriveStats::crc_cache_bytes, kLevel},
           DriveFigure{"granary_drive_index_cache_hits_total",
-                      "Blob index lookups answered from memory without RocksDB, since the "
-                      "drive opened",
+                      "Blob index lookups answered from memory without RocksDB",
                       &chunkstore::DriveStats::index_cache_hits, kCount},
           DriveFigure{"granary_drive_index_cache_misses_total",
-                      "Blob index lookups that went to RocksDB, since the drive opened",
+                      "Blob index lookups that went to RocksDB",
                       &chunkstore::DriveStats::index_cache_misses, kCount},
           DriveFigure{"granary_drive_index_cache_bytes",
                       "Memory held by the drive's in-memory blob index entries",
                       &chunkstore::DriveStats::index_cache_bytes, kLevel},
           DriveFigure{"granary_drive_verified_hits_total",
                       "Page-cache ranges sent without verifying them again (their pages "
-                      "verified earlier and cached since), since the drive opened",
+                      "verified earlier and cached since)",
                       &chunkstore::DriveStats::verified_hits, kCount},
           DriveFigure{"granary_drive_verified_admitted_total",
                       "Blobs whose verified page-cache pages were mapped to be trusted while "
-                      "cached, since the drive opened",
+                      "cached",
                       &chunkstore::DriveStats::verified_admitted, kCount},
           DriveFigure{"granary_drive_verified_blobs",
                       "Blobs whose verified page-cache pages are mapped now",
@@ -194,7 +195,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                          .Register(registry)),
       index_group_commits_(prometheus::BuildCounter()
                                .Name("granary_index_group_commits_total")
-                               .Help("Synced index batches written since the index opened")
+                               .Help("Synced index batches written")
                                .Register(registry)),
       index_committed_requests_(prometheus::BuildCounter()
                                     .Name("granary_index_committed_requests_total")
@@ -272,13 +273,19 @@ bool GatewayMetrics::Counts::newer(uint64_t scrape) {
   return true;
 }
 
-void GatewayMetrics::Counts::of(uint64_t opening, size_t n) {
+bool GatewayMetrics::Counts::of(uint64_t opening, size_t n) {
+  if (std::find(replaced.begin(), replaced.end(), opening) != replaced.end()) return false;
   if (shown.size() < n) {
     shown.resize(n, 0);
     base.resize(n, 0);
   }
-  if (opened && *opened != opening) base = shown;  // it opened again: counts from 0
+  if (opened && *opened != opening) {  // it opened again: counts from 0
+    base = shown;
+    if (replaced.size() == kReplacedKept) replaced.erase(replaced.begin());
+    replaced.push_back(*opened);
+  }
   opened = opening;
+  return true;
 }
 
 double GatewayMetrics::Counts::show(size_t i, uint64_t count) {
@@ -291,8 +298,10 @@ void GatewayMetrics::setDrive(const std::string& drive,
   std::lock_guard lock(scraped_mu_);
   Counts& counts = drive_counts_[drive];
   if (!counts.newer(scrape)) return;
+  // Figures of an opening already replaced: read from the process before a restart by a
+  // scrape that began later than the one that saw the new process.
+  if (stats && !counts.of(stats->opened_unix_nanos, drives_.size())) return;
   drive_up_.Add({{"drive", drive}}).Set(stats ? 1 : 0);
-  if (stats) counts.of(stats->opened_unix_nanos, drives_.size());
   const std::map<std::string, std::string> labels{{"drive", drive}};
   for (size_t i = 0; i < drives_.size(); ++i) {
     DriveFigure& f = drives_[i];
@@ -314,6 +323,7 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
                               uint64_t scrape) {
   std::lock_guard lock(scraped_mu_);
   if (!index_counts_.newer(scrape)) return;
+  if (commits && !index_counts_.of(commits->opened_unix_nanos, 2)) return;  // as setDrive
   index_up_.Set(records && storage && commits ? 1 : 0);
   const index_kv::RecordIndexStats r = records.value_or(index_kv::RecordIndexStats{});
   setOrRemove(record_index_, "what", records.has_value(),
@@ -324,18 +334,18 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
               {{"sst", s.sst_bytes}, {"memtable", s.memtable_bytes},
                {"live_data", s.live_data_bytes}});
   if (!commits) return;
-  index_counts_.of(commits->opened_unix_nanos, 2);
   setCounter(index_group_commits_, {}, index_counts_.show(0, commits->batches));
   setCounter(index_committed_requests_, {}, index_counts_.show(1, commits->requests));
 }
 
-void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats) {
+void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats, uint64_t scrape) {
+  std::lock_guard lock(scraped_mu_);
+  if (!buffer_counts_.newer(scrape)) return;
   buffer_budget_.Add({{"what", "capacity"}}).Set(static_cast<double>(stats.capacity));
   buffer_budget_.Add({{"what", "used"}}).Set(static_cast<double>(stats.used));
   buffer_budget_.Add({{"what", "peak"}}).Set(static_cast<double>(stats.peak));
   buffer_budget_.Add({{"what", "uploads"}}).Set(static_cast<double>(stats.uploads));
   buffer_waiting_.Set(static_cast<double>(stats.waiting));
-  std::lock_guard lock(scraped_mu_);
   buffer_counts_.of(0, 3);  // this process's own budget: one opening
   setCounter(buffer_waits_, {}, buffer_counts_.show(0, stats.waits));
   setCounter(buffer_overdrafts_, {}, buffer_counts_.show(1, stats.overdrafts));

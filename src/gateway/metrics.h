@@ -55,8 +55,8 @@ class GatewayMetrics {
                 const Result<index_kv::IndexStorageStats>& storage,
                 const Result<index_kv::IndexCommitStats>& commits, uint64_t scrape);
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
-  // scrape.
-  void setBufferBudget(const BufferBudget::Stats& stats);
+  // scrape; its counts are counters (Counts).
+  void setBufferBudget(const BufferBudget::Stats& stats, uint64_t scrape);
   // Outcomes of indexed uploads.
   void containerIndexed(const index_kv::RecordIndexInfo& info);
 
@@ -98,14 +98,21 @@ class GatewayMetrics {
   // plus its new ones; a count lower than the one shown, of the same opening, read out of
   // order, leaves it as it is. Openings are told apart by when they were (as the source
   // says), not ordered by it: a clock set back across a restart is a new opening too.
+  // Figures of an opening already replaced are not shown (read from the old process by a
+  // scrape that began after the one that saw the new). A source that does not say when
+  // it opened (0: older servers) is one opening: after its restart its counters stay
+  // where they were until its new counts pass them.
   struct Counts {
+    static constexpr size_t kReplacedKept = 8;
     uint64_t shown_scrape = 0;       // the scrape whose figures are shown
     std::optional<uint64_t> opened;  // the opening they are of
+    std::vector<uint64_t> replaced;  // openings before it, the latest kReplacedKept
     std::vector<double> base, shown;  // per count
     // False if figures read by `scrape` are older than those shown; else they will be.
     bool newer(uint64_t scrape);
-    // Figures of opening `opening`, `n` counts, follow.
-    void of(uint64_t opening, size_t n);
+    // Figures of opening `opening`, `n` counts, follow; false (nothing to show) if that
+    // opening was replaced.
+    bool of(uint64_t opening, size_t n);
     // The value to show for count `i`, read as `count`.
     double show(size_t i, uint64_t count);
   };

@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 
@@ -272,15 +273,16 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   }
   if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
 
-  // Every lookup, then each container's manifest once, in up to kLookupParts parts on the
-  // pool at once: with the index a service, each is a round trip, and 10,000 of them one
+  // Every lookup, then each container's manifest once, in parts on the pool at once: with the index a service, each is a round trip, and 10,000 of them one
   // after another kept the first record waiting for seconds. A part is a task: the pool's
   // queue gets a few, not thousands ahead of other requests' work.
-  constexpr size_t kLookupParts = 8;
+  // Up to a quarter of the workers (8 at most): two large batches leave the others free.
+  const size_t parts = std::clamp<size_t>(ctx.pool().threads() / 4, 1, 8);
   const asio::any_io_executor ex = co_await asio::this_coro::executor;
   auto inParts = [&](size_t n, auto&& fn) -> Task<void> {
-    const size_t per = std::max<size_t>(16, (n + kLookupParts - 1) / kLookupParts);
+    const size_t per = std::max<size_t>(16, (n + parts - 1) / parts);
     TaskGroup group(ctx.pool(), ex);
+    IdleBeforeFreed idle(group);  // the parts use this frame's vectors
     for (size_t begin = 0; begin < n; begin += per) {
       group.spawn([&fn, begin, end = std::min(n, begin + per)] {
         for (size_t i = begin; i < end; ++i) fn(i);

@@ -258,7 +258,7 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
     ctx.metrics.setDrive(drives[i].id, scraped->drives[i], scrape);
   }
   ctx.metrics.setIndex(scraped->records, scraped->storage, scraped->commits, scrape);
-  ctx.metrics.setBufferBudget(ctx.data.budget().stats());
+  ctx.metrics.setBufferBudget(ctx.data.budget().stats(), scrape);
 }
 
 Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::string& op) {
