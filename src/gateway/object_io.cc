@@ -308,6 +308,7 @@ struct FastReads {
   // workers set others, and bits of one word would race.
   std::vector<uint8_t> done;
   std::vector<uint8_t> refused;  // 1: not made, its drive stalled (DataPath::beginRead)
+  std::vector<uint8_t> counted;  // 1: its failure is counted (by a hedge, when it saw it)
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
   // Their charge to the buffer budget, given back with them: reads a hedge left behind on
@@ -340,6 +341,15 @@ BlobId blobOf(const index_kv::StripeLayout& s, int j) {
   return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
 }
 
+// Counts a fast-path read of data fragment `j` of `r`'s stripe that failed with `st`.
+void countFailedRead(DataPath& dp, const index_kv::Manifest& m, const StripeRead& r, int j,
+                     const Status& st) {
+  dp.counters().fragment_errors.Increment();
+  if (st.isCorruption()) dp.counters().crc_failures.Increment();
+  log::warn("fragment {} on {}: {}; decoding from parity", blobOf(*r.layout, j).toString(),
+            m.drives[r.layout->drives[j]], st.toString());
+}
+
 // Happy path: read only the touched parts of the data fragments, in parallel.
 std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manifest& m,
                                             const index_kv::StripeLayout& s, uint64_t first,
@@ -357,6 +367,7 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->reads->results.resize(j1 - j0 + 1);
   r->reads->done.resize(j1 - j0 + 1, 0);
   r->reads->refused.resize(j1 - j0 + 1, 0);
+  r->reads->counted.resize(j1 - j0 + 1, 0);
   r->reads->out = r->out;
   for (int j = j0; j <= j1; ++j) {
     uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
@@ -512,14 +523,20 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   const int j0 = static_cast<int>(r.first / fl);
   std::vector<bool> slow(m.ec.k, false);
   std::vector<bool> failed(m.ec.k, false);
+  std::vector<std::pair<int, Status>> failures;  // counted here: the decode may not wait
   {
     std::lock_guard lock(r.reads->mu);
     for (size_t i = 0; i < r.reads->done.size(); ++i) {
       // Failed ones too: the decode does not count on them.
       slow[j0 + i] = !r.reads->done[i] || !r.reads->results[i].isOk();
       failed[j0 + i] = r.reads->done[i] && !r.reads->results[i].isOk();
+      if (failed[j0 + i] && !r.reads->refused[i]) {
+        r.reads->counted[i] = 1;
+        failures.emplace_back(j0 + static_cast<int>(i), r.reads->results[i]);
+      }
     }
   }
+  for (const auto& [j, st] : failures) countFailedRead(dp, m, r, j, st);
   // A second slice buffer, charged: with the budget spent, the fast reads are waited for.
   BufferBudget::Lease extra = dp.budget().tryAcquire(r.length);
   if (!extra.held()) co_return std::nullopt;
@@ -551,23 +568,21 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
   std::vector<bool> failed(m.ec.k, false);
   bool any = false;
   std::vector<Status> results;
-  std::vector<uint8_t> refused;
+  std::vector<uint8_t> refused, counted;
   {
     std::lock_guard lock(r.reads->mu);
     results = r.reads->results;
     refused = r.reads->refused;
+    counted = r.reads->counted;
   }
   for (size_t i = 0; i < results.size(); ++i) {
     const Status& st = results[i];
     if (!st.isOk()) {
       failed[j0 + i] = true;
       any = true;
-      if (refused[i]) continue;  // not a fragment error: not asked (DataPath::beginRead)
-      dp.counters().fragment_errors.Increment();
-      if (st.isCorruption()) dp.counters().crc_failures.Increment();
-      log::warn("fragment {} on {}: {}; decoding from parity",
-                blobOf(*r.layout, j0 + static_cast<int>(i)).toString(),
-                m.drives[r.layout->drives[j0 + i]], st.toString());
+      // Not a fragment error: not asked (DataPath::beginRead); or counted by a hedge.
+      if (refused[i] || counted[i]) continue;
+      countFailedRead(dp, m, r, j0 + static_cast<int>(i), st);
     }
   }
   if (!any) co_return Status::ok();

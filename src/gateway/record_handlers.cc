@@ -273,9 +273,10 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   }
   if (auto err = co_await checkBucket(ctx, req)) co_return errorResponse(*err, req);
 
-  // Every lookup, then each container's manifest once, in parts on the pool at once: with the index a service, each is a round trip, and 10,000 of them one
-  // after another kept the first record waiting for seconds. A part is a task: the pool's
-  // queue gets a few, not thousands ahead of other requests' work.
+  // Every lookup, then each container's manifest once, in parts on the pool at once:
+  // with the index a service, each is a round trip, and 10,000 of them one after another
+  // kept the first record waiting for seconds. A part is a task: the pool's queue gets a
+  // few, not thousands ahead of other requests' work.
   // Up to a quarter of the workers (8 at most): two large batches leave the others free.
   const size_t parts = std::clamp<size_t>(ctx.pool().threads() / 4, 1, 8);
   const asio::any_io_executor ex = co_await asio::this_coro::executor;

@@ -725,7 +725,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
             started);
     if (res.streamed && sink.closes() && res.close) {
       // A body ended by the close, cut short: a reset, not the orderly close that would
-      // tell the client it has it all.
+      // tell the client it has it all. (A write that timed out was closed by Beast
+      // already, in order: such a client sees a short body that looks whole.)
       beast::error_code ec;
       tcpLayer(stream).socket().set_option(asio::socket_base::linger(true, 0), ec);
       tcpLayer(stream).socket().close(ec);

@@ -421,6 +421,23 @@ TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other 
   CHECK(f.counters.fragment_errors.Value() == 0);  // slow is not failed
 }
 
+TEST_CASE("A hedged stripe counts the fast reads that failed before it, once") {
+  // The hedge decodes without waiting for the slow read; the failed one was counted
+  // nowhere when the decode succeeded.
+  DataPathFixture f;
+  f.dp.setHedgeAfter(std::chrono::milliseconds(50));
+  const std::string data = randomString(kStripe, 24);
+  index_kv::Manifest m = f.write(data);
+  f.cluster.chunks->failReads(DataPathFixture::driveOf(m, 0, 0), Status::ioError("EIO"));
+  f.cluster.chunks->delayReads(DataPathFixture::driveOf(m, 0, 1),
+                               std::chrono::milliseconds(700));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.counters.hedged.Value() == 1);
+  CHECK(f.counters.fragment_errors.Value() == 1);
+}
+
 // Runs readers of `objects` (whole single-stripe objects) on f.io, concurrently.
 struct Readers {
   Readers(DataPathFixture& f, const std::vector<index_kv::Manifest>& objects)

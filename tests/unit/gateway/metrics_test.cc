@@ -34,6 +34,14 @@ std::optional<Series> seriesOf(prometheus::Registry& registry, const std::string
   return std::nullopt;
 }
 
+// The value of a series that must be shown.
+double valueOf(prometheus::Registry& registry, const std::string& name,
+               const std::string& label = "", const std::string& value = "") {
+  auto s = seriesOf(registry, name, label, value);
+  REQUIRE(s);
+  return s->value;
+}
+
 double driveCount(prometheus::Registry& registry, const std::string& name) {
   auto s = seriesOf(registry, name, "drive", "d0");
   REQUIRE(s);
@@ -66,7 +74,7 @@ TEST_CASE("A drive's counts since open are counters, its levels gauges") {
     stats.blobs = 6;
     metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
-    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 6);
+    CHECK(valueOf(registry, "granary_drive_blobs", "drive", "d0") == 6);
     stats.commit_batches = 9;
     metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 9);
@@ -78,7 +86,7 @@ TEST_CASE("A drive's counts since open are counters, its levels gauges") {
     metrics.setDrive("d0", stats, newer);
     metrics.setDrive("d0", fail(Status::unavailable("timed out")), older);
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 8);
-    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 1);
+    CHECK(valueOf(registry, "granary_drive_up", "drive", "d0") == 1);
   }
   SECTION("a drive opened again counts on from what was shown") {
     stats.opened_unix_nanos = 2000;
@@ -96,7 +104,7 @@ TEST_CASE("A drive's counts since open are counters, its levels gauges") {
     stats.blobs = 99;
     metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5 + 6 + 1);
-    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 99);
+    CHECK(valueOf(registry, "granary_drive_blobs", "drive", "d0") == 99);
     // A later scrape's figures from a process replaced since (its read reached the old
     // one): not shown at all, though newer by their scrape.
     stats.opened_unix_nanos = 2000;
@@ -104,18 +112,18 @@ TEST_CASE("A drive's counts since open are counters, its levels gauges") {
     stats.blobs = 1;
     metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5 + 6 + 1);
-    CHECK(seriesOf(registry, "granary_drive_blobs", "drive", "d0")->value == 99);
+    CHECK(valueOf(registry, "granary_drive_blobs", "drive", "d0") == 99);
   }
   SECTION("a drive that does not answer shows no series but granary_drive_up 0") {
     metrics.setDrive("d0", fail(Status::unavailable("down")), metrics.beginScrape());
     CHECK_FALSE(seriesOf(registry, "granary_drive_group_commits_total", "drive", "d0"));
     CHECK_FALSE(seriesOf(registry, "granary_drive_blobs", "drive", "d0"));
-    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 0);
+    CHECK(valueOf(registry, "granary_drive_up", "drive", "d0") == 0);
     // Back, the same opening, a count read out of order: not lower than shown before.
     stats.commit_batches = 3;
     metrics.setDrive("d0", stats, metrics.beginScrape());
     CHECK(driveCount(registry, "granary_drive_group_commits_total") == 5);
-    CHECK(seriesOf(registry, "granary_drive_up", "drive", "d0")->value == 1);
+    CHECK(valueOf(registry, "granary_drive_up", "drive", "d0") == 1);
   }
 }
 
@@ -148,7 +156,7 @@ TEST_CASE("The index's group commit counts are counters") {
   // Not answering: the counters keep their value.
   metrics.setIndex(records, storage, fail(Status::unavailable("down")), metrics.beginScrape());
   CHECK(shown() == std::pair{12.0, 36.0});
-  CHECK(seriesOf(registry, "granary_index_up")->value == 0);
+  CHECK(valueOf(registry, "granary_index_up") == 0);
 }
 
 TEST_CASE("The buffer budget's counts are counters") {
@@ -158,15 +166,15 @@ TEST_CASE("The buffer budget's counts are counters") {
   stats.waits = 3;
   stats.refusals = 1;
   metrics.setBufferBudget(stats, metrics.beginScrape());
-  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 3);
-  CHECK(seriesOf(registry, "granary_buffer_budget_refusals_total")->value == 1);
-  CHECK(seriesOf(registry, "granary_buffer_budget_overdrafts_total")->value == 0);
+  CHECK(valueOf(registry, "granary_buffer_budget_waits_total") == 3);
+  CHECK(valueOf(registry, "granary_buffer_budget_refusals_total") == 1);
+  CHECK(valueOf(registry, "granary_buffer_budget_overdrafts_total") == 0);
   stats.waits = 2;  // an older reading
   metrics.setBufferBudget(stats, metrics.beginScrape());
-  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 3);
+  CHECK(valueOf(registry, "granary_buffer_budget_waits_total") == 3);
   stats.waits = 7;
   metrics.setBufferBudget(stats, metrics.beginScrape());
-  CHECK(seriesOf(registry, "granary_buffer_budget_waits_total")->value == 7);
+  CHECK(valueOf(registry, "granary_buffer_budget_waits_total") == 7);
 }
 
 }  // namespace granary::gateway
