@@ -307,8 +307,6 @@ struct FastReads {
   // 1 once its read ended. Bytes, not std::vector<bool>: the event loop sets some while
   // workers set others, and bits of one word would race.
   std::vector<uint8_t> done;
-  std::vector<uint8_t> refused;  // 1: not made, its drive stalled (DataPath::beginRead)
-  std::vector<uint8_t> counted;  // 1: its failure is counted (by a hedge, when it saw it)
   // The bytes the reads land in: theirs to hold, as a hedged read moves on without them.
   std::shared_ptr<AlignedBytes> out;
   // Their charge to the buffer budget, given back with them: reads a hedge left behind on
@@ -341,13 +339,17 @@ BlobId blobOf(const index_kv::StripeLayout& s, int j) {
   return BlobId{s.blob_version, s.blob_stripe, static_cast<uint16_t>(j)};
 }
 
-// Counts a fast-path read of data fragment `j` of `r`'s stripe that failed with `st`.
-void countFailedRead(DataPath& dp, const index_kv::Manifest& m, const StripeRead& r, int j,
-                     const Status& st) {
-  dp.counters().fragment_errors.Increment();
-  if (st.isCorruption()) dp.counters().crc_failures.Increment();
-  log::warn("fragment {} on {}: {}; decoding from parity", blobOf(*r.layout, j).toString(),
-            m.drives[r.layout->drives[j]], st.toString());
+// Reads fragment `id` (bytes [off, off + dst.size())) of `drive` and counts it if it
+// fails: where it fails, once, whoever waits for it (a hedge may not).
+Status readFragment(DataPath& dp, const std::string& drive, const BlobId& id, uint64_t off,
+                    std::span<uint8_t> dst) {
+  Status st = dp.chunks().read(drive, id, off, dst);
+  if (!st.isOk()) {
+    dp.counters().fragment_errors.Increment();
+    if (st.isCorruption()) dp.counters().crc_failures.Increment();
+    log::warn("fragment {} on {}: {}", id.toString(), drive, st.toString());
+  }
+  return st;
 }
 
 // Happy path: read only the touched parts of the data fragments, in parallel.
@@ -366,8 +368,6 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
   r->reads = std::make_shared<FastReads>();
   r->reads->results.resize(j1 - j0 + 1);
   r->reads->done.resize(j1 - j0 + 1, 0);
-  r->reads->refused.resize(j1 - j0 + 1, 0);
-  r->reads->counted.resize(j1 - j0 + 1, 0);
   r->reads->out = r->out;
   for (int j = j0; j <= j1; ++j) {
     uint64_t lo = std::max<uint64_t>(first, uint64_t(j) * fl);
@@ -395,12 +395,11 @@ std::unique_ptr<StripeRead> startStripeRead(DataPath& dp, const index_kv::Manife
       std::shared_ptr<FastReads> held = std::move(reads);
       // Refused: decoded from parity, and asked after all should the others fall short.
       auto running = dp.beginRead(drive);
-      Status st = running ? dp.chunks().read(drive, id, off, {dst, n})
+      Status st = running ? readFragment(dp, drive, id, off, {dst, n})
                           : stalled(drive, dp.readsPerDrive());
       std::lock_guard lock(held->mu);
       held->results[idx] = std::move(st);
       held->done[idx] = 1;
-      held->refused[idx] = !running;
       return Status::ok();
     });
   }
@@ -432,21 +431,19 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   // their drive is busy.
   std::vector<int> skipped;
   std::vector<uint8_t> refused(total, 0);
-  std::vector<uint8_t> made(total, 0);  // read here (its failure is counted here)
   auto readAll = [&](const std::vector<int>& which, bool must) -> Task<void> {
     TaskGroup group(dp.pool(), ex);
     for (int j : which) {
       std::string drive = m.drives[s.drives[j]];
-      group.spawn([&dp, ok, &refused, &made, j, drive, id = blobOf(s, j),
+      group.spawn([&dp, ok, &refused, j, drive, id = blobOf(s, j),
                    dst = frags.data() + uint64_t(j) * fl, fl, must] {
         auto running = dp.beginRead(drive, must);
         refused[j] = !running;
-        made[j] = running.has_value();
         if (!running) {
           (*ok)[j] = stalled(drive, dp.readsPerDrive());
           return Status::ok();
         }
-        (*ok)[j] = dp.chunks().read(drive, id, 0, {dst, fl});
+        (*ok)[j] = readFragment(dp, drive, id, 0, {dst, fl});
         return Status::ok();
       });
     }
@@ -484,16 +481,6 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     present[j] = (*ok)[j].isOk();
     have += present[j];
     ptrs[j] = frags.data() + uint64_t(j) * fl;
-    // Counted: a read made here that failed (a fast-path failure asked again counts once
-    // more: two reads failed), a fragment on a server believed down. Not counted: one not
-    // asked for its drive being stalled (the reads it has running fail on their own, or
-    // not), a fast-path failure not asked again (counted where it failed).
-    if (!present[j] && (made[j] || (!refused[j] && !(j < k && failed_data[j])))) {
-      dp.counters().fragment_errors.Increment();
-      if ((*ok)[j].isCorruption()) dp.counters().crc_failures.Increment();
-      log::warn("fragment {} on {}: {}", blobOf(s, j).toString(), m.drives[s.drives[j]],
-                (*ok)[j].toString());
-    }
   }
   if (have < k) {
     co_return Status::unavailable(
@@ -523,20 +510,14 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   const int j0 = static_cast<int>(r.first / fl);
   std::vector<bool> slow(m.ec.k, false);
   std::vector<bool> failed(m.ec.k, false);
-  std::vector<std::pair<int, Status>> failures;  // counted here: the decode may not wait
   {
     std::lock_guard lock(r.reads->mu);
     for (size_t i = 0; i < r.reads->done.size(); ++i) {
       // Failed ones too: the decode does not count on them.
       slow[j0 + i] = !r.reads->done[i] || !r.reads->results[i].isOk();
       failed[j0 + i] = r.reads->done[i] && !r.reads->results[i].isOk();
-      if (failed[j0 + i] && !r.reads->refused[i]) {
-        r.reads->counted[i] = 1;
-        failures.emplace_back(j0 + static_cast<int>(i), r.reads->results[i]);
-      }
     }
   }
-  for (const auto& [j, st] : failures) countFailedRead(dp, m, r, j, st);
   // A second slice buffer, charged: with the budget spent, the fast reads are waited for.
   BufferBudget::Lease extra = dp.budget().tryAcquire(r.length);
   if (!extra.held()) co_return std::nullopt;
@@ -567,22 +548,11 @@ Task<Status> finishStripeRead(DataPath& dp, const index_kv::Manifest& m, StripeR
   const int j0 = static_cast<int>(r.first / fl);
   std::vector<bool> failed(m.ec.k, false);
   bool any = false;
-  std::vector<Status> results;
-  std::vector<uint8_t> refused, counted;
   {
     std::lock_guard lock(r.reads->mu);
-    results = r.reads->results;
-    refused = r.reads->refused;
-    counted = r.reads->counted;
-  }
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Status& st = results[i];
-    if (!st.isOk()) {
-      failed[j0 + i] = true;
-      any = true;
-      // Not a fragment error: not asked (DataPath::beginRead); or counted by a hedge.
-      if (refused[i] || counted[i]) continue;
-      countFailedRead(dp, m, r, j0 + static_cast<int>(i), st);
+    for (size_t i = 0; i < r.reads->results.size(); ++i) {
+      failed[j0 + i] = !r.reads->results[i].isOk();  // counted where it failed, if read
+      any = any || failed[j0 + i];
     }
   }
   if (!any) co_return Status::ok();
@@ -686,7 +656,7 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
     for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
       auto running = dp.beginRead(fr.drive);
       if (!running) return stalled(fr.drive, dp.readsPerDrive());
-      GRANARY_RETURN_IF_ERROR(dp.chunks().read(fr.drive, fr.id, fr.offset, {out, fr.length}));
+      GRANARY_RETURN_IF_ERROR(readFragment(dp, fr.drive, fr.id, fr.offset, {out, fr.length}));
       out += fr.length;
     }
   }

@@ -97,8 +97,8 @@ class DataPath {
   // own oldest started kStalledRead ago or more and none of its reads ended in that time:
   // a new read of it is then not made (its stripe is decoded from parity), so that the
   // server holds about that many workers (or one per drive of it that has reads running,
-  // if more), not all of them, and the reads of the others go on. A drive whose reads end is never refused, however many run: its stripes are not
-  // decoded for being popular. The server: the drive's endpoint, or the drive itself for
+  // if more), not all of them, and the reads of the others go on. A drive whose reads end
+  // is never refused, however many run: its stripes are not decoded for being popular. The server: the drive's endpoint, or the drive itself for
   // drives of this process (a remote server's drives share one count, each drive's
   // progress is its own: one hung drive of a server that answers is still refused).
   static constexpr std::chrono::milliseconds kStalledRead{100};

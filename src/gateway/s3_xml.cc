@@ -11,10 +11,9 @@
 #include <ctime>
 #include <set>
 
-#include "digest.h"
-#include "granary/common/hex.h"
 #include "granary/common/strings.h"
 #include "http_text.h"
+#include "sigv4.h"
 #include "time_format.h"
 #include "uri.h"
 
@@ -54,9 +53,7 @@ const std::string& hostId() {
   static const std::string id = [] {
     char name[256] = {};
     if (::gethostname(name, sizeof name - 1) != 0) std::strcpy(name, "granary");
-    Digest d(Digest::Kind::kSha256);
-    d.update(std::string_view(name));
-    return toHex(d.finish());
+    return sha256Hex(name);
   }();
   return id;
 }
