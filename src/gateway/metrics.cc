@@ -70,6 +70,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                "read the slow way, which may count again)")
                          .Register(registry)
                          .Add({})),
+      moved_puts_(prometheus::BuildCounter()
+                      .Name("granary_fragment_puts_moved_total")
+                      .Help("Fragment writes that failed on their drive (I/O error, full, "
+                            "no answer) and were written again on another drive")
+                      .Register(registry)
+                      .Add({})),
       encoded_bytes_(prometheus::BuildCounter()
                          .Name("granary_ec_encoded_bytes_total")
                          .Help("Data bytes erasure coded on PUT")
@@ -238,7 +244,7 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
 
 DataPathCounters GatewayMetrics::dataPathCounters() {
   return {degraded_stripes_, fragment_errors_, encoded_bytes_, decoded_bytes_, crc_failures_,
-          hedged_stripes_, sent_from_cache_, refused_reads_};
+          hedged_stripes_, sent_from_cache_, refused_reads_, moved_puts_};
 }
 
 namespace {

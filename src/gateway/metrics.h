@@ -74,6 +74,7 @@ class GatewayMetrics {
   prometheus::Counter& sent_from_cache_;
   prometheus::Counter& fragment_errors_;
   prometheus::Counter& refused_reads_;
+  prometheus::Counter& moved_puts_;
   prometheus::Counter& encoded_bytes_;
   prometheus::Counter& decoded_bytes_;
   prometheus::Counter& crc_failures_;

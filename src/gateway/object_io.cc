@@ -8,7 +8,10 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "granary/common/aligned_bytes.h"
 #include "granary/common/log.h"
@@ -99,6 +102,126 @@ struct ObjectWriter::Slot {
   BufferBudget::Lease lease;
 };
 
+// The fragment writes of one stripe: where each fragment goes, and the drives that failed a
+// put of it. Shared by the writes, which may move a fragment; the writer copies `drives`
+// into the stripe's layout once they have all ended.
+struct ObjectWriter::StripeWrites {
+  StripeWrites(DataPath& dp, std::string placement_key, chunkstore::BlobDescriptor desc,
+               std::vector<std::string> drives, size_t index)
+      : dp(dp),
+        placement_key(std::move(placement_key)),
+        desc(std::move(desc)),
+        index(index),
+        drives(std::move(drives)) {}
+
+  // Fragment `j`'s put failed on `drive`: gives it another drive, the placement's choice
+  // given where the stripe's other fragments are (chooseAnotherDrive, degraded if it must),
+  // never one that failed a put of this stripe; and only if the stripe's drives, but those
+  // that failed, are then still in k failure domains (the degraded write's rule: one more
+  // lost domain must leave k fragments). Returns the drive, or "" for none.
+  std::string moveFragment(int j, const std::string& drive) {
+    std::lock_guard lock(mu);
+    failed.push_back(drive);
+    auto hasFailed = [this](std::string_view id) {
+      return std::find(failed.begin(), failed.end(), id) != failed.end();
+    };
+    std::vector<std::string> holding;
+    for (size_t i = 0; i < drives.size(); ++i) {
+      if (static_cast<int>(i) != j && !hasFailed(drives[i])) holding.push_back(drives[i]);
+    }
+    auto idx = placement::chooseAnotherDrive(
+        dp.map(), placement_key, holding,
+        [&](const placement::Drive& d) { return !hasFailed(d.id) && dp.chunks().writable(d.id); },
+        true);
+    if (!idx) return {};
+    const placement::Drive& to = dp.map().drives[*idx];
+    std::set<std::string_view> domains{to.domain};
+    for (const std::string& id : holding) {
+      const placement::Drive* d = dp.map().findDrive(id);
+      domains.insert(d != nullptr ? std::string_view(d->domain) : std::string_view(id));
+    }
+    if (domains.size() < static_cast<size_t>(desc.ec.k)) return {};
+    drives[j] = to.id;
+    return drives[j];
+  }
+
+  DataPath& dp;
+  const std::string placement_key;
+  const chunkstore::BlobDescriptor desc;  // its id's fragment is set per put
+  const size_t index;                     // the stripe's, in stripes_
+  std::mutex mu;
+  std::vector<std::string> drives;  // per fragment (guarded by mu)
+  std::vector<std::string> failed;  // drives that failed a put of the stripe (mu)
+};
+
+namespace {
+
+// Failures of the drive or its server, which another drive may not have.
+bool driveFailure(const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kIoError:
+    case Status::Code::kNoSpace:
+    case Status::Code::kUnavailable:
+    case Status::Code::kTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::shared_ptr<Slot> keep,
+                               std::span<const uint8_t> bytes, int tries, TaskGroup::Done done) {
+  chunkstore::BlobDescriptor desc = sw->desc;
+  desc.id.fragment = static_cast<uint16_t>(j);
+  std::string drive;
+  {
+    std::lock_guard lock(sw->mu);
+    drive = sw->drives[j];
+  }
+  DataPath& dp = sw->dp;
+  // The task keeps the slot alive in case the writer goes first, and lets go of it before
+  // it reports done: once finish() has seen every stripe done, the slot and its charge to
+  // the budget are the writer's alone to give back.
+  dp.chunks().putAsync(
+      drive, desc, bytes,
+      [sw = std::move(sw), j, keep = std::move(keep), bytes, tries, drive, id = desc.id,
+       done = std::move(done)](Status st) mutable {
+        if (st.isOk() || tries <= 1 || !driveFailure(st)) {
+          keep.reset();  // before the writer can see its stripe done
+          done(std::move(st));
+          return;
+        }
+        // Chosen and written from the bulk pool, not from this completion thread.
+        WorkerPool& bulk = sw->dp.bulkPool();
+        bulk.submit([sw = std::move(sw), j, keep = std::move(keep), bytes, tries,
+                     drive = std::move(drive), id, st = std::move(st),
+                     done = std::move(done)]() mutable {
+          DataPath& dp = sw->dp;
+          const std::string other = sw->moveFragment(j, drive);
+          if (other.empty()) {
+            keep.reset();
+            done(std::move(st));
+            return;
+          }
+          log::warn("fragment {} failed on {} ({}); writing it to {}", id.toString(), drive,
+                    st.toString(), other);
+          dp.counters().moved_puts.Increment();
+          putFragment(std::move(sw), j, std::move(keep), bytes, tries - 1, std::move(done));
+          // A put whose answer did not come may have landed: its copy is not the
+          // manifest's, and no sweep would take it (the version is referenced).
+          if (st.code() == Status::Code::kTimeout || st.code() == Status::Code::kUnavailable) {
+            Status removed = dp.chunks().remove(drive, id);
+            if (!removed.isOk() && !removed.isNotFound()) {
+              log::warn("cannot remove {} on {}, whose put failed: {}", id.toString(), drive,
+                        removed.toString());
+            }
+          }
+        });
+      });
+}
+
 ObjectWriter::ObjectWriter(DataPath& dp, VersionId version, std::string bucket, std::string key,
                            asio::any_io_executor executor, uint64_t size, bool part)
     : dp_(dp),
@@ -146,6 +269,14 @@ Task<Status> ObjectWriter::waitFor(int slot) {
   if (in_flight_[slot]) {
     Status st = co_await in_flight_[slot]->wait();
     in_flight_[slot].reset();
+    if (std::shared_ptr<StripeWrites> sw = std::move(writes_[slot])) {
+      std::lock_guard lock(sw->mu);  // every put has ended: for the analyzers' sake
+      index_kv::StripeLayout& layout = stripes_[sw->index];
+      for (size_t j = 0; j < sw->drives.size(); ++j) layout.drives[j] = driveIndex(sw->drives[j]);
+      for (const std::string& d : sw->failed) {
+        if (std::find(avoid_.begin(), avoid_.end(), d) == avoid_.end()) avoid_.push_back(d);
+      }
+    }
     if (!st.isOk() && failed_.isOk()) failed_ = std::move(st);
   }
   co_return failed_;
@@ -167,9 +298,11 @@ Task<Status> ObjectWriter::flush(size_t len) {
   size_t full = 0;
   // With servers down, a stripe may go degraded onto k failure domains (a domain then
   // holds more than one fragment; docs/ec-placement.md): every fragment is still written.
+  std::string placement_key = fmt::format("{}:{}", version_.toHex(), stripe);
   auto chosen = placement::chooseDrives(
-      dp_.map(), fmt::format("{}:{}", version_.toHex(), stripe), profile.total(),
+      dp_.map(), placement_key, profile.total(),
       [this, &full](const placement::Drive& d) {
+        if (std::find(avoid_.begin(), avoid_.end(), d.id) != avoid_.end()) return false;
         bool ok = dp_.chunks().writable(d.id);
         if (!ok && dp_.chunks().reachable(d.id)) ++full;
         return ok;
@@ -203,34 +336,31 @@ Task<Status> ObjectWriter::flush(size_t len) {
   if (!encoded.isOk()) co_return encoded;
 
   written_ += len;
-  const uint16_t flags =
-      flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
+  chunkstore::BlobDescriptor desc;
+  desc.id = BlobId{version_, stripe, 0};
+  desc.ec = profile;
+  desc.stripe_data_len = len;
+  desc.bucket = bucket_;
+  desc.key = key_;
+  desc.flags = flags_ | (written_ == size_ ? chunkstore::kBlobFlagLastStripe : uint16_t{0});
+  std::vector<std::string> targets;
+  for (uint16_t d : layout.drives) targets.push_back(drives_[d]);
+  auto sw = std::make_shared<StripeWrites>(dp_, std::move(placement_key), std::move(desc),
+                                           std::move(targets), stripes_.size());
   auto group = std::make_unique<TaskGroup>(dp_.bulkPool(), executor_);
   for (int j = 0; j < profile.total(); ++j) {
     const uint8_t* p = j < profile.k ? slot.data.data() + uint64_t(j) * fl
                                      : slot.parity.data() + uint64_t(j - profile.k) * fl;
-    chunkstore::BlobDescriptor desc;
-    desc.id = BlobId{version_, stripe, static_cast<uint16_t>(j)};
-    desc.ec = profile;
-    desc.stripe_data_len = len;
-    desc.bucket = bucket_;
-    desc.key = key_;
-    desc.flags = flags;
-    std::string drive = drives_[layout.drives[j]];
-    // The pool thread encodes the fragment and submits its write; the task ends when the
-    // fragment is durable, without a thread waiting for the disk meanwhile. The task keeps
-    // the slot alive in case the writer goes first, and lets go of it before it reports
-    // done: once finish() has seen every stripe done, the slot and its charge to the
-    // budget are the writer's alone to give back.
-    group->spawnAsync([&dp = dp_, keep = slots_[current_], desc = std::move(desc),
-                       drive = std::move(drive), p, fl](TaskGroup::Done done) mutable {
-      dp.chunks().putAsync(drive, desc, {p, fl},
-                           [done = std::move(done), keep = std::move(keep)](Status st) mutable {
-                             keep.reset();  // before the writer can see its stripe done
-                             done(std::move(st));
-                           });
-    });
+    // The pool thread submits the fragment's write; the task ends when the fragment is
+    // durable, without a thread waiting for the disk meanwhile.
+    group->spawnAsync(
+        [sw, j, keep = slots_[current_], bytes = std::span<const uint8_t>(p, fl)](
+            TaskGroup::Done done) mutable {
+          putFragment(std::move(sw), j, std::move(keep), bytes, kFragmentPutTries,
+                      std::move(done));
+        });
   }
+  writes_[current_] = std::move(sw);
   in_flight_[current_] = std::move(group);
   stripes_.push_back(std::move(layout));
   // This stripe's writes go on while the caller fills the other buffer: the encoding and

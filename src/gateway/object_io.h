@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,6 +52,7 @@ struct DataPathCounters {
   prometheus::Counter& hedged_stripes;    // stripes decoded because a data fragment was slow
   prometheus::Counter& sent_from_cache;   // object bytes sent from the page cache (sendfile)
   prometheus::Counter& refused_reads;     // fragment reads not made: drive stalled (beginRead)
+  prometheus::Counter& moved_puts;        // fragment puts written again on another drive
 };
 
 class DataPath {
@@ -190,7 +192,10 @@ class ObjectWriter {
   std::span<uint8_t> buffer();
   // Starts writing the current buffer's first `len` bytes as the next stripe, and returns
   // once the next buffer is free (the stripe before this one is durable). Returns the
-  // first error of any stripe so far; after one, writes nothing more.
+  // first error of any stripe so far; after one, writes nothing more. A fragment whose
+  // drive fails its put (I/O error, full, no answer) is written to another drive
+  // (placement::chooseAnotherDrive), up to kFragmentPutTries drives, while writable drives
+  // remain in k failure domains: one failing drive does not fail the upload.
   Task<Status> flush(size_t len);
   // Waits for every stripe and gives the buffers back. After ok, drives() and stripes()
   // describe the object.
@@ -203,6 +208,12 @@ class ObjectWriter {
 
  private:
   struct Slot;
+  struct StripeWrites;
+  static constexpr int kFragmentPutTries = 3;  // a fragment's drive, then two others
+  // Puts fragment `j` of a stripe to its drive in `sw`, moving it to another on a failure
+  // the drive may not have tomorrow; `done` hears the last try's outcome.
+  static void putFragment(std::shared_ptr<StripeWrites> sw, int j, std::shared_ptr<Slot> keep,
+                          std::span<const uint8_t> bytes, int tries, TaskGroup::Done done);
   static constexpr int kPrimary = 0;  // held from start() to the end
   static constexpr int kSpare = 1;    // taken if the budget can spare it, then kept
   uint16_t driveIndex(const std::string& drive);
@@ -223,6 +234,8 @@ class ObjectWriter {
   std::shared_ptr<Slot> slots_[2];  // shared with in-flight writes
   int current_ = kPrimary;          // the slot being filled
   std::unique_ptr<TaskGroup> in_flight_[2];  // the writes of the latest stripe from each slot
+  std::shared_ptr<StripeWrites> writes_[2];  // and where its fragments went
+  std::vector<std::string> avoid_;  // drives that failed a put of this object: not chosen again
   Status failed_;                   // the first stripe error
   std::vector<std::string> drives_;
   std::vector<index_kv::StripeLayout> stripes_;

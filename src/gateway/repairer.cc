@@ -146,10 +146,10 @@ struct Repairer::Impl {
       f[j].drive = m.drives[s.drives[j]];
       f[j].state = probe(f[j], idOf(j), s.fragment_len);
     }
-    // Which fragments stay where they are; fragments per domain (those that stay, and
-    // later the targets as they are given) and the drives holding one.
+    // Which fragments stay where they are: fragments per domain (a second one is moved),
+    // and the drive of each fragment held (then of each target as it is given).
     std::map<std::string, int> domain_load;
-    std::set<std::string> holding;
+    std::vector<std::string> holding;  // a drive per fragment held, then per target given
     int healthy = 0;
     for (int j = 0; j < n; ++j) {
       const State st = f[j].state;
@@ -162,7 +162,7 @@ struct Repairer::Impl {
       }
       if (st == State::kOk) ++healthy;
       const placement::Drive* d = map.findDrive(f[j].drive);
-      holding.insert(f[j].drive);
+      holding.push_back(f[j].drive);
       if (++domain_load[d ? d->domain : f[j].drive] > 1 && st == State::kOk) {
         f[j].move = true;  // a second fragment in this domain
         ++stats.fragments_stacked;
@@ -210,49 +210,33 @@ struct Repairer::Impl {
     }
 
     // Targets, best first in this stripe's own rendezvous order: a usable drive in a
-    // domain the stripe does not hold; for a fragment that must be rebuilt, any usable
-    // drive if no domain is free (placement's degraded rule).
-    const std::vector<size_t> ranked = placement::rankDrives(map, stripe_key);
+    // domain the stripe does not hold; for a fragment that must be rebuilt, if no domain is
+    // free, the domain holding the fewest (a third in a domain of two would leave k - 1
+    // when it goes), onto a drive without another fragment of the stripe if that domain
+    // has one (placement's degraded rule). Never onto a drive that holds this blob id
+    // already (a copy waiting for GC).
     std::set<std::string> taken;  // drives given a fragment by this repair
     auto absent = [&](const placement::Drive& d, int j) {
       auto there = chunks.stat(d.id, idOf(j));
       return !there && there.error().isNotFound();
     };
-    // With no free domain, a rebuilt fragment goes to the domain holding the fewest (a
-    // third in a domain of two would leave k - 1 when it goes), onto a drive without
-    // another fragment of the stripe if that domain has one (placement's degraded rule);
-    // the best ranked of equals.
-    auto loadOf = [&](const std::string& domain) {
-      auto it = domain_load.find(domain);
-      return it == domain_load.end() ? 0 : it->second;
-    };
-    auto cost = [&](const placement::Drive& d) {
-      return std::pair{loadOf(d.domain), holding.contains(d.id) ? 1 : 0};
-    };
     auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
-      const placement::Drive* best = nullptr;
-      for (size_t idx : ranked) {
-        const placement::Drive& d = map.drives[idx];
-        if (!any_domain && loadOf(d.domain) > 0) continue;
-        if (taken.contains(d.id) || !usable(d)) continue;
-        if (any_domain && best && cost(d) >= cost(*best)) continue;
-        // Never onto a drive that holds this blob id already (a copy waiting for GC).
-        if (!absent(d, j)) continue;
-        if (!any_domain) return &d;
-        best = &d;
-      }
-      return best;
+      auto idx = placement::chooseAnotherDrive(
+          map, stripe_key, holding,
+          [&](const placement::Drive& d) {
+            return !taken.contains(d.id) && usable(d) && absent(d, j);
+          },
+          any_domain);
+      return idx ? &map.drives[*idx] : nullptr;
     };
     for (int pass = 0; pass < 2; ++pass) {  // rebuilds first, then moves
       for (int j = 0; j < n; ++j) {
         if (!(pass == 0 ? f[j].fix : f[j].move)) continue;
-        const placement::Drive* d = pick(j, false);
-        if (d == nullptr && f[j].fix) d = pick(j, true);
+        const placement::Drive* d = pick(j, f[j].fix);
         if (d == nullptr) continue;  // a move waits for a free domain
         f[j].target = d->id;
         taken.insert(d->id);
-        ++domain_load[d->domain];
-        holding.insert(d->id);
+        holding.push_back(d->id);
       }
     }
     if (any_relocate) {

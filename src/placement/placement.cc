@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace granary::placement {
 namespace {
@@ -116,6 +118,39 @@ Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view
     ++on_drive[*best];
   }
   return chosen;
+}
+
+std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view key,
+                                         std::span<const std::string> holding,
+                                         const std::function<bool(const Drive&)>& usable,
+                                         bool degraded) {
+  std::map<std::string_view, size_t> domain_load;
+  std::map<std::string_view, size_t> drive_load;
+  for (const std::string& id : holding) {
+    const Drive* d = map.findDrive(id);
+    ++domain_load[d != nullptr ? std::string_view(d->domain) : std::string_view(id)];
+    ++drive_load[id];
+  }
+  auto loadOf = [](const std::map<std::string_view, size_t>& m, std::string_view k) {
+    auto it = m.find(k);
+    return it == m.end() ? size_t{0} : it->second;
+  };
+  auto cost = [&](const Drive& d) {
+    return std::pair{loadOf(domain_load, d.domain), loadOf(drive_load, d.id)};
+  };
+  std::optional<size_t> best;
+  std::pair<size_t, size_t> best_cost;
+  for (size_t idx : rankDrives(map, key)) {
+    const Drive& d = map.drives[idx];
+    const auto c = cost(d);
+    if (c.first > 0 && !degraded) continue;
+    if (best && c >= best_cost) continue;  // equals: the best ranked, seen first, stays
+    if (usable && !usable(d)) continue;
+    best = idx;
+    best_cost = c;
+    if (c.first == 0) break;  // a free domain: nothing ranked lower beats it
+  }
+  return best;
 }
 
 }  // namespace granary::placement

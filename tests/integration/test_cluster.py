@@ -242,8 +242,10 @@ class Load:
     """boto3 writers and readers on both gateways. Every object gets a fresh key, so an
     acknowledged PUT has exactly one right answer."""
 
-    def __init__(self, cluster, bucket, writers=4, max_size=3 << 20, attempts=10):
+    def __init__(self, cluster, bucket, writers=4, max_size=3 << 20, attempts=10,
+                 min_size=None):
         self.cluster, self.bucket = cluster, bucket
+        self.min_size = min_size  # every object at least this large (else a mix of sizes)
         self.acked = {}  # key -> (sha256, size, time acknowledged)
         self.attempted = {}  # key -> sha256 of every PUT sent, acknowledged or not
         self.put_errors = []
@@ -271,7 +273,10 @@ class Load:
         i = 0
         while not self.stop_flag.is_set():
             key = f"w{n}/{i:06d}"
-            size = rng.choice([0, 100, 5000, 200_000, rng.randrange(1, max_size)])
+            if self.min_size is not None:
+                size = rng.randrange(self.min_size, max_size)
+            else:
+                size = rng.choice([0, 100, 5000, 200_000, rng.randrange(1, max_size)])
             data = body_of(f"{n}-{i}", size)
             with self.lock:
                 self.attempted[key] = sha(data)
@@ -364,6 +369,41 @@ def test_two_of_six_chunk_servers_killed_under_load_lose_nothing(healthy):
     while cluster.admin_status(0)["domains"]["healthy"] != 6:
         assert time.monotonic() < deadline, "restarted servers not seen healthy again"
         time.sleep(0.5)
+
+
+def moved_puts(cluster):
+    """granary_fragment_puts_moved_total, summed over both gateways."""
+    total = 0.0
+    for g in (0, 1):
+        text = requests.get(cluster.endpoint(g) + "/_granary/metrics", timeout=10).text
+        m = re.search(r"^granary_fragment_puts_moved_total (\S+)$", text, re.M)
+        assert m, "granary_fragment_puts_moved_total missing"
+        total += float(m.group(1))
+    return total
+
+
+def test_a_chunk_server_killed_mid_put_fails_no_put_even_without_client_retries(healthy):
+    """Every PUT writes a fragment to each of the six servers: those in flight when one is
+    killed, and those placed before a gateway has noticed, write that fragment to another
+    drive instead. With the SDK's retries off, not one PUT fails."""
+    cluster = healthy
+    cluster.client(0).create_bucket(Bucket="moved")
+    moved_before = moved_puts(cluster)
+    # botocore's max_attempts counts retries: 0 is one attempt, none again.
+    load = Load(cluster, "moved", writers=6, attempts=0, min_size=1 << 20).start()
+    time.sleep(3)
+    killed_at = time.monotonic()
+    cluster.kill9("cs2")
+    time.sleep(6)
+    load.stop()
+    during = [k for k, v in load.acked.items() if v[2] > killed_at]
+    print(f"one server killed: {len(load.acked)} PUTs, {len(during)} after the kill, "
+          f"{len(load.put_errors)} failed, {moved_puts(cluster) - moved_before} fragments moved")
+    assert len(during) >= 5, f"only {len(during)} PUTs acknowledged after the kill"
+    assert not load.put_errors, load.put_errors[:5]
+    assert not load.wrong, load.wrong[:5]
+    assert moved_puts(cluster) > moved_before, "no fragment write met the killed server"
+    assert load.verify_all(gateway=1) == []
 
 
 def test_gateway_killed_mid_put_leaves_each_object_absent_or_complete(healthy):

@@ -30,6 +30,7 @@
 #include "granary/common/random.h"
 #include "granary/common/worker_pool.h"
 #include "granary/ec/erasure_code.h"
+#include "granary/placement/placement.h"
 #include "data_path_util.h"
 #include "object_io.h"
 
@@ -769,25 +770,106 @@ TEST_CASE("A sink failing mid-stream ends readObjectRange with its error") {
 }
 
 TEST_CASE("A failed fragment put surfaces from flush/finish and abandon removes the rest") {
-  DataPathFixture f;
+  DataPathFixture f;  // 6 drives, one domain each, EC 4+2
   const bool multi = GENERATE(false, true);
   const uint64_t size = multi ? 3 * kStripe + 17 : kStripe / 2;
   CAPTURE(size);
   std::string data = randomString(size, 15);
-  f.cluster.chunks->failPuts("d3", Status::ioError("disk on fire"));
+  // Three drives fail every put: their fragments may move, but never onto fewer than k = 4
+  // failure domains, and only three drives are left.
+  for (const char* d : {"d0", "d2", "d4"}) {
+    f.cluster.chunks->failPuts(d, Status::ioError("disk on fire"));
+  }
 
   VersionId version = VersionId::generate(f.cluster.clock, f.random);
   ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
   Status st = runTask(f.io, writeAll(w, data));
   CHECK(st.code() == Status::Code::kIoError);
   CHECK(st.message() == "disk on fire");
-  CHECK(f.cluster.chunks->injected() >= 1);
+  CHECK(f.cluster.chunks->injected() >= 3);
   // Fragments of the failed stripe(s) did land on the other drives...
   CHECK_FALSE(f.cluster.allBlobs().empty());
-  CHECK(f.cluster.blobs("d3").empty());
+  for (const char* d : {"d0", "d2", "d4"}) CHECK(f.cluster.blobs(d).empty());
 
+  // ...and abandon finds them where they went, moved or not.
   runVoid(f.io, w.abandon());
   CHECK(f.cluster.allBlobs().empty());
+}
+
+TEST_CASE("A fragment whose drive fails its put is written to a drive of a free domain") {
+  DataPathFixture f(7);  // one spare domain per stripe
+  // The answer lost after the put landed: the copy left there is removed.
+  const bool landed = GENERATE(false, true);
+  CAPTURE(landed);
+  std::string data = randomString(3 * kStripe + 5, 31);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  // The drive the first stripe's placement puts fragment 1 on.
+  auto chosen = placement::chooseDrives(f.cluster.map, version.toHex() + ":0", 6);
+  REQUIRE(chosen);
+  const std::string failing = f.cluster.map.drives[(*chosen)[1]].id;
+  if (landed) {
+    f.cluster.chunks->failPutsAfterLanding(failing, Status::timeout("no answer"));
+  } else {
+    f.cluster.chunks->failPuts(failing, Status::ioError("disk on fire"));
+  }
+
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
+  REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
+  index_kv::Manifest m;
+  m.version = version;
+  m.size = data.size();
+  m.ec = f.code->profile();
+  m.drives = w.drives();
+  m.stripes = w.stripes();
+  // Moved at least once (later stripes may avoid the drive from the start), each time to a
+  // drive of a domain the stripe did not hold: six distinct drives per stripe, never it.
+  CHECK(f.counters.moved_puts.Value() >= 1);
+  CHECK(f.counters.moved_puts.Value() <= 4);
+  for (const auto& s : m.stripes) {
+    std::set<std::string> drives;
+    for (uint16_t d : s.drives) drives.insert(m.drives[d]);
+    CHECK(drives.size() == 6);
+    CHECK_FALSE(drives.contains(failing));
+  }
+  // A landed copy is removed beside the write that replaced it: wait for that.
+  for (int i = 0; i < 500 && !f.cluster.blobs(failing).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(f.cluster.blobs(failing).empty());
+  CHECK(f.cluster.allBlobs().size() == 4 * 6);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
+TEST_CASE("A fragment whose drive fails its put goes degraded when no domain is free") {
+  DataPathFixture f;  // 6 drives: every domain holds a fragment of each stripe
+  f.cluster.chunks->failPuts("d3", Status::noSpace("full"));
+  std::string data = randomString(2 * kStripe, 32);
+  index_kv::Manifest m = f.write(data);
+  CHECK(f.cluster.blobs("d3").empty());
+  CHECK(f.counters.moved_puts.Value() >= 1);
+  for (const auto& s : m.stripes) {
+    std::set<uint16_t> distinct(s.drives.begin(), s.drives.end());
+    CHECK(distinct.size() == 5);  // one of the five others holds two fragments
+  }
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
+TEST_CASE("A fragment put failing for a reason not the drive's is not moved") {
+  DataPathFixture f(7);
+  for (const auto& d : f.cluster.map.drives) {
+    f.cluster.chunks->failPuts(d.id, Status::invalidArgument("bad descriptor"));
+  }
+  std::string data = randomString(kStripe, 33);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
+  Status st = runTask(f.io, writeAll(w, data));
+  CHECK(st.code() == Status::Code::kInvalidArgument);
+  CHECK(f.counters.moved_puts.Value() == 0);
+  CHECK(f.cluster.chunks->injected() == 6);
 }
 
 TEST_CASE("The writer keeps at most two stripes in flight, and overlaps them") {

@@ -56,6 +56,11 @@ struct Counters {
                                      .Help("refused")
                                      .Register(registry)
                                      .Add({});
+  prometheus::Counter& moved_puts = prometheus::BuildCounter()
+                                        .Name("test_moved_puts_total")
+                                        .Help("moved")
+                                        .Register(registry)
+                                        .Add({});
 };
 
 // Starts the writer, fills its buffer stripe by stripe from `data`, then finishes. Stops at the
@@ -77,7 +82,7 @@ inline Task<Status> writeAll(ObjectWriter& w, std::string_view data) {
 
 inline DataPathCounters countersOf(Counters& c) {
   return DataPathCounters{c.degraded, c.fragment_errors, c.encoded, c.decoded, c.crc_failures,
-                          c.hedged, c.sent_from_cache, c.refused};
+                          c.hedged, c.sent_from_cache, c.refused, c.moved_puts};
 }
 
 }  // namespace granary::gateway::testing

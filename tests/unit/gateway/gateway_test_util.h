@@ -67,6 +67,10 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
 
   void failReads(const std::string& drive, Status st) { read_faults_[drive] = std::move(st); }
   void failPuts(const std::string& drive, Status st) { put_faults_[drive] = std::move(st); }
+  // Asynchronous puts to the drive land, then report `st` (an answer lost on its way).
+  void failPutsAfterLanding(const std::string& drive, Status st) {
+    landed_put_faults_[drive] = std::move(st);
+  }
   void failRemoves(const std::string& drive, Status st) { remove_faults_[drive] = std::move(st); }
   void failLists(const std::string& drive, Status st) { list_faults_[drive] = std::move(st); }
   // describe() of every fragment of stripe `stripe` (of any blob version) fails with `st`.
@@ -90,6 +94,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   void clearFaults() {
     read_faults_.clear();
     put_faults_.clear();
+    landed_put_faults_.clear();
     remove_faults_.clear();
     list_faults_.clear();
     describe_faults_.clear();
@@ -150,12 +155,13 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
       std::lock_guard lock(mu_);
       peak_puts_ = std::max(peak_puts_, ++puts_in_flight_);
     }
-    chunkstore::IoDone counted = [this, done = std::move(done)](Status st) mutable {
+    chunkstore::IoDone counted = [this, done = std::move(done),
+                                  lost = fault(landed_put_faults_, drive)](Status st) mutable {
       {
         std::lock_guard lock(mu_);
         --puts_in_flight_;
       }
-      done(std::move(st));
+      done(st.isOk() && lost ? std::move(*lost) : std::move(st));
     };
     target_.putAsync(drive, desc, payload,
                      [this, delay = delayOf(put_delays_, drive),
@@ -255,6 +261,7 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
   chunkstore::ChunkClient& target_;
   std::map<std::string, Status, std::less<>> read_faults_;
   std::map<std::string, Status, std::less<>> put_faults_;
+  std::map<std::string, Status, std::less<>> landed_put_faults_;
   std::map<std::string, Status, std::less<>> remove_faults_;
   std::map<std::string, Status, std::less<>> list_faults_;
   std::map<uint32_t, Status> describe_faults_;

@@ -1316,10 +1316,15 @@ TEST_CASE("GET decodes around one failed drive, with three it answers 5xx, or a 
 }
 
 TEST_CASE("A PUT whose fragment write fails is a 500 and leaves nothing behind") {
-  GatewayFixture f;
+  GatewayFixture f;  // 6 drives, one domain each, EC 4+2
   f.createBucket();
-  f.cluster.chunks->failPuts("d1", Status::ioError("EIO"));
   std::string data = randomString(kStripedSize, 16);
+  // Three failing drives: moving their fragments elsewhere would leave fewer than k = 4
+  // failure domains (one failing drive is the next test's).
+  auto failPuts = [&](const Status& st) {
+    for (const char* d : {"d1", "d3", "d5"}) f.cluster.chunks->failPuts(d, st);
+  };
+  failPuts(Status::ioError("EIO"));
   Reply r = f.put("obj", data);
   CHECK(r.status == 500);
   CHECK(r.code == "InternalError");
@@ -1329,19 +1334,34 @@ TEST_CASE("A PUT whose fragment write fails is a 500 and leaves nothing behind")
   CHECK(f.put("small", "tiny").status == 200);
   // Whatever a chunk server answered (a drive it does not serve, a body that failed its
   // CRC on the wire, a clock it finds skewed), it is the store's failure, one an SDK
-  // retries: never NoSuchKey, InvalidArgument or AccessDenied for a good request.
+  // retries: never NoSuchKey, InvalidArgument or AccessDenied for a good request. These are
+  // not the drive's failures: the fragment is not moved, and one drive is enough.
   for (const Status& st : {Status::notFound("no such drive"),
                            Status::invalidArgument("body CRC mismatch"),
                            Status::permissionDenied("request expired"),
                            Status::alreadyExists("blob exists")}) {
     CAPTURE(st.toString());
+    f.cluster.chunks->clearFaults();
     f.cluster.chunks->failPuts("d1", st);
     Reply failed = f.put("obj", data);
     CHECK(failed.status == 500);
     CHECK(failed.code == "InternalError");
   }
-  f.cluster.chunks->failPuts("d1", Status::unavailable("server down"));
+  f.cluster.chunks->clearFaults();
+  failPuts(Status::unavailable("server down"));
   CHECK(f.put("obj", data).status == 503);
+}
+
+TEST_CASE("A PUT whose fragment write fails on one drive writes it to another: a 200") {
+  GatewayFixture f;
+  f.createBucket();
+  std::string data = randomString(kStripedSize, 17);
+  f.cluster.chunks->failPuts("d1", Status::ioError("EIO"));
+  REQUIRE(f.put("obj", data).status == 200);
+  CHECK(f.cluster.blobs("d1").empty());
+  CHECK(f.blobCount() == stripesOf(data.size()) * 6);
+  f.cluster.chunks->clearFaults();
+  CHECK(f.get("/bucket/obj").body == data);
 }
 
 TEST_CASE("Signatures dated more than 15 minutes from the clock are RequestTimeTooSkewed") {

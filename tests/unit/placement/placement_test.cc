@@ -12,6 +12,7 @@
 #include <vector>
 
 using granary::Status;
+using granary::placement::chooseAnotherDrive;
 using granary::placement::chooseDrives;
 using granary::placement::ClusterMap;
 using granary::placement::Drive;
@@ -349,4 +350,56 @@ TEST_CASE("A degraded placement prefers another drive of a used domain to stacki
   REQUIRE(r.has_value());
   std::set<size_t> distinct(r->begin(), r->end());
   CHECK(distinct.size() == 6);  // six different drives, two domains hold two each
+}
+
+TEST_CASE("Another drive for a stripe: a free domain, the best ranked usable one") {
+  const ClusterMap map = makeMap(12, 6, {4, 2});  // dom<i % 6>: two drives per domain
+  for (int i = 0; i < 500; ++i) {
+    const std::string key = keyOf(i);
+    auto r = chooseDrives(map, key, 6);
+    REQUIRE(r.has_value());
+    // Fragment 0's drive failed: the other five stay, its own domain is free again.
+    std::vector<std::string> holding = ids(map, {r->begin() + 1, r->end()});
+    const std::string failed = map.drives[(*r)[0]].id;
+    auto usable = [&](const Drive& d) { return d.id != failed; };
+    auto other = chooseAnotherDrive(map, key, holding, usable, false);
+    REQUIRE(other.has_value());
+    // The only free domain is the failed drive's: its other drive.
+    CHECK(map.drives[*other].domain == map.drives[(*r)[0]].domain);
+    CHECK(map.drives[*other].id != failed);
+    // It is the first usable drive of that domain in rank order.
+    for (size_t idx : rankDrives(map, key)) {
+      if (map.drives[idx].domain == map.drives[*other].domain && usable(map.drives[idx])) {
+        CHECK(idx == *other);
+        break;
+      }
+    }
+  }
+}
+
+TEST_CASE("Another drive for a stripe with no free domain: only when degraded, least loaded") {
+  const ClusterMap map = makeMap(12, 6, {4, 2});
+  const std::string key = keyOf(7);
+  auto r = chooseDrives(map, key, 6);
+  REQUIRE(r.has_value());
+  std::vector<std::string> holding = ids(map, *r);  // every domain holds one already
+  // A seventh fragment's drive: none in a free domain.
+  CHECK_FALSE(chooseAnotherDrive(map, key, holding, nullptr, false).has_value());
+  auto other = chooseAnotherDrive(map, key, holding, nullptr, true);
+  REQUIRE(other.has_value());
+  // A drive holding none of the stripe: each domain has one that holds none.
+  CHECK(std::find(holding.begin(), holding.end(), map.drives[*other].id) == holding.end());
+  // With two fragments in one domain, the choice avoids that domain.
+  holding.push_back(map.drives[*other].id);
+  auto third = chooseAnotherDrive(map, key, holding, nullptr, true);
+  REQUIRE(third.has_value());
+  CHECK(map.drives[*third].domain != map.drives[*other].domain);
+  // Nothing usable: none.
+  CHECK_FALSE(chooseAnotherDrive(map, key, holding, [](const Drive&) { return false; }, true)
+                  .has_value());
+  // A drive the map does not know counts as a domain of its own (it frees none).
+  std::vector<std::string> unknown = {"gone"};
+  auto any = chooseAnotherDrive(map, key, unknown, nullptr, false);
+  REQUIRE(any.has_value());
+  CHECK(*any == rankDrives(map, key).front());
 }
