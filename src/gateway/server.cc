@@ -254,6 +254,13 @@ class BeastBodySink final : public BodySink {
     // An HTTP/1.0 client must not get Transfer-Encoding (RFC 9112 6.1): a body of unknown
     // length goes to it as it is, ended by closing the connection.
     closes_ = content_length == kUnknownLength && req_.http10;
+    if (closes_) {
+      // Until the body is all sent, a close is a reset: a write that times out is closed
+      // by Beast, and in order that would look like the body's end. serveRequests makes
+      // the close orderly again once the body is whole.
+      beast::error_code ec;
+      tcpLayer(stream_).socket().set_option(asio::socket_base::linger(true, 0), ec);
+    }
     if (chunked_) {
       res.chunked(true);
     } else if (!closes_) {
@@ -350,6 +357,10 @@ class BeastBodySink final : public BodySink {
     if (head_.empty() || bytes_ > 0) return false;
     head_.clear();
     chunked_ = false;
+    if (closes_) {  // the answer that replaces it ends as any other
+      beast::error_code ec;
+      tcpLayer(stream_).socket().set_option(asio::socket_base::linger(false, 0), ec);
+    }
     closes_ = false;
     return true;
   }
@@ -719,14 +730,20 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     } else {
       Status flushed = co_await sink.flush();
       written = flushed.isOk();
-      if (sink.closes()) reuse = false;
+      if (sink.closes()) {
+        reuse = false;
+        if (written && !res.close) {  // the body is whole: its end is an orderly close
+          beast::error_code ec;
+          tcpLayer(stream).socket().set_option(asio::socket_base::linger(false, 0), ec);
+        }
+      }
     }
     account(req, op, res.status, body.bytes(), res.streamed ? sink.bytes() : body_bytes,
             started);
     if (res.streamed && sink.closes() && res.close) {
       // A body ended by the close, cut short: a reset, not the orderly close that would
       // tell the client it has it all. (A write that timed out was closed by Beast
-      // already, in order: such a client sees a short body that looks whole.)
+      // already, with the linger writeHead set: a reset too.)
       beast::error_code ec;
       tcpLayer(stream).socket().set_option(asio::socket_base::linger(true, 0), ec);
       tcpLayer(stream).socket().close(ec);

@@ -46,6 +46,29 @@ def addr(server):
     return u.hostname, u.port
 
 
+def signed_head(server, method, path, body=b"", headers=None, sign=True,
+                version="HTTP/1.1", connection=None, content_length=None):
+    """A request head for a raw socket, SigV4-signed over `body` with the root user's key
+    (unsigned when `sign` is false): the request line, Host, `connection` if given, the
+    signed headers, and Content-Length (`content_length`, else the body's)."""
+    req = AWSRequest(method=method, url=server.endpoint + path, data=body,
+                     headers=dict(headers or {}))
+    if sign:
+        S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3",
+                    "us-east-1").add_auth(req)
+    prepared = req.prepare()
+    host, port = addr(server)
+    u = urlsplit(prepared.url)
+    target = u.path + ("?" + u.query if u.query else "")
+    lines = [f"{method} {target} {version}", f"Host: {host}:{port}"]
+    if connection is not None:
+        lines.append(f"Connection: {connection}")
+    lines += [f"{k}: {v}" for k, v in prepared.headers.items()
+              if k.lower() not in ("host", "content-length", "connection")]
+    lines.append(f"Content-Length: {len(body) if content_length is None else content_length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
 def healthy(server):
     with urllib.request.urlopen(server.endpoint + "/_granary/health", timeout=10) as r:
         return r.status == 200
@@ -647,23 +670,12 @@ def test_expect_100_continue_invites_only_bodies_that_will_be_read(hserver, hs3)
     # Refused after the signature: anonymous (authorization), and the root user's PUT to a
     # bucket that does not exist (its headers): no 100 either.
     def first_answer(path, sign):
-        req = AWSRequest(method="PUT", url=hserver.endpoint + path, data=b"",
-                         headers={"Expect": "100-continue", "x-amz-content-sha256":
-                                  "UNSIGNED-PAYLOAD"})
-        if sign:
-            S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
-                        "us-east-1").add_auth(req)
-        prepared = req.prepare()
-        host, port = addr(hserver)
-        u = urlsplit(prepared.url)
-        target = u.path + ("?" + u.query if u.query else "")
-        lines = [f"PUT {target} HTTP/1.1", f"Host: {host}:{port}"]
-        lines += [f"{k}: {v}" for k, v in prepared.headers.items()
-                  if k.lower() not in ("host", "content-length")]
-        lines.append("Content-Length: 67108864")
+        head = signed_head(hserver, "PUT", path, sign=sign, content_length=64 * MiB,
+                           headers={"Expect": "100-continue",
+                                    "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
         s = socket.create_connection(addr(hserver), timeout=10)
         try:
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            s.sendall(head)
             return read_head(s, 10)
         finally:
             s.close()
@@ -678,19 +690,11 @@ def test_expect_100_continue_invites_only_bodies_that_will_be_read(hserver, hs3)
 
     # Accepted: 100 Continue, then the body, then 200; the connection stays open.
     body = os.urandom(256 * 1024)
-    req = AWSRequest(method="PUT", url=hserver.endpoint + "/hardening/invited", data=body,
-                     headers={"Expect": "100-continue"})
-    S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
-                "us-east-1").add_auth(req)
-    prepared = req.prepare()
-    host, port = addr(hserver)
-    head_lines = [f"PUT {urlsplit(prepared.url).path} HTTP/1.1", f"Host: {host}:{port}"]
-    head_lines += [f"{k}: {v}" for k, v in prepared.headers.items()
-                   if k.lower() not in ("host", "content-length")]
-    head_lines.append(f"Content-Length: {len(body)}")
+    head = signed_head(hserver, "PUT", "/hardening/invited", body,
+                       headers={"Expect": "100-continue"})
     s = socket.create_connection(addr(hserver), timeout=10)
     try:
-        s.sendall(("\r\n".join(head_lines) + "\r\n\r\n").encode())
+        s.sendall(head)
         assert read_head(s, 10).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(body)
         final = read_head(s, 10)
@@ -851,20 +855,11 @@ def test_an_http10_client_gets_a_streamed_answer_without_chunked_coding(hserver,
     body = json.dumps({"records": keys}).encode()
 
     def batch(version, connection):
-        req = AWSRequest(method="POST", url=hserver.endpoint + "/http10?records-batch",
-                         data=body)
-        S3SigV4Auth(Credentials(hserver.access_key, hserver.secret_key), "s3",
-                    "us-east-1").add_auth(req)
-        prepared = req.prepare()
-        host, port = addr(hserver)
-        lines = [f"POST /http10?records-batch {version}", f"Host: {host}:{port}",
-                 f"Connection: {connection}"]
-        lines += [f"{k}: {v}" for k, v in prepared.headers.items()
-                  if k.lower() not in ("host", "content-length", "connection")]
-        lines.append(f"Content-Length: {len(body)}")
+        head = signed_head(hserver, "POST", "/http10?records-batch", body, version=version,
+                           connection=connection)
         s = socket.create_connection(addr(hserver), timeout=10)
         try:
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+            s.sendall(head + body)
             out = b""
             while True:  # until the server closes (or, for HTTP/1.1, the last chunk)
                 chunk = s.recv(65536)
@@ -920,4 +915,52 @@ def test_an_http10_client_gets_a_streamed_answer_without_chunked_coding(hserver,
             assert b"Connection: keep-alive" in answer, answer
     finally:
         s.close()
+    assert healthy(hserver)
+
+
+def test_an_http10_streamed_answer_cut_by_the_write_timeout_ends_in_a_reset(hserver, hs3):
+    """A streamed answer to HTTP/1.0 ends where the connection closes: one cut short because
+    the client stopped reading (--io-timeout 2 s) must not be closed in order, which would
+    look like the whole body to the client. It is reset."""
+    import io
+    import sys
+    import tarfile
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "clients", "python"))
+    from granary_records import RecordClient
+    # One 16 MiB record: its batch GET is larger than the socket buffers of both ends.
+    data = os.urandom(16 * MiB)
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as t:
+        info = tarfile.TarInfo("big.bin")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    hs3.create_bucket(Bucket="http10-cut")
+    rc = RecordClient(hserver.endpoint, hserver.access_key, hserver.secret_key)
+    rc.put_container("http10-cut", "big.tar", tar.getvalue())
+    body = json.dumps({"records": ["big.bin"]}).encode()
+    head = signed_head(hserver, "POST", "/http10-cut?records-batch", body,
+                       version="HTTP/1.0")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    s.settimeout(10)
+    got, reset = 0, False
+    try:
+        s.connect(addr(hserver))
+        s.sendall(head + body)
+        first = s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first[:300]
+        got = len(first)
+        time.sleep(5)  # reads nothing for longer than the server's write timeout
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+    except ConnectionResetError:
+        reset = True
+    finally:
+        s.close()
+    assert got < len(data), got  # cut short indeed
+    assert reset, f"an orderly close after {got} bytes of {len(data)}: it looks whole"
     assert healthy(hserver)
