@@ -116,9 +116,10 @@ struct ObjectWriter::StripeWrites {
 
   // Fragment `j`'s put failed on `drive`: gives it another drive, the placement's choice
   // given where the stripe's other fragments are (chooseAnotherDrive, degraded if it must),
-  // never one that failed a put of this stripe; and only if the stripe's drives, but those
-  // that failed, are then still in k failure domains (the degraded write's rule: one more
-  // lost domain must leave k fragments). Returns the drive, or "" for none.
+  // never one that failed a put of this stripe; and only if the stripe's fragments, but
+  // those on drives that failed, are then spread as a degraded write spreads them (k
+  // failure domains or more, none holding more than its share). Returns the drive, or ""
+  // for none.
   std::string moveFragment(int j, const std::string& drive) {
     std::lock_guard lock(mu);
     failed.push_back(drive);
@@ -135,12 +136,11 @@ struct ObjectWriter::StripeWrites {
         true);
     if (!idx) return {};
     const placement::Drive& to = dp.map().drives[*idx];
-    std::set<std::string_view> domains{to.domain};
-    for (const std::string& id : holding) {
-      const placement::Drive* d = dp.map().findDrive(id);
-      domains.insert(d != nullptr ? std::string_view(d->domain) : std::string_view(id));
+    holding.push_back(to.id);
+    if (!placement::spreadLikeChooseDrives(dp.map(), holding, drives.size(),
+                                           static_cast<size_t>(desc.ec.k))) {
+      return {};
     }
-    if (domains.size() < static_cast<size_t>(desc.ec.k)) return {};
     drives[j] = to.id;
     return drives[j];
   }
@@ -208,16 +208,10 @@ void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::sha
           log::warn("fragment {} failed on {} ({}); writing it to {}", id.toString(), drive,
                     st.toString(), other);
           dp.counters().moved_puts.Increment();
+          // A put whose answer was lost (no answer, a connection cut after the request
+          // went out) may have landed: that copy is not the manifest's, and the orphan
+          // sweep takes it only once the object is overwritten or deleted.
           putFragment(std::move(sw), j, std::move(keep), bytes, tries - 1, std::move(done));
-          // A put whose answer did not come may have landed: its copy is not the
-          // manifest's, and no sweep would take it (the version is referenced).
-          if (st.code() == Status::Code::kTimeout || st.code() == Status::Code::kUnavailable) {
-            Status removed = dp.chunks().remove(drive, id);
-            if (!removed.isOk() && !removed.isNotFound()) {
-              log::warn("cannot remove {} on {}, whose put failed: {}", id.toString(), drive,
-                        removed.toString());
-            }
-          }
         });
       });
 }
@@ -302,8 +296,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
   auto chosen = placement::chooseDrives(
       dp_.map(), placement_key, profile.total(),
       [this, &full](const placement::Drive& d) {
-        if (std::find(avoid_.begin(), avoid_.end(), d.id) != avoid_.end()) return false;
-        bool ok = dp_.chunks().writable(d.id);
+        bool ok = std::find(avoid_.begin(), avoid_.end(), d.id) == avoid_.end() &&
+                  dp_.chunks().writable(d.id);
         if (!ok && dp_.chunks().reachable(d.id)) ++full;
         return ok;
       },
@@ -395,6 +389,21 @@ Task<Status> ObjectWriter::flush(size_t len) {
 Task<Status> ObjectWriter::finish() {
   (void)co_await waitFor(kPrimary);
   Status st = co_await waitFor(kSpare);
+  if (!avoid_.empty()) {
+    // Fragments moved: the manifest lists only the drives its stripes use.
+    std::vector<std::string> used;
+    std::vector<int> remap(drives_.size(), -1);
+    for (auto& s : stripes_) {
+      for (uint16_t& d : s.drives) {
+        if (remap[d] < 0) {
+          remap[d] = static_cast<int>(used.size());
+          used.push_back(drives_[d]);
+        }
+        d = static_cast<uint16_t>(remap[d]);
+      }
+    }
+    drives_ = std::move(used);
+  }
   // No buffer is needed any more: give the budget back now, not when the writer goes.
   slots_[kPrimary].reset();
   slots_[kSpare].reset();

@@ -153,4 +153,16 @@ std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view
   return best;
 }
 
+bool spreadLikeChooseDrives(const ClusterMap& map, std::span<const std::string> drives,
+                            size_t fragments, size_t min_domains) {
+  std::map<std::string_view, size_t> load;
+  for (const std::string& id : drives) {
+    const Drive* d = map.findDrive(id);
+    ++load[d != nullptr ? std::string_view(d->domain) : std::string_view(id)];
+  }
+  if (load.empty() || load.size() < min_domains) return false;
+  const size_t share = (fragments + load.size() - 1) / load.size();
+  return std::all_of(load.begin(), load.end(), [&](const auto& l) { return l.second <= share; });
+}
+
 }  // namespace granary::placement

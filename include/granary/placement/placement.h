@@ -51,4 +51,12 @@ std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view
                                          const std::function<bool(const Drive&)>& usable,
                                          bool degraded);
 
+// Whether a stripe of `fragments` fragments, those placed on `drives` (one id per
+// fragment; an id the map does not know is a domain of its own), is spread as chooseDrives
+// spreads one: over `min_domains` failure domains or more, none holding more than its even
+// share of the stripe, ceil(fragments / domains). (A degraded write then loses no more
+// than that share with any one domain.)
+bool spreadLikeChooseDrives(const ClusterMap& map, std::span<const std::string> drives,
+                            size_t fragments, size_t min_domains);
+
 }  // namespace granary::placement

@@ -14,6 +14,7 @@
 using granary::Status;
 using granary::placement::chooseAnotherDrive;
 using granary::placement::chooseDrives;
+using granary::placement::spreadLikeChooseDrives;
 using granary::placement::ClusterMap;
 using granary::placement::Drive;
 using granary::placement::rankDrives;
@@ -397,9 +398,30 @@ TEST_CASE("Another drive for a stripe with no free domain: only when degraded, l
   // Nothing usable: none.
   CHECK_FALSE(chooseAnotherDrive(map, key, holding, [](const Drive&) { return false; }, true)
                   .has_value());
-  // A drive the map does not know counts as a domain of its own (it frees none).
-  std::vector<std::string> unknown = {"gone"};
-  auto any = chooseAnotherDrive(map, key, unknown, nullptr, false);
+  // A drive the map does not know counts as a domain of its own: beside one fragment in
+  // each real domain, it takes no domain's place, and the choice is still degraded.
+  std::vector<std::string> all_and_gone = ids(map, *r);
+  all_and_gone.push_back("gone");
+  CHECK_FALSE(chooseAnotherDrive(map, key, all_and_gone, nullptr, false).has_value());
+  auto any = chooseAnotherDrive(map, key, all_and_gone, nullptr, true);
   REQUIRE(any.has_value());
-  CHECK(*any == rankDrives(map, key).front());
+  CHECK(std::find(all_and_gone.begin(), all_and_gone.end(), map.drives[*any].id) ==
+        all_and_gone.end());
+}
+
+TEST_CASE("A stripe is spread as chooseDrives spreads one: k domains, none over its share") {
+  const ClusterMap map = makeMap(12, 6, {4, 2});  // d<i> in dom<i % 6>
+  using V = std::vector<std::string>;
+  CHECK(spreadLikeChooseDrives(map, V{"d0", "d1", "d2", "d3", "d4", "d5"}, 6, 4));
+  // Degraded: two domains hold two each (6 over 4 domains: a share of 2).
+  CHECK(spreadLikeChooseDrives(map, V{"d0", "d6", "d1", "d7", "d2", "d3"}, 6, 4));
+  // Four domains, one holding three: losing it would leave 3 < k.
+  CHECK_FALSE(spreadLikeChooseDrives(map, V{"d0", "d6", "d0", "d1", "d2", "d3"}, 6, 4));
+  // Three domains: fewer than k.
+  CHECK_FALSE(spreadLikeChooseDrives(map, V{"d0", "d6", "d1", "d7", "d2", "d8"}, 6, 4));
+  // Placed so far (a fragment waits for another drive): the share is of the whole stripe.
+  CHECK(spreadLikeChooseDrives(map, V{"d0", "d6", "d1", "d2", "d3"}, 6, 4));
+  // An id the map does not know is a domain of its own.
+  CHECK(spreadLikeChooseDrives(map, V{"d0", "d1", "d2", "gone"}, 6, 4));
+  CHECK_FALSE(spreadLikeChooseDrives(map, V{}, 6, 4));
 }
