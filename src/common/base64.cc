@@ -29,6 +29,9 @@ std::optional<std::vector<uint8_t>> base64Decode(std::string_view text) {
                           static_cast<int>(text.size()));
   if (n < 0) return std::nullopt;
   out.resize(n - pad);
+  // The bits after the last byte must be zero ("YR==" is not "YQ==", 'a'): one text per
+  // byte string, as a key must be.
+  if (pad > 0 && base64Encode(out) != text) return std::nullopt;
   return out;
 }
 

@@ -274,14 +274,14 @@ TEST_CASE("strictUtf8 takes what RFC 3629 allows and nothing else") {
   CHECK_FALSE(validUtf8("caf\xe9"));
 }
 
-TEST_CASE("base64Decode takes the standard alphabet with end padding only") {
+TEST_CASE("base64Decode takes the standard alphabet, end padding, and zero bits after the end") {
   CHECK(base64Decode("") == std::vector<uint8_t>{});
   CHECK(base64Decode("YQ==") == std::vector<uint8_t>{'a'});
   CHECK(base64Decode("YWI=") == std::vector<uint8_t>{'a', 'b'});
   CHECK(base64Decode("Y2Fm6Q==") == std::vector<uint8_t>{'c', 'a', 'f', 0xe9});
   CHECK(base64Decode("+/+/") == std::vector<uint8_t>{0xfb, 0xff, 0xbf});
   for (std::string_view bad : {"YQ=", "YQ==YQ==", "Y2Fm----", "Y2Fm6Q==\n\n\n\n", "Y2 m",
-                               "-_-_", "====", "A===", "Y=Q="}) {
+                               "-_-_", "====", "A===", "Y=Q=", "YR==", "YWJ=", "Y2Fm6R=="}) {
     INFO(bad);
     CHECK_FALSE(base64Decode(bad));
   }
