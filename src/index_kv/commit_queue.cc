@@ -134,7 +134,10 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
     try {
       builder.apply(*req);
     } catch (...) {  // e.g. bad_alloc: fail this request alone (apply rolled it back)
-      req->status = Status::internal("index: commit failed (an exception)");
+      // A message short enough for the string's inline buffer: no allocation here, where
+      // one may just have failed.
+      static_assert(sizeof("commit threw") <= 16);
+      req->status = Status::internal("commit threw");
     }
   }
   bool written = false;
