@@ -500,11 +500,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   lifecycle.stop();
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
-  // And the fragment writes that complete on the stores' threads: a failed one may be
-  // written again to another drive from the bulk pool, so both are drained until quiet.
-  do {
-    parts.chunks.drain();
-  } while (bulk_pool->waitIdle());
+  parts.chunks.drain();  // and the fragment writes that complete on the stores' threads
   server->reset();
   return 0;
 }

@@ -60,31 +60,22 @@ void WorkerPool::submit(Task task) {
   cv_.notify_one();
 }
 
-bool WorkerPool::waitIdle() {
-  std::unique_lock lock(mu_);
-  if (queue_.empty() && running_ == 0) return false;
-  idle_cv_.wait(lock, [this] { return queue_.empty() && running_ == 0; });
-  return true;
-}
-
 size_t WorkerPool::queued() const {
   std::lock_guard lock(mu_);
   return queue_.size();
 }
 
 void WorkerPool::run() {
-  std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    ++running_;
-    lock.unlock();
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
     task();
-    task = nullptr;  // what it holds goes before the pool can look idle
-    lock.lock();
-    if (--running_ == 0 && queue_.empty()) idle_cv_.notify_all();
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "calls_in_flight.h"
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
 #include "granary/gateway/repairer.h"
@@ -32,42 +33,6 @@ namespace granary::gateway {
 // in lanes").
 inline constexpr std::chrono::milliseconds kMd5Linger{5};
 
-// Counts calls that end on another thread and must end before the event loops are
-// destroyed: each holds a Token until it is over. Thread safe.
-class CallsInFlight {
- public:
-  class Token {
-   public:
-    explicit Token(CallsInFlight& calls) : calls_(&calls) { calls.begin(); }
-    Token(Token&& o) noexcept : calls_(std::exchange(o.calls_, nullptr)) {}
-    Token& operator=(Token&&) = delete;
-    ~Token() {
-      if (calls_ != nullptr) calls_->end();
-    }
-
-   private:
-    CallsInFlight* calls_;
-  };
-
-  void waitNone() {
-    std::unique_lock lock(mu_);
-    none_.wait(lock, [this] { return n_ == 0; });
-  }
-
- private:
-  void begin() {
-    std::lock_guard lock(mu_);
-    ++n_;
-  }
-  void end() {
-    std::lock_guard lock(mu_);
-    if (--n_ == 0) none_.notify_all();
-  }
-
-  std::mutex mu_;
-  std::condition_variable none_;
-  size_t n_ = 0;
-};
 
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, GatewayDeps d, const ec::ErasureCode& code)

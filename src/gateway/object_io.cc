@@ -114,25 +114,38 @@ struct ObjectWriter::StripeWrites {
         index(index),
         drives(std::move(drives)) {}
 
-  // Fragment `j`'s put failed on `drive`: gives it another drive, the placement's choice
-  // given where the stripe's other fragments are (chooseAnotherDrive, degraded if it must),
-  // never one that failed a put of this stripe; and only if the stripe's fragments, but
-  // those on drives that failed, are then spread as a degraded write spreads them (k
-  // failure domains or more, none holding more than its share). Returns the drive, or ""
-  // for none.
-  std::string moveFragment(int j, const std::string& drive) {
+  // Fragment `j`'s put failed on `drive` with `st`: gives it another drive, the
+  // placement's choice given where the stripe's other fragments are (chooseAnotherDrive,
+  // degraded if it must), never one that failed a put of this stripe (nor, when the
+  // server did not answer, another drive of that server); and only if the stripe's
+  // fragments, but those waiting for a drive, are then spread as a degraded write spreads
+  // them (k failure domains or more, none holding more than its share). Returns the
+  // drive, or "" for none.
+  std::string moveFragment(int j, const std::string& drive, const Status& st) {
     std::lock_guard lock(mu);
-    failed.push_back(drive);
-    auto hasFailed = [this](std::string_view id) {
-      return std::find(failed.begin(), failed.end(), id) != failed.end();
+    auto fail = [this](const std::string& id) {
+      if (std::find(failed.begin(), failed.end(), id) == failed.end()) failed.push_back(id);
     };
+    fail(drive);
+    const placement::Drive* d = dp.map().findDrive(drive);
+    const bool no_answer =
+        st.code() == Status::Code::kTimeout || st.code() == Status::Code::kUnavailable;
+    if (no_answer && d != nullptr && !d->endpoint.empty()) {
+      for (const auto& other : dp.map().drives) {
+        if (other.endpoint == d->endpoint) fail(other.id);
+      }
+    }
+    waiting[j] = 1;
     std::vector<std::string> holding;
     for (size_t i = 0; i < drives.size(); ++i) {
-      if (static_cast<int>(i) != j && !hasFailed(drives[i])) holding.push_back(drives[i]);
+      if (waiting[i] == 0) holding.push_back(drives[i]);
     }
     auto idx = placement::chooseAnotherDrive(
         dp.map(), placement_key, holding,
-        [&](const placement::Drive& d) { return !hasFailed(d.id) && dp.chunks().writable(d.id); },
+        [&](const placement::Drive& c) {
+          return std::find(failed.begin(), failed.end(), c.id) == failed.end() &&
+                 dp.chunks().writable(c.id);
+        },
         true);
     if (!idx) return {};
     const placement::Drive& to = dp.map().drives[*idx];
@@ -142,6 +155,7 @@ struct ObjectWriter::StripeWrites {
       return {};
     }
     drives[j] = to.id;
+    waiting[j] = 0;
     return drives[j];
   }
 
@@ -151,7 +165,8 @@ struct ObjectWriter::StripeWrites {
   const size_t index;                     // the stripe's, in stripes_
   std::mutex mu;
   std::vector<std::string> drives;  // per fragment (guarded by mu)
-  std::vector<std::string> failed;  // drives that failed a put of the stripe (mu)
+  std::vector<uint8_t> waiting = std::vector<uint8_t>(drives.size(), 0);  // for a drive (mu)
+  std::vector<std::string> failed;  // drives not to write the stripe to (mu)
 };
 
 namespace {
@@ -172,7 +187,8 @@ bool driveFailure(const Status& st) {
 }  // namespace
 
 void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::shared_ptr<Slot> keep,
-                               std::span<const uint8_t> bytes, int tries, TaskGroup::Done done) {
+                               std::span<const uint8_t> bytes, int tries, TaskGroup::Done done,
+                               CallsInFlight::Token token) {
   chunkstore::BlobDescriptor desc = sw->desc;
   desc.id.fragment = static_cast<uint16_t>(j);
   std::string drive;
@@ -187,22 +203,24 @@ void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::sha
   dp.chunks().putAsync(
       drive, desc, bytes,
       [sw = std::move(sw), j, keep = std::move(keep), bytes, tries, drive, id = desc.id,
-       done = std::move(done)](Status st) mutable {
+       done = std::move(done), token = std::move(token)](Status st) mutable {
         if (st.isOk() || tries <= 1 || !driveFailure(st)) {
           keep.reset();  // before the writer can see its stripe done
           done(std::move(st));
+          { auto over = std::move(token); }  // and the write is over once done has run
           return;
         }
         // Chosen and written from the bulk pool, not from this completion thread.
         WorkerPool& bulk = sw->dp.bulkPool();
         bulk.submit([sw = std::move(sw), j, keep = std::move(keep), bytes, tries,
-                     drive = std::move(drive), id, st = std::move(st),
-                     done = std::move(done)]() mutable {
+                     drive = std::move(drive), id, st = std::move(st), done = std::move(done),
+                     token = std::move(token)]() mutable {
           DataPath& dp = sw->dp;
-          const std::string other = sw->moveFragment(j, drive);
+          const std::string other = sw->moveFragment(j, drive, st);
           if (other.empty()) {
             keep.reset();
             done(std::move(st));
+            { auto over = std::move(token); }
             return;
           }
           log::warn("fragment {} failed on {} ({}); writing it to {}", id.toString(), drive,
@@ -211,7 +229,8 @@ void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::sha
           // A put whose answer was lost (no answer, a connection cut after the request
           // went out) may have landed: that copy is not the manifest's, and the orphan
           // sweep takes it only once the object is overwritten or deleted.
-          putFragment(std::move(sw), j, std::move(keep), bytes, tries - 1, std::move(done));
+          putFragment(std::move(sw), j, std::move(keep), bytes, tries - 1, std::move(done),
+                      std::move(token));
         });
       });
 }
@@ -296,10 +315,9 @@ Task<Status> ObjectWriter::flush(size_t len) {
   auto chosen = placement::chooseDrives(
       dp_.map(), placement_key, profile.total(),
       [this, &full](const placement::Drive& d) {
-        bool ok = std::find(avoid_.begin(), avoid_.end(), d.id) == avoid_.end() &&
-                  dp_.chunks().writable(d.id);
-        if (!ok && dp_.chunks().reachable(d.id)) ++full;
-        return ok;
+        const bool writable = dp_.chunks().writable(d.id);
+        if (!writable && dp_.chunks().reachable(d.id)) ++full;  // full or failing: 507
+        return writable && std::find(avoid_.begin(), avoid_.end(), d.id) == avoid_.end();
       },
       profile.k);
   if (!chosen) {
@@ -348,10 +366,10 @@ Task<Status> ObjectWriter::flush(size_t len) {
     // The pool thread submits the fragment's write; the task ends when the fragment is
     // durable, without a thread waiting for the disk meanwhile.
     group->spawnAsync(
-        [sw, j, keep = slots_[current_], bytes = std::span<const uint8_t>(p, fl)](
-            TaskGroup::Done done) mutable {
+        [sw, j, keep = slots_[current_], bytes = std::span<const uint8_t>(p, fl),
+         token = CallsInFlight::Token(dp_.fragmentPuts())](TaskGroup::Done done) mutable {
           putFragment(std::move(sw), j, std::move(keep), bytes, kFragmentPutTries,
-                      std::move(done));
+                      std::move(done), std::move(token));
         });
   }
   writes_[current_] = std::move(sw);

@@ -30,6 +30,7 @@
 #include <prometheus/counter.h>
 
 #include "buffer_budget.h"
+#include "calls_in_flight.h"
 #include "http_range.h"
 #include "asio.h"
 #include "granary/chunkstore/chunk_client.h"
@@ -67,6 +68,7 @@ class DataPath {
            uint32_t fragment_len,
            DataPathCounters counters, uint64_t buffer_budget,
            std::chrono::milliseconds admission_wait = BufferBudget::kDefaultAdmissionWait);
+  ~DataPath() { fragment_puts_.waitNone(); }
 
   const placement::ClusterMap& map() const { return map_; }
   chunkstore::ChunkClient& chunks() { return chunks_; }
@@ -82,6 +84,10 @@ class DataPath {
   uint64_t stripeCapacity() const { return uint64_t(code_.profile().k) * fragment_len_; }
   DataPathCounters& counters() { return counters_; }
   BufferBudget& budget() { return budget_; }
+  // Fragment writes in flight, each from its first put to its last (a failed one may be
+  // written again elsewhere, from the bulk pool): the gateway waits for none before its
+  // event loops and this data path go.
+  CallsInFlight& fragmentPuts() { return fragment_puts_; }
 
   // Fragment length used for a stripe holding `len` object bytes.
   uint32_t fragmentLenFor(uint64_t len) const;
@@ -158,6 +164,7 @@ class DataPath {
   bool sendfile_ = true;
   size_t reads_per_drive_;
   std::shared_ptr<RunningReads> running_ = std::make_shared<RunningReads>();
+  CallsInFlight fragment_puts_;
   std::mutex other_codes_mu_;
   std::vector<std::unique_ptr<ec::ErasureCode>> other_codes_;  // codeFor's, never removed
 };
@@ -213,7 +220,8 @@ class ObjectWriter {
   // Puts fragment `j` of a stripe to its drive in `sw`, moving it to another on a failure
   // the drive may not have tomorrow; `done` hears the last try's outcome.
   static void putFragment(std::shared_ptr<StripeWrites> sw, int j, std::shared_ptr<Slot> keep,
-                          std::span<const uint8_t> bytes, int tries, TaskGroup::Done done);
+                          std::span<const uint8_t> bytes, int tries, TaskGroup::Done done,
+                          CallsInFlight::Token token);
   static constexpr int kPrimary = 0;  // held from start() to the end
   static constexpr int kSpare = 1;    // taken if the budget can spare it, then kept
   uint16_t driveIndex(const std::string& drive);

@@ -802,7 +802,9 @@ class BeastGatewayServer final : public GatewayServer {
     // the loops their sockets belong to still exist.
     ctx_.data.budget().dropWaiters();
     ctx_.repairer.stop();
-    // An index commit still running posts its answer to a loop: let it find one.
+    // A fragment write still running (moved to another drive after the drain) and an
+    // index commit still running post their answers to a loop: let them find one.
+    ctx_.data.fragmentPuts().waitNone();
     ctx_.commits.waitNone();
   }
 

@@ -30,10 +30,6 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void submit(Task task);
-  // Blocks until no task is queued or running; true if there was one to wait for. For
-  // shutdown: work that completes elsewhere and comes back (a failed fragment write moved
-  // to another drive) is drained by calling this and the other side's drain in turn.
-  bool waitIdle();
   size_t threads() const { return threads_.size(); }
   size_t queued() const;
 
@@ -42,9 +38,7 @@ class WorkerPool {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::condition_variable idle_cv_;  // the queue is empty and no task runs
   std::deque<Task> queue_;
-  size_t running_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -119,27 +119,6 @@ TEST_CASE("WorkerPool runs every submitted task, drained before destruction") {
   CHECK(done == 1000);
 }
 
-TEST_CASE("WorkerPool::waitIdle returns once no task is queued or running, tasks from tasks too") {
-  WorkerPool pool(2, "test");
-  CHECK_FALSE(pool.waitIdle());  // nothing to wait for
-  std::atomic<int> done{0};
-  for (int i = 0; i < 8; ++i) {
-    pool.submit([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      // A task that submits another before it ends: the pool is not idle in between.
-      pool.submit([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        done++;
-      });
-      done++;
-    });
-  }
-  CHECK(pool.waitIdle());
-  CHECK(done == 16);
-  CHECK(pool.queued() == 0);
-  CHECK_FALSE(pool.waitIdle());
-}
-
 TEST_CASE("usableCores counts the CPUs of the thread's affinity mask, not every CPU online") {
   cpu_set_t mine;
   REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);

@@ -859,6 +859,50 @@ TEST_CASE("A fragment whose drive fails its put goes degraded when no domain is 
   CHECK(got == data);
 }
 
+TEST_CASE("A fragment whose server does not answer is not moved to that server's other drive") {
+  DataPathFixture f(7);
+  // d0 and d1 are one server's two drives, one failure domain; d2..d6 a domain each: every
+  // stripe holds a fragment in each of the six domains.
+  for (auto& d : f.cluster.map.drives) {
+    d.endpoint = "server-" + d.id;
+    d.domain = d.id;
+  }
+  for (int i : {0, 1}) {
+    f.cluster.map.drives[i].endpoint = "server-s0";
+    f.cluster.map.drives[i].domain = "s0";
+  }
+  std::string data = randomString(2 * kStripe, 34);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  auto chosen = placement::chooseDrives(f.cluster.map, version.toHex() + ":0", 6);
+  REQUIRE(chosen);
+  std::string failing, sibling;
+  for (size_t idx : *chosen) {
+    if (f.cluster.map.drives[idx].domain == "s0") failing = f.cluster.map.drives[idx].id;
+  }
+  sibling = failing == "d0" ? "d1" : "d0";
+  // Its put times out: the server is hung, and its other drive would hang the same.
+  f.cluster.chunks->failPuts(failing, Status::timeout("no answer"));
+  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
+  REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
+  index_kv::Manifest m;
+  m.version = version;
+  m.size = data.size();
+  m.ec = f.code->profile();
+  m.drives = w.drives();
+  m.stripes = w.stripes();
+  CHECK(f.counters.moved_puts.Value() >= 1);
+  // The only free domain was the server's own: stripe 0's fragment went degraded
+  // elsewhere. (The sibling answers here: a stripe placed before that failure was known
+  // may have used it.)
+  for (const auto& s : m.stripes) {
+    for (uint16_t d : s.drives) CHECK(m.drives[d] != failing);
+  }
+  for (uint16_t d : m.stripes[0].drives) CHECK(m.drives[d] != sibling);
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("A fragment put failing for a reason not the drive's is not moved") {
   DataPathFixture f(7);
   for (const auto& d : f.cluster.map.drives) {
