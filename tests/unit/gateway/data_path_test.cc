@@ -118,10 +118,11 @@ struct DataPathFixture {
         dp(cluster.map, *cluster.chunks, *code, pool, bulk, fragment_len,
            testing::countersOf(counters), buffer_budget, admission_wait) {}
 
-  // Writes `data` as a new version and returns its manifest (REQUIREs success).
-  index_kv::Manifest write(const std::string& data) {
+  // Writes `data` as `version` (default: a new one) and returns its manifest (REQUIREs
+  // success).
+  index_kv::Manifest write(const std::string& data, std::optional<VersionId> version = {}) {
     index_kv::Manifest m;
-    m.version = VersionId::generate(cluster.clock, random);
+    m.version = version ? *version : VersionId::generate(cluster.clock, random);
     m.size = data.size();
     m.ec = code->profile();
     ObjectWriter w(dp, m.version, "bucket", "key", io.get_executor(), data.size(), false);
@@ -814,14 +815,7 @@ TEST_CASE("A fragment whose drive fails its put is written to a drive of a free 
     f.cluster.chunks->failPutsAfterLanding(failing, Status::unavailable("outcome unknown"));
   }
 
-  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
-  REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
-  index_kv::Manifest m;
-  m.version = version;
-  m.size = data.size();
-  m.ec = f.code->profile();
-  m.drives = w.drives();
-  m.stripes = w.stripes();
+  index_kv::Manifest m = f.write(data, version);
   // Moved at least once (later stripes may avoid the drive from the start), each time to a
   // drive of a domain the stripe did not hold: six distinct drives per stripe, never it.
   CHECK(f.counters.moved_puts.Value() >= 1);
@@ -882,14 +876,7 @@ TEST_CASE("A fragment whose server does not answer is not moved to that server's
   sibling = failing == "d0" ? "d1" : "d0";
   // Its put times out: the server is hung, and its other drive would hang the same.
   f.cluster.chunks->failPuts(failing, Status::timeout("no answer"));
-  ObjectWriter w(f.dp, version, "bucket", "key", f.io.get_executor(), data.size(), false);
-  REQUIRE(runTask(f.io, writeAll(w, data)).isOk());
-  index_kv::Manifest m;
-  m.version = version;
-  m.size = data.size();
-  m.ec = f.code->profile();
-  m.drives = w.drives();
-  m.stripes = w.stripes();
+  index_kv::Manifest m = f.write(data, version);
   CHECK(f.counters.moved_puts.Value() >= 1);
   // The only free domain was the server's own: stripe 0's fragment went degraded
   // elsewhere. (The sibling answers here: a stripe placed before that failure was known
