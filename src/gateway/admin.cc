@@ -88,6 +88,7 @@ Task<S3Response> adminStatus(GatewayContext& ctx) {
       drive["domain"] = d.domain;
       const bool up = !drive.contains("error") && ctx.deps.chunks.reachable(d.id);
       drive["writable"] = up && ctx.deps.chunks.writable(d.id);
+      if (d.draining) drive["draining"] = true;  // placement leaves it out
       if (up) healthy_domains.insert(d.domain);
       Json& server = servers[d.server];
       if (server.is_null()) {

@@ -193,15 +193,17 @@ struct IndexCheckpointer::Impl {
                        .Register(registry)
                        .Add({})) {}
 
-  // The drives that take the copies: the first writable drive of each failure domain in
-  // rendezvous order of the checkpoint, m + 1 domains at most.
+  // The drives that take the copies: the first writable drive (not draining) of each
+  // failure domain in rendezvous order of the checkpoint, m + 1 domains at most.
   std::vector<std::string> copyDrives(const VersionId& id) {
     std::vector<std::string> out;
     std::set<std::string> domains;
     const size_t want = static_cast<size_t>(map.ec.m) + 1;
     for (size_t d : placement::rankDrives(map, "index-checkpoint:" + id.toHex())) {
       const auto& drive = map.drives[d];
-      if (domains.contains(drive.domain) || !chunks.writable(drive.id)) continue;
+      if (drive.draining || domains.contains(drive.domain) || !chunks.writable(drive.id)) {
+        continue;
+      }
       domains.insert(drive.domain);
       out.push_back(drive.id);
       if (out.size() == want) break;

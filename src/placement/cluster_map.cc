@@ -60,7 +60,8 @@ Result<uint8_t> fragmentCount(const Json& ec, const char* name) {
 Result<Drive> parseDrive(const Json& d, size_t index) {
   const std::string where = "drives[" + std::to_string(index) + "]";
   if (!d.is_object()) return fail(bad(where + " must be an object"));
-  Status keys = checkKeys(d, {"id", "server", "domain", "weight", "endpoint", "path"}, where);
+  Status keys = checkKeys(
+      d, {"id", "server", "domain", "weight", "endpoint", "path", "draining"}, where);
   if (!keys.isOk()) return fail(keys);
   Drive drive;
   auto id = stringField(d, "id", where, true);
@@ -87,6 +88,10 @@ Result<Drive> parseDrive(const Json& d, size_t index) {
       return fail(bad(named + ": weight must be a number > 0"));
     }
     drive.weight = w->get<double>();
+  }
+  if (auto dr = d.find("draining"); dr != d.end()) {
+    if (!dr->is_boolean()) return fail(bad(named + ": draining must be true or false"));
+    drive.draining = dr->get<bool>();
   }
   return drive;
 }
@@ -171,6 +176,7 @@ std::string ClusterMap::toJson() const {
                       {"weight", d.weight},
                       {"endpoint", d.endpoint},
                       {"path", d.path}});
+    if (d.draining) drives.back()["draining"] = true;  // absent: the usual case
   }
   nlohmann::ordered_json root;
   root["epoch"] = epoch;

@@ -75,7 +75,8 @@ Result<std::vector<size_t>> chooseDrives(const ClusterMap& map, std::string_view
   if (count == 0) return chosen;
   std::vector<size_t> usable_order;  // usable drives, best first
   for (size_t idx : rankDrives(map, key)) {
-    if (!usable || usable(map.drives[idx])) usable_order.push_back(idx);
+    const Drive& d = map.drives[idx];
+    if (!d.draining && (!usable || usable(d))) usable_order.push_back(idx);
   }
   // Pass 1: one drive per failure domain.
   std::vector<std::string_view> domains;
@@ -145,7 +146,7 @@ std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view
     const auto c = cost(d);
     if (c.first > 0 && !degraded) continue;
     if (best && c >= best_cost) continue;  // equals: the best ranked, seen first, stays
-    if (usable && !usable(d)) continue;
+    if (d.draining || (usable && !usable(d))) continue;
     best = idx;
     best_cost = c;
     if (c.first == 0) break;  // a free domain: nothing ranked lower beats it

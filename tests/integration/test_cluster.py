@@ -83,6 +83,21 @@ class Cluster:
                     break
                 time.sleep(0.05)
 
+    def rewrite_map(self, cmap):
+        """Writes the cluster map and restarts both gateways, which read it at start."""
+        with open(os.path.join(self.dir, "cluster.json"), "w") as f:
+            json.dump(cmap, f, indent=2)
+        for gw in ("gw0", "gw1"):
+            os.kill(self.pid(gw), signal.SIGTERM)
+        for gw in ("gw0", "gw1"):
+            for _ in range(200):
+                try:
+                    os.kill(self.pid(gw), 0)
+                    time.sleep(0.05)
+                except ProcessLookupError:
+                    break
+        self.up()
+
     def wipe_log_tail(self, name):
         with open(os.path.join(self.dir, "logs", name + ".log"), errors="replace") as f:
             return f.read()[-3000:]
@@ -550,18 +565,7 @@ def test_adding_a_chunk_server_and_rebalancing_moves_a_fair_share_onto_it(health
     cmap["epoch"] = 2
     cmap["drives"].append({"id": "d6", "server": "cs6", "domain": "host6", "weight": 1.0,
                            "endpoint": f"127.0.0.1:{port}"})
-    with open(path, "w") as f:
-        json.dump(cmap, f, indent=2)
-    for gw in ("gw0", "gw1"):
-        os.kill(cluster.pid(gw), signal.SIGTERM)
-    for gw in ("gw0", "gw1"):
-        for _ in range(200):
-            try:
-                os.kill(cluster.pid(gw), 0)
-                time.sleep(0.05)
-            except ProcessLookupError:
-                break
-    cluster.up()
+    cluster.rewrite_map(cmap)
     status = cluster.admin_status(1)
     assert status["epoch"] == 2 and len(status["servers"]) == 7, status
 
@@ -586,6 +590,28 @@ def test_adding_a_chunk_server_and_rebalancing_moves_a_fair_share_onto_it(health
         assert cluster.client(1).get_object(Bucket="grow", Key=key)["Body"].read() == data
     share = on_d6 / total
     assert 0.06 <= share <= 0.26, f"d6 holds {on_d6} of {total} fragments"
+
+    # d0 is taken out: marked draining (epoch 3), placement leaves it out, and a rebalance
+    # moves every fragment off it (docs/operations.md, "Taking a drive out").
+    cmap["epoch"] = 3
+    next(d for d in cmap["drives"] if d["id"] == "d0")["draining"] = True
+    cluster.rewrite_map(cmap)
+    drives = {d["id"]: d for s in cluster.admin_status(0)["servers"] for d in s["drives"]}
+    assert drives["d0"].get("draining") is True and "draining" not in drives["d1"], drives
+    report = cluster.admin(1, "rebalance")
+    print("drain:", report)
+    assert report["fragments_rebalanced"] > 0, report
+    assert report["errors"] == 0 and report["conflicts"] == 0, report
+    assert cluster.admin(0, "rebalance", "--dry-run")["fragments_misplaced"] == 0
+    objects["after-drain"] = body_of("after-drain", 3_000_000)
+    s3.put_object(Bucket="grow", Key="after-drain", Body=objects["after-drain"])
+    for key, data in objects.items():
+        for stripe in cluster.fragment_layout("grow", key)["stripes"]:
+            drives = [f["drive"] for f in stripe["fragments"]]
+            assert "d0" not in drives and len(set(drives)) == 6, (key, drives)
+            for f in stripe["fragments"]:
+                assert cluster.fragment_on_server(f["drive"], f["blob"]) == stripe["fragment_len"]
+        assert cluster.client(0).get_object(Bucket="grow", Key=key)["Body"].read() == data
 
 
 def test_index_lost_with_its_disk_is_rebuilt_from_a_checkpoint_and_the_fragments(healthy):

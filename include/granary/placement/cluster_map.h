@@ -11,7 +11,9 @@
 //      "endpoint": "", "path": "drives/d0"}, ...
 //   ]
 // }
-// Drive ids are unique, non-empty strings of [A-Za-z0-9._-]; weights are > 0.
+// Drive ids are unique, non-empty strings of [A-Za-z0-9._-]; weights are > 0. A drive may
+// say "draining": true (being emptied before it leaves the map: placement never chooses
+// it, reads go on, a rebalance moves its fragments off).
 // Value type: copyable, no thread-safety needs beyond const access.
 #pragma once
 
@@ -32,6 +34,7 @@ struct Drive {
   double weight = 1.0;   // relative capacity
   std::string endpoint;  // chunk server address for remote access ("" = in-process)
   std::string path;      // directory of the drive on its server
+  bool draining = false;  // never chosen for a fragment; rebalance empties it
   bool operator==(const Drive&) const = default;
 };
 

@@ -25,9 +25,9 @@ namespace granary::placement {
 // Every drive of the map, best first, as indices into map.drives.
 std::vector<size_t> rankDrives(const ClusterMap& map, std::string_view key);
 
-// Chooses `count` drives for one stripe: walks rankDrives() order, skipping drives for
-// which `usable` returns false and drives whose failure domain already holds a chosen
-// drive. Returns indices into map.drives, in fragment order.
+// Chooses `count` drives for one stripe: walks rankDrives() order, skipping draining
+// drives, drives for which `usable` returns false and drives whose failure domain already
+// holds a chosen drive. Returns indices into map.drives, in fragment order.
 //
 // With fewer usable failure domains than `count`, but at least `min_domains` of them (a
 // degraded write: servers are down), the remaining fragments go, in rank order, first to
@@ -42,8 +42,8 @@ Result<std::vector<size_t>> chooseDrives(
 
 // A drive for one more fragment of a stripe (a rebuilt one, or one whose write failed)
 // whose other fragments are on `holding` (drive ids, one per fragment, repeats allowed; an
-// id the map does not know is a domain of its own). The best ranked usable drive in a
-// failure domain that holds none of them; failing that, with `degraded`, a usable drive in
+// id the map does not know is a domain of its own). The best ranked usable drive (never a
+// draining one) in a failure domain that holds none of them; failing that, with `degraded`, a usable drive in
 // the domain holding the fewest, there one holding the fewest of the stripe, the best
 // ranked of equals (chooseDrives' degraded rule). nullopt if no drive qualifies.
 std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view key,

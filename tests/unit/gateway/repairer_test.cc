@@ -375,4 +375,32 @@ TEST_CASE("Rebalance moves fragments onto the drives the current map places them
   CHECK(f.metric("rebalanced") == double(misplaced));
 }
 
+TEST_CASE("Rebalance empties a draining drive, which no repair then writes to") {
+  RepairFixture f(7);  // seven domains: each stripe has one free
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    f.put(keys.back(), {0, 1, 2, 3, 4, 5});
+  }
+  // Mark d2 draining (the map a restarted gateway reads); d6 stays empty until then.
+  f.cluster.map.drives[2].draining = true;
+  RepairStats dry = f.pass(true, false, true);
+  CHECK(dry.fragments_misplaced >= keys.size());  // at least every fragment on d2
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.errors == 0);
+  for (const auto& key : keys) {
+    auto where = f.checkFragments(key);  // every byte right, where the manifest says
+    CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+    CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
+  }
+  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  // A missing fragment is rebuilt elsewhere, never onto the draining drive.
+  auto m = f.index.getObject("bucket", keys[0]);
+  REQUIRE(m.has_value());
+  REQUIRE(f.removeFragment(*m, 0).isOk());
+  CHECK(f.pass(false).fragments_rebuilt == 1);
+  auto where = f.checkFragments(keys[0]);
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+}
+
 }  // namespace granary::gateway

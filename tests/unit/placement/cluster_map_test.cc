@@ -49,6 +49,11 @@ TEST_CASE("A cluster map parses with defaults for optional drive fields") {
   CHECK(map.drives[0] == Drive{"d0", "s0", "rack-a", 1.5, "10.0.0.1:9100", "drives/d0"});
   CHECK(map.drives[1] == Drive{"d1", "s1", "rack-b", 1.0, "", ""});
   CHECK(map.drives[2].weight == 0.25);
+  CHECK_FALSE(map.drives[0].draining);
+  auto drained =
+      ClusterMap::fromJson(mutate(R"("weight": 1.5)", R"("weight": 1.5, "draining": true)"));
+  REQUIRE(drained.has_value());
+  CHECK(drained->drives[0].draining);
   CHECK(map.domainCount() == 3);
   REQUIRE(map.findDrive("d1") != nullptr);
   CHECK(map.findDrive("d1")->server == "s1");
@@ -65,8 +70,12 @@ TEST_CASE("toJson round-trips through fromJson") {
                           0.1 + i / 3.0, i % 2 ? "host:" + std::to_string(9000 + i) : "",
                           "drives/" + id});
   }
+  map.drives[3].draining = true;
   auto back = ClusterMap::fromJson(map.toJson());
   REQUIRE(back.has_value());
+  CHECK(back->drives[3].draining);
+  CHECK_FALSE(back->drives[2].draining);
+  CHECK(map.toJson().find("\"draining\": true") != std::string::npos);
   CHECK(back->epoch == map.epoch);
   CHECK(back->ec == map.ec);
   CHECK(back->drives == map.drives);  // weights survive bit-exactly
@@ -104,6 +113,8 @@ TEST_CASE("Cluster map validation names the problem") {
         std::string::npos);
   CHECK(rejection(mutate(R"("weight": 1.5)", R"("wieght": 1.5)")).find("unknown field") !=
         std::string::npos);
+  CHECK(rejection(mutate(R"("weight": 1.5)", R"("weight": 1.5, "draining": "yes")"))
+            .find("draining must be true or false") != std::string::npos);
   // One chunk server's drives in two domains: losing that server loses two fragments.
   CHECK(rejection(mutate(R"("domain": "rack-b")",
                          R"("domain": "rack-b", "endpoint": "10.0.0.1:9100")"))

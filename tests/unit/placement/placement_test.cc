@@ -425,3 +425,28 @@ TEST_CASE("A stripe is spread as chooseDrives spreads one: k domains, none over 
   CHECK(spreadLikeChooseDrives(map, V{"d0", "d1", "d2", "gone"}, 6, 4));
   CHECK_FALSE(spreadLikeChooseDrives(map, V{}, 6, 4));
 }
+
+TEST_CASE("A draining drive is never chosen, and the others keep their keys") {
+  ClusterMap map = makeMap(8, 8, {4, 2});
+  ClusterMap drained = map;
+  drained.drives[3].draining = true;
+  for (int i = 0; i < 2'000; ++i) {
+    auto before = chooseDrives(map, keyOf(i), 6);
+    auto after = chooseDrives(drained, keyOf(i), 6);
+    REQUIRE(before.has_value());
+    REQUIRE(after.has_value());
+    REQUIRE(std::find(after->begin(), after->end(), size_t{3}) == after->end());
+    // Only the stripes d3 was in change, as if it had left the map.
+    if (std::find(before->begin(), before->end(), size_t{3}) == before->end()) {
+      REQUIRE(*after == *before);
+    }
+    std::vector<std::string> holding = ids(drained, {after->begin(), after->begin() + 5});
+    auto other = chooseAnotherDrive(drained, keyOf(i), holding, nullptr, true);
+    REQUIRE(other.has_value());
+    REQUIRE(*other != 3);
+  }
+  // Nothing but draining drives: no placement.
+  for (auto& d : drained.drives) d.draining = true;
+  CHECK_FALSE(chooseDrives(drained, "k", 1).has_value());
+  CHECK_FALSE(chooseAnotherDrive(drained, "k", {}, nullptr, true).has_value());
+}
