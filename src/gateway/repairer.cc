@@ -57,6 +57,7 @@ struct Fragment {
   bool fix = false;       // missing or corrupt: rebuild
   bool move = false;      // stacked: copy to a domain of its own
   bool relocate = false;  // rebalance: healthy, but off the stripe's current placement
+  bool drain = false;     // rebalance: healthy, on a draining drive: copy it elsewhere
   std::string target;     // where it goes
 };
 
@@ -169,6 +170,21 @@ struct Repairer::Impl {
       }
     }
     const std::string stripe_key = fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe);
+    // Rebalance: every fragment still on a draining drive counts as misplaced, whatever
+    // its state (a dry run reports none only once the drive holds nothing of the stripe),
+    // and each healthy one leaves it, to a free domain if there is one, else as degraded
+    // writes place a fragment: the drive will go, and a stacked fragment beats none.
+    if (rebalancing) {
+      for (auto& x : f) {
+        const placement::Drive* d = map.findDrive(x.drive);
+        if (x.fix || d == nullptr || !d->draining) continue;
+        ++stats.fragments_misplaced;
+        if (x.state == State::kOk) {
+          x.drain = true;
+          x.move = false;
+        }
+      }
+    }
     // Rebalance: healthy fragments that are not where the current map would place the
     // stripe (a drive was added, a weight changed) go to the placement's drives.
     std::vector<size_t> placed;
@@ -180,7 +196,7 @@ struct Repairer::Impl {
         std::set<std::string> ids;
         for (size_t idx : placed) ids.insert(map.drives[idx].id);
         for (auto& x : f) {
-          if (x.state == State::kOk && !x.move && !ids.contains(x.drive)) {
+          if (x.state == State::kOk && !x.move && !x.drain && !ids.contains(x.drive)) {
             x.relocate = true;
             ++stats.fragments_misplaced;
           }
@@ -188,7 +204,8 @@ struct Repairer::Impl {
       }
     }
     const bool any_fix = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.fix; });
-    const bool any_move = std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.move; });
+    const bool any_move =
+        std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.move || x.drain; });
     const bool any_relocate =
         std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.relocate; });
     if (!any_fix && !any_move && !any_relocate) return false;
@@ -221,21 +238,44 @@ struct Repairer::Impl {
       return !there && there.error().isNotFound();
     };
     auto pick = [&](int j, bool any_domain) -> const placement::Drive* {
+      // A draining fragment's own place does not count: it is leaving. It goes where the
+      // map now places the stripe if such a drive is free (as a rebalance moves the
+      // others), else where chooseAnotherDrive says.
+      std::vector<std::string> others = holding;
+      if (f[j].drain) {
+        if (auto own = std::find(others.begin(), others.end(), f[j].drive); own != others.end()) {
+          others.erase(own);
+        }
+        for (size_t idx : placed) {
+          const placement::Drive& d = map.drives[idx];
+          const bool domain_held = std::any_of(others.begin(), others.end(), [&](const auto& id) {
+            const placement::Drive* h = map.findDrive(id);
+            return (h != nullptr ? h->domain : id) == d.domain;
+          });
+          if (!domain_held && !taken.contains(d.id) && usable(d) && absent(d, j)) return &d;
+        }
+      }
       auto idx = placement::chooseAnotherDrive(
-          map, stripe_key, holding,
+          map, stripe_key, others,
           [&](const placement::Drive& d) {
             return !taken.contains(d.id) && usable(d) && absent(d, j);
           },
           any_domain);
       return idx ? &map.drives[*idx] : nullptr;
     };
-    for (int pass = 0; pass < 2; ++pass) {  // rebuilds first, then moves
+    for (int pass = 0; pass < 2; ++pass) {  // rebuilds first, then moves (and drains)
       for (int j = 0; j < n; ++j) {
-        if (!(pass == 0 ? f[j].fix : f[j].move)) continue;
-        const placement::Drive* d = pick(j, f[j].fix);
+        if (!(pass == 0 ? f[j].fix : f[j].move || f[j].drain)) continue;
+        const placement::Drive* d = pick(j, f[j].fix || f[j].drain);
         if (d == nullptr) continue;  // a move waits for a free domain
         f[j].target = d->id;
         taken.insert(d->id);
+        if (f[j].drain) {
+          if (auto own = std::find(holding.begin(), holding.end(), f[j].drive);
+              own != holding.end()) {
+            holding.erase(own);
+          }
+        }
         holding.push_back(d->id);
       }
     }
@@ -252,7 +292,7 @@ struct Repairer::Impl {
       std::map<std::string, int> holders;  // fragments per domain, staying or arriving
       for (int j = 0; j < n; ++j) {
         if (!f[j].target.empty()) ++holders[domainOf(f[j].target)];
-        if (f[j].fix || f[j].move) continue;
+        if (f[j].fix || f[j].move || f[j].drain) continue;
         occupied.insert(f[j].drive);
         ++holders[domainOf(f[j].drive)];
       }
@@ -299,7 +339,7 @@ struct Repairer::Impl {
     bool changed = false;
     for (int j = 0; j < n; ++j) {
       if (f[j].target.empty()) continue;
-      if ((f[j].move || f[j].relocate) && !present[j]) continue;  // read failed: next pass
+      if ((f[j].move || f[j].relocate || f[j].drain) && !present[j]) continue;  // next pass
       chunkstore::BlobDescriptor desc;
       desc.id = idOf(j);
       desc.ec = m.ec;

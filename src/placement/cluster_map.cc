@@ -119,6 +119,17 @@ Status validate(const ClusterMap& map) {
                " needs that many failure domains, the map has " +
                std::to_string(map.domainCount()));
   }
+  // Draining drives take no fragments: with fewer than k domains left, nothing could be
+  // written (with fewer than k + m, new stripes are degraded: allowed, documented).
+  std::set<std::string_view> placeable;
+  for (const Drive& d : map.drives) {
+    if (!d.draining) placeable.insert(d.domain);
+  }
+  if (placeable.size() < static_cast<size_t>(map.ec.k)) {
+    return bad("ec.k = " + std::to_string(map.ec.k) + " needs that many failure domains " +
+               "with a drive that is not draining, the map has " +
+               std::to_string(placeable.size()));
+  }
   return Status::ok();
 }
 

@@ -890,6 +890,38 @@ TEST_CASE("A fragment whose server does not answer is not moved to that server's
   CHECK(got == data);
 }
 
+TEST_CASE("A moved fragment whose new drive fails too is moved once more") {
+  DataPathFixture f(8);  // two drives spare in every stripe
+  std::string data = randomString(kStripe, 35);
+  VersionId version = VersionId::generate(f.cluster.clock, f.random);
+  const std::string key = version.toHex() + ":0";
+  auto chosen = placement::chooseDrives(f.cluster.map, key, 6);
+  REQUIRE(chosen);
+  const std::string first = f.cluster.map.drives[(*chosen)[2]].id;
+  // Where fragment 2 goes when `first` fails: the writer's own choice, made here ahead.
+  std::vector<std::string> holding;
+  for (size_t j = 0; j < 6; ++j) {
+    if (j != 2) holding.push_back(f.cluster.map.drives[(*chosen)[j]].id);
+  }
+  auto next = placement::chooseAnotherDrive(
+      f.cluster.map, key, holding, [&](const placement::Drive& d) { return d.id != first; },
+      true);
+  REQUIRE(next);
+  const std::string second = f.cluster.map.drives[*next].id;
+  f.cluster.chunks->failPuts(first, Status::ioError("disk on fire"));
+  f.cluster.chunks->failPuts(second, Status::noSpace("full"));
+  index_kv::Manifest m = f.write(data, version);
+  CHECK(f.counters.moved_puts.Value() == 2);
+  std::set<std::string> drives;
+  for (uint16_t d : m.stripes[0].drives) drives.insert(m.drives[d]);
+  CHECK(drives.size() == 6);
+  CHECK_FALSE(drives.contains(first));
+  CHECK_FALSE(drives.contains(second));
+  auto [st, got] = f.read(m, 0, data.size());
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+}
+
 TEST_CASE("A fragment put failing for a reason not the drive's is not moved") {
   DataPathFixture f(7);
   for (const auto& d : f.cluster.map.drives) {

@@ -403,4 +403,45 @@ TEST_CASE("Rebalance empties a draining drive, which no repair then writes to") 
   CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
 }
 
+TEST_CASE("Rebalance drains a drive whose domain is the stripe's last free one: degraded") {
+  RepairFixture f;  // six drives, six domains: with d2 draining, five are left for six
+  f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  CHECK(f.pass(true, false, true).fragments_misplaced == 1);
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.fragments_rebalanced == 1);
+  CHECK(done.errors == 0);
+  auto where = f.checkFragments("k");
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+  CHECK(std::set<std::string>(where.begin(), where.end()).size() == 5);  // one stacked
+  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+}
+
+TEST_CASE("Rebalance drains both fragments a draining drive holds, to two free domains") {
+  RepairFixture f(8);
+  f.put("k", {0, 1, 2, 3, 2, 5});  // d2 holds fragments 2 and 4
+  f.cluster.map.drives[2].draining = true;
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.errors == 0);
+  auto where = f.checkFragments("k");
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+  CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
+  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+}
+
+TEST_CASE("Fragments on a draining drive that does not answer count as misplaced, and stay") {
+  RepairFixture f(7);
+  f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  f.cluster.chunks->setUnreachable("d2");
+  CHECK(f.pass(true, false, true).fragments_misplaced == 1);
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.fragments_rebalanced == 0);
+  CHECK(done.fragments_misplaced == 1);
+  f.cluster.chunks->clearFaults();
+  CHECK(f.pass(false, false, true).fragments_rebalanced == 1);
+  auto where = f.checkFragments("k");
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+}
+
 }  // namespace granary::gateway

@@ -115,6 +115,14 @@ TEST_CASE("Cluster map validation names the problem") {
         std::string::npos);
   CHECK(rejection(mutate(R"("weight": 1.5)", R"("weight": 1.5, "draining": "yes")"))
             .find("draining must be true or false") != std::string::npos);
+  // k = 2: one domain left with a drive to write to is too few (two draining of three).
+  const std::string two_draining =
+      mutate(R"("domain": "rack-b")", R"("domain": "rack-b", "draining": true)");
+  CHECK(ClusterMap::fromJson(two_draining).has_value());
+  auto pos = two_draining.find(R"("domain": "rack-c")");
+  std::string worse = two_draining;
+  worse.replace(pos, 18, R"("domain": "rack-c", "draining": true)");
+  CHECK(rejection(worse).find("not draining") != std::string::npos);
   // One chunk server's drives in two domains: losing that server loses two fragments.
   CHECK(rejection(mutate(R"("domain": "rack-b")",
                          R"("domain": "rack-b", "endpoint": "10.0.0.1:9100")"))
