@@ -149,11 +149,17 @@ struct Repairer::Impl {
     }
     // Which fragments stay where they are: fragments per domain (a second one is moved),
     // and the drive of each fragment held (then of each target as it is given).
+    // Rebalance: every fragment on a draining drive counts as misplaced, whatever its state
+    // (a dry run reports none only once no manifest names the drive), and each healthy one
+    // leaves it (`drain`, below); one leaving makes no other fragment of its domain stacked.
     std::map<std::string, int> domain_load;
     std::vector<std::string> holding;  // a drive per fragment held, then per target given
     int healthy = 0;
     for (int j = 0; j < n; ++j) {
       const State st = f[j].state;
+      const placement::Drive* d = map.findDrive(f[j].drive);
+      const bool draining = rebalancing && d != nullptr && d->draining;
+      if (draining) ++stats.fragments_misplaced;
       if (st == State::kMissing) ++stats.fragments_missing;
       if (st == State::kCorrupt) ++stats.fragments_corrupt;
       if (st == State::kUnreachable) ++stats.fragments_unreachable;
@@ -162,29 +168,17 @@ struct Repairer::Impl {
         continue;
       }
       if (st == State::kOk) ++healthy;
-      const placement::Drive* d = map.findDrive(f[j].drive);
       holding.push_back(f[j].drive);
+      if (draining) {
+        f[j].drain = st == State::kOk;
+        continue;
+      }
       if (++domain_load[d ? d->domain : f[j].drive] > 1 && st == State::kOk) {
         f[j].move = true;  // a second fragment in this domain
         ++stats.fragments_stacked;
       }
     }
     const std::string stripe_key = fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe);
-    // Rebalance: every fragment still on a draining drive counts as misplaced, whatever
-    // its state (a dry run reports none only once the drive holds nothing of the stripe),
-    // and each healthy one leaves it, to a free domain if there is one, else as degraded
-    // writes place a fragment: the drive will go, and a stacked fragment beats none.
-    if (rebalancing) {
-      for (auto& x : f) {
-        const placement::Drive* d = map.findDrive(x.drive);
-        if (x.fix || d == nullptr || !d->draining) continue;
-        ++stats.fragments_misplaced;
-        if (x.state == State::kOk) {
-          x.drain = true;
-          x.move = false;
-        }
-      }
-    }
     // Rebalance: healthy fragments that are not where the current map would place the
     // stripe (a drive was added, a weight changed) go to the placement's drives.
     std::vector<size_t> placed;
@@ -227,10 +221,10 @@ struct Repairer::Impl {
     }
 
     // Targets, best first in this stripe's own rendezvous order: a usable drive in a
-    // domain the stripe does not hold; for a fragment that must be rebuilt, if no domain is
-    // free, the domain holding the fewest (a third in a domain of two would leave k - 1
-    // when it goes), onto a drive without another fragment of the stripe if that domain
-    // has one (placement's degraded rule). Never onto a drive that holds this blob id
+    // domain the stripe does not hold; for a fragment that must be rebuilt or drained, if
+    // no domain is free, the domain holding the fewest (a third in a domain of two would
+    // leave k - 1 when it goes), onto a drive without another fragment of the stripe if
+    // that domain has one (placement's degraded rule). Never onto a drive that holds this blob id
     // already (a copy waiting for GC).
     std::set<std::string> taken;  // drives given a fragment by this repair
     auto absent = [&](const placement::Drive& d, int j) {
@@ -268,15 +262,16 @@ struct Repairer::Impl {
         if (!(pass == 0 ? f[j].fix : f[j].move || f[j].drain)) continue;
         const placement::Drive* d = pick(j, f[j].fix || f[j].drain);
         if (d == nullptr) continue;  // a move waits for a free domain
+        if (f[j].drain) {
+          // Degraded, but never worse than a degraded write: else it stays, still counted.
+          std::vector<std::string> after = holding;
+          after.erase(std::find(after.begin(), after.end(), f[j].drive));
+          after.push_back(d->id);
+          if (!placement::spreadLikeChooseDrives(map, after, n, k)) continue;
+        }
         f[j].target = d->id;
         taken.insert(d->id);
-        if (f[j].drain) {
-          if (auto own = std::find(holding.begin(), holding.end(), f[j].drive);
-              own != holding.end()) {
-            holding.erase(own);
-          }
-        }
-        holding.push_back(d->id);
+        holding.push_back(d->id);  // a drained fragment's source stays counted until it is gone
       }
     }
     if (any_relocate) {
@@ -292,7 +287,7 @@ struct Repairer::Impl {
       std::map<std::string, int> holders;  // fragments per domain, staying or arriving
       for (int j = 0; j < n; ++j) {
         if (!f[j].target.empty()) ++holders[domainOf(f[j].target)];
-        if (f[j].fix || f[j].move || f[j].drain) continue;
+        if (f[j].fix || f[j].move) continue;  // a drained one keeps its domain, as relocating
         occupied.insert(f[j].drive);
         ++holders[domainOf(f[j].drive)];
       }

@@ -444,4 +444,22 @@ TEST_CASE("Fragments on a draining drive that does not answer count as misplaced
   CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
 }
 
+TEST_CASE("A drained fragment is never stacked onto fewer than k domains: it stays, counted") {
+  RepairFixture f;  // six drives, six domains, EC 4+2
+  f.put("k", {0, 0, 1, 1, 2, 3});  // four domains, two of them holding two fragments
+  f.cluster.map.drives[3].draining = true;
+  f.cluster.chunks->setUnreachable("d4");
+  f.cluster.chunks->setUnreachable("d5");
+  // The only place left is d2, which would leave three domains: 3 < k.
+  RepairStats done = f.pass(false, false, true);
+  CHECK(done.fragments_misplaced == 1);
+  CHECK(done.fragments_rebalanced == 0);
+  CHECK(done.errors == 0);
+  f.cluster.chunks->clearFaults();
+  CHECK(f.pass(false, false, true).fragments_rebalanced == 1);
+  auto where = f.checkFragments("k");
+  CHECK(std::find(where.begin(), where.end(), "d3") == where.end());
+  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+}
+
 }  // namespace granary::gateway
