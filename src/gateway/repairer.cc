@@ -173,7 +173,7 @@ struct Repairer::Impl {
         f[j].drain = st == State::kOk;
         continue;
       }
-      if (++domain_load[d ? d->domain : f[j].drive] > 1 && st == State::kOk) {
+      if (++domain_load[std::string(map.domainOf(f[j].drive))] > 1 && st == State::kOk) {
         f[j].move = true;  // a second fragment in this domain
         ++stats.fragments_stacked;
       }
@@ -243,8 +243,7 @@ struct Repairer::Impl {
         for (size_t idx : placed) {
           const placement::Drive& d = map.drives[idx];
           const bool domain_held = std::any_of(others.begin(), others.end(), [&](const auto& id) {
-            const placement::Drive* h = map.findDrive(id);
-            return (h != nullptr ? h->domain : id) == d.domain;
+            return map.domainOf(id) == d.domain;
           });
           if (!domain_held && !taken.contains(d.id) && usable(d) && absent(d, j)) return &d;
         }
@@ -279,10 +278,7 @@ struct Repairer::Impl {
       // a domain another fragment holds. A relocating fragment keeps its own domain
       // reserved: should its copy fail, it stays where it is, and nothing may have moved in
       // beside it (what this leaves out, the next pass moves).
-      auto domainOf = [&](const std::string& drive) {
-        const placement::Drive* d = map.findDrive(drive);
-        return d ? d->domain : drive;
-      };
+      auto domainOf = [&](const std::string& drive) { return std::string(map.domainOf(drive)); };
       std::set<std::string> occupied = taken;
       std::map<std::string, int> holders;  // fragments per domain, staying or arriving
       for (int j = 0; j < n; ++j) {

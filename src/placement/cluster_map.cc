@@ -205,6 +205,11 @@ const Drive* ClusterMap::findDrive(std::string_view id) const {
   return nullptr;
 }
 
+std::string_view ClusterMap::domainOf(std::string_view id) const {
+  const Drive* d = findDrive(id);
+  return d != nullptr ? std::string_view(d->domain) : id;
+}
+
 size_t ClusterMap::domainCount() const {
   std::set<std::string_view> domains;
   for (const Drive& d : drives) domains.insert(d.domain);

@@ -128,8 +128,7 @@ std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view
   std::map<std::string_view, size_t> domain_load;
   std::map<std::string_view, size_t> drive_load;
   for (const std::string& id : holding) {
-    const Drive* d = map.findDrive(id);
-    ++domain_load[d != nullptr ? std::string_view(d->domain) : std::string_view(id)];
+    ++domain_load[map.domainOf(id)];
     ++drive_load[id];
   }
   auto loadOf = [](const std::map<std::string_view, size_t>& m, std::string_view k) {
@@ -158,8 +157,7 @@ bool spreadLikeChooseDrives(const ClusterMap& map, std::span<const std::string> 
                             size_t fragments, size_t min_domains) {
   std::map<std::string_view, size_t> load;
   for (const std::string& id : drives) {
-    const Drive* d = map.findDrive(id);
-    ++load[d != nullptr ? std::string_view(d->domain) : std::string_view(id)];
+    ++load[map.domainOf(id)];
   }
   if (load.empty() || load.size() < min_domains) return false;
   const size_t share = (fragments + load.size() - 1) / load.size();

@@ -49,6 +49,9 @@ struct ClusterMap {
   std::string toJson() const;
 
   const Drive* findDrive(std::string_view id) const;
+  // The failure domain of drive `id`; a drive the map does not know (taken out of it) is a
+  // domain of its own, named by its id. A view into this map or into `id`.
+  std::string_view domainOf(std::string_view id) const;
   size_t domainCount() const;
 };
 

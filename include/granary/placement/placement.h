@@ -42,10 +42,11 @@ Result<std::vector<size_t>> chooseDrives(
 
 // A drive for one more fragment of a stripe (a rebuilt one, or one whose write failed)
 // whose other fragments are on `holding` (drive ids, one per fragment, repeats allowed; an
-// id the map does not know is a domain of its own). The best ranked usable drive (never a
-// draining one) in a failure domain that holds none of them; failing that, with `degraded`, a usable drive in
-// the domain holding the fewest, there one holding the fewest of the stripe, the best
-// ranked of equals (chooseDrives' degraded rule). nullopt if no drive qualifies.
+// id the map does not know is a domain of its own, ClusterMap::domainOf). The best ranked
+// usable drive (never a draining one) in a failure domain that holds none of them;
+// failing that, with `degraded`, a usable drive in the domain holding the fewest, there
+// one holding the fewest of the stripe, the best ranked of equals (chooseDrives' degraded
+// rule). nullopt if no drive qualifies.
 std::optional<size_t> chooseAnotherDrive(const ClusterMap& map, std::string_view key,
                                          std::span<const std::string> holding,
                                          const std::function<bool(const Drive&)>& usable,
