@@ -184,6 +184,13 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   }
   // The caches of block CRCs and blob index entries: one budget each for the process,
   // shared evenly by its drives (a server with many drives does not multiply it).
+  int64_t descriptors = vm["extent-descriptors"].as<int64_t>();
+  if (descriptors < 0) {  // half of RLIMIT_NOFILE (main raised it to the hard limit)
+    rlimit files{};
+    descriptors = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                      ? static_cast<int64_t>(files.rlim_cur / 2)
+                      : 1 << 20;
+  }
   const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
   const int64_t index_mib = vm["index-cache"].as<int64_t>();
   if (crc_mib < 0 || index_mib < 0) die("--crc-cache and --index-cache must be >= 0");
@@ -194,6 +201,9 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
     co.dir = dir.string();
     co.cached_reads = !vm["direct-reads"].as<bool>();
     co.extent_size = extent_mib << 20;
+    // At least 16 a drive: a drive needs a few open at once (the active extent, reads).
+    co.extent_descriptors =
+        std::max<size_t>(16, static_cast<size_t>(descriptors) / drives.size());
     co.activity = activity;
     co.verified_mappings = kVerifiedMappings / drives.size();
     co.verified_mapping_bytes = verified_bytes / drives.size();
@@ -251,6 +261,10 @@ void addDriveOptions(po::options_description& opts) {
       "(0: every lookup asks RocksDB)")(
       "extent-size", po::value<uint64_t>()->default_value(1024),
       "MiB of blobs per extent file on the drives (new extents only)")(
+      "extent-descriptors", po::value<int64_t>()->default_value(-1),
+      "extent file descriptors the drives may keep open, all together (an extent read or "
+      "written holds one, two with O_DIRECT); past it, the least recently used idle ones "
+      "are closed (default -1: half of the process's open-file limit)")(
       "spare-zero-rate", po::value<double>()->default_value(64),
       "MB/s the drives may write, all together, to pre-zero their next extent once the "
       "current one is half full, so that syncs of small writes commit no block allocations; "
@@ -956,8 +970,9 @@ void usage() {
 
 int main(int argc, char** argv) {
   // A drive keeps a descriptor open per extent file it has written or read (two for one
-  // both): the usual soft limit of 1024 runs out after about 1 TiB of 1 GiB extents, and a
-  // drive then refuses to open. The hard limit is the one that means anything.
+  // both), up to --extent-descriptors (by default half of this limit): the usual soft limit
+  // of 1024 would have them reopened once the drives hold more than about 256 GiB of 1 GiB
+  // extents. The hard limit is the one that means anything.
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &files);

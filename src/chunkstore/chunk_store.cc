@@ -62,7 +62,7 @@ class ChunkStoreImpl final : public ChunkStore {
         clock_(clock),
         index_(std::move(index)),
         extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
-                 [this](uint32_t next) { return index_->putNextExtent(next); },
+                 options.extent_descriptors, [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
         crcs_(options.crc_cache_bytes),
         mappings_({options.verified_mappings, options.verified_mapping_bytes}),
@@ -166,7 +166,7 @@ class ChunkStoreImpl final : public ChunkStore {
     // `in_place` holds it (the caller's bytes, written from where they are).
     AlignedBuffer image;
     std::span<const uint8_t> in_place;
-    int fd = -1;
+    ExtentFd file;  // held until the put ends: its fdatasync goes through it
     uint32_t extent = 0;
     BlobId id;
     IndexRecord rec;
@@ -209,7 +209,7 @@ class ChunkStoreImpl final : public ChunkStore {
     IndexRecord rec;
     uint64_t offset = 0;
     std::span<uint8_t> out;
-    int fd = -1;
+    ExtentFd file;  // held until the read ends
     uint64_t first = 0, last = 0;  // payload blocks [first, last) to verify
     bool merged = true;            // header and payload in one I/O (head)
     bool direct = false;           // the payload I/O lands in `out` itself: no copy
@@ -515,7 +515,7 @@ void ChunkStoreImpl::stopZeroer() {
 void ChunkStoreImpl::punchBestEffort(uint32_t extent, uint64_t offset, uint64_t len) {
   // Failing here leaves an orphan range, which the sweep reclaims; not worth failing for.
   auto fd = extents_.fd(extent);
-  Status st = fd ? engine_.punchHole(*fd, offset, len) : fd.error();
+  Status st = fd ? engine_.punchHole((*fd)->get(), offset, len) : fd.error();
   if (!st) {
     log::warn("punching {}+{} in {}: {}", offset, len, extents_.path(extent), st.toString());
   }
@@ -583,7 +583,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   owned->claim = std::move(claim);
   owned->image = std::move(blob->bytes);
   owned->in_place = blob->payload;
-  owned->fd = alloc->fd;
+  owned->file = std::move(alloc->file);
   owned->extent = alloc->extent;
   owned->id = desc.id;
   owned->rec = IndexRecord{alloc->extent,  alloc->offset,       blob->header_region_len,
@@ -610,7 +610,7 @@ void ChunkStoreImpl::putAsync(const BlobDescriptor& desc, std::span<const uint8_
   // took twice the requests, and the drive's queue merged only some of them). The group
   // commit's fdatasync covers it.
   try {
-    engine_.writeAsync(p->fd, p->image.span(), p->in_place, p->rec.offset, written);
+    engine_.writeAsync(p->file->get(), p->image.span(), p->in_place, p->rec.offset, written);
   } catch (const std::exception& e) {  // the submission could not allocate
     written(Status::internal(fmt::format("submitting the write: {}", e.what())));
   }
@@ -656,8 +656,9 @@ void ChunkStoreImpl::syncCommits(std::span<PendingCommit* const> batch) {
                                               extents_.path(p->extent)));
       continue;
     }
-    if (std::find(files.begin(), files.end(), std::pair{p->extent, p->fd}) == files.end()) {
-      files.emplace_back(p->extent, p->fd);
+    const std::pair file{p->extent, p->file->get()};
+    if (std::find(files.begin(), files.end(), file) == files.end()) {
+      files.push_back(file);
     }
   }
   for (const auto& [extent, fd] : files) {
@@ -758,7 +759,7 @@ bool ChunkStoreImpl::readCached(const BlobId& id, const IndexRecord& rec, uint64
   if (!plan) return false;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
-    if (!engine_.preadNoWait(plan->fd, run.parts(), run.at)) return false;
+    if (!engine_.preadNoWait(plan->file->get(), run.parts(), run.at)) return false;
   }
   // A corrupt copy is left to read(), which asks the drive and reports.
   return verifyRead(*plan).isOk();
@@ -770,9 +771,16 @@ std::optional<CachedRange> ChunkStoreImpl::pinIfCached(const BlobId& id, uint64_
   std::shared_ptr<void> pin = pinBlob(id);
   auto rec = index_->get(id, /*memory_only=*/true);
   if (!rec || !checkRange(id, *rec, offset, len)) return std::nullopt;
-  auto fd = extents_.cachedFdIfOpen(rec->extent);
-  if (!fd) return std::nullopt;
-  CachedRange range{*fd, rec->offset + rec->header_region_len + offset, len, std::move(pin)};
+  ExtentFd file = extents_.cachedFdIfOpen(rec->extent);
+  if (!file) return std::nullopt;
+  const int fd = file->get();
+  // The descriptor is held with the blob, for as long as the caller sends from it.
+  struct Held {
+    std::shared_ptr<void> blob;
+    ExtentFd file;
+  };
+  CachedRange range{fd, rec->offset + rec->header_region_len + offset, len,
+                    std::make_shared<Held>(Held{std::move(pin), std::move(file)})};
   if (mappings_.verified(id, *rec, offset, len)) return range;
   // Verified whole blocks at a time, in pieces small enough to stay in the CPU's cache:
   // the bytes are read again from the page cache by sendfile, never from this buffer.
@@ -782,7 +790,7 @@ std::optional<CachedRange> ChunkStoreImpl::pinIfCached(const BlobId& id, uint64_
                         AlignedBuffer::Fill::kUninitialized);
   if (!scratch.valid()) return std::nullopt;
   if (!verifyCached(id, *rec, offset, offset + len, scratch.span())) return std::nullopt;
-  mappings_.noteVerified(id, *rec, *fd, [&] {
+  mappings_.noteVerified(id, *rec, fd, [&] {
     return verifyCached(id, *rec, 0, rec->payload_len, scratch.span());
   });
   return range;
@@ -853,7 +861,7 @@ void ChunkStoreImpl::dropCachedCopy(const BlobId& id, const IndexRecord& rec) {
             id.toString(), extents_.path(rec.extent));
   mappings_.forget(id);  // a mapped page is not dropped
   if (auto fd = extents_.cachedFd(rec.extent)) {
-    (void)::posix_fadvise(*fd, static_cast<off_t>(rec.offset),
+    (void)::posix_fadvise((*fd)->get(), static_cast<off_t>(rec.offset),
                           static_cast<off_t>(rec.diskLen()), POSIX_FADV_DONTNEED);
   }
 }
@@ -890,7 +898,7 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
     return fail(fd.error().isNotFound() ? plan.corrupt(*this, "extent file missing")
                                         : fd.error());
   }
-  plan.fd = *fd;
+  plan.file = std::move(*fd);
   const uint64_t bs = rec.block_size;
   const uint64_t payload_start = rec.offset + rec.header_region_len;
   plan.disk_begin = payload_start;
@@ -1063,7 +1071,7 @@ Status ChunkStoreImpl::readVerified(const BlobId& id, const IndexRecord& rec, ui
   if (used_crcs != nullptr) *used_crcs = plan->crcs != nullptr;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
-    GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->fd, run.parts(), run.at));
+    GRANARY_RETURN_IF_ERROR(engine_.preadv(plan->file->get(), run.parts(), run.at));
   }
   return verifyRead(*plan);
 }
@@ -1113,7 +1121,7 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
   };
   // Everything the submissions need is taken first: the first I/O may complete, and free
   // `op`, before the second is submitted.
-  const int fd = op->plan.fd;
+  const int fd = op->plan.file->get();
   const bool merged = op->plan.merged;
   const bool with_head = op->plan.head_len > 0;
   const auto head = with_head ? op->plan.headIo() : std::span<uint8_t>();
@@ -1172,7 +1180,7 @@ Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
   if (!rec) return fail(rec.error());
   auto plan = planRead(id, *rec, 0, {}, false, false, false);  // the header region only
   if (!plan) return fail(plan.error());
-  GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->fd, plan->headIo(), rec->offset));
+  GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->file->get(), plan->headIo(), rec->offset));
   GRANARY_RETURN_IF_ERROR_RESULT(verifyRead(*plan));
   auto hdr = decodeHeader(plan->headIo().first(rec->header_region_len));
   if (!hdr) return fail(hdr.error());
@@ -1224,6 +1232,8 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.disk_bytes = disk_bytes_.load();
   s.reserved_bytes = extents_.reservedBytes();
   s.spare_zeroed_bytes = extents_.zeroedBytes();
+  s.open_descriptors = extents_.openDescriptors();
+  s.descriptors_closed = extents_.descriptorsClosed();
   s.commit_batches = commits_.batches();
   s.committed_puts = committed_puts_.load();
   s.crc_cache_hits = crcs_.hits();

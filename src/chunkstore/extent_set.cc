@@ -13,6 +13,7 @@
 #include <fmt/core.h>
 
 #include "aligned_buffer.h"
+#include "posix_engine.h"
 #include "granary/common/log.h"
 
 namespace granary::chunkstore {
@@ -32,23 +33,29 @@ bool parseExtentName(const std::string& name, uint32_t* out) {
 
 }  // namespace
 
+ExtentFile::ExtentFile(int fd, std::shared_ptr<std::atomic<size_t>> open_count)
+    : fd_(fd), open_count_(std::move(open_count)) {
+  open_count_->fetch_add(1, std::memory_order_relaxed);
+}
+
+ExtentFile::~ExtentFile() {
+  Status st = posix_io::closeFile(fd_);
+  if (!st) log::warn("closing extent descriptor {}: {}", fd_, st.toString());
+  open_count_->fetch_sub(1, std::memory_order_relaxed);
+}
+
 ExtentSet::ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
-                     PersistNext persist_next, CrashPoint crash_point)
+                     size_t max_descriptors, PersistNext persist_next, CrashPoint crash_point)
     : engine_(engine),
       dir_(std::move(dir)),
       extent_size_(extent_size),
       persist_next_(std::move(persist_next)),
       crash_point_(std::move(crash_point)),
+      max_descriptors_(std::max<size_t>(max_descriptors, 2)),
       direct_io_(direct_io) {}
 
 ExtentSet::~ExtentSet() {
   if (spare_fd_ >= 0) (void)engine_.close(spare_fd_);  // a ready spare stays for next time
-  for (const auto* fds : {&fds_, &cached_fds_}) {
-    for (const auto& [extent, fd] : *fds) {
-      Status st = engine_.close(fd);
-      if (!st) log::warn("closing extent {}: {}", path(extent), st.toString());
-    }
-  }
 }
 
 std::string ExtentSet::path(uint32_t extent) const {
@@ -136,44 +143,91 @@ Result<int> ExtentSet::openDirect(const std::string& file, int flags) {
   return fd;
 }
 
-Result<int> ExtentSet::openExtent(uint32_t extent, bool create) {
-  std::unique_lock lock(fds_mu_);
-  if (auto it = fds_.find(extent); it != fds_.end()) return it->second;
-  auto fd = openDirect(path(extent), O_RDWR | (create ? O_CREAT | O_EXCL : 0));
-  if (!fd) return fd;
-  fds_.emplace(extent, *fd);
-  return fd;
+ExtentFd ExtentSet::adopt(int fd) { return std::make_shared<ExtentFile>(fd, open_count_); }
+
+ExtentFd ExtentSet::findLocked(uint32_t extent, bool cached) const {
+  auto it = open_.find(extent);
+  if (it == open_.end()) return nullptr;
+  const ExtentFd& file = cached && direct_io_ ? it->second.cached : it->second.direct;
+  if (!file) return nullptr;
+  const uint64_t now = use_tick_.load(std::memory_order_relaxed);
+  if (it->second.used.load(std::memory_order_relaxed) != now) {
+    it->second.used.store(now, std::memory_order_relaxed);
+  }
+  return file;
 }
 
-Result<int> ExtentSet::fd(uint32_t extent) {
+void ExtentSet::makeRoomLocked(uint32_t extent) {
+  use_tick_.fetch_add(1, std::memory_order_relaxed);
+  // Only the table holds a descriptor no I/O holds (use_count 1), and no I/O can take one
+  // while fds_mu_ is held exclusively: closing it pulls nothing from under anyone.
+  auto idle = [](const ExtentFd& f) { return f == nullptr || f.use_count() == 1; };
+  while (open_count_->load(std::memory_order_relaxed) >= max_descriptors_) {
+    auto victim = open_.end();
+    for (auto it = open_.begin(); it != open_.end(); ++it) {
+      if (it->first == extent || !idle(it->second.direct) || !idle(it->second.cached)) continue;
+      if (victim == open_.end() || it->second.used.load(std::memory_order_relaxed) <
+                                       victim->second.used.load(std::memory_order_relaxed)) {
+        victim = it;
+      }
+    }
+    if (victim == open_.end()) return;  // every one is in use: over the bound for a while
+    descriptors_closed_ += (victim->second.direct ? 1 : 0) + (victim->second.cached ? 1 : 0);
+    open_.erase(victim);  // closes them
+  }
+}
+
+Result<ExtentFd> ExtentSet::openExtent(uint32_t extent, bool create) {
+  std::unique_lock lock(fds_mu_);
+  if (ExtentFd file = findLocked(extent, /*cached=*/false)) return file;
+  makeRoomLocked(extent);
+  auto fd = openDirect(path(extent), O_RDWR | (create ? O_CREAT | O_EXCL : 0));
+  if (!fd) return fail(fd.error());
+  OpenExtent& entry = open_[extent];
+  entry.direct = adopt(*fd);
+  entry.used.store(use_tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return entry.direct;
+}
+
+Result<ExtentFd> ExtentSet::fd(uint32_t extent) {
   {
     std::shared_lock lock(fds_mu_);
-    if (auto it = fds_.find(extent); it != fds_.end()) return it->second;
+    if (ExtentFd file = findLocked(extent, /*cached=*/false)) return file;
   }
   return openExtent(extent, /*create=*/false);
 }
 
-Result<int> ExtentSet::cachedFd(uint32_t extent) {
+Result<ExtentFd> ExtentSet::cachedFd(uint32_t extent) {
   {
     std::shared_lock lock(fds_mu_);
-    if (auto it = cached_fds_.find(extent); it != cached_fds_.end()) return it->second;
+    if (ExtentFd file = findLocked(extent, /*cached=*/true)) return file;
   }
   if (!directIo()) return fd(extent);
   std::unique_lock lock(fds_mu_);
-  if (auto it = cached_fds_.find(extent); it != cached_fds_.end()) return it->second;
+  if (ExtentFd file = findLocked(extent, /*cached=*/true)) return file;
+  makeRoomLocked(extent);
   auto fd = engine_.open(path(extent), O_RDONLY, 0);
-  if (!fd) return fd;
+  if (!fd) return fail(fd.error());
   // Blob reads are random and exact: readahead would only fetch other blobs' bytes.
   (void)::posix_fadvise(*fd, 0, 0, POSIX_FADV_RANDOM);
-  cached_fds_.emplace(extent, *fd);
-  return fd;
+  OpenExtent& entry = open_[extent];
+  entry.cached = adopt(*fd);
+  entry.used.store(use_tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return entry.cached;
 }
 
-std::optional<int> ExtentSet::cachedFdIfOpen(uint32_t extent) const {
+ExtentFd ExtentSet::cachedFdIfOpen(uint32_t extent) const {
   std::shared_lock lock(fds_mu_);
-  const auto& fds = direct_io_ ? cached_fds_ : fds_;
-  if (auto it = fds.find(extent); it != fds.end()) return it->second;
-  return std::nullopt;
+  return findLocked(extent, /*cached=*/true);
+}
+
+size_t ExtentSet::openDescriptors() const {
+  return open_count_->load(std::memory_order_relaxed);
+}
+
+uint64_t ExtentSet::descriptorsClosed() const {
+  std::shared_lock lock(fds_mu_);
+  return descriptors_closed_;
 }
 
 Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
@@ -187,16 +241,19 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       return fail(Status::unavailable("crashed at extent.after_persist_next"));
     }
     bool zeroed = false;
-    int new_fd = -1;
+    ExtentFd new_file;
     if (spare_ == Spare::kReady && len <= extent_size_) {
       // The spare becomes this extent: already the full size, every block written.
       Status st = engine_.rename(sparePath(true), path(extent));
       if (st) {
         zeroed = true;
-        new_fd = takeSpareLocked();
+        const int spare = takeSpareLocked();
         {
           std::unique_lock fds_lock(fds_mu_);
-          fds_.emplace(extent, new_fd);
+          makeRoomLocked(extent);
+          OpenExtent& entry = open_[extent];
+          entry.direct = adopt(spare);
+          new_file = entry.direct;
         }
         if (crash_point_ && crash_point_("extent.after_spare_rename")) {
           return fail(Status::unavailable("crashed at extent.after_spare_rename"));
@@ -216,11 +273,11 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       // an O_DIRECT write past the end of the file holds the inode lock and completes
       // before the next one starts, so concurrent appends to one extent reach the disk one
       // at a time (docs/chunkstore-format.md, "Why extents are presized").
-      if (Status st = engine_.resize(*fd, extent_size_); !st) return fail(st);
+      if (Status st = engine_.resize((*fd)->get(), extent_size_); !st) return fail(st);
       if (crash_point_ && crash_point_("extent.after_resize")) {
         return fail(Status::unavailable("crashed at extent.after_resize"));
       }
-      new_fd = *fd;
+      new_file = std::move(*fd);
     }
     // The new extent's directory entry must be durable before an index entry points into it.
     if (Status st = syncDirectory(engine_, dir_); !st) {
@@ -231,11 +288,11 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
     if (has_active_ && active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
     has_active_ = true;
     active_extent_ = extent;
-    active_fd_ = new_fd;
+    active_file_ = std::move(new_file);
     active_zeroed_ = zeroed;
     cursor_ = 0;
   }
-  Allocation a{active_extent_, active_fd_, cursor_};
+  Allocation a{active_extent_, active_file_, cursor_};
   cursor_ += alignUp(len, kIoAlign);
   return a;
 }
@@ -245,6 +302,7 @@ void ExtentSet::retire(uint32_t extent) {
   if (has_active_ && active_extent_ == extent) {
     if (active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
     has_active_ = false;
+    active_file_.reset();
   }
   retired_.insert(extent);
 }
@@ -365,7 +423,8 @@ Status ExtentSet::freeRolledTails() {
     const auto& [extent, cursor] = tail;
     if (cursor < extent_size_) {
       auto fd = this->fd(extent);
-      Status st = fd ? engine_.punchHole(*fd, cursor, extent_size_ - cursor) : fd.error();
+      Status st = fd ? engine_.punchHole((*fd)->get(), cursor, extent_size_ - cursor)
+                     : fd.error();
       if (!st) {
         // Still allocated (and counted): tried again next time, or cut by recovery.
         if (result) result = st;
@@ -410,19 +469,14 @@ Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live
       // No live blob: the whole file is orphan bytes. Close our descriptor first.
       {
         std::unique_lock lock(fds_mu_);
-        for (auto* fds : {&fds_, &cached_fds_}) {
-          if (auto f = fds->find(extent); f != fds->end()) {
-            (void)engine_.close(f->second);
-            fds->erase(f);
-          }
-        }
+        open_.erase(extent);
       }
       if (Status st = engine_.remove(path(extent)); !st) return fail(st);
       ++stats.extents_removed;
       continue;
     }
-    // A descriptor of its own, closed after: one cached per extent with a live blob would
-    // stay open for the process's life, and a large drive would run out (RLIMIT_NOFILE).
+    // A descriptor of its own, closed after: the walk touches each extent once, and keeping
+    // them would only push the ones reads use out of the bounded table.
     auto fd = engine_.open(path(extent), O_RDWR, 0644);
     if (!fd) return fail(fd.error());
     struct Closer {

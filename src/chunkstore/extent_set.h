@@ -1,7 +1,12 @@
 // ExtentSet: the extent files of one drive (D/extents/XXXXXXXX.ext) and the append cursor
 // of the active one. Hands out disjoint, kIoAlign-aligned ranges to concurrent writers and
 // keeps one read-write descriptor per extent (O_DIRECT), and one read-only descriptor
-// through the page cache for cached reads, each opened on first use and closed with the set.
+// through the page cache for cached reads, each opened on first use.
+//
+// Descriptors are bounded: past `max_descriptors` open, opening another first closes those
+// of the least recently used extents that no I/O holds. Each I/O holds its extent's
+// descriptor (an ExtentFd) until it ends, so a descriptor is never closed under a read, a
+// write or its fdatasync, and the count passes the bound only by extents held at once.
 //
 // Crash safety: a set never appends to an extent it did not create itself. The first
 // allocation after open creates a fresh extent, so bytes of unknown state left by a crash
@@ -16,9 +21,11 @@
 // Thread safety: all methods are thread safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -36,11 +43,27 @@ namespace granary::chunkstore {
 // fsyncs a directory, making the entries created in it durable.
 Status syncDirectory(IoEngine& engine, const std::string& dir);
 
+// An open extent descriptor, closed when its last holder lets it go; it may outlive its set
+// (a pinned range released after the store), so it needs neither the set nor its engine.
+class ExtentFile {
+ public:
+  ExtentFile(int fd, std::shared_ptr<std::atomic<size_t>> open_count);
+  ~ExtentFile();
+  ExtentFile(const ExtentFile&) = delete;
+  ExtentFile& operator=(const ExtentFile&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  const int fd_;
+  const std::shared_ptr<std::atomic<size_t>> open_count_;
+};
+using ExtentFd = std::shared_ptr<const ExtentFile>;
+
 class ExtentSet {
  public:
   struct Allocation {
     uint32_t extent = 0;
-    int fd = -1;
+    ExtentFd file;
     uint64_t offset = 0;
   };
   // Durably records that extent numbers below `next` are taken; called (and must succeed)
@@ -56,7 +79,7 @@ class ExtentSet {
   };
 
   ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
-            PersistNext persist_next, CrashPoint crash_point);
+            size_t max_descriptors, PersistNext persist_next, CrashPoint crash_point);
   ~ExtentSet();
   ExtentSet(const ExtentSet&) = delete;
   ExtentSet& operator=(const ExtentSet&) = delete;
@@ -81,14 +104,18 @@ class ExtentSet {
   // not re-punch old holes). Call before the first allocation, with nothing else running.
   Result<ReclaimStats> reclaimOrphans(const LiveRanges& live);
   // The descriptor of an existing extent (opened on first use).
-  Result<int> fd(uint32_t extent);
+  Result<ExtentFd> fd(uint32_t extent);
   // A read-only descriptor of an existing extent through the page cache (no O_DIRECT, and
   // no readahead: a read fetches only what it asks for), opened on first use; fd(extent)
   // itself where the drive has no O_DIRECT. The page cache is per file, so it stays
   // coherent with fd()'s direct writes and hole punches.
-  Result<int> cachedFd(uint32_t extent);
-  // cachedFd(extent) if it is open already (no system call), else nothing.
-  std::optional<int> cachedFdIfOpen(uint32_t extent) const;
+  Result<ExtentFd> cachedFd(uint32_t extent);
+  // cachedFd(extent) if it is open already (no system call), else null.
+  ExtentFd cachedFdIfOpen(uint32_t extent) const;
+  // Extent descriptors open now (held by I/Os included), and how many were closed to stay
+  // within max_descriptors since the set was made.
+  size_t openDescriptors() const;
+  uint64_t descriptorsClosed() const;
   std::string path(uint32_t extent) const;
   bool directIo() const;
 
@@ -113,7 +140,19 @@ class ExtentSet {
   uint64_t zeroedBytes() const;
 
  private:
-  Result<int> openExtent(uint32_t extent, bool create);
+  // An extent's descriptors, and when one was last handed out (use_tick_ then).
+  struct OpenExtent {
+    ExtentFd direct;  // read-write, O_DIRECT where the drive takes it
+    ExtentFd cached;  // read-only through the page cache (only when direct_io_)
+    mutable std::atomic<uint64_t> used{0};
+  };
+  // With fds_mu_ held (shared is enough): the descriptor if open, marked as used.
+  ExtentFd findLocked(uint32_t extent, bool cached) const;
+  // With fds_mu_ held exclusively, before opening a descriptor for `extent`: closes the
+  // least recently used extents' descriptors that no I/O holds while the set is at its bound.
+  void makeRoomLocked(uint32_t extent);
+  ExtentFd adopt(int fd);
+  Result<ExtentFd> openExtent(uint32_t extent, bool create);
   Result<int> openDirect(const std::string& path, int flags);
   std::string sparePath(bool ready) const;
   // Takes the spare out of the set under alloc_mu_ and returns its descriptor, to become an
@@ -130,9 +169,16 @@ class ExtentSet {
   CrashPoint crash_point_;
   std::vector<uint32_t> found_;  // extents present at open()
 
+  const size_t max_descriptors_;
+  // ExtentFiles alive (shared with them: they may outlive the set).
+  const std::shared_ptr<std::atomic<size_t>> open_count_ =
+      std::make_shared<std::atomic<size_t>>(0);
   mutable std::shared_mutex fds_mu_;
-  std::map<uint32_t, int> fds_;
-  std::map<uint32_t, int> cached_fds_;
+  std::map<uint32_t, OpenExtent> open_;
+  // Advanced by each open: extents handed out since the last open share its value, so the
+  // hot path writes a shared line only after an open, and eviction order is by opens.
+  std::atomic<uint64_t> use_tick_{0};
+  uint64_t descriptors_closed_ = 0;  // guarded by fds_mu_
   bool direct_io_;  // guarded by fds_mu_; cleared if the filesystem refuses O_DIRECT
   // An O_DIRECT open succeeded here (guarded by fds_mu_): the filesystem takes O_DIRECT, so
   // a later failed open (EMFILE, EIO) is that error, not a refusal of O_DIRECT.
@@ -143,7 +189,7 @@ class ExtentSet {
   uint32_t next_extent_ = 0;
   bool has_active_ = false;
   uint32_t active_extent_ = 0;
-  int active_fd_ = -1;
+  ExtentFd active_file_;  // held, so the active extent's descriptor is never closed
   uint64_t cursor_ = 0;
   bool active_zeroed_ = false;  // the active extent was a spare: its tail is allocated
 

@@ -151,6 +151,8 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"disk_bytes", &DriveStats::disk_bytes},
     {"reserved_bytes", &DriveStats::reserved_bytes},
     {"spare_zeroed_bytes", &DriveStats::spare_zeroed_bytes},
+    {"open_descriptors", &DriveStats::open_descriptors},
+    {"descriptors_closed", &DriveStats::descriptors_closed},
     {"commit_batches", &DriveStats::commit_batches},
     {"committed_puts", &DriveStats::committed_puts},
     {"scrub_passes", &DriveStats::scrub_passes},

@@ -117,6 +117,13 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                       "Zeros written to prepare a drive's spare extents "
                       "(background writes; they count in granary_io_bytes_total too)",
                       &chunkstore::DriveStats::spare_zeroed_bytes, kCount},
+          DriveFigure{"granary_drive_open_descriptors",
+                      "Extent file descriptors a drive holds open now",
+                      &chunkstore::DriveStats::open_descriptors, kLevel},
+          DriveFigure{"granary_drive_descriptors_closed_total",
+                      "Extent descriptors a drive closed to stay within its bound "
+                      "(--extent-descriptors); a steady rate means extents are reopened",
+                      &chunkstore::DriveStats::descriptors_closed, kCount},
           DriveFigure{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
                       &chunkstore::DriveStats::capacity_bytes, kLevel},
           DriveFigure{"granary_drive_available_bytes",

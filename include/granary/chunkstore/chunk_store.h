@@ -75,6 +75,11 @@ struct DriveStats {
   // a pre-zeroed extent being filled. disk_bytes + reserved_bytes is what `du` sees.
   uint64_t reserved_bytes = 0;
   uint64_t spare_zeroed_bytes = 0;  // zeros written to prepare spares since open
+  // Extent descriptors open now (ChunkStoreOptions::extent_descriptors), and how many were
+  // closed since open to stay within that bound: a count that keeps climbing means reads
+  // reopen extents, and the bound is too low for the drive's working set.
+  uint64_t open_descriptors = 0;
+  uint64_t descriptors_closed = 0;
   uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
   uint64_t committed_puts = 0;    // puts those batches made durable
   // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).
@@ -113,8 +118,8 @@ inline constexpr size_t kMaxCorruptIds = 1024;
 
 // A blob's payload bytes, verified where they lie in the page cache and pinned there: the
 // `length` bytes at `offset` of the open file `fd` are the blob's until `pin` is released
-// (a remove() meanwhile defers its hole punch to then; extent descriptors stay open while
-// the store is). For sendfile(2): the bytes go from the page cache to a socket without a
+// (a remove() meanwhile defers its hole punch to then, and the pin holds `fd` open). For
+// sendfile(2): the bytes go from the page cache to a socket without a
 // copy through user space. Release the pin (destroy or reset it) before the store.
 struct CachedRange {
   int fd = -1;
@@ -245,6 +250,10 @@ struct ChunkStoreOptions {
   // removal on any drive of `activity` for 250 ms). 0: no spares, every extent starts as a
   // hole.
   uint64_t spare_zero_rate = 0;
+  // Extent descriptors to keep open (each extent read or written has one, or two with
+  // O_DIRECT: direct and through the page cache); at this bound, opening another closes
+  // those of the least recently used extents no I/O holds (src/chunkstore/extent_set.h).
+  size_t extent_descriptors = 1024;
   // Shared by the drives of a disk or a process (null: this drive's own).
   std::shared_ptr<DriveActivity> activity;
   CrashPoint crash_point;

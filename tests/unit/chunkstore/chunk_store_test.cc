@@ -393,6 +393,90 @@ TEST_CASE("Blobs larger than the extent size roll to new extents and stay readab
   CHECK(std::filesystem::exists(extentPath(f.options.dir, 5)));
 }
 
+namespace {
+
+// The descriptors this process has open on files under `dir` (from /proc/self/fd).
+std::vector<std::string> openFilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.starts_with(dir + "/")) out.push_back(target);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A drive keeps at most its bound of extent descriptors open, reopening what it closed") {
+  const std::string engine_name = GENERATE(as<std::string>{}, "posix", "io_uring");
+  const bool async = GENERATE(false, true);
+  INFO("engine " << engine_name << (async ? ", readAsync" : ""));
+  auto engine = makeEngine(engine_name);
+  ChunkStoreOptions opts;
+  opts.extent_size = 16 << 10;  // 10,000-byte blobs: one extent each
+  opts.extent_descriptors = 4;
+  StoreFixture f(*engine, opts);
+  const std::string extents = std::filesystem::canonical(f.options.dir + "/extents").string();
+  constexpr int kBlobs = 12;
+  for (int n = 0; n < kBlobs; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(10'000, n)).isOk());
+    CHECK(openFilesUnder(extents).size() <= 4);
+  }
+  REQUIRE(std::filesystem::exists(extentPath(f.options.dir, kBlobs - 1)));
+  for (int round = 0; round < 2; ++round) {  // the second round reopens every extent
+    for (int n = 0; n < kBlobs; ++n) {
+      CHECK(readRange(*f.store, makeId(n), 0, 10'000, async) == randomBytes(10'000, n));
+      CHECK(openFilesUnder(extents).size() <= 4);
+      auto s = f.store->stats();
+      REQUIRE(s);
+      CHECK(s->open_descriptors == openFilesUnder(extents).size());
+    }
+  }
+  auto s = f.store->stats();
+  REQUIRE(s);
+  // Each read after the first three closed one (puts closed the extents they left).
+  CHECK(s->descriptors_closed >= 2 * kBlobs);
+  // A put after all that still lands in the active extent, whose descriptor was kept.
+  REQUIRE(f.store->put(descriptor(makeId(100)), randomBytes(1'000, 100)).isOk());
+  CHECK(readRange(*f.store, makeId(100), 0, 1'000, async) == randomBytes(1'000, 100));
+}
+
+TEST_CASE("An extent descriptor held by a pinned range is not closed to make room") {
+  auto engine = makeUringEngine();
+  ChunkStoreOptions opts;
+  opts.extent_size = 16 << 10;
+  opts.extent_descriptors = 2;
+  StoreFixture f(*engine, opts);
+  for (int n = 0; n < 6; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(10'000, n)).isOk());
+  }
+  CHECK(readRange(*f.store, makeId(0), 0, 10'000) == randomBytes(10'000, 0));
+  auto range = f.store->pinIfCached(makeId(0), 0, 10'000);
+  REQUIRE(range);
+  const std::string held = std::filesystem::read_symlink(
+      "/proc/self/fd/" + std::to_string(range->fd)).string();
+  CHECK(held == std::filesystem::canonical(extentPath(f.options.dir, 0)).string());
+  for (int n = 1; n < 5; ++n) {  // each opens a descriptor: the bound is met every time
+    CHECK(readRange(*f.store, makeId(n), 0, 10'000) == randomBytes(10'000, n));
+  }
+  // Still open, still the same file: no later open was given its number.
+  CHECK(std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(range->fd)).string() ==
+        held);
+  CHECK(rangeBytes(*range) == randomBytes(10'000, 0));
+  // The table kept it: reading its extent again uses it, and opens no second one.
+  CHECK(readRange(*f.store, makeId(0), 0, 10'000) == randomBytes(10'000, 0));
+  CHECK(std::ranges::count(openFilesUnder(std::filesystem::path(held).parent_path()), held) == 1);
+  auto s = f.store->stats();
+  REQUIRE(s);
+  CHECK(s->open_descriptors == 3);  // the pinned one, the active extent's, the last read's
+  range.reset();  // its descriptor closes with the next open
+  CHECK(readRange(*f.store, makeId(1), 0, 10'000) == randomBytes(10'000, 1));
+  s = f.store->stats();
+  REQUIRE(s);
+  CHECK(s->open_descriptors == 2);
+}
+
 TEST_CASE("A drive whose blob index is gone refuses to open and removes nothing") {
   // Recovery removes what its index does not know of: on an empty index that would be
   // every extent. The index records the next extent number before each extent is made, so

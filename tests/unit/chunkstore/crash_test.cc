@@ -394,7 +394,7 @@ TEST_CASE("A spare dropped while it is zeroed is abandoned, and the drive goes o
   auto engine = makeEngine(GENERATE(as<std::string>{}, "posix", "io_uring"));
   TempDir dir;
   std::filesystem::create_directories(dir.path() + "/extents");
-  ExtentSet set(*engine, dir.path() + "/extents", 256 * 1024, /*direct_io=*/true,
+  ExtentSet set(*engine, dir.path() + "/extents", 256 * 1024, /*direct_io=*/true, 64,
                 [](uint32_t) { return Status::ok(); }, nullptr);
   REQUIRE(set.open(0).isOk());
   std::promise<void> zeroing, dropped;
