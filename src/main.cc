@@ -184,16 +184,19 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   }
   // The caches of block CRCs and blob index entries: one budget each for the process,
   // shared evenly by its drives (a server with many drives does not multiply it).
+  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
+  const int64_t index_mib = vm["index-cache"].as<int64_t>();
+  if (crc_mib < 0 || index_mib < 0) die("--crc-cache and --index-cache must be >= 0");
+  // Extent descriptors, shared evenly too; by default half of RLIMIT_NOFILE (main raised it
+  // to the hard limit): the rest is for sockets and the drives' RocksDB files.
   int64_t descriptors = vm["extent-descriptors"].as<int64_t>();
-  if (descriptors < 0) {  // half of RLIMIT_NOFILE (main raised it to the hard limit)
+  if (descriptors < -1) die("--extent-descriptors must be >= 0, or -1 for the default");
+  if (descriptors == -1) {
     rlimit files{};
     descriptors = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
                       ? static_cast<int64_t>(files.rlim_cur / 2)
                       : 1 << 20;
   }
-  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
-  const int64_t index_mib = vm["index-cache"].as<int64_t>();
-  if (crc_mib < 0 || index_mib < 0) die("--crc-cache and --index-cache must be >= 0");
   for (const auto& [id, dir] : drives) {
     chunkstore::ChunkStoreOptions co;
     co.crc_cache_bytes = (static_cast<uint64_t>(crc_mib) << 20) / drives.size();

@@ -62,7 +62,8 @@ class ChunkStoreImpl final : public ChunkStore {
         clock_(clock),
         index_(std::move(index)),
         extents_(engine, options.dir + "/extents", options.extent_size, options.direct_io,
-                 options.extent_descriptors, [this](uint32_t next) { return index_->putNextExtent(next); },
+                 options.extent_descriptors,
+                 [this](uint32_t next) { return index_->putNextExtent(next); },
                  options.crash_point),
         crcs_(options.crc_cache_bytes),
         mappings_({options.verified_mappings, options.verified_mapping_bytes}),
@@ -288,9 +289,11 @@ class ChunkStoreImpl final : public ChunkStore {
                       std::span<uint8_t> out, Attempt first, bool use_crcs);
   // `async`: for the engine's asynchronous path, which can use its registered buffers.
   // `cached`: through the extent's page-cache descriptor. `use_crcs`: the block CRCs may
-  // come from crcs_ (and go there), sparing the header's I/O.
+  // come from crcs_ (and go there), sparing the header's I/O. `file`: the descriptor to
+  // read through, when the caller has it already (null: the extent's, opened if need be).
   Result<ReadPlan> planRead(const BlobId& id, const IndexRecord& rec, uint64_t offset,
-                            std::span<uint8_t> out, bool async, bool cached, bool use_crcs);
+                            std::span<uint8_t> out, bool async, bool cached, bool use_crcs,
+                            ExtentFd file = nullptr);
   // Checks the header (unless the CRCs came from crcs_) and the CRC of every block read,
   // then copies the bytes to plan.out (unless they were read there).
   Status verifyRead(ReadPlan& plan) const;
@@ -754,8 +757,9 @@ bool ChunkStoreImpl::readIfCached(const BlobId& id, uint64_t offset, std::span<u
 bool ChunkStoreImpl::readCached(const BlobId& id, const IndexRecord& rec, uint64_t offset,
                                 std::span<uint8_t> out) {
   if (!checkRange(id, rec, offset, out.size())) return false;
-  if (!extents_.cachedFdIfOpen(rec.extent)) return false;  // opening it may wait
-  auto plan = planRead(id, rec, offset, out, false, true, true);
+  ExtentFd file = extents_.cachedFdIfOpen(rec.extent);
+  if (!file) return false;  // opening it may wait
+  auto plan = planRead(id, rec, offset, out, false, true, true, std::move(file));
   if (!plan) return false;
   const ReadPlan::Runs io = plan->runs();
   for (const ReadPlan::Run& run : io.all()) {
@@ -886,13 +890,16 @@ Result<ChunkStoreImpl::ReadPlan> ChunkStoreImpl::planRead(const BlobId& id,
                                                           const IndexRecord& rec,
                                                           uint64_t offset,
                                                           std::span<uint8_t> out, bool async,
-                                                          bool cached, bool use_crcs) {
+                                                          bool cached, bool use_crcs,
+                                                          ExtentFd file) {
   ReadPlan plan;
   plan.id = id;
   plan.rec = rec;
   plan.offset = offset;
   plan.out = out;
-  auto fd = cached ? extents_.cachedFd(rec.extent) : extents_.fd(rec.extent);
+  auto fd = file != nullptr ? Result<ExtentFd>(std::move(file))
+            : cached        ? extents_.cachedFd(rec.extent)
+                            : extents_.fd(rec.extent);
   if (!fd) {
     // The index names an extent that is gone: the blob's bytes are lost.
     return fail(fd.error().isNotFound() ? plan.corrupt(*this, "extent file missing")

@@ -143,7 +143,19 @@ Result<int> ExtentSet::openDirect(const std::string& file, int flags) {
   return fd;
 }
 
-ExtentFd ExtentSet::adopt(int fd) { return std::make_shared<ExtentFile>(fd, open_count_); }
+ExtentFd ExtentSet::installLocked(uint32_t extent, bool cached, int fd) {
+  ExtentFd file;
+  try {
+    file = std::make_shared<ExtentFile>(fd, open_count_);
+  } catch (...) {
+    (void)posix_io::closeFile(fd);
+    throw;
+  }
+  OpenExtent& entry = open_[extent];  // should this throw, `file` closes the descriptor
+  (cached ? entry.cached : entry.direct) = file;
+  entry.used.store(use_tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return file;
+}
 
 ExtentFd ExtentSet::findLocked(uint32_t extent, bool cached) const {
   auto it = open_.find(extent);
@@ -157,36 +169,46 @@ ExtentFd ExtentSet::findLocked(uint32_t extent, bool cached) const {
   return file;
 }
 
-void ExtentSet::makeRoomLocked(uint32_t extent) {
+std::vector<ExtentFd> ExtentSet::makeRoomLocked(uint32_t extent) {
   use_tick_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<ExtentFd> closing;
+  size_t open = open_count_->load(std::memory_order_relaxed);
+  if (open < max_descriptors_) return closing;
+  // Room for this open and the next eighth of the bound's.
+  const size_t target = max_descriptors_ - 1 - max_descriptors_ / 8;
   // Only the table holds a descriptor no I/O holds (use_count 1), and no I/O can take one
   // while fds_mu_ is held exclusively: closing it pulls nothing from under anyone.
   auto idle = [](const ExtentFd& f) { return f == nullptr || f.use_count() == 1; };
-  while (open_count_->load(std::memory_order_relaxed) >= max_descriptors_) {
-    auto victim = open_.end();
-    for (auto it = open_.begin(); it != open_.end(); ++it) {
-      if (it->first == extent || !idle(it->second.direct) || !idle(it->second.cached)) continue;
-      if (victim == open_.end() || it->second.used.load(std::memory_order_relaxed) <
-                                       victim->second.used.load(std::memory_order_relaxed)) {
-        victim = it;
-      }
+  std::vector<std::pair<uint64_t, uint32_t>> idle_extents;  // (last used, extent)
+  for (const auto& [n, entry] : open_) {
+    if (n != extent && idle(entry.direct) && idle(entry.cached)) {
+      idle_extents.emplace_back(entry.used.load(std::memory_order_relaxed), n);
     }
-    if (victim == open_.end()) return;  // every one is in use: over the bound for a while
-    descriptors_closed_ += (victim->second.direct ? 1 : 0) + (victim->second.cached ? 1 : 0);
-    open_.erase(victim);  // closes them
   }
+  std::sort(idle_extents.begin(), idle_extents.end());
+  // If every one is in use, the set is over its bound until enough are let go.
+  for (const auto& [used, n] : idle_extents) {
+    if (open <= target) break;
+    auto it = open_.find(n);
+    for (ExtentFd* file : {&it->second.direct, &it->second.cached}) {
+      if (*file == nullptr) continue;
+      closing.push_back(std::move(*file));
+      --open;
+      ++descriptors_closed_;
+    }
+    open_.erase(it);
+  }
+  return closing;
 }
 
 Result<ExtentFd> ExtentSet::openExtent(uint32_t extent, bool create) {
+  std::vector<ExtentFd> closing;  // closed after the lock is released
   std::unique_lock lock(fds_mu_);
   if (ExtentFd file = findLocked(extent, /*cached=*/false)) return file;
-  makeRoomLocked(extent);
+  closing = makeRoomLocked(extent);
   auto fd = openDirect(path(extent), O_RDWR | (create ? O_CREAT | O_EXCL : 0));
   if (!fd) return fail(fd.error());
-  OpenExtent& entry = open_[extent];
-  entry.direct = adopt(*fd);
-  entry.used.store(use_tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  return entry.direct;
+  return installLocked(extent, /*cached=*/false, *fd);
 }
 
 Result<ExtentFd> ExtentSet::fd(uint32_t extent) {
@@ -203,17 +225,15 @@ Result<ExtentFd> ExtentSet::cachedFd(uint32_t extent) {
     if (ExtentFd file = findLocked(extent, /*cached=*/true)) return file;
   }
   if (!directIo()) return fd(extent);
+  std::vector<ExtentFd> closing;  // closed after the lock is released
   std::unique_lock lock(fds_mu_);
   if (ExtentFd file = findLocked(extent, /*cached=*/true)) return file;
-  makeRoomLocked(extent);
+  closing = makeRoomLocked(extent);
   auto fd = engine_.open(path(extent), O_RDONLY, 0);
   if (!fd) return fail(fd.error());
   // Blob reads are random and exact: readahead would only fetch other blobs' bytes.
   (void)::posix_fadvise(*fd, 0, 0, POSIX_FADV_RANDOM);
-  OpenExtent& entry = open_[extent];
-  entry.cached = adopt(*fd);
-  entry.used.store(use_tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  return entry.cached;
+  return installLocked(extent, /*cached=*/true, *fd);
 }
 
 ExtentFd ExtentSet::cachedFdIfOpen(uint32_t extent) const {
@@ -248,13 +268,11 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       if (st) {
         zeroed = true;
         const int spare = takeSpareLocked();
-        {
-          std::unique_lock fds_lock(fds_mu_);
-          makeRoomLocked(extent);
-          OpenExtent& entry = open_[extent];
-          entry.direct = adopt(spare);
-          new_file = entry.direct;
-        }
+        std::vector<ExtentFd> closing;  // closed after fds_mu_ is released
+        std::unique_lock fds_lock(fds_mu_);
+        closing = makeRoomLocked(extent);
+        new_file = installLocked(extent, /*cached=*/false, spare);
+        fds_lock.unlock();
         if (crash_point_ && crash_point_("extent.after_spare_rename")) {
           return fail(Status::unavailable("crashed at extent.after_spare_rename"));
         }
@@ -286,6 +304,11 @@ Result<ExtentSet::Allocation> ExtentSet::allocate(uint64_t len) {
       return fail(st);
     }
     if (has_active_ && active_zeroed_) rolled_tails_.emplace_back(active_extent_, cursor_);
+    if (has_active_) {
+      // Written to until now (writes do not mark it): the newest in the table, not the oldest.
+      std::shared_lock fds_lock(fds_mu_);
+      (void)findLocked(active_extent_, /*cached=*/false);
+    }
     has_active_ = true;
     active_extent_ = extent;
     active_file_ = std::move(new_file);

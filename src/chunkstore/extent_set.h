@@ -3,10 +3,11 @@
 // keeps one read-write descriptor per extent (O_DIRECT), and one read-only descriptor
 // through the page cache for cached reads, each opened on first use.
 //
-// Descriptors are bounded: past `max_descriptors` open, opening another first closes those
+// Descriptors are bounded: at `max_descriptors` open, opening another first closes those
 // of the least recently used extents that no I/O holds. Each I/O holds its extent's
 // descriptor (an ExtentFd) until it ends, so a descriptor is never closed under a read, a
-// write or its fdatasync, and the count passes the bound only by extents held at once.
+// write or its fdatasync. The count passes the bound by the extents held at once, and
+// stays over it until the next open trims it.
 //
 // Crash safety: a set never appends to an extent it did not create itself. The first
 // allocation after open creates a fresh extent, so bytes of unknown state left by a crash
@@ -44,7 +45,9 @@ namespace granary::chunkstore {
 Status syncDirectory(IoEngine& engine, const std::string& dir);
 
 // An open extent descriptor, closed when its last holder lets it go; it may outlive its set
-// (a pinned range released after the store), so it needs neither the set nor its engine.
+// (a pinned range released after the store), so it needs neither the set nor its engine,
+// and closes with close(2) itself: an engine wrapper never sees the close (none needs to;
+// PowerLossEngine's fd-to-path entry is replaced by the next open of that number).
 class ExtentFile {
  public:
   ExtentFile(int fd, std::shared_ptr<std::atomic<size_t>> open_count);
@@ -148,10 +151,13 @@ class ExtentSet {
   };
   // With fds_mu_ held (shared is enough): the descriptor if open, marked as used.
   ExtentFd findLocked(uint32_t extent, bool cached) const;
-  // With fds_mu_ held exclusively, before opening a descriptor for `extent`: closes the
-  // least recently used extents' descriptors that no I/O holds while the set is at its bound.
-  void makeRoomLocked(uint32_t extent);
-  ExtentFd adopt(int fd);
+  // With fds_mu_ held exclusively, before opening a descriptor for `extent`: at the bound,
+  // takes the descriptors of the least recently used extents that no I/O holds out of the
+  // table, down to about 7/8 of the bound (so the next opens find room without a scan), and
+  // returns them, to be closed once fds_mu_ is released (declare the vector before the lock).
+  [[nodiscard]] std::vector<ExtentFd> makeRoomLocked(uint32_t extent);
+  // With fds_mu_ held exclusively: owns `fd` as `extent`'s descriptor of that kind, used now.
+  ExtentFd installLocked(uint32_t extent, bool cached, int fd);
   Result<ExtentFd> openExtent(uint32_t extent, bool create);
   Result<int> openDirect(const std::string& path, int flags);
   std::string sparePath(bool ready) const;
