@@ -156,6 +156,8 @@ Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req, bool reb
                               {"fragments_moved", s.fragments_moved},
                               {"fragments_misplaced", s.fragments_misplaced},
                               {"fragments_rebalanced", s.fragments_rebalanced},
+                              {"fragments_draining", s.fragments_draining},
+                              {"fragments_drained", s.fragments_drained},
                               {"unrecoverable_stripes", s.unrecoverable_stripes},
                               {"conflicts", s.conflicts},
                               {"errors", s.errors}},

@@ -36,6 +36,8 @@ RepairStats& RepairStats::operator+=(const RepairStats& o) {
   fragments_moved += o.fragments_moved;
   fragments_misplaced += o.fragments_misplaced;
   fragments_rebalanced += o.fragments_rebalanced;
+  fragments_draining += o.fragments_draining;
+  fragments_drained += o.fragments_drained;
   unrecoverable_stripes += o.unrecoverable_stripes;
   conflicts += o.conflicts;
   errors += o.errors;
@@ -57,7 +59,7 @@ struct Fragment {
   bool fix = false;       // missing or corrupt: rebuild
   bool move = false;      // stacked: copy to a domain of its own
   bool relocate = false;  // rebalance: healthy, but off the stripe's current placement
-  bool drain = false;     // rebalance: healthy, on a draining drive: copy it elsewhere
+  bool drain = false;     // healthy, on a draining drive: copy it elsewhere
   std::string target;     // where it goes
 };
 
@@ -74,7 +76,8 @@ struct Repairer::Impl {
         fragments(prometheus::BuildCounter()
                       .Name("granary_repair_fragments_total")
                       .Help("Fragments the repairer found (missing, corrupt, unreachable, "
-                            "stacked) and fixed (rebuilt, moved)")
+                            "stacked, draining) and fixed (rebuilt, moved, drained, "
+                            "rebalanced)")
                       .Register(registry)),
         passes(prometheus::BuildCounter()
                    .Name("granary_repair_passes_total")
@@ -149,17 +152,17 @@ struct Repairer::Impl {
     }
     // Which fragments stay where they are: fragments per domain (a second one is moved),
     // and the drive of each fragment held (then of each target as it is given).
-    // Rebalance: every fragment on a draining drive counts as misplaced, whatever its state
-    // (a dry run reports none only once no manifest names the drive), and each healthy one
-    // leaves it (`drain`, below); one leaving makes no other fragment of its domain stacked.
+    // Every fragment on a draining drive counts as draining, whatever its state (a dry run
+    // reports none only once no manifest names the drive), and each healthy one leaves it
+    // (`drain`, below); one leaving makes no other fragment of its domain stacked.
     std::map<std::string, int> domain_load;
     std::vector<std::string> holding;  // a drive per fragment held, then per target given
     int healthy = 0;
     for (int j = 0; j < n; ++j) {
       const State st = f[j].state;
       const placement::Drive* d = map.findDrive(f[j].drive);
-      const bool draining = rebalancing && d != nullptr && d->draining;
-      if (draining) ++stats.fragments_misplaced;
+      const bool draining = d != nullptr && d->draining;
+      if (draining) ++stats.fragments_draining;
       if (st == State::kMissing) ++stats.fragments_missing;
       if (st == State::kCorrupt) ++stats.fragments_corrupt;
       if (st == State::kUnreachable) ++stats.fragments_unreachable;
@@ -180,13 +183,16 @@ struct Repairer::Impl {
     }
     const std::string stripe_key = fmt::format("{}:{}", s.blob_version.toHex(), s.blob_stripe);
     // Rebalance: healthy fragments that are not where the current map would place the
-    // stripe (a drive was added, a weight changed) go to the placement's drives.
+    // stripe (a drive was added, a weight changed) go to the placement's drives. Drained
+    // ones go there too where they can.
     std::vector<size_t> placed;
-    if (rebalancing) {
+    const bool any_drain =
+        std::any_of(f.begin(), f.end(), [](const Fragment& x) { return x.drain; });
+    if (rebalancing || any_drain) {
       auto chosen = placement::chooseDrives(map, stripe_key, n,
                                             [this](const placement::Drive& d) { return usable(d); });
-      if (chosen) {
-        placed = *chosen;
+      if (chosen) placed = *chosen;
+      if (chosen && rebalancing) {
         std::set<std::string> ids;
         for (size_t idx : placed) ids.insert(map.drives[idx].id);
         for (auto& x : f) {
@@ -348,9 +354,10 @@ struct Repairer::Impl {
       auto pos = std::find(m.drives.begin(), m.drives.end(), f[j].target);
       if (pos == m.drives.end()) pos = m.drives.insert(m.drives.end(), f[j].target);
       s.drives[j] = static_cast<uint16_t>(pos - m.drives.begin());
-      (f[j].fix    ? stats.fragments_rebuilt
-       : f[j].move ? stats.fragments_moved
-                   : stats.fragments_rebalanced) += 1;
+      (f[j].fix     ? stats.fragments_rebuilt
+       : f[j].move  ? stats.fragments_moved
+       : f[j].drain ? stats.fragments_drained
+                    : stats.fragments_rebalanced) += 1;
       changed = true;
     }
     return changed;
@@ -460,14 +467,16 @@ struct Repairer::Impl {
   }
 
   // The fragment counts of a pass, by the label granary_repair_fragments_total gives them.
-  static std::array<std::pair<const char*, uint64_t>, 7> outcomes(const RepairStats& s) {
+  static std::array<std::pair<const char*, uint64_t>, 9> outcomes(const RepairStats& s) {
     return {{{"missing", s.fragments_missing},
              {"corrupt", s.fragments_corrupt},
              {"unreachable", s.fragments_unreachable},
              {"stacked", s.fragments_stacked},
              {"rebuilt", s.fragments_rebuilt},
              {"moved", s.fragments_moved},
-             {"rebalanced", s.fragments_rebalanced}}};
+             {"rebalanced", s.fragments_rebalanced},
+             {"draining", s.fragments_draining},
+             {"drained", s.fragments_drained}}};
   }
 
   void record(const RepairStats& s) {
@@ -516,9 +525,12 @@ void Repairer::start() {
     auto stats = impl_->runPass(false, false, /*wait=*/true);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
-    } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->unrecoverable_stripes > 0) {
-      log::info("repair pass: {} objects, {} fragments rebuilt, {} moved, {} unrecoverable stripes",
+    } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->fragments_draining +
+                   stats->unrecoverable_stripes > 0) {
+      log::info("repair pass: {} objects, {} fragments rebuilt, {} moved, {} drained (of {} "
+                "found on draining drives), {} unrecoverable stripes",
                 stats->objects, stats->fragments_rebuilt, stats->fragments_moved,
+                stats->fragments_drained, stats->fragments_draining,
                 stats->unrecoverable_stripes);
     }
   });

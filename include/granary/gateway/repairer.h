@@ -14,6 +14,9 @@
 //    write's) is copied to a domain the stripe does not use, once one is usable;
 //  - a fragment on a server that does not answer is left alone: the server may come back
 //    (take it out of the map to have its fragments rebuilt elsewhere).
+//  - a healthy fragment on a draining drive is copied off it: to the drive placement now
+//    chooses for its slot if that one is free, else as a rebuilt one would go, never
+//    leaving the stripe on fewer than k domains.
 // A rebalancing pass (`granary admin rebalance`) also copies healthy fragments that are
 // not on the drives placement now chooses for their stripe onto those drives.
 // The new locations are committed with Index::relocateFragments, a compare-and-swap on
@@ -68,6 +71,8 @@ struct RepairStats {
   uint64_t fragments_moved = 0;        // copied to a failure domain of their own
   uint64_t fragments_misplaced = 0;    // rebalance: healthy, off the current placement
   uint64_t fragments_rebalanced = 0;   // rebalance: copied to the current placement
+  uint64_t fragments_draining = 0;     // named on a draining drive, whatever their state
+  uint64_t fragments_drained = 0;      // copied off a draining drive
   uint64_t unrecoverable_stripes = 0;  // fewer than k healthy fragments
   uint64_t conflicts = 0;              // objects changed under the pass (retried next pass)
   uint64_t errors = 0;                 // reads, writes or commits that failed

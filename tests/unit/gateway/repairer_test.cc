@@ -375,7 +375,7 @@ TEST_CASE("Rebalance moves fragments onto the drives the current map places them
   CHECK(f.metric("rebalanced") == double(misplaced));
 }
 
-TEST_CASE("Rebalance empties a draining drive, which no repair then writes to") {
+TEST_CASE("A repair pass empties a draining drive, which no repair then writes to") {
   RepairFixture f(7);  // seven domains: each stripe has one free
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) {
@@ -384,16 +384,20 @@ TEST_CASE("Rebalance empties a draining drive, which no repair then writes to") 
   }
   // Mark d2 draining (the map a restarted gateway reads); d6 stays empty until then.
   f.cluster.map.drives[2].draining = true;
-  RepairStats dry = f.pass(true, false, true);
-  CHECK(dry.fragments_misplaced >= keys.size());  // at least every fragment on d2
-  RepairStats done = f.pass(false, false, true);
+  RepairStats dry = f.pass(true);  // a plain pass, as the background one: no rebalance
+  CHECK(dry.fragments_draining >= keys.size());  // at least every fragment on d2
+  CHECK(dry.fragments_misplaced == 0);
+  RepairStats done = f.pass(false);
   CHECK(done.errors == 0);
+  CHECK(done.fragments_drained == dry.fragments_draining);
+  CHECK(done.fragments_rebalanced == 0);
+  CHECK(f.metric("drained") == double(done.fragments_drained));
   for (const auto& key : keys) {
     auto where = f.checkFragments(key);  // every byte right, where the manifest says
     CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
     CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
   }
-  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  CHECK(f.pass(true).fragments_draining == 0);
   // A missing fragment is rebuilt elsewhere, never onto the draining drive.
   auto m = f.index.getObject("bucket", keys[0]);
   REQUIRE(m.has_value());
@@ -407,39 +411,43 @@ TEST_CASE("Rebalance drains a drive whose domain is the stripe's last free one: 
   RepairFixture f;  // six drives, six domains: with d2 draining, five are left for six
   f.put("k", {0, 1, 2, 3, 4, 5});
   f.cluster.map.drives[2].draining = true;
-  CHECK(f.pass(true, false, true).fragments_misplaced == 1);
+  RepairStats dry = f.pass(true, false, true);
+  CHECK(dry.fragments_draining == 1);
+  CHECK(dry.fragments_misplaced == 0);  // the others are where the map places them
   RepairStats done = f.pass(false, false, true);
-  CHECK(done.fragments_rebalanced == 1);
+  CHECK(done.fragments_drained == 1);
+  CHECK(done.fragments_rebalanced == 0);
   CHECK(done.errors == 0);
   auto where = f.checkFragments("k");
   CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
   CHECK(std::set<std::string>(where.begin(), where.end()).size() == 5);  // one stacked
-  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  CHECK(f.pass(true, false, true).fragments_draining == 0);
 }
 
-TEST_CASE("Rebalance drains both fragments a draining drive holds, to two free domains") {
+TEST_CASE("A repair pass drains both fragments a draining drive holds, to two free domains") {
   RepairFixture f(8);
   f.put("k", {0, 1, 2, 3, 2, 5});  // d2 holds fragments 2 and 4
   f.cluster.map.drives[2].draining = true;
-  RepairStats done = f.pass(false, false, true);
+  RepairStats done = f.pass(false);
   CHECK(done.errors == 0);
+  CHECK(done.fragments_drained == 2);
   auto where = f.checkFragments("k");
   CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
   CHECK(std::set<std::string>(where.begin(), where.end()).size() == 6);
-  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  CHECK(f.pass(true).fragments_draining == 0);
 }
 
-TEST_CASE("Fragments on a draining drive that does not answer count as misplaced, and stay") {
+TEST_CASE("Fragments on a draining drive that does not answer count as draining, and stay") {
   RepairFixture f(7);
   f.put("k", {0, 1, 2, 3, 4, 5});
   f.cluster.map.drives[2].draining = true;
   f.cluster.chunks->setUnreachable("d2");
-  CHECK(f.pass(true, false, true).fragments_misplaced == 1);
-  RepairStats done = f.pass(false, false, true);
-  CHECK(done.fragments_rebalanced == 0);
-  CHECK(done.fragments_misplaced == 1);
+  CHECK(f.pass(true).fragments_draining == 1);
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_drained == 0);
+  CHECK(done.fragments_draining == 1);
   f.cluster.chunks->clearFaults();
-  CHECK(f.pass(false, false, true).fragments_rebalanced == 1);
+  CHECK(f.pass(false).fragments_drained == 1);
   auto where = f.checkFragments("k");
   CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
 }
@@ -451,15 +459,15 @@ TEST_CASE("A drained fragment is never stacked onto fewer than k domains: it sta
   f.cluster.chunks->setUnreachable("d4");
   f.cluster.chunks->setUnreachable("d5");
   // The only place left is d2, which would leave three domains: 3 < k.
-  RepairStats done = f.pass(false, false, true);
-  CHECK(done.fragments_misplaced == 1);
-  CHECK(done.fragments_rebalanced == 0);
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_draining == 1);
+  CHECK(done.fragments_drained == 0);
   CHECK(done.errors == 0);
   f.cluster.chunks->clearFaults();
-  CHECK(f.pass(false, false, true).fragments_rebalanced == 1);
+  CHECK(f.pass(false).fragments_drained == 1);
   auto where = f.checkFragments("k");
   CHECK(std::find(where.begin(), where.end(), "d3") == where.end());
-  CHECK(f.pass(true, false, true).fragments_misplaced == 0);
+  CHECK(f.pass(true).fragments_draining == 0);
 }
 
 }  // namespace granary::gateway
