@@ -59,6 +59,18 @@ std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name) {
   return std::nullopt;
 }
 
+S3Result<std::optional<ChecksumAlgorithm>> checksumAlgorithmHeader(const S3Request& req) {
+  auto name = req.header("x-amz-checksum-algorithm");
+  if (!name) return std::nullopt;
+  auto alg = checksumFromName(*name);
+  if (!alg) {
+    return s3fail(S3ErrorCode::kInvalidRequest,
+                  "Checksum algorithm provided is unsupported. Please try again with any of the "
+                  "valid types: [CRC32, CRC32C, CRC64NVME, SHA1, SHA256]");
+  }
+  return alg;
+}
+
 S3Result<std::optional<ChecksumAlgorithm>> sdkChecksumAlgorithm(const S3Request& req) {
   auto name = req.header("x-amz-sdk-checksum-algorithm");
   if (!name) return std::optional<ChecksumAlgorithm>();

@@ -25,6 +25,10 @@ bool isCrc(ChecksumAlgorithm alg);                       // CRC32, CRC32C, CRC64
 // "CRC32" (any case) -> kCrc32; nullopt for anything else.
 std::optional<ChecksumAlgorithm> checksumFromName(std::string_view name);
 
+// The algorithm x-amz-checksum-algorithm names (CreateMultipartUpload, CopyObject): nullopt
+// without the header; InvalidRequest for an unknown name.
+S3Result<std::optional<ChecksumAlgorithm>> checksumAlgorithmHeader(const S3Request& req);
+
 // The algorithm named by x-amz-sdk-checksum-algorithm, when the request carries no value
 // (the server then computes it). InvalidRequest for an unknown name.
 S3Result<std::optional<ChecksumAlgorithm>> sdkChecksumAlgorithm(const S3Request& req);

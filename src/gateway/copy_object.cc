@@ -9,6 +9,7 @@
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
+#include "granary/common/log.h"
 #include "handlers.h"
 #include "ingest.h"
 #include "s3_xml.h"
@@ -60,12 +61,18 @@ Task<Status> CopySink::flush() {
   auto chunk = writer_.buffer().first(used_);
   co_await offload(ctx_.pool(), [&] {
     md5_.update(chunk);
+    if (checksum_) checksum_->update(chunk);
     return 0;
   });
   Status st = co_await writer_.flush(used_);
   used_ = 0;
   if (keep_alive_ != nullptr) co_await keep_alive_->tick();
   co_return st;
+}
+
+index_kv::ObjectChecksum CopySink::checksum() {
+  if (!checksum_) return {};
+  return {std::string(checksumName(checksum_->algorithm())), checksum_->value(), "FULL_OBJECT"};
 }
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
@@ -101,6 +108,8 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
   if (tagging != "COPY" && tagging != "REPLACE") {
     co_return errorResponse({S3ErrorCode::kInvalidArgument, "Unknown tagging directive."}, req);
   }
+  auto checksum_named = checksumAlgorithmHeader(req);
+  if (!checksum_named) co_return errorResponse(checksum_named.error(), req);
   // Not after copying up to 5 GiB.
   if (auto missing = co_await missingBucketOfRoot(ctx, req)) {
     co_return errorResponse(*missing, req);
@@ -150,6 +159,20 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
   m.version = VersionId::generate(ctx.deps.clock, ctx.deps.random);
   m.ec = ctx.data.code().profile();
   m.size = src->size;
+  // The copy's checksum (AWS): of the algorithm x-amz-checksum-algorithm names, else of the
+  // source's, computed over the bytes as they are copied. A source's full-object checksum
+  // of that algorithm must then come out again: it vouches for the copy end to end.
+  std::optional<ChecksumAlgorithm> checksum_alg = *checksum_named;
+  if (!checksum_alg) checksum_alg = checksumFromName(src->checksum.algorithm);
+  auto vouched = [&] {
+    return m.checksum.empty() || src->checksum.algorithm != m.checksum.algorithm ||
+           src->checksum.type == "COMPOSITE" ||
+           src->checksum.value.find('-') != std::string::npos ||  // "value-N": composite
+           src->checksum.value == m.checksum.value;
+  };
+  const S3Error mismatch{S3ErrorCode::kInternalError,
+                         "The copy's bytes do not give the source's checksum; nothing was "
+                         "written. Please try again."};
 
   if (src->is_inline || src->size <= ctx.options.inline_threshold) {
     m.is_inline = true;
@@ -164,13 +187,23 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     Digest md5(Digest::Kind::kMd5);
     md5.update(m.inline_data);
     m.etag = toHex(md5.finish());
+    if (checksum_alg) {
+      Checksummer sum(*checksum_alg);
+      sum.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
+      m.checksum = {std::string(checksumName(*checksum_alg)), sum.value(), "FULL_OBJECT"};
+    }
+    if (!vouched()) {
+      log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
+                 m.checksum.algorithm, m.checksum.value, src->checksum.value);
+      co_return errorResponse(mismatch, req);
+    }
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex, src->size, false);
     if (Status st = co_await writer.start(); !st.isOk()) {
       co_return errorResponse(dataPathError(st), req);
     }
-    CopySink sink(ctx, writer, &keep_alive);
+    CopySink sink(ctx, writer, &keep_alive, checksum_alg);
     Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
     if (st.isOk()) st = co_await sink.flush();
     if (st.isOk()) st = co_await writer.finish();
@@ -183,6 +216,13 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
       co_return errorResponse(*overdue, req);
     }
     m.etag = toHex(sink.md5());
+    m.checksum = sink.checksum();
+    if (!vouched()) {
+      log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
+                 m.checksum.algorithm, m.checksum.value, src->checksum.value);
+      co_await writer.abandon();
+      co_return errorResponse(mismatch, req);
+    }
     m.drives = writer.drives();
     m.stripes = writer.stripes();
   }
@@ -194,7 +234,7 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }
-  co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos));
+  co_return xmlResponse(copyObjectResultXml(m.etag, m.mtime_unix_nanos, m.checksum));
 }
 
 }  // namespace

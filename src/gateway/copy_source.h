@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "checksum.h"
 #include "digest.h"
 #include "handlers.h"
 #include "keep_alive.h"
@@ -33,13 +35,16 @@ Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3R
                                                   const CopySource& source);
 
 // Receives the source's bytes and cuts them into the destination's stripes, hashing each
-// stripe (off the event loop) before it is written. After the last write: flush(), then
-// the writer's finish().
+// stripe (off the event loop) before it is written: MD5, and the additional checksum asked
+// for. After the last write: flush(), then the writer's finish().
 class CopySink final : public BodySink {
  public:
   // `keep_alive`: ticked after each stripe is written (the copy's steps).
-  CopySink(GatewayContext& ctx, ObjectWriter& writer, KeepAlive* keep_alive = nullptr)
-      : ctx_(ctx), writer_(writer), keep_alive_(keep_alive) {}
+  CopySink(GatewayContext& ctx, ObjectWriter& writer, KeepAlive* keep_alive = nullptr,
+           std::optional<ChecksumAlgorithm> checksum = std::nullopt)
+      : ctx_(ctx), writer_(writer), keep_alive_(keep_alive) {
+    if (checksum) checksum_.emplace(*checksum);
+  }
 
   Task<Status> writeHead(const S3Response&, uint64_t) override { co_return Status::ok(); }
   Task<Status> write(std::span<const uint8_t> data) override;
@@ -47,6 +52,8 @@ class CopySink final : public BodySink {
   Task<Status> flush();
 
   std::vector<uint8_t> md5() { return md5_.finish(); }
+  // The additional checksum of the bytes (FULL_OBJECT); empty if none was asked for.
+  index_kv::ObjectChecksum checksum();
 
  private:
   GatewayContext& ctx_;
@@ -54,6 +61,7 @@ class CopySink final : public BodySink {
   KeepAlive* keep_alive_;
   size_t used_ = 0;
   Digest md5_{Digest::Kind::kMd5};
+  std::optional<Checksummer> checksum_;
 };
 
 }  // namespace granary::gateway

@@ -210,10 +210,11 @@ S3Result<index_kv::Manifest> assemble(GatewayContext& ctx, const index_kv::Multi
 // x-amz-checksum-algorithm and x-amz-checksum-type of CreateMultipartUpload, normalised:
 // ("", "") when absent; the type defaults to FULL_OBJECT for CRC64NVME, else COMPOSITE.
 S3Result<std::pair<std::string, std::string>> uploadChecksum(const S3Request& req) {
-  auto alg_header = req.header("x-amz-checksum-algorithm");
+  auto named = checksumAlgorithmHeader(req);
+  if (!named) return std::unexpected(named.error());
   std::string type(req.header("x-amz-checksum-type").value_or(""));
   for (auto& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (!alg_header) {
+  if (!*named) {
     if (!type.empty()) {
       return s3fail(S3ErrorCode::kInvalidRequest,
                     "The x-amz-checksum-type header can only be used with the "
@@ -221,21 +222,16 @@ S3Result<std::pair<std::string, std::string>> uploadChecksum(const S3Request& re
     }
     return std::pair<std::string, std::string>();
   }
-  auto alg = checksumFromName(*alg_header);
-  if (!alg) {
-    return s3fail(S3ErrorCode::kInvalidRequest,
-                  "Checksum algorithm provided is unsupported. Please try again with any of the "
-                  "valid types: [CRC32, CRC32C, CRC64NVME, SHA1, SHA256]");
-  }
-  if (type.empty()) type = *alg == ChecksumAlgorithm::kCrc64Nvme ? "FULL_OBJECT" : "COMPOSITE";
-  const bool ok = (type == "FULL_OBJECT" && isCrc(*alg)) ||
-                  (type == "COMPOSITE" && *alg != ChecksumAlgorithm::kCrc64Nvme);
+  const ChecksumAlgorithm alg = **named;
+  if (type.empty()) type = alg == ChecksumAlgorithm::kCrc64Nvme ? "FULL_OBJECT" : "COMPOSITE";
+  const bool ok = (type == "FULL_OBJECT" && isCrc(alg)) ||
+                  (type == "COMPOSITE" && alg != ChecksumAlgorithm::kCrc64Nvme);
   if (!ok) {
     return s3fail(S3ErrorCode::kInvalidRequest,
                   "The " + type + " checksum type cannot be used with the " +
-                      std::string(checksumName(*alg)) + " checksum algorithm.");
+                      std::string(checksumName(alg)) + " checksum algorithm.");
   }
-  return std::pair(std::string(checksumName(*alg)), type);
+  return std::pair(std::string(checksumName(alg)), type);
 }
 
 // What the client says the whole object is, against what its parts make: the size in
@@ -451,7 +447,8 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   if (Status st = co_await writer.start(); !st.isOk()) {
     co_return errorResponse(dataPathError(st), req);
   }
-  CopySink sink(ctx, writer, &keep_alive);
+  // A part of an upload created with a checksum algorithm carries that algorithm (AWS).
+  CopySink sink(ctx, writer, &keep_alive, checksumFromName(upload->checksum_algorithm));
   Status st = Status::ok();
   if (src->is_inline) {
     if (src->inline_data.size() < first + length) {
@@ -479,6 +476,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   part.part_number = number;
   part.size = length;
   part.etag = toHex(sink.md5());
+  part.checksum = sink.checksum();
   part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
   part.version = version;
   part.drives = writer.drives();
@@ -493,7 +491,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
     co_await removeBlobs(ctx, recorded.error(), part.drives, part.stripes);
     co_return errorResponse(err, req);
   }
-  co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos));
+  co_return xmlResponse(copyPartResultXml(part.etag, part.mtime_unix_nanos, part.checksum));
 }
 
 }  // namespace

@@ -156,15 +156,22 @@ std::string listObjectsXml(const ListObjectsParams& p, const index_kv::ListResul
   return std::move(x).finish();
 }
 
-std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
+std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos,
+                                const index_kv::ObjectChecksum& checksum) {
   XmlWriter x("CopyObjectResult");
   x.element("LastModified", IsoTimestamp(mtime_unix_nanos).view()).quotedElement("ETag", etag);
+  if (!checksum.empty()) {
+    x.element("ChecksumType", checksum.type)
+        .element("Checksum" + checksum.algorithm, checksum.value);
+  }
   return std::move(x).finish();
 }
 
-std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos) {
+std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos,
+                              const index_kv::ObjectChecksum& checksum) {
   XmlWriter x("CopyPartResult");
   x.element("LastModified", IsoTimestamp(mtime_unix_nanos).view()).quotedElement("ETag", etag);
+  if (!checksum.empty()) x.element("Checksum" + checksum.algorithm, checksum.value);
   return std::move(x).finish();
 }
 

@@ -97,8 +97,11 @@ struct ObjectAttributesRequest {
 std::string objectAttributesXml(const ObjectAttributesRequest& want,
                                 const index_kv::Manifest& manifest);
 
-std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos);
-std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos);
+// With the copy's checksum (Checksum<ALGORITHM>, and ChecksumType for an object) unless empty.
+std::string copyObjectResultXml(std::string_view etag, int64_t mtime_unix_nanos,
+                                const index_kv::ObjectChecksum& checksum);
+std::string copyPartResultXml(std::string_view etag, int64_t mtime_unix_nanos,
+                              const index_kv::ObjectChecksum& checksum);
 
 struct ObjectIdentifier {
   std::string key;

@@ -171,14 +171,6 @@ def test_overwrite_replaces_checksum(s3, bucket):
     assert checksum_headers(got) == {}
 
 
-def test_copy_gets_no_checksum(s3, bucket):
-    put_with_checksum(s3, bucket, "src", b"copied bytes", "CRC32")
-    s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
-    got = s3.get_object(Bucket=bucket, Key="dst", ChecksumMode="ENABLED")
-    assert got["Body"].read() == b"copied bytes"
-    assert checksum_headers(got) == {}
-
-
 # --- multipart ---------------------------------------------------------------------------
 
 PART1 = bytes(i % 249 for i in range(5 * MiB))
@@ -383,3 +375,88 @@ def test_setting_whose_body_fails_its_digest_is_refused(s3, bucket, header, valu
     assert e.value.response["Error"]["Code"] == "NoSuchTagSet"
     s3.put_bucket_tagging(Bucket=bucket, Tagging=tagging)  # boto3's own digest: stored
     assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == tagging["TagSet"]
+
+
+# --- copies --------------------------------------------------------------------------------
+
+def copy(s3, bucket, src, dst, algorithm=None):
+    headers = {"x-amz-checksum-algorithm": algorithm} if algorithm else {}
+    undo = with_headers(s3, "CopyObject", headers)
+    try:
+        return s3.copy_object(Bucket=bucket, Key=dst, CopySource={"Bucket": bucket, "Key": src})
+    finally:
+        undo()
+
+
+def stored_checksum(s3, bucket, key):
+    got = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    return got["Body"].read(), checksum_headers(got)
+
+
+@pytest.mark.parametrize("size", [100, 3 * MiB])  # an inline copy, and a striped one
+def test_a_copy_keeps_the_sources_algorithm_with_its_value_computed_again(s3, bucket, size):
+    body = os.urandom(size)
+    put_with_checksum(s3, bucket, "src", body, "CRC32C")
+    copy(s3, bucket, "src", "dst")
+    assert stored_checksum(s3, bucket, "dst") == (body, {
+        "x-amz-checksum-crc32c": b64("CRC32C", body), "x-amz-checksum-type": "FULL_OBJECT"})
+    # x-amz-checksum-algorithm names another one: the copy gets that one instead.
+    out = copy(s3, bucket, "src", "dst2", "SHA256")
+    assert out["CopyObjectResult"]["ChecksumSHA256"] == b64("SHA256", body)
+    assert stored_checksum(s3, bucket, "dst2") == (body, {
+        "x-amz-checksum-sha256": b64("SHA256", body), "x-amz-checksum-type": "FULL_OBJECT"})
+
+
+@pytest.mark.parametrize("size", [0, 3 * MiB])
+def test_a_copy_of_a_source_without_a_checksum_gets_one_only_if_asked(s3, bucket, size):
+    body = os.urandom(size)
+    s3.put_object(Bucket=bucket, Key="plain", Body=body)
+    copy(s3, bucket, "plain", "dst")
+    assert stored_checksum(s3, bucket, "dst") == (body, {})
+    out = copy(s3, bucket, "plain", "dst2", "CRC32")
+    assert out["CopyObjectResult"]["ChecksumCRC32"] == b64("CRC32", body)
+    assert stored_checksum(s3, bucket, "dst2") == (body, {
+        "x-amz-checksum-crc32": b64("CRC32", body), "x-amz-checksum-type": "FULL_OBJECT"})
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        copy(s3, bucket, "plain", "dst3", "MD6")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_a_copy_of_a_composite_multipart_object_gets_a_full_object_checksum(s3, bucket):
+    upload_id = create(s3, bucket, "mp", "SHA1")
+    parts = upload_parts(s3, bucket, "mp", upload_id, "SHA1")
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp", UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": p["PartNumber"], "ETag": p["ETag"],
+                                    "ChecksumSHA1": p["value"]} for p in parts]})
+    copy(s3, bucket, "mp", "copied")
+    assert stored_checksum(s3, bucket, "copied") == (PART1 + PART2, {
+        "x-amz-checksum-sha1": b64("SHA1", PART1 + PART2), "x-amz-checksum-type": "FULL_OBJECT"})
+
+
+def test_copied_parts_carry_the_uploads_algorithm_into_its_checksum(s3, bucket):
+    """UploadPartCopy in an upload created with an algorithm: each copied part gets that
+    algorithm's checksum of its range (CopyPartResult), and Complete combines them."""
+    source = os.urandom(6 * MiB + 1000)
+    s3.put_object(Bucket=bucket, Key="source", Body=source)
+    upload_id = create(s3, bucket, "mp", "CRC32")
+    ranges = [(1, 0, 5 * MiB - 1), (2, 5 * MiB, len(source) - 1)]
+    parts = []
+    for number, first, last in ranges:
+        r = s3.upload_part_copy(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                PartNumber=number, CopySource={"Bucket": bucket, "Key": "source"},
+                                CopySourceRange=f"bytes={first}-{last}")
+        value = r["CopyPartResult"]["ChecksumCRC32"]
+        assert value == b64("CRC32", source[first:last + 1])
+        parts.append({"PartNumber": number, "ETag": r["CopyPartResult"]["ETag"],
+                      "ChecksumCRC32": value})
+    listed = s3.list_parts(Bucket=bucket, Key="mp", UploadId=upload_id)["Parts"]
+    assert [p.get("ChecksumCRC32") for p in listed] == [p["ChecksumCRC32"] for p in parts]
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                        MultipartUpload={"Parts": parts})
+    want = base64.b64encode(raw_checksum("CRC32", b"".join(
+        raw_checksum("CRC32", source[first:last + 1]) for _, first, last in ranges))).decode()
+    assert done["ChecksumCRC32"] == want + "-2"
+    assert stored_checksum(s3, bucket, "mp") == (source, {
+        "x-amz-checksum-crc32": want + "-2", "x-amz-checksum-type": "COMPOSITE"})

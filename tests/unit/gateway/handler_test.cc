@@ -2483,6 +2483,33 @@ TEST_CASE("A copy that outlasts the PUT deadline is not committed") {
   REQUIRE(f.get("/bucket/src").body == data);
 }
 
+TEST_CASE("A copy whose bytes do not give the source's checksum is refused, writing nothing") {
+  GatewayFixture f;
+  f.createBucket();
+  for (const std::string key : {"striped", "inline"}) {
+    const std::string data = randomString(key == "striped" ? kStripedSize : 100, 5);
+    REQUIRE(f.put(key, data, {{"x-amz-sdk-checksum-algorithm", "CRC32"}}).status == 200);
+    auto stored = f.cluster.index().getObject("bucket", key);
+    REQUIRE(stored);
+    REQUIRE(stored->checksum.algorithm == "CRC32");
+    // A copy computes the source's value again, and says so...
+    Reply ok = f.send(makeRequest("PUT", "/bucket/" + key + "-copy",
+                                  {{"x-amz-copy-source", "/bucket/" + key}}));
+    CHECK(ok.status == 200);
+    CHECK(ok.body.find("<ChecksumCRC32>" + stored->checksum.value + "</ChecksumCRC32>") !=
+          std::string::npos);
+    // ...which a source whose stored value is another does not vouch for.
+    stored->checksum.value = "AAAAAA==";
+    REQUIRE(f.cluster.index().putObject("bucket", key, *stored, index_kv::Precondition::none()));
+    const size_t blobs = f.blobCount();
+    Reply bad = f.send(makeRequest("PUT", "/bucket/" + key + "-bad",
+                                   {{"x-amz-copy-source", "/bucket/" + key}}));
+    CHECK(bad.code == "InternalError");
+    CHECK(f.get("/bucket/" + key + "-bad").code == "NoSuchKey");
+    CHECK(f.blobCount() == blobs);  // what it wrote is removed
+  }
+}
+
 TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follows spaces") {
   GatewayFixture f;
   f.createBucket();
