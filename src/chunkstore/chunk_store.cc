@@ -122,12 +122,12 @@ class ChunkStoreImpl final : public ChunkStore {
     }
     // Recovery: whatever a crash left unindexed (written, never committed; or unindexed,
     // never punched) is freed before the first new write.
-    auto reclaimed = extents_.reclaimOrphans(live);
-    if (!reclaimed) return reclaimed.error();
-    if (reclaimed->extents_removed + reclaimed->ranges_punched > 0) {
-      log::info("{}: reclaimed {} orphan bytes in {} ranges, removed {} empty extents",
-                options_.dir, reclaimed->bytes_punched, reclaimed->ranges_punched,
-                reclaimed->extents_removed);
+    const ExtentSet::ReclaimStats reclaimed = extents_.reclaimOrphans(live);
+    if (reclaimed.extents_removed + reclaimed.ranges_punched + reclaimed.extents_failed > 0) {
+      log::info("{}: reclaimed {} orphan bytes in {} ranges, removed {} empty extents, {} "
+                "extents left as they were",
+                options_.dir, reclaimed.bytes_punched, reclaimed.ranges_punched,
+                reclaimed.extents_removed, reclaimed.extents_failed);
     }
     if (options_.spare_zero_rate > 0) zeroer_ = std::thread([this] { zeroSpares(); });
     return Status::ok();

@@ -484,76 +484,86 @@ bool ExtentSet::retired(uint32_t extent) const {
   return retired_.contains(extent);
 }
 
-Result<ExtentSet::ReclaimStats> ExtentSet::reclaimOrphans(const LiveRanges& live) {
+ExtentSet::ReclaimStats ExtentSet::reclaimOrphans(const LiveRanges& live) {
   ReclaimStats stats;
   for (uint32_t extent : found_) {
-    auto it = live.find(extent);
-    if (it == live.end() || it->second.empty()) {
-      // No live blob: the whole file is orphan bytes. Close our descriptor first.
-      {
-        std::unique_lock lock(fds_mu_);
-        open_.erase(extent);
-      }
-      if (Status st = engine_.remove(path(extent)); !st) return fail(st);
-      ++stats.extents_removed;
-      continue;
-    }
-    // A descriptor of its own, closed after: the walk touches each extent once, and keeping
-    // them would only push the ones reads use out of the bounded table.
-    auto fd = engine_.open(path(extent), O_RDWR, 0644);
-    if (!fd) return fail(fd.error());
-    struct Closer {
-      IoEngine& engine;
-      int fd;
-      ~Closer() { (void)engine.close(fd); }
-    } closer{engine_, *fd};
-    const off_t size = ::lseek(*fd, 0, SEEK_END);
-    if (size < 0) return fail(Status::fromErrno(errno, "lseek " + path(extent)));
-    auto ranges = it->second;
-    std::sort(ranges.begin(), ranges.end());
-    uint64_t pos = 0;
-    // Calls fn(begin, end) for each run of [begin, end) that holds data (a SEEK_DATA /
-    // SEEK_HOLE walk), so that old holes and a presized extent's unwritten tail are skipped.
-    auto forEachDataRun = [&](uint64_t begin, uint64_t end, auto&& fn) -> Status {
-      uint64_t at = begin;
-      while (at < end) {
-        off_t data = ::lseek(*fd, static_cast<off_t>(at), SEEK_DATA);
-        if (data < 0) {
-          if (errno == ENXIO) return Status::ok();  // no data past `at`
-          return Status::fromErrno(errno, "SEEK_DATA in " + path(extent));
-        }
-        if (static_cast<uint64_t>(data) >= end) return Status::ok();
-        off_t hole = ::lseek(*fd, data, SEEK_HOLE);
-        if (hole < 0) return Status::fromErrno(errno, "SEEK_HOLE in " + path(extent));
-        uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), end);
-        GRANARY_RETURN_IF_ERROR(fn(static_cast<uint64_t>(data), stop));
-        ++stats.ranges_punched;
-        stats.bytes_punched += stop - static_cast<uint64_t>(data);
-        at = stop;
-      }
-      return Status::ok();
-    };
-    for (const auto& [offset, len] : ranges) {
-      if (offset > pos) {
-        Status st = forEachDataRun(pos, offset, [&](uint64_t begin, uint64_t stop) {
-          return engine_.punchHole(*fd, begin, stop - begin);
-        });
-        if (!st) return fail(st);
-      }
-      pos = std::max(pos, offset + len);
-    }
-    if (static_cast<uint64_t>(size) > pos) {
-      // The tail after the last live blob is cut off rather than punched: a torn write can
-      // leave a partial last block, which a punch would only zero, not free. Only its data
-      // counts as reclaimed (an extent is presized: most of its tail may be a hole).
-      Status st = forEachDataRun(pos, static_cast<uint64_t>(size),
-                                 [](uint64_t, uint64_t) { return Status::ok(); });
-      if (!st) return fail(st);
-      if (Status cut = engine_.resize(*fd, pos); !cut) return fail(cut);
+    // An extent that cannot be reclaimed keeps its orphan bytes until the next open: they
+    // are wasted space, never read or written over (new blobs go to new extents), so a
+    // failing disk region or a missing file costs the drive none of its other blobs.
+    Status st = reclaimExtent(extent, live, stats);
+    if (!st) {
+      ++stats.extents_failed;
+      log::warn("{}: orphan bytes left for the next open: {}", path(extent), st.toString());
     }
   }
   found_.clear();
   return stats;
+}
+
+Status ExtentSet::reclaimExtent(uint32_t extent, const LiveRanges& live, ReclaimStats& stats) {
+  auto it = live.find(extent);
+  if (it == live.end() || it->second.empty()) {
+    // No live blob: the whole file is orphan bytes. Close our descriptor first.
+    {
+      std::unique_lock lock(fds_mu_);
+      open_.erase(extent);
+    }
+    GRANARY_RETURN_IF_ERROR(engine_.remove(path(extent)));
+    ++stats.extents_removed;
+    return Status::ok();
+  }
+  // A descriptor of its own, closed after: the walk touches each extent once, and keeping
+  // them would only push the ones reads use out of the bounded table.
+  auto fd = engine_.open(path(extent), O_RDWR, 0644);
+  if (!fd) return fd.error();
+  struct Closer {
+    IoEngine& engine;
+    int fd;
+    ~Closer() { (void)engine.close(fd); }
+  } closer{engine_, *fd};
+  const off_t size = ::lseek(*fd, 0, SEEK_END);
+  if (size < 0) return Status::fromErrno(errno, "lseek " + path(extent));
+  auto ranges = it->second;
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t pos = 0;
+  // Calls fn(begin, end) for each run of [begin, end) that holds data (a SEEK_DATA /
+  // SEEK_HOLE walk), so that old holes and a presized extent's unwritten tail are skipped.
+  auto forEachDataRun = [&](uint64_t begin, uint64_t end, auto&& fn) -> Status {
+    uint64_t at = begin;
+    while (at < end) {
+      off_t data = ::lseek(*fd, static_cast<off_t>(at), SEEK_DATA);
+      if (data < 0) {
+        if (errno == ENXIO) return Status::ok();  // no data past `at`
+        return Status::fromErrno(errno, "SEEK_DATA in " + path(extent));
+      }
+      if (static_cast<uint64_t>(data) >= end) return Status::ok();
+      off_t hole = ::lseek(*fd, data, SEEK_HOLE);
+      if (hole < 0) return Status::fromErrno(errno, "SEEK_HOLE in " + path(extent));
+      uint64_t stop = std::min<uint64_t>(static_cast<uint64_t>(hole), end);
+      GRANARY_RETURN_IF_ERROR(fn(static_cast<uint64_t>(data), stop));
+      ++stats.ranges_punched;
+      stats.bytes_punched += stop - static_cast<uint64_t>(data);
+      at = stop;
+    }
+    return Status::ok();
+  };
+  for (const auto& [offset, len] : ranges) {
+    if (offset > pos) {
+      GRANARY_RETURN_IF_ERROR(forEachDataRun(pos, offset, [&](uint64_t begin, uint64_t stop) {
+        return engine_.punchHole(*fd, begin, stop - begin);
+      }));
+    }
+    pos = std::max(pos, offset + len);
+  }
+  if (static_cast<uint64_t>(size) > pos) {
+    // The tail after the last live blob is cut off rather than punched: a torn write can
+    // leave a partial last block, which a punch would only zero, not free. Only its data
+    // counts as reclaimed (an extent is presized: most of its tail may be a hole).
+    GRANARY_RETURN_IF_ERROR(forEachDataRun(pos, static_cast<uint64_t>(size),
+                                           [](uint64_t, uint64_t) { return Status::ok(); }));
+    GRANARY_RETURN_IF_ERROR(engine_.resize(*fd, pos));
+  }
+  return Status::ok();
 }
 
 }  // namespace granary::chunkstore

@@ -79,6 +79,7 @@ class ExtentSet {
     uint64_t extents_removed = 0;  // extent files without a live blob, unlinked
     uint64_t ranges_punched = 0;   // orphan ranges that still held data
     uint64_t bytes_punched = 0;
+    uint64_t extents_failed = 0;   // left as they were (logged): an I/O error, a lost file
   };
 
   ExtentSet(IoEngine& engine, std::string dir, uint64_t extent_size, bool direct_io,
@@ -104,8 +105,9 @@ class ExtentSet {
   // Frees every byte of the extents found by open() that `live` does not cover: unlinks
   // extents without live blobs, truncates the others after their last live blob and
   // punches their gaps (only where data remains, found with SEEK_DATA, so a restart does
-  // not re-punch old holes). Call before the first allocation, with nothing else running.
-  Result<ReclaimStats> reclaimOrphans(const LiveRanges& live);
+  // not re-punch old holes). An extent that fails is left as it was, for the next open.
+  // Call before the first allocation, with nothing else running.
+  ReclaimStats reclaimOrphans(const LiveRanges& live);
   // The descriptor of an existing extent (opened on first use).
   Result<ExtentFd> fd(uint32_t extent);
   // A read-only descriptor of an existing extent through the page cache (no O_DIRECT, and
@@ -160,6 +162,8 @@ class ExtentSet {
   ExtentFd installLocked(uint32_t extent, bool cached, int fd);
   Result<ExtentFd> openExtent(uint32_t extent, bool create);
   Result<int> openDirect(const std::string& path, int flags);
+  // reclaimOrphans() of one extent, counted in `stats`.
+  Status reclaimExtent(uint32_t extent, const LiveRanges& live, ReclaimStats& stats);
   std::string sparePath(bool ready) const;
   // Takes the spare out of the set under alloc_mu_ and returns its descriptor, to become an
   // extent or to go to removeSpare() (-1 when none was ready; one in preparation is only

@@ -318,6 +318,62 @@ TEST_CASE("Opening a drive reclaims orphan bytes and empty extents, space matche
   checkReadsBack(*f.store, kept);
 }
 
+TEST_CASE("Orphans that cannot be reclaimed are left for the next open: the drive opens") {
+  // Removing, truncating and punching extents fail (a failing disk region): the drive
+  // opens all the same, serves its blobs, and a later open reclaims what was left.
+  class FailingReclaim final : public IoEngineWrapper {
+   public:
+    using IoEngineWrapper::IoEngineWrapper;
+    Status remove(const std::string& path) override {
+      if (failing && path.ends_with(".ext")) return Status::fromErrno(EIO, "injected");
+      return target_->remove(path);
+    }
+    Status resize(int fd, uint64_t size) override {
+      if (failing) return Status::fromErrno(EIO, "injected resize fault");
+      return target_->resize(fd, size);
+    }
+    Status punchHole(int fd, uint64_t offset, uint64_t len) override {
+      if (failing) return Status::fromErrno(EIO, "injected punch fault");
+      return target_->punchHole(fd, offset, len);
+    }
+    std::atomic<bool> failing{false};
+  };
+  auto base = makePosixEngine();
+  FailingReclaim engine(base.get());
+  ChunkStoreOptions options;
+  options.extent_size = 256 * 1024;
+  StoreFixture f(engine, options);
+  std::map<uint64_t, std::vector<uint8_t>> kept;
+  for (uint64_t n = 1; n <= 24; ++n) {
+    auto data = randomBytes(30'000 + 1000 * n, n);
+    REQUIRE(f.store->put(descriptor(makeId(n)), data).isOk());
+    if (n > 8) kept[n] = std::move(data);
+  }
+  for (uint64_t n = 1; n <= 8; ++n) REQUIRE(f.store->remove(makeId(n)).isOk());
+  {  // orphan bytes after extent 3's last blob, as a crash leaves them
+    int fd = ::open(extentPath(f.options.dir, 3).c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    const off_t end = ::lseek(fd, 0, SEEK_END);
+    std::vector<uint8_t> junk(64 * 1024, 0xAB);
+    REQUIRE(::pwrite(fd, junk.data(), junk.size(), end) == static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+  }
+  const int64_t with_orphans = extentBytes(f.options.dir);
+  engine.failing = true;
+  REQUIRE(f.reopen().isOk());
+  engine.failing = false;
+  CHECK(std::filesystem::exists(extentPath(f.options.dir, 0)));  // held blobs 1-5 only
+  CHECK(extentBytes(f.options.dir) == with_orphans);
+  checkReadsBack(*f.store, kept);
+  REQUIRE(f.store->put(descriptor(makeId(100)), randomBytes(5000, 100)).isOk());
+  kept[100] = randomBytes(5000, 100);
+  REQUIRE(f.reopen().isOk());
+  CHECK_FALSE(std::filesystem::exists(extentPath(f.options.dir, 0)));
+  CHECK(extentBytes(f.options.dir) < with_orphans);
+  checkSpaceMatchesDisk(f);
+  checkReadsBack(*f.store, kept);
+}
+
 TEST_CASE("Power cuts at random moments under concurrent puts and removes, with torn writes") {
   // Each round: 6 threads put (and some remove) blobs until the "power" fails at a random
   // moment; unsynced writes are torn at random 512-byte boundaries. After the restart
