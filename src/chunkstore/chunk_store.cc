@@ -1185,14 +1185,28 @@ Result<BlobDescriptor> ChunkStoreImpl::describe(const BlobId& id) {
   ForegroundOp op(*this);  // reads the header from the drive
   auto rec = index_->get(id);
   if (!rec) return fail(rec.error());
-  auto plan = planRead(id, *rec, 0, {}, false, false, false);  // the header region only
-  if (!plan) return fail(plan.error());
-  GRANARY_RETURN_IF_ERROR_RESULT(engine_.pread(plan->file->get(), plan->headIo(), rec->offset));
-  GRANARY_RETURN_IF_ERROR_RESULT(verifyRead(*plan));
-  auto hdr = decodeHeader(plan->headIo().first(rec->header_region_len));
-  if (!hdr) return fail(hdr.error());
-  return BlobDescriptor{hdr->id, hdr->ec, hdr->stripe_data_len, std::move(hdr->bucket),
-                        std::move(hdr->key), hdr->flags};
+  for (bool rechecked = false;; rechecked = true) {
+    auto plan = planRead(id, *rec, 0, {}, false, false, false);  // the header region only
+    if (!plan) return fail(plan.error());
+    Status st = engine_.pread(plan->file->get(), plan->headIo(), rec->offset);
+    if (st) st = verifyRead(*plan);
+    if (st.isCorruption() && !rechecked) {
+      // As for reads: a remove() may have punched the range since the lookup, which makes
+      // the blob deleted (or stored again elsewhere), not corrupt.
+      auto again = recheckAfterCorruption(id, *rec, 0, 0, st);
+      if (again) {
+        rec = *again;
+        continue;
+      }
+      st = again.error();
+    }
+    if (st.isCorruption()) noteCorrupt(id, st);
+    if (!st) return fail(st);
+    auto hdr = decodeHeader(plan->headIo().first(rec->header_region_len));
+    if (!hdr) return fail(hdr.error());
+    return BlobDescriptor{hdr->id, hdr->ec, hdr->stripe_data_len, std::move(hdr->bucket),
+                          std::move(hdr->key), hdr->flags};
+  }
 }
 
 Status ChunkStoreImpl::remove(const BlobId& id) {

@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
 #include <new>
 #include <thread>
+#include <utility>
 
 #include "aligned_buffer.h"
 #include "test_util.h"
@@ -341,6 +343,45 @@ TEST_CASE("A flipped header bit makes every read of the blob kCorruption") {
   CHECK(readVia(*f.store, async, id, 0, out).code() == Status::Code::kCorruption);
   CHECK(readVia(*f.store, async, id, 4500, out).code() == Status::Code::kCorruption);
   CHECK(f.store->describe(id).error().code() == Status::Code::kCorruption);
+}
+
+TEST_CASE("describe of a blob removed under it is kNotFound, of one stored again its new self") {
+  // The blob goes between describe's index lookup and its header read (the engine runs
+  // the change just before that read): its bytes are punched, which is no corruption.
+  class BeforeRead final : public IoEngineWrapper {
+   public:
+    using IoEngineWrapper::IoEngineWrapper;
+    Status pread(int fd, std::span<uint8_t> out, uint64_t offset) override {
+      if (auto hook = std::exchange(before, nullptr)) hook();
+      return target_->pread(fd, out, offset);
+    }
+    std::function<void()> before;
+  };
+  auto base = makeUringEngine();
+  BeforeRead engine(base.get());
+  StoreFixture f(engine);
+  const BlobId id = makeId(1);
+  BlobDescriptor first = descriptor(id);
+  first.key = "first";
+  REQUIRE(f.store->put(first, randomBytes(5000, 1)).isOk());
+  REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(5000, 2)).isOk());  // not at 0
+  SECTION("removed") {
+    engine.before = [&] { REQUIRE(f.store->remove(id).isOk()); };
+    CHECK(f.store->describe(id).error().code() == Status::Code::kNotFound);
+  }
+  SECTION("removed and stored again") {
+    BlobDescriptor second = descriptor(id);
+    second.key = "second";
+    engine.before = [&] {
+      REQUIRE(f.store->remove(id).isOk());
+      REQUIRE(f.store->put(second, randomBytes(7000, 3)).isOk());
+    };
+    auto got = f.store->describe(id);
+    REQUIRE(got.has_value());
+    CHECK(got->key == "second");
+  }
+  CHECK(engine.before == nullptr);  // the change did run under the read
+  CHECK(f.store->stats()->corrupt_ids.empty());
 }
 
 TEST_CASE("A punched (zeroed) blob still indexed is kCorruption, not zeros") {
