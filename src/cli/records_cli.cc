@@ -467,7 +467,8 @@ constexpr Verb kAdminVerbs[] = {
     {"status", "", "the cluster map's epoch, the index's and every server's health, drive "
      "capacity (root only)", 0, 0, noOptions, runAdminStatus},
     {"repair", "", "one repair pass: rebuild lost and corrupt fragments, spread out stacked "
-     "ones; prints its report (root only)", 0, 0, repairOptions, runAdminRepair},
+     "ones, copy those of draining drives elsewhere; prints its report (root only)", 0, 0,
+     repairOptions, runAdminRepair},
     {"rebalance", "", "a repair pass that also moves fragments onto the drives the current "
      "map places them on (after adding a server; root only)", 0, 0, repairOptions,
      runAdminRebalance},

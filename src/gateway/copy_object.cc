@@ -72,7 +72,11 @@ Task<Status> CopySink::flush() {
 
 index_kv::ObjectChecksum CopySink::checksum() {
   if (!checksum_) return {};
-  return {std::string(checksumName(checksum_->algorithm())), checksum_->value(), "FULL_OBJECT"};
+  if (!checksum_value_) {
+    checksum_value_ = index_kv::ObjectChecksum{std::string(checksumName(checksum_->algorithm())),
+                                               checksum_->value(), "FULL_OBJECT"};
+  }
+  return *checksum_value_;
 }
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
@@ -171,8 +175,8 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
            src->checksum.value == m.checksum.value;
   };
   const S3Error mismatch{S3ErrorCode::kInternalError,
-                         "The copy's bytes do not give the source's checksum; nothing was "
-                         "written. Please try again."};
+                         "The source object's bytes do not give its stored checksum: the copy "
+                         "was refused and nothing was written."};
 
   if (src->is_inline || src->size <= ctx.options.inline_threshold) {
     m.is_inline = true;

@@ -52,7 +52,8 @@ class CopySink final : public BodySink {
   Task<Status> flush();
 
   std::vector<uint8_t> md5() { return md5_.finish(); }
-  // The additional checksum of the bytes (FULL_OBJECT); empty if none was asked for.
+  // The additional checksum of the bytes (FULL_OBJECT); empty if none was asked for. After
+  // the last write (the bytes' checksum is final once asked for).
   index_kv::ObjectChecksum checksum();
 
  private:
@@ -62,6 +63,7 @@ class CopySink final : public BodySink {
   size_t used_ = 0;
   Digest md5_{Digest::Kind::kMd5};
   std::optional<Checksummer> checksum_;
+  std::optional<index_kv::ObjectChecksum> checksum_value_;  // once checksum() made it
 };
 
 }  // namespace granary::gateway

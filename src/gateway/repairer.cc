@@ -345,6 +345,13 @@ struct Repairer::Impl {
       desc.key = key;
       desc.flags = stripeFlags(m, index_in_manifest);
       Status st = chunks.put(f[j].target, desc, f[j].bytes);
+      if (st.code() == Status::Code::kAlreadyExists) {
+        // Another pass (a gateway's, draining the same drive from the same map) put it there
+        // since this one looked: not this pass's copy, so not its to commit or remove. It
+        // stays where it is; that pass commits, or the next one sees the copy and goes on.
+        log::info("repair: {} on {} was put there meanwhile", desc.id.toString(), f[j].target);
+        continue;
+      }
       if (!st.isOk()) {
         ++stats.errors;
         log::warn("repair: writing {} to {}: {}", desc.id.toString(), f[j].target, st.toString());
@@ -422,7 +429,8 @@ struct Repairer::Impl {
         if (!committed) ++found.errors;
       }
       if (!committed) {
-        found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced = 0;
+        found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced =
+            found.fragments_drained = 0;
       }
     }
     stats += found;

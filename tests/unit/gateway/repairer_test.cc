@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "forwarding_index.h"
@@ -468,6 +470,52 @@ TEST_CASE("A drained fragment is never stacked onto fewer than k domains: it sta
   auto where = f.checkFragments("k");
   CHECK(std::find(where.begin(), where.end(), "d3") == where.end());
   CHECK(f.pass(true).fragments_draining == 0);
+}
+
+TEST_CASE("A drain whose commit loses to an overwrite counts nothing drained, keeps no copy") {
+  RepairFixture f(7);
+  f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  // The object is overwritten between the pass's copy and its compare-and-swap.
+  struct OverwrittenIndex final : index_kv::ForwardingIndex {
+    OverwrittenIndex(index_kv::Index& target, std::function<void()> overwrite)
+        : ForwardingIndex(target), overwrite(std::move(overwrite)) {}
+    Status relocateFragments(std::string_view bucket, std::string_view key,
+                             const index_kv::Manifest& expected,
+                             const index_kv::Manifest& updated) override {
+      if (overwrite) std::exchange(overwrite, nullptr)();
+      return ForwardingIndex::relocateFragments(bucket, key, expected, updated);
+    }
+    std::function<void()> overwrite;
+  } index(f.index, [&] { f.put("k", {0, 1, 3, 4, 5, 5}); });
+  Repairer r(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+             RepairOptions{});
+  auto done = r.runPass(false, false);
+  REQUIRE(done.has_value());
+  CHECK(index.overwrite == nullptr);
+  CHECK(done->conflicts == 1);
+  CHECK(done->fragments_draining == 1);
+  CHECK(done->fragments_drained == 0);
+  CHECK(f.metric("drained") == 0);
+  CHECK(f.cluster.blobs("d6").empty());  // the pass's copy went with its refused commit
+  auto where = f.checkFragments("k");  // the overwrite stands
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+}
+
+TEST_CASE("A copy another pass put meanwhile is no error of this pass, nor its to commit") {
+  RepairFixture f(7);
+  f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  // d6 (the only free domain) answers that the fragment is there already.
+  f.cluster.chunks->failPuts("d6", Status::alreadyExists("put there meanwhile"));
+  RepairStats done = f.pass(false);
+  CHECK(done.errors == 0);
+  CHECK(done.fragments_draining == 1);
+  CHECK(done.fragments_drained == 0);
+  auto where = f.checkFragments("k");  // the manifest still names d2
+  CHECK(std::find(where.begin(), where.end(), "d2") != where.end());
+  f.cluster.chunks->clearFaults();
+  CHECK(f.pass(false).fragments_drained == 1);
 }
 
 }  // namespace granary::gateway
