@@ -318,7 +318,8 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   // stored bytes), concurrently on the worker pool, straight from their data fragments:
   // small reads are latency-bound, this overlaps them. A record whose direct read fails is
   // read again through readRecordAt, which decodes from parity. warc.gz members are
-  // inflated one at a time as they are sent, so memory stays bounded.
+  // inflated one at a time as they are sent, each charged to the buffer budget (its
+  // ISIZE, which inflation never passes) until sent, so memory stays bounded.
   constexpr size_t kReadWindow = 32;
   constexpr uint64_t kWindowBytes = 32ull << 20;
   struct Fetched {
@@ -376,12 +377,17 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     }
     (void)co_await group.wait();
   };
-  auto readOne = [&](size_t i, size_t begin) -> Task<S3Result<std::string>> {
+  // `charge`: holds what an inflated body costs, until the caller sent it.
+  auto readOne = [&](size_t i, size_t begin,
+                     BufferBudget::Lease& charge) -> Task<S3Result<std::string>> {
     if (window[i - begin].body) {
       S3Result<std::string> stored = std::move(*window[i - begin].body);
       if (!stored || wanted[i].raw || (*manifestOf(i))->records.format != "warc.gz") {
         co_return stored;
       }
+      // A read's acquire, bounded by the budget's patience: safe under the window's lease.
+      BufferBudget::Lease got = co_await ctx.data.budget().acquire(inflatedBound(*stored));
+      charge = std::move(got);
       co_return co_await offload(ctx.pool(), [&] { return inflateRecord(*stored); });
     }
     auto m = manifestOf(i);
@@ -405,7 +411,8 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       std::tie(end, bytes) = windowEnd(begin);
       co_await fetchWindow(begin, end, bytes);
     }
-    auto record = co_await readOne(i, begin);
+    BufferBudget::Lease record_charge;  // an inflated record's, until it is sent
+    auto record = co_await readOne(i, begin, record_charge);
     Json head = Json::object();
     head["index"] = i;
     putKey(head, wanted[i].key);

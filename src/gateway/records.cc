@@ -334,8 +334,8 @@ S3Result<std::string> recordBody(const std::string& bucket, const index_kv::Reco
 
 uint64_t inflatedBound(std::string_view member) {
   if (member.size() < 4) return 0;
-  // A gzip member ends with ISIZE, the inflated size mod 2^32 (little-endian); the
-  // inflation sizes its output from it, up to kMaxInflated.
+  // A gzip member ends with ISIZE, the inflated size mod 2^32 (little-endian); inflateRecord
+  // goes no further, and never past kMaxInflated.
   const auto* tail = reinterpret_cast<const uint8_t*>(member.data() + member.size() - 4);
   const uint64_t isize = uint64_t{tail[0]} | uint64_t{tail[1]} << 8 |
                          uint64_t{tail[2]} << 16 | uint64_t{tail[3]} << 24;
@@ -343,12 +343,14 @@ uint64_t inflatedBound(std::string_view member) {
 }
 
 S3Result<std::string> inflateRecord(std::string_view member) {
+  // Never past what its ISIZE says (what callers charge to the buffer budget): under 4 GiB
+  // ISIZE is the exact size, so a member that inflates to more is not valid gzip.
   auto inflated = index_kv::inflateGzipMember(
-      {reinterpret_cast<const uint8_t*>(member.data()), member.size()}, kMaxInflated);
+      {reinterpret_cast<const uint8_t*>(member.data()), member.size()}, inflatedBound(member));
   if (!inflated) {
     return s3fail(S3ErrorCode::kInternalError,
-                  "The record's gzip member does not inflate to at most 64 MiB: " +
-                      inflated.error().message());
+                  "The record's gzip member does not inflate to the size its trailer states "
+                  "(at most 64 MiB): " + inflated.error().message());
   }
   return std::move(*inflated);
 }

@@ -148,7 +148,8 @@ S3Result<std::string> recordBody(const std::string& bucket, const index_kv::Reco
 
 // What inflating warc.gz member `member` may allocate: its ISIZE, at most kMaxRecordBytes.
 uint64_t inflatedBound(std::string_view member);
-// Blocking: a verified warc.gz member, inflated (at most kMaxRecordBytes).
+// Blocking: a verified warc.gz member, inflated: at most inflatedBound(member) bytes (more
+// is an error), so a caller that charged that much charged it all.
 S3Result<std::string> inflateRecord(std::string_view member);
 // Writes a body in 1 MiB pieces, so a slow client's deadline applies per piece.
 Task<Status> writeInPieces(BodySink& sink, std::string_view data);

@@ -16,4 +16,7 @@ add_executable(gateway_test
   ${CMAKE_CURRENT_LIST_DIR}/md5_lanes_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc)
 target_link_libraries(gateway_test PRIVATE granary_gateway granary_catch_main)
+# A warc.gz member of 32 KiB that inflates to 32 MiB (the index_kv tests' fixture).
+target_compile_definitions(gateway_test PRIVATE
+  GRANARY_BOMB_WARC_GZ="${PROJECT_SOURCE_DIR}/tests/unit/index_kv/testdata/bomb.warc.gz")
 catch_discover_tests(gateway_test TEST_PREFIX "gateway." EXTRA_ARGS --warn NoTests)

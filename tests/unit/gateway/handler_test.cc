@@ -11,7 +11,9 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <latch>
 #include <optional>
 #include <set>
@@ -2629,6 +2631,31 @@ std::vector<nlohmann::json> batchHeads(const std::string& stream) {
     pos = nl + 1 + heads.back().value("size", size_t{0});
   }
   return heads;
+}
+
+TEST_CASE("A batch GET charges an inflated warc.gz record to the buffer budget until sent") {
+  // One 32 KiB gzip member of 32 MiB: the window charged its stored bytes only, and the
+  // inflated body was held outside the budget.
+  GatewayFixture f;
+  f.createBucket();
+  std::ifstream in(GRANARY_BOMB_WARC_GZ, std::ios::binary);
+  const std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(gz.size() == 32736);
+  REQUIRE(f.put("crawl.warc.gz", gz, {{"x-granary-index", "warc.gz"}}).status == 200);
+  uint64_t charged_while_sending = 0;
+  f.on_body_write = [&f, &charged_while_sending] {
+    charged_while_sending =
+        std::max(charged_while_sending, f.ctx->data.budget().stats().used);
+  };
+  const std::string batch = R"({"records": ["http://bomb.example/"], "type": "resource"})";
+  Reply b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  REQUIRE(b.status == 200);
+  auto heads = batchHeads(b.body);
+  REQUIRE(heads.size() == 2);
+  CHECK(heads[0]["status"] == 200);
+  CHECK(heads[0]["size"].get<uint64_t>() > (32u << 20));
+  CHECK(charged_while_sending >= heads[0]["size"].get<uint64_t>());
+  CHECK(budgetDrained(f));
 }
 
 TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
