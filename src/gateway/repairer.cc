@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -529,7 +530,15 @@ Result<RepairStats> Repairer::runPass(bool dry_run, bool rebalance) {
 void Repairer::start() {
   if (impl_->options.interval.count() <= 0) return;
   impl_->stopping = false;
-  thread_.start(impl_->options.interval, [this] {
+  // The first pass at a random point of the second half of the first interval: gateways
+  // restarted together (a new cluster map: a drain) do not all walk every object at once.
+  const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+      impl_->options.interval);
+  std::uniform_int_distribution<int64_t> half(interval.count() / 2, interval.count());
+  std::random_device seed;
+  std::mt19937_64 pick(seed());
+  const std::chrono::milliseconds first(half(pick));
+  thread_.start(interval, [this] {
     auto stats = impl_->runPass(false, false, /*wait=*/true);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
@@ -541,7 +550,7 @@ void Repairer::start() {
                 stats->fragments_drained, stats->fragments_draining,
                 stats->unrecoverable_stripes);
     }
-  });
+  }, first);
 }
 
 void Repairer::stop() {

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 
 namespace granary {
 
@@ -21,15 +23,19 @@ class PeriodicThread {
   PeriodicThread& operator=(const PeriodicThread&) = delete;
   ~PeriodicThread() { stop(); }
 
-  // The first pass runs one interval after start(). No-op if already started.
-  void start(std::chrono::milliseconds interval, std::function<void()> pass) {
+  // The first pass runs `first` after start() (by default one interval), the next ones
+  // `interval` after the previous one ended. No-op if already started.
+  void start(std::chrono::milliseconds interval, std::function<void()> pass,
+             std::optional<std::chrono::milliseconds> first = std::nullopt) {
     std::lock_guard lock(mu_);
     if (thread_.joinable()) return;
     stopping_ = false;
-    thread_ = std::thread([this, interval, pass = std::move(pass)] {
+    thread_ = std::thread([this, interval, wait = first.value_or(interval),
+                           pass = std::move(pass)]() mutable {
       std::unique_lock lock(mu_);
       while (!stopping_) {
-        cv_.wait_for(lock, interval, [this] { return stopping_ || triggered_; });
+        cv_.wait_for(lock, std::exchange(wait, interval),
+                     [this] { return stopping_ || triggered_; });
         if (stopping_) break;
         triggered_ = false;
         lock.unlock();

@@ -94,7 +94,9 @@ class Repairer {
   // failures are counted in `errors`. kUnavailable at once if a pass is running already.
   Result<RepairStats> runPass(bool dry_run, bool rebalance = false);
 
-  void start();  // background passes every options.interval (if > 0)
+  // Background passes every options.interval (if > 0), the first at a random point between
+  // half an interval and one interval from now.
+  void start();
   void stop();   // ends the pass in progress early
 
  private:

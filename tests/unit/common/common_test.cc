@@ -229,6 +229,18 @@ TEST_CASE("A periodic pass sees stopping() once stop() is called, and stop() wai
   CHECK(thread.stopping());
 }
 
+TEST_CASE("A periodic thread's first pass may come sooner than its interval") {
+  PeriodicThread thread;
+  std::latch ran(1);
+  std::atomic<int> passes{0};
+  thread.start(std::chrono::hours(1), [&] {
+    if (passes++ == 0) ran.count_down();
+  }, std::chrono::milliseconds(1));
+  ran.wait();  // would wait an hour at the default first delay
+  thread.stop();
+  CHECK(passes == 1);  // the next, an hour later, never came
+}
+
 namespace granary {
 
 TEST_CASE("strictUtf8 takes what RFC 3629 allows and nothing else") {
