@@ -394,6 +394,7 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     if (!m) co_return std::unexpected(m.error());
     auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, **m);
     if (!record) co_return std::unexpected(record.error());
+    charge = std::move(record->charge);  // its stored and inflated bytes, until sent
     co_return std::move(record->body);
   };
 

@@ -339,7 +339,9 @@ uint64_t inflatedBound(std::string_view member) {
   const auto* tail = reinterpret_cast<const uint8_t*>(member.data() + member.size() - 4);
   const uint64_t isize = uint64_t{tail[0]} | uint64_t{tail[1]} << 8 |
                          uint64_t{tail[2]} << 16 | uint64_t{tail[3]} << 24;
-  return std::min<uint64_t>(isize, kMaxInflated);
+  // Nor past what deflate can expand the member to: a small member claiming a large ISIZE
+  // must not hold the buffer budget's bytes (it fails when it inflates).
+  return std::min({isize, kMaxInflated, uint64_t{member.size()} * index_kv::kMaxDeflateRatio});
 }
 
 S3Result<std::string> inflateRecord(std::string_view member) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>
@@ -535,8 +536,9 @@ void Repairer::start() {
   const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
       impl_->options.interval);
   std::uniform_int_distribution<int64_t> half(interval.count() / 2, interval.count());
-  std::random_device seed;
-  std::mt19937_64 pick(seed());
+  // Seeded from the clock and this object: random_device may throw, and this needs no more.
+  std::mt19937_64 pick(static_cast<uint64_t>(impl_->clock.nowUnixNanos()) ^
+                       reinterpret_cast<uintptr_t>(this));
   const std::chrono::milliseconds first(half(pick));
   thread_.start(interval, [this] {
     auto stats = impl_->runPass(false, false, /*wait=*/true);

@@ -18,8 +18,6 @@ namespace {
 
 // avail_in / avail_out are uint32_t: feed ISA-L at most this much per call.
 constexpr size_t kMaxIsalSpan = size_t{1} << 30;
-// Deflate's largest expansion: a 258-byte match costs at least 2 bits, so about 1032:1.
-constexpr size_t kMaxDeflateRatio = 1032;
 
 std::string_view isalErrorName(int ret) {
   switch (ret) {

@@ -112,6 +112,10 @@ class ContainerParser {
   std::unique_ptr<Impl> impl_;
 };
 
+// Deflate's largest expansion: a 258-byte match costs at least 2 bits, so about 1032:1. No
+// gzip member inflates to more than its size times this.
+inline constexpr size_t kMaxDeflateRatio = 1032;
+
 // Inflates one gzip member (the bytes of one warc.gz row) with ISA-L igzip. kInvalidArgument
 // if `member` is not exactly one complete gzip member (trailing bytes, truncated, bad CRC,
 // bad deflate data) or inflates to more than max_out bytes.

@@ -2656,6 +2656,17 @@ TEST_CASE("A batch GET charges an inflated warc.gz record to the buffer budget u
   CHECK(heads[0]["size"].get<uint64_t>() > (32u << 20));
   CHECK(charged_while_sending >= heads[0]["size"].get<uint64_t>());
   CHECK(budgetDrained(f));
+  // Through the slow path too (direct reads fail: decoded from parity).
+  f.cluster.chunks->failReads("d0", Status::ioError("EIO"));
+  f.cluster.chunks->failReads("d1", Status::ioError("EIO"));
+  charged_while_sending = 0;
+  b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  REQUIRE(b.status == 200);
+  heads = batchHeads(b.body);
+  REQUIRE(heads.size() == 2);
+  CHECK(heads[0]["status"] == 200);
+  CHECK(charged_while_sending >= heads[0]["size"].get<uint64_t>());
+  CHECK(budgetDrained(f));
 }
 
 TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
