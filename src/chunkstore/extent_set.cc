@@ -13,8 +13,8 @@
 #include <fmt/core.h>
 
 #include "aligned_buffer.h"
-#include "posix_engine.h"
 #include "granary/common/log.h"
+#include "posix_engine.h"
 
 namespace granary::chunkstore {
 
