@@ -174,9 +174,14 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
            src->checksum.value.find('-') != std::string::npos ||  // "value-N": composite
            src->checksum.value == m.checksum.value;
   };
-  const S3Error mismatch{S3ErrorCode::kInternalError,
-                         "The source object's bytes do not give its stored checksum: the copy "
-                         "was refused and nothing was written."};
+  auto mismatch = [&] {
+    log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
+               m.checksum.algorithm, m.checksum.value, src->checksum.value);
+    return errorResponse({S3ErrorCode::kInternalError,
+                          "The source object's bytes do not give its stored checksum: the "
+                          "copy was refused and nothing was written."},
+                         req);
+  };
 
   if (src->is_inline || src->size <= ctx.options.inline_threshold) {
     m.is_inline = true;
@@ -196,11 +201,7 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
       sum.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
       m.checksum = {std::string(checksumName(*checksum_alg)), sum.value(), "FULL_OBJECT"};
     }
-    if (!vouched()) {
-      log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
-                 m.checksum.algorithm, m.checksum.value, src->checksum.value);
-      co_return errorResponse(mismatch, req);
-    }
+    if (!vouched()) co_return mismatch();
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex, src->size, false);
@@ -222,10 +223,8 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     m.etag = toHex(sink.md5());
     m.checksum = sink.checksum();
     if (!vouched()) {
-      log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
-                 m.checksum.algorithm, m.checksum.value, src->checksum.value);
       co_await writer.abandon();
-      co_return errorResponse(mismatch, req);
+      co_return mismatch();
     }
     m.drives = writer.drives();
     m.stripes = writer.stripes();

@@ -53,6 +53,17 @@ void checkSpaceMatchesDisk(StoreFixture& f) {
   CHECK(allocated <= live + files * 2 * 4096);
 }
 
+// Writes 64 KiB past the end of extent file `path`: bytes no index entry covers, as a
+// crash between a write and its commit leaves them.
+void appendOrphanBytes(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  std::vector<uint8_t> junk(64 * 1024, 0xAB);
+  REQUIRE(::pwrite(fd, junk.data(), junk.size(), end) == static_cast<ssize_t>(junk.size()));
+  ::close(fd);
+}
+
 void checkReadsBack(ChunkStore& store, const std::map<uint64_t, std::vector<uint8_t>>& blobs) {
   for (const auto& [n, data] : blobs) {
     std::vector<uint8_t> out(data.size());
@@ -300,15 +311,7 @@ TEST_CASE("Opening a drive reclaims orphan bytes and empty extents, space matche
   }
   checkSpaceMatchesDisk(f);
   // Orphans as a crash leaves them: bytes written past the last indexed blob of an extent.
-  const std::string last = extentPath(f.options.dir, 3);
-  {
-    int fd = ::open(last.c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    const off_t end = ::lseek(fd, 0, SEEK_END);
-    std::vector<uint8_t> junk(64 * 1024, 0xAB);
-    REQUIRE(::pwrite(fd, junk.data(), junk.size(), end) == static_cast<ssize_t>(junk.size()));
-    ::close(fd);
-  }
+  appendOrphanBytes(extentPath(f.options.dir, 3));
   const int64_t with_orphans = extentBytes(f.options.dir);
   REQUIRE(f.reopen().isOk());
   CHECK(extentBytes(f.options.dir) < with_orphans);
@@ -350,14 +353,7 @@ TEST_CASE("Orphans that cannot be reclaimed are left for the next open: the driv
     if (n > 8) kept[n] = std::move(data);
   }
   for (uint64_t n = 1; n <= 8; ++n) REQUIRE(f.store->remove(makeId(n)).isOk());
-  {  // orphan bytes after extent 3's last blob, as a crash leaves them
-    int fd = ::open(extentPath(f.options.dir, 3).c_str(), O_RDWR);
-    REQUIRE(fd >= 0);
-    const off_t end = ::lseek(fd, 0, SEEK_END);
-    std::vector<uint8_t> junk(64 * 1024, 0xAB);
-    REQUIRE(::pwrite(fd, junk.data(), junk.size(), end) == static_cast<ssize_t>(junk.size()));
-    ::close(fd);
-  }
+  appendOrphanBytes(extentPath(f.options.dir, 3));  // as a crash leaves them
   const int64_t with_orphans = extentBytes(f.options.dir);
   engine.failing = true;
   REQUIRE(f.reopen().isOk());
