@@ -123,6 +123,7 @@ class ChunkStoreImpl final : public ChunkStore {
     // Recovery: whatever a crash left unindexed (written, never committed; or unindexed,
     // never punched) is freed before the first new write.
     const ExtentSet::ReclaimStats reclaimed = extents_.reclaimOrphans(live);
+    unreclaimed_extents_ = reclaimed.extents_failed;
     if (reclaimed.extents_removed + reclaimed.ranges_punched + reclaimed.extents_failed > 0) {
       log::info("{}: reclaimed {} orphan bytes in {} ranges, removed {} empty extents, {} "
                 "extents left as they were",
@@ -399,6 +400,7 @@ class ChunkStoreImpl final : public ChunkStore {
   IoEngine& engine_;
   const Clock& clock_;
   const uint64_t opened_unix_nanos_ = static_cast<uint64_t>(clock_.nowUnixNanos());
+  uint64_t unreclaimed_extents_ = 0;  // set by open(), before any other call
   std::unique_ptr<RocksIndex> index_;
   ExtentSet extents_;
   // Verified block CRCs of recently read blobs (thread safe; filled from const verifyRead).
@@ -1255,6 +1257,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.spare_zeroed_bytes = extents_.zeroedBytes();
   s.open_descriptors = extents_.openDescriptors();
   s.descriptors_closed = extents_.descriptorsClosed();
+  s.unreclaimed_extents = unreclaimed_extents_;
   s.commit_batches = commits_.batches();
   s.committed_puts = committed_puts_.load();
   s.crc_cache_hits = crcs_.hits();

@@ -153,6 +153,7 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"spare_zeroed_bytes", &DriveStats::spare_zeroed_bytes},
     {"open_descriptors", &DriveStats::open_descriptors},
     {"descriptors_closed", &DriveStats::descriptors_closed},
+    {"unreclaimed_extents", &DriveStats::unreclaimed_extents},
     {"commit_batches", &DriveStats::commit_batches},
     {"committed_puts", &DriveStats::committed_puts},
     {"scrub_passes", &DriveStats::scrub_passes},

@@ -124,6 +124,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                       "Extent descriptors a drive closed to stay within its bound "
                       "(--extent-descriptors); a steady rate means extents are reopened",
                       &chunkstore::DriveStats::descriptors_closed, kCount},
+          DriveFigure{"granary_drive_unreclaimed_extents",
+                      "Extents whose orphan bytes a drive's last open could not reclaim "
+                      "(I/O errors, logged; tried again at the next open)",
+                      &chunkstore::DriveStats::unreclaimed_extents, kLevel},
           DriveFigure{"granary_drive_capacity_bytes", "Size of the file system holding a drive",
                       &chunkstore::DriveStats::capacity_bytes, kLevel},
           DriveFigure{"granary_drive_available_bytes",

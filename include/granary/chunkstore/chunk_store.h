@@ -80,6 +80,9 @@ struct DriveStats {
   // reopen extents, and the bound is too low for the drive's working set.
   uint64_t open_descriptors = 0;
   uint64_t descriptors_closed = 0;
+  // Extents whose orphan bytes the last open could not reclaim (an I/O error; logged, left
+  // as they were, tried again at the next open): space that stays allocated.
+  uint64_t unreclaimed_extents = 0;
   uint64_t commit_batches = 0;    // group commits (fdatasync + index batch) since open
   uint64_t committed_puts = 0;    // puts those batches made durable
   // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).

@@ -315,6 +315,7 @@ TEST_CASE("Opening a drive reclaims orphan bytes and empty extents, space matche
   const int64_t with_orphans = extentBytes(f.options.dir);
   REQUIRE(f.reopen().isOk());
   CHECK(extentBytes(f.options.dir) < with_orphans);
+  CHECK(f.store->stats()->unreclaimed_extents == 0);
   checkSpaceMatchesDisk(f);
   // Extent 0 held blobs 1-5 only (all removed): it is gone.
   CHECK_FALSE(std::filesystem::exists(extentPath(f.options.dir, 0)));
@@ -360,6 +361,15 @@ TEST_CASE("Orphans that cannot be reclaimed are left for the next open: the driv
   engine.failing = false;
   CHECK(std::filesystem::exists(extentPath(f.options.dir, 0)));  // held blobs 1-5 only
   CHECK(extentBytes(f.options.dir) == with_orphans);
+  {  // every extent failed (each is cut to its last blob's end, extent 0 unlinked), and
+     // the drive says so
+    auto stats = f.store->stats();
+    REQUIRE(stats);
+    const std::filesystem::directory_iterator dir(f.options.dir + "/extents");
+    const auto files = std::distance(begin(dir), end(dir));
+    CHECK(files == 5);
+    CHECK(stats->unreclaimed_extents == static_cast<uint64_t>(files));
+  }
   checkReadsBack(*f.store, kept);
   REQUIRE(f.store->put(descriptor(makeId(100)), randomBytes(5000, 100)).isOk());
   kept[100] = randomBytes(5000, 100);
