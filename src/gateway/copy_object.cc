@@ -62,6 +62,7 @@ Task<Status> CopySink::flush() {
   co_await offload(ctx_.pool(), [&] {
     md5_.update(chunk);
     if (checksum_) checksum_->update(chunk);
+    if (check_) check_->update(chunk);
     return 0;
   });
   Status st = co_await writer_.flush(used_);
@@ -77,6 +78,41 @@ index_kv::ObjectChecksum CopySink::checksum() {
                                                checksum_->value(), "FULL_OBJECT"};
   }
   return *checksum_value_;
+}
+
+std::string CopySink::checkValue() {
+  if (!check_) return checksum_ ? checksum().value : std::string();
+  if (!check_value_) check_value_ = check_->value();
+  return *check_value_;
+}
+
+CopyCheck::CopyCheck(const index_kv::Manifest& src, bool whole) {
+  if (!whole) return;
+  // A single-part object's ETag is its MD5; a multipart one's ends in "-N".
+  if (src.etag.size() == 32 && src.etag.find('-') == std::string::npos) etag_ = src.etag;
+  const index_kv::ObjectChecksum& sum = src.checksum;
+  if (sum.type == "COMPOSITE" || sum.value.find('-') != std::string::npos) return;
+  algorithm_ = checksumFromName(sum.algorithm);
+  if (algorithm_) value_ = sum.value;
+}
+
+std::string CopyCheck::mismatch(std::string_view md5_hex, std::string_view checksum) const {
+  if (!etag_.empty() && md5_hex != etag_) {
+    return fmt::format("MD5 {} != the source's ETag {}", md5_hex, etag_);
+  }
+  if (algorithm_ && checksum != value_) {
+    return fmt::format("{} {} != the source's {}", checksumName(*algorithm_), checksum, value_);
+  }
+  return {};
+}
+
+S3Response copyMismatchResponse(const S3Request& req, const CopySource& source,
+                                std::string_view what) {
+  log::error("copy of {}/{} to {}/{}: {}", source.bucket, source.key, req.bucket, req.key, what);
+  return errorResponse({S3ErrorCode::kInternalError,
+                        "The bytes read from the source object do not match its stored ETag "
+                        "or checksum: the copy was refused and nothing was written."},
+                       req);
 }
 
 Task<S3Result<index_kv::Manifest>> loadCopySource(GatewayContext& ctx, const S3Request& req,
@@ -164,24 +200,12 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
   m.ec = ctx.data.code().profile();
   m.size = src->size;
   // The copy's checksum (AWS): of the algorithm x-amz-checksum-algorithm names, else of the
-  // source's, computed over the bytes as they are copied. A source's full-object checksum
-  // of that algorithm must then come out again: it vouches for the copy end to end.
+  // source's, computed over the bytes as they are copied. The source's MD5 ETag and
+  // full-object checksum must come out again (CopyCheck): they vouch for the copy end to
+  // end.
   std::optional<ChecksumAlgorithm> checksum_alg = *checksum_named;
   if (!checksum_alg) checksum_alg = checksumFromName(src->checksum.algorithm);
-  auto vouched = [&] {
-    return m.checksum.empty() || src->checksum.algorithm != m.checksum.algorithm ||
-           src->checksum.type == "COMPOSITE" ||
-           src->checksum.value.find('-') != std::string::npos ||  // "value-N": composite
-           src->checksum.value == m.checksum.value;
-  };
-  auto mismatch = [&] {
-    log::error("copy of {}/{}: {} {} != the source's {}", source->bucket, source->key,
-               m.checksum.algorithm, m.checksum.value, src->checksum.value);
-    return errorResponse({S3ErrorCode::kInternalError,
-                          "The source object's bytes do not give its stored checksum: the "
-                          "copy was refused and nothing was written."},
-                         req);
-  };
+  const CopyCheck check(*src, /*whole=*/true);
 
   if (src->is_inline || src->size <= ctx.options.inline_threshold) {
     m.is_inline = true;
@@ -196,19 +220,31 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     Digest md5(Digest::Kind::kMd5);
     md5.update(m.inline_data);
     m.etag = toHex(md5.finish());
+    const std::span<const uint8_t> bytes(
+        reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size());
+    auto checksumOf = [&](ChecksumAlgorithm alg) {
+      Checksummer sum(alg);
+      sum.update(bytes);
+      return sum.value();
+    };
     if (checksum_alg) {
-      Checksummer sum(*checksum_alg);
-      sum.update({reinterpret_cast<const uint8_t*>(m.inline_data.data()), m.inline_data.size()});
-      m.checksum = {std::string(checksumName(*checksum_alg)), sum.value(), "FULL_OBJECT"};
+      m.checksum = {std::string(checksumName(*checksum_alg)), checksumOf(*checksum_alg),
+                    "FULL_OBJECT"};
     }
-    if (!vouched()) co_return mismatch();
+    const auto alg = check.algorithm();
+    const std::string vouching = !alg                 ? std::string()
+                                 : alg == checksum_alg ? m.checksum.value
+                                                       : checksumOf(*alg);
+    if (auto what = check.mismatch(m.etag, vouching); !what.empty()) {
+      co_return copyMismatchResponse(req, *source, what);
+    }
   } else {
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     ObjectWriter writer(ctx.data, m.version, req.bucket, req.key, ex, src->size, false);
     if (Status st = co_await writer.start(); !st.isOk()) {
       co_return errorResponse(dataPathError(st), req);
     }
-    CopySink sink(ctx, writer, &keep_alive, checksum_alg);
+    CopySink sink(ctx, writer, &keep_alive, checksum_alg, check.algorithm());
     Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
     if (st.isOk()) st = co_await sink.flush();
     if (st.isOk()) st = co_await writer.finish();
@@ -222,9 +258,9 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
     }
     m.etag = toHex(sink.md5());
     m.checksum = sink.checksum();
-    if (!vouched()) {
+    if (auto what = check.mismatch(m.etag, sink.checkValue()); !what.empty()) {
       co_await writer.abandon();
-      co_return mismatch();
+      co_return copyMismatchResponse(req, *source, what);
     }
     m.drives = writer.drives();
     m.stripes = writer.stripes();

@@ -447,8 +447,11 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   if (Status st = co_await writer.start(); !st.isOk()) {
     co_return errorResponse(dataPathError(st), req);
   }
-  // A part of an upload created with a checksum algorithm carries that algorithm (AWS).
-  CopySink sink(ctx, writer, &keep_alive, checksumFromName(upload->checksum_algorithm));
+  // A part of an upload created with a checksum algorithm carries that algorithm (AWS). A
+  // part that copies a whole source is checked against it end to end (CopyCheck).
+  const CopyCheck check(*src, first == 0 && length == src->size);
+  CopySink sink(ctx, writer, &keep_alive, checksumFromName(upload->checksum_algorithm),
+                check.algorithm());
   Status st = Status::ok();
   if (src->is_inline) {
     if (src->inline_data.size() < first + length) {
@@ -477,6 +480,10 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   part.size = length;
   part.etag = toHex(sink.md5());
   part.checksum = sink.checksum();
+  if (auto what = check.mismatch(part.etag, sink.checkValue()); !what.empty()) {
+    co_await writer.abandon();
+    co_return copyMismatchResponse(req, *source, what);
+  }
   part.mtime_unix_nanos = ctx.deps.clock.nowUnixNanos();
   part.version = version;
   part.drives = writer.drives();

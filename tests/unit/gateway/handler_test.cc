@@ -2509,7 +2509,48 @@ TEST_CASE("A copy whose bytes do not give the source's checksum is refused, writ
     CHECK(bad.code == "InternalError");
     CHECK(f.get("/bucket/" + key + "-bad").code == "NoSuchKey");
     CHECK(f.blobCount() == blobs);  // what it wrote is removed
+    // A copy to another algorithm computes the source's too, and is refused the same way.
+    Reply other = f.send(makeRequest("PUT", "/bucket/" + key + "-sha",
+                                     {{"x-amz-copy-source", "/bucket/" + key},
+                                      {"x-amz-checksum-algorithm", "SHA256"}}));
+    CHECK(other.code == "InternalError");
+    CHECK(f.get("/bucket/" + key + "-sha").code == "NoSuchKey");
+    CHECK(f.blobCount() == blobs);
   }
+}
+
+TEST_CASE("A copy whose bytes do not give the source's MD5 ETag is refused, writing nothing") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply created = f.send(makeRequest("POST", "/bucket/mp?uploads"));
+  const std::string id = xmlField(created.body, "UploadId");
+  REQUIRE(id.size() == 32);
+  for (const std::string key : {"striped", "inline"}) {
+    CAPTURE(key);
+    const std::string data = randomString(key == "striped" ? kStripedSize : 100, 6);
+    REQUIRE(f.put(key, data).status == 200);  // no checksum: the ETag alone vouches
+    auto stored = f.cluster.index().getObject("bucket", key);
+    REQUIRE(stored);
+    REQUIRE(stored->checksum.empty());
+    auto copy = [&](const std::string& target, HeaderList extra = {}) {
+      extra.emplace_back("x-amz-copy-source", "/bucket/" + key);
+      return f.send(makeRequest("PUT", target, std::move(extra)));
+    };
+    const std::string part = "/bucket/mp?partNumber=1&uploadId=" + id;
+    CHECK(copy("/bucket/" + key + "-copy").status == 200);
+    CHECK(copy(part).status == 200);
+    stored->etag = md5Hex(data + "x");
+    REQUIRE(f.cluster.index().putObject("bucket", key, *stored, index_kv::Precondition::none()));
+    const size_t blobs = f.blobCount();
+    CHECK(copy("/bucket/" + key + "-bad").code == "InternalError");
+    CHECK(f.get("/bucket/" + key + "-bad").code == "NoSuchKey");
+    // A part copying the whole source is checked too; one copying a range cannot be.
+    CHECK(copy(part).code == "InternalError");
+    CHECK(f.blobCount() == blobs);
+    CHECK(copy(part, {{"x-amz-copy-source-range", "bytes=1-50"}}).status == 200);
+  }
+  Reply parts = f.get("/bucket/mp?uploadId=" + id);
+  CHECK(xmlField(parts.body, "ETag") == "\"" + md5Hex(randomString(100, 6).substr(1, 50)) + "\"");
 }
 
 TEST_CASE("A kept-alive copy answers 200 at once: the result, or an error, follows spaces") {
