@@ -394,6 +394,9 @@ void addGatewayOptions(po::options_description& opts) {
       "tls-key", po::value<std::string>()->default_value(""), "PEM private key of --tls-cert")(
       "max-connections", po::value<int>()->default_value(4096),
       "open client connections at most; more are answered 503 SlowDown")(
+      "max-connections-per-address", po::value<int>()->default_value(0),
+      "open client connections from one remote address at most; more are answered 503 "
+      "SlowDown (0: no such cap)")(
       "shutdown-grace", po::value<int>()->default_value(10),
       "seconds SIGTERM/SIGINT lets the requests being served finish (new connections are "
       "refused at once)")(
@@ -466,6 +469,11 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.max_put_seconds = vm["orphan-grace"].as<int>() / 2;
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
+  if (vm["max-connections-per-address"].as<int>() < 0) {
+    die("--max-connections-per-address must be >= 0");
+  }
+  gopts.max_connections_per_address =
+      static_cast<size_t>(vm["max-connections-per-address"].as<int>());
   if (vm["shutdown-grace"].as<int>() < 0) die("--shutdown-grace must be >= 0");
   gopts.shutdown_grace_seconds = vm["shutdown-grace"].as<int>();
   if (vm["buffer-memory"].as<int>() < 16) die("--buffer-memory must be >= 16 (MiB)");

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "connection_slots.h"
 #include "calls_in_flight.h"
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
@@ -69,7 +70,7 @@ struct GatewayContext {
   Repairer repairer;
   CredentialStore credentials;
   SigningKeyCache signing_keys;
-  std::atomic<size_t> connections{0};  // open client connections (the cap's count)
+  ConnectionSlots connections{options.max_connections, options.max_connections_per_address};
   std::atomic<size_t> requests{0};     // requests being served (between head and answer)
   std::atomic<bool> draining{false};   // stopping: answers close their connections
   // Uploads' ETag MD5s, 16 at a time; null where the CPU has no multi-lane kernel (each

@@ -26,10 +26,12 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                        .Add({})),
       connections_refused_(prometheus::BuildCounter()
                                .Name("granary_s3_connections_refused_total")
-                               .Help("Connections answered 503 SlowDown and closed: the "
-                                     "connection cap (--max-connections) was reached")
-                               .Register(registry)
-                               .Add({})),
+                               .Help("Connections answered 503 SlowDown and closed, by the "
+                                     "cap reached: total (--max-connections) or address "
+                                     "(--max-connections-per-address)")
+                               .Register(registry)),
+      refused_total_(connections_refused_.Add({{"cap", "total"}})),
+      refused_per_address_(connections_refused_.Add({{"cap", "address"}})),
       bytes_in_(prometheus::BuildCounter()
                     .Name("granary_s3_received_bytes_total")
                     .Help("Object payload bytes received")

@@ -29,7 +29,10 @@ class GatewayMetrics {
   void requestFinished() { in_flight_.Decrement(); }
   void connectionOpened() { connections_.Increment(); }
   void connectionClosed() { connections_.Decrement(); }
-  void connectionRefused() { connections_refused_.Increment(); }
+  // Over --max-connections-per-address (`per_address`), else over --max-connections.
+  void connectionRefused(bool per_address) {
+    (per_address ? refused_per_address_ : refused_total_).Increment();
+  }
   void bytesIn(uint64_t n) { bytes_in_.Increment(static_cast<double>(n)); }
   void bytesOut(uint64_t n) { bytes_out_.Increment(static_cast<double>(n)); }
   // How late an event loop ran a timer (server.cc, the lag probe): what every connection
@@ -66,7 +69,9 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Gauge& in_flight_;
   prometheus::Gauge& connections_;
-  prometheus::Counter& connections_refused_;
+  prometheus::Family<prometheus::Counter>& connections_refused_;
+  prometheus::Counter& refused_total_;
+  prometheus::Counter& refused_per_address_;
   prometheus::Counter& bytes_in_;
   prometheus::Counter& bytes_out_;
   prometheus::Counter& degraded_stripes_;

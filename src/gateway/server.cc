@@ -755,16 +755,14 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
   co_return false;
 }
 
-Task<void> session(tcp::socket socket, GatewayContext& ctx, AccessLog& access_log,
-                   ssl::context* tls) {
+Task<void> session(tcp::socket socket, ConnectionSlots::Slot slot, GatewayContext& ctx,
+                   AccessLog& access_log, ssl::context* tls) {
   ctx.metrics.connectionOpened();
   struct Closed {
     GatewayContext& ctx;
-    ~Closed() {
-      ctx.connections.fetch_sub(1, std::memory_order_relaxed);
-      ctx.metrics.connectionClosed();
-    }
-  } closed{ctx};
+    ConnectionSlots::Slot slot;  // given back when the session ends
+    ~Closed() { ctx.metrics.connectionClosed(); }
+  } closed{ctx, std::move(slot)};
   beast::error_code ec;
   if (tls == nullptr) {
     beast::tcp_stream stream(std::move(socket));
@@ -973,10 +971,11 @@ class BeastGatewayServer final : public GatewayServer {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
-      if (ctx_.connections.fetch_add(1, std::memory_order_relaxed) >=
-          ctx_.options.max_connections) {
-        ctx_.connections.fetch_sub(1, std::memory_order_relaxed);
-        ctx_.metrics.connectionRefused();
+      const tcp::endpoint peer = socket.remote_endpoint(ec);
+      if (ec) continue;  // gone already (reset before it was accepted): the socket closes
+      auto [slot, refused] = ctx_.connections.acquire(peer.address());
+      if (!slot) {
+        ctx_.metrics.connectionRefused(refused == ConnectionSlots::Refused::kAddress);
         if (tls_) {
           socket.close(ec);  // a plain-text 503 would only be a failed TLS handshake
         } else {
@@ -988,7 +987,8 @@ class BeastGatewayServer final : public GatewayServer {
         continue;
       }
       asio::co_spawn(acceptor.get_executor(),
-                     session(std::move(socket), ctx_, access_log_, tls_ ? &*tls_ : nullptr),
+                     session(std::move(socket), std::move(slot), ctx_, access_log_,
+                             tls_ ? &*tls_ : nullptr),
                      [](std::exception_ptr e) {
                        if (!e) return;
                        try {

@@ -369,8 +369,57 @@ def test_connection_cap_answers_slow_down_and_recovers(granary_bin, tmp_path):
             time.sleep(0.1)
         assert status == 200
         refused = [l for l in body.decode().splitlines()
-                   if l.startswith("granary_s3_connections_refused_total")]
+                   if l.startswith('granary_s3_connections_refused_total{cap="total"}')]
         assert refused and float(refused[0].split()[-1]) >= 1
+    finally:
+        for s in held:
+            s.close()
+        srv.stop()
+
+
+def _answer_to_health(conn):
+    conn.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = b""
+    while chunk := conn.recv(65536):
+        answer += chunk
+    conn.close()
+    return answer
+
+
+def test_connection_cap_per_address_leaves_room_for_other_hosts(granary_bin, tmp_path):
+    """--max-connections-per-address: one host holding its share of connections (a slow or
+    hostile client) gets 503 SlowDown for one more, while another host is still served."""
+    srv = Server(str(tmp_path / "granary-data"),
+                 extra_args=["--max-connections-per-address", "2"]).start()
+    host, port = srv.endpoint.removeprefix("http://").rsplit(":", 1)
+    assert host == "127.0.0.1"
+    held = []
+    try:
+        for _ in range(2):
+            held.append(socket.create_connection((host, int(port)), timeout=10))
+        time.sleep(0.2)  # let the server accept them
+        answer = _answer_to_health(socket.create_connection((host, int(port)), timeout=10))
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"<Code>SlowDown</Code>" in answer
+        # Another address on the loopback network is another host to the gateway.
+        other = socket.create_connection((host, int(port)), timeout=10,
+                                         source_address=("127.0.0.2", 0))
+        assert _answer_to_health(other).startswith(b"HTTP/1.1 200")
+        # Once one of the first host's connections closes, it is served again.
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while True:
+            answer = _answer_to_health(socket.create_connection((host, int(port)), timeout=10))
+            if answer.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        with urllib.request.urlopen(srv.endpoint + "/_granary/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        by_cap = {l.split("{")[1].split("}")[0]: float(l.split()[-1])
+                  for l in metrics.splitlines()
+                  if l.startswith("granary_s3_connections_refused_total{")}
+        assert by_cap['cap="address"'] >= 1 and by_cap['cap="total"'] == 0, by_cap
     finally:
         for s in held:
             s.close()

@@ -62,6 +62,9 @@ struct GatewayOptions {
   std::string tls_key;
   // Open client connections at most; one more is answered 503 SlowDown and closed.
   size_t max_connections = 4096;
+  // Open connections from one remote address at most (0: no such cap); one more is
+  // answered as over max_connections.
+  size_t max_connections_per_address = 0;
   // On stop(): new connections are refused at once, requests being served get this long
   // to finish (their answers say Connection: close), then the rest are cut.
   int shutdown_grace_seconds = 10;

@@ -4,6 +4,7 @@
 add_executable(gateway_test
   ${CMAKE_CURRENT_LIST_DIR}/task_group_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/buffer_budget_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/connection_slots_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/data_path_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/reclaimer_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/repairer_test.cc
