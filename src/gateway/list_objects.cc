@@ -1,8 +1,11 @@
 // ListObjects (v1, marker), ListObjectsV2 (continuation tokens, start-after) and
 // ListObjectVersions (key and version-id markers; every object has the one version "null").
+#include <fmt/core.h>
+
 #include <charconv>
 
 #include "granary/common/hex.h"
+#include "granary/common/strings.h"
 #include "handlers.h"
 #include "s3_xml.h"
 
@@ -39,6 +42,16 @@ S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv
       return s3fail(S3ErrorCode::kInvalidArgument, "Invalid Encoding Method specified in Request");
     }
     p.url_encode = true;
+  }
+  // Each is echoed in the answer's XML (and a prefix or marker is compared with keys):
+  // bytes no key can hold would make the answer no XML parser reads.
+  for (const char* name : {"prefix", "delimiter", "marker", "start-after", "key-marker"}) {
+    const auto value = req.queryValue(name);
+    if (value && (value->find('\0') != std::string_view::npos || !validUtf8(*value))) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    fmt::format("The {} parameter must be valid UTF-8 without NUL characters",
+                                name));
+    }
   }
   if (auto mk = req.queryValue("max-keys")) {
     int64_t v = -1;

@@ -345,7 +345,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
         {S3ErrorCode::kInvalidArgument, "User key must have a length greater than 0."}, req,
         body);
   }
-  if (auto bad = checkObjectKey(key); !bad) co_return errorResponse(bad.error(), req, body);
+  if (auto bad = checkNewObjectKey(key); !bad) co_return errorResponse(bad.error(), req, body);
   req.key = key;  // the access log's, and error bodies' Resource
   if (auto named = form->field("bucket"); named && *named != req.bucket) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,

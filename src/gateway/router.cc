@@ -597,6 +597,16 @@ S3Result<void> checkObjectKey(std::string_view key) {
   return {};
 }
 
+S3Result<void> checkNewObjectKey(std::string_view key) {
+  if (auto bad = checkObjectKey(key); !bad) return bad;
+  if (!strictUtf8(key)) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Object key must be valid UTF-8: no surrogates, over-long forms or code "
+                  "points past U+10FFFF");
+  }
+  return {};
+}
+
 Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& body,
                                BodySink& sink, std::string& op) {
   op = "Unknown";
@@ -686,6 +696,12 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   }
   op = route.op;
   if (route.handler == nullptr) co_return errorResponse(route.error, req);
+  // A key a request creates is held to RFC 3629 (a listing's XML must carry it); one
+  // stored before that rule stays readable, as every request's key is checked loosely.
+  if (route.op == "PutObject" || route.op == "CopyObject" ||
+      route.op == "CreateMultipartUpload") {
+    if (auto bad = checkNewObjectKey(req.key); !bad) co_return errorResponse(bad.error(), req);
+  }
   // A handler that reads its body as sent would leave an aws-chunked body's chunk
   // signatures unchecked (a body swapped under the request's signature).
   if (auth->info && auth->info->payload_hash.starts_with("STREAMING-") && !body.done() &&

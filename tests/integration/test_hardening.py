@@ -267,6 +267,9 @@ def test_pipelined_puts_on_one_connection_each_get_their_own_bytes(hserver, hs3)
 @pytest.mark.parametrize("path,code", [
     ("/hardening/nul%00key", b"InvalidArgument"),
     ("/hardening/bad-utf8-%FF%FE", b"InvalidArgument"),
+    ("/hardening/surrogate-%ED%A0%80", b"InvalidArgument"),       # U+D800
+    ("/hardening/overlong-%E0%80%AF", b"InvalidArgument"),        # '/' in three bytes
+    ("/hardening/past-unicode-%F4%90%80%80", b"InvalidArgument"),  # U+110000
     ("/hardening/" + "k" * 1025, b"KeyTooLongError"),
     ("/hardening/bad%zzescape", b"InvalidArgument"),
 ])

@@ -45,10 +45,10 @@ inline bool allDigits(std::string_view s) {
 }
 
 // Well-formed UTF-8: no stray continuation bytes, truncated sequences or over-long
-// two-byte forms (object keys, tags). Surrogates, over-long three- and four-byte forms
-// and code points past U+10FFFF are not checked: keys holding them were stored, and a
-// stricter check on every request would leave those objects unreadable (a stricter one
-// for new keys only is not done yet).
+// two-byte forms (the key of every request, tags). Surrogates, over-long three- and
+// four-byte forms and code points past U+10FFFF are not checked: keys holding them were
+// stored, and a stricter check on every request would leave those objects unreadable. A
+// key a request creates is held to strictUtf8 (checkNewObjectKey).
 inline bool validUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
