@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "checksum.h"
 #include "cors.h"
 #include "digest.h"
 #include "granary/common/base64.h"
@@ -29,6 +30,7 @@
 #include "granary/common/random.h"
 #include "granary/common/worker_pool.h"
 #include "granary/ec/erasure_code.h"
+#include "checksum.h"
 #include "handlers.h"
 #include "sigv4.h"
 
@@ -977,7 +979,10 @@ TEST_CASE("Bucket policies decide for other users and anonymous requests") {
   const std::string batch =
       "<Delete><Object><Key>bob/z</Key></Object><Object><Key>bob/keep/y</Key></Object>"
       "<Object><Key>pub/a</Key></Object></Delete>";
-  Reply multi = as("bob", makeRequest("POST", "/shared?delete", {}, sha256Hex(batch)), batch);
+  Reply multi = as(
+      "bob",
+      makeRequest("POST", "/shared?delete", {{"content-md5", md5Base64(batch)}}, sha256Hex(batch)),
+      batch);
   CHECK(multi.status == 200);
   CHECK(multi.body.find("<Deleted><Key>bob/z</Key>") != std::string::npos);
   CHECK(multi.body.find("<Key>bob/keep/y</Key><Code>AccessDenied</Code>") != std::string::npos);
@@ -986,8 +991,11 @@ TEST_CASE("Bucket policies decide for other users and anonymous requests") {
   CHECK(f.get("/shared/pub/a").status == 200);
   CHECK(f.get("/shared/bob/z").code == "NoSuchKey");
   // No statement may let an anonymous request delete anything: refused as a whole.
-  CHECK(as("", makeRequest("POST", "/shared?delete", {}, sha256Hex(batch)), batch).code ==
-        "AccessDenied");
+  CHECK(as("",
+           makeRequest("POST", "/shared?delete", {{"content-md5", md5Base64(batch)}},
+                       sha256Hex(batch)),
+           batch)
+            .code == "AccessDenied");
   // A copy's source is read under the policy.
   auto copy = [&](const std::string& target, const std::string& source) {
     return as("bob", makeRequest("PUT", target, {{"x-amz-copy-source", source}}));
@@ -1000,8 +1008,10 @@ TEST_CASE("Bucket policies decide for other users and anonymous requests") {
   REQUIRE(put("bob", "/shared/bob/v", "5").status == 200);
   const std::string versioned =
       "<Delete><Object><Key>bob/v</Key><VersionId>null</VersionId></Object></Delete>";
-  Reply by_version =
-      as("bob", makeRequest("POST", "/shared?delete", {}, sha256Hex(versioned)), versioned);
+  Reply by_version = as("bob",
+                        makeRequest("POST", "/shared?delete",
+                                    {{"content-md5", md5Base64(versioned)}}, sha256Hex(versioned)),
+                        versioned);
   CHECK(by_version.body.find("<Key>bob/v</Key><VersionId>null</VersionId>"
                              "<Code>AccessDenied</Code>") != std::string::npos);
   CHECK(f.get("/shared/bob/v").body == "5");
@@ -1625,7 +1635,9 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
       "<Delete><Object><Key>a</Key><VersionId>null</VersionId></Object>"
       "<Object><Key>b</Key><VersionId>3HL4kqtJlcpXroDTDmJ</VersionId></Object>"
       "<Object><Key>c</Key></Object></Delete>";
-  Reply r = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(body)), body);
+  Reply r = f.send(
+      makeRequest("POST", "/bucket?delete", {{"content-md5", md5Base64(body)}}, sha256Hex(body)),
+      body);
   REQUIRE(r.status == 200);
   CHECK(r.body.find("<Deleted><Key>a</Key><VersionId>null</VersionId></Deleted>") !=
         std::string::npos);
@@ -1642,7 +1654,9 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
   const std::string hostile = "<Delete><Object><Key>" + std::string(1025, 'k') +
                               "</Key></Object><Object><Key>bad\xff</Key></Object>"
                               "<Object><Key>d</Key></Object></Delete>";
-  Reply h = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(hostile)), hostile);
+  Reply h = f.send(makeRequest("POST", "/bucket?delete", {{"content-md5", md5Base64(hostile)}},
+                               sha256Hex(hostile)),
+                   hostile);
   REQUIRE(h.status == 200);
   CHECK(h.body.find("<Code>KeyTooLongError</Code>") != std::string::npos);
   CHECK(h.body.find("<Code>InvalidArgument</Code>") != std::string::npos);
@@ -1680,7 +1694,9 @@ TEST_CASE("Conditional deletes: If-Match on DeleteObject, ETag in DeleteObjects"
                            "</ETag></Object><Object><Key>b</Key><ETag>" + other +
                            "</ETag></Object><Object><Key>c</Key><ETag>*</ETag></Object>"
                            "</Delete>";
-  Reply r = f.send(makeRequest("POST", "/bucket?delete", {}, sha256Hex(body)), body);
+  Reply r = f.send(
+      makeRequest("POST", "/bucket?delete", {{"content-md5", md5Base64(body)}}, sha256Hex(body)),
+      body);
   REQUIRE(r.status == 200);
   CHECK(r.body.find("<Deleted><Key>a</Key></Deleted>") != std::string::npos);
   CHECK(r.body.find("<Error><Key>b</Key><Code>PreconditionFailed</Code>") != std::string::npos);
@@ -1733,7 +1749,27 @@ TEST_CASE("Small bodies are checked against Content-MD5 and x-amz-checksum-* hea
   };
   CHECK(deleteA("X8xzcvbOSO4gOm0CLr4LKQ==").code == "BadDigest");
   CHECK(f.get("/bucket/a").body == "a");
+  // Neither Content-MD5 nor a checksum value (S3 requires one: the key list is then tied
+  // to the request even where the signature does not cover the body).
+  for (const HeaderList& headers :
+       {HeaderList{}, HeaderList{{"x-amz-sdk-checksum-algorithm", "CRC32"}}}) {
+    Reply bare = f.send(makeRequest("POST", "/bucket?delete", headers, "UNSIGNED-PAYLOAD"), del);
+    CHECK(bare.code == "InvalidRequest");
+    CHECK(bare.body.find("Content-MD5 OR x-amz-checksum-*") != std::string::npos);
+  }
+  CHECK(f.get("/bucket/a").body == "a");
   CHECK(deleteA("aFPqFnlCon58cZ4Qt7zwvQ==").status == 200);
+  CHECK(f.get("/bucket/a").code == "NoSuchKey");
+  // A checksum value alone will do (what SDKs with flexible checksums send).
+  REQUIRE(f.put("a", "a").status == 200);
+  Checksummer crc(ChecksumAlgorithm::kCrc32);
+  crc.update({reinterpret_cast<const uint8_t*>(del.data()), del.size()});
+  Reply by_crc = f.send(makeRequest("POST", "/bucket?delete",
+                                    {{"x-amz-sdk-checksum-algorithm", "CRC32"},
+                                     {"x-amz-checksum-crc32", crc.value()}},
+                                    "UNSIGNED-PAYLOAD"),
+                        del);
+  CHECK(by_crc.status == 200);
   CHECK(f.get("/bucket/a").code == "NoSuchKey");
 
   // CompleteMultipartUpload's checksum header is the object's, not its body's: not refused
@@ -2478,7 +2514,8 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
   REQUIRE(users.as("alice", makeRequest("DELETE", "/mine")).status == 204);
   REQUIRE(users.as("bob", makeRequest("PUT", "/mine")).status == 200);
   const std::string list = "<Delete><Object><Key>k</Key></Object></Delete>";
-  S3Request del = makeRequest("POST", "/mine?delete", {}, sha256Hex(list));
+  S3Request del =
+      makeRequest("POST", "/mine?delete", {{"content-md5", md5Base64(list)}}, sha256Hex(list));
   del.content_length = list.size();
   sign(del, "bob-secret", "BOBACCESSKEY");
   HookedSource del_source(list, [&] {
