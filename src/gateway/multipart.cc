@@ -627,7 +627,17 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
     manifest->checksum = objectChecksum(loaded->upload, chosen);
     if (auto mismatch = checkClaimedObject(req, *manifest)) co_return errorResponse(*mismatch, req);
     auto precondition = co_await writePrecondition(ctx, req);
-    if (!precondition) co_return errorResponse(precondition.error(), req);
+    if (!precondition) {
+      // A retry (If-None-Match: *, If-Match) that loaded the upload before its first attempt
+      // committed finds that attempt's object: the condition failed on its own work, and
+      // the answer is that attempt's, not 412.
+      if (precondition.error().code == S3ErrorCode::kPreconditionFailed) {
+        if (auto replay = co_await completedBefore(ctx, req, upload_id, *listed)) {
+          co_return std::move(*replay);
+        }
+      }
+      co_return errorResponse(precondition.error(), req);
+    }
 
     // Indexing reads the parts once, in order, before the commit that makes the rows visible
     // with the object (docs/record-index.md: Complete waits for it).

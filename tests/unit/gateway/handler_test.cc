@@ -2158,6 +2158,66 @@ TEST_CASE("A Complete that another Complete of its upload beat to the commit get
   CHECK(xmlField(done.body, "ETag") == got.header("ETag"));
 }
 
+TEST_CASE("A conditional Complete retried before its first attempt committed gets its answer") {
+  // The retry (If-None-Match: *) loaded the upload and its parts while the first attempt
+  // ran; the first committed; the retry's condition then meets the first one's object. It
+  // is that attempt's answer, not 412. (The index answers the retry's loads as they were.)
+  struct StaleIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    bool stale = false;
+    std::optional<index_kv::MultipartUpload> upload;
+    std::vector<index_kv::PartInfo> parts;
+    Result<index_kv::MultipartUpload> getUpload(std::string_view bucket, std::string_view key,
+                                                std::string_view upload_id) override {
+      if (stale && upload) return *upload;
+      auto got = target_.getUpload(bucket, key, upload_id);
+      if (got) upload = *got;
+      return got;
+    }
+    Result<std::vector<index_kv::PartInfo>> listParts(std::string_view bucket,
+                                                      std::string_view key,
+                                                      std::string_view upload_id,
+                                                      uint32_t after_part,
+                                                      size_t max_parts) override {
+      if (stale) return after_part == 0 ? parts : std::vector<index_kv::PartInfo>{};
+      auto got = target_.listParts(bucket, key, upload_id, after_part, max_parts);
+      if (got && after_part == 0) parts = *got;
+      return got;
+    }
+  };
+  StaleIndex* stale = nullptr;
+  GatewayFixture f([&stale](index_kv::Index& index) {
+    auto wrapped = std::make_unique<StaleIndex>(index);
+    stale = wrapped.get();
+    return wrapped;
+  });
+  f.createBucket();
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+  const std::string data = "parts";
+  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex(data)),
+                      data);
+  REQUIRE(part.status == 200);
+  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                    *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  auto complete = [&](HeaderList headers) {
+    return f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, std::move(headers),
+                              sha256Hex(xml)),
+                  xml);
+  };
+  Reply first = complete({{"if-none-match", "*"}});
+  REQUIRE(first.status == 200);
+  stale->stale = true;
+  Reply retry = complete({{"if-none-match", "*"}});
+  CHECK(retry.status == 200);
+  CHECK(xmlField(retry.body, "ETag") == xmlField(first.body, "ETag"));
+  // Another object at the key (not this upload's) still fails the condition.
+  REQUIRE(f.put("k", "someone else's").status == 200);
+  CHECK(complete({{"if-none-match", "*"}}).status == 412);
+  stale->stale = false;
+  CHECK(f.get("/bucket/k").body == "someone else's");
+}
+
 TEST_CASE("A part replaced with the same bytes while Complete runs does not fail it") {
   // An UploadPart retried after a timeout: the retry committed, the client completed, and
   // the first attempt's commit lands while Complete assembles its manifest.
