@@ -2118,6 +2118,18 @@ TEST_CASE("A Complete retried after it committed gets its answer again, and only
   CHECK(complete(id, etag).code == "NoSuchUpload");
 }
 
+// An upload of bucket/k with `data` as its one part: its id, and the Complete body
+// naming that part.
+std::pair<std::string, std::string> uploadOnePart(GatewayFixture& f, const std::string& data) {
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex(data)),
+                      data);
+  REQUIRE(part.status == 200);
+  return {id, "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                  *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>"};
+}
+
 TEST_CASE("A Complete that another Complete of its upload beat to the commit gets its answer") {
   // The retry of a slow Complete: both found the upload; the other committed first.
   struct RacedIndex final : index_kv::ForwardingIndex {
@@ -2142,14 +2154,8 @@ TEST_CASE("A Complete that another Complete of its upload beat to the commit get
     return wrapped;
   });
   f.createBucket();
-  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
   const std::string data = "parts";
-  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
-                                  sha256Hex(data)),
-                      data);
-  REQUIRE(part.status == 200);
-  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
-                    *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  const auto [id, xml] = uploadOnePart(f, data);
   Reply done = f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
   REQUIRE(raced->other_committed);
   CHECK(done.status == 200);
@@ -2192,14 +2198,8 @@ TEST_CASE("A conditional Complete retried before its first attempt committed get
     return wrapped;
   });
   f.createBucket();
-  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
   const std::string data = "parts";
-  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
-                                  sha256Hex(data)),
-                      data);
-  REQUIRE(part.status == 200);
-  std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
-                    *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  const auto [id, xml] = uploadOnePart(f, data);
   auto complete = [&](HeaderList headers) {
     return f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, std::move(headers),
                               sha256Hex(xml)),
