@@ -284,11 +284,13 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
   return std::optional<AuthInfo>(std::move(auth));
 }
 
+// Trimmed, each run of spaces and tabs one space: what the SDKs sign (botocore's
+// ' '.join(value.split()), the JS SDK's /\s+/g), so a value holding a tab verifies.
 void appendCanonicalHeaderValue(std::string& out, std::string_view value) {
   value = trimSpaces(value);
   bool in_space = false;
   for (char c : value) {
-    if (c == ' ') {
+    if (c == ' ' || c == '\t') {
       if (!in_space) {
         out.push_back(' ');
       }
