@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <set>
 
 #include "granary/chunkstore/chunk_client.h"
 #include "granary/common/clock.h"
@@ -192,6 +193,20 @@ S3Result<RequestAuth> authenticate(GatewayContext& ctx, S3Request& req, bool vir
   req.signed_payload_hash.clear();
   if (!*parsed) return RequestAuth{};  // anonymous: authorizeRequest decides
   AuthInfo& info = **parsed;
+  // The signature covers a repeated header's values joined by commas, but handlers read one
+  // of them: "a,b" signed, then replayed as "a" and "b", would run as "a". A repeated
+  // signed or x-amz-* header is refused, so that what runs is what was signed.
+  std::set<std::string_view> seen;
+  for (const auto& [name, value] : req.headers) {
+    const bool covered =
+        name.starts_with("x-amz-") || name.starts_with("x-granary-") ||
+        std::find(info.signed_headers.begin(), info.signed_headers.end(), name) !=
+            info.signed_headers.end();
+    if (covered && !seen.insert(name).second) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    fmt::format("The header {} was sent more than once.", name));
+    }
+  }
   auto user = ctx.credentials.find(info.access_key);
   if (!user) {
     return s3fail(S3ErrorCode::kInvalidAccessKeyId,
