@@ -177,14 +177,17 @@ Ask askOf(const S3Request& req, const OperationAction& a) {
 // x-amz-expected-bucket-owner (and x-amz-source-expected-bucket-owner for a copy's
 // source): a request that names another owner than the bucket's is refused, whoever sends
 // it, so that a client never writes to or reads from a bucket it did not mean. The owner's
-// ID is what ListBuckets and GetBucketAcl show: the user's name, or the root user's access
-// key. A bucket that does not exist is the handler's to answer.
+// ID is what ListBuckets and GetBucketAcl show (CredentialStore::ownerId): the user's
+// name, or for the root user the SHA-256 of its access key (the key itself, which it
+// showed before, is still taken). A bucket that does not exist is the handler's to answer.
 Task<std::optional<S3Error>> expectedOwner(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view header) {
   auto expected = req.header(header);
   if (!expected || bucket.empty()) co_return std::nullopt;
   auto info = co_await lookupBucket(ctx, bucket);
-  if (info && info->owner != *expected) co_return accessDenied();
+  if (info && info->owner != *expected && ctx.credentials.ownerId(info->owner) != *expected) {
+    co_return accessDenied();
+  }
   co_return std::nullopt;
 }
 

@@ -107,7 +107,7 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
 
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req) {
   ListBucketsPage page;
-  page.owner_id = req.principal;
+  page.owner_id = ctx.credentials.ownerId(req.principal);
   page.region = ctx.options.region;
   page.prefix = std::string(req.queryValue("prefix").value_or(""));
   size_t max_buckets = SIZE_MAX;  // without max-buckets, every bucket, as S3 answers
@@ -366,7 +366,7 @@ S3Result<bool> cannedAclPublicRead(const S3Request& req) {
 Task<S3Response> getBucketAcl(GatewayContext& ctx, const S3Request& req) {
   auto b = co_await lookupBucket(ctx, req.bucket);
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
-  co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
+  co_return xmlResponse(bucketAclXml(ctx.credentials.ownerId(b->owner), b->public_read));
 }
 
 namespace {
@@ -402,7 +402,7 @@ Task<S3Response> getObjectAcl(GatewayContext& ctx, const S3Request& req) {
   if (!b) co_return errorResponse(fromStatus(b.error(), S3ErrorCode::kNoSuchBucket), req);
   auto object = co_await loadObject(ctx, req.bucket, req.key);
   if (!object) co_return errorResponse(object.error(), req);
-  co_return xmlResponse(bucketAclXml(b->owner, b->public_read));
+  co_return xmlResponse(bucketAclXml(ctx.credentials.ownerId(b->owner), b->public_read));
 }
 
 // Setting the ACL an object already has through its bucket succeeds and changes nothing

@@ -16,6 +16,7 @@
 
 #include "granary/common/log.h"
 #include "granary/index_kv/index.h"
+#include "sigv4.h"
 
 namespace granary::gateway {
 
@@ -30,9 +31,19 @@ struct UserCredentials {
 class CredentialStore {
  public:
   void setRoot(std::string access_key, std::string secret_key) {
+    root_owner_id_ = sha256Hex(access_key);
     root_ = {access_key, std::move(access_key), std::move(secret_key), /*is_root=*/true};
   }
   const UserCredentials& root() const { return root_; }
+
+  // The ID answers show for the identity `owner` (ListBuckets, listings, uploads, ACLs): a
+  // named user's name; for the root user, the hex SHA-256 of its access key. S3 shows a
+  // 64-hex canonical user ID, never an access key, and anyone may list a public-read
+  // bucket: the root's access key must not be what they read.
+  std::string ownerId(std::string_view owner) const {
+    if (!root_.access_key.empty() && owner == root_.access_key) return root_owner_id_;
+    return std::string(owner);
+  }
 
   // Reads the users with `list` and installs them, one reload at a time: two reloads (the
   // periodic one and an admin change's) overlapping must not let the older list land
@@ -73,6 +84,7 @@ class CredentialStore {
 
  private:
   UserCredentials root_;
+  std::string root_owner_id_;  // ownerId() of the root user
   std::mutex reload_mu_;
   mutable std::shared_mutex mu_;
   std::map<std::string, UserCredentials, std::less<>> users_;

@@ -114,7 +114,7 @@ Task<S3Response> listObjects(GatewayContext& ctx, const S3Request& req) {
   auto result = co_await offload(ctx.pool(), [&]() -> Result<index_kv::ListResult> {
     auto bucket = ctx.index().getBucket(req.bucket);
     if (!bucket) return fail(bucket.error());
-    p.owner_id = bucket->owner;
+    p.owner_id = ctx.credentials.ownerId(bucket->owner);
     return ctx.index().listObjects(req.bucket, lr);
   });
   if (!result) co_return errorResponse(fromStatus(result.error(), S3ErrorCode::kNoSuchBucket), req);

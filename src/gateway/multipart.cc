@@ -759,7 +759,7 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
     co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
   }
   if (!page) co_return errorResponse(uploadError(page.error()), req);
-  p.owner_id = page->upload.owner;
+  p.owner_id = ctx.credentials.ownerId(page->upload.owner);
   p.checksum_algorithm = page->upload.checksum_algorithm;
   p.checksum_type = page->upload.checksum_type;
   if (page->parts.size() > p.max_parts) {
@@ -864,6 +864,7 @@ Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req)
     return readUploadsPage(ctx.index(), p);
   });
   if (!page) co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
+  for (auto& u : page->uploads) u.owner = ctx.credentials.ownerId(u.owner);
   co_return xmlResponse(listMultipartUploadsXml(p, *page));
 }
 

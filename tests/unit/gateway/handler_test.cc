@@ -1117,6 +1117,37 @@ TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already
   CHECK(f.get("/bucket/obj").body == "data");  // never a PutObject
 }
 
+TEST_CASE("The root user's owner ID is a hash of its access key, never the key itself") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  REQUIRE(f.send(makeRequest("POST", "/bucket/up?uploads")).status == 200);
+  REQUIRE(f.send(makeRequest("PUT", "/bucket?acl", {{"x-amz-acl", "public-read"}})).status ==
+          200);
+  const std::string id = sha256Hex(kAccessKey);
+  auto anonymous = [&](const std::string& target) {
+    S3Request req = makeRequest("GET", target);
+    StringSource body("");
+    return f.send(req, body);
+  };
+  // Everything that names an owner: anyone may list a public-read bucket.
+  for (const std::string target : {"/", "/bucket", "/bucket?list-type=2&fetch-owner=true",
+                                   "/bucket?versions", "/bucket?acl", "/bucket/obj?acl",
+                                   "/bucket?uploads"}) {
+    CAPTURE(target);
+    Reply r = target == "/bucket" ? anonymous(target) : f.get(target);
+    REQUIRE(r.status == 200);
+    CHECK(r.body.find(kAccessKey) == std::string::npos);
+    CHECK(r.body.find("<ID>" + id + "</ID>") != std::string::npos);
+  }
+  // x-amz-expected-bucket-owner takes the ID shown (and the key, shown before).
+  for (const std::string& owner : {id, std::string(kAccessKey)}) {
+    CHECK(f.get("/bucket/obj", {{"x-amz-expected-bucket-owner", owner}}).status == 200);
+  }
+  CHECK(f.get("/bucket/obj", {{"x-amz-expected-bucket-owner", "someone"}}).code ==
+        "AccessDenied");
+}
+
 TEST_CASE("Bucket tags: set, replaced, read and deleted, up to 50, not the objects' tags") {
   GatewayFixture f;
   f.createBucket();
