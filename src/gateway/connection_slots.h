@@ -5,6 +5,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -54,7 +55,8 @@ class ConnectionSlots {
   ConnectionSlots& operator=(const ConnectionSlots&) = delete;
 
   // A slot for a connection from `from`, or none and which cap refused it. An IPv4 address
-  // mapped into IPv6 counts as the IPv4 address.
+  // mapped into IPv6 counts as the IPv4 address; an IPv6 address counts as its /64 (one
+  // host is usually given a whole /64, and could pick a new source address per connection).
   std::pair<Slot, Refused> acquire(const boost::asio::ip::address& from) {
     if (open_.fetch_add(1, std::memory_order_relaxed) >= total_) {
       open_.fetch_sub(1, std::memory_order_relaxed);
@@ -83,10 +85,14 @@ class ConnectionSlots {
 
  private:
   static std::string canonical(const boost::asio::ip::address& a) {
-    if (a.is_v6() && a.to_v6().is_v4_mapped()) {
-      return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()).to_string();
+    if (!a.is_v6()) return a.to_string();
+    const boost::asio::ip::address_v6 v6 = a.to_v6();
+    if (v6.is_v4_mapped()) {
+      return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, v6).to_string();
     }
-    return a.to_string();
+    boost::asio::ip::address_v6::bytes_type bytes = v6.to_bytes();
+    std::fill(bytes.begin() + 8, bytes.end(), 0);
+    return boost::asio::ip::address_v6(bytes).to_string() + "/64";
   }
   void release(const std::string& address) {
     if (!address.empty()) {

@@ -976,13 +976,20 @@ class BeastGatewayServer final : public GatewayServer {
       auto [slot, refused] = ctx_.connections.acquire(peer.address());
       if (!slot) {
         ctx_.metrics.connectionRefused(refused == ConnectionSlots::Refused::kAddress);
-        if (tls_) {
-          socket.close(ec);  // a plain-text 503 would only be a failed TLS handshake
+        // A plain-text 503 would only be a failed TLS handshake. Each answer holds its
+        // socket up to 2 s, outside the caps: past kMaxRefusing at once (a host flooding
+        // connects), the rest are closed at once, so that refusals cannot use up the
+        // process's descriptors.
+        if (tls_ || refusing_.load(std::memory_order_relaxed) >= kMaxRefusing) {
+          socket.close(ec);
         } else {
+          refusing_.fetch_add(1, std::memory_order_relaxed);
           asio::co_spawn(acceptor.get_executor(),
                          refuseConnection(std::move(socket), newRequestId(ctx_.deps.random),
                                           ctx_.deps.clock),
-                         asio::detached);
+                         [this](std::exception_ptr) {
+                           refusing_.fetch_sub(1, std::memory_order_relaxed);
+                         });
         }
         continue;
       }
@@ -1000,6 +1007,9 @@ class BeastGatewayServer final : public GatewayServer {
     }
   }
 
+  // Connections over a cap being answered 503 now, at most kMaxRefusing (acceptLoop).
+  static constexpr size_t kMaxRefusing = 64;
+  std::atomic<size_t> refusing_{0};
   std::unique_ptr<ec::ErasureCode> code_;
   std::optional<ssl::context> tls_;  // set when a certificate is configured
   GatewayContext ctx_;

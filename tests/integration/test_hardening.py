@@ -383,6 +383,34 @@ def test_connection_cap_answers_slow_down_and_recovers(granary_bin, tmp_path):
         srv.stop()
 
 
+def test_a_flood_of_refused_connections_holds_a_bounded_number_of_descriptors(granary_bin,
+                                                                             tmp_path):
+    """Each refused connection is answered 503 and held up to 2 s, outside the caps: a
+    host flooding connects must not use up the server's descriptors that way. Past 64
+    refusals at once, the others are closed at once."""
+    srv = Server(str(tmp_path / "granary-data"), extra_args=["--max-connections", "1"]).start()
+    host, port = srv.endpoint.removeprefix("http://").rsplit(":", 1)
+    fd_dir = f"/proc/{srv.proc.pid}/fd"
+    held = socket.create_connection((host, int(port)), timeout=10)
+    flood = []
+    try:
+        time.sleep(0.2)
+        before = len(os.listdir(fd_dir))
+        for _ in range(200):  # none sends a request: each 503 waits for one, up to 1 s
+            flood.append(socket.create_connection((host, int(port)), timeout=10))
+        time.sleep(0.3)  # accepted and refused by now
+        during = len(os.listdir(fd_dir))
+        assert during - before <= 64 + 8, (before, during)
+        # The refusals end; the held connection is still served.
+        held.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in flood:
+            s.close()
+        held.close()
+        srv.stop()
+
+
 def _answer_to_health(conn):
     conn.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     answer = b""

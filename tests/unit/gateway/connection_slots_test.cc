@@ -48,6 +48,15 @@ TEST_CASE("Connection slots: one address cannot take more than its share") {
   CHECK(b1);
   CHECK(c1);
   CHECK(slots.addresses() == 3);
+  {  // an IPv6 host counts as its /64: a new source address per connection gains nothing
+    auto c2 = slots.acquire(make_address("2001:db8::ffff:2")).first;
+    CHECK(c2);
+    auto [c3, c3_why] = slots.acquire(make_address("2001:db8:0:0:1:2:3:4"));
+    CHECK_FALSE(c3);
+    CHECK(c3_why == Refused::kAddress);
+    CHECK(slots.acquire(make_address("2001:db8:0:1::1")).first);  // another /64
+  }
+  CHECK(slots.addresses() == 3);
   {
     ConnectionSlots::Slot moved = std::move(a1);  // given back once, by the new owner
     CHECK_FALSE(a1);
