@@ -208,7 +208,8 @@ Task<S3Response> listUsers(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string name,
                          BodySource& body) {
-  if (!validUserName(name) || name == ctx.credentials.root().access_key) {
+  if (!validUserName(name) || name == ctx.credentials.root().access_key ||
+      name == ctx.credentials.ownerId(ctx.credentials.root().access_key)) {
     co_return invalid(req, "A user name is 1-64 characters of [A-Za-z0-9+=,.@_-]");
   }
   auto text = co_await readSmallBody(req, body, 16 * 1024);

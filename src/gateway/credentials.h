@@ -31,15 +31,17 @@ struct UserCredentials {
 class CredentialStore {
  public:
   void setRoot(std::string access_key, std::string secret_key) {
-    root_owner_id_ = sha256Hex(access_key);
+    // Keyed by the secret: a guessable access key ("admin") must not be found from it.
+    root_owner_id_ =
+        hmacSha256Hex(deriveSigningKey(secret_key, "owner-id", "granary", "s3"), access_key);
     root_ = {access_key, std::move(access_key), std::move(secret_key), /*is_root=*/true};
   }
   const UserCredentials& root() const { return root_; }
 
   // The ID answers show for the identity `owner` (ListBuckets, listings, uploads, ACLs): a
-  // named user's name; for the root user, the hex SHA-256 of its access key. S3 shows a
-  // 64-hex canonical user ID, never an access key, and anyone may list a public-read
-  // bucket: the root's access key must not be what they read.
+  // named user's name; for the root user, 64 hex digits of an HMAC of its access key keyed
+  // by its secret. S3 shows a 64-hex canonical user ID, never an access key, and anyone may
+  // list a public-read bucket: the root's access key must not be what they read.
   std::string ownerId(std::string_view owner) const {
     if (!root_.access_key.empty() && owner == root_.access_key) return root_owner_id_;
     return std::string(owner);
@@ -61,10 +63,11 @@ class CredentialStore {
     std::map<std::string, UserCredentials, std::less<>> next;
     for (const auto& u : users) {
       // The root user's identity (it owns buckets under it) is its access key: a named
-      // user called that, or holding that key, would own the root's buckets. Such a user
+      // user called that (or its owner ID), or holding that key, would own the root's
+      // buckets (or pass for their owner). Such a user
       // can only come from a root key changed after it was added: it is left out.
-      if (!root_.access_key.empty() &&
-          (u.name == root_.access_key || u.access_key == root_.access_key)) {
+      if (!root_.access_key.empty() && (u.name == root_.access_key || u.name == root_owner_id_ ||
+                                        u.access_key == root_.access_key)) {
         log::warn("user {} is left out: its name or access key is the root user's", u.name);
         continue;
       }
