@@ -366,6 +366,36 @@ TEST_CASE("SigV4 rejects a modified header, query, method or secret with Signatu
   CHECK(canonicalRequest(tabbed.view(), auth) == canonical);
 }
 
+TEST_CASE("SigV4 verifies a tab inside a signed value folded (botocore, JS) or kept (Go)") {
+  // The GET Object example with a signed x-amz-meta-a holding a tab, signed both ways.
+  for (const bool folded : {true, false}) {
+    CAPTURE(folded);
+    Request r = getObjectExample();
+    r.set("x-amz-meta-a", "x\ty");
+    std::string& authorization = r.headers[4].second;
+    REQUIRE(r.headers[4].first == "authorization");
+    const size_t at = authorization.find("x-amz-date");
+    REQUIRE(at != std::string::npos);
+    authorization.insert(at + std::string_view("x-amz-date").size(), ";x-amz-meta-a");
+    AuthInfo auth = parsed(r);
+    // What such a signer puts in its canonical request: the tab folded, or kept.
+    std::string canonical = canonicalRequest(r.view(), auth);
+    if (!folded) {
+      const size_t line = canonical.find("x-amz-meta-a:x y\n");
+      REQUIRE(line != std::string::npos);
+      canonical[line + std::string_view("x-amz-meta-a:x").size()] = '\t';
+    }
+    const std::string signature = hmacSha256Hex(
+        deriveSigningKey(kSecret, auth.date, auth.region, auth.service),
+        stringToSign(auth, canonical));
+    authorization.replace(authorization.size() - 64, 64, signature);
+    CHECK(verifyAt(r, kExampleTime).has_value());
+    // Neither form lets another value through.
+    r.set("x-amz-meta-a", "x\tz");
+    CHECK_FALSE(verifyAt(r, kExampleTime).has_value());
+  }
+}
+
 TEST_CASE("SigV4 refuses header-signed requests more than 15 minutes from the server clock") {
   Request r = getObjectExample();
   CHECK(verifyAt(r, kExampleTime + 900).has_value());
