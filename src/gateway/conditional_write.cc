@@ -29,7 +29,13 @@ Task<S3Result<index_kv::Precondition>> objectCondition(GatewayContext& ctx,
     co_return s3fail(S3ErrorCode::kNotImplemented,
                      "Conditional writes support only If-None-Match: *");
   }
-  if (if_match) co_return co_await matchCondition(ctx, req.bucket, req.key, *if_match);
+  if (if_match) {
+    auto matched = co_await matchCondition(ctx, req.bucket, req.key, *if_match);
+    // With If-None-Match: * too, the pair can never hold (RFC 9110: the key must exist for
+    // the one and not for the other): a key that matched fails the second.
+    if (matched && if_none_match) co_return std::unexpected(preconditionFailed());
+    co_return matched;
+  }
   auto current = co_await lookupObject(ctx, req.bucket, req.key);
   if (!current && !current.error().isNotFound()) co_return std::unexpected(fromStatus(current.error()));
   if (current) {

@@ -213,6 +213,9 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
 S3Result<void> checkObjectKey(std::string_view key);
 // checkObjectKey, and UTF-8 as RFC 3629 has it: for a key a request creates.
 S3Result<void> checkNewObjectKey(std::string_view key);
+// The parameters a listing echoes in its XML (prefix, delimiter, the markers): UTF-8 as a
+// request's key, no NUL; InvalidArgument otherwise (an answer no XML parser would read).
+S3Result<void> checkListingParameters(const S3Request& req);
 // get_object.cc
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);

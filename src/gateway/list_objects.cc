@@ -21,6 +21,19 @@ std::optional<std::string> decodeToken(std::string_view token) {
   return std::string(raw->begin(), raw->end());
 }
 
+S3Result<void> checkListingParameters(const S3Request& req) {
+  for (const char* name :
+       {"prefix", "delimiter", "marker", "start-after", "key-marker", "upload-id-marker"}) {
+    const auto value = req.queryValue(name);
+    if (value && (value->find('\0') != std::string_view::npos || !validUtf8(*value))) {
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    fmt::format("The {} parameter must be valid UTF-8 without NUL characters",
+                                name));
+    }
+  }
+  return {};
+}
+
 namespace {
 
 ListKind listKind(const S3Request& req) {
@@ -43,16 +56,7 @@ S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv
     }
     p.url_encode = true;
   }
-  // Each is echoed in the answer's XML (and a prefix or marker is compared with keys):
-  // bytes no key can hold would make the answer no XML parser reads.
-  for (const char* name : {"prefix", "delimiter", "marker", "start-after", "key-marker"}) {
-    const auto value = req.queryValue(name);
-    if (value && (value->find('\0') != std::string_view::npos || !validUtf8(*value))) {
-      return s3fail(S3ErrorCode::kInvalidArgument,
-                    fmt::format("The {} parameter must be valid UTF-8 without NUL characters",
-                                name));
-    }
-  }
+  if (auto bad = checkListingParameters(req); !bad) return bad;
   if (auto mk = req.queryValue("max-keys")) {
     int64_t v = -1;
     auto [ptr, ec] = std::from_chars(mk->data(), mk->data() + mk->size(), v);

@@ -837,6 +837,7 @@ Result<UploadsPage> readUploadsPage(index_kv::Index& index, const ListUploadsPar
 }  // namespace
 
 Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req) {
+  if (auto bad = checkListingParameters(req); !bad) co_return errorResponse(bad.error(), req);
   ListUploadsParams p;
   p.bucket = req.bucket;
   p.prefix = std::string(req.queryValue("prefix").value_or(""));

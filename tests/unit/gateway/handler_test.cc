@@ -20,7 +20,6 @@
 #include <string>
 #include <thread>
 
-#include "checksum.h"
 #include "cors.h"
 #include "digest.h"
 #include "granary/common/base64.h"
@@ -873,13 +872,18 @@ struct HookedSource final : BodySource {
 
 TEST_CASE("A named user called as the root's access key, or holding it, is left out") {
   // The root user owns buckets as its access key: a user added before the root key was
-  // changed to its name must not own them.
+  // changed to its name must not own them, nor one named as the root's owner ID pass for
+  // their owner (x-amz-expected-bucket-owner).
   CredentialStore store;
   store.setRoot("admin", "root-secret");
+  const std::string root_id = store.ownerId("admin");
   store.setUsers({{"admin", "ADMINUSERKEY", "s1", 1},
                   {"eve", "admin", "s2", 1},
+                  {root_id, "MALLORYKEY", "s4", 1},
                   {"bob", "BOBACCESSKEY", "s3", 1}});
   CHECK_FALSE(store.find("ADMINUSERKEY").has_value());
+  CHECK_FALSE(store.find("MALLORYKEY").has_value());
+  CHECK(store.ownerId("bob") == "bob");
   auto root = store.find("admin");
   REQUIRE(root.has_value());
   CHECK(root->is_root);
@@ -1117,14 +1121,16 @@ TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already
   CHECK(f.get("/bucket/obj").body == "data");  // never a PutObject
 }
 
-TEST_CASE("The root user's owner ID is a hash of its access key, never the key itself") {
+TEST_CASE("The root user's owner ID is a keyed hash of its access key, never the key itself") {
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
   REQUIRE(f.send(makeRequest("POST", "/bucket/up?uploads")).status == 200);
   REQUIRE(f.send(makeRequest("PUT", "/bucket?acl", {{"x-amz-acl", "public-read"}})).status ==
           200);
-  const std::string id = sha256Hex(kAccessKey);
+  const std::string id = f.ctx->credentials.ownerId(kAccessKey);
+  REQUIRE(id.size() == 64);
+  CHECK(id != sha256Hex(kAccessKey));  // keyed: not found by hashing likely keys
   auto anonymous = [&](const std::string& target) {
     S3Request req = makeRequest("GET", target);
     StringSource body("");
@@ -1720,6 +1726,42 @@ TEST_CASE("DeleteObjects: version null deletes, another version id deletes nothi
   CHECK(f.get("/bucket/d").code == "NoSuchKey");
 }
 
+// An upload of bucket/k with `data` as its one part: its id, and the Complete body
+// naming that part.
+std::pair<std::string, std::string> uploadOnePart(GatewayFixture& f, const std::string& data) {
+  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
+  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
+                                  sha256Hex(data)),
+                      data);
+  REQUIRE(part.status == 200);
+  return {id, "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                  *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>"};
+}
+
+TEST_CASE("A write with both If-Match and If-None-Match: * never succeeds") {
+  // The key must exist for the one and not for the other: an existing key that matches
+  // fails If-None-Match (412), a missing one fails If-Match (NoSuchKey). PutObject,
+  // CopyObject and CompleteMultipartUpload share the rule.
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("k", "v1").status == 200);
+  REQUIRE(f.put("src", "source").status == 200);
+  const auto [id, xml] = uploadOnePart(f, "part");  // an upload of bucket/k
+  for (const std::string& etag : {"\"" + md5Hex("v1") + "\"", std::string("*")}) {
+    CAPTURE(etag);
+    const HeaderList both = {{"if-match", etag}, {"if-none-match", "*"}};
+    CHECK(f.put("k", "v2", both).status == 412);
+    HeaderList copy = both;
+    copy.emplace_back("x-amz-copy-source", "/bucket/src");
+    CHECK(f.send(makeRequest("PUT", "/bucket/k", copy)).status == 412);
+    CHECK(f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, both, sha256Hex(xml)), xml)
+              .status == 412);
+    CHECK(f.get("/bucket/k").body == "v1");
+    CHECK(f.put("absent", "v", both).code == "NoSuchKey");
+  }
+  CHECK(f.get("/bucket/absent").code == "NoSuchKey");
+}
+
 TEST_CASE("Conditional deletes: If-Match on DeleteObject, ETag in DeleteObjects") {
   GatewayFixture f;
   f.createBucket();
@@ -2174,18 +2216,6 @@ TEST_CASE("A Complete retried after it committed gets its answer again, and only
   CHECK(complete(id, etag).code == "NoSuchUpload");
 }
 
-// An upload of bucket/k with `data` as its one part: its id, and the Complete body
-// naming that part.
-std::pair<std::string, std::string> uploadOnePart(GatewayFixture& f, const std::string& data) {
-  std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
-  Reply part = f.send(makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {},
-                                  sha256Hex(data)),
-                      data);
-  REQUIRE(part.status == 200);
-  return {id, "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
-                  *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>"};
-}
-
 TEST_CASE("A Complete that another Complete of its upload beat to the commit gets its answer") {
   // The retry of a slow Complete: both found the upload; the other committed first.
   struct RacedIndex final : index_kv::ForwardingIndex {
@@ -2478,8 +2508,10 @@ TEST_CASE("New keys must be RFC 3629 UTF-8, and keys stored before stay readable
   CHECK(listed.status == 200);
   CHECK(xmlField(listed.body, "KeyCount") == "1");
   // Listing parameters that no key can hold are refused, not echoed into the XML.
-  for (const std::string bad : {"prefix=%FF", "delimiter=%C0%AF", "marker=a%00",
-                                "list-type=2&start-after=%FE", "versions&key-marker=%FF"}) {
+  for (const std::string bad :
+       {"prefix=%FF", "delimiter=%C0%AF", "marker=a%00", "list-type=2&start-after=%FE",
+        "versions&key-marker=%FF", "uploads&prefix=%FF",
+        "uploads&key-marker=a&upload-id-marker=%FF"}) {
     CAPTURE(bad);
     CHECK(f.get("/bucket?" + bad).code == "InvalidArgument");
   }
