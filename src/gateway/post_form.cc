@@ -338,13 +338,16 @@ S3Result<std::optional<AuthInfo>> parsePostAuth(const FormHead& form) {
 S3Result<void> verifyPostSignature(const AuthInfo& auth, std::string_view policy,
                                    std::string_view secret, SigningKeyCache& keys) {
   std::string expected;
+  std::array<uint8_t, 32> key{};
   if (auth.version == 4) {
-    expected = hmacSha256Hex(keys.get(secret, auth.date, auth.region, auth.service), policy);
+    key = keys.get(secret, auth.date, auth.region, auth.service);
+    expected = hmacSha256Hex(key, policy);
   } else {
     expected = signV2(secret, policy);
   }
   if (expected.size() == auth.signature.size() &&
       CRYPTO_memcmp(expected.data(), auth.signature.data(), expected.size()) == 0) {
+    if (auth.version == 4) keys.remember(secret, auth.date, auth.region, auth.service, key);
     return {};
   }
   return s3fail(S3ErrorCode::kSignatureDoesNotMatch,

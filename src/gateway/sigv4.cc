@@ -504,8 +504,8 @@ std::string sha256Hex(std::string_view data) {
   return toHex(out);
 }
 
-std::array<uint8_t, 32> SigningKeyCache::get(std::string_view secret, std::string_view date,
-                                             std::string_view region, std::string_view service) {
+std::string SigningKeyCache::idOf(std::string_view secret, std::string_view date,
+                                  std::string_view region, std::string_view service) {
   std::string id;
   id.reserve(secret.size() + date.size() + region.size() + service.size() + 3);
   id.append(secret)
@@ -515,21 +515,37 @@ std::array<uint8_t, 32> SigningKeyCache::get(std::string_view secret, std::strin
       .append(region)
       .append(1, '\0')
       .append(service);
+  return id;
+}
+
+std::array<uint8_t, 32> SigningKeyCache::get(std::string_view secret, std::string_view date,
+                                             std::string_view region, std::string_view service) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = keys_.find(id);
+    auto it = keys_.find(idOf(secret, date, region, service));
     if (it != keys_.end()) {
       return it->second;
     }
   }
-  std::array<uint8_t, 32> key = deriveSigningKey(secret, date, region, service);
+  return deriveSigningKey(secret, date, region, service);
+}
+
+void SigningKeyCache::remember(std::string_view secret, std::string_view date,
+                               std::string_view region, std::string_view service,
+                               const std::array<uint8_t, 32>& key) {
+  std::string id = idOf(secret, date, region, service);
   std::lock_guard<std::mutex> lock(mu_);
+  if (keys_.contains(id)) return;
   // Keys are per day: a full cache is mostly yesterday's keys. Start over.
   if (keys_.size() >= kMaxCachedKeys) {
     keys_.clear();
   }
   keys_.emplace(std::move(id), key);
-  return key;
+}
+
+size_t SigningKeyCache::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.size();
 }
 
 S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::string_view secret,
@@ -595,7 +611,8 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
            std::find(auth.signed_headers.begin(), auth.signed_headers.end(), h.first) !=
                auth.signed_headers.end();
   });
-  if (!matched && tabbed && match(/*fold_tabs=*/false)) return {};
+  if (!matched && tabbed && match(/*fold_tabs=*/false)) matched = {};
+  if (matched) keys.remember(secret, auth.date, auth.region, auth.service, key);
   return matched;
 }
 

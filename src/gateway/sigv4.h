@@ -113,13 +113,21 @@ std::string hmacSha256Hex(const std::array<uint8_t, 32>& key, std::string_view d
 std::string sha256Hex(std::string_view data);
 
 // Caches derived signing keys per (secret, date, region, service): deriving one costs four
-// HMACs; a request reuses it.
+// HMACs; a request reuses it. A key goes in only once a signature made with it verified
+// (remember): requests that fail theirs, with whatever date or region a caller who knows
+// an access key makes up, must not push the real keys out.
 class SigningKeyCache {
  public:
+  // The cached key, else one derived now (not cached).
   std::array<uint8_t, 32> get(std::string_view secret, std::string_view date,
                               std::string_view region, std::string_view service);
+  void remember(std::string_view secret, std::string_view date, std::string_view region,
+                std::string_view service, const std::array<uint8_t, 32>& key);
+  size_t size();
 
  private:
+  static std::string idOf(std::string_view secret, std::string_view date,
+                          std::string_view region, std::string_view service);
   std::mutex mu_;
   std::map<std::string, std::array<uint8_t, 32>, std::less<>> keys_;
 };

@@ -538,6 +538,26 @@ TEST_CASE("SigningKeyCache returns the derived key and reuses it") {
   CHECK(cache.get(kSecret, "20130524", "us-east-1", "s3") == expected);
   CHECK(cache.get(kSecret, "20130525", "us-east-1", "s3") != expected);
   CHECK(cache.get("other", "20130524", "us-east-1", "s3") != expected);
+  CHECK(cache.size() == 0);  // derived, not kept: none was remembered
+  cache.remember(kSecret, "20130524", "us-east-1", "s3", expected);
+  CHECK(cache.size() == 1);
+  CHECK(cache.get(kSecret, "20130524", "us-east-1", "s3") == expected);
+}
+
+TEST_CASE("SigningKeyCache keeps the keys of verified requests only") {
+  // A caller who knows an access key but not its secret, making up a region per request,
+  // must not fill the cache (and have it cleared) with keys no request was signed with.
+  SigningKeyCache cache;
+  Request good = getObjectExample();
+  AuthInfo auth = parsed(good);
+  for (int i = 0; i < 100; ++i) {
+    Request forged = good;
+    auth.region = "region-" + std::to_string(i);
+    CHECK_FALSE(verify(forged.view(), auth, kSecret, kExampleTime, cache).has_value());
+  }
+  CHECK(cache.size() == 0);
+  CHECK(verify(good.view(), parsed(good), kSecret, kExampleTime, cache).has_value());
+  CHECK(cache.size() == 1);
 }
 
 TEST_CASE("SigV4 parsing survives hostile Authorization headers and targets") {
