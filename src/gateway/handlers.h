@@ -13,8 +13,8 @@
 #include <string>
 #include <utility>
 
-#include "connection_slots.h"
 #include "calls_in_flight.h"
+#include "connection_slots.h"
 #include "credentials.h"
 #include "granary/gateway/gateway.h"
 #include "granary/gateway/repairer.h"
