@@ -62,10 +62,16 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
   auto md5 = requestedContentMd5(req);
   if (!md5) co_return std::unexpected(md5.error());
   std::optional<ChecksumRequest> checksum;
-  if (checksum_of == ChecksumHeaderOf::kBody) {
+  if (checksum_of != ChecksumHeaderOf::kObject) {
     auto requested = requestedChecksum(req);
     if (!requested) co_return std::unexpected(requested.error());
     checksum = *requested;
+  }
+  if (checksum_of == ChecksumHeaderOf::kBodyRequired && !*md5 &&
+      !(checksum && checksum->expected)) {
+    co_return s3fail(S3ErrorCode::kInvalidRequest,
+                     "Missing required header for this request: Content-MD5 OR "
+                     "x-amz-checksum-*");
   }
   std::string out;
   uint8_t buf[16 * 1024];

@@ -1,25 +1,15 @@
 // DeleteObjects: POST /bucket?delete with up to 1000 keys. Every delete is queued at once
 // (index_commit.cc), so the index's commit queue merges them into a few synced batches.
-#include "checksum.h"
 #include "handlers.h"
 #include "s3_xml.h"
 
 namespace granary::gateway {
 
 Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  // S3 requires Content-MD5 or an x-amz-checksum-* value: where the signature does not
-  // cover the body (SigV2, a presigned URL, UNSIGNED-PAYLOAD), it is what ties the list of
-  // keys to the request, so that a replay cannot delete others.
-  auto checksum = requestedChecksum(req);
-  if (!checksum) co_return errorResponse(checksum.error(), req);
-  if (!req.header("content-md5") && !(*checksum && (*checksum)->expected)) {
-    co_return errorResponse({S3ErrorCode::kInvalidRequest,
-                             "Missing required header for this request: Content-MD5 OR "
-                             "x-amz-checksum-*"},
-                            req);
-  }
-  // 1000 keys of up to 1024 bytes, plus markup.
-  auto xml = co_await readSmallBody(req, body, 2 * 1024 * 1024);
+  // 1000 keys of up to 1024 bytes, plus markup; a digest required, so that a replay of a
+  // request whose signature does not cover the body cannot delete other keys.
+  auto xml =
+      co_await readSmallBody(req, body, 2 * 1024 * 1024, ChecksumHeaderOf::kBodyRequired);
   if (!xml) co_return errorResponse(xml.error(), req);
   auto parsed = parseDeleteObjects(*xml);
   if (!parsed) co_return errorResponse(parsed.error(), req);

@@ -289,13 +289,16 @@ S3Response xmlResponse(std::string body);
 S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 
 // What an x-amz-checksum-* header on a request with a small body is the checksum of: the
-// body (bucket settings, tagging, DeleteObjects...), or the object the request makes
-// (CompleteMultipartUpload).
-enum class ChecksumHeaderOf { kBody, kObject };
+// body (bucket settings, tagging...), or the object the request makes
+// (CompleteMultipartUpload). kBodyRequired: the body's, and the request must carry it or
+// Content-MD5 (DeleteObjects, as S3: where the signature does not cover the body, SigV2,
+// a presigned URL or UNSIGNED-PAYLOAD, the digest is what ties the body to the request).
+enum class ChecksumHeaderOf { kBody, kBodyRequired, kObject };
 // Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
 // against what the request says of it: the signed payload hash (XAmzContentSHA256Mismatch),
 // Content-MD5 (InvalidDigest, BadDigest) and an x-amz-checksum-* header of the body
-// (InvalidRequest, BadDigest), each if the request has one.
+// (InvalidRequest, BadDigest), each if the request has one (one of the last two required
+// with kBodyRequired: InvalidRequest).
 Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
                                           ChecksumHeaderOf checksum = ChecksumHeaderOf::kBody);
 // The bucket's settings: from memory on the event loop when the index can answer without

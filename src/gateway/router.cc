@@ -321,6 +321,9 @@ struct Route {
   // the request's headers, bucket and upload are known good. Every other handler reads
   // its body as sent, and is invited to before it runs.
   bool ingests_body = false;
+  // The handler creates the key it names (PutObject, CopyObject, CreateMultipartUpload):
+  // the key is held to RFC 3629 (checkNewObjectKey).
+  bool creates_key = false;
 };
 
 Route notImplemented(std::string message) {
@@ -465,7 +468,8 @@ Route routeOf(const S3Request& req) {
     }
     if (!req.key.empty() && m == "POST" && uploads && !upload_id && !part_number) {
       return {.op = "CreateMultipartUpload",
-              .handler = [](Call& c) { return createMultipartUpload(c.ctx, c.req); }};
+              .handler = [](Call& c) { return createMultipartUpload(c.ctx, c.req); },
+              .creates_key = true};
     }
     return notImplemented("This multipart request is not implemented");
   }
@@ -546,12 +550,14 @@ Route routeOf(const S3Request& req) {
     }
     if (m == "PUT" && req.header("x-amz-copy-source")) {
       return {.op = "CopyObject",
-              .handler = [](Call& c) { return copyObject(c.ctx, c.req, c.sink); }};
+              .handler = [](Call& c) { return copyObject(c.ctx, c.req, c.sink); },
+              .creates_key = true};
     }
     if (m == "PUT") {
       return {.op = "PutObject",
               .handler = [](Call& c) { return putObject(c.ctx, c.req, c.auth, c.body); },
-              .ingests_body = true};
+              .ingests_body = true,
+              .creates_key = true};
     }
     if (m == "DELETE") {
       return {.op = "DeleteObject",
@@ -713,8 +719,7 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
   if (route.handler == nullptr) co_return errorResponse(route.error, req);
   // A key a request creates is held to RFC 3629 (a listing's XML must carry it); one
   // stored before that rule stays readable, as every request's key is checked loosely.
-  if (route.op == "PutObject" || route.op == "CopyObject" ||
-      route.op == "CreateMultipartUpload") {
+  if (route.creates_key) {
     if (auto bad = checkNewObjectKey(req.key); !bad) co_return errorResponse(bad.error(), req);
   }
   // A handler that reads its body as sent would leave an aws-chunked body's chunk

@@ -605,13 +605,16 @@ S3Result<void> verify(const HttpRequestView& req, const AuthInfo& auth, std::str
     });
   };
   auto matched = match(/*fold_tabs=*/true);
-  // A signed value with a tab inside, from a signer that kept it (appendCanonicalHeaderValue).
-  const bool tabbed = std::any_of(req.headers.begin(), req.headers.end(), [&](const auto& h) {
-    return trimSpaces(h.second).find('\t') != std::string_view::npos &&
-           std::find(auth.signed_headers.begin(), auth.signed_headers.end(), h.first) !=
-               auth.signed_headers.end();
-  });
-  if (!matched && tabbed && match(/*fold_tabs=*/false)) matched = {};
+  // A signed value with a tab inside, from a signer that kept it (appendCanonicalHeaderValue):
+  // looked for only once the usual form failed.
+  auto tabbed = [&] {
+    return std::any_of(req.headers.begin(), req.headers.end(), [&](const auto& h) {
+      return trimSpaces(h.second).find('\t') != std::string_view::npos &&
+             std::find(auth.signed_headers.begin(), auth.signed_headers.end(), h.first) !=
+                 auth.signed_headers.end();
+    });
+  };
+  if (!matched && tabbed() && match(/*fold_tabs=*/false)) matched = {};
   if (matched) keys.remember(secret, auth.date, auth.region, auth.service, key);
   return matched;
 }

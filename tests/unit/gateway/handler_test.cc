@@ -285,6 +285,17 @@ struct GatewayFixture {
   asio::io_context io;
 };
 
+// A fixture's IndexWrapper that puts a `Wrapped` (a ForwardingIndex) over the cluster's index
+// and points `out` at it, for the test to steer.
+template <typename Wrapped>
+GatewayFixture::IndexWrapper wrapIndex(Wrapped*& out) {
+  return [&out](index_kv::Index& index) {
+    auto wrapped = std::make_unique<Wrapped>(index);
+    out = wrapped.get();
+    return wrapped;
+  };
+}
+
 size_t stripesOf(uint64_t size) {
   return size <= kInlineThreshold ? 0 : (size + kStripe - 1) / kStripe;
 }
@@ -2234,11 +2245,7 @@ TEST_CASE("A Complete that another Complete of its upload beat to the commit get
     }
   };
   RacedIndex* raced = nullptr;
-  GatewayFixture f([&raced](index_kv::Index& index) {
-    auto wrapped = std::make_unique<RacedIndex>(index);
-    raced = wrapped.get();
-    return wrapped;
-  });
+  GatewayFixture f(wrapIndex(raced));
   f.createBucket();
   const std::string data = "parts";
   const auto [id, xml] = uploadOnePart(f, data);
@@ -2278,11 +2285,7 @@ TEST_CASE("A conditional Complete retried before its first attempt committed get
     }
   };
   StaleIndex* stale = nullptr;
-  GatewayFixture f([&stale](index_kv::Index& index) {
-    auto wrapped = std::make_unique<StaleIndex>(index);
-    stale = wrapped.get();
-    return wrapped;
-  });
+  GatewayFixture f(wrapIndex(stale));
   f.createBucket();
   const std::string data = "parts";
   const auto [id, xml] = uploadOnePart(f, data);
@@ -2321,11 +2324,7 @@ TEST_CASE("A part replaced with the same bytes while Complete runs does not fail
     }
   };
   RacedIndex* raced = nullptr;
-  GatewayFixture f([&raced](index_kv::Index& index) {
-    auto wrapped = std::make_unique<RacedIndex>(index);
-    raced = wrapped.get();
-    return wrapped;
-  });
+  GatewayFixture f(wrapIndex(raced));
   f.createBucket();
   std::string id = xmlField(f.send(makeRequest("POST", "/bucket/k?uploads")).body, "UploadId");
   const std::string data = randomString(70'000, 7);
@@ -3001,11 +3000,7 @@ TEST_CASE("A PUT whose indexing outlasts the PUT deadline is not committed") {
     ManualClock* clock = nullptr;
   };
   SlowRowsIndex* slow = nullptr;
-  GatewayFixture f([&slow](index_kv::Index& index) {
-    auto wrapped = std::make_unique<SlowRowsIndex>(index);
-    slow = wrapped.get();
-    return wrapped;
-  });
+  GatewayFixture f(wrapIndex(slow));
   slow->clock = &f.cluster.clock;
   f.createBucket();
   f.ctx->options.max_put_seconds = 60;
