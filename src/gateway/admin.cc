@@ -147,6 +147,7 @@ Task<S3Response> adminRepair(GatewayContext& ctx, const S3Request& req, bool reb
   const RepairStats& s = *stats;
   co_return jsonResponse(Json{{"dry_run", dry_run},
                               {"objects", s.objects},
+                              {"parts", s.parts},
                               {"stripes", s.stripes},
                               {"fragments_missing", s.fragments_missing},
                               {"fragments_corrupt", s.fragments_corrupt},

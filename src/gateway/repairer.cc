@@ -29,6 +29,7 @@ namespace granary::gateway {
 
 RepairStats& RepairStats::operator+=(const RepairStats& o) {
   objects += o.objects;
+  parts += o.parts;
   stripes += o.stripes;
   fragments_missing += o.fragments_missing;
   fragments_corrupt += o.fragments_corrupt;
@@ -382,13 +383,45 @@ struct Repairer::Impl {
       }
     }
   }
-  // Whether the object's manifest now names every copy this pass wrote.
-  bool namesCopies(const std::string& bucket, const std::string& key) {
-    auto now = index.getObject(bucket, key);
+  // Whether `now` (the blobs the index names now; nullopt: unknown) holds every copy this
+  // pass wrote.
+  bool namesCopies(const std::optional<std::vector<index_kv::BlobRef>>& now) {
     if (!now) return false;
     std::set<std::pair<std::string, BlobId>> used;
-    for (auto& blob : index_kv::manifestBlobs(*now)) used.emplace(blob.drive, blob.id);
+    for (const auto& blob : *now) used.emplace(blob.drive, blob.id);
     return std::ranges::all_of(written, [&](const auto& copy) { return used.contains(copy); });
+  }
+
+  // Commits the copies of one object or part: `commit` is the index's compare-and-swap on
+  // what the pass read, `now` reads the blobs the index names after it.
+  template <typename Commit, typename Now>
+  void commitCopies(const std::string& what, Commit commit, Now now, RepairStats& found) {
+    Status st = commit();
+    const auto refused = [](const Status& s) {
+      return s.code() == Status::Code::kPreconditionFailed || s.isNotFound();
+    };
+    bool committed = st.isOk();
+    if (!committed && refused(st)) {
+      // Refused (a final answer): the copies this pass wrote (a put never overwrites, so
+      // they are its own) are referenced by no manifest. The orphan sweep would not take
+      // them while the version lives, so they go now.
+      ++found.conflicts;
+      removeCopies();
+    } else if (!committed) {
+      // An error leaves the outcome unknown: the commit may still apply (queued behind a
+      // slow sync). The same compare-and-swap sent again commits it, or is refused
+      // because the first applied (its answer lost: the index names the copies) or
+      // because the manifest changed. That refusal is not final for the first request
+      // (the manifest can become `expected` again: tags set back), so the copies stay.
+      log::warn("repair: committing {}: {}", what, st.toString());
+      Status again = commit();
+      committed = again.isOk() || (refused(again) && namesCopies(now()));
+      if (!committed) ++found.errors;
+    }
+    if (!committed) {
+      found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced =
+          found.fragments_drained = 0;
+    }
   }
 
   void repairObject(const std::string& bucket, const index_kv::ObjectSummary& summary,
@@ -408,34 +441,91 @@ struct Repairer::Impl {
       changed |= repairStripe(bucket, summary.key, updated, i, dry_run, found);
     }
     if (changed) {
-      Status st = index.relocateFragments(bucket, summary.key, *manifest, updated);
-      const auto refused = [](const Status& s) {
-        return s.code() == Status::Code::kPreconditionFailed || s.isNotFound();
-      };
-      bool committed = st.isOk();
-      if (!committed && refused(st)) {
-        // Refused (a final answer): the copies this pass wrote (a put never overwrites, so
-        // they are its own) are referenced by no manifest. The orphan sweep would not take
-        // them while the version lives, so they go now.
-        ++found.conflicts;
-        removeCopies();
-      } else if (!committed) {
-        // An error leaves the outcome unknown: the commit may still apply (queued behind a
-        // slow sync). The same compare-and-swap sent again commits it, or is refused
-        // because the first applied (its answer lost: the manifest names the copies) or
-        // because the manifest changed. That refusal is not final for the first request
-        // (the manifest can become `expected` again: tags set back), so the copies stay.
-        log::warn("repair: committing {}/{}: {}", bucket, summary.key, st.toString());
-        Status again = index.relocateFragments(bucket, summary.key, *manifest, updated);
-        committed = again.isOk() || (refused(again) && namesCopies(bucket, summary.key));
-        if (!committed) ++found.errors;
-      }
-      if (!committed) {
-        found.fragments_rebuilt = found.fragments_moved = found.fragments_rebalanced =
-            found.fragments_drained = 0;
-      }
+      commitCopies(
+          bucket + "/" + summary.key,
+          [&] { return index.relocateFragments(bucket, summary.key, *manifest, updated); },
+          [&]() -> std::optional<std::vector<index_kv::BlobRef>> {
+            auto now = index.getObject(bucket, summary.key);
+            if (!now) return std::nullopt;
+            return index_kv::manifestBlobs(*now);
+          },
+          found);
     }
     stats += found;
+  }
+
+  // A part of an upload in progress, as an object: its stripes are repaired (or drained)
+  // the same way, through a manifest that has its stripes (and no version of its own, so
+  // that the copies carry the part flag a part's fragments have).
+  void repairPart(const std::string& bucket, const index_kv::MultipartUpload& upload,
+                  const index_kv::PartInfo& part, bool dry_run, RepairStats& stats) {
+    // A part stored before parts recorded their code cannot be decoded safely here.
+    if (part.stripes.empty() || part.ec.k <= 0) return;
+    ++stats.parts;
+    index_kv::Manifest view;
+    view.ec = part.ec;
+    view.drives = part.drives;
+    view.stripes = part.stripes;
+    written.clear();
+    RepairStats found;
+    bool changed = false;
+    for (size_t i = 0; i < view.stripes.size() && !stopping; ++i) {
+      changed |= repairStripe(bucket, upload.key, view, i, dry_run, found);
+    }
+    if (changed) {
+      index_kv::PartInfo updated = part;
+      updated.drives = std::move(view.drives);
+      updated.stripes = std::move(view.stripes);
+      commitCopies(
+          fmt::format("{}/{} upload {} part {}", bucket, upload.key, upload.upload_id,
+                      part.part_number),
+          [&] {
+            return index.relocatePartFragments(bucket, upload.key, upload.upload_id, part,
+                                               updated);
+          },
+          [&]() -> std::optional<std::vector<index_kv::BlobRef>> {
+            auto now = index.listParts(bucket, upload.key, upload.upload_id,
+                                       part.part_number - 1, 1);
+            if (!now || now->empty() || now->front().part_number != part.part_number) {
+              return std::nullopt;
+            }
+            return index_kv::partBlobs(now->front());
+          },
+          found);
+    }
+    stats += found;
+  }
+
+  // Every part of every upload in progress in `bucket`: a drive drained while an upload
+  // runs must not keep its fragments, nor may a lost fragment wait for the Complete.
+  void repairUploads(const std::string& bucket, bool dry_run, RepairStats& stats) {
+    index_kv::ListUploadsRequest req;
+    req.max_uploads = kListPage;
+    for (;;) {
+      if (stopping) return;
+      auto page = index.listUploads(bucket, req);
+      if (!page) {
+        if (!page.error().isNotFound()) ++stats.errors;
+        return;
+      }
+      for (const auto& upload : page->uploads) {
+        uint32_t after = 0;
+        for (;;) {
+          if (stopping) return;
+          auto parts = index.listParts(bucket, upload.key, upload.upload_id, after, kListPage);
+          if (!parts) {
+            if (!parts.error().isNotFound()) ++stats.errors;  // completed meanwhile
+            break;
+          }
+          for (const auto& part : *parts) repairPart(bucket, upload, part, dry_run, stats);
+          if (parts->size() < kListPage) break;
+          after = parts->back().part_number;
+        }
+      }
+      if (!page->truncated || page->uploads.empty()) return;
+      req.key_marker = page->uploads.back().key;
+      req.upload_id_marker = page->uploads.back().upload_id;
+    }
   }
 
   Result<RepairStats> runPass(bool dry_run, bool rebalance, bool wait) {
@@ -471,6 +561,7 @@ struct Repairer::Impl {
         if (!page->truncated) break;
         req.start_after = page->next_start_after;
       }
+      repairUploads(bucket.name, dry_run, stats);
     }
     if (!dry_run) record(stats);
     return stats;

@@ -105,8 +105,6 @@ Status validateManifest(const Manifest& manifest);
 // kInvalidArgument unless 1 <= part_number <= 10000, every stripe's blob_version is the
 // part's version and every drive index exists in the part's drive table.
 Status validatePart(const PartInfo& part);
-// Every fragment of every stripe of a part, as manifestBlobs (manifest_blobs.h).
-std::vector<BlobRef> partBlobs(const PartInfo& part);
 // Distinct stripe blob versions other than the manifest's own version, sorted.
 std::vector<VersionId> foreignBlobVersions(const Manifest& manifest);
 

@@ -64,6 +64,7 @@ Status BatchBuilder::applyKind(CommitRequest& req) {
     case CommitRequest::Kind::kDeleteUser: return deleteUser(req);
     case CommitRequest::Kind::kReplaceManifest: return replaceManifest(req);
     case CommitRequest::Kind::kMarkVersionDead: return markVersionDead(req);
+    case CommitRequest::Kind::kReplacePart: return replacePart(req);
   }
   return Status::internal("index: unknown commit request kind");
 }

@@ -7,6 +7,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "index_kv/codec.h"
 #include "index_kv/commit_queue.h"
@@ -147,6 +150,30 @@ Status BatchBuilder::putPart(CommitRequest& req) {
   return Status::ok();
 }
 
+Status BatchBuilder::replacePart(CommitRequest& req) {
+  const PartInfo& part = *req.part;
+  auto exists = uploadExists(uploadKey(req.bucket, req.key, req.upload_id));
+  if (!exists) return exists.error();
+  if (!*exists) return Status::notFound("no upload " + req.upload_id);
+  const std::string pkey = partKey(req.upload_id, part.part_number);
+  auto old = loadPart(pkey);
+  if (!old) return old.error();
+  if (!old->has_value() || **old != *req.expected_part) {
+    return Status::preconditionFailed("the part changed since it was read");
+  }
+  // The same version and blob ids: its blobrefs row stays. The locations left go.
+  std::vector<BlobRef> kept = partBlobs(part);
+  std::vector<BlobRef> blobs = partBlobs(**old);
+  std::erase_if(blobs, [&](const BlobRef& b) {
+    return std::find(kept.begin(), kept.end(), b) != kept.end();
+  });
+  auto queued = enqueueGc(part.version, std::move(blobs));
+  if (!queued) return queued.error();
+  GRANARY_STAGE(batch_.Put(cfs_.parts, pkey, req.part_value));
+  parts_[pkey] = part;
+  return Status::ok();
+}
+
 Status BatchBuilder::completeUpload(CommitRequest& req) {
   const std::string ukey = uploadKey(req.bucket, req.key, req.upload_id);
   auto exists = uploadExists(ukey);
@@ -170,6 +197,18 @@ Status BatchBuilder::completeUpload(CommitRequest& req) {
     if (it->second.k > 0 && it->second != req.manifest->ec) {
       return Status::invalidArgument("index: manifest's EC profile is not that of the part "
                                      "with blob version " + s.blob_version.toHex());
+    }
+  }
+  // Nor may it name a location a repair moved a fragment away from since: that one is on
+  // the GC queue too.
+  std::set<std::pair<std::string, BlobId>> held;
+  for (const auto& entry : *parts) {
+    for (BlobRef& b : partBlobs(entry.second)) held.emplace(std::move(b.drive), b.id);
+  }
+  for (const BlobRef& b : manifestBlobs(*req.manifest)) {
+    if (!held.contains({b.drive, b.id})) {
+      return Status::invalidArgument("index: manifest names fragment " + b.id.toString() +
+                                     " on " + b.drive + ", no longer a location of its part");
     }
   }
   const std::string okey = objectKey(req.bucket, req.key);

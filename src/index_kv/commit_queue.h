@@ -59,6 +59,7 @@ struct CommitRequest {
     kDeleteUser,
     kReplaceManifest,  // relocateFragments, updateObjectTags: same version, new manifest
     kMarkVersionDead,  // the orphan sweep's fence (Index::markVersionDead)
+    kReplacePart,      // relocatePartFragments: same part, fragments elsewhere
   };
   Kind kind = Kind::kCreateBucket;
   std::string bucket;     // every kind but kGcDone
@@ -80,8 +81,9 @@ struct CommitRequest {
   const Manifest* manifest = nullptr;
   const Manifest* expected = nullptr;  // kReplaceManifest: the manifest it must still be
   std::string upload_value;            // kCreateUpload: the encoded MultipartUpload
-  const PartInfo* part = nullptr;      // kPutPart; the caller's, alive until completion
-  std::string part_value;              // kPutPart: the encoded PartInfo
+  const PartInfo* part = nullptr;      // kPutPart, kReplacePart; the caller's, alive until done
+  std::string part_value;              // kPutPart, kReplacePart: the encoded PartInfo
+  const PartInfo* expected_part = nullptr;  // kReplacePart: the row it must still be
   std::vector<std::string> gc_keys;    // kGcDone
   // kAttachRecords: the container version and the rows to publish; kAbandonRecords and
   // kRecordGcDone: record_info.set. kRecordGcDone: the record_gc value seen when the
@@ -131,6 +133,7 @@ class BatchBuilder {
   Status gcDone(CommitRequest& req);
   Status createUpload(CommitRequest& req);
   Status putPart(CommitRequest& req);
+  Status replacePart(CommitRequest& req);
   Status completeUpload(CommitRequest& req);
   Status abortUpload(CommitRequest& req);
   Status attachRecords(CommitRequest& req);

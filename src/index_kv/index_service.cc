@@ -300,6 +300,13 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                  PartCodec::from(a.at("part"))),
                        optVer);
        }},
+      {"relocate_part_fragments",
+       [](Index& x, const Json& a) {
+         return answer(x.relocatePartFragments(str(a, "bucket"), str(a, "key"),
+                                               str(a, "upload_id"),
+                                               PartCodec::from(a.at("expected")),
+                                               PartCodec::from(a.at("updated"))));
+       }},
       {"list_parts",
        [](Index& x, const Json& a) {
          return answer(x.listParts(str(a, "bucket"), str(a, "key"), str(a, "upload_id"),
@@ -580,6 +587,13 @@ class RemoteIndex final : public Index {
                 {{"bucket", bucket}, {"key", key}, {"upload_id", upload_id},
                  {"part", PartCodec::to(part)}},
                 false, unoptVer);
+  }
+  Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                               std::string_view upload_id, const PartInfo& expected,
+                               const PartInfo& updated) override {
+    return mutate("relocate_part_fragments",
+                  {{"bucket", bucket}, {"key", key}, {"upload_id", upload_id},
+                   {"expected", PartCodec::to(expected)}, {"updated", PartCodec::to(updated)}});
   }
   Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
                                           std::string_view upload_id, uint32_t after_part,

@@ -20,7 +20,7 @@ enum Op {
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
   kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest,
-  kUpdateTags, kMarkDead, kOpCount
+  kUpdateTags, kMarkDead, kRelocatePart, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -31,7 +31,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
     "delete_user",    "relocate_fragments", "get_manifest", "update_object_tags",
-    "mark_version_dead"};
+    "mark_version_dead", "relocate_part_fragments"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
@@ -161,6 +161,13 @@ class MeteredIndex final : public Index {
                                            std::string_view upload_id,
                                            const PartInfo& part) override {
     return timed(kPutPart, [&] { return inner_->putPart(bucket, key, upload_id, part); });
+  }
+  Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                               std::string_view upload_id, const PartInfo& expected,
+                               const PartInfo& updated) override {
+    return timed(kRelocatePart, [&] {
+      return inner_->relocatePartFragments(bucket, key, upload_id, expected, updated);
+    });
   }
   Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
                                           std::string_view upload_id, uint32_t after_part,

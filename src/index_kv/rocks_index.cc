@@ -538,6 +538,35 @@ Result<std::optional<VersionId>> RocksIndex::putPart(std::string_view bucket,
   return req.replaced;
 }
 
+Status RocksIndex::relocatePartFragments(std::string_view bucket, std::string_view key,
+                                         std::string_view upload_id, const PartInfo& expected,
+                                         const PartInfo& updated) {
+  if (Status st = checkUploadId(upload_id); !st.isOk()) return st;
+  if (Status st = validatePart(updated); !st.isOk()) return st;
+  PartInfo a = expected;
+  PartInfo b = updated;
+  a.drives.clear();
+  b.drives.clear();
+  bool same = a.stripes.size() == b.stripes.size();
+  for (size_t i = 0; same && i < a.stripes.size(); ++i) {
+    same = a.stripes[i].drives.size() == b.stripes[i].drives.size();
+    a.stripes[i].drives.clear();
+    b.stripes[i].drives.clear();
+  }
+  if (!same || a != b) {
+    return Status::invalidArgument("index: a relocation may change only where fragments are");
+  }
+  CommitRequest req;
+  req.kind = CommitRequest::Kind::kReplacePart;
+  req.bucket = std::string(bucket);
+  req.key = std::string(key);
+  req.upload_id = std::string(upload_id);
+  req.part = &updated;
+  req.expected_part = &expected;
+  req.part_value = encodePart(updated);
+  return submit(req);
+}
+
 Result<std::vector<PartInfo>> RocksIndex::listParts(std::string_view bucket,
                                                     std::string_view key,
                                                     std::string_view upload_id,

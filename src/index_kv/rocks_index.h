@@ -65,6 +65,9 @@ class RocksIndex final : public Index {
   Result<std::optional<VersionId>> putPart(std::string_view bucket, std::string_view key,
                                            std::string_view upload_id,
                                            const PartInfo& part) override;
+  Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                               std::string_view upload_id, const PartInfo& expected,
+                               const PartInfo& updated) override;
   Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
                                           std::string_view upload_id, uint32_t after_part,
                                           size_t max_parts) override;

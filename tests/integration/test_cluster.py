@@ -591,6 +591,12 @@ def test_adding_a_chunk_server_and_rebalancing_moves_a_fair_share_onto_it(health
     share = on_d6 / total
     assert 0.06 <= share <= 0.26, f"d6 holds {on_d6} of {total} fragments"
 
+    # A multipart upload is in progress while d0 drains: its parts' fragments move too.
+    parts = [body_of("drain-part1", 5 << 20), body_of("drain-part2", 1_500_000)]
+    upload = s3.create_multipart_upload(Bucket="grow", Key="uploading")["UploadId"]
+    etags = [s3.upload_part(Bucket="grow", Key="uploading", UploadId=upload, PartNumber=n + 1,
+                            Body=body)["ETag"] for n, body in enumerate(parts)]
+
     # d0 is taken out: marked draining (epoch 3), placement leaves it out, and a repair pass
     # (the background one, or on demand) moves every fragment off it (docs/operations.md,
     # "Taking a drive out").
@@ -603,7 +609,12 @@ def test_adding_a_chunk_server_and_rebalancing_moves_a_fair_share_onto_it(health
     print("drain:", report)
     assert report["fragments_drained"] == report["fragments_draining"] > 0, report
     assert report["errors"] == 0 and report["conflicts"] == 0, report
+    assert report["parts"] >= 2, report
     assert cluster.admin(0, "repair", "--dry-run")["fragments_draining"] == 0
+    s3.complete_multipart_upload(
+        Bucket="grow", Key="uploading", UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(etags)]})
+    objects["uploading"] = b"".join(parts)
     objects["after-drain"] = body_of("after-drain", 3_000_000)
     s3.put_object(Bucket="grow", Key="after-drain", Body=objects["after-drain"])
     for key, data in objects.items():

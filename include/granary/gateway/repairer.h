@@ -1,7 +1,8 @@
 // Repairer: brings every stripe back to k + m healthy fragments in distinct failure
 // domains (docs/operations.md, "Repair").
 //
-// One pass walks every object of every bucket. For each stripe of its manifest it asks
+// One pass walks every object of every bucket, and every part of its multipart uploads
+// in progress (committed with Index::relocatePartFragments). For each stripe of its manifest it asks
 // each fragment's drive about the fragment (ChunkClient::stat, or a whole CRC-verified
 // read with `verify` or when the drive lists the fragment among the blobs that failed
 // their CRC on a read or a scrub: DriveStats::corrupt_ids), and then:
@@ -62,6 +63,7 @@ struct RepairOptions {
 
 struct RepairStats {
   uint64_t objects = 0;                // striped objects examined
+  uint64_t parts = 0;                  // parts of multipart uploads in progress examined
   uint64_t stripes = 0;
   uint64_t fragments_missing = 0;      // found missing (or on a drive gone from the map)
   uint64_t fragments_corrupt = 0;      // found failing their CRC (verify passes)

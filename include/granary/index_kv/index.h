@@ -515,6 +515,15 @@ class Index {
   virtual Result<std::optional<VersionId>> putPart(std::string_view bucket, std::string_view key,
                                                    std::string_view upload_id,
                                                    const PartInfo& part) = 0;
+  // Repair and drain of a part (as relocateFragments for an object): replaces the part
+  // row `expected` of the upload with `updated`, a copy whose fragments moved (only
+  // `drives` and the stripes' drives may differ; kInvalidArgument otherwise), if the row
+  // still equals `expected`: kPreconditionFailed if the part was replaced meanwhile,
+  // kNotFound if the upload is gone (completed or aborted). The locations `expected` has
+  // and `updated` no longer has go on the GC queue in the same batch.
+  virtual Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                                       std::string_view upload_id, const PartInfo& expected,
+                                       const PartInfo& updated) = 0;
   // Parts in part-number order, numbers > `after_part`, at most `max_parts`.
   virtual Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
                                                   std::string_view upload_id,
@@ -527,7 +536,9 @@ class Index {
   // manifest's stripes do not reference on the GC queue; records that the manifest
   // references the part versions it uses. Returns the replaced version of the key.
   // kInvalidArgument if a stripe uses a part version that is no longer a current part of
-  // the upload (a part was replaced after the caller listed the parts).
+  // the upload (a part was replaced after the caller listed the parts), or a fragment
+  // location the part no longer has (a repair moved it: relocatePartFragments); the caller
+  // lists the parts again.
   virtual Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
                                                           std::string_view key,
                                                           std::string_view upload_id,

@@ -101,6 +101,11 @@ class ForwardingIndex : public Index {
                                            const PartInfo& part) override {
     return target_.putPart(bucket, key, upload_id, part);
   }
+  Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                               std::string_view upload_id, const PartInfo& expected,
+                               const PartInfo& updated) override {
+    return target_.relocatePartFragments(bucket, key, upload_id, expected, updated);
+  }
   Result<std::vector<PartInfo>> listParts(std::string_view bucket, std::string_view key,
                                           std::string_view upload_id, uint32_t after_part,
                                           size_t max_parts) override {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -37,20 +38,16 @@ struct RepairFixture {
     REQUIRE(index.createBucket(b).isOk());
   }
 
-  // Commits object `key` of one stripe whose fragment j lies on drive d<drives[j]>, with
-  // real Reed-Solomon parity; remembers every fragment's bytes.
-  index_kv::Manifest put(const std::string& key, std::vector<int> drives) {
-    index_kv::Manifest m;
-    m.version = VersionId::generate(cluster.clock, random);
-    m.ec = cluster.map.ec;
-    m.size = uint64_t(m.ec.k) * kFragLen;
-    m.etag = "etag";
-    for (const auto& d : cluster.map.drives) m.drives.push_back(d.id);
-    std::vector<std::vector<uint8_t>> frags(m.ec.total(), std::vector<uint8_t>(kFragLen));
+  // One stripe of `version` whose fragment j lies on drive d<drives[j]>, with real
+  // Reed-Solomon parity, written with `flags`; remembers every fragment's bytes.
+  index_kv::StripeLayout writeStripe(const VersionId& version, const std::string& key,
+                                     const std::vector<int>& drives, uint16_t flags) {
+    const ec::EcProfile ec = cluster.map.ec;
+    std::vector<std::vector<uint8_t>> frags(ec.total(), std::vector<uint8_t>(kFragLen));
     std::vector<const uint8_t*> data;
     std::vector<uint8_t*> parity;
-    for (int j = 0; j < m.ec.total(); ++j) {
-      if (j < m.ec.k) {
+    for (int j = 0; j < ec.total(); ++j) {
+      if (j < ec.k) {
         random.fill(frags[j]);
         data.push_back(frags[j].data());
       } else {
@@ -59,42 +56,91 @@ struct RepairFixture {
     }
     code->encode(kFragLen, data, parity);
     index_kv::StripeLayout layout;
-    layout.blob_version = m.version;
-    layout.data_len = m.size;
+    layout.blob_version = version;
+    layout.data_len = uint64_t(ec.k) * kFragLen;
     layout.fragment_len = kFragLen;
-    for (int j = 0; j < m.ec.total(); ++j) {
+    for (int j = 0; j < ec.total(); ++j) {
       layout.drives.push_back(static_cast<uint16_t>(drives[j]));
       chunkstore::BlobDescriptor desc;
-      desc.id = BlobId{m.version, 0, static_cast<uint16_t>(j)};
-      desc.ec = m.ec;
-      desc.stripe_data_len = m.size;
+      desc.id = BlobId{version, 0, static_cast<uint16_t>(j)};
+      desc.ec = ec;
+      desc.stripe_data_len = layout.data_len;
       desc.bucket = "bucket";
       desc.key = key;
-      REQUIRE(cluster.local->put(m.drives[drives[j]], desc, frags[j]).isOk());
-      expected[{m.version, j}] = frags[j];
+      desc.flags = flags;
+      REQUIRE(cluster.local->put(cluster.map.drives[drives[j]].id, desc, frags[j]).isOk());
+      expected[{version, j}] = frags[j];
     }
-    m.stripes.push_back(layout);
+    return layout;
+  }
+
+  // Commits object `key` of one stripe laid out as writeStripe does.
+  index_kv::Manifest put(const std::string& key, std::vector<int> drives) {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(cluster.clock, random);
+    m.ec = cluster.map.ec;
+    m.size = uint64_t(m.ec.k) * kFragLen;
+    m.etag = "etag";
+    for (const auto& d : cluster.map.drives) m.drives.push_back(d.id);
+    m.stripes.push_back(writeStripe(m.version, key, drives, 0));
     REQUIRE(index.putObject("bucket", key, m, index_kv::Precondition::none()).has_value());
     return m;
   }
 
-  // The drives the committed manifest puts the fragments on, and checks that each holds
-  // exactly the right bytes there.
-  std::vector<std::string> checkFragments(const std::string& key) {
-    auto m = index.getObject("bucket", key);
-    REQUIRE(m.has_value());
+  // Starts an upload of `key` and stores its part 1: one stripe as put's, flagged a part's.
+  std::pair<index_kv::MultipartUpload, index_kv::PartInfo> putPart(const std::string& key,
+                                                                  std::vector<int> drives) {
+    index_kv::MultipartUpload u;
+    u.upload_id = VersionId::generate(cluster.clock, random).toHex();
+    u.bucket = "bucket";
+    u.key = key;
+    u.owner = "root";
+    u.initiated_unix_nanos = cluster.clock.nowUnixNanos();
+    REQUIRE(index.createUpload(u, 0).isOk());
+    index_kv::PartInfo p;
+    p.part_number = 1;
+    p.version = VersionId::generate(cluster.clock, random);
+    p.size = uint64_t(cluster.map.ec.k) * kFragLen;
+    p.etag = "part-etag";
+    p.ec = cluster.map.ec;
+    for (const auto& d : cluster.map.drives) p.drives.push_back(d.id);
+    p.stripes.push_back(writeStripe(
+        p.version, key, drives, chunkstore::kBlobFlagPart | chunkstore::kBlobFlagLastStripe));
+    REQUIRE(index.putPart("bucket", key, u.upload_id, p).has_value());
+    return {u, p};
+  }
+
+  // Checks that each fragment of `stripe` holds exactly the right bytes where `drives`
+  // says; returns those drives.
+  std::vector<std::string> checkStripe(const std::vector<std::string>& drives,
+                                       const index_kv::StripeLayout& s) {
     std::vector<std::string> where;
-    const auto& s = m->stripes.at(0);
-    for (int j = 0; j < m->ec.total(); ++j) {
-      const std::string& drive = m->drives[s.drives[j]];
+    for (size_t j = 0; j < s.drives.size(); ++j) {
+      const std::string& drive = drives[s.drives[j]];
       std::vector<uint8_t> got(kFragLen);
       INFO("fragment " << j << " on " << drive);
-      REQUIRE(cluster.local->read(drive, BlobId{m->version, 0, static_cast<uint16_t>(j)}, 0, got)
+      REQUIRE(cluster.local->read(drive, BlobId{s.blob_version, 0, static_cast<uint16_t>(j)}, 0,
+                                  got)
                   .isOk());
-      CHECK(got == expected.at({m->version, j}));
+      CHECK(got == expected.at({s.blob_version, static_cast<int>(j)}));
       where.push_back(drive);
     }
     return where;
+  }
+
+  // The drives the committed manifest puts the fragments on, each checked.
+  std::vector<std::string> checkFragments(const std::string& key) {
+    auto m = index.getObject("bucket", key);
+    REQUIRE(m.has_value());
+    return checkStripe(m->drives, m->stripes.at(0));
+  }
+
+  // The same for part 1 of `upload`, as the index holds it now.
+  index_kv::PartInfo currentPart(const index_kv::MultipartUpload& u) {
+    auto parts = index.listParts("bucket", u.key, u.upload_id, 0, 10);
+    REQUIRE(parts.has_value());
+    REQUIRE(parts->size() == 1);
+    return parts->front();
   }
 
   Status removeFragment(const index_kv::Manifest& m, int j) {
@@ -516,6 +562,106 @@ TEST_CASE("A copy another pass put meanwhile is no error of this pass, nor its t
   CHECK(std::find(where.begin(), where.end(), "d2") != where.end());
   f.cluster.chunks->clearFaults();
   CHECK(f.pass(false).fragments_drained == 1);
+}
+
+TEST_CASE("Repair rebuilds a lost fragment of a part of an upload in progress, as a part's") {
+  RepairFixture f;
+  auto [u, p] = f.putPart("big", {0, 1, 2, 3, 4, 5});
+  f.put("done", {5, 4, 3, 2, 1, 0});
+  REQUIRE(f.cluster.local->remove("d3", BlobId{p.version, 0, 3}).isOk());
+  RepairStats dry = f.pass(true);
+  CHECK(dry.objects == 1);
+  CHECK(dry.parts == 1);
+  CHECK(dry.stripes == 2);
+  CHECK(dry.fragments_missing == 1);
+  CHECK(dry.fragments_rebuilt == 0);
+
+  RepairStats done = f.pass(false);
+  CHECK(done.parts == 1);
+  CHECK(done.fragments_rebuilt == 1);
+  CHECK(done.errors == 0);
+  CHECK(done.conflicts == 0);
+  index_kv::PartInfo now = f.currentPart(u);
+  auto where = f.checkStripe(now.drives, now.stripes.at(0));
+  CHECK(where[3] == "d3");  // its domain was the only free one
+  // Flagged as the part's own fragments are: a rebuild of the index from the drives
+  // (index_recovery.h) must tell it from an object's.
+  auto desc = f.cluster.local->describe("d3", BlobId{p.version, 0, 3});
+  REQUIRE(desc.has_value());
+  CHECK(desc->flags == (chunkstore::kBlobFlagPart | chunkstore::kBlobFlagLastStripe));
+  CHECK(desc->key == "big");
+  CHECK(f.pass(true).fragments_missing == 0);
+}
+
+TEST_CASE("A drain moves an upload's part off the drive, and a Complete from before is refused") {
+  RepairFixture f(7);
+  auto [u, p] = f.putPart("big", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  RepairStats dry = f.pass(true);
+  CHECK(dry.parts == 1);
+  CHECK(dry.fragments_draining == 1);
+  RepairStats done = f.pass(false);
+  CHECK(done.errors == 0);
+  CHECK(done.fragments_drained == 1);
+  index_kv::PartInfo now = f.currentPart(u);
+  auto where = f.checkStripe(now.drives, now.stripes.at(0));
+  CHECK(where[2] == "d6");  // the only domain the stripe did not use
+  CHECK(f.pass(true).fragments_draining == 0);  // the drain is done: no part names d2
+  // The place it left is the GC's.
+  auto gc = f.index.gcDue(std::numeric_limits<int64_t>::max(), 10);
+  REQUIRE(gc.has_value());
+  REQUIRE(gc->size() == 1);
+  CHECK(gc->front().blobs == std::vector<index_kv::BlobRef>{{"d2", BlobId{p.version, 0, 2}}});
+
+  // A Complete that read the parts before the move would name d2: refused (the gateway
+  // reads them again). One from the parts as they are now stands.
+  auto manifestOf = [&](const index_kv::PartInfo& part) {
+    index_kv::Manifest m;
+    m.version = VersionId::generate(f.cluster.clock, f.random);
+    m.ec = part.ec;
+    m.size = part.size;
+    m.etag = "etag-1";
+    m.drives = part.drives;
+    m.stripes = part.stripes;
+    return m;
+  };
+  auto stale = f.index.completeUpload("bucket", "big", u.upload_id, manifestOf(p),
+                                      index_kv::Precondition::none());
+  REQUIRE_FALSE(stale.has_value());
+  CHECK(stale.error().code() == Status::Code::kInvalidArgument);
+  REQUIRE(f.index.completeUpload("bucket", "big", u.upload_id, manifestOf(now),
+                                 index_kv::Precondition::none())
+              .has_value());
+  where = f.checkFragments("big");
+  CHECK(std::find(where.begin(), where.end(), "d2") == where.end());
+}
+
+TEST_CASE("A part drain that loses to an abort counts nothing drained, keeps no copy") {
+  RepairFixture f(7);
+  auto [u, p] = f.putPart("big", {0, 1, 2, 3, 4, 5});
+  f.cluster.map.drives[2].draining = true;
+  // The upload is aborted between the pass's copy and its compare-and-swap.
+  struct AbortedIndex final : index_kv::ForwardingIndex {
+    AbortedIndex(index_kv::Index& target, std::function<void()> abort)
+        : ForwardingIndex(target), abort(std::move(abort)) {}
+    Status relocatePartFragments(std::string_view bucket, std::string_view key,
+                                 std::string_view upload_id, const index_kv::PartInfo& expected,
+                                 const index_kv::PartInfo& updated) override {
+      if (abort) std::exchange(abort, nullptr)();
+      return ForwardingIndex::relocatePartFragments(bucket, key, upload_id, expected, updated);
+    }
+    std::function<void()> abort;
+  } index(f.index, [&] { REQUIRE(f.index.abortUpload("bucket", "big", u.upload_id).isOk()); });
+  Repairer r(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+             RepairOptions{});
+  auto done = r.runPass(false, false);
+  REQUIRE(done.has_value());
+  CHECK(index.abort == nullptr);
+  CHECK(done->parts == 1);
+  CHECK(done->conflicts == 1);
+  CHECK(done->fragments_drained == 0);
+  CHECK(f.metric("drained") == 0);
+  CHECK(f.cluster.blobs("d6").empty());  // the pass's copy went with its refused commit
 }
 
 }  // namespace granary::gateway

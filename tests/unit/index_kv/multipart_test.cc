@@ -370,6 +370,49 @@ TEST_CASE("Completion rejects a manifest using a part version that is no longer 
   CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
 }
 
+TEST_CASE("A part's fragments relocate by compare-and-swap, the old places queued for GC") {
+  MultipartFixture f;
+  MultipartUpload u = f.newUpload("k");
+  PartInfo p1 = f.putPart(u, 1);
+  Manifest stale = f.assemble({p1});
+  // Stripe 0 of part 1 lies on d1..d6: its fragment 0 moves from d1 to d7.
+  PartInfo moved = p1;
+  REQUIRE(moved.stripes[0].drives[0] == 1);
+  moved.stripes[0].drives[0] = 7;
+  REQUIRE(f.index->relocatePartFragments("b", "k", u.upload_id, p1, moved).isOk());
+  CHECK(*f.index->listParts("b", "k", u.upload_id, 0, 10) == std::vector<PartInfo>{moved});
+  auto gc = allGc(*f.index);
+  REQUIRE(gc.size() == 1);
+  CHECK(gc[0].version == p1.version);
+  CHECK(gc[0].blobs == std::vector<BlobRef>{{"d1", BlobId{p1.version, 0, 0}}});
+  CHECK(referenced(*f.index, p1.version));
+
+  // What the row no longer is, or a change beyond where fragments are, is refused.
+  CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, p1, moved).code() ==
+        Code::kPreconditionFailed);
+  PartInfo retagged = moved;
+  retagged.etag = "other";
+  CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, moved, retagged).code() ==
+        Code::kInvalidArgument);
+  PartInfo shorter = moved;
+  shorter.stripes.pop_back();
+  CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, moved, shorter).code() ==
+        Code::kInvalidArgument);
+
+  // A Complete assembled from the parts as they were before the move names the old place,
+  // which GC will empty: refused, and the gateway lists the parts again.
+  CHECK(f.index->completeUpload("b", "k", u.upload_id, stale, Precondition::none())
+            .error()
+            .code() == Code::kInvalidArgument);
+  Manifest fresh = f.assemble({moved});
+  REQUIRE(f.index->completeUpload("b", "k", u.upload_id, fresh, Precondition::none())
+              .has_value());
+  CHECK(f.index->getObject("b", "k")->stripes == fresh.stripes);
+  // The upload is gone: a late relocation finds nothing to change.
+  CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, moved, p1).code() ==
+        Code::kNotFound);
+}
+
 TEST_CASE("Completion rejects a manifest whose EC profile is not its parts' own") {
   // Parts written 4+2 decode only with 4+2's matrix: a manifest stamped 3+3 (the map's
   // profile changed during the upload) would read wrong bytes once degraded.
