@@ -853,6 +853,7 @@ int rebuildIndexCommand(int argc, char** argv) {
                         {"objects_dropped", stats->objects_dropped},
                         {"uploads_checked", stats->uploads_checked},
                         {"uploads_aborted", stats->uploads_aborted},
+                        {"parts_relocated", stats->parts_relocated},
                         {"objects_rebuilt", stats->objects_rebuilt},
                         {"versions_superseded", stats->versions_superseded},
                         {"versions_stale", stats->versions_stale},

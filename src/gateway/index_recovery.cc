@@ -658,7 +658,8 @@ class Rebuilder {
   // Every upload in progress of `bucket`: one whose part lost a stripe (a part replaced
   // after the checkpoint: the restored row names the replaced blobs, which GC took) is
   // aborted, so that a Complete answers NoSuchUpload rather than 200 for an object that
-  // cannot be read.
+  // cannot be read. A part whose fragments a repair moved after the checkpoint is pointed
+  // at where they are, as an object is.
   Status checkUploads(const std::string& bucket) {
     index_kv::ListUploadsRequest req;
     for (;;) {
@@ -675,6 +676,7 @@ class Rebuilder {
   void checkUpload(const std::string& bucket, const index_kv::MultipartUpload& up) {
     ++stats_.uploads_checked;
     bool lost = false;
+    std::vector<std::pair<index_kv::PartInfo, index_kv::PartInfo>> moved;  // (read, updated)
     uint32_t after = 0;
     for (;;) {
       auto parts = index_.listParts(bucket, up.key, up.upload_id, after, kListPage);
@@ -685,11 +687,19 @@ class Rebuilder {
       for (const auto& part : *parts) {
         const int k = part.ec.k > 0 ? part.ec.k : map_.ec.k;
         for (const auto& stripe : part.stripes) lost = lost || present(stripe) < k;
+        index_kv::PartInfo updated = part;
+        if (pointAtCopies(updated.drives, updated.stripes)) moved.emplace_back(part, updated);
       }
       if (parts->size() < kListPage) break;
       after = parts->back().part_number;
     }
-    if (!lost) return;
+    if (!lost) {
+      for (const auto& [part, updated] : moved) {
+        Status st = index_.relocatePartFragments(bucket, up.key, up.upload_id, part, updated);
+        st.isOk() ? ++stats_.parts_relocated : ++stats_.errors;
+      }
+      return;
+    }
     Status st = index_.abortUpload(bucket, up.key, up.upload_id);
     if (st.isOk() || st.isNotFound()) {
       ++stats_.uploads_aborted;
@@ -708,20 +718,10 @@ class Rebuilder {
     }
     ++stats_.objects_checked;
     index_kv::Manifest updated = *m;
-    bool moved = false, lost = false;
-    for (auto& stripe : updated.stripes) {
+    const bool moved = pointAtCopies(updated.drives, updated.stripes);
+    bool lost = false;
+    for (const auto& stripe : updated.stripes) {
       known_.insert(stripe.blob_version);
-      for (size_t j = 0; j < stripe.drives.size(); ++j) {
-        const auto* copies = fragment(stripe, j);
-        if (!copies) continue;
-        const std::string& recorded = updated.drives[stripe.drives[j]];
-        if (std::find(copies->drives.begin(), copies->drives.end(), recorded) !=
-            copies->drives.end()) {
-          continue;
-        }
-        stripe.drives[j] = driveIndex(updated, copies->drives.front());
-        moved = true;
-      }
       if (present(stripe) < updated.ec.k) lost = true;
     }
     if (lost) {
@@ -739,11 +739,32 @@ class Rebuilder {
     }
   }
 
-  static uint16_t driveIndex(index_kv::Manifest& m, const std::string& drive) {
-    auto it = std::find(m.drives.begin(), m.drives.end(), drive);
-    if (it != m.drives.end()) return static_cast<uint16_t>(it - m.drives.begin());
-    m.drives.push_back(drive);
-    return static_cast<uint16_t>(m.drives.size() - 1);
+  // Points each fragment of `stripes` found on the drives, but not on the drive recorded
+  // for it (a repair or drain moved it), at a drive that holds it; true if one moved.
+  bool pointAtCopies(std::vector<std::string>& drives,
+                     std::vector<index_kv::StripeLayout>& stripes) const {
+    bool moved = false;
+    for (auto& stripe : stripes) {
+      for (size_t j = 0; j < stripe.drives.size(); ++j) {
+        const auto* copies = fragment(stripe, j);
+        if (!copies) continue;
+        const std::string& recorded = drives[stripe.drives[j]];
+        if (std::find(copies->drives.begin(), copies->drives.end(), recorded) !=
+            copies->drives.end()) {
+          continue;
+        }
+        stripe.drives[j] = driveIndex(drives, copies->drives.front());
+        moved = true;
+      }
+    }
+    return moved;
+  }
+
+  static uint16_t driveIndex(std::vector<std::string>& drives, const std::string& drive) {
+    auto it = std::find(drives.begin(), drives.end(), drive);
+    if (it != drives.end()) return static_cast<uint16_t>(it - drives.begin());
+    drives.push_back(drive);
+    return static_cast<uint16_t>(drives.size() - 1);
   }
 
   // The descriptor of a stripe, from the first fragment copy that describes itself; with
@@ -855,7 +876,7 @@ class Rebuilder {
         // A lost fragment keeps a place on a drive of the stripe; repair rebuilds it.
         const std::string& drive =
             f != fragments.end() ? f->second.drives.front() : fragments.begin()->second.drives.front();
-        layout.drives.push_back(driveIndex(m, drive));
+        layout.drives.push_back(driveIndex(m.drives, drive));
       }
       m.size += layout.data_len;
       m.stripes.push_back(std::move(layout));

@@ -125,6 +125,7 @@ struct RebuildStats {
   uint64_t objects_dropped = 0;        // a stripe with fewer than k fragments left: removed
   uint64_t uploads_checked = 0;        // multipart uploads in progress in the index
   uint64_t uploads_aborted = 0;        // a part's stripe with fewer than k fragments left
+  uint64_t parts_relocated = 0;        // their fragments found elsewhere: part row updated
   uint64_t objects_rebuilt = 0;        // committed from fragment headers
   uint64_t versions_superseded = 0;    // found, but the key has a newer version
   uint64_t versions_stale = 0;         // too old to have been committed after the checkpoint

@@ -317,6 +317,20 @@ class TestCluster {
     return *index_;
   }
 
+  // A multipart upload of bucket/key created in index(), owned by "root".
+  index_kv::MultipartUpload startUpload(const std::string& bucket, const std::string& key,
+                                        Random& random) {
+    index_kv::MultipartUpload u;
+    u.upload_id = VersionId::generate(clock, random).toHex();
+    u.bucket = bucket;
+    u.key = key;
+    u.owner = "root";
+    u.initiated_unix_nanos = clock.nowUnixNanos();
+    Status st = index().createUpload(u, 0);
+    if (!st.isOk()) throw std::runtime_error("createUpload: " + st.toString());
+    return u;
+  }
+
   // Every blob on one drive (read through the real client, never faulted).
   std::vector<chunkstore::BlobInfo> blobs(const std::string& drive) {
     auto l = local->list(drive, std::nullopt, 100000);

@@ -54,6 +54,45 @@ struct RecoveryFixture {
   // Writes `data` as a new version of bucket/key through ObjectWriter (`declared` is the
   // size the writer is told; a larger one leaves the last stripe unmarked, as an upload
   // cut short). Returns the manifest, not committed.
+  index_kv::MultipartUpload startUpload(const std::string& key) {
+    return cluster.startUpload("bucket", key, random);
+  }
+  // Writes `data` as part 1 of `u` and records it.
+  index_kv::PartInfo putPart(const index_kv::MultipartUpload& u, const std::string& data) {
+    index_kv::Manifest w = write("bucket", u.key, data, /*part=*/true);
+    index_kv::PartInfo p;
+    p.part_number = 1;
+    p.size = data.size();
+    p.etag = w.etag;
+    p.version = w.version;
+    p.drives = w.drives;
+    p.stripes = w.stripes;
+    p.ec = w.ec;
+    REQUIRE(index.putPart("bucket", u.key, u.upload_id, p).has_value());
+    return p;
+  }
+  // Copies fragment `fragment` of stripe 0 of (drives, stripes) to a drive the stripe does
+  // not use and removes it from where it was, as a repair does; returns the new drive.
+  std::string moveFragment(const std::vector<std::string>& drives,
+                           const index_kv::StripeLayout& s, uint16_t fragment) {
+    const std::string from = drives[s.drives[fragment]];
+    std::set<std::string> used;
+    for (auto i : s.drives) used.insert(drives[i]);
+    std::string to;
+    for (const auto& dr : cluster.map.drives) {
+      if (!used.contains(dr.id)) to = dr.id;
+    }
+    REQUIRE(!to.empty());
+    BlobId id{s.blob_version, s.blob_stripe, fragment};
+    auto desc = cluster.local->describe(from, id);
+    REQUIRE(desc.has_value());
+    std::vector<uint8_t> bytes(s.fragment_len);
+    REQUIRE(cluster.local->read(from, id, 0, bytes).isOk());
+    REQUIRE(cluster.local->put(to, *desc, bytes).isOk());
+    REQUIRE(cluster.local->remove(from, id).isOk());
+    return to;
+  }
+
   index_kv::Manifest write(const std::string& bucket, const std::string& key,
                            const std::string& data, bool part = false,
                            std::optional<uint64_t> declared = std::nullopt) {
@@ -133,6 +172,21 @@ struct RecoveryFixture {
                                    cluster.clock);
     REQUIRE(idx.has_value());
     return std::move(*idx);
+  }
+
+  // The newest checkpoint restored into `dir`, opened as rebuild-index opens it.
+  std::pair<std::unique_ptr<index_kv::Index>, CheckpointInfo> restoreForRebuild(
+      const std::string& dir) {
+    auto restored = restoreLatestCheckpoint(*cluster.chunks, cluster.map, dir);
+    REQUIRE(restored.has_value());
+    return {openAt(dir, index_kv::IndexOptions::Creation::kRebuilding), *restored};
+  }
+  // rebuildIndex of an index restoreForRebuild gave.
+  RebuildStats rebuild(index_kv::Index& idx, const CheckpointInfo& restored) {
+    auto stats = rebuildIndex(idx, *cluster.chunks, cluster.map,
+                              RebuildOptions{"rootkey", restored.created_unix_nanos});
+    REQUIRE(stats.has_value());
+    return *stats;
   }
 
   TestCluster cluster{7};  // one drive more than a stripe needs: room to move fragments
@@ -331,37 +385,14 @@ TEST_CASE("rebuildIndex aborts an upload whose restored part names blobs GC took
   // copy's blobs: the restored part row names them, and a Complete would answer 200 for
   // an object that cannot be read.
   RecoveryFixture f;
-  auto upload = [&f](const std::string& key) {
-    index_kv::MultipartUpload u;
-    u.upload_id = VersionId::generate(f.cluster.clock, f.random).toHex();
-    u.bucket = "bucket";
-    u.key = key;
-    u.owner = "root";
-    u.initiated_unix_nanos = f.cluster.clock.nowUnixNanos();
-    REQUIRE(f.index.createUpload(u, 0).isOk());
-    return u;
-  };
-  auto putPart = [&f](const index_kv::MultipartUpload& u, const std::string& data) {
-    index_kv::Manifest w = f.write("bucket", u.key, data, /*part=*/true);
-    index_kv::PartInfo p;
-    p.part_number = 1;
-    p.size = data.size();
-    p.etag = w.etag;
-    p.version = w.version;
-    p.drives = w.drives;
-    p.stripes = w.stripes;
-    p.ec = w.ec;
-    REQUIRE(f.index.putPart("bucket", u.key, u.upload_id, p).has_value());
-    return p;
-  };
   const std::string data = randomString(2 * kStripe, 40);
-  auto replaced = upload("replaced");
-  const index_kv::PartInfo first = putPart(replaced, data);
-  auto intact = upload("intact");
-  putPart(intact, data);
+  auto replaced = f.startUpload("replaced");
+  const index_kv::PartInfo first = f.putPart(replaced, data);
+  auto intact = f.startUpload("intact");
+  f.putPart(intact, data);
   auto made = f.checkpointer().runOnce();
   REQUIRE(made.has_value());
-  putPart(replaced, data);  // the retry: first's blobs go on the GC queue
+  f.putPart(replaced, data);  // the retry: first's blobs go on the GC queue
   f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);
   Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, {});
   REQUIRE(reclaimer.collectGarbage().has_value());
@@ -369,20 +400,42 @@ TEST_CASE("rebuildIndex aborts an upload whose restored part names blobs GC took
     REQUIRE(id.version != first.version);  // GC took them
   }
 
-  const std::string dir = f.cluster.dir.path() + "/rebuilt";
-  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
-  REQUIRE(restored.has_value());
-  auto idx = f.openAt(dir, kRebuilding);
+  auto [idx, restored] = f.restoreForRebuild(f.cluster.dir.path() + "/rebuilt");
   REQUIRE(idx->listParts("bucket", "replaced", replaced.upload_id, 0, 10)->at(0).version ==
           first.version);
-  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map,
-                            RebuildOptions{"rootkey", restored->created_unix_nanos});
-  REQUIRE(stats.has_value());
-  CHECK(stats->uploads_checked == 2);
-  CHECK(stats->uploads_aborted == 1);
-  CHECK(stats->errors == 0);
+  RebuildStats stats = f.rebuild(*idx, restored);
+  CHECK(stats.uploads_checked == 2);
+  CHECK(stats.uploads_aborted == 1);
+  CHECK(stats.errors == 0);
   CHECK(idx->getUpload("bucket", "replaced", replaced.upload_id).error().isNotFound());
   CHECK(idx->getUpload("bucket", "intact", intact.upload_id).has_value());
+}
+
+TEST_CASE("rebuildIndex points a restored part at the drive a repair moved its fragment to") {
+  RecoveryFixture f;
+  const std::string data = randomString(2 * kStripe, 41);
+  auto u = f.startUpload("moving");
+  const index_kv::PartInfo part = f.putPart(u, data);
+  REQUIRE(f.checkpointer().runOnce().has_value());
+  // After the checkpoint a drain moved fragment 2 of stripe 1: the live index knows,
+  // the restored row does not.
+  const std::string to = f.moveFragment(part.drives, part.stripes[1], 2);
+  auto [idx, restored] = f.restoreForRebuild(f.cluster.dir.path() + "/rebuilt");
+  RebuildStats stats = f.rebuild(*idx, restored);
+  CHECK(stats.uploads_checked == 1);
+  CHECK(stats.uploads_aborted == 0);
+  CHECK(stats.parts_relocated == 1);
+  CHECK(stats.errors == 0);
+  auto parts = idx->listParts("bucket", "moving", u.upload_id, 0, 10);
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 1);
+  const index_kv::PartInfo& now = parts->front();
+  CHECK(now.drives[now.stripes[1].drives[2]] == to);
+  CHECK(now.stripes[0] == part.stripes[0]);
+  // A second run finds it where it is.
+  auto again = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
+  REQUIRE(again.has_value());
+  CHECK(again->parts_relocated == 0);
 }
 
 TEST_CASE("Checkpoints are listed newest first, and any one of them can be restored") {
@@ -443,45 +496,22 @@ TEST_CASE("rebuildIndex brings a restored checkpoint up to date from the fragmen
                   .isOk());
     }
   }
-  // One fragment of d moved to another drive (a repair).
-  {
-    const auto& s = md.stripes[0];
-    const std::string from = md.drives[s.drives[1]];
-    std::set<std::string> used;
-    for (auto i : s.drives) used.insert(md.drives[i]);
-    std::string to;
-    for (const auto& dr : f.cluster.map.drives) {
-      if (!used.contains(dr.id)) to = dr.id;
-    }
-    REQUIRE(!to.empty());
-    BlobId id{md.version, 0, 1};
-    auto desc = f.cluster.local->describe(from, id);
-    REQUIRE(desc.has_value());
-    std::vector<uint8_t> bytes(s.fragment_len);
-    REQUIRE(f.cluster.local->read(from, id, 0, bytes).isOk());
-    REQUIRE(f.cluster.local->put(to, *desc, bytes).isOk());
-    REQUIRE(f.cluster.local->remove(from, id).isOk());
-  }
+  f.moveFragment(md.drives, md.stripes[0], 1);  // one fragment of d moved (a repair)
   // A multipart part, and an upload cut short (no last-stripe mark): never rebuilt.
   f.write("bucket", "mp", randomString(kStripe, 30), /*part=*/true);
   f.write("bucket", "short", randomString(kStripe * 2, 31), false, kStripe * 3);
 
-  const std::string dir = f.cluster.dir.path() + "/rebuilt";
-  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
-  REQUIRE(restored.has_value());
-  auto idx = f.openAt(dir, kRebuilding);
-  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map,
-                            RebuildOptions{"rootkey", restored->created_unix_nanos});
-  REQUIRE(stats.has_value());
-  CHECK(stats->drives == 7);
-  CHECK(stats->objects_checked == 3);  // a, c, d of the checkpoint
-  CHECK(stats->objects_dropped == 1);  // c
-  CHECK(stats->objects_relocated == 1);  // d
-  CHECK(stats->objects_rebuilt == 3);  // a (newer version), b, e
-  CHECK(stats->part_versions_skipped == 1);
-  CHECK(stats->versions_incomplete == 1);
-  CHECK(stats->buckets_created == 1);
-  CHECK(stats->errors == 0);
+  auto [idx, restored] = f.restoreForRebuild(f.cluster.dir.path() + "/rebuilt");
+  RebuildStats stats = f.rebuild(*idx, restored);
+  CHECK(stats.drives == 7);
+  CHECK(stats.objects_checked == 3);  // a, c, d of the checkpoint
+  CHECK(stats.objects_dropped == 1);  // c
+  CHECK(stats.objects_relocated == 1);  // d
+  CHECK(stats.objects_rebuilt == 3);  // a (newer version), b, e
+  CHECK(stats.part_versions_skipped == 1);
+  CHECK(stats.versions_incomplete == 1);
+  CHECK(stats.buckets_created == 1);
+  CHECK(stats.errors == 0);
 
   CHECK(f.read(*idx, "a") == a2);
   CHECK(f.read(*idx, "b") == b);

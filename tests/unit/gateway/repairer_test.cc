@@ -90,13 +90,7 @@ struct RepairFixture {
   // Starts an upload of `key` and stores its part 1: one stripe as put's, flagged a part's.
   std::pair<index_kv::MultipartUpload, index_kv::PartInfo> putPart(const std::string& key,
                                                                   std::vector<int> drives) {
-    index_kv::MultipartUpload u;
-    u.upload_id = VersionId::generate(cluster.clock, random).toHex();
-    u.bucket = "bucket";
-    u.key = key;
-    u.owner = "root";
-    u.initiated_unix_nanos = cluster.clock.nowUnixNanos();
-    REQUIRE(index.createUpload(u, 0).isOk());
+    index_kv::MultipartUpload u = cluster.startUpload("bucket", key, random);
     index_kv::PartInfo p;
     p.part_number = 1;
     p.version = VersionId::generate(cluster.clock, random);
