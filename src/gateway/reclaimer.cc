@@ -49,15 +49,13 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
     after = due->back().queue_key;
     std::vector<index_kv::GcEntry> done;
     for (auto& entry : *due) {
-      // An entry of a version that is still committed (fragments a repair moved away) may
-      // list a location the manifest uses again (a later repair put the fragment back):
-      // never remove those.
+      // An entry of blobs still in use (fragments a repair moved away, of an object, of a
+      // part, or of the object completed from it) may list a location a live row uses
+      // again (a later repair put the fragment back): never remove those.
       std::set<std::pair<std::string, BlobId>> in_use;
-      if (auto live = index_.getManifest(entry.version)) {
-        for (auto& blob : index_kv::manifestBlobs(*live)) in_use.emplace(blob.drive, blob.id);
-      } else if (!live.error().isNotFound()) {
-        return fail(live.error());
-      }
+      auto live = index_.blobsInUse(entry.version);
+      if (!live) return fail(live.error());
+      for (auto& blob : *live) in_use.emplace(std::move(blob.drive), blob.id);
       bool complete = true;
       for (const auto& blob : entry.blobs) {
         if (in_use.contains({blob.drive, blob.id})) continue;

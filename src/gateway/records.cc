@@ -113,11 +113,12 @@ void RecordIndexer::feed(std::span<const uint8_t> data) {
   if (stopped()) return;
   const size_t before = parsed_.size();
   error_ = parser_.feed(data, parsed_);
-  // Keys that cannot be rows go at once, so a container of huge names holds no memory.
+  // Keys that cannot be rows go at once, so a container of huge names holds no memory:
+  // the string's storage goes too (clear() would keep it).
   for (size_t i = before; i < parsed_.size(); ++i) {
     const std::string& key = parsed_[i].key;
     if (!index_kv::checkRecordKey(key).isOk()) {
-      parsed_[i].key.clear();  // skipped by flush: not addressable (documented)
+      std::string().swap(parsed_[i].key);  // skipped by flush: not addressable (documented)
       continue;
     }
     parsed_bytes_ += key.size() + parsed_[i].type.size();

@@ -598,8 +598,24 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
   return malformedXml();
 }
 
+// Whether an element of `node` is named twice: the parsers below take the first, so a
+// second Filter, Prefix or Days would otherwise be dropped unseen (S3: MalformedXML).
+bool repeatsAChild(pugi::xml_node node) {
+  std::set<std::string_view> seen;
+  for (pugi::xml_node child : node.children()) {
+    if (child.type() == pugi::node_element && !seen.insert(child.name()).second) return true;
+  }
+  return false;
+}
+
 S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
   index_kv::LifecycleRule rule;
+  // A rule and each action hold every element once (a Filter's And holds several Tags).
+  if (repeatsAChild(node)) return malformedXml();
+  for (const char* action : {"Expiration", "AbortIncompleteMultipartUpload",
+                             "NoncurrentVersionExpiration"}) {
+    if (repeatsAChild(node.child(action))) return malformedXml();
+  }
   for (pugi::xml_node child : node.children()) {
     if (child.type() != pugi::node_element) continue;
     const std::string_view name = child.name();

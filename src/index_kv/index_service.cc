@@ -221,9 +221,10 @@ const std::map<std::string, Op, std::less<>>& operations() {
                                    preconditionFrom(a.at("pre"))),
                        optVer);
        }},
-      {"get_manifest",
+      {"blobs_in_use",
        [](Index& x, const Json& a) {
-         return answer(x.getManifest(unver(a.at("version"))), ManifestCodec::to);
+         return answer(x.blobsInUse(unver(a.at("version"))),
+                       [](const std::vector<BlobRef>& b) { return bytes(encodeGcBlobs(b)); });
        }},
       {"relocate_fragments",
        [](Index& x, const Json& a) {
@@ -506,8 +507,9 @@ class RemoteIndex final : public Index {
                  {"pre", toJson(pre)}},
                 false, unoptVer);
   }
-  Result<Manifest> getManifest(const VersionId& version) override {
-    return query("get_manifest", {{"version", ver(version)}}, ManifestCodec::from);
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
+    return query("blobs_in_use", {{"version", ver(version)}},
+                 [](const Json& j) { return must(decodeGcBlobs(unbytes(j))); });
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

@@ -19,7 +19,7 @@ enum Op {
   kGetObject, kDeleteObject, kListObjects, kGcDue, kGcDone, kBlobReferenced, kCreateUpload,
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
-  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kGetManifest,
+  kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kBlobsInUse,
   kUpdateTags, kMarkDead, kRelocatePart, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
@@ -30,7 +30,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "list_uploads",   "complete_upload",  "abort_upload",    "create_record_set",
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
-    "delete_user",    "relocate_fragments", "get_manifest", "update_object_tags",
+    "delete_user",    "relocate_fragments", "blobs_in_use", "update_object_tags",
     "mark_version_dead", "relocate_part_fragments"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
@@ -109,8 +109,8 @@ class MeteredIndex final : public Index {
                          CommitDone done) override {
     inner_->deleteObjectAsync(bucket, key, pre, timedDone(kDeleteObject, std::move(done)));
   }
-  Result<Manifest> getManifest(const VersionId& version) override {
-    return timed(kGetManifest, [&] { return inner_->getManifest(version); });
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
+    return timed(kBlobsInUse, [&] { return inner_->blobsInUse(version); });
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

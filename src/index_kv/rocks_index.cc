@@ -368,13 +368,43 @@ std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamili
 
 }  // namespace
 
-Result<Manifest> RocksIndex::getManifest(const VersionId& version) {
-  std::string value;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), cfs_.manifests, versionKey(version), &value);
-  if (s.IsNotFound()) return fail(Status::notFound("no manifest for version " + version.toHex()));
-  if (!s.ok()) return fail(fromRocks(s, "index: reading manifest"));
-  return decodeManifest(value);
+Result<std::vector<BlobRef>> RocksIndex::blobsInUse(const VersionId& version) {
+  Snapshot snap(db_.get());  // one view: a row moving between the reads is seen once
+  std::vector<BlobRef> out;
+  auto add = [&](rocksdb::ColumnFamilyHandle* cf, const std::string& key, auto decode,
+                 auto blobs) -> Status {
+    std::string value;
+    rocksdb::Status s = db_->Get(snap.options(), cf, key, &value);
+    if (s.IsNotFound()) return Status::ok();
+    if (!s.ok()) return fromRocks(s, "index: reading a row that uses blobs");
+    auto row = decode(value);
+    if (!row) return row.error();
+    for (BlobRef& b : blobs(*row)) out.push_back(std::move(b));
+    return Status::ok();
+  };
+  auto manifest = [&](const std::string& key) {
+    return add(cfs_.manifests, key, [](std::string_view v) { return decodeManifest(v); },
+               [](const Manifest& m) { return manifestBlobs(m); });
+  };
+  const std::string prefix = versionKey(version);
+  GRANARY_RETURN_IF_ERROR_RESULT(manifest(prefix));
+  // The rows the blobrefs column family says use blobs of `version` (codec.h): parts
+  // ('p' + parts key) and manifests of completed uploads ('m' + manifest version).
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(snap.options(), cfs_.blobrefs));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    std::string_view rest = it->key().ToStringView().substr(prefix.size());
+    if (rest.empty()) continue;
+    const std::string row(rest.substr(1));
+    if (rest[0] == kBlobRefManifestTag) {
+      GRANARY_RETURN_IF_ERROR_RESULT(manifest(row));
+    } else if (rest[0] == kBlobRefPartTag) {
+      GRANARY_RETURN_IF_ERROR_RESULT(
+          add(cfs_.parts, row, [](std::string_view v) { return decodePart(v); },
+              [](const PartInfo& p) { return partBlobs(p); }));
+    }
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading blob refs"));
+  return out;
 }
 
 Result<Manifest> RocksIndex::getObject(std::string_view bucket, std::string_view key) {

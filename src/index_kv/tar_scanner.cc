@@ -179,16 +179,16 @@ class TarScanner final : public FormatScanner {
                                        "the member it belongs to", ext_offset_));
         }
         if (sparse_ext_) {
-          return truncated(fmt::format("inside the sparse map of member '{}'", name_));
+          return truncated(fmt::format("inside the sparse map of member '{}'", shownName()));
         }
         return Status::ok();  // EOF at a member boundary (with or without one zero block)
       case State::kData:
         return truncated(fmt::format("inside the data of member '{}' (header at byte offset "
-                                     "{}): {} bytes missing", name_, header_offset_,
+                                     "{}): {} bytes missing", shownName(), header_offset_,
                                      remaining_));
       case State::kPadding:
         return truncated(fmt::format("inside the padding after member '{}' (header at byte "
-                                     "offset {})", name_, header_offset_));
+                                     "offset {})", shownName(), header_offset_));
     }
     return Status::ok();
   }
@@ -392,6 +392,10 @@ class TarScanner final : public FormatScanner {
   std::optional<uint64_t> pax_size_;
   std::optional<std::string> long_name_;
   bool pax_sparse_ = false;
+  // The member's name as a message shows it: names may be 1 MiB long, and the message is
+  // stored with the container's record index (the WARC scanner cuts what it quotes too).
+  std::string_view shownName() const { return std::string_view(name_).substr(0, 200); }
+
   bool sparse_ext_ = false;   // the next block is an old-GNU sparse extension block
   uint64_t sparse_size_ = 0;  // the data size of the sparse member whose map goes on
 };

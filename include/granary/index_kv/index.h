@@ -452,10 +452,12 @@ class Index {
   // and so the ETag and Last-Modified, stay; nothing is reclaimed.
   virtual Status updateObjectTags(std::string_view bucket, std::string_view key,
                                   const Manifest& expected, const Manifest& updated) = 0;
-  // The manifest of `version` while it is committed (a key's current version), kNotFound
-  // once replaced or deleted. The GC asks it: a queued location that a live manifest uses
-  // again (a repair put the fragment back) must not be removed.
-  virtual Result<Manifest> getManifest(const VersionId& version) = 0;
+  // The GC's guard: every fragment location that a live row names, among the rows that
+  // use blobs of `version`: the committed manifest of that version (a key's current
+  // one), each part row of an upload in progress whose blobs are of it, and each committed
+  // manifest using them (a completed upload's). Empty when none does. A queued location
+  // a live row uses again (a repair moved the fragment back) must not be removed.
+  virtual Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) = 0;
   // kNotFound if the bucket or the key does not exist.
   virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
   // getObject's answer if it can be had without blocking on I/O (from memory: RocksDB's

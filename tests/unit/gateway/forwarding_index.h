@@ -51,8 +51,8 @@ class ForwardingIndex : public Index {
                          CommitDone done) override {
     target_.deleteObjectAsync(bucket, key, pre, std::move(done));
   }
-  Result<Manifest> getManifest(const VersionId& version) override {
-    return target_.getManifest(version);
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
+    return target_.blobsInUse(version);
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

@@ -1540,10 +1540,16 @@ TEST_CASE("Lifecycle filters: tags and sizes alone or in an And, read back as S3
            "<Filter><And></And></Filter>", "<Filter>logs/</Filter>",
            "<Filter><And>logs/<Prefix>a</Prefix></And></Filter>",
            "<Filter><And><ObjectSizeLessThan>5</ObjectSizeLessThan><ObjectSizeLessThan>9"
-           "</ObjectSizeLessThan></And></Filter>"}) {
+           "</ObjectSizeLessThan></And></Filter>",
+           // A second element the parser would not see (the first would win):
+           "<Filter/><Filter><Prefix>tmp/</Prefix></Filter>",
+           "<Prefix></Prefix><Prefix>tmp/</Prefix>"}) {
     CAPTURE(bad);
     CHECK(putRules(std::string("<Rule>") + bad + expire + "</Rule>").code == "MalformedXML");
   }
+  CHECK(putRules("<Rule><Filter><Prefix>a</Prefix></Filter><Status>Enabled</Status><Expiration>"
+                 "<Days>30</Days><Days>1</Days></Expiration></Rule>")
+            .code == "MalformedXML");
   for (const std::string& bad : {
            "<Filter><ObjectSizeGreaterThan>-1</ObjectSizeGreaterThan></Filter>" + expire,
            "<Filter><ObjectSizeLessThan>0</ObjectSizeLessThan></Filter>" + expire,

@@ -102,6 +102,15 @@ struct ReclaimerFixture {
     return out;
   }
 
+  // One GC pass once gc_grace (60 s) has passed since now.
+  ReclaimStats gcPastGrace() {
+    Reclaimer reclaimer(index, *cluster.chunks, cluster.map, cluster.clock, options);
+    cluster.clock.advance(61 * kSecond);
+    auto done = reclaimer.collectGarbage();
+    REQUIRE(done.has_value());
+    return *done;
+  }
+
   TestCluster cluster;
   index_kv::Index& index;
   SeededRandom random{99};
@@ -131,13 +140,65 @@ TEST_CASE("GC never removes a queued location that the live manifest uses again"
   REQUIRE(f.index.relocateFragments("bucket", "key", m, away).isOk());
   REQUIRE(f.index.relocateFragments("bucket", "key", away, m).isOk());
 
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
-  f.cluster.clock.advance(61 * kSecond);
-  auto done = reclaimer.collectGarbage();
-  REQUIRE(done.has_value());
-  CHECK(done->entries_done == 2);
-  CHECK(done->blobs_removed == 1);  // the copy away from home
+  ReclaimStats done = f.gcPastGrace();
+  CHECK(done.entries_done == 2);
+  CHECK(done.blobs_removed == 1);  // the copy away from home
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(m));
+}
+
+TEST_CASE("GC never removes a queued part location that the part, then its object, uses again") {
+  ReclaimerFixture f;
+  // Part 1 of an upload, one stripe; its fragment 0 is copied to the drive of fragment 5
+  // and the part row moved there and back (repairs), twice: the queue holds its home
+  // location under the part's version, which no manifest has.
+  index_kv::Manifest w = f.writeBlobs(1);
+  auto u = f.cluster.startUpload("bucket", "key", f.random);
+  index_kv::PartInfo part;
+  part.part_number = 1;
+  part.version = w.version;
+  part.size = w.size;
+  part.etag = w.etag;
+  part.drives = w.drives;
+  part.stripes = w.stripes;
+  part.ec = w.ec;
+  REQUIRE(f.index.putPart("bucket", "key", u.upload_id, part).has_value());
+  index_kv::PartInfo away = part;
+  away.stripes[0].drives[0] = part.stripes[0].drives[5];
+  chunkstore::BlobDescriptor desc;
+  desc.id = BlobId{w.version, 0, 0};
+  desc.ec = w.ec;
+  desc.stripe_data_len = w.stripes[0].data_len;
+  desc.bucket = "bucket";
+  desc.key = "key";
+  desc.flags = chunkstore::kBlobFlagPart | chunkstore::kBlobFlagLastStripe;
+  REQUIRE(f.cluster.local->put(w.drives[away.stripes[0].drives[0]], desc,
+                               std::vector<uint8_t>(kFragLen, 0xAB))
+              .isOk());
+  REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, part, away).isOk());
+  REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, away, part).isOk());
+
+  ReclaimStats done = f.gcPastGrace();
+  CHECK(done.entries_done == 2);
+  CHECK(done.blobs_removed == 1);  // the copy away from home
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(w));
+
+  // The same once the upload completed: the object's manifest uses the part's blobs.
+  REQUIRE(f.cluster.local->put(w.drives[away.stripes[0].drives[0]], desc,
+                               std::vector<uint8_t>(kFragLen, 0xAB))
+              .isOk());
+  REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, part, away).isOk());
+  index_kv::Manifest m = w;
+  m.version = VersionId::generate(f.cluster.clock, f.random);
+  m.stripes = away.stripes;
+  REQUIRE(f.index.completeUpload("bucket", "key", u.upload_id, m, index_kv::Precondition::none())
+              .has_value());
+  index_kv::Manifest home = m;
+  home.stripes = part.stripes;
+  REQUIRE(f.index.relocateFragments("bucket", "key", m, home).isOk());
+  done = f.gcPastGrace();
+  CHECK(done.entries_done == 2);
+  CHECK(done.blobs_removed == 1);
+  CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(home));
 }
 
 TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and only those") {

@@ -386,6 +386,8 @@ TEST_CASE("A part's fragments relocate by compare-and-swap, the old places queue
   CHECK(gc[0].version == p1.version);
   CHECK(gc[0].blobs == std::vector<BlobRef>{{"d1", BlobId{p1.version, 0, 0}}});
   CHECK(referenced(*f.index, p1.version));
+  // The GC's guard names where the part is now, not where it was.
+  CHECK(*f.index->blobsInUse(p1.version) == expectedBlobs(moved));
 
   // What the row no longer is, or a change beyond where fragments are, is refused.
   CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, p1, moved).code() ==
@@ -408,6 +410,9 @@ TEST_CASE("A part's fragments relocate by compare-and-swap, the old places queue
   REQUIRE(f.index->completeUpload("b", "k", u.upload_id, fresh, Precondition::none())
               .has_value());
   CHECK(f.index->getObject("b", "k")->stripes == fresh.stripes);
+  // Completed: the object's manifest is what uses the part's blobs now.
+  CHECK(*f.index->blobsInUse(p1.version) == expectedBlobs(fresh));
+  CHECK(f.index->blobsInUse(fresh.version)->size() == expectedBlobs(fresh).size());
   // The upload is gone: a late relocation finds nothing to change.
   CHECK(f.index->relocatePartFragments("b", "k", u.upload_id, moved, p1).code() ==
         Code::kNotFound);
