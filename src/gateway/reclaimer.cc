@@ -53,8 +53,18 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       // part, or of the object completed from it) may list a location a live row uses
       // again (a later repair put the fragment back): never remove those.
       std::set<std::pair<std::string, BlobId>> in_use;
-      auto live = index_.blobsInUse(entry.version);
-      if (!live) return fail(live.error());
+      auto live = index_.blobsInUse(entry.version, entry.blobs);
+      if (!live) {
+        // An index that does not answer ends the pass; a row it cannot read keeps this
+        // entry (removing nothing) and lets the others go on.
+        const auto code = live.error().code();
+        if (code == Status::Code::kUnavailable || code == Status::Code::kTimeout) {
+          return fail(live.error());
+        }
+        log::warn("gc: entry of version {} kept: {}", entry.version.toHex(),
+                  live.error().toString());
+        continue;
+      }
       for (auto& blob : *live) in_use.emplace(std::move(blob.drive), blob.id);
       bool complete = true;
       for (const auto& blob : entry.blobs) {

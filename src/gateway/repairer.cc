@@ -459,8 +459,19 @@ struct Repairer::Impl {
   // that the copies carry the part flag a part's fragments have).
   void repairPart(const std::string& bucket, const index_kv::MultipartUpload& upload,
                   const index_kv::PartInfo& part, bool dry_run, RepairStats& stats) {
-    // A part stored before parts recorded their code cannot be decoded safely here.
-    if (part.stripes.empty() || part.ec.k <= 0) return;
+    if (part.stripes.empty()) return;
+    if (part.ec.k <= 0) {
+      // A part stored before parts recorded their code: neither decoded nor moved here (a
+      // wrong profile decodes wrong bytes). Its fragments on draining drives still count,
+      // so that a drain does not look done while they are there.
+      for (const auto& s : part.stripes) {
+        for (uint16_t d : s.drives) {
+          const placement::Drive* drive = map.findDrive(part.drives.at(d));
+          if (drive != nullptr && drive->draining) ++stats.fragments_draining;
+        }
+      }
+      return;
+    }
     ++stats.parts;
     index_kv::Manifest view;
     view.ec = part.ec;

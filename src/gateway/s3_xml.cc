@@ -610,12 +610,6 @@ bool repeatsAChild(pugi::xml_node node) {
 
 S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
   index_kv::LifecycleRule rule;
-  // A rule and each action hold every element once (a Filter's And holds several Tags).
-  if (repeatsAChild(node)) return malformedXml();
-  for (const char* action : {"Expiration", "AbortIncompleteMultipartUpload",
-                             "NoncurrentVersionExpiration"}) {
-    if (repeatsAChild(node.child(action))) return malformedXml();
-  }
   for (pugi::xml_node child : node.children()) {
     if (child.type() != pugi::node_element) continue;
     const std::string_view name = child.name();
@@ -629,6 +623,12 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
                             " is not implemented (no storage classes)");
     }
     return malformedXml();
+  }
+  // A rule and each action hold every element once (a Filter's And holds several Tags).
+  if (repeatsAChild(node)) return malformedXml();
+  for (const char* action : {"Expiration", "AbortIncompleteMultipartUpload",
+                             "NoncurrentVersionExpiration"}) {
+    if (repeatsAChild(node.child(action))) return malformedXml();
   }
   rule.id = node.child("ID").text().as_string();
   if (rule.id.size() > 255) return invalidArgument("ID length should not exceed allowed limit of 255");

@@ -174,6 +174,44 @@ Status BatchBuilder::replacePart(CommitRequest& req) {
   return Status::ok();
 }
 
+// A repair may have moved a fragment of a part since the caller listed the parts, and the
+// place it left is on the GC queue: the object records where the part row says the
+// fragment is now (req.relocated), never the old place.
+Status BatchBuilder::takeCurrentLocations(CommitRequest& req,
+                                          const std::map<std::string, PartInfo>& parts) {
+  std::map<std::pair<VersionId, uint32_t>, std::pair<const PartInfo*, const StripeLayout*>> at;
+  for (const auto& entry : parts) {
+    for (const StripeLayout& s : entry.second.stripes) {
+      at[{s.blob_version, s.blob_stripe}] = {&entry.second, &s};
+    }
+  }
+  const Manifest& given = *req.manifest;
+  for (size_t i = 0; i < given.stripes.size(); ++i) {
+    const StripeLayout& s = given.stripes[i];
+    auto it = at.find({s.blob_version, s.blob_stripe});
+    if (it == at.end() || it->second.second->drives.size() != s.drives.size()) {
+      return Status::invalidArgument("index: manifest's stripe " + std::to_string(i) +
+                                     " is not a stripe of its part");
+    }
+    const auto [part, stripe] = it->second;
+    for (size_t j = 0; j < s.drives.size(); ++j) {
+      const std::string& now = part->drives[stripe->drives[j]];
+      const Manifest& m = req.relocated ? *req.relocated : given;
+      if (m.drives[m.stripes[i].drives[j]] == now) continue;
+      if (!req.relocated) req.relocated = given;
+      Manifest& r = *req.relocated;
+      auto pos = std::find(r.drives.begin(), r.drives.end(), now);
+      if (pos == r.drives.end()) pos = r.drives.insert(r.drives.end(), now);
+      r.stripes[i].drives[j] = static_cast<uint16_t>(pos - r.drives.begin());
+    }
+  }
+  if (req.relocated) {
+    req.manifest = &*req.relocated;
+    req.manifest_value = encodeManifest(*req.relocated);  // the summary does not change
+  }
+  return Status::ok();
+}
+
 Status BatchBuilder::completeUpload(CommitRequest& req) {
   const std::string ukey = uploadKey(req.bucket, req.key, req.upload_id);
   auto exists = uploadExists(ukey);
@@ -199,18 +237,7 @@ Status BatchBuilder::completeUpload(CommitRequest& req) {
                                      "with blob version " + s.blob_version.toHex());
     }
   }
-  // Nor may it name a location a repair moved a fragment away from since: that one is on
-  // the GC queue too.
-  std::set<std::pair<std::string, BlobId>> held;
-  for (const auto& entry : *parts) {
-    for (BlobRef& b : partBlobs(entry.second)) held.emplace(std::move(b.drive), b.id);
-  }
-  for (const BlobRef& b : manifestBlobs(*req.manifest)) {
-    if (!held.contains({b.drive, b.id})) {
-      return Status::invalidArgument("index: manifest names fragment " + b.id.toString() +
-                                     " on " + b.drive + ", no longer a location of its part");
-    }
-  }
+  GRANARY_RETURN_IF_ERROR(takeCurrentLocations(req, *parts));
   const std::string okey = objectKey(req.bucket, req.key);
   auto current = checkPut(req, okey);
   if (!current) return current.error();

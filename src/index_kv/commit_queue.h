@@ -80,6 +80,9 @@ struct CommitRequest {
   // kPutObject, kCompleteUpload, kReplaceManifest; the caller's, alive until completion.
   const Manifest* manifest = nullptr;
   const Manifest* expected = nullptr;  // kReplaceManifest: the manifest it must still be
+  // kCompleteUpload: `manifest` with the locations the part rows have now, when a repair
+  // moved a fragment after the caller listed the parts (`manifest` then points here).
+  std::optional<Manifest> relocated;
   std::string upload_value;            // kCreateUpload: the encoded MultipartUpload
   const PartInfo* part = nullptr;      // kPutPart, kReplacePart; the caller's, alive until done
   std::string part_value;              // kPutPart, kReplacePart: the encoded PartInfo
@@ -134,6 +137,7 @@ class BatchBuilder {
   Status createUpload(CommitRequest& req);
   Status putPart(CommitRequest& req);
   Status replacePart(CommitRequest& req);
+  Status takeCurrentLocations(CommitRequest& req, const std::map<std::string, PartInfo>& parts);
   Status completeUpload(CommitRequest& req);
   Status abortUpload(CommitRequest& req);
   Status attachRecords(CommitRequest& req);

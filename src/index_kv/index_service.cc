@@ -223,7 +223,8 @@ const std::map<std::string, Op, std::less<>>& operations() {
        }},
       {"blobs_in_use",
        [](Index& x, const Json& a) {
-         return answer(x.blobsInUse(unver(a.at("version"))),
+         return answer(x.blobsInUse(unver(a.at("version")),
+                                    must(decodeGcBlobs(unbytes(a.at("among"))))),
                        [](const std::vector<BlobRef>& b) { return bytes(encodeGcBlobs(b)); });
        }},
       {"relocate_fragments",
@@ -507,8 +508,10 @@ class RemoteIndex final : public Index {
                  {"pre", toJson(pre)}},
                 false, unoptVer);
   }
-  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
-    return query("blobs_in_use", {{"version", ver(version)}},
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version,
+                                          const std::vector<BlobRef>& among) override {
+    return query("blobs_in_use",
+                 {{"version", ver(version)}, {"among", bytes(encodeGcBlobs(among))}},
                  [](const Json& j) { return must(decodeGcBlobs(unbytes(j))); });
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,

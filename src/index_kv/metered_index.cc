@@ -109,8 +109,9 @@ class MeteredIndex final : public Index {
                          CommitDone done) override {
     inner_->deleteObjectAsync(bucket, key, pre, timedDone(kDeleteObject, std::move(done)));
   }
-  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
-    return timed(kBlobsInUse, [&] { return inner_->blobsInUse(version); });
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version,
+                                          const std::vector<BlobRef>& among) override {
+    return timed(kBlobsInUse, [&] { return inner_->blobsInUse(version, among); });
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

@@ -6,6 +6,9 @@
 #include <rocksdb/options.h>
 
 #include <filesystem>
+#include <set>
+#include <string_view>
+#include <utility>
 #include <system_error>
 
 #include "granary/common/clock.h"
@@ -368,9 +371,11 @@ std::optional<Result<Manifest>> readManifest(rocksdb::DB* db, const ColumnFamili
 
 }  // namespace
 
-Result<std::vector<BlobRef>> RocksIndex::blobsInUse(const VersionId& version) {
+Result<std::vector<BlobRef>> RocksIndex::blobsInUse(const VersionId& version,
+                                                    const std::vector<BlobRef>& among) {
   Snapshot snap(db_.get());  // one view: a row moving between the reads is seen once
-  std::vector<BlobRef> out;
+  std::set<std::pair<std::string_view, BlobId>> asked, used;
+  for (const BlobRef& b : among) asked.emplace(b.drive, b.id);
   auto add = [&](rocksdb::ColumnFamilyHandle* cf, const std::string& key, auto decode,
                  auto blobs) -> Status {
     std::string value;
@@ -379,7 +384,9 @@ Result<std::vector<BlobRef>> RocksIndex::blobsInUse(const VersionId& version) {
     if (!s.ok()) return fromRocks(s, "index: reading a row that uses blobs");
     auto row = decode(value);
     if (!row) return row.error();
-    for (BlobRef& b : blobs(*row)) out.push_back(std::move(b));
+    for (const BlobRef& b : blobs(*row)) {
+      if (auto a = asked.find({b.drive, b.id}); a != asked.end()) used.insert(*a);
+    }
     return Status::ok();
   };
   auto manifest = [&](const std::string& key) {
@@ -404,6 +411,10 @@ Result<std::vector<BlobRef>> RocksIndex::blobsInUse(const VersionId& version) {
     }
   }
   if (!it->status().ok()) return fail(fromRocks(it->status(), "index: reading blob refs"));
+  std::vector<BlobRef> out;
+  for (const BlobRef& b : among) {
+    if (used.contains({b.drive, b.id})) out.push_back(b);
+  }
   return out;
 }
 

@@ -33,7 +33,8 @@ class RocksIndex final : public Index {
   Status deleteUser(std::string_view name) override;
   Status deleteBucket(std::string_view name, int64_t created_unix_nanos) override;
 
-  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override;
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version,
+                                          const std::vector<BlobRef>& among) override;
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override;
   Status updateObjectTags(std::string_view bucket, std::string_view key,

@@ -452,12 +452,14 @@ class Index {
   // and so the ETag and Last-Modified, stay; nothing is reclaimed.
   virtual Status updateObjectTags(std::string_view bucket, std::string_view key,
                                   const Manifest& expected, const Manifest& updated) = 0;
-  // The GC's guard: every fragment location that a live row names, among the rows that
-  // use blobs of `version`: the committed manifest of that version (a key's current
-  // one), each part row of an upload in progress whose blobs are of it, and each committed
-  // manifest using them (a completed upload's). Empty when none does. A queued location
-  // a live row uses again (a repair moved the fragment back) must not be removed.
-  virtual Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) = 0;
+  // The GC's guard: which of `among` (a GC entry's locations) a live row names, among the
+  // rows that use blobs of `version`: the committed manifest of that version (a key's
+  // current one), each part row of an upload in progress whose blobs are of it, and each
+  // committed manifest using them (a completed upload's). In `among`'s order; empty when
+  // none. A queued location a live row uses again (a repair moved the fragment back) must
+  // not be removed. The answer is never larger than the question, whatever the rows' size.
+  virtual Result<std::vector<BlobRef>> blobsInUse(const VersionId& version,
+                                                  const std::vector<BlobRef>& among) = 0;
   // kNotFound if the bucket or the key does not exist.
   virtual Result<Manifest> getObject(std::string_view bucket, std::string_view key) = 0;
   // getObject's answer if it can be had without blocking on I/O (from memory: RocksDB's
@@ -538,9 +540,9 @@ class Index {
   // manifest's stripes do not reference on the GC queue; records that the manifest
   // references the part versions it uses. Returns the replaced version of the key.
   // kInvalidArgument if a stripe uses a part version that is no longer a current part of
-  // the upload (a part was replaced after the caller listed the parts), or a fragment
-  // location the part no longer has (a repair moved it: relocatePartFragments); the caller
-  // lists the parts again.
+  // the upload (a part was replaced after the caller listed the parts). A fragment a
+  // repair moved since then (relocatePartFragments) is recorded where the part row has
+  // it now, not where `manifest` says.
   virtual Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
                                                           std::string_view key,
                                                           std::string_view upload_id,

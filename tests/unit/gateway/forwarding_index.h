@@ -51,8 +51,9 @@ class ForwardingIndex : public Index {
                          CommitDone done) override {
     target_.deleteObjectAsync(bucket, key, pre, std::move(done));
   }
-  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version) override {
-    return target_.blobsInUse(version);
+  Result<std::vector<BlobRef>> blobsInUse(const VersionId& version,
+                                          const std::vector<BlobRef>& among) override {
+    return target_.blobsInUse(version, among);
   }
   Status relocateFragments(std::string_view bucket, std::string_view key,
                            const Manifest& expected, const Manifest& updated) override {

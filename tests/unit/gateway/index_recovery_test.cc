@@ -51,9 +51,6 @@ struct RecoveryFixture {
     REQUIRE(idx.createBucket(b).isOk());
   }
 
-  // Writes `data` as a new version of bucket/key through ObjectWriter (`declared` is the
-  // size the writer is told; a larger one leaves the last stripe unmarked, as an upload
-  // cut short). Returns the manifest, not committed.
   index_kv::MultipartUpload startUpload(const std::string& key) {
     return cluster.startUpload("bucket", key, random);
   }
@@ -93,6 +90,9 @@ struct RecoveryFixture {
     return to;
   }
 
+  // Writes `data` as a new version of bucket/key through ObjectWriter (`declared` is the
+  // size the writer is told; a larger one leaves the last stripe unmarked, as an upload
+  // cut short). Returns the manifest, not committed.
   index_kv::Manifest write(const std::string& bucket, const std::string& key,
                            const std::string& data, bool part = false,
                            std::optional<uint64_t> declared = std::nullopt) {

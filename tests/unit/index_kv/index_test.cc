@@ -10,7 +10,9 @@
 using namespace granary;
 using namespace granary::index_kv;
 using granary::index_kv::testing::allGc;
+using granary::index_kv::testing::concat;
 using granary::index_kv::testing::expectedBlobs;
+using granary::index_kv::testing::locations;
 using granary::index_kv::testing::IndexFixture;
 using granary::index_kv::testing::bucketInfo;
 using granary::index_kv::testing::kStartNanos;
@@ -763,7 +765,10 @@ TEST_CASE("relocateFragments moves fragments and reclaims only the old locations
   REQUIRE(listed->objects.size() == 1);
   CHECK(listed->objects[0].etag == m.etag);
 
-  CHECK(*f.index->blobsInUse(m.version) == expectedBlobs(moved));
+  // The GC's guard: of the old and new locations, those the manifest names now.
+  const auto both = concat(expectedBlobs(m), expectedBlobs(moved));
+  CHECK(locations(*f.index->blobsInUse(m.version, both)) == locations(expectedBlobs(moved)));
+  CHECK(f.index->blobsInUse(m.version, {})->empty());  // nothing asked, nothing answered
 
   // Relocating from a manifest that is no longer current is refused.
   CHECK(f.index->relocateFragments("b", "k", m, moved).code() == Code::kPreconditionFailed);
@@ -784,9 +789,9 @@ TEST_CASE("relocateFragments moves fragments and reclaims only the old locations
   Manifest next = f.stripedManifest(1);
   REQUIRE(f.index->putObject("b", "k", next, Precondition::none()).has_value());
   CHECK(f.index->relocateFragments("b", "k", moved, moved).code() == Code::kPreconditionFailed);
-  CHECK(f.index->blobsInUse(m.version)->empty());
+  CHECK(f.index->blobsInUse(m.version, both)->empty());
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
-  CHECK(f.index->blobsInUse(next.version)->empty());
+  CHECK(f.index->blobsInUse(next.version, expectedBlobs(next))->empty());
   CHECK(f.index->relocateFragments("b", "k", next, next).code() == Code::kNotFound);
   CHECK(f.index->relocateFragments("nob", "k", next, next).code() == Code::kNotFound);
 }

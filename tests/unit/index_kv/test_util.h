@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "granary/common/clock.h"
@@ -224,6 +225,21 @@ inline std::vector<BlobRef> expectedBlobs(const std::vector<std::string>& drives
   }
   return out;
 }
+// Every location of `a` and `b`, as a set (the order and repeats of a list aside).
+inline std::set<std::pair<std::string, BlobId>> locations(const std::vector<BlobRef>& a,
+                                                          const std::vector<BlobRef>& b = {}) {
+  std::set<std::pair<std::string, BlobId>> out;
+  for (const auto* list : {&a, &b}) {
+    for (const BlobRef& r : *list) out.emplace(r.drive, r.id);
+  }
+  return out;
+}
+// `a` then `b`.
+inline std::vector<BlobRef> concat(std::vector<BlobRef> a, const std::vector<BlobRef>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 inline std::vector<BlobRef> expectedBlobs(const Manifest& m) {
   return expectedBlobs(m.drives, m.stripes);
 }
