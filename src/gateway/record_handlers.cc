@@ -377,9 +377,9 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     }
     (void)co_await group.wait();
   };
-  // `charge`: holds what an inflated body costs, until the caller sent it.
-  auto readOne = [&](size_t i, size_t begin,
-                     BufferBudget::Lease& charge) -> Task<S3Result<std::string>> {
+  // `charge`, `more`: hold what the body costs, until the caller sent it.
+  auto readOne = [&](size_t i, size_t begin, BufferBudget::Lease& charge,
+                     BufferBudget::Lease& more) -> Task<S3Result<std::string>> {
     if (window[i - begin].body) {
       S3Result<std::string> stored = std::move(*window[i - begin].body);
       if (!stored || wanted[i].raw || (*manifestOf(i))->records.format != "warc.gz") {
@@ -395,6 +395,7 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, **m);
     if (!record) co_return std::unexpected(record.error());
     charge = std::move(record->charge);  // its stored and inflated bytes, until sent
+    more = std::move(record->inflated_charge);
     co_return std::move(record->body);
   };
 
@@ -412,8 +413,9 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
       std::tie(end, bytes) = windowEnd(begin);
       co_await fetchWindow(begin, end, bytes);
     }
-    BufferBudget::Lease record_charge;  // an inflated record's, until it is sent
-    auto record = co_await readOne(i, begin, record_charge);
+    // A record's stored and inflated bytes (one read outside the window), until it is sent.
+    BufferBudget::Lease record_charge, inflated_charge;
+    auto record = co_await readOne(i, begin, record_charge, inflated_charge);
     Json head = Json::object();
     head["index"] = i;
     putKey(head, wanted[i].key);

@@ -108,6 +108,7 @@ struct RecordData {
   // The body's charge to the buffer budget (its stored bytes, and inflated ones): held
   // until the body is sent.
   BufferBudget::Lease charge;
+  BufferBudget::Lease inflated_charge;
 };
 
 struct RecordSelector {
