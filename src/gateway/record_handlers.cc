@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <tuple>
 
 #include "granary/common/base64.h"
 #include "granary/common/clock.h"
@@ -294,8 +295,24 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   };
   using Found = Result<std::optional<index_kv::RecordLocation>>;
   std::vector<Found> found(wanted.size());
-  co_await inParts(wanted.size(),
-                   [&](size_t i) { found[i] = findRecord(ctx.index(), req.bucket, wanted[i]); });
+  // A selector asked again is looked up once (type and raw are the batch's): a batch of
+  // one key 10,000 times must not scan its locations 10,000 times.
+  std::map<std::tuple<std::string_view, std::string_view, std::optional<uint64_t>>, size_t>
+      first_asked;
+  std::vector<size_t> same_as(wanted.size());
+  std::vector<size_t> distinct;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    auto [it, fresh] =
+        first_asked.try_emplace({wanted[i].key, wanted[i].container, wanted[i].offset}, i);
+    same_as[i] = it->second;
+    if (fresh) distinct.push_back(i);
+  }
+  co_await inParts(distinct.size(), [&](size_t j) {
+    found[distinct[j]] = findRecord(ctx.index(), req.bucket, wanted[distinct[j]]);
+  });
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (same_as[i] != i) found[i] = found[same_as[i]];
+  }
   std::map<std::string, Result<index_kv::Manifest>> manifests;
   for (const Found& f : found) {
     if (f && f->has_value()) manifests.try_emplace((*f)->row.container);

@@ -2952,6 +2952,37 @@ TEST_CASE("A batch GET charges an inflated warc.gz record to the buffer budget u
   CHECK(budgetDrained(f));
 }
 
+TEST_CASE("A batch GET looks up a record asked for again only once, and answers each") {
+  // 10,000 entries of one key scanned its locations 10,000 times.
+  struct CountingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<index_kv::RecordPage> listRecords(std::string_view bucket,
+                                             const index_kv::RecordQuery& q) override {
+      ++lists;
+      return ForwardingIndex::listRecords(bucket, q);
+    }
+    std::atomic<int> lists{0};
+  };
+  CountingIndex* counting = nullptr;
+  GatewayFixture f(wrapIndex(counting));
+  f.createBucket();
+  REQUIRE(f.put("shard.tar", tarOf(20), {{"x-granary-index", "tar"}}).status == 200);
+  const int before = counting->lists;
+  const std::string batch =
+      R"({"records": ["m0", "m1", "m0", {"key": "m0"}, "m1", {"key": "m0", "container": )"
+      R"("shard.tar"}]})";
+  Reply b = f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  REQUIRE(b.status == 200);
+  auto heads = batchHeads(b.body);
+  REQUIRE(heads.size() == 7);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(heads[i]["status"] == 200);
+    CHECK(heads[i]["size"] == heads[i == 1 || i == 4 ? 1 : 0]["size"]);  // m1's, m0's
+  }
+  CHECK(heads[0]["size"] != heads[1]["size"]);
+  CHECK(counting->lists - before == 3);  // m0, m1, and m0 in shard.tar
+}
+
 TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
   // A Latin-1 tar member name: "key" alone (UTF-8, the byte replaced) could not name it
   // again, and a loader reading a shard in order stopped at it with a 404.
