@@ -2263,6 +2263,54 @@ TEST_CASE("A Complete that another Complete of its upload beat to the commit get
   CHECK(xmlField(done.body, "ETag") == got.header("ETag"));
 }
 
+TEST_CASE("A Complete whose part a repair moves meanwhile stores where the fragment is now") {
+  // The repair commits between the Complete's listing of the parts and its commit; the
+  // place the fragment left is the GC's, so the object must not name it.
+  struct MovingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    std::function<void()> move;
+    Result<std::optional<VersionId>> completeUpload(std::string_view bucket,
+                                                    std::string_view key,
+                                                    std::string_view upload_id,
+                                                    const index_kv::Manifest& manifest,
+                                                    index_kv::Precondition pre) override {
+      if (move) std::exchange(move, nullptr)();
+      return target_.completeUpload(bucket, key, upload_id, manifest, pre);
+    }
+  };
+  MovingIndex* moving = nullptr;
+  GatewayFixture f(wrapIndex(moving));
+  f.createBucket();
+  const std::string data = "parts";
+  const auto [id, xml] = uploadOnePart(f, data);
+  auto parts = f.cluster.index().listParts("bucket", "k", id, 0, 10);
+  REQUIRE(parts.has_value());
+  REQUIRE(parts->size() == 1);
+  const index_kv::PartInfo part = parts->front();
+  index_kv::PartInfo away = part;
+  away.stripes[0].drives[0] = part.stripes[0].drives[5];  // fragment 0 beside fragment 5
+  const std::string from = part.drives[part.stripes[0].drives[0]];
+  const std::string to = part.drives[away.stripes[0].drives[0]];
+  const BlobId fragment{part.version, 0, 0};
+  std::atomic<bool> moved{false};
+  moving->move = [&] {  // on a worker thread: no assertions here
+    auto desc = f.cluster.local->describe(from, fragment);
+    std::vector<uint8_t> bytes(part.stripes[0].fragment_len);
+    if (desc && f.cluster.local->read(from, fragment, 0, bytes).isOk() &&
+        f.cluster.local->put(to, *desc, bytes).isOk() &&
+        f.cluster.index().relocatePartFragments("bucket", "k", id, part, away).isOk()) {
+      moved = f.cluster.local->remove(from, fragment).isOk();  // as the GC will
+    }
+  };
+  Reply done = f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  REQUIRE(moved);
+  CHECK(done.status == 200);
+  auto stored = f.cluster.index().getObject("bucket", "k");
+  REQUIRE(stored.has_value());
+  CHECK(stored->drives[stored->stripes[0].drives[0]] == to);
+  CHECK(f.get("/bucket/k").body == data);
+}
+
 TEST_CASE("A conditional Complete retried before its first attempt committed gets its answer") {
   // The retry (If-None-Match: *) loaded the upload and its parts while the first attempt
   // ran; the first committed; the retry's condition then meets the first one's object. It
