@@ -821,7 +821,7 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 }
 
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink) {
+                             uint64_t length, BodySink& sink, bool prepaid) {
   if (length == 0) co_return Status::ok();
   auto ex = co_await asio::this_coro::executor;
   auto sliced = slicesOf(manifest, first, length);
@@ -846,9 +846,13 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       sl.length -= sent;
     }
     if (!next) {
-      // Initialised from the co_await, then moved: no temporary of a co_await expression
-      // with a destructor (the g++ 12 note in task_group.h).
-      BufferBudget::Lease got = co_await dp.budget().acquire(sl.length);
+      BufferBudget::Lease got;
+      if (!prepaid) {
+        // Initialised from the co_await, then moved: no temporary of a co_await expression
+        // with a destructor (the g++ 12 note in task_group.h).
+        BufferBudget::Lease taken = co_await dp.budget().acquire(sl.length);
+        got = std::move(taken);
+      }
       next = startStripeRead(dp, manifest, *sl.s, sl.first, sl.length, ex);
       next->reads->lease = std::move(got);
     }
@@ -857,8 +861,9 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
     if (!st.isOk()) co_return st;
     if (i + 1 < slices.size()) {
       const auto& n = slices[i + 1];
-      BufferBudget::Lease ahead = dp.budget().tryAcquire(n.length);
-      if (ahead.held()) {
+      BufferBudget::Lease ahead;
+      if (!prepaid) ahead = dp.budget().tryAcquire(n.length);
+      if (prepaid || ahead.held()) {
         next = startStripeRead(dp, manifest, *n.s, n.first, n.length, ex);
         next->reads->lease = std::move(ahead);
       }
@@ -991,7 +996,7 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
 }
 
 Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,
-                                          uint64_t first, uint64_t length) {
+                                          uint64_t first, uint64_t length, bool prepaid) {
   if (first > manifest.size || length > manifest.size - first) {
     co_return fail(Status::internal("the byte range lies outside the object"));
   }
@@ -1004,7 +1009,7 @@ Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest
   } else {
     bytes.reserve(length);
     StringSink sink(bytes);
-    Status st = co_await readObjectRange(dp, manifest, first, length, sink);
+    Status st = co_await readObjectRange(dp, manifest, first, length, sink, prepaid);
     if (!st.isOk()) co_return fail(st);
   }
   co_return bytes;

@@ -258,9 +258,13 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
                        uint64_t length, uint8_t* out);
 
 // Streams object bytes [first, first + length) of a striped manifest into `sink`
-// (whose head must already be written).
+// (whose head must already be written). `prepaid`: the caller holds a lease of the buffer
+// budget for the bytes the stripe buffers pass on to (a record read, whose bytes are
+// charged before they are read): the stripe buffers are not charged again (waiting for
+// them behind its own lease would stall every slice), and the next slice is always read
+// ahead.
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink);
+                             uint64_t length, BodySink& sink, bool prepaid = false);
 
 // How the ranges of crc32cOfRanges are read: as spans, each one read of the object;
 // ranges closer than kCrcSpanGap are read as one span (their gap read and skipped).
@@ -284,7 +288,9 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
 // Object bytes [first, first + length) of `manifest` (inline or striped) in memory, for
 // small reads (records, small copies); kInternal if the range is past the end (callers
 // check ranges first: this one would be a stale row or a bug).
+// `prepaid` as readObjectRange's.
 Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest& manifest,
-                                          uint64_t first, uint64_t length);
+                                          uint64_t first, uint64_t length,
+                                          bool prepaid = false);
 
 }  // namespace granary::gateway

@@ -55,12 +55,10 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       std::set<std::pair<std::string, BlobId>> in_use;
       auto live = index_.blobsInUse(entry.version, entry.blobs);
       if (!live) {
-        // An index that does not answer ends the pass; a row it cannot read keeps this
-        // entry (removing nothing) and lets the others go on.
-        const auto code = live.error().code();
-        if (code == Status::Code::kUnavailable || code == Status::Code::kTimeout) {
-          return fail(live.error());
-        }
+        // A row the index cannot read keeps this entry (removing nothing) and lets the
+        // others go on; any other failure (an index that does not answer, or an older
+        // one without the call) ends the pass.
+        if (live.error().code() != Status::Code::kCorruption) return fail(live.error());
         log::warn("gc: entry of version {} kept: {}", entry.version.toHex(),
                   live.error().toString());
         continue;

@@ -303,12 +303,12 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   // The record's bytes, and inflated ones, are charged to the buffer budget as a GET
   // stream's stripes are (a read waits for room at most the budget's patience, then goes
   // over), until the body is sent: dozens of 64 MiB records read at once must not run the
-  // server out of memory. The stored bytes are charged before they are read (the read's
-  // stripe buffers are read acquires too: bounded waits, allowed under a lease), the
-  // inflated ones once the member says how many.
+  // server out of memory. The stored bytes are charged before they are read, and the
+  // read's stripe buffers are not charged again (prepaid: they would wait behind this
+  // lease); the inflated bytes once the member says how many.
   BufferBudget::Lease got = co_await ctx.data.budget().acquire(row.length);
   out.charge = std::move(got);
-  auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length);
+  auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length, /*prepaid=*/true);
   if (!read) co_return std::unexpected(fromStatus(read.error()));
   if (out.format == "warc.gz" && !raw) {
     BufferBudget::Lease more = co_await ctx.data.budget().acquire(inflatedBound(*read));
