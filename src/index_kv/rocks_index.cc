@@ -294,27 +294,33 @@ void RocksIndex::putObjectAsync(std::string_view bucket, std::string_view key,
   });
 }
 
+namespace {
+
+// kInvalidArgument unless `updated` is `expected` with its fragments elsewhere: only the
+// drive table and the stripes' drive indices may differ (relocateFragments and
+// relocatePartFragments: a repair's move). `Row`: Manifest or PartInfo.
+template <typename Row>
+Status checkOnlyLocationsDiffer(Row a, Row b) {
+  bool same = a.stripes.size() == b.stripes.size();
+  a.drives.clear();
+  b.drives.clear();
+  for (size_t i = 0; same && i < a.stripes.size(); ++i) {
+    same = a.stripes[i].drives.size() == b.stripes[i].drives.size();
+    a.stripes[i].drives.clear();
+    b.stripes[i].drives.clear();
+  }
+  if (!same || a != b) {
+    return Status::invalidArgument("index: a relocation may change only where fragments are");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status RocksIndex::relocateFragments(std::string_view bucket, std::string_view key,
                                      const Manifest& expected, const Manifest& updated) {
   if (Status st = validateManifest(updated); !st.isOk()) return st;
-  Manifest a = expected;
-  Manifest b = updated;
-  a.drives.clear();
-  a.stripes.clear();
-  b.drives.clear();
-  b.stripes.clear();
-  bool same = a == b && expected.stripes.size() == updated.stripes.size();
-  for (size_t i = 0; same && i < expected.stripes.size(); ++i) {
-    StripeLayout x = expected.stripes[i];
-    StripeLayout y = updated.stripes[i];
-    same = x.drives.size() == y.drives.size();
-    x.drives.clear();
-    y.drives.clear();
-    same = same && x == y;
-  }
-  if (!same) {
-    return Status::invalidArgument("index: a relocation may change only where fragments are");
-  }
+  GRANARY_RETURN_IF_ERROR(checkOnlyLocationsDiffer(expected, updated));
   return replaceManifest(bucket, key, expected, updated);
 }
 
@@ -584,19 +590,7 @@ Status RocksIndex::relocatePartFragments(std::string_view bucket, std::string_vi
                                          const PartInfo& updated) {
   if (Status st = checkUploadId(upload_id); !st.isOk()) return st;
   if (Status st = validatePart(updated); !st.isOk()) return st;
-  PartInfo a = expected;
-  PartInfo b = updated;
-  a.drives.clear();
-  b.drives.clear();
-  bool same = a.stripes.size() == b.stripes.size();
-  for (size_t i = 0; same && i < a.stripes.size(); ++i) {
-    same = a.stripes[i].drives.size() == b.stripes[i].drives.size();
-    a.stripes[i].drives.clear();
-    b.stripes[i].drives.clear();
-  }
-  if (!same || a != b) {
-    return Status::invalidArgument("index: a relocation may change only where fragments are");
-  }
+  GRANARY_RETURN_IF_ERROR(checkOnlyLocationsDiffer(expected, updated));
   CommitRequest req;
   req.kind = CommitRequest::Kind::kReplacePart;
   req.bucket = std::string(bucket);

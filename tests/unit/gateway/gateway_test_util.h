@@ -331,6 +331,32 @@ class TestCluster {
     return u;
   }
 
+  // Part `number` whose bytes are those `written` (a manifest of stripes, not committed)
+  // holds: its version, size, ETag, drives, stripes and profile.
+  static index_kv::PartInfo partOf(const index_kv::Manifest& written, uint32_t number = 1) {
+    index_kv::PartInfo p;
+    p.part_number = number;
+    p.size = written.size;
+    p.etag = written.etag;
+    p.version = written.version;
+    p.drives = written.drives;
+    p.stripes = written.stripes;
+    p.ec = written.ec;
+    return p;
+  }
+
+  // Copies blob `id` (header and payload) from one drive to another, as a repair's move
+  // does before its commit; through the real client. No assertion: any thread may call it.
+  Status copyFragment(const std::string& from, const std::string& to, const BlobId& id) {
+    auto desc = local->describe(from, id);
+    if (!desc) return desc.error();
+    auto info = local->stat(from, id);
+    if (!info) return info.error();
+    std::vector<uint8_t> bytes(info->length);
+    if (Status st = local->read(from, id, 0, bytes); !st.isOk()) return st;
+    return local->put(to, *desc, bytes);
+  }
+
   // Every blob on one drive (read through the real client, never faulted).
   std::vector<chunkstore::BlobInfo> blobs(const std::string& drive) {
     auto l = local->list(drive, std::nullopt, 100000);

@@ -2294,10 +2294,7 @@ TEST_CASE("A Complete whose part a repair moves meanwhile stores where the fragm
   const BlobId fragment{part.version, 0, 0};
   std::atomic<bool> moved{false};
   moving->move = [&] {  // on a worker thread: no assertions here
-    auto desc = f.cluster.local->describe(from, fragment);
-    std::vector<uint8_t> bytes(part.stripes[0].fragment_len);
-    if (desc && f.cluster.local->read(from, fragment, 0, bytes).isOk() &&
-        f.cluster.local->put(to, *desc, bytes).isOk() &&
+    if (f.cluster.copyFragment(from, to, fragment).isOk() &&
         f.cluster.index().relocatePartFragments("bucket", "k", id, part, away).isOk()) {
       moved = f.cluster.local->remove(from, fragment).isOk();  // as the GC will
     }

@@ -56,15 +56,8 @@ struct RecoveryFixture {
   }
   // Writes `data` as part 1 of `u` and records it.
   index_kv::PartInfo putPart(const index_kv::MultipartUpload& u, const std::string& data) {
-    index_kv::Manifest w = write("bucket", u.key, data, /*part=*/true);
-    index_kv::PartInfo p;
-    p.part_number = 1;
-    p.size = data.size();
-    p.etag = w.etag;
-    p.version = w.version;
-    p.drives = w.drives;
-    p.stripes = w.stripes;
-    p.ec = w.ec;
+    index_kv::PartInfo p = TestCluster::partOf(write("bucket", u.key, data, /*part=*/true));
+    REQUIRE(p.size == data.size());
     REQUIRE(index.putPart("bucket", u.key, u.upload_id, p).has_value());
     return p;
   }
@@ -81,11 +74,7 @@ struct RecoveryFixture {
     }
     REQUIRE(!to.empty());
     BlobId id{s.blob_version, s.blob_stripe, fragment};
-    auto desc = cluster.local->describe(from, id);
-    REQUIRE(desc.has_value());
-    std::vector<uint8_t> bytes(s.fragment_len);
-    REQUIRE(cluster.local->read(from, id, 0, bytes).isOk());
-    REQUIRE(cluster.local->put(to, *desc, bytes).isOk());
+    REQUIRE(cluster.copyFragment(from, to, id).isOk());
     REQUIRE(cluster.local->remove(from, id).isOk());
     return to;
   }

@@ -126,17 +126,10 @@ TEST_CASE("GC never removes a queued location that the live manifest uses again"
   const std::string home = m.drives[m.stripes[0].drives[0]];
   const uint16_t away_idx = m.stripes[0].drives[5];  // the drive of fragment 5
   index_kv::Manifest away = m;
-  std::vector<uint8_t> payload(kFragLen, 0xAB);
-  chunkstore::BlobDescriptor desc;
-  desc.id = BlobId{m.version, 0, 0};
-  desc.ec = m.ec;
-  desc.stripe_data_len = m.stripes[0].data_len;
-  desc.bucket = "bucket";
-  desc.key = "key";
   away.stripes[0].drives[0] = away_idx;
   const std::string away_drive = m.drives[away_idx];
   REQUIRE(away_drive != home);
-  REQUIRE(f.cluster.local->put(away_drive, desc, payload).isOk());
+  REQUIRE(f.cluster.copyFragment(home, away_drive, BlobId{m.version, 0, 0}).isOk());
   REQUIRE(f.index.relocateFragments("bucket", "key", m, away).isOk());
   REQUIRE(f.index.relocateFragments("bucket", "key", away, m).isOk());
 
@@ -153,27 +146,14 @@ TEST_CASE("GC never removes a queued part location that the part, then its objec
   // location under the part's version, which no manifest has.
   index_kv::Manifest w = f.writeBlobs(1);
   auto u = f.cluster.startUpload("bucket", "key", f.random);
-  index_kv::PartInfo part;
-  part.part_number = 1;
-  part.version = w.version;
-  part.size = w.size;
-  part.etag = w.etag;
-  part.drives = w.drives;
-  part.stripes = w.stripes;
-  part.ec = w.ec;
+  const index_kv::PartInfo part = TestCluster::partOf(w);
   REQUIRE(f.index.putPart("bucket", "key", u.upload_id, part).has_value());
   index_kv::PartInfo away = part;
   away.stripes[0].drives[0] = part.stripes[0].drives[5];
-  chunkstore::BlobDescriptor desc;
-  desc.id = BlobId{w.version, 0, 0};
-  desc.ec = w.ec;
-  desc.stripe_data_len = w.stripes[0].data_len;
-  desc.bucket = "bucket";
-  desc.key = "key";
-  desc.flags = chunkstore::kBlobFlagPart | chunkstore::kBlobFlagLastStripe;
-  REQUIRE(f.cluster.local->put(w.drives[away.stripes[0].drives[0]], desc,
-                               std::vector<uint8_t>(kFragLen, 0xAB))
-              .isOk());
+  const std::string own = w.drives[part.stripes[0].drives[0]];
+  const std::string there = w.drives[away.stripes[0].drives[0]];
+  const BlobId fragment{w.version, 0, 0};
+  REQUIRE(f.cluster.copyFragment(own, there, fragment).isOk());
   REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, part, away).isOk());
   REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, away, part).isOk());
 
@@ -183,9 +163,7 @@ TEST_CASE("GC never removes a queued part location that the part, then its objec
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(w));
 
   // The same once the upload completed: the object's manifest uses the part's blobs.
-  REQUIRE(f.cluster.local->put(w.drives[away.stripes[0].drives[0]], desc,
-                               std::vector<uint8_t>(kFragLen, 0xAB))
-              .isOk());
+  REQUIRE(f.cluster.copyFragment(own, there, fragment).isOk());
   REQUIRE(f.index.relocatePartFragments("bucket", "key", u.upload_id, part, away).isOk());
   index_kv::Manifest m = w;
   m.version = VersionId::generate(f.cluster.clock, f.random);
