@@ -75,6 +75,12 @@ class ContainerParser::Impl {
       }
       sniff_ = {};
     }
+    if (zero_lead_ && !std::all_of(data.begin(), data.end(), [](uint8_t b) { return b == 0; })) {
+      // A tar that starts with a zero block has ended (or is malformed) there: what follows
+      // is something else that starts with zeros (an ISO image, a disk image).
+      return record(notIndexable("starts with a zero block but is not all zeros: not a tar "
+                                 "or WARC container"));
+    }
     return record(scanner_->feed(data, out));
   }
 
@@ -123,6 +129,8 @@ class ContainerParser::Impl {
       // Tar first: a tar whose first member is named "WARC/..." must stay a tar.
       if (looksLikeTarHeader(std::span<const uint8_t, 512>(b.data(), 512))) {
         scanner_ = makeTarScanner(options_);
+        // All zeros: an empty tar only if all the rest is zeros too (feed() checks).
+        zero_lead_ = std::all_of(b.begin(), b.end(), [](uint8_t c) { return c == 0; });
         return true;
       }
     } else if (!at_eof) {
@@ -143,6 +151,7 @@ class ContainerParser::Impl {
   std::vector<uint8_t> sniff_;
   Status error_;
   bool finished_ = false;
+  bool zero_lead_ = false;  // sniffed a tar from an all-zero first block
   uint64_t bytes_fed_ = 0;
 };
 

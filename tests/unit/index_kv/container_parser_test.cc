@@ -519,6 +519,16 @@ TEST_CASE("Auto mode: a tar whose first member is named WARC/ is a tar, junk is 
   CHECK(isNotIndexable(parseAllWays(junk).status));
   CHECK(isNotIndexable(parseAllWays(Bytes{}).status));
   CHECK(isNotIndexable(parseAllWays(bytes("WAR")).status));
+  // A first block of zeros is an empty tar only if everything is zeros: an ISO image starts
+  // with 32 KiB of them, then its volume descriptor.
+  Bytes iso(32768 + 2048, 0);
+  std::memcpy(&iso[32769], "CD001", 5);
+  CHECK(isNotIndexable(parseAllWays(iso).status));
+  Bytes empty_tar(10240, 0);
+  Outcome empty = parseAllWays(empty_tar);
+  REQUIRE(empty.status.isOk());
+  CHECK(empty.format == ContainerFormat::kTar);
+  CHECK(empty.rows.empty());
   // An explicit format that does not match is malformed, not "not indexable".
   CHECK(isMalformed(parseAllWays(junk, withFormat(ContainerFormat::kWarc)).status));
   CHECK(isMalformed(parseAllWays(tar, withFormat(ContainerFormat::kWarc)).status));
