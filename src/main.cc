@@ -497,7 +497,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   ropts.gc_grace = std::chrono::seconds(vm["gc-grace"].as<int>());
   ropts.gc_interval = std::chrono::seconds(std::max(1, vm["gc-interval"].as<int>()));
   ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
-  gateway::Reclaimer reclaimer(parts.index, parts.chunks, parts.map, clock, ropts);
+  gateway::Reclaimer reclaimer(parts.index, parts.chunks, parts.map, clock, parts.registry, ropts);
   reclaimer.start();
   gateway::LifecycleOptions lopts;
   lopts.interval = std::chrono::seconds(std::max(1, vm["lifecycle-interval"].as<int>()));

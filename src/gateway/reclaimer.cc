@@ -1,5 +1,9 @@
 #include "granary/gateway/reclaimer.h"
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
 #include <map>
 #include <set>
 
@@ -17,10 +21,72 @@ constexpr size_t kGcBatch = 256;
 constexpr size_t kSweepPage = 1024;
 }  // namespace
 
+struct Reclaimer::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : removed(prometheus::BuildCounter()
+                    .Name("granary_gc_blobs_removed_total")
+                    .Help("Blobs removed by the GC (replaced or deleted versions) and by the "
+                          "orphan sweep")
+                    .Register(r)),
+        errors(prometheus::BuildCounter()
+                   .Name("granary_gc_remove_errors_total")
+                   .Help("Blob removals that failed (a drive down, an I/O error); the GC "
+                         "keeps the entry and tries again next pass")
+                   .Register(r)),
+        failures(prometheus::BuildCounter()
+                     .Name("granary_gc_pass_failures_total")
+                     .Help("Background GC, record GC and sweep passes that stopped on an "
+                           "error (logged)")
+                     .Register(r)),
+        gc_removed(removed.Add({{"pass", "gc"}})),
+        sweep_removed(removed.Add({{"pass", "sweep"}})),
+        gc_errors(errors.Add({{"pass", "gc"}})),
+        sweep_errors(errors.Add({{"pass", "sweep"}})),
+        gc_failed(failures.Add({{"pass", "gc"}})),
+        records_failed(failures.Add({{"pass", "records"}})),
+        sweep_failed(failures.Add({{"pass", "sweep"}})),
+        entries_done(prometheus::BuildCounter()
+                         .Name("granary_gc_entries_done_total")
+                         .Help("GC queue entries whose blobs are all gone, removed from the "
+                               "queue")
+                         .Register(r)
+                         .Add({})),
+        entries_kept(prometheus::BuildGauge()
+                         .Name("granary_gc_entries_kept")
+                         .Help("Due GC queue entries the last complete GC pass left on the "
+                               "queue (a drive down, a removal or a row that failed)")
+                         .Register(r)
+                         .Add({})),
+        last_pass(prometheus::BuildGauge()
+                      .Name("granary_gc_last_pass_timestamp_seconds")
+                      .Help("When the last background GC pass ended (Unix time)")
+                      .Register(r)
+                      .Add({})) {}
+
+  prometheus::Family<prometheus::Counter>& removed;
+  prometheus::Family<prometheus::Counter>& errors;
+  prometheus::Family<prometheus::Counter>& failures;
+  prometheus::Counter& gc_removed;
+  prometheus::Counter& sweep_removed;
+  prometheus::Counter& gc_errors;
+  prometheus::Counter& sweep_errors;
+  prometheus::Counter& gc_failed;
+  prometheus::Counter& records_failed;
+  prometheus::Counter& sweep_failed;
+  prometheus::Counter& entries_done;
+  prometheus::Gauge& entries_kept;
+  prometheus::Gauge& last_pass;
+};
+
 Reclaimer::Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
                      const placement::ClusterMap& map, const Clock& clock,
-                     ReclaimerOptions options)
-    : index_(index), chunks_(chunks), map_(map), clock_(clock), options_(options) {}
+                     prometheus::Registry& registry, ReclaimerOptions options)
+    : index_(index),
+      chunks_(chunks),
+      map_(map),
+      clock_(clock),
+      options_(options),
+      metrics_(std::make_unique<Metrics>(registry)) {}
 
 Reclaimer::~Reclaimer() { stop(); }
 
@@ -61,6 +127,7 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
         if (live.error().code() != Status::Code::kCorruption) return fail(live.error());
         log::warn("gc: entry of version {} kept: {}", entry.version.toHex(),
                   live.error().toString());
+        ++stats.entries_kept;
         continue;
       }
       for (auto& blob : *live) in_use.emplace(std::move(blob.drive), blob.id);
@@ -78,22 +145,33 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
         Status st = chunks_.remove(blob.drive, blob.id);
         if (st.isOk()) {
           ++stats.blobs_removed;
+          metrics_->gc_removed.Increment();
         } else if (!st.isNotFound()) {
           // Keep the entry: a drive that is down now gets its blobs removed later.
           complete = false;
+          ++stats.remove_errors;
+          metrics_->gc_errors.Increment();
           if (st.code() == Status::Code::kUnavailable) down.insert(blob.drive);
           log::warn("gc: cannot remove {} on {}: {}", blob.id.toString(), blob.drive,
                     st.toString());
         }
       }
-      if (complete) done.push_back(std::move(entry));
+      if (complete) {
+        done.push_back(std::move(entry));
+      } else {
+        ++stats.entries_kept;
+      }
     }
     if (!done.empty()) {
       Status st = index_.gcDone(done);
       if (!st.isOk()) return fail(st);
       stats.entries_done += done.size();
+      metrics_->entries_done.Increment(static_cast<double>(done.size()));
     }
-    if (last_page) break;
+    if (last_page) {
+      metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));
+      break;
+    }
   }
   return stats;
 }
@@ -141,7 +219,13 @@ Result<ReclaimStats> Reclaimer::sweepOrphans() {
         Status st = chunks_.remove(drive.id, blob.id);
         if (st.isOk()) {
           ++stats.blobs_removed;
+          metrics_->sweep_removed.Increment();
           log::info("sweep: removed orphan blob {} on {}", blob.id.toString(), drive.id);
+        } else if (!st.isNotFound()) {  // the next sweep finds it again
+          ++stats.remove_errors;
+          metrics_->sweep_errors.Increment();
+          log::warn("sweep: cannot remove {} on {}: {}", blob.id.toString(), drive.id,
+                    st.toString());
         }
       }
       if (page->size() < kSweepPage) break;
@@ -169,15 +253,23 @@ Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
 }
 
 void Reclaimer::pass() {
-  if (auto r = collectGarbage(); !r) log::warn("gc pass failed: {}", r.error().toString());
+  if (auto r = collectGarbage(); !r) {
+    metrics_->gc_failed.Increment();
+    log::warn("gc pass failed: {}", r.error().toString());
+  }
   const bool sweep = std::chrono::steady_clock::now() >= next_sweep_;
   if (auto r = collectRecords(sweep); !r) {
+    metrics_->records_failed.Increment();
     log::warn("record gc pass failed: {}", r.error().toString());
   }
   if (sweep) {
-    if (auto r = sweepOrphans(); !r) log::warn("sweep failed: {}", r.error().toString());
+    if (auto r = sweepOrphans(); !r) {
+      metrics_->sweep_failed.Increment();
+      log::warn("sweep failed: {}", r.error().toString());
+    }
     next_sweep_ = std::chrono::steady_clock::now() + options_.sweep_interval;
   }
+  metrics_->last_pass.Set(static_cast<double>(clock_.nowUnixNanos()) / 1e9);
 }
 
 }  // namespace granary::gateway

@@ -6,16 +6,21 @@
 //    `orphan_grace` (written by a PUT that crashed or failed before its commit; the grace
 //    period protects PUTs still in progress).
 // start() runs both periodically on a background thread; stop() joins it.
+// Metrics (granary_gc_*) count what every pass did, whoever started it.
 // Thread safety: one pass at a time (internally serialised).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "granary/common/periodic_thread.h"
 #include "granary/common/status.h"
 
+namespace prometheus {
+class Registry;
+}
 namespace granary {
 class Clock;
 }
@@ -41,13 +46,17 @@ struct ReclaimerOptions {
 
 struct ReclaimStats {
   uint64_t blobs_removed = 0;
-  uint64_t entries_done = 0;  // GC entries completed / blobs examined by a sweep
+  uint64_t entries_done = 0;   // GC entries completed / blobs examined by a sweep
+  uint64_t entries_kept = 0;   // GC: due entries left on the queue (a drive down, an error)
+  uint64_t remove_errors = 0;  // removals that failed (not-found is not a failure)
 };
 
 class Reclaimer {
  public:
+  // Registers granary_gc_* metrics in `registry`. Everything passed must outlive it.
   Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
-            const placement::ClusterMap& map, const Clock& clock, ReclaimerOptions options);
+            const placement::ClusterMap& map, const Clock& clock,
+            prometheus::Registry& registry, ReclaimerOptions options);
   ~Reclaimer();
 
   Result<ReclaimStats> collectGarbage();
@@ -61,6 +70,8 @@ class Reclaimer {
   void stop();
 
  private:
+  struct Metrics;
+
   void pass();
 
   index_kv::Index& index_;
@@ -68,6 +79,7 @@ class Reclaimer {
   const placement::ClusterMap& map_;
   const Clock& clock_;
   ReclaimerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
   std::mutex pass_mu_;
   std::chrono::steady_clock::time_point next_sweep_;  // periodic thread only
   PeriodicThread thread_;

@@ -244,7 +244,7 @@ TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves che
   CHECK(present == std::set<VersionId>{made[2], made[3]});
 
   f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);  // past the orphan grace
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, {});
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry, {});
   REQUIRE(reclaimer.sweepOrphans().has_value());
   size_t left = 0;
   for (const auto& [drive, ids] : f.systemBlobs()) left += ids.size();
@@ -383,7 +383,7 @@ TEST_CASE("rebuildIndex aborts an upload whose restored part names blobs GC took
   REQUIRE(made.has_value());
   f.putPart(replaced, data);  // the retry: first's blobs go on the GC queue
   f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, {});
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry, {});
   REQUIRE(reclaimer.collectGarbage().has_value());
   for (const auto& [drive, id] : f.cluster.allBlobs()) {
     REQUIRE(id.version != first.version);  // GC took them

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <prometheus/registry.h>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,17 +105,31 @@ struct ReclaimerFixture {
 
   // One GC pass once gc_grace (60 s) has passed since now.
   ReclaimStats gcPastGrace() {
-    Reclaimer reclaimer(index, *cluster.chunks, cluster.map, cluster.clock, options);
+    Reclaimer reclaimer(index, *cluster.chunks, cluster.map, cluster.clock, registry, options);
     cluster.clock.advance(61 * kSecond);
     auto done = reclaimer.collectGarbage();
     REQUIRE(done.has_value());
     return *done;
   }
 
+  // A granary_gc_* series' value (a counter's or a gauge's); `pass`: its label, if any.
+  double metric(const std::string& name, const std::string& pass = "") {
+    for (const auto& family : registry.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        if (!pass.empty() && (m.label.empty() || m.label[0].value != pass)) continue;
+        return family.type == prometheus::MetricType::Gauge ? m.gauge.value : m.counter.value;
+      }
+    }
+    FAIL("no series " << name << " " << pass);
+    return 0;
+  }
+
   TestCluster cluster;
   index_kv::Index& index;
   SeededRandom random{99};
   ReclaimerOptions options;
+  prometheus::Registry registry;
 };
 
 TEST_CASE("GC never removes a queued location that the live manifest uses again") {
@@ -192,7 +207,8 @@ TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and on
   REQUIRE(new_blobs.size() == 18);
   REQUIRE(f.cluster.allBlobs() == ReclaimerFixture::unite(old_blobs, new_blobs));
 
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto early = reclaimer.collectGarbage();
   REQUIRE(early.has_value());
   CHECK(early->blobs_removed == 0);
@@ -226,21 +242,34 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
   auto [old_version, new_version] = f.overwrittenPastGrace();
   f.cluster.chunks->failRemoves("d1", Status::ioError("drive offline", true));
 
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto first = reclaimer.collectGarbage();
   REQUIRE(first.has_value());
   CHECK(first->blobs_removed == 5);
   CHECK(first->entries_done == 0);
+  CHECK(first->entries_kept == 1);
+  CHECK(first->remove_errors == 1);
   BlobSet left = ReclaimerFixture::blobsOf(new_version);
   left.emplace("d1", BlobId{old_version.version, 0, 1});  // rotation 0: fragment 1 on d1
   CHECK(f.cluster.allBlobs() == left);
+  // What an operator sees of an entry that stays: kept, and the failed removal.
+  CHECK(f.metric("granary_gc_entries_kept") == 1);
+  CHECK(f.metric("granary_gc_remove_errors_total", "gc") == 1);
+  CHECK(f.metric("granary_gc_blobs_removed_total", "gc") == 5);
+  CHECK(f.metric("granary_gc_entries_done_total") == 0);
 
   f.cluster.chunks->clearFaults();
   auto second = reclaimer.collectGarbage();
   REQUIRE(second.has_value());
   CHECK(second->blobs_removed == 1);
   CHECK(second->entries_done == 1);
+  CHECK(second->entries_kept == 0);
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
+  CHECK(f.metric("granary_gc_entries_kept") == 0);
+  CHECK(f.metric("granary_gc_remove_errors_total", "gc") == 1);
+  CHECK(f.metric("granary_gc_blobs_removed_total", "gc") == 6);
+  CHECK(f.metric("granary_gc_entries_done_total") == 1);
 }
 
 TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep gets its blobs") {
@@ -249,7 +278,7 @@ TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep ge
   // d1 is decommissioned: the map no longer names it (its server may still answer).
   placement::ClusterMap smaller = f.cluster.map;
   std::erase_if(smaller.drives, [](const placement::Drive& d) { return d.id == "d1"; });
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, smaller, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, smaller, f.cluster.clock, f.registry, f.options);
   auto gc = reclaimer.collectGarbage();
   REQUIRE(gc.has_value());
   CHECK(gc->blobs_removed == 5);
@@ -259,7 +288,8 @@ TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep ge
   CHECK(f.cluster.allBlobs() == left);
   // Back in the map, what d1 still holds of the old version is an orphan.
   f.cluster.clock.advance(2 * 3600 * kSecond);
-  Reclaimer whole(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer whole(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                  f.options);
   CHECK(whole.sweepOrphans().value().blobs_removed == 1);
   CHECK(f.cluster.allBlobs() == ReclaimerFixture::blobsOf(new_version));
 }
@@ -277,7 +307,8 @@ TEST_CASE("Entries stuck on a drive that is down hide none behind them, and it i
   f.cluster.chunks->failRemoves("d1", Status::unavailable("server down"));
   const int injected_before = f.cluster.chunks->injected();
 
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto first = reclaimer.collectGarbage();
   REQUIRE(first.has_value());
   CHECK(first->blobs_removed == (kVersions - 1) * 5);  // all but each one's d1 fragment
@@ -298,7 +329,8 @@ TEST_CASE("GC of a deleted object removes its blobs after gc_grace") {
   f.commit("gone", m);
   auto removed = f.index.deleteObject("bucket", "gone", index_kv::Precondition::none());
   REQUIRE(removed.has_value());
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   CHECK(reclaimer.collectGarbage().value().blobs_removed == 0);
   CHECK(f.cluster.allBlobs().size() == 12);
   f.cluster.clock.advance(61 * kSecond);
@@ -321,7 +353,8 @@ TEST_CASE("The orphan sweep removes old unreferenced blobs and keeps young or re
   // At t0 + 2h: a young orphan (a PUT in progress).
   index_kv::Manifest young = f.writeBlobs(1);
 
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto swept = reclaimer.sweepOrphans();
   REQUIRE(swept.has_value());
   CHECK(swept->blobs_removed == 12);
@@ -350,7 +383,8 @@ TEST_CASE("The orphan sweep also goes by the writer's clock, which its PUT deadl
   ManualClock ahead{f.cluster.clock.nowUnixNanos() + 2 * 3600 * kSecond};
   index_kv::Manifest in_progress = f.writeBlobs(1, &ahead);
   f.cluster.clock.advance(2 * 3600 * kSecond);
-  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto swept = reclaimer.sweepOrphans();
   REQUIRE(swept.has_value());
   CHECK(swept->blobs_removed == 0);
@@ -371,7 +405,8 @@ TEST_CASE("An empty index put in place of a lost one sweeps nothing older than i
   RocksResources resources{RocksBudget{8 << 20, 8 << 20}};
   auto fresh = index_kv::openIndex({fresh_dir.path()}, resources, f.cluster.clock);
   REQUIRE(fresh.has_value());
-  Reclaimer reclaimer(**fresh, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(**fresh, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   f.cluster.clock.advance(2 * 3600 * kSecond);
   auto swept = reclaimer.sweepOrphans();
   REQUIRE(swept.has_value());
@@ -403,7 +438,8 @@ TEST_CASE("A commit landing after the sweep read 'unreferenced' keeps its blobs,
     const index_kv::Manifest* commit = nullptr;
   } index(f.index);
   index.commit = &slow;
-  Reclaimer reclaimer(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.options);
+  Reclaimer reclaimer(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
   auto swept = reclaimer.sweepOrphans();
   REQUIRE(swept.has_value());
   CHECK(swept->blobs_removed == 6);  // `later`'s, not the committed object's
