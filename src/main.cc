@@ -13,6 +13,7 @@
 
 #include <fmt/core.h>
 
+#include <boost/asio/ip/host_name.hpp>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdio>
@@ -40,6 +41,7 @@
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/common/worker_pool.h"
+#include "granary/gateway/background_leader.h"
 #include "granary/gateway/gateway.h"
 #include "granary/gateway/index_recovery.h"
 #include "granary/gateway/lifecycle.h"
@@ -414,6 +416,9 @@ void addGatewayOptions(po::options_description& opts) {
       "repair-interval", po::value<int>()->default_value(3600),
       "seconds between background repair passes (0: only 'granary admin repair')")(
       "repair-verify", "repair passes read every fragment whole (CRC-checked), not only stat it")(
+      "leader-lease", po::value<int>()->default_value(30),
+      "seconds a gateway holds the lease to run the background passes (GC, sweep, lifecycle, "
+      "repair) after its last renewal; it renews every third of it")(
       "keepalive-ms", po::value<int>()->default_value(10000),
       "a copy or a CompleteMultipartUpload still working after this many milliseconds "
       "answers 200 at once and sends spaces until its result (S3's keep-alive; -1: never)")(
@@ -488,21 +493,34 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   gopts.keepalive_after_ms = vm["keepalive-ms"].as<int>();
   if (gopts.hedge_after_ms < 0) die("--hedge-ms must be >= 0");
   gopts.sendfile = vm.count("no-sendfile") == 0;
+  // One gateway of a cluster runs the background passes (BackgroundLeader).
+  if (vm["leader-lease"].as<int>() < 3 || vm["leader-lease"].as<int>() > 3600) {
+    die("--leader-lease must be 3..3600 (seconds)");
+  }
+  gateway::BackgroundLeader leader(
+      parts.index,
+      fmt::format("{}/{}/{}", boost::asio::ip::host_name(), getpid(),
+                  randomAlphanumeric(random, 8)),
+      std::chrono::seconds(vm["leader-lease"].as<int>()), parts.registry);
+  leader.start();
+  const auto leading = [&leader] { return leader.leading(); };
   auto server = gateway::GatewayServer::create(
       gopts, gateway::GatewayDeps{parts.map, parts.chunks, parts.index, clock, random, *pool,
-                                  *bulk_pool, parts.registry, parts.root});
+                                  *bulk_pool, parts.registry, parts.root, leading});
   if (!server) die(server.error().toString());
 
   gateway::ReclaimerOptions ropts;
   ropts.gc_grace = std::chrono::seconds(vm["gc-grace"].as<int>());
   ropts.gc_interval = std::chrono::seconds(std::max(1, vm["gc-interval"].as<int>()));
   ropts.orphan_grace = std::chrono::seconds(vm["orphan-grace"].as<int>());
+  ropts.leading = leading;
   gateway::Reclaimer reclaimer(parts.index, parts.chunks, parts.map, clock, parts.registry, ropts);
   reclaimer.start();
   gateway::LifecycleOptions lopts;
   lopts.interval = std::chrono::seconds(std::max(1, vm["lifecycle-interval"].as<int>()));
   lopts.day_seconds = std::max(1, vm["lifecycle-day"].as<int>());
   lopts.multipart_max_age = std::chrono::seconds(std::max(0, vm["multipart-max-age"].as<int>()));
+  lopts.leading = leading;
   gateway::LifecycleJob lifecycle(parts.index, clock, lopts);
   lifecycle.start();
 
@@ -524,6 +542,7 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   runUntilSignal(sigs, **server);
   lifecycle.stop();
   reclaimer.stop();
+  leader.stop();  // another gateway takes over at its next renewal
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
   parts.chunks.drain();  // and the fragment writes that complete on the stores' threads
   server->reset();

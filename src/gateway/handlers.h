@@ -45,7 +45,7 @@ struct GatewayContext {
              std::chrono::seconds(o.buffer_wait_seconds)),
         repairer(d.index, d.chunks, d.map, d.clock, d.registry,
                  RepairOptions{std::chrono::seconds(o.repair_interval_seconds),
-                               o.repair_verify}) {
+                               o.repair_verify, d.background_leading}) {
     data.setHedgeAfter(std::chrono::milliseconds(std::max(0, o.hedge_after_ms)));
     data.setSendfile(o.sendfile);
     if (auto kernel = Md5Lanes::best()) {

@@ -27,6 +27,7 @@ LifecycleJob::~LifecycleJob() { stop(); }
 
 void LifecycleJob::start() {
   thread_.start(options_.interval, [this] {
+    if (options_.leading && !options_.leading()) return;  // another gateway's to run
     auto stats = runOnce();
     if (!stats) {
       log::warn("lifecycle pass failed: {}", stats.error().toString());

@@ -253,6 +253,7 @@ Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
 }
 
 void Reclaimer::pass() {
+  if (options_.leading && !options_.leading()) return;  // another gateway's to run
   if (auto r = collectGarbage(); !r) {
     metrics_->gc_failed.Increment();
     log::warn("gc pass failed: {}", r.error().toString());

@@ -643,6 +643,7 @@ void Repairer::start() {
                        reinterpret_cast<uintptr_t>(this));
   const std::chrono::milliseconds first(half(pick));
   thread_.start(interval, [this] {
+    if (impl_->options.leading && !impl_->options.leading()) return;  // another gateway's
     auto stats = impl_->runPass(false, false, /*wait=*/true);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());

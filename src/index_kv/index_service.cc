@@ -283,6 +283,12 @@ const std::map<std::string, Op, std::less<>>& operations() {
          return answer(x.markVersionDead(unver(a.at("version"))),
                        [](bool b) { return Json(b); });
        }},
+      {"hold_lease",
+       [](Index& x, const Json& a) {
+         return answer(x.holdLease(str(a, "name"), str(a, "holder"),
+                                   std::chrono::milliseconds(a.at("ttl_ms").get<int64_t>())),
+                       [](bool b) { return Json(b); });
+       }},
       {"index_created",
        [](Index& x, const Json&) {
          return answer(x.createdUnixNanos(), [](int64_t t) { return Json(t); });
@@ -571,6 +577,18 @@ class RemoteIndex final : public Index {
   Result<bool> markVersionDead(const VersionId& version) override {
     return call("mark_version_dead", {{"version", ver(version)}}, true,
                 [](const Json& j) { return j.get<bool>(); });
+  }
+  // Idempotent (a renewal). An index service older than the call refuses it: then every
+  // gateway leads, as they all did before leases.
+  Result<bool> holdLease(std::string_view name, std::string_view holder,
+                         std::chrono::milliseconds ttl) override {
+    auto held = query("hold_lease", {{"name", name}, {"holder", holder}, {"ttl_ms", ttl.count()}},
+                      [](const Json& j) { return j.get<bool>(); });
+    if (!held && held.error().code() == Status::Code::kInvalidArgument &&
+        held.error().message().find("no such index method") != std::string::npos) {
+      return true;
+    }
+    return held;
   }
   Result<int64_t> createdUnixNanos() override {
     return query("index_created", Json::object(), [](const Json& j) { return j.get<int64_t>(); });

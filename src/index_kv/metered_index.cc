@@ -20,7 +20,7 @@ enum Op {
   kGetUpload, kPutPart, kListParts, kListUploads, kCompleteUpload, kAbortUpload,
   kCreateRecordSet, kPutRecordRows, kAttachRecords, kAbandonRecords, kListRecords,
   kSetRecords, kRecordGc, kCreateUser, kListUsers, kDeleteUser, kRelocate, kBlobsInUse,
-  kUpdateTags, kMarkDead, kRelocatePart, kOpCount
+  kUpdateTags, kMarkDead, kRelocatePart, kHoldLease, kOpCount
 };
 constexpr std::array<const char*, kOpCount> kOpNames = {
     "create_bucket",  "get_bucket",       "list_buckets",    "update_bucket",
@@ -31,7 +31,7 @@ constexpr std::array<const char*, kOpCount> kOpNames = {
     "put_record_rows", "attach_records",  "abandon_records", "list_records",
     "set_records",    "record_gc",        "create_user",     "list_users",
     "delete_user",    "relocate_fragments", "blobs_in_use", "update_object_tags",
-    "mark_version_dead", "relocate_part_fragments"};
+    "mark_version_dead", "relocate_part_fragments", "hold_lease"};
 // A name missing from the list above would be a null label at start-up.
 static_assert(std::ranges::none_of(kOpNames, [](const char* s) { return s == nullptr; }));
 
@@ -149,6 +149,10 @@ class MeteredIndex final : public Index {
   }
   Result<bool> markVersionDead(const VersionId& version) override {
     return timed(kMarkDead, [&] { return inner_->markVersionDead(version); });
+  }
+  Result<bool> holdLease(std::string_view name, std::string_view holder,
+                         std::chrono::milliseconds ttl) override {
+    return timed(kHoldLease, [&] { return inner_->holdLease(name, holder, ttl); });
   }
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
     return timed(kCreateUpload,

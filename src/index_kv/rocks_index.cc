@@ -537,6 +537,40 @@ Result<bool> RocksIndex::markVersionDead(const VersionId& version) {
   return fail(st);
 }
 
+Result<bool> RocksIndex::holdLease(std::string_view name, std::string_view holder,
+                                   std::chrono::milliseconds ttl) {
+  constexpr size_t kMaxLeases = 1024;
+  if (name.empty() || name.size() > 64 || holder.empty() || holder.size() > 256) {
+    return fail(Status::invalidArgument("index: a lease's name (1-64 bytes) and holder "
+                                        "(1-256 bytes) are required"));
+  }
+  if (ttl < std::chrono::milliseconds(0) || ttl > std::chrono::hours(1)) {
+    return fail(Status::invalidArgument("index: a lease lasts 0 ms to an hour"));
+  }
+  const int64_t now = clock_.nowUnixNanos();
+  std::lock_guard lock(leases_mu_);
+  auto it = leases_.find(name);
+  const bool others = it != leases_.end() && it->second.holder != holder;
+  if (ttl.count() == 0) {  // given up
+    if (it != leases_.end() && !others) leases_.erase(it);
+    return false;
+  }
+  if (others && it->second.expires_unix_nanos > now) return false;
+  if (it == leases_.end()) {
+    if (leases_.size() >= kMaxLeases) {
+      std::erase_if(leases_, [now](const auto& l) { return l.second.expires_unix_nanos <= now; });
+    }
+    if (leases_.size() >= kMaxLeases) {
+      return fail(Status::invalidArgument("index: too many leases"));
+    }
+    it = leases_.emplace(std::string(name), Lease{}).first;
+  }
+  it->second.holder = std::string(holder);
+  it->second.expires_unix_nanos =
+      now + std::chrono::duration_cast<std::chrono::nanoseconds>(ttl).count();
+  return true;
+}
+
 // ---- multipart uploads ---------------------------------------------------------------
 
 Status RocksIndex::createUpload(const MultipartUpload& upload,

@@ -5,8 +5,11 @@
 
 #include <rocksdb/db.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <vector>
 
 #include "granary/index_kv/index.h"
@@ -101,6 +104,8 @@ class RocksIndex final : public Index {
   Result<IndexCommitStats> commitStats() override { return queue_->stats(); }
   Status checkpoint(const std::string& dir) override;
   Result<int64_t> createdUnixNanos() override { return created_unix_nanos_; }
+  Result<bool> holdLease(std::string_view name, std::string_view holder,
+                         std::chrono::milliseconds ttl) override;
 
  private:
   RocksIndex(const Clock& clock) : clock_(clock) {}
@@ -131,6 +136,12 @@ class RocksIndex final : public Index {
 
   const Clock& clock_;
   int64_t created_unix_nanos_ = 0;
+  struct Lease {
+    std::string holder;
+    int64_t expires_unix_nanos = 0;
+  };
+  std::mutex leases_mu_;
+  std::map<std::string, Lease, std::less<>> leases_;  // holdLease's, in memory only
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   ColumnFamilies cfs_;

@@ -52,7 +52,8 @@ class Cluster:
             "GRANARY_BIN": GRANARY,
             "GRANARY_CLUSTER_DIR": self.dir,
             "GRANARY_GATEWAY_PORTS": " ".join(map(str, self.ports)),
-            "GRANARY_GATEWAY_ARGS": "--event-loops 2 --gc-grace 1 --gc-interval 1",
+            "GRANARY_GATEWAY_ARGS":
+                "--event-loops 2 --gc-grace 1 --gc-interval 1 --leader-lease 3",
         })
 
     def up(self):
@@ -787,3 +788,40 @@ def test_a_cluster_gateway_reports_its_index_servers_group_commits(healthy):
     assert committed_after >= batches_after
     # Both gateways ask the same index server.
     assert commits(0)[0] >= batches_after
+
+
+def test_one_gateway_runs_the_background_passes_and_the_other_takes_over(healthy):
+    """The gateways hold the index's lease in turn: one runs the GC (and sweep, lifecycle,
+    repair) passes, the other's timers skip them; killed, the leader's lease expires
+    (--leader-lease 3) and the other gateway's passes run."""
+    cluster = healthy
+
+    def state(gateway):  # (leading, last GC pass time)
+        return gateway_metrics(cluster, gateway, "granary_background_leader",
+                               "granary_gc_last_pass_timestamp_seconds")
+
+    deadline = time.time() + 10
+    while True:
+        leading = [state(g)[0] for g in (0, 1)]
+        if sorted(leading) == [0.0, 1.0] or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert sorted(leading) == [0.0, 1.0], leading
+    leader = leading.index(1.0)
+    other = 1 - leader
+    # --gc-interval 1: the leader passes every second, the other gateway not at all.
+    before = state(other)[1], state(leader)[1]
+    time.sleep(3)
+    assert state(other)[1] == before[0]
+    assert state(leader)[1] > before[1]
+    assert state(other)[0] == 0.0
+
+    cluster.kill9(f"gw{leader}")
+    deadline = time.time() + 15  # the lease's 3 s, a renewal's 1 s, then a 1 s GC pass
+    while time.time() < deadline:
+        took_over, last_pass = state(other)
+        if took_over == 1.0 and last_pass > before[0]:
+            break
+        time.sleep(0.2)
+    assert took_over == 1.0
+    assert last_pass > before[0]

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +114,9 @@ struct GatewayDeps {
   WorkerPool& bulk_pool;
   prometheus::Registry& registry;
   RootUser root;
+  // Whether this gateway runs background repair passes now (BackgroundLeader::leading);
+  // unset: always.
+  std::function<bool()> background_leading = {};
 };
 
 class GatewayServer {

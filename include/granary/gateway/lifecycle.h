@@ -43,6 +43,9 @@ struct LifecycleOptions {
   // Fault injection for tests: called once the job has chosen an object to expire, just
   // before its conditional delete (a test changes the object there). Unset in production.
   std::function<void(const std::string& bucket, const std::string& key)> before_expire = {};
+  // Background passes run only while this answers true (BackgroundLeader::leading);
+  // unset: always. Explicit calls do not ask.
+  std::function<bool()> leading = {};
 };
 
 struct LifecycleStats {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -42,6 +43,9 @@ struct ReclaimerOptions {
   std::chrono::seconds orphan_grace{3600};
   std::chrono::seconds gc_interval{10};
   std::chrono::seconds sweep_interval{600};
+  // Background passes run only while this answers true (BackgroundLeader::leading);
+  // unset: always. Explicit calls do not ask.
+  std::function<bool()> leading = {};
 };
 
 struct ReclaimStats {

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -59,6 +60,9 @@ namespace granary::gateway {
 struct RepairOptions {
   std::chrono::seconds interval{0};  // between background passes; 0: no background passes
   bool verify = false;               // read every fragment whole instead of stat'ing it
+  // Background passes run only while this answers true (BackgroundLeader::leading);
+  // unset: always. Explicit calls do not ask.
+  std::function<bool()> leading = {};
 };
 
 struct RepairStats {

@@ -503,6 +503,15 @@ class Index {
   // field existed, or one rebuilt from the drives: IndexOptions::creation). A new index
   // records its clock's time plus a margin for the gateways' clocks being ahead of it.
   virtual Result<int64_t> createdUnixNanos() = 0;
+  // A lease among the gateways (which one runs the background passes: GC, sweep,
+  // lifecycle, repair). True if `holder` now holds lease `name` for `ttl` from now by the
+  // index's clock (taken or renewed); false if another holder's has not expired. `ttl` 0
+  // gives the lease up if `holder` holds it (false). Leases live in the index's memory
+  // only: after its restart the first to ask gets one (at worst two passes overlap for a
+  // while, which every pass tolerates). kInvalidArgument for an empty or long name or
+  // holder (64, 256 bytes), a ttl over an hour, or past 1024 live leases.
+  virtual Result<bool> holdLease(std::string_view name, std::string_view holder,
+                                 std::chrono::milliseconds ttl) = 0;
 
   // --- Multipart uploads. Every mutation goes through the commit queue like the others.
   // kNotFound if the bucket does not exist (or, with a non-zero `bucket_created_unix_nanos`,

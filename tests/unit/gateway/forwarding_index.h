@@ -90,6 +90,10 @@ class ForwardingIndex : public Index {
   Result<bool> markVersionDead(const VersionId& version) override {
     return target_.markVersionDead(version);
   }
+  Result<bool> holdLease(std::string_view name, std::string_view holder,
+                         std::chrono::milliseconds ttl) override {
+    return target_.holdLease(name, holder, ttl);
+  }
   Status createUpload(const MultipartUpload& upload, int64_t bucket_created_unix_nanos) override {
     return target_.createUpload(upload, bucket_created_unix_nanos);
   }

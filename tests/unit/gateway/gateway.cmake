@@ -7,6 +7,7 @@ add_executable(gateway_test
   ${CMAKE_CURRENT_LIST_DIR}/connection_slots_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/data_path_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/reclaimer_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/background_leader_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/repairer_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/index_recovery_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/handler_test.cc

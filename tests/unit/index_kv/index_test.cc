@@ -530,6 +530,37 @@ TEST_CASE("Blob versions are referenced while live or queued, and not after gcDo
   }
 }
 
+TEST_CASE("A lease is one holder's until it expires or is given up, by the index's clock") {
+  IndexFixture f;
+  using std::chrono::milliseconds;
+  const milliseconds ttl(30'000);
+  CHECK(f.index->holdLease("background", "gw-a", ttl).value());
+  CHECK_FALSE(f.index->holdLease("background", "gw-b", ttl).value());
+  CHECK(f.index->holdLease("other", "gw-b", ttl).value());  // another name: its own lease
+  f.clock.advance(20'000'000'000);
+  CHECK(f.index->holdLease("background", "gw-a", ttl).value());  // renewed: 30 s from now
+  f.clock.advance(20'000'000'000);
+  CHECK_FALSE(f.index->holdLease("background", "gw-b", ttl).value());
+  f.clock.advance(10'000'000'001);  // past the renewal's 30 s
+  CHECK(f.index->holdLease("background", "gw-b", ttl).value());
+  CHECK_FALSE(f.index->holdLease("background", "gw-a", ttl).value());
+  // Given up (ttl 0): free at once, and only its holder can give it up.
+  CHECK_FALSE(f.index->holdLease("background", "gw-a", milliseconds(0)).value());
+  CHECK_FALSE(f.index->holdLease("background", "gw-c", ttl).value());
+  CHECK_FALSE(f.index->holdLease("background", "gw-b", milliseconds(0)).value());
+  CHECK(f.index->holdLease("background", "gw-c", ttl).value());
+  // Bounded: names, holders, ttls.
+  CHECK(f.index->holdLease("", "gw-a", ttl).error().code() == Code::kInvalidArgument);
+  CHECK(f.index->holdLease(std::string(65, 'n'), "gw-a", ttl).error().code() ==
+        Code::kInvalidArgument);
+  CHECK(f.index->holdLease("x", std::string(257, 'h'), ttl).error().code() ==
+        Code::kInvalidArgument);
+  CHECK(f.index->holdLease("x", "gw-a", std::chrono::hours(2)).error().code() ==
+        Code::kInvalidArgument);
+  CHECK(f.index->holdLease("x", "gw-a", milliseconds(-1)).error().code() ==
+        Code::kInvalidArgument);
+}
+
 TEST_CASE("A version the orphan sweep marked dead is never committed after") {
   IndexFixture f;
   f.makeBucket("b");

@@ -1,0 +1,65 @@
+#include "granary/gateway/background_leader.h"
+
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include "granary/common/log.h"
+#include "granary/index_kv/index.h"
+
+namespace granary::gateway {
+
+BackgroundLeader::BackgroundLeader(index_kv::Index& index, std::string holder,
+                                   std::chrono::milliseconds ttl,
+                                   prometheus::Registry& registry)
+    : index_(index),
+      holder_(std::move(holder)),
+      ttl_(ttl),
+      gauge_(prometheus::BuildGauge()
+                 .Name("granary_background_leader")
+                 .Help("1 if this gateway runs the cluster's background passes (GC, sweep, "
+                       "lifecycle, repair) now: it holds the index's lease")
+                 .Register(registry)
+                 .Add({})) {}
+
+BackgroundLeader::~BackgroundLeader() { stop(); }
+
+bool BackgroundLeader::renew() {
+  auto held = index_.holdLease(kLeaseName, holder_, ttl_);
+  const bool was = leading();
+  if (held && *held) {
+    renewed_at_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  } else {
+    renewed_at_ = 0;
+    if (!held) log::warn("background lease: {}", held.error().toString());
+  }
+  const bool now = leading();
+  if (now != was) {
+    log::info("background passes: {}", now ? "this gateway leads" : "another gateway leads");
+  }
+  gauge_.Set(now ? 1 : 0);
+  return now;
+}
+
+bool BackgroundLeader::leading() const {
+  const int64_t at = renewed_at_;
+  if (at == 0) return false;
+  const auto since = std::chrono::steady_clock::now() -
+                     std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(at));
+  return since < ttl_ / 2;
+}
+
+void BackgroundLeader::start() {
+  (void)renew();
+  thread_.start(std::max(ttl_ / 3, std::chrono::milliseconds(1)), [this] { (void)renew(); });
+}
+
+void BackgroundLeader::stop() {
+  thread_.stop();
+  if (renewed_at_ != 0) {
+    renewed_at_ = 0;
+    gauge_.Set(0);
+    (void)index_.holdLease(kLeaseName, holder_, std::chrono::milliseconds(0));  // give up
+  }
+}
+
+}  // namespace granary::gateway
