@@ -23,8 +23,14 @@ S3Result<CopySource> parseCopySource(std::string_view header) {
   const bool version = q != std::string_view::npos;
   if (version) {
     std::string_view query = header.substr(q + 1);
+    // Every object's one version is "null": another id names no version (as a GET's).
+    if (query.starts_with("versionId=") && query != "versionId=null") {
+      return std::unexpected(invalidVersionId());
+    }
     if (query != "versionId=null") {
-      return s3fail(S3ErrorCode::kNotImplemented, "Object versions are not supported");
+      return s3fail(S3ErrorCode::kInvalidArgument,
+                    "Only ?versionId= may follow the key in x-amz-copy-source (a '?' in a "
+                    "key is sent as %3F).");
     }
     header = header.substr(0, q);
   }

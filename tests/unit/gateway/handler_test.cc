@@ -2883,6 +2883,17 @@ TEST_CASE("A copy of a version answers x-amz-copy-source-version-id, kept alive 
                                      {{"x-amz-copy-source", "/bucket/none?versionId=null"}}));
   CHECK(missing.code == "NoSuchKey");
   CHECK_FALSE(missing.header("x-amz-copy-source-version-id"));
+  // Another version id names none (as a GET's), another parameter is not S3's.
+  for (const std::string& t : {std::string("/bucket/dst"),
+                                "/bucket/mp?partNumber=2&uploadId=" + id}) {
+    Reply other = f.send(makeRequest(
+        "PUT", t, {{"x-amz-copy-source", "/bucket/src?versionId=3HL4kqtJlcpXroDTDmJ"}}));
+    CHECK(other.status == 400);
+    CHECK(other.code == "InvalidArgument");
+    CHECK(other.body.find("Invalid version id specified") != std::string::npos);
+    CHECK(f.send(makeRequest("PUT", t, {{"x-amz-copy-source", "/bucket/src?acl"}})).code ==
+          "InvalidArgument");
+  }
 }
 
 TEST_CASE("A root copy into a missing bucket is NoSuchBucket before any byte is read") {
