@@ -216,6 +216,11 @@ S3Result<void> checkNewObjectKey(std::string_view key);
 // The parameters a listing echoes in its XML (prefix, delimiter, the markers): UTF-8 as a
 // request's key, no NUL; InvalidArgument otherwise (an answer no XML parser would read).
 S3Result<void> checkListingParameters(const S3Request& req);
+// A max-keys style parameter (max-keys, max-uploads, max-parts): absent = 1000, above
+// 1000 = 1000; InvalidArgument unless an integer 0..2^31-1 (S3's "integer range").
+S3Result<size_t> maxParam(const S3Request& req, std::string_view name);
+// An S3 integer parameter: a decimal in 0..2^31-1, else nullopt.
+std::optional<uint32_t> s3Integer(std::string_view text);
 // get_object.cc
 Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& sink,
                            bool head_only);

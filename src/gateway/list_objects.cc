@@ -21,6 +21,28 @@ std::optional<std::string> decodeToken(std::string_view token) {
   return std::string(raw->begin(), raw->end());
 }
 
+std::optional<uint32_t> s3Integer(std::string_view text) {
+  uint32_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
+      v > uint32_t{INT32_MAX}) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {
+  constexpr size_t kMaxListed = 1000;
+  auto v = req.queryValue(name);
+  if (!v) return kMaxListed;
+  auto n = s3Integer(*v);
+  if (!n) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Provided " + std::string(name) + " not an integer or within integer range");
+  }
+  return std::min<size_t>(*n, kMaxListed);
+}
+
 S3Result<void> checkListingParameters(const S3Request& req) {
   for (const char* name :
        {"prefix", "delimiter", "marker", "start-after", "key-marker", "upload-id-marker"}) {
@@ -57,15 +79,9 @@ S3Result<void> parseListing(const S3Request& req, ListObjectsParams& p, index_kv
     p.url_encode = true;
   }
   if (auto bad = checkListingParameters(req); !bad) return bad;
-  if (auto mk = req.queryValue("max-keys")) {
-    int64_t v = -1;
-    auto [ptr, ec] = std::from_chars(mk->data(), mk->data() + mk->size(), v);
-    if (ec != std::errc() || ptr != mk->data() + mk->size() || v < 0) {
-      return s3fail(S3ErrorCode::kInvalidArgument,
-                    "Provided max-keys not an integer or within integer range");
-    }
-    p.max_keys = static_cast<size_t>(std::min<int64_t>(v, 1000));
-  }
+  auto max_keys = maxParam(req, "max-keys");
+  if (!max_keys) return std::unexpected(max_keys.error());
+  p.max_keys = *max_keys;
   lr.prefix = p.prefix;
   lr.delimiter = p.delimiter;
   lr.max_keys = p.max_keys;

@@ -31,7 +31,6 @@ constexpr uint64_t kMaxPartSize = 5ull << 30;     // AWS: 5 GiB
 constexpr uint64_t kMinPartSize = 5ull << 20;     // AWS: 5 MiB, except the last part
 constexpr uint64_t kMaxObjectSize = 5ull << 40;   // AWS: 5 TiB
 constexpr size_t kMaxCompleteBody = 2 * 1024 * 1024;  // 10000 parts with checksums
-constexpr size_t kMaxListed = 1000;
 constexpr size_t kPartsPage = 1000;
 // Complete loads the parts again when one was replaced under it, at most this many times.
 constexpr int kCompleteAttempts = 3;
@@ -76,18 +75,6 @@ S3Result<PartTarget> partTargetOf(const S3Request& req) {
 S3Error uploadError(const Status& st) {
   if (st.isNotFound()) return noSuchUpload();
   return fromStatus(st);
-}
-
-// A max-keys style parameter: absent = 1000, above 1000 = 1000.
-S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {
-  auto v = req.queryValue(name);
-  if (!v) return kMaxListed;
-  auto n = parseUint(*v);
-  if (!n) {
-    return s3fail(S3ErrorCode::kInvalidArgument,
-                  "Provided " + std::string(name) + " not an integer or within integer range");
-  }
-  return static_cast<size_t>(std::min<uint64_t>(*n, kMaxListed));
 }
 
 struct LoadedUpload {
@@ -718,14 +705,15 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
   if (!parsed_id) co_return errorResponse(parsed_id.error(), req);
   p.upload_id = std::move(*parsed_id);
   if (auto marker = req.queryValue("part-number-marker")) {
-    auto n = parseUint(*marker);
-    if (!n || *n > kMaxPartNumber) {
+    auto n = s3Integer(*marker);
+    if (!n) {
       co_return errorResponse({S3ErrorCode::kInvalidArgument,
                                "Provided part-number-marker not an integer or within integer "
                                "range"},
                               req);
     }
-    p.part_number_marker = static_cast<uint32_t>(*n);
+    // Past the last part number there is nothing more to list (an empty page).
+    p.part_number_marker = std::min<uint32_t>(*n, kMaxPartNumber);
   }
   auto max = maxParam(req, "max-parts");
   if (!max) co_return errorResponse(max.error(), req);
