@@ -18,6 +18,16 @@ int64_t ageSeconds(int64_t now_unix_nanos, int64_t then_unix_nanos) {
   return (now_unix_nanos - then_unix_nanos) / kNanos;
 }
 
+// In whole seconds too. True once `days` lifecycle days have passed since `then` as S3 counts them: its time
+// (whole seconds) plus the days, rounded up to the next day boundary, which is midnight
+// UTC with 86,400-second days (the Unix epoch is one).
+bool daysHavePassed(int64_t now_unix_nanos, int64_t then_unix_nanos, int64_t days,
+                    int64_t day_seconds) {
+  const int64_t end = then_unix_nanos / kNanos + days * day_seconds;
+  const int64_t due = (end + day_seconds - 1) / day_seconds * day_seconds;
+  return now_unix_nanos / kNanos >= due;
+}
+
 }  // namespace
 
 LifecycleJob::LifecycleJob(index_kv::Index& index, const Clock& clock, LifecycleOptions options)
@@ -102,11 +112,9 @@ Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
                                   const index_kv::LifecycleRule& rule, int64_t now,
                                   LifecycleStats& stats, bool& changed) {
   if (!rule.enabled) return Status::ok();
-  // Objects at least `min_age` seconds old expire.
-  std::optional<int64_t> min_age;
-  if (rule.expiration_days) min_age = *rule.expiration_days * options_.day_seconds;
-  if (rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix) min_age = 0;
-  if (!min_age) return Status::ok();
+  // Every object under the rule once its date has come, else those its days have passed.
+  const bool all = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
+  if (!all && !rule.expiration_days) return Status::ok();
   index_kv::ListRequest list;
   list.prefix = rule.prefix;
   list.max_keys = options_.page_keys;
@@ -120,7 +128,10 @@ Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
     auto page = index_.listObjects(bucket.name, list);
     if (!page) return page.error();
     for (const index_kv::ObjectSummary& object : page->objects) {
-      if (ageSeconds(now, object.mtime_unix_nanos) < *min_age) continue;
+      if (!all && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
+                                  options_.day_seconds)) {
+        continue;
+      }
       if ((rule.size_greater_than && object.size <= *rule.size_greater_than) ||
           (rule.size_less_than && object.size >= *rule.size_less_than)) {
         continue;
@@ -183,7 +194,8 @@ Status LifecycleJob::abortUploads(index_kv::BucketInfo& bucket, int64_t now,
     if (max_age > 0 && age >= max_age) return true;
     for (const auto& rule : bucket.lifecycle) {
       if (rule.enabled && rule.abort_incomplete_days && upload.key.starts_with(rule.prefix) &&
-          age >= *rule.abort_incomplete_days * options_.day_seconds) {
+          daysHavePassed(now, upload.initiated_unix_nanos, *rule.abort_incomplete_days,
+                         options_.day_seconds)) {
         return true;
       }
     }

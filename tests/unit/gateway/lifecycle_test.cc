@@ -136,6 +136,39 @@ TEST_CASE("A lifecycle pass expires by age, prefix, tags and sizes, and keeps th
   CHECK(f.pass().objects_expired == 0);
 }
 
+TEST_CASE("Lifecycle days end at the next day boundary after the object's time, as S3's") {
+  // S3: created 10:30 UTC with Days 3, an object expires at midnight starting day 4. Here a
+  // day is 10 s and the clock starts on a day boundary: 3 s into a day, one day ends 17 s
+  // later, at the boundary after the next, not 10 s later.
+  LifecycleFixture f;
+  auto rule = expireAfter(1);
+  rule.abort_incomplete_days = 1;
+  f.setRules({rule});
+  f.clock.advance(3 * kSecond);
+  f.put("k", 1);
+  index_kv::MultipartUpload up;
+  up.upload_id = VersionId::generate(f.clock, f.random).toHex();
+  up.bucket = "b";
+  up.key = "upload";
+  up.owner = "owner";
+  up.initiated_unix_nanos = f.clock.nowUnixNanos();
+  REQUIRE(f.index->createUpload(up, 0).isOk());
+  f.clock.advance(kDay * kSecond);  // a whole day of age, 3 s short of the boundary
+  LifecycleStats early = f.pass();
+  CHECK(early.objects_expired == 0);
+  CHECK(early.uploads_aborted == 0);
+  // kStartUnixNanos is a day boundary (a multiple of 10 s): the object is due two on.
+  const int64_t boundary = testing::kStartUnixNanos + 2 * kDay * kSecond;
+  REQUIRE(f.clock.nowUnixNanos() < boundary - kSecond);
+  f.clock.advance(boundary - 1 - f.clock.nowUnixNanos());  // a nanosecond short
+  CHECK(f.pass().objects_expired == 0);
+  f.clock.advance(1);
+  LifecycleStats due = f.pass();
+  CHECK(due.objects_expired == 1);
+  CHECK(due.uploads_aborted == 1);
+  CHECK(f.keys().empty());
+}
+
 TEST_CASE("An object untagged or overwritten while the lifecycle pass decides is kept") {
   LifecycleFixture f;
   auto rule = expireAfter(1);
