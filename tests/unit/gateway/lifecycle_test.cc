@@ -68,6 +68,17 @@ struct LifecycleFixture {
     return m;
   }
 
+  // A multipart upload of bucket/key initiated now.
+  void createUpload(const std::string& bucket, const std::string& key) {
+    index_kv::MultipartUpload up;
+    up.upload_id = VersionId::generate(clock, random).toHex();
+    up.bucket = bucket;
+    up.key = key;
+    up.owner = "owner";
+    up.initiated_unix_nanos = clock.nowUnixNanos();
+    REQUIRE(index->createUpload(up, 0).isOk());
+  }
+
   std::set<std::string> keys(const std::string& bucket = "b") {
     auto page = index->listObjects(bucket, index_kv::ListRequest{});
     REQUIRE(page.has_value());
@@ -146,13 +157,7 @@ TEST_CASE("Lifecycle days end at the next day boundary after the object's time, 
   f.setRules({rule});
   f.clock.advance(3 * kSecond);
   f.put("k", 1);
-  index_kv::MultipartUpload up;
-  up.upload_id = VersionId::generate(f.clock, f.random).toHex();
-  up.bucket = "b";
-  up.key = "upload";
-  up.owner = "owner";
-  up.initiated_unix_nanos = f.clock.nowUnixNanos();
-  REQUIRE(f.index->createUpload(up, 0).isOk());
+  f.createUpload("b", "upload");
   f.clock.advance(kDay * kSecond);  // a whole day of age, 3 s short of the boundary
   LifecycleStats early = f.pass();
   CHECK(early.objects_expired == 0);
@@ -262,17 +267,8 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   f.put("ok", 1, {}, "a");
   f.put("c-old", 1, {}, "c");
   f.put("z-old", 1, {}, "z");
-  index_kv::MultipartUpload up;
-  up.upload_id = VersionId::generate(f.clock, f.random).toHex();
-  up.bucket = "z";
-  up.key = "z-upload";
-  up.owner = "owner";
-  up.initiated_unix_nanos = f.clock.nowUnixNanos();
-  REQUIRE(f.index->createUpload(up, 0).isOk());
-  auto c_upload = up;  // c's objects cannot be listed: its uploads are still aborted
-  c_upload.upload_id = VersionId::generate(f.clock, f.random).toHex();
-  c_upload.bucket = "c";
-  REQUIRE(f.index->createUpload(c_upload, 0).isOk());
+  f.createUpload("z", "z-upload");
+  f.createUpload("c", "z-upload");  // c's objects cannot be listed: its uploads still go
   f.clock.advance(kDay * kSecond);
 
   FailingIndex failing(*f.index);
