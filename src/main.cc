@@ -542,10 +542,10 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   runUntilSignal(sigs, **server);
   lifecycle.stop();
   reclaimer.stop();
-  leader.stop();  // another gateway takes over at its next renewal
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
   parts.chunks.drain();  // and the fragment writes that complete on the stores' threads
   server->reset();
+  leader.stop();  // after the repairer: another gateway takes over at its next renewal
   return 0;
 }
 

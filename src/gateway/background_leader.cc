@@ -24,17 +24,20 @@ BackgroundLeader::BackgroundLeader(index_kv::Index& index, std::string holder,
 BackgroundLeader::~BackgroundLeader() { stop(); }
 
 bool BackgroundLeader::renew() {
-  auto held = index_.holdLease(kLeaseName, holder_, ttl_);
   const bool was = leading();
+  gauge_.Set(was ? 1 : 0);  // a renewal that hangs must not leave a stale 1 shown
+  // Counted from before the call: the index's ttl began at or after this moment.
+  const int64_t asked = std::chrono::steady_clock::now().time_since_epoch().count();
+  auto held = index_.holdLease(kLeaseName, holder_, ttl_);
   if (held && *held) {
-    renewed_at_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    renewed_at_ = asked;
   } else {
     renewed_at_ = 0;
     if (!held) log::warn("background lease: {}", held.error().toString());
   }
   const bool now = leading();
   if (now != was) {
-    log::info("background passes: {}", now ? "this gateway leads" : "another gateway leads");
+    log::info("background passes: {}", now ? "this gateway leads them" : "this gateway does not lead them");
   }
   gauge_.Set(now ? 1 : 0);
   return now;
@@ -54,12 +57,13 @@ void BackgroundLeader::start() {
 }
 
 void BackgroundLeader::stop() {
+  const bool first_stop = !thread_.stopping();  // the destructor stops again
   thread_.stop();
-  if (renewed_at_ != 0) {
-    renewed_at_ = 0;
-    gauge_.Set(0);
-    (void)index_.holdLease(kLeaseName, holder_, std::chrono::milliseconds(0));  // give up
-  }
+  renewed_at_ = 0;
+  gauge_.Set(0);
+  // Given up even after a renewal that failed here: the index may have applied it, and
+  // only its holder can give a lease up.
+  if (first_stop) (void)index_.holdLease(kLeaseName, holder_, std::chrono::milliseconds(0));
 }
 
 }  // namespace granary::gateway

@@ -168,11 +168,10 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       stats.entries_done += done.size();
       metrics_->entries_done.Increment(static_cast<double>(done.size()));
     }
-    if (last_page) {
-      metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));
-      break;
-    }
+    if (last_page) break;
   }
+  // A whole pass (not one cut short by stop()): what it kept is what stays queued.
+  if (!thread_.stopping()) metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));
   return stats;
 }
 
@@ -253,7 +252,10 @@ Result<index_kv::RecordGcStats> Reclaimer::collectRecords(bool sweep) {
 }
 
 void Reclaimer::pass() {
-  if (options_.leading && !options_.leading()) return;  // another gateway's to run
+  if (options_.leading && !options_.leading()) {
+    metrics_->entries_kept.Set(0);  // the leader's figure counts, not a past one of ours
+    return;
+  }
   if (auto r = collectGarbage(); !r) {
     metrics_->gc_failed.Increment();
     log::warn("gc pass failed: {}", r.error().toString());

@@ -547,7 +547,9 @@ Result<bool> RocksIndex::holdLease(std::string_view name, std::string_view holde
   if (ttl < std::chrono::milliseconds(0) || ttl > std::chrono::hours(1)) {
     return fail(Status::invalidArgument("index: a lease lasts 0 ms to an hour"));
   }
-  const int64_t now = clock_.nowUnixNanos();
+  // The monotonic clock: a wall clock set back would stretch a dead holder's lease (no
+  // background pass for as long), one set forward would cut a live holder's short.
+  const int64_t now = clock_.monotonicNanos();
   std::lock_guard lock(leases_mu_);
   auto it = leases_.find(name);
   const bool others = it != leases_.end() && it->second.holder != holder;
@@ -555,10 +557,10 @@ Result<bool> RocksIndex::holdLease(std::string_view name, std::string_view holde
     if (it != leases_.end() && !others) leases_.erase(it);
     return false;
   }
-  if (others && it->second.expires_unix_nanos > now) return false;
+  if (others && it->second.expires_nanos > now) return false;
   if (it == leases_.end()) {
     if (leases_.size() >= kMaxLeases) {
-      std::erase_if(leases_, [now](const auto& l) { return l.second.expires_unix_nanos <= now; });
+      std::erase_if(leases_, [now](const auto& l) { return l.second.expires_nanos <= now; });
     }
     if (leases_.size() >= kMaxLeases) {
       return fail(Status::invalidArgument("index: too many leases"));
@@ -566,7 +568,7 @@ Result<bool> RocksIndex::holdLease(std::string_view name, std::string_view holde
     it = leases_.emplace(std::string(name), Lease{}).first;
   }
   it->second.holder = std::string(holder);
-  it->second.expires_unix_nanos =
+  it->second.expires_nanos =
       now + std::chrono::duration_cast<std::chrono::nanoseconds>(ttl).count();
   return true;
 }

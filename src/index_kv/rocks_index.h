@@ -138,7 +138,7 @@ class RocksIndex final : public Index {
   int64_t created_unix_nanos_ = 0;
   struct Lease {
     std::string holder;
-    int64_t expires_unix_nanos = 0;
+    int64_t expires_nanos = 0;  // by the monotonic clock
   };
   std::mutex leases_mu_;
   std::map<std::string, Lease, std::less<>> leases_;  // holdLease's, in memory only

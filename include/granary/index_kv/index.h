@@ -505,8 +505,8 @@ class Index {
   virtual Result<int64_t> createdUnixNanos() = 0;
   // A lease among the gateways (which one runs the background passes: GC, sweep,
   // lifecycle, repair). True if `holder` now holds lease `name` for `ttl` from now by the
-  // index's clock (taken or renewed); false if another holder's has not expired. `ttl` 0
-  // gives the lease up if `holder` holds it (false). Leases live in the index's memory
+  // index's monotonic clock (taken or renewed); false if another holder's has not expired.
+  // `ttl` 0 gives the lease up if `holder` holds it (false). Leases live in the index's memory
   // only: after its restart the first to ask gets one (at worst two passes overlap for a
   // while, which every pass tolerates). kInvalidArgument for an empty or long name or
   // holder (64, 256 bytes), a ttl over an hour, or past 1024 live leases.

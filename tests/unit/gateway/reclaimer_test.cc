@@ -272,6 +272,24 @@ TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a 
   CHECK(f.metric("granary_gc_entries_done_total") == 1);
 }
 
+TEST_CASE("The GC's kept-entries gauge falls to 0 when a pass finds the queue empty") {
+  ReclaimerFixture f;
+  f.overwrittenPastGrace();
+  f.cluster.chunks->failRemoves("d1", Status::ioError("drive offline", true));
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
+  REQUIRE(reclaimer.collectGarbage().has_value());
+  REQUIRE(f.metric("granary_gc_entries_kept") == 1);
+  // The entry leaves the queue some other way (another gateway's GC finished it).
+  auto due = f.index.gcDue(f.cluster.clock.nowUnixNanos(), 10);
+  REQUIRE(due.has_value());
+  REQUIRE(f.index.gcDone(*due).isOk());
+  auto empty = reclaimer.collectGarbage();
+  REQUIRE(empty.has_value());
+  CHECK(empty->entries_kept == 0);
+  CHECK(f.metric("granary_gc_entries_kept") == 0);
+}
+
 TEST_CASE("GC finishes entries naming a drive taken out of the map, the sweep gets its blobs") {
   ReclaimerFixture f;
   auto [old_version, new_version] = f.overwrittenPastGrace();
