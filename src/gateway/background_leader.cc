@@ -3,6 +3,9 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "granary/common/log.h"
 #include "granary/index_kv/index.h"
 
@@ -37,7 +40,7 @@ bool BackgroundLeader::renew() {
   }
   const bool now = leading();
   if (now != was) {
-    log::info("background passes: {}", now ? "this gateway leads them" : "this gateway does not lead them");
+    log::info("background passes: this gateway {}", now ? "leads them" : "does not lead them");
   }
   gauge_.Set(now ? 1 : 0);
   return now;
@@ -46,9 +49,8 @@ bool BackgroundLeader::renew() {
 bool BackgroundLeader::leading() const {
   const int64_t at = renewed_at_;
   if (at == 0) return false;
-  const auto since = std::chrono::steady_clock::now() -
-                     std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(at));
-  return since < ttl_ / 2;
+  using Steady = std::chrono::steady_clock;
+  return Steady::now() - Steady::time_point(Steady::duration(at)) < ttl_ / 2;
 }
 
 void BackgroundLeader::start() {

@@ -18,9 +18,9 @@ int64_t ageSeconds(int64_t now_unix_nanos, int64_t then_unix_nanos) {
   return (now_unix_nanos - then_unix_nanos) / kNanos;
 }
 
-// In whole seconds too. True once `days` lifecycle days have passed since `then` as S3 counts them: its time
-// (whole seconds) plus the days, rounded up to the next day boundary, which is midnight
-// UTC with 86,400-second days (the Unix epoch is one).
+// In whole seconds too. True once `days` lifecycle days have passed since `then` as S3
+// counts them: its time plus the days, rounded up to the next day boundary, which is
+// midnight UTC with 86,400-second days (the Unix epoch is one).
 bool daysHavePassed(int64_t now_unix_nanos, int64_t then_unix_nanos, int64_t days,
                     int64_t day_seconds) {
   const int64_t end = then_unix_nanos / kNanos + days * day_seconds;

@@ -5,8 +5,9 @@
 // passes raced each other's removals.
 //  - start() takes or renews the lease at once, then every ttl/3. stop() gives it up, so
 //    that another gateway takes over at its next renewal, not after the ttl.
-//  - leading(): the last renewal succeeded, less than ttl/2 ago by this host's steady clock
-//    (the index counts the ttl by its own clock; half of it leaves room for a slow call).
+//  - leading(): the last renewal succeeded, asked less than ttl/2 ago by this host's steady
+//    clock (the index counts the ttl by its own monotonic clock; half of it leaves room
+//    for a slow call).
 //  - A renewal that fails (the index does not answer) stops this gateway leading until one
 //    succeeds: no pass could run without the index anyway. An index service older than
 //    leases answers true to everyone (each gateway leads, as before).
