@@ -1,9 +1,12 @@
 // LifecycleJob over a real index in a temp dir, with a ManualClock: which objects a pass
 // expires, and that the objects a client changes while the pass decides are kept.
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include <set>
 #include <string>
+#include <thread>
 
 #include "forwarding_index.h"
 #include "gateway_test_util.h"
@@ -280,6 +283,30 @@ TEST_CASE("An object that cannot be deleted, or a bucket that cannot be listed, 
   CHECK(f.keys("a") == std::set<std::string>{"bad"});
   CHECK(f.keys("c") == std::set<std::string>{"c-old"});
   CHECK(f.keys("z").empty());
+}
+
+TEST_CASE("Background lifecycle passes run only while this gateway leads them") {
+  LifecycleFixture f;
+  f.setRules({expireAfter(1)});
+  f.put("old", 1);
+  f.clock.advance(2 * kDay * kSecond);
+  std::atomic<bool> leads{false};
+  LifecycleOptions options;
+  options.interval = std::chrono::seconds(1);
+  options.day_seconds = kDay;
+  options.multipart_max_age = std::chrono::seconds(0);
+  options.leading = [&leads] { return leads.load(); };
+  LifecycleJob job(*f.index, f.clock, options);
+  job.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a pass is due at 1 s
+  CHECK(f.keys() == std::set<std::string>{"old"});  // skipped: another gateway leads
+  leads = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!f.keys().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  job.stop();
+  CHECK(f.keys().empty());
 }
 
 TEST_CASE("Lifecycle rules without an ID get one that no explicit ID took") {
