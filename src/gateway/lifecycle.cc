@@ -1,7 +1,6 @@
 #include "granary/gateway/lifecycle.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "granary/common/clock.h"
 #include "granary/common/log.h"

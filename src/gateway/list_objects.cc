@@ -2,7 +2,6 @@
 // ListObjectVersions (key and version-id markers; every object has the one version "null").
 #include <fmt/core.h>
 
-#include <charconv>
 
 #include "granary/common/hex.h"
 #include "granary/common/strings.h"
@@ -22,13 +21,9 @@ std::optional<std::string> decodeToken(std::string_view token) {
 }
 
 std::optional<uint32_t> s3Integer(std::string_view text) {
-  uint32_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
-      v > uint32_t{INT32_MAX}) {
-    return std::nullopt;
-  }
-  return v;
+  auto v = parseDecimalU64(text);
+  if (!v || *v > uint64_t{INT32_MAX}) return std::nullopt;
+  return static_cast<uint32_t>(*v);
 }
 
 S3Result<size_t> maxParam(const S3Request& req, std::string_view name) {

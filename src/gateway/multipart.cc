@@ -16,6 +16,7 @@
 #include "digest.h"
 #include "granary/common/clock.h"
 #include "granary/common/hex.h"
+#include "granary/common/strings.h"
 #include "handlers.h"
 #include "ingest.h"
 #include "records.h"
@@ -34,13 +35,6 @@ constexpr size_t kMaxCompleteBody = 2 * 1024 * 1024;  // 10000 parts with checks
 constexpr size_t kPartsPage = 1000;
 // Complete loads the parts again when one was replaced under it, at most this many times.
 constexpr int kCompleteAttempts = 3;
-
-std::optional<uint64_t> parseUint(std::string_view s) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
 
 S3Error noSuchUpload() {
   return {S3ErrorCode::kNoSuchUpload,
@@ -61,7 +55,7 @@ struct PartTarget {
   std::string upload_id;
 };
 S3Result<PartTarget> partTargetOf(const S3Request& req) {
-  auto number = parseUint(req.queryValue("partNumber").value_or(""));
+  auto number = parseDecimalU64(req.queryValue("partNumber").value_or(""));
   if (!number || *number < 1 || *number > kMaxPartNumber) {
     return std::unexpected(S3Error{S3ErrorCode::kInvalidArgument,
                                    "Part number must be an integer between 1 and 10000, inclusive"});
@@ -300,8 +294,8 @@ S3Result<std::pair<uint64_t, uint64_t>> copySourceRange(const S3Request& req, ui
   spec.remove_prefix(6);
   size_t dash = spec.find('-');
   if (dash == std::string_view::npos) return std::unexpected(invalid);
-  auto first = parseUint(spec.substr(0, dash));
-  auto last = parseUint(spec.substr(dash + 1));
+  auto first = parseDecimalU64(spec.substr(0, dash));
+  auto last = parseDecimalU64(spec.substr(dash + 1));
   if (!first || !last || *first > *last || *last >= size) return std::unexpected(invalid);
   return std::pair<uint64_t, uint64_t>(*first, *last - *first + 1);
 }

@@ -6,10 +6,10 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "granary/common/hex.h"
+#include "granary/common/strings.h"
 
 namespace granary::rpc {
 
@@ -93,12 +93,7 @@ std::optional<std::string_view> queryParam(std::string_view raw_query, std::stri
   return std::nullopt;
 }
 
-std::optional<uint64_t> parseU64(std::string_view s) {
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+std::optional<uint64_t> parseU64(std::string_view s) { return parseDecimalU64(s); }
 
 std::string canonicalQuery(std::string_view raw_query) {
   auto segs = querySegments(raw_query);

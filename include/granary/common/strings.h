@@ -2,7 +2,10 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +40,14 @@ inline std::string asciiLower(std::string_view s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
   }
   return out;
+}
+
+// A decimal unsigned 64-bit number and nothing else (no sign, no blanks), else nullopt.
+inline std::optional<uint64_t> parseDecimalU64(std::string_view s) {
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 // One or more ASCII digits, nothing else.

@@ -28,6 +28,7 @@
 #include "granary/chunkstore/io_engine.h"
 #include "granary/common/clock.h"
 #include "granary/common/ids.h"
+#include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
 #include "granary/index_kv/index.h"
 #include "granary/placement/cluster_map.h"
@@ -46,6 +47,19 @@ inline std::string randomString(size_t n, uint64_t seed) {
   std::string s(n, '\0');
   for (auto& c : s) c = static_cast<char>(rng());
   return s;
+}
+
+// A multipart upload of bucket/key initiated now (by `clock`), with a fresh id; not stored.
+inline index_kv::MultipartUpload newUpload(const Clock& clock, Random& random,
+                                           const std::string& bucket, const std::string& key,
+                                           const std::string& owner) {
+  index_kv::MultipartUpload u;
+  u.upload_id = VersionId::generate(clock, random).toHex();
+  u.bucket = bucket;
+  u.key = key;
+  u.owner = owner;
+  u.initiated_unix_nanos = clock.nowUnixNanos();
+  return u;
 }
 
 // Forwards to a real client; a test makes chosen drives fail reads, puts or removes, or
@@ -320,12 +334,7 @@ class TestCluster {
   // A multipart upload of bucket/key created in index(), owned by "root".
   index_kv::MultipartUpload startUpload(const std::string& bucket, const std::string& key,
                                         Random& random) {
-    index_kv::MultipartUpload u;
-    u.upload_id = VersionId::generate(clock, random).toHex();
-    u.bucket = bucket;
-    u.key = key;
-    u.owner = "root";
-    u.initiated_unix_nanos = clock.nowUnixNanos();
+    index_kv::MultipartUpload u = newUpload(clock, random, bucket, key, "root");
     Status st = index().createUpload(u, 0);
     if (!st.isOk()) throw std::runtime_error("createUpload: " + st.toString());
     return u;

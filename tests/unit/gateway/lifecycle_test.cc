@@ -73,13 +73,8 @@ struct LifecycleFixture {
 
   // A multipart upload of bucket/key initiated now.
   void createUpload(const std::string& bucket, const std::string& key) {
-    index_kv::MultipartUpload up;
-    up.upload_id = VersionId::generate(clock, random).toHex();
-    up.bucket = bucket;
-    up.key = key;
-    up.owner = "owner";
-    up.initiated_unix_nanos = clock.nowUnixNanos();
-    REQUIRE(index->createUpload(up, 0).isOk());
+    REQUIRE(index->createUpload(testing::newUpload(clock, random, bucket, key, "owner"), 0)
+                .isOk());
   }
 
   std::set<std::string> keys(const std::string& bucket = "b") {
