@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include <charconv>
 
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
@@ -118,14 +117,13 @@ Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req) {
   page.prefix = std::string(req.queryValue("prefix").value_or(""));
   size_t max_buckets = SIZE_MAX;  // without max-buckets, every bucket, as S3 answers
   if (auto v = req.queryValue("max-buckets")) {
-    size_t n = 0;
-    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-    if (ec != std::errc() || end != v->data() + v->size() || n < 1 || n > 10'000) {
+    const auto n = parseDecimalU64(*v);
+    if (!n || *n < 1 || *n > 10'000) {
       co_return errorResponse({S3ErrorCode::kInvalidArgument,
                                "max-buckets must be an integer between 1 and 10000"},
                               req);
     }
-    max_buckets = n;
+    max_buckets = *n;
   }
   std::string after;
   if (auto token = req.queryValue("continuation-token")) {

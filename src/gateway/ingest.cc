@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstring>
 
 #include "digest.h"
@@ -110,11 +109,7 @@ S3Result<PayloadMode> payloadMode(const RequestAuth& auth) {
 S3Result<uint64_t> payloadSize(const S3Request& req, bool chunked, uint64_t max) {
   std::optional<uint64_t> size;
   if (chunked) {
-    if (auto d = req.header("x-amz-decoded-content-length")) {
-      uint64_t v = 0;
-      auto [p, ec] = std::from_chars(d->data(), d->data() + d->size(), v);
-      if (ec == std::errc() && p == d->data() + d->size()) size = v;
-    }
+    if (auto d = req.header("x-amz-decoded-content-length")) size = parseDecimalU64(*d);
   } else {
     size = req.content_length;
   }

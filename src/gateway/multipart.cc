@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <map>
 #include <optional>
 
@@ -222,17 +221,16 @@ S3Result<std::pair<std::string, std::string>> uploadChecksum(const S3Request& re
 // compared (the object keeps the one it has).
 std::optional<S3Error> checkClaimedObject(const S3Request& req, const index_kv::Manifest& m) {
   if (auto size = req.header("x-amz-mp-object-size")) {
-    uint64_t v = 0;
-    auto [end, ec] = std::from_chars(size->data(), size->data() + size->size(), v);
-    if (ec != std::errc() || end != size->data() + size->size()) {
+    const auto v = parseDecimalU64(*size);
+    if (!v) {
       return S3Error{S3ErrorCode::kInvalidRequest,
                      "Value for x-amz-mp-object-size header is invalid."};
     }
-    if (v != m.size) {
+    if (*v != m.size) {
       return S3Error{S3ErrorCode::kInvalidRequest,
                      fmt::format("The provided 'x-amz-mp-object-size' header value {} does not "
                                  "match what was computed: {}",
-                                 v, m.size)};
+                                 *v, m.size)};
     }
   }
   const auto alg = checksumFromName(m.checksum.algorithm);

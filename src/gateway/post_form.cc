@@ -7,7 +7,6 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
-#include <charconv>
 
 #include "granary/common/strings.h"
 #include "time_format.h"
@@ -128,10 +127,7 @@ std::optional<uint64_t> lengthBound(const nlohmann::json& v) {
     return static_cast<uint64_t>(i);
   }
   if (v.is_string()) {  // some SDKs write the bounds as strings
-    const std::string& s = v.get_ref<const std::string&>();
-    uint64_t out = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    if (ec == std::errc() && end == s.data() + s.size()) return out;
+    return parseDecimalU64(v.get_ref<const std::string&>());
   }
   return std::nullopt;
 }

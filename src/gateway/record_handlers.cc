@@ -99,12 +99,9 @@ bool truthy(std::optional<std::string_view> v) {
 S3Result<size_t> maxRecordsOf(const S3Request& req, size_t dflt, size_t cap) {
   auto v = req.queryValue("max-records");
   if (!v) return dflt;
-  size_t n = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-  if (ec != std::errc() || p != v->data() + v->size()) {
-    return s3fail(S3ErrorCode::kInvalidArgument, "max-records must be an integer");
-  }
-  return std::clamp<size_t>(n, 1, cap);
+  const auto n = parseDecimalU64(*v);
+  if (!n) return s3fail(S3ErrorCode::kInvalidArgument, "max-records must be an integer");
+  return static_cast<size_t>(std::clamp<uint64_t>(*n, 1, cap));
 }
 
 Task<std::optional<S3Error>> checkBucket(GatewayContext& ctx, const S3Request& req) {
@@ -128,12 +125,10 @@ S3Result<RecordSelector> selectorOf(const S3Request& req) {
   if (auto t = req.queryValue("type")) s.type = std::string(*t);
   s.raw = truthy(req.queryValue("raw"));
   if (auto o = req.queryValue("offset")) {
-    uint64_t v = 0;
-    auto [p, ec] = std::from_chars(o->data(), o->data() + o->size(), v);
-    if (o->empty() || ec != std::errc() || p != o->data() + o->size()) {
+    s.offset = parseDecimalU64(*o);
+    if (!s.offset) {
       return s3fail(S3ErrorCode::kInvalidArgument, "offset must be a non-negative integer");
     }
-    s.offset = v;
   }
   if (auto bad = checkOffset(s)) return std::unexpected(*bad);
   return s;
@@ -702,11 +697,10 @@ namespace {
 std::optional<index_kv::RecordCursor> parseRecordCursor(std::string_view text) {
   const size_t tilde = text.find('~');
   const std::string_view digits = text.substr(0, tilde);
+  const auto offset = parseDecimalU64(digits);
+  if (!offset) return std::nullopt;
   index_kv::RecordCursor cursor;
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), cursor.offset);
-  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size()) {
-    return std::nullopt;
-  }
+  cursor.offset = *offset;
   if (tilde == std::string_view::npos) return cursor;
   auto key = base64Decode(text.substr(tilde + 1));
   if (!key || key->empty()) return std::nullopt;

@@ -583,16 +583,14 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
     return {};
   }
   if (name == "ObjectSizeGreaterThan" || name == "ObjectSizeLessThan") {
-    uint64_t v = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    const auto v = parseDecimalU64(text);
     // S3: sizes up to 5 TB; a "less than" of 0 would match nothing.
     constexpr uint64_t kMaxSize = 5'000'000'000'000;
     const uint64_t least = name == "ObjectSizeLessThan" ? 1 : 0;
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < least ||
-        v > kMaxSize) {
+    if (!v || *v < least || *v > kMaxSize) {
       return invalidRequest(fmt::format("'{}' should be between {} and 5 TB", name, least));
     }
-    (name == "ObjectSizeGreaterThan" ? rule.size_greater_than : rule.size_less_than) = v;
+    (name == "ObjectSizeGreaterThan" ? rule.size_greater_than : rule.size_less_than) = *v;
     return {};
   }
   return malformedXml();
