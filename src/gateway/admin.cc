@@ -103,6 +103,10 @@ Task<S3Response> adminStatus(GatewayContext& ctx) {
     out["servers"] = Json::array();
     for (auto& [name, server] : servers) out["servers"].push_back(std::move(server));
     out["domains"] = {{"total", map.domainCount()}, {"healthy", healthy_domains.size()}};
+    // Whether this gateway runs the GC, sweep, lifecycle and repair passes now (it holds
+    // the index's lease; docs/operations.md).
+    const auto& leading = ctx.deps.background_leading;
+    out["background"] = {{"leading", leading ? leading() : true}};
     return 0;
   });
   co_return jsonResponse(out, 2);

@@ -815,6 +815,9 @@ def test_one_gateway_runs_the_background_passes_and_the_other_takes_over(healthy
     assert state(other)[1] == before[0]
     assert state(leader)[1] > before[1]
     assert state(other)[0] == 0.0
+    # `granary admin status` says the same.
+    assert cluster.admin_status(leader)["background"] == {"leading": True}
+    assert cluster.admin_status(other)["background"] == {"leading": False}
 
     cluster.kill9(f"gw{leader}")
     deadline = time.time() + 15  # the lease's 3 s, a renewal's 1 s, then a 1 s GC pass
@@ -825,3 +828,4 @@ def test_one_gateway_runs_the_background_passes_and_the_other_takes_over(healthy
         time.sleep(0.2)
     assert took_over == 1.0
     assert last_pass > before[0]
+    assert cluster.admin_status(other)["background"] == {"leading": True}
