@@ -304,6 +304,7 @@ struct IndexCheckpointer::Impl {
     if (info.copies < static_cast<size_t>(map.ec.m) + 1) {
       log::warn("checkpoint {}: only {} copies (want {}); the older whole ones are kept",
                 info.id.toHex(), info.copies, map.ec.m + 1);
+      thin_made.insert(info.id);
     }
     info.removed = prune(info.id);
     return info;
@@ -314,14 +315,22 @@ struct IndexCheckpointer::Impl {
   // progress), and every complete one made before this index was (an index that replaced
   // a lost one must not prune the checkpoints that could restore it); removes every other
   // checkpoint blob (older ones, thin ones, failed attempts). A thin `made` (drives down)
-  // so prunes no whole one, and thin ones do not pile up. Returns the blobs removed.
+  // so prunes no whole one, and thin ones do not pile up. While a drive does not answer
+  // its list, copies cannot be counted (a whole checkpoint would look thin): only the
+  // thin ones this checkpointer made before `made` go. Returns the blobs removed.
   size_t prune(const VersionId& made) {
     auto index_created = index.createdUnixNanos();
     if (!index_created) {
       log::warn("checkpoint: not pruning: {}", index_created.error().toString());
       return 0;
     }
-    SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
+    auto listed = listSystemBlobs(chunks, map, /*strict=*/true);
+    if (!listed) {
+      log::warn("checkpoint: pruning only the thin checkpoints made since: {}",
+                listed.error().toString());
+      return pruneThinMade(made);
+    }
+    SystemBlobs blobs = std::move(*listed);
     std::map<VersionId, size_t, std::greater<>> complete;  // catalog copies
     for (const auto& [id, where] : blobs) {
       if (id.stripe == 0 && id.fragment == 0) complete[id.version] = where.size();
@@ -348,6 +357,22 @@ struct IndexCheckpointer::Impl {
         if (chunks.remove(drive, id).isOk()) ++removed;
       }
     }
+    std::erase_if(thin_made, [&kept](const VersionId& v) { return !kept.contains(v); });
+    return removed;
+  }
+
+  // The blobs of the thin checkpoints this checkpointer made before `made`, from the
+  // drives that answer (a copy left on a silent one goes with a later whole pruning).
+  size_t pruneThinMade(const VersionId& made) {
+    SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
+    size_t removed = 0;
+    for (const auto& [id, where] : blobs) {
+      if (id.version == made || !thin_made.contains(id.version)) continue;
+      for (const auto& [drive, len] : where) {
+        if (chunks.remove(drive, id).isOk()) ++removed;
+      }
+    }
+    std::erase_if(thin_made, [&made](const VersionId& v) { return v != made; });
     return removed;
   }
 
@@ -366,6 +391,7 @@ struct IndexCheckpointer::Impl {
   Random& random;
   const CheckpointOptions options;
   std::mutex mu;
+  std::set<VersionId> thin_made;  // checkpoints this one made on fewer than m + 1 drives
   prometheus::Family<prometheus::Counter>& runs;
   prometheus::Gauge& last_success;
   prometheus::Gauge& last_bytes;
@@ -821,9 +847,12 @@ class Rebuilder {
       return;
     }
     const int64_t created = version.createdUnixNanos();
-    if (options_.checkpoint_unix_nanos > 0 &&
-        created < options_.checkpoint_unix_nanos -
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_put).count()) {
+    const int64_t oldest_committable =
+        options_.checkpoint_unix_nanos -
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_put +
+                                                             options_.clock_margin)
+            .count();
+    if (options_.checkpoint_unix_nanos > 0 && created < oldest_committable) {
       ++stats_.versions_stale;  // an orphan of a write that failed before the checkpoint
       return;
     }

@@ -142,6 +142,12 @@ struct RebuildOptions {
   // committed after the checkpoint (a PUT that old fails: the orphan grace): not rebuilt.
   int64_t checkpoint_unix_nanos = 0;
   std::chrono::seconds max_put{1800};
+  // Taken off that cutoff as well: versions are stamped by the gateways' clocks, the
+  // checkpoint by the index host's (the internal API accepts 15 minutes of skew), and a
+  // commit may land a moment after its gateway last checked the PUT's age. A PUT
+  // acknowledged after the checkpoint must never count as stale; the cost is that failed
+  // PUTs of the margin's minutes before the cutoff come back.
+  std::chrono::seconds clock_margin{16 * 60};
 };
 
 // Which versions win: a version found on the drives was committed, if at all, after the

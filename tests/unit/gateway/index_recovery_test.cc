@@ -153,6 +153,25 @@ struct RecoveryFixture {
     return out;
   }
 
+  // The checkpoints with a blob on any drive.
+  std::set<VersionId> checkpointVersions() {
+    std::set<VersionId> present;
+    for (const auto& [drive, ids] : systemBlobs()) {
+      for (const auto& id : ids) present.insert(id.version);
+    }
+    return present;
+  }
+
+  // With the drives' faults cleared, the next checkpoint is whole and the only one left.
+  void checkWholeAgainPrunesTheRest(IndexCheckpointer& cp) {
+    cluster.chunks->clearFaults();
+    cluster.clock.advance(1'000'000'000);
+    auto next = cp.runOnce();
+    REQUIRE(next.has_value());
+    CHECK(next->copies == 3);
+    CHECK(checkpointVersions() == std::set<VersionId>{next->id});
+  }
+
   // `creation`: kRebuilding for an index rebuildIndex fills, as rebuild-index opens it.
   std::unique_ptr<index_kv::Index> openAt(
       const std::string& dir,
@@ -237,11 +256,7 @@ TEST_CASE("Old checkpoints are pruned to `keep`, and the orphan sweep leaves che
     REQUIRE(info.has_value());
     made.push_back(info->id);
   }
-  std::set<VersionId> present;
-  for (const auto& [drive, ids] : f.systemBlobs()) {
-    for (const auto& id : ids) present.insert(id.version);
-  }
-  CHECK(present == std::set<VersionId>{made[2], made[3]});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{made[2], made[3]});
 
   f.cluster.clock.advance(int64_t{7200} * 1'000'000'000);  // past the orphan grace
   Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry, {});
@@ -274,24 +289,58 @@ TEST_CASE("A checkpoint short of m + 1 copies prunes no whole one, and thin ones
   REQUIRE(thin.has_value());
   CHECK(thin->copies == 1);
   CHECK(thin->removed == 0);
-  auto versions = [&f] {
-    std::set<VersionId> present;
-    for (const auto& [drive, ids] : f.systemBlobs()) {
-      for (const auto& id : ids) present.insert(id.version);
-    }
-    return present;
-  };
-  CHECK(versions() == std::set<VersionId>{whole->id, thin->id});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thin->id});
   f.cluster.clock.advance(1'000'000'000);
   auto thinner = cp.runOnce();
   REQUIRE(thinner.has_value());
-  CHECK(versions() == std::set<VersionId>{whole->id, thinner->id});
-  f.cluster.chunks->clearFaults();
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thinner->id});
+  f.checkWholeAgainPrunesTheRest(cp);
+}
+
+TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint") {
+  // The silent drive's copies cannot be counted: the whole checkpoint would look thin
+  // and go, leaving thin ones alone. Only the thin ones made since go.
+  RecoveryFixture f;
+  f.put(f.index, "a", randomString(kStripe, 5));
+  auto cp = f.checkpointer(/*keep=*/1);
   f.cluster.clock.advance(1'000'000'000);
-  auto next = cp.runOnce();
-  REQUIRE(next.has_value());
-  CHECK(next->copies == 3);
-  CHECK(versions() == std::set<VersionId>{next->id});
+  auto whole = cp.runOnce();
+  REQUIRE(whole.has_value());
+  REQUIRE(whole->copies == 3);
+  auto catalogCopies = [&f](const VersionId& v) {
+    size_t n = 0;
+    for (const auto& [drive, ids] : f.systemBlobs()) n += ids.contains(BlobId{v, 0, 0});
+    return n;
+  };
+  // One drive holding the whole checkpoint falls silent; one other drive stays writable.
+  std::string silent;
+  for (const auto& [drive, ids] : f.systemBlobs()) {
+    if (ids.contains(BlobId{whole->id, 0, 0})) silent = drive;
+  }
+  REQUIRE_FALSE(silent.empty());
+  f.cluster.chunks->failLists(silent, Status::unavailable("injected: silent"));
+  f.cluster.chunks->failPuts(silent, Status::unavailable("injected: silent"));
+  bool one_writable = false;
+  for (const auto& d : f.cluster.map.drives) {
+    if (d.id == silent || one_writable) {
+      f.cluster.chunks->setReadOnly(d.id);
+    } else {
+      one_writable = true;
+    }
+  }
+  f.cluster.clock.advance(1'000'000'000);
+  auto thin = cp.runOnce();
+  REQUIRE(thin.has_value());
+  CHECK(thin->copies == 1);
+  CHECK(thin->removed == 0);
+  CHECK(catalogCopies(whole->id) == 3);
+  f.cluster.clock.advance(1'000'000'000);
+  auto thinner = cp.runOnce();
+  REQUIRE(thinner.has_value());
+  CHECK(thinner->removed > 0);
+  CHECK(catalogCopies(whole->id) == 3);
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thinner->id});
+  f.checkWholeAgainPrunesTheRest(cp);
 }
 
 TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made before it") {
@@ -321,11 +370,7 @@ TEST_CASE("An index that replaced a lost one prunes none of the checkpoints made
     f.cluster.clock.advance(1'000'000'000);
     after.push_back(cp.runOnce().value().id);
   }
-  std::set<VersionId> present;
-  for (const auto& [drive, ids] : f.systemBlobs()) {
-    for (const auto& id : ids) present.insert(id.version);
-  }
-  CHECK(present == std::set<VersionId>{before[0], before[1], after[1], after[2]});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{before[0], before[1], after[1], after[2]});
 }
 
 TEST_CASE("Restore falls back to an older checkpoint when the newest cannot be read whole") {
@@ -562,6 +607,38 @@ TEST_CASE("A version too old to have been committed after the checkpoint is not 
   CHECK(stats->objects_rebuilt == 0);
   CHECK(idx->getObject("bucket", "orphan").error().isNotFound());
   CHECK(idx->getObject("bucket", "kept").has_value());
+}
+
+TEST_CASE("A version older than max_put but within the clock margin is rebuilt") {
+  // Its gateway's clock may have run behind the index host's: it could have been
+  // acknowledged after the checkpoint.
+  RecoveryFixture f;
+  const std::string body = randomString(kStripe, 62);
+  auto late = f.write("bucket", "late", body);
+  f.cluster.clock.advance(int64_t{2400} * 1'000'000'000);  // 1800 s + 10 minutes of skew
+  auto cp = f.checkpointer();
+  REQUIRE(cp.runOnce().has_value());
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map,
+                                          f.cluster.dir.path() + "/r");
+  REQUIRE(restored.has_value());
+  RebuildOptions o{"rootkey", restored->created_unix_nanos, std::chrono::seconds(1800)};
+  SECTION("with the default margin") {
+    auto idx = f.openAt(f.cluster.dir.path() + "/r", kRebuilding);
+    auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
+    REQUIRE(stats.has_value());
+    CHECK(stats->versions_stale == 0);
+    CHECK(stats->objects_rebuilt == 1);
+    auto got = idx->getObject("bucket", "late");
+    REQUIRE(got.has_value());
+    CHECK(got->size == body.size());
+  }
+  SECTION("without one") {
+    o.clock_margin = std::chrono::seconds(0);
+    auto idx = f.openAt(f.cluster.dir.path() + "/r", kRebuilding);
+    auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
+    REQUIRE(stats.has_value());
+    CHECK(stats->versions_stale == 1);
+  }
 }
 
 TEST_CASE("Repair writes fragments with the header flags the writer gave them") {
