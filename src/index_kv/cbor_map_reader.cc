@@ -79,6 +79,7 @@ class Reader final : public nlohmann::json_sax<Json> {
     return other();
   }
   bool start_object(std::size_t) override {
+    if (frames_.size() >= kMaxCborDepth) return tooDeep();
     const Slot s = slot();
     switch (s.where) {
       case kRoot:
@@ -112,6 +113,7 @@ class Reader final : public nlohmann::json_sax<Json> {
     return other();
   }
   bool start_array(std::size_t) override {
+    if (frames_.size() >= kMaxCborDepth) return tooDeep();
     const Slot s = slot();
     if (s.where == kSkip) {
       frames_.push_back({Frame::kSkip, nullptr, nullptr});
@@ -207,6 +209,10 @@ class Reader final : public nlohmann::json_sax<Json> {
     }
     return fail("wrong type in field ", s.field);
   }
+  bool tooDeep() {
+    if (!error_) error_ = "CBOR nested too deep";
+    return false;
+  }
   bool fail(std::string_view why, const CborField* field) {
     if (!error_) error_ = std::string(why).append(field->name);
     return false;
@@ -220,6 +226,36 @@ class Reader final : public nlohmann::json_sax<Json> {
 };
 
 }  // namespace
+
+// nlohmann's DOM builder (what from_cbor uses), with a depth count: the reader calls a
+// SAX handler's members by name, so these hide the base's.
+class DepthLimitedDom : public nlohmann::detail::json_sax_dom_parser<Json> {
+ public:
+  using Base = nlohmann::detail::json_sax_dom_parser<Json>;
+  explicit DepthLimitedDom(Json& out) : Base(out, /*allow_exceptions=*/false) {}
+  bool start_object(std::size_t n) { return ++depth_ <= kMaxCborDepth && Base::start_object(n); }
+  bool end_object() {
+    --depth_;
+    return Base::end_object();
+  }
+  bool start_array(std::size_t n) { return ++depth_ <= kMaxCborDepth && Base::start_array(n); }
+  bool end_array() {
+    --depth_;
+    return Base::end_array();
+  }
+
+ private:
+  size_t depth_ = 0;
+};
+
+Json parseCborDom(std::string_view value) {
+  Json out;
+  DepthLimitedDom dom(out);
+  const bool parsed = Json::sax_parse(value.begin(), value.end(), &dom,
+                                      Json::input_format_t::cbor, /*strict=*/true);
+  if (!parsed || dom.is_errored()) return Json(Json::value_t::discarded);
+  return out;
+}
 
 std::optional<std::string> readCborMap(std::string_view value, const CborSchema& schema,
                                        CborReceiver& receiver) {

@@ -8,6 +8,8 @@
 // of any type) are skipped, and when a key repeats the last value wins.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -69,5 +71,14 @@ class CborReceiver {
 // on success, else why the value is bad.
 std::optional<std::string> readCborMap(std::string_view value, const CborSchema& schema,
                                        CborReceiver& receiver);
+
+// nlohmann's CBOR reader recurses once per level of nesting, so a value of 100,000 nested
+// arrays (100 KB) would overflow the stack: both readers here refuse nesting deeper than
+// this. The index's own values and the index API's bodies nest a few levels.
+inline constexpr size_t kMaxCborDepth = 128;
+
+// `value` as a JSON DOM (as nlohmann::json::from_cbor, strict): discarded when it is not
+// CBOR or nests deeper than kMaxCborDepth.
+nlohmann::json parseCborDom(std::string_view value);
 
 }  // namespace granary::index_kv

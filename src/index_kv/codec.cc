@@ -39,9 +39,8 @@ std::string toCbor(const Json& j) {
 }
 
 Json parseCbor(std::string_view value) {
-  Json j = Json::from_cbor(value.begin(), value.end(), /*strict=*/true,
-                           /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw DecodeError("not CBOR");
+  Json j = parseCborDom(value);
+  if (j.is_discarded()) throw DecodeError("not CBOR (or nested too deep)");
   if (!j.is_object()) throw DecodeError("not a CBOR map");
   return j;
 }

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "granary/common/clock.h"
+#include "index_kv/cbor_map_reader.h"
 #include "index_kv/codec.h"
 
 namespace granary::index_kv {
@@ -432,8 +433,8 @@ std::string toCbor(const Json& j) {
 }
 
 Json fromCbor(std::string_view s) {
-  Json j = Json::from_cbor(s.begin(), s.end(), /*strict=*/true, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw WireError("body is not CBOR");
+  Json j = parseCborDom(s);
+  if (j.is_discarded()) throw WireError("body is not CBOR (or nested too deep)");
   return j;
 }
 
@@ -463,9 +464,14 @@ rpc::Reply handle(Index& index, const rpc::Request& req) {
     try {
       std::string_view body(reinterpret_cast<const char*>(req.body.data()), req.body.size());
       return it->second(index, fromCbor(body));
-    } catch (const std::exception& e) {
-      // Only a malformed request throws (WireError, or a missing or mistyped field).
+    } catch (const WireError& e) {
       return fail(Status::invalidArgument(std::string("malformed index request: ") + e.what()));
+    } catch (const Json::exception& e) {  // a missing or mistyped field
+      return fail(Status::invalidArgument(std::string("malformed index request: ") + e.what()));
+    } catch (const std::exception& e) {
+      // Anything else (bad_alloc) may come after the index committed: not a refusal, which
+      // would make a gateway remove the blobs of what is now a committed object.
+      return fail(Status::internal(std::string("index request failed: ") + e.what()));
     }
   }();
   return out ? cborReply(*out) : rpc::errorReply(out.error());

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "index_kv/cbor_map_reader.h"
 #include "index_kv/codec.h"
 #include "index_kv/record_codec.h"
 #include "test_util.h"
@@ -210,6 +211,27 @@ TEST_CASE("Manifest decoding skips unknown fields at any depth and refuses wrong
   // Not a map at all.
   CHECK(decodeManifest(cbor(nlohmann::json::array({1, 2}))).error().isCorruption());
   CHECK(decodeManifest(cbor(nlohmann::json(7))).error().isCorruption());
+}
+
+TEST_CASE("CBOR nested past the depth limit is refused, not a stack overflow") {
+  // 0x81: an array of one element; 0xA1 0x61 'x': a map of one entry "x".
+  auto nestedArrays = [](size_t depth) { return std::string(depth, '\x81') + '\x00'; };
+  CHECK(parseCborDom(nestedArrays(kMaxCborDepth)).is_array());
+  CHECK(parseCborDom(nestedArrays(kMaxCborDepth + 1)).is_discarded());
+  CHECK(parseCborDom(nestedArrays(1'000'000)).is_discarded());
+  std::string maps;
+  for (int i = 0; i < 1'000'000; ++i) maps += "\xA1\x61x";
+  CHECK(parseCborDom(maps + '\x00').is_discarded());
+  // Both readers of stored values: the DOM one (a bucket) and the schema one (a
+  // manifest), with the nesting in a field they do not know.
+  const std::string deep_field = "\xA1\x62zz" + nestedArrays(1'000'000);
+  CHECK(decodeBucket(deep_field).error().isCorruption());
+  auto manifest = decodeManifest(deep_field);
+  REQUIRE_FALSE(manifest.has_value());
+  CHECK(manifest.error().message().find("too deep") != std::string::npos);
+  // What the index's values hold still decodes.
+  const nlohmann::json back = parseCborDom(encodeManifest(sampleManifest()));
+  CHECK(back == nlohmann::json::from_cbor(encodeManifest(sampleManifest())));
 }
 
 TEST_CASE("When a key repeats in a stored value, its last value wins") {

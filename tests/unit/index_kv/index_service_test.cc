@@ -2,8 +2,11 @@
 // over it: authentication, malformed requests, hostile bytes, an unreachable service.
 #include <catch2/catch.hpp>
 
+#include <new>
 #include <string>
+#include <thread>
 
+#include "../gateway/forwarding_index.h"
 #include "granary/index_kv/index_service.h"
 #include "granary/rpc/client.h"
 #include "test_util.h"
@@ -53,7 +56,38 @@ TEST_CASE("A malformed index request is kInvalidArgument and changes nothing") {
   // What RemoteIndex::holdLease takes for an index service older than leases.
   CHECK(unknown.message().find("no such index method") != std::string::npos);
   CHECK(rawCall(f, secret, "/internal/v1/elsewhere", "").code() == Code::kInvalidArgument);
+  // A million nested arrays: refused, where nlohmann's recursive reader would have
+  // overflowed the stack.
+  CHECK(rawCall(f, secret, "/internal/v1/index/create_bucket", std::string(1'000'000, '\x81'))
+            .code() == Code::kInvalidArgument);
   CHECK(f.backing().listBuckets()->empty());
+}
+
+TEST_CASE("An index call that throws after it committed is not answered as a refusal") {
+  // A gateway removes the blobs of a commit the index refused (kInvalidArgument among
+  // others); one that committed and then ran out of memory must not read as refused.
+  IndexFixture f;
+  struct ThrowsAfterCommit : ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Status createBucket(const BucketInfo& b) override {
+      Status st = ForwardingIndex::createBucket(b);
+      if (st.isOk()) throw std::bad_alloc();
+      return st;
+    }
+  } throwing(f.backing());
+  rpc::ServerOptions options;
+  options.cluster_secret = "index-test-secret";
+  WorkerPool pool{2, "throwing-index"};
+  auto server = serveIndex(options, throwing, pool, f.clock);
+  REQUIRE(server.has_value());
+  std::jthread serving([s = server->get()] { s->run(); });
+  auto remote = makeRemoteIndex("127.0.0.1:" + std::to_string((*server)->port()),
+                                options.cluster_secret, RemoteIndexOptions{}, f.clock);
+  const Status st = remote->createBucket(testing::bucketInfo("b", "o", 1));
+  (*server)->stop();
+  serving.join();
+  CHECK(st.code() == Code::kInternal);
+  CHECK(f.backing().getBucket("b").has_value());
 }
 
 TEST_CASE("Keys with NUL and bytes that are not UTF-8 cross the index API intact") {
