@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <span>
 
@@ -65,6 +66,14 @@ class ChunkServerImpl final : public ChunkServer {
     auto [path, query] = splitTarget(req.target);
     auto route = parseRoute(path);
     if (!route) return done(errorReply(route.error()));
+    if (!route->drive.empty() && std::find(options_.drives.begin(), options_.drives.end(),
+                                           route->drive) == options_.drives.end()) {
+      // The map places it here, but this server was started without it (a --dir left
+      // out): its fragments are out of reach, not lost. kNotFound would have readers
+      // take them for lost and the GC for removed.
+      return done(errorReply(Status::unavailable(
+          fmt::format("drive '{}' is not served by this chunk server", route->drive))));
+    }
     if (route->kind == Route::Kind::kBlob && req.method == "GET") {
       return readBlob(*route, query, std::move(done));
     }

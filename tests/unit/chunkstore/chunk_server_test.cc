@@ -397,9 +397,11 @@ TEST_CASE("Blobs round-trip through a chunk server: put, ranged reads, stat, lis
   CHECK(client->remove("d0", id0).code() == Code::kNotFound);
   CHECK(client->stats("d0")->blobs == 2);
 
-  // d9 is in the client's map but not served; "nope" is in neither.
-  CHECK(client->read("d9", id0, 0, past).code() == Code::kNotFound);
-  CHECK(client->stats("d9").error().code() == Code::kNotFound);
+  // d9 is in the client's map but not served: out of reach, not lost. "nope" is in
+  // neither.
+  CHECK(client->read("d9", id0, 0, past).code() == Code::kUnavailable);
+  CHECK(client->remove("d9", id0).code() == Code::kUnavailable);
+  CHECK(client->stats("d9").error().code() == Code::kUnavailable);
   CHECK(client->read("nope", id0, 0, past).code() == Code::kNotFound);
   CHECK_FALSE(client->writable("nope"));
   // Keep-alive: all of the above went over one pooled connection.
