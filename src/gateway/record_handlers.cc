@@ -92,8 +92,16 @@ std::string contentTypeOf(const RecordData& d, bool raw) {
   return "application/octet-stream";
 }
 
-bool truthy(std::optional<std::string_view> v) {
-  return v && (v->empty() || *v == "1" || *v == "true");
+// A flag of the query: absent, "0" or "false" (any case) is false; present bare, "1" or
+// "true" is true; anything else ("yes", a typo) is refused rather than read as false.
+S3Result<bool> queryFlag(const S3Request& req, std::string_view name) {
+  const auto v = req.queryValue(name);
+  if (!v) return false;
+  const std::string lower = asciiLower(*v);
+  if (lower.empty() || lower == "1" || lower == "true") return true;
+  if (lower == "0" || lower == "false") return false;
+  return s3fail(S3ErrorCode::kInvalidArgument,
+                fmt::format("{} must be true or false", name));
 }
 
 S3Result<size_t> maxRecordsOf(const S3Request& req, size_t dflt, size_t cap) {
@@ -123,7 +131,9 @@ S3Result<RecordSelector> selectorOf(const S3Request& req) {
   s.key = std::string(req.queryValue("key").value_or(""));
   s.container = std::string(req.queryValue("container").value_or(""));
   if (auto t = req.queryValue("type")) s.type = std::string(*t);
-  s.raw = truthy(req.queryValue("raw"));
+  auto raw = queryFlag(req, "raw");
+  if (!raw) return std::unexpected(raw.error());
+  s.raw = *raw;
   if (auto o = req.queryValue("offset")) {
     s.offset = parseDecimalU64(*o);
     if (!s.offset) {
@@ -211,7 +221,30 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
                                  BodySink& sink) {
   auto text = co_await readSmallBody(req, body, kMaxBatchGetBody);
   if (!text) co_return errorResponse(bodyError(text.error(), kMaxBatchGetBody), req, body);
-  Json j = Json::parse(*text, nullptr, false);
+  // Parsed on the pool (8 MiB of JSON takes a while), counting the values inside the
+  // top-level object's members as they are read: an 8 MiB body of `"a",` is two million
+  // entries, and those past the limit are dropped unbuilt.
+  bool too_many = false;
+  Json j = co_await offload(ctx.pool(), [&] {
+    size_t entries = 0;
+    return Json::parse(
+        *text,
+        [&](int depth, Json::parse_event_t event, Json&) {
+          if (depth != 2 || (event != Json::parse_event_t::value &&
+                             event != Json::parse_event_t::object_start &&
+                             event != Json::parse_event_t::array_start)) {
+            return true;
+          }
+          too_many = too_many || ++entries > kMaxBatchGet;
+          return !too_many;
+        },
+        /*allow_exceptions=*/false);
+  });
+  if (too_many) {
+    co_return errorResponse({S3ErrorCode::kInvalidArgument,
+                             fmt::format("At most {} records per batch.", kMaxBatchGet)},
+                            req);
+  }
   if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array()) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,
                              "The body must be a JSON object with a \"records\" array."},
@@ -226,12 +259,6 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   if (auto it = j.find("raw"); it != j.end()) {
     if (!it->is_boolean()) co_return errorResponse({S3ErrorCode::kInvalidArgument, "raw must be a boolean"}, req);
     raw = it->get<bool>();
-  }
-  // Counted before anything is built: an 8 MiB body of `"a",` is two million entries.
-  if (j["records"].size() > kMaxBatchGet) {
-    co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                             fmt::format("At most {} records per batch.", kMaxBatchGet)},
-                            req);
   }
   std::vector<RecordSelector> wanted;
   for (const Json& e : j["records"]) {

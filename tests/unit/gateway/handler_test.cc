@@ -3084,6 +3084,66 @@ TEST_CASE("A batch GET looks up a record asked for again only once, and answers 
   CHECK(counting->lists - before == 3);  // m0, m1, and m0 in shard.tar
 }
 
+TEST_CASE("The raw flag of a record request is true, false, or refused") {
+  // Python's requests writes True as "True": read as false, it gave the inflated record
+  // to a client that asked for the gzip member.
+  GatewayFixture f;
+  f.createBucket();
+  std::ifstream in(GRANARY_BOMB_WARC_GZ, std::ios::binary);
+  const std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(f.put("crawl.warc.gz", gz, {{"x-granary-index", "warc.gz"}}).status == 200);
+  auto head = [&f](const std::string& raw) {
+    return f.send(makeRequest(
+        "HEAD", "/bucket?record&key=http%3A%2F%2Fbomb.example%2F&type=resource" + raw));
+  };
+  for (const std::string raw : {"&raw", "&raw=1", "&raw=true", "&raw=True"}) {
+    INFO(raw);
+    Reply r = head(raw);
+    CHECK(r.status == 200);
+    CHECK(r.header("Content-Type") == "application/gzip");
+  }
+  for (const std::string raw : {"", "&raw=0", "&raw=FALSE"}) {
+    INFO(raw);
+    Reply r = head(raw);
+    CHECK(r.status == 200);
+    CHECK(r.header("Content-Type") == "application/warc");
+  }
+  CHECK(head("&raw=yes").status == 400);
+}
+
+TEST_CASE("A batch GET of more than 10,000 entries is refused, at any size") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("shard.tar", tarOf(2), {{"x-granary-index", "tar"}}).status == 200);
+  auto batchOf = [](size_t n) {
+    std::string out = R"({"records": [)";
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += ',';
+      out += R"("m0")";
+    }
+    return out + "]}";
+  };
+  auto send = [&f](const std::string& batch) {
+    return f.send(makeRequest("POST", "/bucket?records-batch", {}, sha256Hex(batch)), batch);
+  };
+  Reply limit = send(batchOf(10'000));
+  REQUIRE(limit.status == 200);
+  CHECK(batchHeads(limit.body).size() == 10'001);  // and the closing line
+  for (size_t n : {size_t{10'001}, size_t{1'500'000}}) {
+    Reply over = send(batchOf(n));
+    CHECK(over.status == 400);
+    CHECK(over.body.find("<Code>InvalidArgument</Code>") != std::string::npos);
+    CHECK(over.body.find("At most 10000 records per batch.") != std::string::npos);
+  }
+  // Objects count as entries too.
+  std::string objects = R"({"records": [)";
+  for (int i = 0; i < 10'001; ++i) {
+    if (i > 0) objects += ',';
+    objects += R"({"key": "m0"})";
+  }
+  CHECK(send(objects + "]}").status == 400);
+}
+
 TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
   // A Latin-1 tar member name: "key" alone (UTF-8, the byte replaced) could not name it
   // again, and a loader reading a shard in order stopped at it with a 404.
