@@ -378,6 +378,7 @@ Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& inde
   q.key = selector.key;
   q.container = selector.container;
   q.type = selector.type == "*" ? std::string() : selector.type;
+  q.offset = selector.offset;  // one row, looked up directly (checkOffset: with a container)
   q.limit = 1000;
   std::optional<index_kv::RecordLocation> newest;
   for (int pages = 0;; ++pages) {

@@ -368,6 +368,8 @@ const std::map<std::string, Op, std::less<>>& operations() {
          q.container = str(a, "container");
          q.type = str(a, "type");
          q.start_after = str(a, "start_after");
+         // (Absent from older gateways, which filter by offset themselves.)
+         if (a.contains("offset")) q.offset = a.at("offset").get<uint64_t>();
          q.limit = a.at("limit").get<size_t>();
          q.max_examined = a.at("max_examined").get<size_t>();
          return answer(x.listRecords(str(a, "bucket"), q), [](const RecordPage& p) {
@@ -690,6 +692,8 @@ class RemoteIndex final : public Index {
                  {"start_after", q.start_after},
                  {"limit", q.limit},
                  {"max_examined", q.max_examined}};
+    // An older service ignores it and lists every location: readers still filter.
+    if (q.offset) args["offset"] = *q.offset;
     return query("list_records", args, [](const Json& j) {
       return RecordPage{unlist<LocationCodec>(j.at("records")), j.at("truncated").get<bool>(),
                         j.at("next").get<std::string>()};

@@ -126,10 +126,13 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
     begin = std::string(bucket) + "/" + q.prefix;
   }
   const std::string end = prefixSuccessor(begin);
+  if (q.offset && (!q.key || q.container.empty())) {
+    return fail(Status::invalidArgument("a record offset needs its key and container"));
+  }
   const std::string bucket_prefix = std::string(bucket) + "/";
   const std::string start_after =
       q.start_after.empty() ? std::string() : bucket_prefix + q.start_after;
-  const std::string& seek = start_after > begin ? start_after : begin;
+  std::string seek = start_after > begin ? start_after : begin;
 
   Snapshot snap(db_.get());
   rocksdb::ReadOptions& options = snap.options();
@@ -159,11 +162,22 @@ Result<RecordPage> RocksIndex::listRecords(std::string_view bucket, const Record
     return &containers.emplace(std::string(name), c).first->second;
   };
 
+  std::string point;  // with an offset: the one row key it can be
+  if (q.offset) {
+    auto c = containerOf(q.container);
+    if (!c) return fail(c.error());
+    if ((*c)->set.isZero()) return RecordPage{};
+    point = recordRowKey(bucket, *q.key, q.container, (*c)->set, *q.offset);
+    if (point <= start_after) return RecordPage{};
+    seek = point;
+  }
+
   RecordPage page;
   size_t examined = 0;
   Status error;
   for (it->Seek(seek); it->Valid(); it->Next()) {
     std::string_view row_key = it->key().ToStringView();
+    if (!point.empty() && row_key != point) break;
     if (row_key == start_after) continue;
     if (page.records.size() >= q.limit || examined >= q.max_examined) {
       page.truncated = true;

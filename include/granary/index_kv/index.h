@@ -243,6 +243,9 @@ struct RecordQuery {
   std::string prefix;
   std::string container;   // only rows of this container (empty: any)
   std::string type;        // WARC rows must have this type (empty: any); untyped rows pass
+  // With `key` and `container`: only the row at this offset of the container's visible
+  // set, looked up directly (however many rows the key has there).
+  std::optional<uint64_t> offset;
   std::string start_after; // an opaque position from a previous page (RecordPage::next)
   size_t limit = 1000;
   size_t max_examined = 100000;  // rows looked at (visible or not) before a page ends early

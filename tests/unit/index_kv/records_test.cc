@@ -179,6 +179,49 @@ TEST_CASE("The type filter applies to typed (WARC) rows only") {
   CHECK(f.index->listRecords("b", q)->records.size() == 3);
 }
 
+TEST_CASE("An offset with its key and container looks up one row of the visible set") {
+  // 20,000 rows of one key in one container: a reader naming one by its offset got a
+  // refusal once the key's locations passed 10,000, and a batch of them scanned them all.
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId old_set = f.newVersion();
+  publish(f, "c.tar", old_set, makeRows("c.tar", old_set, 3));  // replaced below
+  const VersionId set = f.newVersion();
+  std::vector<RecordRow> rows = makeRows("c.tar", set, 20'000);
+  for (auto& r : rows) r.key = "same";
+  rows.push_back(makeRows("c.tar", set, 1, "", 5)[0]);  // "rec/00005", at offset 5000
+  rows.back().offset = 5000;
+  publish(f, "c.tar", set, rows);
+  publish(f, "d.tar", f.newVersion(), {});
+
+  RecordQuery q;
+  q.key = "same";
+  q.container = "c.tar";
+  q.offset = 7000;
+  auto page = f.index->listRecords("b", q);
+  REQUIRE(page.has_value());
+  REQUIRE(page->records.size() == 1);
+  CHECK(page->records[0].row == rows[7]);
+  CHECK_FALSE(page->truncated);
+  q.key = "rec/00005";  // shares offset 5000 with "same"
+  q.offset = 5000;
+  REQUIRE(f.index->listRecords("b", q)->records.size() == 1);
+  CHECK(f.index->listRecords("b", q)->records[0].row.key == "rec/00005");
+  q.offset = 0;  // "rec/00000" of the replaced set only
+  q.key = "rec/00000";
+  CHECK(f.index->listRecords("b", q)->records.empty());
+  q.key = "same";
+  q.offset = 7001;
+  CHECK(f.index->listRecords("b", q)->records.empty());
+  q.container = "d.tar";
+  q.offset = 0;
+  CHECK(f.index->listRecords("b", q)->records.empty());
+  q.container = "no-such.tar";
+  CHECK(f.index->listRecords("b", q)->records.empty());
+  q.container.clear();
+  CHECK(f.index->listRecords("b", q).error().code() == Status::Code::kInvalidArgument);
+}
+
 TEST_CASE("Overwriting or deleting a container hides its rows at once, GC removes them") {
   IndexFixture f;
   f.makeBucket("b");
