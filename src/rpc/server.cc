@@ -79,9 +79,8 @@ constexpr auto kRedirect = [](beast::error_code& ec) {
   return asio::redirect_error(asio::use_awaitable, ec);
 };
 
-// An unauthenticated request's body up to this size is read and dropped before the 403,
-// so that the client sees the answer rather than a connection reset.
-constexpr uint64_t kMaxDrainBytes = 64 << 10;  // body of a refused request read and dropped
+// How long the body of a refused request is read and dropped after the answer.
+constexpr std::chrono::seconds kRefusedDrain{5};
 constexpr size_t kSessionBufferBytes = 256 << 10;
 
 bool isQuietClose(const beast::error_code& ec) {
@@ -225,14 +224,11 @@ class ServerImpl final : public Server {
                         ? Status::invalidArgument("chunked request bodies are not supported")
                         : authenticate(req, length);
       if (!auth.isOk()) {
-        if (!expect_continue && length > 0 && length <= kMaxDrainBytes) {
-          // An unauthenticated peer trickling it must not hold the connection: 5 s in all.
-          std::vector<uint8_t> scratch(length);
-          co_await readBody(stream, buffer, head, scratch,
-                            std::chrono::steady_clock::now() + std::chrono::seconds(5));
-        }
         Reply refused = errorReply(auth);
-        co_await writeReply(stream, head_request, refused, false);
+        if (co_await writeReply(stream, head_request, refused, false) && !expect_continue &&
+            length > buffer.size()) {
+          co_await dropRefusedBody(stream, length - buffer.size());
+        }
         break;
       }
       // Memory for fast body reads only once a request proved it knows the secret (a
@@ -260,24 +256,34 @@ class ServerImpl final : public Server {
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
 
+  // The rest of a refused request's body, read and dropped (the answer sent, the send side
+  // shut) for up to kRefusedDrain: closing with it unread would reset the connection,
+  // and a client still sending would see a failed exchange (a server gone) instead of the
+  // refusal. An unauthenticated peer holds the connection no longer than that.
+  Task<void> dropRefusedBody(beast::tcp_stream& stream, uint64_t length) {
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    std::vector<uint8_t> scratch(64 << 10);
+    const auto deadline = std::chrono::steady_clock::now() + kRefusedDrain;
+    for (uint64_t dropped = 0; dropped < length;) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      stream.expires_after(left);
+      dropped += co_await stream.async_read_some(asio::buffer(scratch), kRedirect(ec));
+      if (ec) break;
+    }
+  }
+
   // Reads exactly out.size() body bytes (the Content-Length) into `out`. The I/O timeout
-  // bounds each read_some, i.e. a stall, not the whole transfer; `deadline`, when given,
-  // the whole transfer.
-  Task<bool> readBody(
-      beast::tcp_stream& stream, beast::flat_buffer& buffer,
-      http::request_parser<http::empty_body>& head, std::span<uint8_t> out,
-      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
+  // bounds each read_some, i.e. a stall, not the whole transfer.
+  Task<bool> readBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                      http::request_parser<http::empty_body>& head, std::span<uint8_t> out) {
     http::request_parser<http::buffer_body> parser{std::move(head)};
     auto& body = parser.get().body();
     body.data = out.data();
     body.size = out.size();
     while (!parser.is_done()) {
-      std::chrono::steady_clock::duration timeout = io_;
-      if (deadline) {
-        timeout = std::clamp<std::chrono::steady_clock::duration>(
-            *deadline - std::chrono::steady_clock::now(), {}, timeout);
-      }
-      stream.expires_after(timeout);
+      stream.expires_after(io_);
       beast::error_code ec;
       co_await http::async_read_some(stream, buffer, parser, kRedirect(ec));
       if (ec == http::error::need_buffer && body.size > 0) continue;
