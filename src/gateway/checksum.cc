@@ -176,6 +176,13 @@ S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req)
 std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
                                      const std::string& computed,
                                      const std::map<std::string, std::string>& trailers) {
+  // A trailer is the one checksum x-amz-trailer declared: another would go unchecked.
+  for (const auto& [name, value] : trailers) {
+    if (!want || want->expected || name != checksumHeader(want->algorithm)) {
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     "The trailing header " + name + " was not declared in x-amz-trailer."};
+    }
+  }
   if (!want) return std::nullopt;
   std::string expected;
   if (want->expected) {
@@ -187,6 +194,11 @@ std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
                      "The trailing checksum named by x-amz-trailer was not sent."};
     }
     expected = it->second;
+    auto raw = base64Decode(expected);
+    if (!raw || raw->size() != info(want->algorithm).bytes) {
+      return S3Error{S3ErrorCode::kInvalidRequest,
+                     "Value for " + it->first + " trailing header is invalid."};
+    }
   }
   if (expected == computed) return std::nullopt;
   return S3Error{S3ErrorCode::kBadDigest,

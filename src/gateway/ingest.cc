@@ -26,18 +26,25 @@ class PayloadStream {
   PayloadStream(BodySource& body, std::unique_ptr<AwsChunkedDecoder> decoder)
       : body_(body), decoder_(std::move(decoder)) {}
 
+  // The framing is read to the body's end (its Content-Length) before the payload counts
+  // as complete: whatever follows the final chunk is judged whole, however the bytes were
+  // split into reads (unsigned trailer lines may end without their blank line).
   Task<S3Result<size_t>> read(std::span<uint8_t> out) {
     if (!decoder_) co_return co_await body_.read(out);
     while (pos_ == pending_.size()) {
       pending_.clear();
       pos_ = 0;
-      if (decoder_->done()) co_return 0;
+      if (raw_ended_) co_return 0;
       raw_.resize(kRawReadSize);
       auto n = co_await body_.read({reinterpret_cast<uint8_t*>(raw_.data()), raw_.size()});
       if (!n) co_return std::unexpected(n.error());
       if (*n == 0) {
-        co_return s3fail(S3ErrorCode::kIncompleteBody,
-                         "The request body terminated unexpectedly");
+        if (!decoder_->done()) {
+          co_return s3fail(S3ErrorCode::kIncompleteBody,
+                           "The request body terminated unexpectedly");
+        }
+        raw_ended_ = true;
+        co_return 0;
       }
       auto fed = decoder_->feed(std::string_view(raw_.data(), *n), pending_);
       if (!fed) co_return std::unexpected(fed.error());
@@ -72,6 +79,7 @@ class PayloadStream {
   std::string raw_;
   std::string pending_;
   size_t pos_ = 0;
+  bool raw_ended_ = false;
 };
 
 struct PayloadMode {
@@ -79,10 +87,21 @@ struct PayloadMode {
   std::optional<std::string> expected_sha256;  // hex, for a signed single-chunk payload
 };
 
-S3Result<PayloadMode> payloadMode(const RequestAuth& auth) {
+S3Result<PayloadMode> payloadMode(const S3Request& req, const RequestAuth& auth) {
   PayloadMode mode;
   std::string_view hash = auth.info ? std::string_view(auth.info->payload_hash) : "";
-  if (hash.empty() || hash == "UNSIGNED-PAYLOAD") return mode;
+  if (hash.empty() || hash == "UNSIGNED-PAYLOAD") {
+    // Unsigned (anonymous, SigV2, a presigned URL): the header still says how the body is
+    // framed, and a body stored with its aws-chunked framing would be corrupt for good.
+    const std::string_view framing = req.header("x-amz-content-sha256").value_or("");
+    if (framing == "STREAMING-UNSIGNED-PAYLOAD-TRAILER") {
+      mode.decoder = std::make_unique<AwsChunkedDecoder>(std::nullopt, /*trailer=*/true);
+    } else if (framing.starts_with("STREAMING-")) {
+      return s3fail(S3ErrorCode::kInvalidRequest,
+                    "Signed aws-chunked payloads need a SigV4-signed Authorization header.");
+    }
+    return mode;
+  }
   bool signed_chunks = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" ||
                        hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
   bool trailer = hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" ||
@@ -242,7 +261,7 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
                                                             const IngestOptions& options) {
   using Outcome = std::expected<IngestResult, IngestFailure>;
   auto refuse = [](const S3Error& e) { return Outcome(std::unexpect, IngestFailure{e, false}); };
-  auto mode = payloadMode(auth);
+  auto mode = payloadMode(req, auth);
   if (!mode) co_return refuse(mode.error());
   const bool chunked = mode->decoder != nullptr;
   auto size = payloadSize(req, chunked, options.max_size);

@@ -186,6 +186,13 @@ S3Request makeRequest(std::string method, std::string target, HeaderList extra =
   return req;
 }
 
+// A bucket policy of one statement: anyone may do `action` on `resource` ("bucket/*").
+std::string publicPolicy(std::string_view action, std::string_view resource) {
+  return fmt::format(R"({{"Version":"2012-10-17","Statement":[{{"Effect":"Allow",)"
+                     R"("Principal":"*","Action":"{}","Resource":"arn:aws:s3:::{}"}}]}})",
+                     action, resource);
+}
+
 struct GatewayFixture {
   // `wrap`: an index the gateway uses in place of the cluster's (a ForwardingIndex over it
   // that fails or races some calls).
@@ -2189,11 +2196,9 @@ TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
 TEST_CASE("Only uploads take aws-chunked bodies: elsewhere their chunk signatures went unchecked") {
   GatewayFixture f;
   f.createBucket();
-  const std::string policy =
-      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
-      R"("Action":"s3:GetObject","Resource":"arn:aws:s3:::bucket/*"}]})";
-  for (const char* streaming : {"STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
-                                "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}) {
+  const std::string policy = publicPolicy("s3:GetObject", "bucket/*");
+  for (const char* streaming :
+       {"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}) {
     CAPTURE(streaming);
     // A plain body (no chunk framing, no chunk signatures) under a streaming hash.
     Reply r = f.send(makeRequest("PUT", "/bucket?policy",
@@ -2205,6 +2210,71 @@ TEST_CASE("Only uploads take aws-chunked bodies: elsewhere their chunk signature
     CHECK(r.code == "InvalidRequest");
     CHECK(f.get("/bucket?policy").code == "NoSuchBucketPolicy");
   }
+}
+
+TEST_CASE("An aws-chunked body is judged whole, however its bytes arrive") {
+  // The framing is read to the body's end: a second trailer value in a later read was
+  // dropped unread (200), the same bytes in one read refused.
+  GatewayFixture f;
+  f.createBucket();
+  auto put = [&f](const std::string& key, const std::string& body, size_t piece,
+                  bool declared = true) {
+    HeaderList h = {{"content-encoding", "aws-chunked"}, {"x-amz-decoded-content-length", "5"}};
+    if (declared) h.emplace_back("x-amz-trailer", "x-amz-checksum-crc32");
+    return f.send(makeRequest("PUT", "/bucket/" + key, h, "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+                  body, piece);
+  };
+  const std::string start = "5\r\nhello\r\n0\r\nx-amz-checksum-crc32:NhCmhg==\r\n";
+  for (size_t piece : {size_t{1}, size_t{7}, start.size(), size_t{1000}}) {
+    INFO(piece);
+    // Ending right after its trailer line (no blank line) is whole.
+    CHECK(put("a", start, piece).status == 200);
+    CHECK(put("b", start + "x-amz-checksum-crc32:AAAAAA==\r\n\r\n", piece).code ==
+          "InvalidRequest");
+    CHECK(put("c", start + "\r\nmore", piece).code == "InvalidRequest");
+  }
+  CHECK(f.get("/bucket/b").code == "NoSuchKey");
+  // A trailer that x-amz-trailer did not declare would go unchecked: refused.
+  const std::string sha = "x-amz-checksum-sha256:" + std::string(43, 'A') + "=\r\n";
+  CHECK(put("d", start + sha + "\r\n", 1000).code == "InvalidRequest");
+  CHECK(put("e", start + "\r\n", 1000, /*declared=*/false).code == "InvalidRequest");
+  // A malformed trailing value is InvalidRequest, a wrong one BadDigest.
+  CHECK(put("f", "5\r\nhello\r\n0\r\nx-amz-checksum-crc32:zz\r\n\r\n", 1000).code ==
+        "InvalidRequest");
+  CHECK(put("g", "5\r\nhello\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n", 1000).code ==
+        "BadDigest");
+  CHECK(f.get("/bucket/a").body == "hello");
+}
+
+TEST_CASE("An unsigned request's aws-chunked body is decoded, never stored framed") {
+  // Anonymous (or SigV2, or presigned): the signature says nothing of the payload, the
+  // x-amz-content-sha256 header still says how it is framed.
+  GatewayFixture f;
+  f.createBucket();
+  const std::string policy = publicPolicy("s3:PutObject", "bucket/*");
+  REQUIRE(f.send(makeRequest("PUT", "/bucket?policy", {}, sha256Hex(policy)), policy).status ==
+          204);
+  auto anonymous = [&f](const std::string& key, const std::string& hash,
+                        const std::string& body) {
+    S3Request req = makeRequest("PUT", "/bucket/" + key,
+                                {{"content-encoding", "aws-chunked"},
+                                 {"x-amz-decoded-content-length", "5"},
+                                 {"x-amz-trailer", "x-amz-checksum-crc32"}},
+                                hash);
+    req.content_length = body.size();
+    StringSource source(body, 3);
+    return f.send(req, source);
+  };
+  const std::string body = "5\r\nhello\r\n0\r\nx-amz-checksum-crc32:NhCmhg==\r\n\r\n";
+  CHECK(anonymous("anon", "STREAMING-UNSIGNED-PAYLOAD-TRAILER", body).status == 200);
+  CHECK(f.get("/bucket/anon").body == "hello");
+  CHECK(anonymous("wrong", "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+                  "5\r\nhello\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n")
+            .code == "BadDigest");
+  // Chunk signatures need the Authorization header's seed signature.
+  CHECK(anonymous("signed", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", body).code ==
+        "InvalidRequest");
+  CHECK(f.get("/bucket/signed").code == "NoSuchKey");
 }
 
 TEST_CASE("A Complete retried after it committed gets its answer again, and only then") {
@@ -2645,9 +2715,7 @@ TEST_CASE("A user's request to a bucket that does not exist is NoSuchBucket befo
   // another user while the body arrives must not get this user's policy, ACL or object.
   GatewayFixture f;
   TwoUsers users(f);
-  const std::string policy =
-      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
-      R"("Action":"s3:GetObject","Resource":"arn:aws:s3:::later/*"}]})";
+  const std::string policy = publicPolicy("s3:GetObject", "later/*");
   S3Request req = makeRequest("PUT", "/later?policy", {}, sha256Hex(policy));
   req.content_length = policy.size();
   sign(req, "bob-secret", "BOBACCESSKEY");
@@ -2708,9 +2776,7 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
     CHECK(source.hooked);
     return r;
   };
-  const std::string policy =
-      R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
-      R"("Action":"s3:GetObject","Resource":"arn:aws:s3:::mine/*"}]})";
+  const std::string policy = publicPolicy("s3:GetObject", "mine/*");
   CHECK(swapped("/mine?policy", policy).code == "NoSuchBucket");
   CHECK(users.as("alice", makeRequest("GET", "/mine?policy")).code == "NoSuchBucketPolicy");
   REQUIRE(users.as("alice", makeRequest("DELETE", "/mine")).status == 204);
@@ -2746,8 +2812,7 @@ TEST_CASE("A bucket deleted and created again by another user mid-request is not
   del.content_length = list.size();
   sign(del, "bob-secret", "BOBACCESSKEY");
   HookedSource del_source(list, [&] {
-    remake(R"({"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",)"
-           R"("Action":"s3:DeleteObject","Resource":"arn:aws:s3:::mine/*"}]})");
+    remake(publicPolicy("s3:DeleteObject", "mine/*"));
     plant();
   });
   CHECK(f.send(del, del_source).code == "NoSuchBucket");
