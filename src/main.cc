@@ -472,6 +472,12 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   }
   if (vm["gc-grace"].as<int>() < 0) die("--gc-grace must be >= 0 (seconds)");
   gopts.max_put_seconds = vm["orphan-grace"].as<int>() / 2;
+  if (vm["gc-grace"].as<int>() < gopts.max_put_seconds) {
+    // Allowed (space back sooner), but a copy may read its source that long.
+    log::warn("--gc-grace {} is shorter than the longest a copy may take ({} s, half of "
+              "--orphan-grace): a copy of an object replaced meanwhile can fail",
+              vm["gc-grace"].as<int>(), gopts.max_put_seconds);
+  }
   if (vm["max-connections"].as<int>() < 1) die("--max-connections must be >= 1");
   gopts.max_connections = static_cast<size_t>(vm["max-connections"].as<int>());
   if (vm["max-connections-per-address"].as<int>() < 0) {
