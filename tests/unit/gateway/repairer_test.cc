@@ -8,11 +8,13 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -199,6 +201,29 @@ TEST_CASE("Repair rebuilds a missing fragment from the others, a dry run only co
   f.checkFragments("healthy");
   CHECK(f.pass(true).fragments_missing == 0);
   CHECK(f.metric("rebuilt") == 2);
+}
+
+TEST_CASE("Background repair passes run only while this gateway leads them") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  REQUIRE(f.removeFragment(m, 1).isOk());
+  std::atomic<bool> leads{false};
+  RepairOptions options;
+  options.interval = std::chrono::seconds(1);
+  options.leading = [&leads] { return leads.load(); };
+  Repairer repairer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                    options);
+  repairer.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two passes were due
+  CHECK(f.metric("rebuilt") == 0);  // skipped: another gateway leads
+  leads = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (f.metric("rebuilt") == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  repairer.stop();
+  CHECK(f.metric("rebuilt") == 1);
+  f.checkFragments("k");
 }
 
 TEST_CASE("A repair whose commit outcome is unknown sends it again, and removes no copy") {
