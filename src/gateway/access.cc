@@ -82,6 +82,7 @@ struct Ask {
   std::string_view action = {};    // empty: only the owner may
   std::string_view also = {};      // a second action needed as well, or empty
   std::string_view resource = {};  // bucketArn or objectArn
+  std::string_view also_resource = {};  // `also` is asked of this (the bucket), not `resource`
   bool every_object = false;  // PolicyQuery::every_object
   bool read_only = false;     // a public-read ACL allows it whatever the query (copy source)
   bool any_key = false;       // asked again per key (DeleteObjects): pass if it may be allowed
@@ -127,7 +128,14 @@ std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& 
     if (!ask.action.empty()) {
       effect = policy->evaluate(policyQuery(req, ask.action, ask));
       if (!ask.also.empty() && effect != PolicyEffect::kDeny) {
-        const PolicyEffect second = policy->evaluate(policyQuery(req, ask.also, ask));
+        PolicyQuery also = policyQuery(req, ask.also, ask);
+        if (!ask.also_resource.empty()) {
+          also.resource = ask.also_resource;
+          also.every_object = false;
+          // Its own query's prefix is not an object key prefix.
+          also.prefix = also.delimiter = also.max_keys = std::nullopt;
+        }
+        const PolicyEffect second = policy->evaluate(also);
         if (second != PolicyEffect::kAllow) effect = second;  // both must allow
       }
     }
@@ -238,9 +246,10 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& re
     co_return co_await bucketAccess(ctx, req, req.bucket, Ask{}, &req.bucket_created_unix_nanos);
   }
   Ask ask = askOf(req, *a);
-  const std::string resource =
-      a->on == On::kObject ? objectArn(req.bucket, req.key) : bucketArn(req.bucket);
+  const std::string bucket = bucketArn(req.bucket);
+  const std::string resource = a->on == On::kObject ? objectArn(req.bucket, req.key) : bucket;
   ask.resource = resource;
+  if (a->also_of_bucket) ask.also_resource = bucket;
   co_return co_await bucketAccess(ctx, req, req.bucket, ask, &req.bucket_created_unix_nanos);
 }
 

@@ -252,9 +252,9 @@ std::optional<bool> actionOnObjects(std::string_view lower_action) {
     return !action.empty() && asciiLower(action) == lower_action;
   };
   for (const OperationAction& a : kActions) {
-    if (same(a.action) || same(a.also) || same(versionAction(a.action)) ||
-        same(versionAction(a.also))) {
-      return a.on != On::kBucket;
+    if (same(a.action) || same(versionAction(a.action))) return a.on != On::kBucket;
+    if (same(a.also) || same(versionAction(a.also))) {
+      return !a.also_of_bucket && a.on != On::kBucket;
     }
   }
   return std::nullopt;

@@ -19,6 +19,7 @@ struct OperationAction {
   std::string_view action;
   On on = On::kBucket;
   std::string_view also = {};  // a second action it needs as well (AWS's rule)
+  bool also_of_bucket = false;  // `also` is asked of the bucket itself, not of `on`
 };
 inline constexpr OperationAction kActions[] = {
     {"GetObject", "s3:GetObject", On::kObject},
@@ -42,7 +43,8 @@ inline constexpr OperationAction kActions[] = {
     {"PutRecordRows", "s3:PutObject", On::kObject},
     {"GetRecord", "s3:GetObject", On::kAllObjects},
     {"HeadRecord", "s3:GetObject", On::kAllObjects},
-    {"ListRecords", "s3:GetObject", On::kAllObjects},
+    // It names the bucket's containers (object keys), page after page: a listing too.
+    {"ListRecords", "s3:GetObject", On::kAllObjects, "s3:ListBucket", true},
     {"BatchGetRecords", "s3:GetObject", On::kAllObjects},
     {"ListObjects", "s3:ListBucket"},
     {"ListObjectsV2", "s3:ListBucket"},
