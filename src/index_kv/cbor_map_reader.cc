@@ -79,7 +79,6 @@ class Reader final : public nlohmann::json_sax<Json> {
     return other();
   }
   bool start_object(std::size_t) override {
-    if (frames_.size() >= kMaxCborDepth) return tooDeep();
     const Slot s = slot();
     switch (s.where) {
       case kRoot:
@@ -113,7 +112,6 @@ class Reader final : public nlohmann::json_sax<Json> {
     return other();
   }
   bool start_array(std::size_t) override {
-    if (frames_.size() >= kMaxCborDepth) return tooDeep();
     const Slot s = slot();
     if (s.where == kSkip) {
       frames_.push_back({Frame::kSkip, nullptr, nullptr});
@@ -209,10 +207,6 @@ class Reader final : public nlohmann::json_sax<Json> {
     }
     return fail("wrong type in field ", s.field);
   }
-  bool tooDeep() {
-    if (!error_) error_ = "CBOR nested too deep";
-    return false;
-  }
   bool fail(std::string_view why, const CborField* field) {
     if (!error_) error_ = std::string(why).append(field->name);
     return false;
@@ -227,38 +221,60 @@ class Reader final : public nlohmann::json_sax<Json> {
 
 }  // namespace
 
-// nlohmann's DOM builder (what from_cbor uses), with a depth count: the reader calls a
-// SAX handler's members by name, so these hide the base's.
-class DepthLimitedDom : public nlohmann::detail::json_sax_dom_parser<Json> {
- public:
-  using Base = nlohmann::detail::json_sax_dom_parser<Json>;
-  explicit DepthLimitedDom(Json& out) : Base(out, /*allow_exceptions=*/false) {}
-  bool start_object(std::size_t n) { return ++depth_ <= kMaxCborDepth && Base::start_object(n); }
-  bool end_object() {
-    --depth_;
-    return Base::end_object();
+bool cborShapeIsSafe(std::string_view value) {
+  // Items still to read in each open array or map, the whole value's one at the bottom.
+  std::vector<uint64_t> open = {1};
+  size_t at = 0;
+  while (!open.empty()) {
+    if (open.back() == 0) {
+      open.pop_back();
+      continue;
+    }
+    --open.back();
+    if (at == value.size()) return false;
+    const auto initial = static_cast<uint8_t>(value[at++]);
+    const int major = initial >> 5;
+    const int info = initial & 31;
+    uint64_t arg = static_cast<uint64_t>(info);
+    if (info >= 24) {
+      // 28-30 are reserved; 31 is an indefinite length (or a break), which to_cbor never
+      // writes and whose strings nlohmann reads by recursion no SAX handler sees.
+      if (info > 27) return false;
+      const size_t bytes = size_t{1} << (info - 24);
+      if (value.size() - at < bytes) return false;
+      arg = 0;
+      for (size_t i = 0; i < bytes; ++i) arg = arg << 8 | static_cast<uint8_t>(value[at++]);
+    }
+    switch (major) {
+      case 2:  // byte and text strings
+      case 3:
+        if (value.size() - at < arg) return false;
+        at += static_cast<size_t>(arg);
+        break;
+      case 4:  // arrays and maps: their items follow (a map's count is of pairs)
+      case 5:
+        if (open.size() > kMaxCborDepth) return false;
+        if (major == 5 && arg > UINT64_MAX / 2) return false;
+        open.push_back(major == 5 ? arg * 2 : arg);
+        break;
+      case 6:  // tags: to_cbor writes none, and from_cbor refuses them
+        return false;
+      default:  // integers, floats and simple values: nothing follows
+        break;
+    }
   }
-  bool start_array(std::size_t n) { return ++depth_ <= kMaxCborDepth && Base::start_array(n); }
-  bool end_array() {
-    --depth_;
-    return Base::end_array();
-  }
-
- private:
-  size_t depth_ = 0;
-};
+  return true;
+}
 
 Json parseCborDom(std::string_view value) {
-  Json out;
-  DepthLimitedDom dom(out);
-  const bool parsed = Json::sax_parse(value.begin(), value.end(), &dom,
-                                      Json::input_format_t::cbor, /*strict=*/true);
-  if (!parsed || dom.is_errored()) return Json(Json::value_t::discarded);
-  return out;
+  if (!cborShapeIsSafe(value)) return Json(Json::value_t::discarded);
+  return Json::from_cbor(value.begin(), value.end(), /*strict=*/true,
+                         /*allow_exceptions=*/false);
 }
 
 std::optional<std::string> readCborMap(std::string_view value, const CborSchema& schema,
                                        CborReceiver& receiver) {
+  if (!cborShapeIsSafe(value)) return "not CBOR as the index writes it (nested too deep?)";
   Reader reader(schema, receiver);
   const bool parsed = Json::sax_parse(value.begin(), value.end(), &reader,
                                       Json::input_format_t::cbor, /*strict=*/true);

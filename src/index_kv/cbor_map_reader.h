@@ -72,13 +72,17 @@ class CborReceiver {
 std::optional<std::string> readCborMap(std::string_view value, const CborSchema& schema,
                                        CborReceiver& receiver);
 
-// nlohmann's CBOR reader recurses once per level of nesting, so a value of 100,000 nested
-// arrays (100 KB) would overflow the stack: both readers here refuse nesting deeper than
-// this. The index's own values and the index API's bodies nest a few levels.
+// nlohmann's CBOR reader recurses once per level of nesting, and once per chunk of an
+// indefinite-length string nested in another, so a value of a million nested arrays or
+// strings (1 MB) overflows the stack. Both readers here first walk the value's shape
+// (iteratively) and refuse what nlohmann's to_cbor never writes: nesting deeper than
+// this, indefinite lengths, tags. The index's own values and the index API's bodies
+// nest a few levels.
 inline constexpr size_t kMaxCborDepth = 128;
+bool cborShapeIsSafe(std::string_view value);
 
 // `value` as a JSON DOM (as nlohmann::json::from_cbor, strict): discarded when it is not
-// CBOR or nests deeper than kMaxCborDepth.
+// CBOR or its shape is not safe (cborShapeIsSafe).
 nlohmann::json parseCborDom(std::string_view value);
 
 }  // namespace granary::index_kv

@@ -222,6 +222,22 @@ TEST_CASE("CBOR nested past the depth limit is refused, not a stack overflow") {
   std::string maps;
   for (int i = 0; i < 1'000'000; ++i) maps += "\xA1\x61x";
   CHECK(parseCborDom(maps + '\x00').is_discarded());
+  // Indefinite-length strings nested in each other: nlohmann recurses on each without a
+  // SAX event (0x7F text, 0x5F bytes; 0xFF ends one).
+  CHECK(parseCborDom(std::string(1'000'000, '\x7F')).is_discarded());
+  CHECK(parseCborDom(std::string(1'000'000, '\x5F')).is_discarded());
+  CHECK(decodeBucket("\xA1\x62zz" + std::string(1'000'000, '\x7F')).error().isCorruption());
+  CHECK(decodeManifest("\xA1\x62zz" + std::string(1'000'000, '\x5F')).error().isCorruption());
+  // Well-formed values of every kind still parse, as from_cbor reads them.
+  const nlohmann::json kinds = {{"u", 1}, {"n", -7}, {"f", 1.5}, {"s", "text"},
+                                {"b", nlohmann::json::binary({1, 2, 3})}, {"t", true},
+                                {"z", nullptr}, {"a", {1, {{"m", {2, 3}}}}},
+                                {"big", uint64_t{1} << 40}};
+  std::string kinds_cbor;
+  nlohmann::json::to_cbor(kinds, kinds_cbor);
+  CHECK(parseCborDom(kinds_cbor) == kinds);
+  CHECK(parseCborDom(kinds_cbor + "x").is_discarded());  // trailing bytes (strict)
+  CHECK(parseCborDom(kinds_cbor.substr(0, kinds_cbor.size() - 1)).is_discarded());
   // Both readers of stored values: the DOM one (a bucket) and the schema one (a
   // manifest), with the nesting in a field they do not know.
   const std::string deep_field = "\xA1\x62zz" + nestedArrays(1'000'000);
