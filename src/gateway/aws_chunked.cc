@@ -201,10 +201,12 @@ struct AwsChunkedDecoder::State {
 
   S3Result<void> trailerLine(std::string_view text) {
     if (text.empty()) {
-      if (!signing) {
+      if (!signing && trailers.empty()) {
         phase = Phase::kEnd;
         return {};
       }
+      // Unsigned trailer lines end with a blank line, and minio-go sends two (its
+      // Content-Length counts both): the body ends at its Content-Length.
       // Signed trailers end with the trailer signature; tolerate blank lines before it
       // (some clients put one after the final chunk, or before the signature line).
       if (++blank_trailer_lines > kMaxBlankTrailerLines) {
@@ -302,6 +304,10 @@ struct AwsChunkedDecoder::State {
           break;
         }
         case Phase::kTrailers: {
+          // After an unsigned trailer's blank line only more of them may come.
+          if (!signing && blank_trailer_lines > 0 && in.front() != '\r' && in.front() != '\n') {
+            return framing("data after the end of the body");
+          }
           std::string text;
           if (!takeLine(in, text)) {
             if (failed) {

@@ -232,6 +232,19 @@ TEST_CASE("aws-chunked decodes an unsigned body with a CRC32 trailer from every 
   d = decode(body.substr(0, body.size() - 2), std::nullopt, true);
   REQUIRE(d.ok);
   CHECK(d.done);
+  // minio-go ends its trailer with two blank lines (its Content-Length counts both), the
+  // trailer line with LF alone: whole, in any split; anything but blank lines after one
+  // is not.
+  const std::string minio = "9\r\n123456789\r\n3;ext=1\r\nabc\r\n0\r\n"
+                            "x-amz-checksum-crc32:y/Q5Jg==\n\r\n\r\n";
+  for (const std::vector<size_t>& pieces : {std::vector<size_t>{}, std::vector<size_t>{1}}) {
+    d = decode(minio, std::nullopt, true, pieces);
+    REQUIRE(d.ok);
+    CHECK(d.done);
+    CHECK(d.payload == "123456789abc");
+    CHECK(d.trailers.at("x-amz-checksum-crc32") == "y/Q5Jg==");
+    CHECK(decode(minio + "x", std::nullopt, true, pieces).code == S3ErrorCode::kInvalidRequest);
+  }
   // No trailers at all.
   d = decode("3\r\nabc\r\n0\r\n\r\n", std::nullopt, true);
   REQUIRE(d.ok);
