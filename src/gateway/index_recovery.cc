@@ -316,8 +316,10 @@ struct IndexCheckpointer::Impl {
   // a lost one must not prune the checkpoints that could restore it); removes every other
   // checkpoint blob (older ones, thin ones, failed attempts). A thin `made` (drives down)
   // so prunes no whole one, and thin ones do not pile up. While a drive does not answer
-  // its list, copies cannot be counted (a whole checkpoint would look thin): only the
-  // thin ones this checkpointer made before `made` go. Returns the blobs removed.
+  // its list, its copies cannot be counted (a whole checkpoint could look thin): only
+  // checkpoints seen whole on the drives that answer, and the thin ones this checkpointer
+  // made, go (a copy left on the silent drive goes with a later pruning). Returns the
+  // blobs removed.
   size_t prune(const VersionId& made) {
     auto index_created = index.createdUnixNanos();
     if (!index_created) {
@@ -325,12 +327,13 @@ struct IndexCheckpointer::Impl {
       return 0;
     }
     auto listed = listSystemBlobs(chunks, map, /*strict=*/true);
-    if (!listed) {
-      log::warn("checkpoint: pruning only the thin checkpoints made since: {}",
+    const bool every_drive = listed.has_value();
+    if (!every_drive) {
+      log::warn("checkpoint: pruning only checkpoints seen whole and thin ones made here: {}",
                 listed.error().toString());
-      return pruneThinMade(made);
     }
-    SystemBlobs blobs = std::move(*listed);
+    SystemBlobs blobs = every_drive ? std::move(*listed)
+                                    : std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
     std::map<VersionId, size_t, std::greater<>> complete;  // catalog copies
     for (const auto& [id, where] : blobs) {
       if (id.stripe == 0 && id.fragment == 0) complete[id.version] = where.size();
@@ -353,26 +356,12 @@ struct IndexCheckpointer::Impl {
     size_t removed = 0;
     for (const auto& [id, where] : blobs) {
       if (kept.contains(id.version) || id.version > made) continue;
+      if (!every_drive && !whole(id.version) && !thin_made.contains(id.version)) continue;
       for (const auto& [drive, len] : where) {
         if (chunks.remove(drive, id).isOk()) ++removed;
       }
     }
     std::erase_if(thin_made, [&kept](const VersionId& v) { return !kept.contains(v); });
-    return removed;
-  }
-
-  // The blobs of the thin checkpoints this checkpointer made before `made`, from the
-  // drives that answer (a copy left on a silent one goes with a later whole pruning).
-  size_t pruneThinMade(const VersionId& made) {
-    SystemBlobs blobs = std::move(*listSystemBlobs(chunks, map, /*strict=*/false));
-    size_t removed = 0;
-    for (const auto& [id, where] : blobs) {
-      if (id.version == made || !thin_made.contains(id.version)) continue;
-      for (const auto& [drive, len] : where) {
-        if (chunks.remove(drive, id).isOk()) ++removed;
-      }
-    }
-    std::erase_if(thin_made, [&made](const VersionId& v) { return v != made; });
     return removed;
   }
 

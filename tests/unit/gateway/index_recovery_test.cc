@@ -340,6 +340,19 @@ TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint")
   CHECK(thinner->removed > 0);
   CHECK(catalogCopies(whole->id) == 3);
   CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thinner->id});
+  // The other drives writable again, the silent one still silent: new checkpoints are
+  // whole on the drives that answer, and those beyond --checkpoint-keep go (they do not
+  // pile up while the drive stays silent); the one it may hold a copy of stays.
+  f.cluster.chunks->clearFaults();
+  f.cluster.chunks->failLists(silent, Status::unavailable("injected: silent"));
+  f.cluster.chunks->setReadOnly(silent);
+  std::optional<CheckpointInfo> last;
+  for (int i = 0; i < 3; ++i) {
+    f.cluster.clock.advance(1'000'000'000);
+    last = cp.runOnce().value();
+    CHECK(last->copies == 3);
+  }
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, last->id});
   f.checkWholeAgainPrunesTheRest(cp);
 }
 
