@@ -187,7 +187,8 @@ Ask askOf(const S3Request& req, const OperationAction& a) {
 // it, so that a client never writes to or reads from a bucket it did not mean. The owner's
 // ID is what ListBuckets and GetBucketAcl show (CredentialStore::ownerId): the user's
 // name, or for the root user an HMAC of its access key keyed by its secret (the key
-// itself, which it showed before, is still taken). A bucket that does not exist is the handler's to answer.
+// itself, which it showed before, is still taken). A bucket that does not exist is the
+// handler's to answer.
 Task<std::optional<S3Error>> expectedOwner(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view header) {
   auto expected = req.header(header);
