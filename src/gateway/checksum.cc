@@ -84,9 +84,16 @@ S3Result<std::optional<ChecksumAlgorithm>> sdkChecksumAlgorithm(const S3Request&
 
 namespace {
 
-std::optional<uint64_t> decodeCrc(ChecksumAlgorithm alg, const std::string& b64) {
+// A checksum value's bytes: base64 of exactly the algorithm's width, else nullopt.
+std::optional<std::vector<uint8_t>> checksumBytes(ChecksumAlgorithm alg, std::string_view b64) {
   auto raw = base64Decode(b64);
   if (!raw || raw->size() != info(alg).bytes) return std::nullopt;
+  return raw;
+}
+
+std::optional<uint64_t> decodeCrc(ChecksumAlgorithm alg, const std::string& b64) {
+  auto raw = checksumBytes(alg, b64);
+  if (!raw) return std::nullopt;
   uint64_t v = 0;
   for (uint8_t b : *raw) v = (v << 8) | b;
   return v;
@@ -105,8 +112,8 @@ std::optional<std::string> compositeChecksum(ChecksumAlgorithm alg,
                                              const std::vector<PartChecksum>& parts) {
   Checksummer sum(alg);
   for (const auto& p : parts) {
-    auto raw = base64Decode(p.value);
-    if (!raw || raw->size() != info(alg).bytes) return std::nullopt;
+    auto raw = checksumBytes(alg, p.value);
+    if (!raw) return std::nullopt;
     sum.update(std::span<const uint8_t>(*raw));
   }
   return sum.value() + "-" + std::to_string(parts.size());
@@ -150,8 +157,7 @@ S3Result<std::optional<ChecksumRequest>> requestedChecksum(const S3Request& req)
                     "Expecting a single x-amz-checksum- header. Multiple checksum Types are "
                     "not allowed.");
     }
-    auto raw = base64Decode(value);
-    if (!raw || raw->size() != info(*alg).bytes) {
+    if (!checksumBytes(*alg, value)) {
       return s3fail(S3ErrorCode::kInvalidRequest,
                     "Value for " + name + " header is invalid.");
     }
@@ -194,8 +200,7 @@ std::optional<S3Error> checkChecksum(const std::optional<ChecksumRequest>& want,
                      "The trailing checksum named by x-amz-trailer was not sent."};
     }
     expected = it->second;
-    auto raw = base64Decode(expected);
-    if (!raw || raw->size() != info(want->algorithm).bytes) {
+    if (!checksumBytes(want->algorithm, expected)) {
       return S3Error{S3ErrorCode::kInvalidRequest,
                      "Value for " + it->first + " trailing header is invalid."};
     }

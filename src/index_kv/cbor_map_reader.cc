@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <vector>
 
 namespace granary::index_kv {
@@ -222,15 +223,19 @@ class Reader final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 bool cborShapeIsSafe(std::string_view value) {
-  // Items still to read in each open array or map, the whole value's one at the bottom.
-  std::vector<uint64_t> open = {1};
+  // Items still to read in each open array or map, the whole value's one at the bottom
+  // (on the stack: this runs before every manifest decode).
+  std::array<uint64_t, kMaxCborDepth + 1> open;
+  size_t depth = 0;
+  open[0] = 1;
   size_t at = 0;
-  while (!open.empty()) {
-    if (open.back() == 0) {
-      open.pop_back();
+  while (true) {
+    if (open[depth] == 0) {
+      if (depth == 0) break;
+      --depth;
       continue;
     }
-    --open.back();
+    --open[depth];
     if (at == value.size()) return false;
     const auto initial = static_cast<uint8_t>(value[at++]);
     const int major = initial >> 5;
@@ -253,9 +258,9 @@ bool cborShapeIsSafe(std::string_view value) {
         break;
       case 4:  // arrays and maps: their items follow (a map's count is of pairs)
       case 5:
-        if (open.size() > kMaxCborDepth) return false;
+        if (depth == kMaxCborDepth) return false;
         if (major == 5 && arg > UINT64_MAX / 2) return false;
-        open.push_back(major == 5 ? arg * 2 : arg);
+        open[++depth] = major == 5 ? arg * 2 : arg;
         break;
       case 6:  // tags: to_cbor writes none, and from_cbor refuses them
         return false;

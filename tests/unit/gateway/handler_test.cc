@@ -3154,19 +3154,17 @@ TEST_CASE("Listing a bucket's records needs s3:ListBucket as well: it names cont
   // container's key, which ListObjects refused.
   GatewayFixture f;
   TwoUsers users(f);
-  auto as = [&](std::string_view who, S3Request req, const std::string& body = "") {
-    return users.as(who, std::move(req), body);
-  };
-  REQUIRE(as("alice", makeRequest("PUT", "/shared")).status == 200);
+  REQUIRE(users.as("alice", makeRequest("PUT", "/shared")).status == 200);
   const std::string tar = tarOf(3);
-  REQUIRE(as("alice",
-             makeRequest("PUT", "/shared/secret/shard.tar", {{"x-granary-index", "tar"}},
-                         sha256Hex(tar)),
-             tar)
+  REQUIRE(users
+              .as("alice",
+                  makeRequest("PUT", "/shared/secret/shard.tar", {{"x-granary-index", "tar"}},
+                              sha256Hex(tar)),
+                  tar)
               .status == 200);
   auto setPolicy = [&](const std::string& statements) {
     const std::string policy = R"({"Version":"2012-10-17","Statement":[)" + statements + "]}";
-    REQUIRE(as("alice", makeRequest("PUT", "/shared?policy", {}, sha256Hex(policy)), policy)
+    REQUIRE(users.as("alice", makeRequest("PUT", "/shared?policy", {}, sha256Hex(policy)), policy)
                 .status == 204);
   };
   const std::string reads =
@@ -3176,20 +3174,20 @@ TEST_CASE("Listing a bucket's records needs s3:ListBucket as well: it names cont
       R"({"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::000000000000:user/bob"},)"
       R"("Action":"s3:ListBucket","Resource":"arn:aws:s3:::shared"})";
   setPolicy(reads);
-  CHECK(as("bob", makeRequest("GET", "/shared?records")).code == "AccessDenied");
-  CHECK(as("bob", makeRequest("GET", "/shared?list-type=2")).code == "AccessDenied");
-  CHECK(as("bob", makeRequest("GET", "/shared?record&key=m0")).status == 200);  // a read
+  CHECK(users.as("bob", makeRequest("GET", "/shared?records")).code == "AccessDenied");
+  CHECK(users.as("bob", makeRequest("GET", "/shared?list-type=2")).code == "AccessDenied");
+  CHECK(users.as("bob", makeRequest("GET", "/shared?record&key=m0")).status == 200);  // a read
   setPolicy(reads + "," + lists);
-  Reply listed = as("bob", makeRequest("GET", "/shared?records"));
+  Reply listed = users.as("bob", makeRequest("GET", "/shared?records"));
   CHECK(listed.status == 200);
   CHECK(listed.body.find("secret/shard.tar") != std::string::npos);
   // A Deny of listing binds the owner too.
   setPolicy(reads + "," + lists +
             R"(,{"Effect":"Deny","Principal":"*","Action":"s3:ListBucket",)"
             R"("Resource":"arn:aws:s3:::shared"})");
-  CHECK(as("bob", makeRequest("GET", "/shared?records")).code == "AccessDenied");
-  CHECK(as("alice", makeRequest("GET", "/shared?records")).code == "AccessDenied");
-  CHECK(as("alice", makeRequest("GET", "/shared?record&key=m0")).status == 200);
+  CHECK(users.as("bob", makeRequest("GET", "/shared?records")).code == "AccessDenied");
+  CHECK(users.as("alice", makeRequest("GET", "/shared?records")).code == "AccessDenied");
+  CHECK(users.as("alice", makeRequest("GET", "/shared?record&key=m0")).status == 200);
 }
 
 TEST_CASE("The raw flag of a record request is true, false, or refused") {

@@ -162,6 +162,16 @@ struct RecoveryFixture {
     return present;
   }
 
+  // One object, then a checkpoint on m + 1 = 3 drives, with `cp`.
+  CheckpointInfo wholeCheckpoint(IndexCheckpointer& cp, uint64_t seed) {
+    put(index, "a", randomString(kStripe, seed));
+    cluster.clock.advance(1'000'000'000);
+    auto whole = cp.runOnce();
+    REQUIRE(whole.has_value());
+    REQUIRE(whole->copies == 3);
+    return *whole;
+  }
+
   // With the drives' faults cleared, the next checkpoint is whole and the only one left.
   void checkWholeAgainPrunesTheRest(IndexCheckpointer& cp) {
     cluster.chunks->clearFaults();
@@ -275,12 +285,8 @@ TEST_CASE("A checkpoint short of m + 1 copies prunes no whole one, and thin ones
   // that drive holding the only checkpoint; and while drives stay down, each interval's
   // thin checkpoint must not add to the last one's.
   RecoveryFixture f;
-  f.put(f.index, "a", randomString(kStripe, 2));
   auto cp = f.checkpointer(/*keep=*/1);
-  f.cluster.clock.advance(1'000'000'000);
-  auto whole = cp.runOnce();
-  REQUIRE(whole.has_value());
-  REQUIRE(whole->copies == 3);
+  const CheckpointInfo whole = f.wholeCheckpoint(cp, 2);
   for (size_t d = 1; d < f.cluster.map.drives.size(); ++d) {
     f.cluster.chunks->setReadOnly(f.cluster.map.drives[d].id);
   }
@@ -289,11 +295,11 @@ TEST_CASE("A checkpoint short of m + 1 copies prunes no whole one, and thin ones
   REQUIRE(thin.has_value());
   CHECK(thin->copies == 1);
   CHECK(thin->removed == 0);
-  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thin->id});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole.id, thin->id});
   f.cluster.clock.advance(1'000'000'000);
   auto thinner = cp.runOnce();
   REQUIRE(thinner.has_value());
-  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thinner->id});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole.id, thinner->id});
   f.checkWholeAgainPrunesTheRest(cp);
 }
 
@@ -301,12 +307,8 @@ TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint")
   // The silent drive's copies cannot be counted: the whole checkpoint would look thin
   // and go, leaving thin ones alone. Only the thin ones made since go.
   RecoveryFixture f;
-  f.put(f.index, "a", randomString(kStripe, 5));
   auto cp = f.checkpointer(/*keep=*/1);
-  f.cluster.clock.advance(1'000'000'000);
-  auto whole = cp.runOnce();
-  REQUIRE(whole.has_value());
-  REQUIRE(whole->copies == 3);
+  const CheckpointInfo whole = f.wholeCheckpoint(cp, 5);
   auto catalogCopies = [&f](const VersionId& v) {
     size_t n = 0;
     for (const auto& [drive, ids] : f.systemBlobs()) n += ids.contains(BlobId{v, 0, 0});
@@ -315,7 +317,7 @@ TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint")
   // One drive holding the whole checkpoint falls silent; one other drive stays writable.
   std::string silent;
   for (const auto& [drive, ids] : f.systemBlobs()) {
-    if (ids.contains(BlobId{whole->id, 0, 0})) silent = drive;
+    if (ids.contains(BlobId{whole.id, 0, 0})) silent = drive;
   }
   REQUIRE_FALSE(silent.empty());
   f.cluster.chunks->failLists(silent, Status::unavailable("injected: silent"));
@@ -333,13 +335,13 @@ TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint")
   REQUIRE(thin.has_value());
   CHECK(thin->copies == 1);
   CHECK(thin->removed == 0);
-  CHECK(catalogCopies(whole->id) == 3);
+  CHECK(catalogCopies(whole.id) == 3);
   f.cluster.clock.advance(1'000'000'000);
   auto thinner = cp.runOnce();
   REQUIRE(thinner.has_value());
   CHECK(thinner->removed > 0);
-  CHECK(catalogCopies(whole->id) == 3);
-  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, thinner->id});
+  CHECK(catalogCopies(whole.id) == 3);
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole.id, thinner->id});
   // The other drives writable again, the silent one still silent: new checkpoints are
   // whole on the drives that answer, and those beyond --checkpoint-keep go (they do not
   // pile up while the drive stays silent); the one it may hold a copy of stays.
@@ -352,7 +354,7 @@ TEST_CASE("While a drive does not answer, pruning keeps every whole checkpoint")
     last = cp.runOnce().value();
     CHECK(last->copies == 3);
   }
-  CHECK(f.checkpointVersions() == std::set<VersionId>{whole->id, last->id});
+  CHECK(f.checkpointVersions() == std::set<VersionId>{whole.id, last->id});
   f.checkWholeAgainPrunesTheRest(cp);
 }
 
