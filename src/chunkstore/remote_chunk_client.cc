@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "granary/common/clock.h"
 #include "granary/rpc/client.h"
@@ -33,7 +34,11 @@ struct RemoteChunkClient::Impl {
 
   Impl(std::map<std::string, std::string, std::less<>> d, std::string s,
        RemoteChunkClientOptions o, const Clock& c)
-      : drives(std::move(d)), options(o), clock(c), client(std::move(s), o, c) {}
+      : drives(std::move(d)),
+        max_refreshers(refresherLimit(drives)),
+        options(o),
+        clock(c),
+        client(std::move(s), o, c) {}
 
   ~Impl() {
     {
@@ -41,7 +46,7 @@ struct RemoteChunkClient::Impl {
       refresh_stop = true;
     }
     refresh_cv.notify_all();
-    if (refresher.joinable()) refresher.join();
+    for (auto& t : refreshers) t.join();
   }
 
   Endpoint& endpointState(std::string_view endpoint) {
@@ -92,9 +97,11 @@ struct RemoteChunkClient::Impl {
     return decodeDrives(answer->body);
   }
 
-  // Asks the background refresher for the endpoint's drive list unless a refresh is
+  // Asks the background refreshers for the endpoint's drive list unless a refresh is
   // pending or the list is fresh. Never waits on the network: writable() is called from
-  // placement on event-loop threads, and a hung server must not stall them.
+  // placement on event-loop threads, and a hung server must not stall them. Nor does a
+  // hung server hold up the others' lists: while every refresher is busy another starts,
+  // up to one per endpoint (at most kMaxRefreshers).
   void refreshDrives(std::string_view endpoint, Endpoint& cache) {
     int64_t now = clock.monotonicNanos();
     {
@@ -107,8 +114,17 @@ struct RemoteChunkClient::Impl {
     }
     std::lock_guard lock(refresh_mu);
     refresh_wanted.emplace(endpoint);
-    if (!refresher.joinable()) refresher = std::thread([this] { refreshLoop(); });
+    if (idle_refreshers < refresh_wanted.size() && refreshers.size() < max_refreshers) {
+      refreshers.emplace_back([this] { refreshLoop(); });
+      ++idle_refreshers;
+    }
     refresh_cv.notify_one();
+  }
+
+  static size_t refresherLimit(const std::map<std::string, std::string, std::less<>>& drives) {
+    std::set<std::string_view> endpoints;
+    for (const auto& [drive, endpoint] : drives) endpoints.insert(endpoint);
+    return std::min(endpoints.size(), kMaxRefreshers);
   }
 
   void refreshLoop() {
@@ -117,6 +133,7 @@ struct RemoteChunkClient::Impl {
       refresh_cv.wait(lock, [&] { return refresh_stop || !refresh_wanted.empty(); });
       if (refresh_stop) return;
       std::string endpoint = std::move(refresh_wanted.extract(refresh_wanted.begin()).value());
+      --idle_refreshers;
       lock.unlock();
       auto list = fetchDrives(endpoint);
       Endpoint& cache = endpointState(endpoint);
@@ -132,10 +149,14 @@ struct RemoteChunkClient::Impl {
         }
       }
       lock.lock();
+      ++idle_refreshers;
     }
   }
 
+  static constexpr size_t kMaxRefreshers = 16;
+
   const std::map<std::string, std::string, std::less<>> drives;
+  const size_t max_refreshers;
   const RemoteChunkClientOptions options;
   const Clock& clock;
   rpc::Client client;
@@ -146,7 +167,8 @@ struct RemoteChunkClient::Impl {
   std::condition_variable refresh_cv;
   std::set<std::string> refresh_wanted;  // endpoints whose drive list is wanted
   bool refresh_stop = false;
-  std::thread refresher;  // started on the first refresh; last member: joined first
+  size_t idle_refreshers = 0;  // started and waiting for work
+  std::vector<std::thread> refreshers;  // started as needed; last member: joined first
 };
 
 RemoteChunkClient::RemoteChunkClient(std::map<std::string, std::string, std::less<>> drives,

@@ -448,6 +448,24 @@ TEST_CASE("writable() follows the server's drive list, refreshed at most every i
   ::close(listener);
 }
 
+TEST_CASE("A hung chunk server does not hold up the other servers' drive lists") {
+  Cluster c;
+  auto [listener, hung_endpoint] = silentListener();
+  RemoteChunkClientOptions o;
+  o.io_timeout = 20s;
+  o.drive_list_refresh = 0ms;
+  RemoteChunkClient client({{"h0", hung_endpoint}, {"d1", c.endpoint()}}, kSecret, o, c.clock);
+  CHECK(client.writable("h0"));  // its list is asked for first, and never comes
+  std::this_thread::sleep_for(100ms);
+  c.scripted->setUnwritable("d1");
+  const auto deadline = std::chrono::steady_clock::now() + 5s;  // well under io_timeout
+  while (client.writable("d1") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK_FALSE(client.writable("d1"));
+  ::close(listener);  // the hung refresh fails now, so the client's destructor is quick
+}
+
 TEST_CASE("Every Status code crosses the wire unchanged, for every operation") {
   Cluster c;
   auto client = c.client();
