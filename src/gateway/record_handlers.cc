@@ -108,8 +108,10 @@ S3Result<size_t> maxRecordsOf(const S3Request& req, size_t dflt, size_t cap) {
   auto v = req.queryValue("max-records");
   if (!v) return dflt;
   const auto n = parseDecimalU64(*v);
-  if (!n) return s3fail(S3ErrorCode::kInvalidArgument, "max-records must be an integer");
-  return static_cast<size_t>(std::clamp<uint64_t>(*n, 1, cap));
+  if (!n || *n == 0) {
+    return s3fail(S3ErrorCode::kInvalidArgument, "max-records must be a positive integer");
+  }
+  return static_cast<size_t>(std::min<uint64_t>(*n, cap));
 }
 
 Task<std::optional<S3Error>> checkBucket(GatewayContext& ctx, const S3Request& req) {

@@ -3250,6 +3250,29 @@ TEST_CASE("A batch GET of more than 10,000 entries is refused, at any size") {
   CHECK(send(objects + "]}").status == 400);
 }
 
+TEST_CASE("max-records is a positive count: 0 is refused, past the cap it is the cap") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("shard.tar", tarOf({{"m0", "x"}, {"m1", "x"}, {"m2", "x"}}),
+                {{"x-granary-index", "tar"}})
+              .status == 200);
+  for (const std::string& target : {std::string("/bucket/shard.tar?records"),
+                                    std::string("/bucket?records")}) {
+    INFO(target);
+    for (const char* bad : {"0", "-1", "x", ""}) {
+      Reply r = f.get(target + "&max-records=" + bad);
+      CHECK(r.status == 400);
+      CHECK(r.code == "InvalidArgument");
+    }
+    Reply one = f.get(target + "&max-records=1");
+    REQUIRE(one.status == 200);
+    CHECK(nlohmann::json::parse(one.body)["records"].size() == 1);
+    Reply many = f.get(target + "&max-records=99999999999");
+    REQUIRE(many.status == 200);
+    CHECK(nlohmann::json::parse(many.body)["records"].size() == 3);
+  }
+}
+
 TEST_CASE("A record key that is not UTF-8 comes as key_b64 and is asked for by it") {
   // A Latin-1 tar member name: "key" alone (UTF-8, the byte replaced) could not name it
   // again, and a loader reading a shard in order stopped at it with a 404.
