@@ -66,8 +66,10 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
     if (!requested) co_return std::unexpected(requested.error());
     checksum = *requested;
   }
-  if (checksum_of == ChecksumHeaderOf::kBodyRequired && !*md5 &&
-      !(checksum && checksum->expected)) {
+  const bool required =
+      checksum_of == ChecksumHeaderOf::kBodyRequired ||
+      (checksum_of == ChecksumHeaderOf::kBodyUnlessSigned && req.signed_payload_hash.empty());
+  if (required && !*md5 && !(checksum && checksum->expected)) {
     co_return s3fail(S3ErrorCode::kInvalidRequest,
                      "Missing required header for this request: Content-MD5 OR "
                      "x-amz-checksum-*");
@@ -389,7 +391,7 @@ S3Result<bool> requestedAcl(const S3Request& req, std::string_view xml) {
 }  // namespace
 
 Task<S3Response> putBucketAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   S3Result<bool> public_read = requestedAcl(req, *xml);
   if (!public_read) co_return errorResponse(public_read.error(), req);
@@ -413,7 +415,7 @@ Task<S3Response> getObjectAcl(GatewayContext& ctx, const S3Request& req) {
 // (pipelines set `bucket-owner-full-control` on every upload); an ACL of its own is
 // NotImplemented.
 Task<S3Response> putObjectAcl(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   // The bucket's owner is every object's owner: these two are the private ACL.
   const auto canned = req.header("x-amz-acl");
@@ -450,7 +452,7 @@ Task<S3Response> getBucketLifecycle(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> putBucketLifecycle(GatewayContext& ctx, const S3Request& req,
                                     BodySource& body) {
-  auto xml = co_await readSmallBody(req, body, 1 << 20);
+  auto xml = co_await readSmallBody(req, body, 1 << 20, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   auto rules = parseLifecycleConfiguration(*xml);
   if (!rules) co_return errorResponse(rules.error(), req);
@@ -475,7 +477,7 @@ Task<S3Response> getBucketTagging(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> putBucketTagging(GatewayContext& ctx, const S3Request& req,
                                   BodySource& body) {
-  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   auto tags = parseTagging(*xml, kMaxBucketTags);
   if (!tags) co_return errorResponse(tags.error(), req);
@@ -522,7 +524,7 @@ Task<S3Response> getBucketCors(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> putBucketCors(GatewayContext& ctx, const S3Request& req, BodySource& body) {
   // S3's limit on a CORS configuration.
-  auto xml = co_await readSmallBody(req, body, 64 * 1024);
+  auto xml = co_await readSmallBody(req, body, 64 * 1024, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   auto rules = parseCorsConfiguration(*xml);
   if (!rules) co_return errorResponse(rules.error(), req);
@@ -557,7 +559,7 @@ Task<S3Response> getBucketPolicy(GatewayContext& ctx, const S3Request& req) {
 
 Task<S3Response> putBucketPolicy(GatewayContext& ctx, const S3Request& req, BodySource& body) {
   // Read past S3's 20 KB so that a larger policy is refused as one (MalformedPolicy).
-  auto text = co_await readSmallBody(req, body, 64 * 1024);
+  auto text = co_await readSmallBody(req, body, 64 * 1024, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!text) co_return errorResponse(text.error(), req, body);
   if (auto parsed = BucketPolicy::parse(*text, req.bucket, /*being_set=*/true); !parsed) {
     co_return errorResponse(parsed.error(), req);

@@ -298,12 +298,15 @@ S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 // (CompleteMultipartUpload). kBodyRequired: the body's, and the request must carry it or
 // Content-MD5 (DeleteObjects, as S3: where the signature does not cover the body, SigV2,
 // a presigned URL or UNSIGNED-PAYLOAD, the digest is what ties the body to the request).
-enum class ChecksumHeaderOf { kBody, kBodyRequired, kObject };
+// kBodyUnlessSigned: the same, except that a signed payload hash ties it already (the
+// settings that grant access or delete objects: policy, ACLs, CORS, lifecycle, tags; a
+// replayed request must not carry another body).
+enum class ChecksumHeaderOf { kBody, kBodyRequired, kBodyUnlessSigned, kObject };
 // Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
 // against what the request says of it: the signed payload hash (XAmzContentSHA256Mismatch),
 // Content-MD5 (InvalidDigest, BadDigest) and an x-amz-checksum-* header of the body
 // (InvalidRequest, BadDigest), each if the request has one (one of the last two required
-// with kBodyRequired: InvalidRequest).
+// with kBodyRequired, and kBodyUnlessSigned without a signed payload hash: InvalidRequest).
 Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
                                           ChecksumHeaderOf checksum = ChecksumHeaderOf::kBody);
 // The bucket's settings: from memory on the event loop when the index can answer without

@@ -45,7 +45,8 @@ Task<S3Response> getObjectTagging(GatewayContext& ctx, const S3Request& req) {
 }
 
 Task<S3Response> putObjectTagging(GatewayContext& ctx, const S3Request& req, BodySource& body) {
-  auto xml = co_await readSmallBody(req, body, kMaxTaggingBody);
+  auto xml =
+      co_await readSmallBody(req, body, kMaxTaggingBody, ChecksumHeaderOf::kBodyUnlessSigned);
   if (!xml) co_return errorResponse(xml.error(), req, body);
   auto tags = parseTagging(*xml);
   if (!tags) co_return errorResponse(tags.error(), req);

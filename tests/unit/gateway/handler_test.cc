@@ -1110,7 +1110,7 @@ TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already
   CHECK(f.get("/nobucket/obj?acl").code == "NoSuchBucket");
 
   auto putAcl = [&](const std::string& target, const char* canned) {
-    return f.send(makeRequest("PUT", target, {{"x-amz-acl", canned}}));
+    return f.send(makeRequest("PUT", target, {{"x-amz-acl", canned}}, sha256Hex("")));
   };
   // What the object already has: accepted, nothing changes.
   for (const char* same : {"private", "bucket-owner-full-control", "bucket-owner-read"}) {
@@ -1139,13 +1139,53 @@ TEST_CASE("Object ACLs are the bucket's: read, and set only to what they already
   CHECK(f.get("/bucket/obj").body == "data");  // never a PutObject
 }
 
+TEST_CASE("A setting's body not covered by the signature needs Content-MD5 or a checksum") {
+  // A policy, ACL, CORS, lifecycle or tag body sent with UNSIGNED-PAYLOAD (or SigV2, or a
+  // presigned URL) is tied to the request only by a digest: without one, a replayed
+  // request could carry another body, a lifecycle rule expiring the whole bucket.
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("obj", "data").status == 200);
+  const std::vector<std::pair<std::string, std::string>> settings = {
+      {"/bucket?policy", publicPolicy("s3:GetObject", "bucket/*")},
+      {"/bucket?cors",
+       "<CORSConfiguration><CORSRule><AllowedMethod>GET</AllowedMethod>"
+       "<AllowedOrigin>*</AllowedOrigin></CORSRule></CORSConfiguration>"},
+      {"/bucket?lifecycle",
+       "<LifecycleConfiguration><Rule><ID>r</ID><Filter><Prefix>tmp/</Prefix></Filter>"
+       "<Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>"
+       "</LifecycleConfiguration>"},
+      {"/bucket?tagging", "<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet>"
+                          "</Tagging>"},
+      {"/bucket/obj?tagging", "<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet>"
+                              "</Tagging>"},
+      {"/bucket?acl", ""}};
+  for (const auto& [target, body] : settings) {
+    INFO(target);
+    HeaderList acl;
+    if (target == "/bucket?acl") acl = {{"x-amz-acl", "private"}};
+    Reply bare = f.send(makeRequest("PUT", target, acl), body);
+    CHECK(bare.status == 400);
+    CHECK(bare.code == "InvalidRequest");
+    HeaderList md5 = acl;
+    md5.emplace_back("content-md5", md5Base64(body));
+    CHECK(f.send(makeRequest("PUT", target, md5), body).status / 100 == 2);
+    HeaderList sha = acl;
+    Digest d(Digest::Kind::kSha256);
+    d.update(body);
+    sha.emplace_back("x-amz-checksum-sha256", base64Encode(d.finish()));
+    CHECK(f.send(makeRequest("PUT", target, sha), body).status / 100 == 2);
+    CHECK(f.send(makeRequest("PUT", target, acl, sha256Hex(body)), body).status / 100 == 2);
+  }
+}
+
 TEST_CASE("The root user's owner ID is a keyed hash of its access key, never the key itself") {
   GatewayFixture f;
   f.createBucket();
   REQUIRE(f.put("obj", "data").status == 200);
   REQUIRE(f.send(makeRequest("POST", "/bucket/up?uploads")).status == 200);
-  REQUIRE(f.send(makeRequest("PUT", "/bucket?acl", {{"x-amz-acl", "public-read"}})).status ==
-          200);
+  REQUIRE(f.send(makeRequest("PUT", "/bucket?acl", {{"x-amz-acl", "public-read"}}, sha256Hex("")))
+              .status == 200);
   const std::string id = f.ctx->credentials.ownerId(kAccessKey);
   REQUIRE(id.size() == 64);
   CHECK(id != sha256Hex(kAccessKey));  // keyed: not found by hashing likely keys
