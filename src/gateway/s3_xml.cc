@@ -33,13 +33,82 @@ std::unexpected<S3Error> malformedXml() {
                 "published schema");
 }
 
+// A NUL in the body, raw or as a character reference (&#0;, &#x00;): not an XML
+// character, and pugixml would end the value there (<Prefix>&#0;tmp/</Prefix> would read
+// as the empty prefix, a lifecycle rule over the whole bucket).
+bool holdsNul(std::string_view body) {
+  if (body.find('\0') != std::string_view::npos) return true;
+  for (size_t at = body.find("&#"); at != std::string_view::npos; at = body.find("&#", at + 2)) {
+    size_t i = at + 2;
+    const bool hex = i < body.size() && (body[i] == 'x' || body[i] == 'X');
+    if (hex) ++i;
+    bool zero = true;
+    size_t digits = 0;
+    for (; i < body.size() && std::isxdigit(static_cast<unsigned char>(body[i])); ++i, ++digits) {
+      if (!hex && !std::isdigit(static_cast<unsigned char>(body[i]))) break;
+      if (body[i] != '0') zero = false;
+    }
+    if (digits > 0 && zero && i < body.size() && body[i] == ';') return true;
+  }
+  return false;
+}
+
+// The elements the parsers below read as values (their text), in every body they parse.
+bool isValueElement(std::string_view name) {
+  static const std::set<std::string_view> names = {
+      "AllowedHeader", "AllowedMethod", "AllowedOrigin", "Date", "DaysAfterInitiation", "Days",
+      "ETag", "ExpiredObjectDeleteMarker", "ExposeHeader", "ID", "Key", "LocationConstraint",
+      "MaxAgeSeconds", "MfaDelete", "NewerNoncurrentVersions", "NoncurrentDays",
+      "ObjectSizeGreaterThan", "ObjectSizeLessThan", "PartNumber", "Permission", "Prefix",
+      "Quiet", "Status", "URI", "Value", "VersionId"};
+  return names.contains(name) || name.starts_with("Checksum");
+}
+
+// Whether every element holds either elements or one text value, never text in pieces
+// (split by a comment, a processing instruction or CDATA) nor text beside elements, and
+// whether every value element holds no element: the parsers read a value as its
+// element's first piece of text, so <Prefix>logs<!---->/old/</Prefix> would read as
+// "logs" and <Prefix><Value>tmp/</Value></Prefix> as "", rules wider than written. S3's
+// schemas have no mixed content.
+bool valuesAreWhole(pugi::xml_document& doc) {
+  struct Walker : pugi::xml_tree_walker {
+    bool ok = true;
+    bool for_each(pugi::xml_node& node) override {
+      if (node.type() != pugi::node_element) return true;
+      int texts = 0;
+      int elements = 0;
+      for (pugi::xml_node c : node.children()) {
+        if (c.type() == pugi::node_pcdata || c.type() == pugi::node_cdata) ++texts;
+        if (c.type() == pugi::node_element) ++elements;
+      }
+      ok = texts <= 1 && (texts == 0 || elements == 0) &&
+           (elements == 0 || !isValueElement(node.name()));
+      return ok;
+    }
+  } walker;
+  doc.traverse(walker);
+  return walker.ok;
+}
+
+// Whether an element of `node` is named twice: the parsers below take the first, so a
+// second Filter, Prefix, Days or tag Key would otherwise be dropped unseen (S3: MalformedXML).
+bool repeatsAChild(pugi::xml_node node) {
+  std::set<std::string_view> seen;
+  for (pugi::xml_node child : node.children()) {
+    if (child.type() == pugi::node_element && !seen.insert(child.name()).second) return true;
+  }
+  return false;
+}
+
 // Parses `body` into `doc` and returns its root element named `name`, or MalformedXML.
 S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view body,
                                    const char* name) {
   // parse_ws_pcdata_single keeps a value that is only whitespace (<Key> </Key> names the
   // key " ", not "").
-  if (!doc.load_buffer(body.data(), body.size(),
-                       pugi::parse_default | pugi::parse_ws_pcdata_single, pugi::encoding_utf8)) {
+  if (holdsNul(body) ||
+      !doc.load_buffer(body.data(), body.size(), pugi::parse_default | pugi::parse_ws_pcdata_single,
+                       pugi::encoding_utf8) ||
+      !valuesAreWhole(doc)) {
     return malformedXml();
   }
   pugi::xml_node node = doc.child(name);
@@ -235,7 +304,7 @@ S3Result<TagSet> parseTagging(std::string_view body, size_t max_tags) {
   for (pugi::xml_node tag : set.children("Tag")) {
     pugi::xml_node key = tag.child("Key");
     pugi::xml_node value = tag.child("Value");
-    if (!key || !value) return malformedXml();
+    if (!key || !value || repeatsAChild(tag)) return malformedXml();
     auto added = addTag(tags, key.text().as_string(), value.text().as_string(),
                         S3ErrorCode::kInvalidTag, max_tags);
     if (!added) return std::unexpected(added.error());
@@ -575,7 +644,7 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
     return s3fail(S3ErrorCode::kInvalidRequest, std::move(message));
   };
   if (name == "Tag") {
-    if (!f.child("Key") || !f.child("Value")) return malformedXml();
+    if (!f.child("Key") || !f.child("Value") || repeatsAChild(f)) return malformedXml();
     auto added = addTag(rule.tags, f.child("Key").text().as_string(),
                         f.child("Value").text().as_string(), S3ErrorCode::kInvalidArgument,
                         kMaxLifecycleFilterTags);
@@ -594,16 +663,6 @@ S3Result<void> addLifecycleFilter(index_kv::LifecycleRule& rule, pugi::xml_node 
     return {};
   }
   return malformedXml();
-}
-
-// Whether an element of `node` is named twice: the parsers below take the first, so a
-// second Filter, Prefix or Days would otherwise be dropped unseen (S3: MalformedXML).
-bool repeatsAChild(pugi::xml_node node) {
-  std::set<std::string_view> seen;
-  for (pugi::xml_node child : node.children()) {
-    if (child.type() == pugi::node_element && !seen.insert(child.name()).second) return true;
-  }
-  return false;
 }
 
 S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
@@ -629,7 +688,9 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
     if (repeatsAChild(node.child(action))) return malformedXml();
   }
   rule.id = node.child("ID").text().as_string();
-  if (rule.id.size() > 255) return invalidArgument("ID length should not exceed allowed limit of 255");
+  if (utf8Characters(rule.id) > 255) {
+    return invalidArgument("ID length should not exceed allowed limit of 255");
+  }
   const std::string status = node.child("Status").text().as_string();
   if (status != "Enabled" && status != "Disabled") return malformedXml();
   rule.enabled = status == "Enabled";
@@ -678,8 +739,10 @@ S3Result<index_kv::LifecycleRule> parseLifecycleRule(pugi::xml_node node) {
       return s3fail(S3ErrorCode::kInvalidRequest,
                     "ObjectSizeGreaterThan must be less than ObjectSizeLessThan");
     }
+  } else if (pugi::xml_node prefix = node.child("Prefix")) {
+    rule.prefix = prefix.text().as_string();
   } else {
-    rule.prefix = node.child("Prefix").text().as_string();
+    return malformedXml();  // neither Filter nor Prefix: as S3, not the whole bucket
   }
   if (pugi::xml_node exp = node.child("Expiration")) {
     const bool has_days = exp.child("Days");

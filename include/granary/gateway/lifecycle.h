@@ -8,8 +8,8 @@
 //  - AbortIncompleteMultipartUpload: aborts uploads under a rule's prefix initiated at
 //    least `DaysAfterInitiation` ago; and, for every bucket, uploads older than
 //    `multipart_max_age` (the operator's backstop for clients that never clean up).
-// Unlike S3, a day is counted from the object's own time, not rounded up to the next
-// midnight UTC. start() runs a pass every `interval`; runOnce() runs one now.
+// As in S3, `Days` count from the object's time rounded up to the next midnight UTC.
+// start() runs a pass every `interval`; runOnce() runs one now.
 // Thread safety: one pass at a time (internally serialised).
 #pragma once
 

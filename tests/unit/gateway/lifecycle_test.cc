@@ -326,3 +326,79 @@ TEST_CASE("Lifecycle rules without an ID get one that no explicit ID took") {
   // Two explicit IDs alike are still refused.
   CHECK_FALSE(parseLifecycleConfiguration(configuration({"a", "a"})).has_value());
 }
+
+TEST_CASE("A value in pieces, beside elements or holding a NUL is MalformedXML") {
+  // Each parser reads a value as its element's first piece of text: a comment, CDATA or
+  // an element inside it, or a NUL, would have read a prefix shorter than written (a rule
+  // over more objects, even the whole bucket), or another key to delete.
+  auto rule = [](const std::string& prefix) {
+    return "<LifecycleConfiguration><Rule><ID>r</ID><Status>Enabled</Status><Filter><Prefix>" +
+           prefix + "</Prefix></Filter><Expiration><Days>1</Days></Expiration></Rule>" +
+           "</LifecycleConfiguration>";
+  };
+  for (const std::string& prefix :
+       std::vector<std::string>{"logs<!-- x -->/old/", "logs<?pi x?>/old/", "logs<![CDATA[/old/]]>",
+                                "<Value>tmp/</Value>", "tmp/<Value>x</Value>", "&#0;tmp/",
+                                "&#x00;tmp/", std::string("tmp/\0x", 6)}) {
+    INFO(prefix);
+    auto parsed = parseLifecycleConfiguration(rule(prefix));
+    REQUIRE_FALSE(parsed.has_value());
+    CHECK(parsed.error().code == S3ErrorCode::kMalformedXML);
+  }
+  auto days = parseLifecycleConfiguration(
+      "<LifecycleConfiguration><Rule><ID>r</ID><Status>Enabled</Status><Filter><Prefix>p"
+      "</Prefix></Filter><Expiration><Days>3<!---->65</Days></Expiration></Rule>"
+      "</LifecycleConfiguration>");
+  CHECK_FALSE(days.has_value());
+  auto del = parseDeleteObjects("<Delete><Object><Key>a<!---->b</Key></Object></Delete>");
+  REQUIRE_FALSE(del.has_value());
+  CHECK(del.error().code == S3ErrorCode::kMalformedXML);
+  // A value that is all CDATA, character references other than NUL, and whitespace
+  // between elements are still read whole.
+  for (const auto& [written, read] : std::vector<std::pair<std::string, std::string>>{
+           {"<![CDATA[a<b>/]]>", "a<b>/"}, {"a&#60;b&#x3E;/", "a<b>/"}, {"&#10;a", "\na"}}) {
+    INFO(written);
+    auto parsed = parseLifecycleConfiguration(rule(written));
+    REQUIRE(parsed.has_value());
+    CHECK((*parsed)[0].prefix == read);
+  }
+  auto spaced =
+      parseDeleteObjects("<Delete>\n  <Object>\n    <Key>a b</Key>\n  </Object>\n</Delete>");
+  REQUIRE(spaced.has_value());
+  REQUIRE(spaced->objects.size() == 1);
+  CHECK(spaced->objects[0].key == "a b");
+}
+
+TEST_CASE("Lifecycle rules: no Filter nor Prefix, IDs counted in characters, a Tag's Key twice") {
+  auto parse = [](const std::string& id, const std::string& filter) {
+    return parseLifecycleConfiguration("<LifecycleConfiguration><Rule><ID>" + id +
+                                       "</ID><Status>Enabled</Status>" + filter +
+                                       "<Expiration><Days>1</Days></Expiration></Rule>"
+                                       "</LifecycleConfiguration>");
+  };
+  // Neither Filter nor Prefix: S3 answers MalformedXML, and the rule must not cover every
+  // object unasked. An empty Filter or Prefix does.
+  auto none = parse("r", "");
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code == S3ErrorCode::kMalformedXML);
+  for (const char* everything : {"<Filter></Filter>", "<Prefix></Prefix>"}) {
+    auto all = parse("r", everything);
+    REQUIRE(all.has_value());
+    CHECK((*all)[0].prefix.empty());
+  }
+  std::string id;
+  for (int i = 0; i < 255; ++i) id += "\xc3\xa9";  // 255 characters, 510 bytes
+  CHECK(parse(id, "<Filter/>").has_value());
+  auto longer = parse(id + "e", "<Filter/>");
+  REQUIRE_FALSE(longer.has_value());
+  CHECK(longer.error().code == S3ErrorCode::kInvalidArgument);
+  auto two_keys =
+      parse("r", "<Filter><Tag><Key>a</Key><Key>b</Key><Value>v</Value></Tag></Filter>");
+  REQUIRE_FALSE(two_keys.has_value());
+  CHECK(two_keys.error().code == S3ErrorCode::kMalformedXML);
+  auto tagging = parseTagging(
+      "<Tagging><TagSet><Tag><Key>a</Key><Value>1</Value><Value>2</Value></Tag></TagSet>"
+      "</Tagging>");
+  REQUIRE_FALSE(tagging.has_value());
+  CHECK(tagging.error().code == S3ErrorCode::kMalformedXML);
+}
