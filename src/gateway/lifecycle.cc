@@ -1,6 +1,9 @@
 #include "granary/gateway/lifecycle.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "granary/common/clock.h"
 #include "granary/common/log.h"
@@ -42,10 +45,11 @@ void LifecycleJob::start() {
       log::warn("lifecycle pass failed: {}", stats.error().toString());
     } else if (stats->objects_expired > 0 || stats->uploads_aborted > 0 ||
                stats->objects_failed > 0 || stats->buckets_failed > 0) {
-      log::info("lifecycle: {} objects expired, {} uploads aborted, {} objects and {} "
-                "buckets failed",
-                stats->objects_expired, stats->uploads_aborted, stats->objects_failed,
-                stats->buckets_failed);
+      log::info(
+          "lifecycle: {} objects expired, {} uploads aborted, {} objects and {} "
+          "buckets failed",
+          stats->objects_expired, stats->uploads_aborted, stats->objects_failed,
+          stats->buckets_failed);
     }
   });
 }
@@ -96,9 +100,25 @@ Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
   // with its new rules (a few times at most; then the next pass).
   for (int start = 0; start < 3; ++start) {
     const std::vector<index_kv::LifecycleRule> rules = bucket.lifecycle;
+    // The rules with something to expire: every object under them once their date has
+    // come, else those their days have passed.
+    std::vector<const index_kv::LifecycleRule*> active;
+    for (const auto& rule : rules) {
+      const bool dated = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
+      if (rule.enabled && (dated || rule.expiration_days)) active.push_back(&rule);
+    }
+    // One listing per prefix no other active rule's prefix holds: a thousand rules over
+    // one prefix (or over the whole bucket) list it once, not a thousand times.
+    std::vector<std::string> prefixes;
+    for (const auto* rule : active) prefixes.push_back(rule->prefix);
+    std::sort(prefixes.begin(), prefixes.end());
+    std::vector<std::string> covering;
+    for (auto& p : prefixes) {
+      if (covering.empty() || !p.starts_with(covering.back())) covering.push_back(std::move(p));
+    }
     bool changed = false;
-    for (size_t r = 0; r < rules.size() && !changed; ++r) {
-      Status st = expireByRule(bucket, rules, rules[r], now, stats, changed);
+    for (size_t i = 0; i < covering.size() && !changed; ++i) {
+      Status st = expireUnder(bucket, rules, active, covering[i], now, stats, changed);
       if (!st.isOk()) return st;
     }
     if (!changed) return Status::ok();
@@ -106,16 +126,24 @@ Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
   return Status::ok();
 }
 
-Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
-                                  const std::vector<index_kv::LifecycleRule>& rules,
-                                  const index_kv::LifecycleRule& rule, int64_t now,
-                                  LifecycleStats& stats, bool& changed) {
-  if (!rule.enabled) return Status::ok();
-  // Every object under the rule once its date has come, else those its days have passed.
-  const bool all = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
-  if (!all && !rule.expiration_days) return Status::ok();
+Status LifecycleJob::expireUnder(index_kv::BucketInfo& bucket,
+                                 const std::vector<index_kv::LifecycleRule>& rules,
+                                 const std::vector<const index_kv::LifecycleRule*>& active,
+                                 const std::string& prefix, int64_t now, LifecycleStats& stats,
+                                 bool& changed) {
+  // Whether `rule` expires `object` going by the listing (its tags are read apart).
+  const auto due = [&](const index_kv::LifecycleRule& rule, const index_kv::ObjectSummary& object) {
+    if (!object.key.starts_with(rule.prefix)) return false;
+    const bool dated = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
+    if (!dated && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
+                                  options_.day_seconds)) {
+      return false;
+    }
+    return !(rule.size_greater_than && object.size <= *rule.size_greater_than) &&
+           !(rule.size_less_than && object.size >= *rule.size_less_than);
+  };
   index_kv::ListRequest list;
-  list.prefix = rule.prefix;
+  list.prefix = prefix;
   list.max_keys = options_.page_keys;
   for (;;) {
     if (thread_.stopping()) return Status::ok();
@@ -127,39 +155,41 @@ Status LifecycleJob::expireByRule(index_kv::BucketInfo& bucket,
     auto page = index_.listObjects(bucket.name, list);
     if (!page) return page.error();
     for (const index_kv::ObjectSummary& object : page->objects) {
-      if (!all && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
-                                  options_.day_seconds)) {
-        continue;
-      }
-      if ((rule.size_greater_than && object.size <= *rule.size_greater_than) ||
-          (rule.size_less_than && object.size >= *rule.size_less_than)) {
-        continue;
-      }
-      if (!rule.tags.empty()) {
-        // Tags are in the manifest, not the listing: read it for the objects left.
-        auto m = index_.getObject(bucket.name, object.key);
-        if (!m) {
-          // Gone meanwhile, or unreadable: kept, and the pass goes on (one bad manifest
-          // must not stop every later bucket's rules).
-          if (!m.error().isNotFound()) {
-            log::warn("lifecycle: {}/{} kept, its tags unreadable: {}", bucket.name,
-                      object.key, m.error().toString());
-          }
-          continue;
+      // The first rule that expires the object. Tags are in the manifest, not the
+      // listing: read once, for an object some tag rule is otherwise due on.
+      const index_kv::LifecycleRule* expiring = nullptr;
+      std::optional<Result<index_kv::Manifest>> manifest;
+      for (const auto* rule : active) {
+        if (!due(*rule, object)) continue;
+        if (rule->tags.empty()) {
+          expiring = rule;
+          break;
         }
-        if (m->version != object.version ||
-            !std::all_of(rule.tags.begin(), rule.tags.end(), [&](const auto& tag) {
+        if (!manifest) {
+          manifest = index_.getObject(bucket.name, object.key);
+          // Gone meanwhile, or unreadable: kept by the tag rules, and the pass goes on
+          // (one bad manifest must not stop every later bucket's rules).
+          if (!*manifest && !(*manifest).error().isNotFound()) {
+            log::warn("lifecycle: {}/{} kept by tag rules, its tags unreadable: {}", bucket.name,
+                      object.key, (*manifest).error().toString());
+          }
+        }
+        const auto& m = *manifest;
+        if (m && m->version == object.version &&
+            std::all_of(rule->tags.begin(), rule->tags.end(), [&](const auto& tag) {
               auto it = m->tags.find(tag.first);
               return it != m->tags.end() && it->second == tag.second;
             })) {
-          continue;
+          expiring = rule;
+          break;
         }
       }
+      if (!expiring) continue;
       if (options_.before_expire) options_.before_expire(bucket.name, object.key);
       // Conditional on the version seen, on the rule's tags, and on the bucket being the
       // one whose rules these are: an object overwritten, or whose matching tag was
       // removed, since it was read here is kept, and so is one of a bucket made again.
-      auto pre = index_kv::Precondition::mustMatch(object.version, rule.tags);
+      auto pre = index_kv::Precondition::mustMatch(object.version, expiring->tags);
       pre.bucket_created_unix_nanos = bucket.created_unix_nanos;
       auto deleted = index_.deleteObject(bucket.name, object.key, pre);
       if (deleted) {

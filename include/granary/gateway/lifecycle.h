@@ -69,12 +69,14 @@ class LifecycleJob {
   // `bucket` as the index has it now; kNotFound if it is gone or was made again since.
   Status refresh(index_kv::BucketInfo& bucket);
   Status expireObjects(index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
-  // One rule of `rules`; `changed` set (and the rule left) when the bucket's rules are no
-  // longer `rules`.
-  Status expireByRule(index_kv::BucketInfo& bucket,
-                      const std::vector<index_kv::LifecycleRule>& rules,
-                      const index_kv::LifecycleRule& rule, int64_t now, LifecycleStats& stats,
-                      bool& changed);
+  // The objects under `prefix`, each judged by every rule of `active` (those of `rules`
+  // due to expire something) whose prefix it has: one listing for all of them. `changed`
+  // set (and the listing left) when the bucket's rules are no longer `rules`.
+  Status expireUnder(index_kv::BucketInfo& bucket,
+                     const std::vector<index_kv::LifecycleRule>& rules,
+                     const std::vector<const index_kv::LifecycleRule*>& active,
+                     const std::string& prefix, int64_t now, LifecycleStats& stats,
+                     bool& changed);
   Status abortUploads(index_kv::BucketInfo& bucket, int64_t now, LifecycleStats& stats);
 
   index_kv::Index& index_;

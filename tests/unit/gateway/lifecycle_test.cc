@@ -402,3 +402,48 @@ TEST_CASE("Lifecycle rules: no Filter nor Prefix, IDs counted in characters, a T
   REQUIRE_FALSE(tagging.has_value());
   CHECK(tagging.error().code == S3ErrorCode::kMalformedXML);
 }
+
+TEST_CASE("A bucket's lifecycle rules share one listing of the prefixes they cover") {
+  // A thousand rules over one prefix used to list it a thousand times each pass.
+  struct CountingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<index_kv::ListResult> listObjects(std::string_view bucket,
+                                             const index_kv::ListRequest& req) override {
+      prefixes_listed.push_back(req.prefix);
+      return target_.listObjects(bucket, req);
+    }
+    std::vector<std::string> prefixes_listed;
+  };
+  LifecycleFixture f;
+  std::vector<index_kv::LifecycleRule> rules;
+  for (int i = 0; i < 300; ++i) {
+    auto rule = expireAfter(100000, i % 2 ? "logs/" : "");
+    rule.id = "never-" + std::to_string(i);
+    rules.push_back(rule);
+  }
+  auto tagged = expireAfter(1, "logs/");
+  tagged.id = "tagged";
+  tagged.tags = {{"t", "1"}};
+  rules.push_back(tagged);
+  auto other = expireAfter(1, "tmp/");
+  other.id = "tmp";
+  rules.push_back(other);
+  f.setRules(rules);
+  f.put("logs/a", 1, {{"t", "1"}});
+  f.put("logs/b", 1);
+  f.put("tmp/c", 1);
+  f.put("keep", 1);
+  f.clock.advance(kDay * kSecond);
+  CountingIndex counting(*f.index);
+  CHECK(f.pass({}, &counting).objects_expired == 2);
+  CHECK(f.keys() == std::set<std::string>{"keep", "logs/b"});
+  CHECK(counting.prefixes_listed == std::vector<std::string>{""});  // "" holds the others
+  // Without the rules over the whole bucket: one listing per prefix.
+  f.setRules({tagged, other});
+  f.put("logs/d", 1, {{"t", "1"}});
+  f.put("tmp/e", 1);
+  f.clock.advance(kDay * kSecond);
+  counting.prefixes_listed.clear();
+  CHECK(f.pass({}, &counting).objects_expired == 2);
+  CHECK(counting.prefixes_listed == std::vector<std::string>{"logs/", "tmp/"});
+}
