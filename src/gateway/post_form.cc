@@ -341,7 +341,9 @@ S3Result<void> verifyPostSignature(const AuthInfo& auth, std::string_view policy
   } else {
     expected = signV2(secret, policy);
   }
-  if (expected.size() == auth.signature.size() &&
+  // An empty expected signature is a signing failure (signV2 returns one): it matches
+  // nothing, not even an empty signature field.
+  if (!expected.empty() && expected.size() == auth.signature.size() &&
       CRYPTO_memcmp(expected.data(), auth.signature.data(), expected.size()) == 0) {
     if (auth.version == 4) keys.remember(secret, auth.date, auth.region, auth.service, key);
     return {};
@@ -367,6 +369,12 @@ S3Result<PostPolicy> parsePostPolicy(std::string_view json) {
     return std::unexpected(invalidPolicy("Policy missing conditions."));
   }
   for (const nlohmann::json& c : *conditions) {
+    // No condition holds an array or an object: refused before dump(), which recurses
+    // once per level (a policy nested 30,000 deep fits in a form's 64 KiB).
+    if (c.is_structured() &&
+        std::any_of(c.begin(), c.end(), [](const nlohmann::json& v) { return v.is_structured(); })) {
+      return std::unexpected(invalidPolicy("Invalid condition: it holds an array or object."));
+    }
     PostPolicyCondition cond;
     cond.text = c.dump();
     if (c.is_object()) {

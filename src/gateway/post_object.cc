@@ -253,7 +253,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   // The form up to the file's first byte, kMaxFormHead bytes at most, within the time a
   // request head has (--idle-timeout): nothing is authenticated yet, and a client
   // trickling its fields (a byte a minute) must not keep its connection for longer than
-  // one trickling its head. The file then has the upload's own deadline.
+  // one trickling its head. The file then has an upload's deadline (--max-put-seconds).
   body.setDeadline(std::chrono::steady_clock::now() +
                    std::chrono::seconds(ctx.options.idle_timeout_seconds));
   std::string buf;
@@ -364,6 +364,10 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   if (auto denied = co_await authorizeRequest(ctx, *put, "PutObject")) {
     co_return errorResponse(*denied, req, body);
   }
+  // The form is signed and allowed: from here on the body has an upload's time, not a
+  // request head's (a small file is read whole below, under no later deadline).
+  body.setDeadline(std::chrono::steady_clock::now() +
+                   std::chrono::seconds(ctx.options.max_put_seconds));
 
   // The file: in memory if it ends within what is read ahead (what follows it is then
   // ignored, as S3 ignores fields after the file), else streamed, its size taken from the

@@ -207,6 +207,35 @@ def test_an_anonymous_form_trickling_its_fields_is_cut_off(hserver, hs3):
     assert healthy(hserver)
 
 
+def test_a_signed_form_whose_small_file_comes_slowly_is_stored(hserver, hs3):
+    # Once its fields are read and its policy allows it, a form has an upload's time
+    # (--max-put-seconds), not a request head's (--idle-timeout 2): a small file sent in
+    # pieces over 4 s (each within --io-timeout 2) is stored.
+    post = hs3.generate_presigned_post("hardening", "slow-form", ExpiresIn=300)
+    data = os.urandom(4096)
+    parts = [(k.encode(), v.encode()) for k, v in post["fields"].items()]
+    body = b""
+    for name, value in parts:
+        body += (b"--bnd\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n" % name
+                 + value + b"\r\n")
+    body += b'--bnd\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n\r\n'
+    head = (b"POST /hardening HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: multipart/form-data; boundary=bnd\r\n"
+            b"Content-Length: %d\r\n\r\n" % (len(body) + len(data) + len(b"\r\n--bnd--\r\n")))
+    s = socket.create_connection(addr(hserver), timeout=20)
+    try:
+        s.sendall(head + body + data[:1024])
+        for i in range(1, 4):
+            time.sleep(1.3)
+            s.sendall(data[i * 1024:(i + 1) * 1024])
+        s.sendall(b"\r\n--bnd--\r\n")
+        out = s.recv(65536)
+    finally:
+        s.close()
+    assert out.startswith(b"HTTP/1.1 204"), out[:400]
+    assert hs3.get_object(Bucket="hardening", Key="slow-form")["Body"].read() == data
+
+
 def test_a_transfer_encoding_other_than_chunked_is_refused_not_smuggled(hserver):
     # Without a length Beast would read no body, and the body's bytes would be taken for
     # the next request. One 400, and the connection closes.

@@ -187,6 +187,8 @@ TEST_CASE("verifyPostSignature: the policy's HMAC with the scope's signing key, 
   v2.signature = signV2("secret", policy);
   CHECK(verifyPostSignature(v2, policy, "secret", keys).has_value());
   CHECK_FALSE(verifyPostSignature(v2, policy, "other", keys).has_value());
+  v2.signature.clear();  // an empty field matches nothing (were signing to fail: "" too)
+  CHECK_FALSE(verifyPostSignature(v2, policy, "secret", keys).has_value());
 }
 
 TEST_CASE("parsePostPolicy reads S3's condition forms and refuses others") {
@@ -222,6 +224,13 @@ TEST_CASE("parsePostPolicy reads S3's condition forms and refuses others") {
     REQUIRE_FALSE(r.has_value());
     CHECK(r.error().code == S3ErrorCode::kInvalidPolicyDocument);
   }
+  // A condition nested 200,000 deep: refused, never written out level by level (a
+  // recursion that deep overflows a thread's stack).
+  const std::string deep = R"({"expiration": "2024-05-02T00:00:00Z", "conditions": [["eq", )" +
+                           std::string(200'000, '[') + std::string(200'000, ']') + "]]}";
+  auto nested = parsePostPolicy(deep);
+  REQUIRE_FALSE(nested.has_value());
+  CHECK(nested.error().code == S3ErrorCode::kInvalidPolicyDocument);
 }
 
 TEST_CASE("checkPostPolicy: expiry, every condition, and no field left unnamed") {
