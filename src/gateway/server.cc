@@ -714,7 +714,32 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
         ctx.metrics.requestFinished();
       }
     } in_flight{ctx};
-    S3Response res = co_await handleRequest(ctx, req, body, sink, op);
+    S3Response res;
+    std::string failure;  // what a handler threw (std::bad_alloc, a library's error)
+    try {
+      res = co_await handleRequest(ctx, req, body, sink, op);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "an exception of unknown type";
+    }
+    if (!failure.empty()) {
+      // Answered and counted as the 500 it is, in the metrics and the access log, unless
+      // part of a body is out already: then the connection is reset, the client seeing a
+      // cut transfer, never a second answer inside the first.
+      log::error("{} {} ({}) failed: {}", req.method, req.target, req.request_id, failure);
+      res = errorResponse({S3ErrorCode::kInternalError,
+                           "We encountered an internal error. Please try again."},
+                          req);
+      res.close = true;
+      if (sink.bytes() > 0) {
+        account(req, op, res.status, body.bytes(), sink.bytes(), started);
+        beast::error_code ec;
+        tcpLayer(stream).socket().set_option(asio::socket_base::linger(true, 0), ec);
+        tcpLayer(stream).socket().close(ec);
+        co_return false;
+      }
+    }
 
     // A body never invited may or may not come (a client may send it after waiting a
     // while): the connection cannot tell what follows, so it closes. One invited and not

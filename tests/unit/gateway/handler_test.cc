@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <exception>
@@ -3662,6 +3665,64 @@ TEST_CASE("POST Object refuses a large file the form's delimiter cuts short, not
       CHECK(f.blobCount() == blobs);
     }
   }
+}
+
+TEST_CASE("A request whose handler throws is answered 500 InternalError and counted") {
+  // An exception out of a handler (std::bad_alloc, a library's error) ended the whole
+  // connection: no answer, no metric, no access-log line.
+  struct ThrowingIndex final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<index_kv::BucketInfo> getBucket(std::string_view name) override {
+      if (name == "boom") throw std::runtime_error("injected");
+      return target_.getBucket(name);
+    }
+    std::optional<Result<index_kv::BucketInfo>> getBucketFromMemory(
+        std::string_view name) override {
+      if (name == "boom") throw std::runtime_error("injected");
+      return target_.getBucketFromMemory(name);
+    }
+  };
+  TestCluster cluster;
+  ThrowingIndex index(cluster.index());
+  SeededRandom random{5};
+  prometheus::Registry registry;
+  WorkerPool pool{2, "gw-throw"};
+  GatewayOptions options;
+  options.listen_port = 0;
+  options.event_loops = 1;
+  auto server = GatewayServer::create(
+      options, GatewayDeps{cluster.map, *cluster.chunks, index, cluster.clock, random, pool, pool,
+                           registry, RootUser{kAccessKey, kSecret}});
+  REQUIRE(server.has_value());
+  std::thread runner([&] { (*server)->run(); });
+  auto exchange = [&](const std::string& request) {
+    asio::io_context io;
+    asio::ip::tcp::socket s(io);
+    s.connect({asio::ip::make_address("127.0.0.1"), (*server)->port()});
+    asio::write(s, asio::buffer(request));
+    std::string out;
+    boost::system::error_code ec;
+    asio::read(s, asio::dynamic_buffer(out), ec);  // to the close
+    return out;
+  };
+  const std::string failed = exchange("GET /boom/k HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  CHECK(failed.starts_with("HTTP/1.1 500"));
+  CHECK(failed.find("<Code>InternalError</Code>") != std::string::npos);
+  // The server goes on serving.
+  CHECK(exchange("GET /_granary/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .starts_with("HTTP/1.1 200"));
+  (*server)->stop();
+  runner.join();
+  double counted = 0;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "granary_s3_requests_total") continue;
+    for (const auto& m : family.metric) {
+      for (const auto& l : m.label) {
+        if (l.name == "status" && l.value == "500") counted += m.counter.value;
+      }
+    }
+  }
+  CHECK(counted == 1);
 }
 
 }  // namespace
