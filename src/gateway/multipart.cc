@@ -235,7 +235,8 @@ std::optional<S3Error> checkClaimedObject(const S3Request& req, const index_kv::
   }
   const auto alg = checksumFromName(m.checksum.algorithm);
   if (!alg || m.checksum.value.empty()) return std::nullopt;
-  if (auto type = req.header("x-amz-checksum-type"); type && *type != m.checksum.type) {
+  if (auto type = req.header("x-amz-checksum-type");
+      type && !asciiIEquals(*type, m.checksum.type)) {
     return S3Error{S3ErrorCode::kInvalidRequest,
                    fmt::format("The upload was created using the {} checksum mode. The "
                                "complete request must use the same checksum mode.",

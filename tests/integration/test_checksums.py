@@ -278,8 +278,14 @@ def test_complete_checks_the_whole_objects_claimed_checksum_and_size(s3, bucket)
         assert e.value.response["Error"]["Code"] == code, headers
         with pytest.raises(botocore.exceptions.ClientError):
             s3.head_object(Bucket=bucket, Key="mp")
+    # A type other than the upload's is refused; the upload's in any case is not (Create
+    # takes it in any case too).
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        complete({"x-amz-checksum-type": "COMPOSITE"})
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
     done = complete({"x-amz-checksum-crc32": b64("CRC32", whole),
-                     "x-amz-mp-object-size": str(len(whole))})
+                     "x-amz-mp-object-size": str(len(whole)),
+                     "x-amz-checksum-type": "full_object"})
     assert done["ChecksumCRC32"] == b64("CRC32", whole)
     assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == whole
 
