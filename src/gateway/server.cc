@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -25,6 +26,8 @@
 #include <optional>
 #include <thread>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "asio.h"
 #include "granary/common/strings.h"
@@ -449,20 +452,36 @@ class BeastBodySink final : public BodySink {
   uint64_t bytes_ = 0;
 };
 
-// The access log: one JSON object per line, written with one fwrite under a lock.
+// The access log: one JSON object per line. The event loops only queue their lines; a
+// thread of its own writes them out, a batch at a time, so that a slow disk or a stalled
+// pipe (--access-log - read by a collector that stops) never holds up a request. While
+// kMaxPending bytes wait, further lines are dropped and counted (a warning in the server
+// log says how many). On exit, what is queued is written before the file closes.
 class AccessLog {
  public:
   explicit AccessLog(const std::string& path) {
     if (path.empty()) return;
     if (path == "-") {
       file_ = stderr;
-      return;
+    } else {
+      file_ = std::fopen(path.c_str(), "a");
+      owned_ = file_ != nullptr;
+      if (!file_) {
+        opened_ = Status::fromErrno(errno, "opening the access log " + path);
+        return;
+      }
     }
-    file_ = std::fopen(path.c_str(), "a");
-    owned_ = file_ != nullptr;
-    if (!file_) opened_ = Status::fromErrno(errno, "opening the access log " + path);
+    writer_ = std::thread([this] { writeLoop(); });
   }
   ~AccessLog() {
+    if (writer_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_one();
+      writer_.join();
+    }
     if (owned_) std::fclose(file_);
   }
   AccessLog(const AccessLog&) = delete;
@@ -487,16 +506,52 @@ class AccessLog {
                         {"latency_ms", seconds * 1000.0}};
     // Keys are client input: replace invalid UTF-8 rather than throw.
     std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    std::lock_guard lock(mu_);
-    std::fwrite(line.data(), 1, line.size(), file_);
-    std::fflush(file_);
+    {
+      std::lock_guard lock(mu_);
+      if (pending_bytes_ + line.size() > kMaxPending) {
+        ++dropped_;
+        return;
+      }
+      pending_bytes_ += line.size();
+      pending_.push_back(std::move(line));
+    }
+    cv_.notify_one();
   }
 
  private:
+  static constexpr size_t kMaxPending = 64 << 20;
+
+  void writeLoop() {
+    std::vector<std::string> batch;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty() || dropped_ > 0; });
+      batch.swap(pending_);
+      pending_bytes_ = 0;
+      const uint64_t dropped = std::exchange(dropped_, 0);
+      const bool stopping = stop_;
+      lock.unlock();
+      for (const std::string& line : batch) std::fwrite(line.data(), 1, line.size(), file_);
+      std::fflush(file_);
+      batch.clear();
+      if (dropped > 0) {
+        log::warn("access log: {} lines dropped, the log could not keep up", dropped);
+      }
+      lock.lock();
+      if (stopping && pending_.empty()) return;
+    }
+  }
+
   std::FILE* file_ = nullptr;
   bool owned_ = false;
   Status opened_;
   std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> pending_;  // guarded by mu_
+  size_t pending_bytes_ = 0;          // guarded by mu_
+  uint64_t dropped_ = 0;              // guarded by mu_
+  bool stop_ = false;                 // guarded by mu_
+  std::thread writer_;                // last: started once the rest is set up
 };
 
 template <class Stream>

@@ -110,8 +110,15 @@ def test_oversized_request_head_is_431_class_error_and_server_lives(hserver, hs3
     # And the host's id (x-amz-id-2, <HostId>), as AWS gives them.
     host_id = re.search(rb"x-amz-id-2: ([0-9a-f]{64})\r\n", out, re.I).group(1)
     assert b"<HostId>" + host_id + b"</HostId>" in out
-    log = open(hserver.data_dir.rstrip("/") + ".access.log").read()
-    line = next(json.loads(x) for x in log.splitlines() if request_id.decode() in x)
+    # The log's own thread writes the line: it may come just after the answer.
+    deadline = time.time() + 10
+    while True:
+        log = open(hserver.data_dir.rstrip("/") + ".access.log").read()
+        found = [json.loads(x) for x in log.splitlines() if request_id.decode() in x]
+        if found or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    line = found[0]
     assert line["op"] == "BadRequest" and line["status"] == 400 and line["bytes_out"] > 0
     assert healthy(hserver)
 

@@ -10,6 +10,29 @@ import requests
 from conftest import Server, metric_value
 
 
+def test_a_stalled_access_log_holds_up_no_request(granary_bin, tmp_data, tmp_path):
+    # The log is a FIFO whose reader never reads: once the pipe's buffer (64 KiB, a few
+    # hundred lines) is full, a write to it blocks. Requests must go on regardless (the
+    # lines past the log's queue are dropped and counted), and the server still stops.
+    fifo = str(tmp_path / "access.fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
+    srv = Server(tmp_data, extra_args=["--access-log", fifo]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="stalled-log")
+        start = time.time()
+        session = requests.Session()
+        for _ in range(2000):  # ~300 KB of lines: well past the pipe's buffer
+            r = session.get(srv.endpoint + "/_granary/health", timeout=10)
+            assert r.status_code == 200
+        s3.put_object(Bucket="stalled-log", Key="k", Body=b"still served")
+        assert s3.get_object(Bucket="stalled-log", Key="k")["Body"].read() == b"still served"
+        assert time.time() - start < 120
+    finally:
+        os.close(reader)  # the blocked write fails (EPIPE), and the server can stop
+        srv.stop()
+
 def test_access_log_has_one_json_line_per_request(granary_bin, tmp_data, tmp_path):
     log_path = str(tmp_path / "access.log")
     srv = Server(tmp_data, extra_args=["--access-log", log_path]).start()
