@@ -44,13 +44,15 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                      .Add({})),
       degraded_stripes_(prometheus::BuildCounter()
                             .Name("granary_degraded_stripes_total")
-                            .Help("Stripes read back by decoding from parity")
+                            .Help("Stripes read back by decoding from parity (hedged ones "
+                                  "included)")
                             .Register(registry)
                             .Add({})),
       hedged_stripes_(prometheus::BuildCounter()
                           .Name("granary_hedged_stripes_total")
                           .Help("Stripes decoded from parity because a data fragment read "
-                                "was slower than the hedging delay")
+                                "was slower than the hedging delay (each also counted in "
+                                "granary_degraded_stripes_total)")
                           .Register(registry)
                           .Add({})),
       sent_from_cache_(prometheus::BuildCounter()

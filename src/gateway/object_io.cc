@@ -678,12 +678,14 @@ Task<std::optional<Status>> hedgeStripeRead(DataPath& dp, const index_kv::Manife
   // A second slice buffer, charged: with the budget spent, the fast reads are waited for.
   BufferBudget::Lease extra = dp.budget().tryAcquire(r.length);
   if (!extra.held()) co_return std::nullopt;
-  dp.counters().hedged_stripes.Increment();
   auto fast = r.out;
   r.out = std::make_shared<AlignedBytes>(r.length);
   r.hedge_lease = std::move(extra);
   Status st = co_await decodeStripe(dp, m, r, slow, failed);
-  if (st.isOk()) co_return st;
+  if (st.isOk()) {
+    dp.counters().hedged_stripes.Increment();  // decoded: counted once it is
+    co_return st;
+  }
   log::warn("stripe {} of {}: hedged decode failed ({}); waiting for the data fragments",
             r.layout->blob_stripe, m.version.toHex(), st.toString());
   r.out = std::move(fast);
