@@ -298,9 +298,9 @@ S3Response jsonResponse(const nlohmann::json& j, int indent = -1);
 // (CompleteMultipartUpload). kBodyRequired: the body's, and the request must carry it or
 // Content-MD5 (DeleteObjects, as S3: where the signature does not cover the body, SigV2,
 // a presigned URL or UNSIGNED-PAYLOAD, the digest is what ties the body to the request).
-// kBodyUnlessSigned: the same, except that a signed payload hash ties it already (the
-// settings that grant access or delete objects: policy, ACLs, CORS, lifecycle, tags; a
-// replayed request must not carry another body).
+// kBodyUnlessSigned: the same, except that a signed payload hash ties it already, and an
+// empty body needs none (the settings that grant access or delete objects: policy, ACLs,
+// CORS, lifecycle, tags; a replayed request must not carry another body).
 enum class ChecksumHeaderOf { kBody, kBodyRequired, kBodyUnlessSigned, kObject };
 // Reads the whole (small) request body, refusing more than `limit` bytes, and checks it
 // against what the request says of it: the signed payload hash (XAmzContentSHA256Mismatch),

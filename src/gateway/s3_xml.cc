@@ -33,22 +33,31 @@ std::unexpected<S3Error> malformedXml() {
                 "published schema");
 }
 
-// A NUL in the body, raw or as a character reference (&#0;, &#x00;): not an XML
-// character, and pugixml would end the value there (<Prefix>&#0;tmp/</Prefix> would read
-// as the empty prefix, a lifecycle rule over the whole bucket).
+// A NUL in the body, raw or as a character reference (&#0;, &#x00;), or a reference past
+// U+10FFFF: none is an XML character, and pugixml would end the value at the NUL
+// (<Prefix>&#0;tmp/</Prefix> would read as the empty prefix, a lifecycle rule over the
+// whole bucket). It adds a reference's digits up in 32 bits, so &#x100000000; is a NUL
+// too: the value is kept here in 64 bits, capped.
 bool holdsNul(std::string_view body) {
   if (body.find('\0') != std::string_view::npos) return true;
   for (size_t at = body.find("&#"); at != std::string_view::npos; at = body.find("&#", at + 2)) {
     size_t i = at + 2;
     const bool hex = i < body.size() && (body[i] == 'x' || body[i] == 'X');
     if (hex) ++i;
-    bool zero = true;
+    uint64_t value = 0;
     size_t digits = 0;
-    for (; i < body.size() && std::isxdigit(static_cast<unsigned char>(body[i])); ++i, ++digits) {
-      if (!hex && !std::isdigit(static_cast<unsigned char>(body[i]))) break;
-      if (body[i] != '0') zero = false;
+    for (; i < body.size(); ++i, ++digits) {
+      const char c = body[i];
+      int d = -1;
+      if (c >= '0' && c <= '9') d = c - '0';
+      if (hex && c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      if (hex && c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      if (d < 0) break;
+      value = std::min<uint64_t>(value * (hex ? 16 : 10) + d, uint64_t{1} << 32);
     }
-    if (digits > 0 && zero && i < body.size() && body[i] == ';') return true;
+    if (digits > 0 && i < body.size() && body[i] == ';' && (value == 0 || value > 0x10FFFF)) {
+      return true;
+    }
   }
   return false;
 }

@@ -284,8 +284,12 @@ class BeastBodySink final : public BodySink {
       });
     }
     if (ec) co_return Status::internal("serialising the response head: " + ec.message());
+    head_written_ = true;
     co_return Status::ok();
   }
+
+  // Whether a head was written (held back or sent) and not withdrawn.
+  bool headWritten() const { return head_written_; }
 
   // A body write may be a whole stripe slice (MiBs): it goes in pieces, each with the
   // timeout, which is for a client making no progress: one reading slowly but steadily
@@ -359,6 +363,7 @@ class BeastBodySink final : public BodySink {
     // head_ is emptied by every attempt to send it, sent or not.
     if (head_.empty() || bytes_ > 0) return false;
     head_.clear();
+    head_written_ = false;
     chunked_ = false;
     if (closes_) {  // the answer that replaces it ends as any other
       beast::error_code ec;
@@ -449,14 +454,17 @@ class BeastBodySink final : public BodySink {
   bool chunked_ = false;
   bool closes_ = false;
   std::string head_;  // a serialised head not sent yet
+  bool head_written_ = false;
   uint64_t bytes_ = 0;
 };
 
 // The access log: one JSON object per line. The event loops only queue their lines; a
 // thread of its own writes them out, a batch at a time, so that a slow disk or a stalled
-// pipe (--access-log - read by a collector that stops) never holds up a request. While
-// kMaxPending bytes wait, further lines are dropped and counted (a warning in the server
-// log says how many). On exit, what is queued is written before the file closes.
+// reader (a FIFO never read) never holds up a request. While kMaxPending bytes wait (beyond the
+// batch being written), further lines are dropped and counted (a warning in the server
+// log says how many, once the writer gets on). On exit, what is queued is written
+// before the file closes. With --access-log -, the server's own log shares the stream:
+// a stalled reader holds up whatever logs a line, as it would without an access log.
 class AccessLog {
  public:
   explicit AccessLog(const std::string& path) {
@@ -780,14 +788,15 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     }
     if (!failure.empty()) {
       // Answered and counted as the 500 it is, in the metrics and the access log, unless
-      // part of a body is out already: then the connection is reset, the client seeing a
-      // cut transfer, never a second answer inside the first.
+      // a head is out already: then the connection is reset, the client seeing a cut
+      // transfer, never a second answer inside the first. (An exception in work sent to
+      // the worker pool is not caught here: it ends the process.)
       log::error("{} {} ({}) failed: {}", req.method, req.target, req.request_id, failure);
       res = errorResponse({S3ErrorCode::kInternalError,
                            "We encountered an internal error. Please try again."},
                           req);
       res.close = true;
-      if (sink.bytes() > 0) {
+      if (sink.headWritten() && !sink.withdrawHead()) {
         account(req, op, res.status, body.bytes(), sink.bytes(), started);
         beast::error_code ec;
         tcpLayer(stream).socket().set_option(asio::socket_base::linger(true, 0), ec);

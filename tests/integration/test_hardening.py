@@ -217,7 +217,7 @@ def test_an_anonymous_form_trickling_its_fields_is_cut_off(hserver, hs3):
 def test_a_signed_form_whose_small_file_comes_slowly_is_stored(hserver, hs3):
     # Once its fields are read and its policy allows it, a form has an upload's time
     # (--max-put-seconds), not a request head's (--idle-timeout 2): a small file sent in
-    # pieces over 4 s (each within --io-timeout 2) is stored.
+    # pieces over 4.2 s (each within --io-timeout 2) is stored.
     post = hs3.generate_presigned_post("hardening", "slow-form", ExpiresIn=300)
     data = os.urandom(4096)
     parts = [(k.encode(), v.encode()) for k, v in post["fields"].items()]
@@ -231,10 +231,10 @@ def test_a_signed_form_whose_small_file_comes_slowly_is_stored(hserver, hs3):
             b"Content-Length: %d\r\n\r\n" % (len(body) + len(data) + len(b"\r\n--bnd--\r\n")))
     s = socket.create_connection(addr(hserver), timeout=20)
     try:
-        s.sendall(head + body + data[:1024])
-        for i in range(1, 4):
-            time.sleep(1.3)
-            s.sendall(data[i * 1024:(i + 1) * 1024])
+        s.sendall(head + body + data[:512])
+        for i in range(1, 8):  # 7 gaps of 0.6 s: 4.2 s in all, each well under 2 s
+            time.sleep(0.6)
+            s.sendall(data[i * 512:(i + 1) * 512])
         s.sendall(b"\r\n--bnd--\r\n")
         out = s.recv(65536)
     finally:

@@ -1162,14 +1162,22 @@ TEST_CASE("A setting's body not covered by the signature needs Content-MD5 or a 
                           "</Tagging>"},
       {"/bucket/obj?tagging", "<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet>"
                               "</Tagging>"},
-      {"/bucket?acl", ""}};
+      {"/bucket?acl", ""},
+      {"/bucket?acl",
+       "<AccessControlPolicy><AccessControlList><Grant><Grantee><ID>x</ID></Grantee>"
+       "<Permission>FULL_CONTROL</Permission></Grant></AccessControlList>"
+       "</AccessControlPolicy>"}};
   for (const auto& [target, body] : settings) {
     INFO(target);
     HeaderList acl;
-    if (target == "/bucket?acl") acl = {{"x-amz-acl", "private"}};
+    if (target == "/bucket?acl" && body.empty()) acl = {{"x-amz-acl", "private"}};
     Reply bare = f.send(makeRequest("PUT", target, acl), body);
-    CHECK(bare.status == 400);
-    CHECK(bare.code == "InvalidRequest");
+    if (body.empty()) {
+      CHECK(bare.status == 200);  // a canned ACL: no body to tie
+    } else {
+      CHECK(bare.status == 400);
+      CHECK(bare.code == "InvalidRequest");
+    }
     HeaderList md5 = acl;
     md5.emplace_back("content-md5", md5Base64(body));
     CHECK(f.send(makeRequest("PUT", target, md5), body).status / 100 == 2);

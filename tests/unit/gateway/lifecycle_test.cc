@@ -339,7 +339,8 @@ TEST_CASE("A value in pieces, beside elements or holding a NUL is MalformedXML")
   for (const std::string& prefix :
        std::vector<std::string>{"logs<!-- x -->/old/", "logs<?pi x?>/old/", "logs<![CDATA[/old/]]>",
                                 "<Value>tmp/</Value>", "tmp/<Value>x</Value>", "&#0;tmp/",
-                                "&#x00;tmp/", std::string("tmp/\0x", 6)}) {
+                                "&#x00;tmp/", "&#x100000000;tmp/", "&#4294967296;tmp/",
+                                "&#x110000;tmp/", std::string("tmp/\0x", 6)}) {
     INFO(prefix);
     auto parsed = parseLifecycleConfiguration(rule(prefix));
     REQUIRE_FALSE(parsed.has_value());
