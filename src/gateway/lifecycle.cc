@@ -107,6 +107,10 @@ Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
       const bool dated = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
       if (rule.enabled && (dated || rule.expiration_days)) active.push_back(&rule);
     }
+    // Rules without tags first: they need no manifest read, and their delete does not
+    // depend on tags a client may change meanwhile.
+    std::stable_partition(active.begin(), active.end(),
+                          [](const index_kv::LifecycleRule* r) { return r->tags.empty(); });
     // One listing per prefix no other active rule's prefix holds: a thousand rules over
     // one prefix (or over the whole bucket) list it once, not a thousand times.
     std::vector<std::string> prefixes;
