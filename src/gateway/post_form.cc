@@ -371,8 +371,8 @@ S3Result<PostPolicy> parsePostPolicy(std::string_view json) {
   for (const nlohmann::json& c : *conditions) {
     // No condition holds an array or an object: refused before dump(), which recurses
     // once per level (a policy nested 30,000 deep fits in a form's 64 KiB).
-    if (c.is_structured() &&
-        std::any_of(c.begin(), c.end(), [](const nlohmann::json& v) { return v.is_structured(); })) {
+    const auto structured = [](const nlohmann::json& v) { return v.is_structured(); };
+    if (c.is_structured() && std::any_of(c.begin(), c.end(), structured)) {
       return std::unexpected(invalidPolicy("Invalid condition: it holds an array or object."));
     }
     PostPolicyCondition cond;

@@ -789,8 +789,8 @@ Task<bool> serveRequests(Stream& stream, GatewayContext& ctx, AccessLog& access_
     if (!failure.empty()) {
       // Answered and counted as the 500 it is, in the metrics and the access log, unless
       // a head is out already: then the connection is reset, the client seeing a cut
-      // transfer, never a second answer inside the first. (An exception in work sent to
-      // the worker pool is not caught here: it ends the process.)
+      // transfer, never a second answer inside the first. (Work offloaded to the pool
+      // throws here too: offload() rethrows it in the handler.)
       log::error("{} {} ({}) failed: {}", req.method, req.target, req.request_id, failure);
       res = errorResponse({S3ErrorCode::kInternalError,
                            "We encountered an internal error. Please try again."},

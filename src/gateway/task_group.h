@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -33,8 +35,10 @@ class TaskGroup {
   // Called once, on any thread, when an asynchronous task ends.
   using Done = std::move_only_function<void(Status)>;
 
+  // An exception out of fn ends the task with Status::internal (it would otherwise end the
+  // pool's thread, and the process).
   void spawn(std::move_only_function<Status()> fn) {
-    spawnAsync([fn = std::move(fn)](Done done) mutable { done(fn()); });
+    spawnAsync([fn = std::move(fn)](Done done) mutable { done(caught(fn)); });
   }
 
   // A task that starts on the pool and ends later: fn(done) runs on a pool thread, and the
@@ -146,6 +150,16 @@ class TaskGroup {
   }
 
  private:
+  static Status caught(std::move_only_function<Status()>& fn) {
+    try {
+      return fn();
+    } catch (const std::exception& e) {
+      return Status::internal(std::string("exception in work on the pool: ") + e.what());
+    } catch (...) {
+      return Status::internal("exception of unknown type in work on the pool");
+    }
+  }
+
   struct State {
     mutable std::mutex mu;
     int pending = 0;
@@ -191,18 +205,25 @@ class IdleBeforeFreed {
   const TaskGroup& group_;
 };
 
-// Runs fn() on the pool and returns its result to the awaiting coroutine.
+// Runs fn() on the pool and returns its result to the awaiting coroutine; what fn throws
+// is thrown there (the server answers it 500 InternalError).
 template <typename F>
 auto offload(WorkerPool& pool, F fn) -> Task<std::invoke_result_t<F&>> {
   using R = std::invoke_result_t<F&>;
   auto out = std::make_shared<std::optional<R>>();
+  auto thrown = std::make_shared<std::exception_ptr>();
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(pool, ex);
-  group.spawn([out, fn = std::move(fn)]() mutable {
-    out->emplace(fn());
+  group.spawn([out, thrown, fn = std::move(fn)]() mutable {
+    try {
+      out->emplace(fn());
+    } catch (...) {
+      *thrown = std::current_exception();
+    }
     return Status::ok();
   });
   (void)co_await group.wait();
+  if (*thrown) std::rethrow_exception(*thrown);
   co_return std::move(**out);
 }
 

@@ -4,6 +4,8 @@
 #include "asio.h"
 
 #include <atomic>
+#include <new>
+#include <stdexcept>
 #include <catch2/catch.hpp>
 #include <exception>
 #include <memory>
@@ -172,6 +174,30 @@ Task<int> square(WorkerPool& pool, int i) {
   int v = co_await offload(pool, [i] { return i * i; });
   co_return v;
 }
+
+Task<int> throwsOnThePool(WorkerPool& pool) {
+  int v = co_await offload(pool, []() -> int { throw std::runtime_error("injected"); });
+  co_return v;
+}
+
+Task<Status> spawnThrowing(WorkerPool& pool) {
+  TaskGroup group(pool, co_await asio::this_coro::executor);
+  group.spawn([]() -> Status { throw std::bad_alloc(); });
+  group.spawn([] { return Status::ok(); });
+  co_return co_await group.wait();
+}
+
+TEST_CASE("What work on the pool throws reaches its coroutine, not the pool's thread") {
+  // It used to escape WorkerPool::run and end the process.
+  WorkerPool pool(2, "tg-test");
+  asio::io_context io;
+  CHECK_THROWS_WITH(runTask(io, throwsOnThePool(pool)), "injected");
+  Status st = runTask(io, spawnThrowing(pool));
+  CHECK(st.code() == Status::Code::kInternal);
+  CHECK(st.message().find("bad_alloc") != std::string::npos);
+  CHECK(runTask(io, square(pool, 3)) == 9);  // the pool goes on
+}
+
 
 TEST_CASE("Many concurrent coroutines offloading to a small pool all get their own result") {
   WorkerPool pool(2, "tg-test");
