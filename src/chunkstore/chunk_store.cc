@@ -1153,8 +1153,11 @@ void ChunkStoreImpl::readVerifiedAsync(const BlobId& id, const IndexRecord& rec,
       // (No formatting here: it could fail to allocate as well.)
       for (int i = submitted; i < reads; ++i) finished(Status::internal("submitting a read"));
     }
+    // The submitter's count, released with both reads handed over but (in a batch the
+    // engine holds to its end) not yet submitted: the last completion, on the engine's
+    // thread, ends the read, not this thread after a fast completion.
+    finished(Status::ok());
   }
-  finished(Status::ok());  // the submitter's count: the last one ends the read
 }
 
 void ChunkStoreImpl::finishAsyncRead(AsyncRead* op) {
