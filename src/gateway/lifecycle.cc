@@ -30,6 +30,11 @@ bool daysHavePassed(int64_t now_unix_nanos, int64_t then_unix_nanos, int64_t day
   return now_unix_nanos / kNanos >= due;
 }
 
+// Whether `rule` has a Date and it has come: every object under it is due.
+bool dateHasCome(const index_kv::LifecycleRule& rule, int64_t now_unix_nanos) {
+  return rule.expiration_date_unix && now_unix_nanos / kNanos >= *rule.expiration_date_unix;
+}
+
 }  // namespace
 
 LifecycleJob::LifecycleJob(index_kv::Index& index, const Clock& clock, LifecycleOptions options)
@@ -104,8 +109,9 @@ Status LifecycleJob::expireObjects(index_kv::BucketInfo& bucket, int64_t now,
     // come, else those their days have passed.
     std::vector<const index_kv::LifecycleRule*> active;
     for (const auto& rule : rules) {
-      const bool dated = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
-      if (rule.enabled && (dated || rule.expiration_days)) active.push_back(&rule);
+      if (rule.enabled && (dateHasCome(rule, now) || rule.expiration_days)) {
+        active.push_back(&rule);
+      }
     }
     // Rules without tags first: they need no manifest read, and their delete does not
     // depend on tags a client may change meanwhile.
@@ -138,8 +144,7 @@ Status LifecycleJob::expireUnder(index_kv::BucketInfo& bucket,
   // Whether `rule` expires `object` going by the listing (its tags are read apart).
   const auto due = [&](const index_kv::LifecycleRule& rule, const index_kv::ObjectSummary& object) {
     if (!object.key.starts_with(rule.prefix)) return false;
-    const bool dated = rule.expiration_date_unix && now / kNanos >= *rule.expiration_date_unix;
-    if (!dated && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
+    if (!dateHasCome(rule, now) && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
                                   options_.day_seconds)) {
       return false;
     }

@@ -210,21 +210,24 @@ class IdleBeforeFreed {
 template <typename F>
 auto offload(WorkerPool& pool, F fn) -> Task<std::invoke_result_t<F&>> {
   using R = std::invoke_result_t<F&>;
-  auto out = std::make_shared<std::optional<R>>();
-  auto thrown = std::make_shared<std::exception_ptr>();
+  struct Outcome {
+    std::optional<R> value;
+    std::exception_ptr thrown;
+  };
+  auto out = std::make_shared<Outcome>();  // one allocation, as before exceptions came
   asio::any_io_executor ex = co_await asio::this_coro::executor;
   TaskGroup group(pool, ex);
-  group.spawn([out, thrown, fn = std::move(fn)]() mutable {
+  group.spawn([out, fn = std::move(fn)]() mutable {
     try {
-      out->emplace(fn());
+      out->value.emplace(fn());
     } catch (...) {
-      *thrown = std::current_exception();
+      out->thrown = std::current_exception();
     }
     return Status::ok();
   });
   (void)co_await group.wait();
-  if (*thrown) std::rethrow_exception(*thrown);
-  co_return std::move(**out);
+  if (out->thrown) std::rethrow_exception(out->thrown);
+  co_return std::move(*out->value);
 }
 
 }  // namespace granary::gateway

@@ -205,6 +205,17 @@ def signed(server, method, path, body=b"", headers=None, send_body=None):
         return e.code, e.read()
 
 
+def access_log_text(server, needle, timeout=10):
+    """The server's access log once it holds `needle` (or after `timeout` seconds): its
+    own thread writes the lines, so one may come just after its answer."""
+    deadline = time.time() + timeout
+    while True:
+        text = open(server.data_dir.rstrip("/") + ".access.log").read()
+        if needle in text or time.time() > deadline:
+            return text
+        time.sleep(0.05)
+
+
 def memory_mib(pid, field="VmRSS"):
     """A process's memory figure from /proc/PID/status, in MiB: VmRSS (now) or VmHWM (its
     peak)."""

@@ -23,7 +23,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from conftest import Server, memory_mib, metric_value, signed
+from conftest import Server, access_log_text, memory_mib, metric_value, signed
 
 MiB = 1024 * 1024
 
@@ -110,15 +110,8 @@ def test_oversized_request_head_is_431_class_error_and_server_lives(hserver, hs3
     # And the host's id (x-amz-id-2, <HostId>), as AWS gives them.
     host_id = re.search(rb"x-amz-id-2: ([0-9a-f]{64})\r\n", out, re.I).group(1)
     assert b"<HostId>" + host_id + b"</HostId>" in out
-    # The log's own thread writes the line: it may come just after the answer.
-    deadline = time.time() + 10
-    while True:
-        log = open(hserver.data_dir.rstrip("/") + ".access.log").read()
-        found = [json.loads(x) for x in log.splitlines() if request_id.decode() in x]
-        if found or time.time() > deadline:
-            break
-        time.sleep(0.05)
-    line = found[0]
+    log = access_log_text(hserver, request_id.decode())
+    line = next(json.loads(x) for x in log.splitlines() if request_id.decode() in x)
     assert line["op"] == "BadRequest" and line["status"] == 400 and line["bytes_out"] > 0
     assert healthy(hserver)
 
