@@ -216,7 +216,14 @@ void ObjectWriter::putFragment(std::shared_ptr<StripeWrites> sw, int j, std::sha
                      drive = std::move(drive), id, st = std::move(st), done = std::move(done),
                      token = std::move(token)]() mutable {
           DataPath& dp = sw->dp;
-          const std::string other = sw->moveFragment(j, drive, st);
+          // Pool work must not throw (the pool would end the process): a failure to choose
+          // another drive is the fragment's failure.
+          std::string other;
+          try {
+            other = sw->moveFragment(j, drive, st);
+          } catch (const std::exception& e) {
+            st = Status::internal(std::string("choosing another drive: ") + e.what());
+          }
           if (other.empty()) {
             keep.reset();
             done(std::move(st));

@@ -570,33 +570,37 @@ Route routeOf(const S3Request& req) {
                          "The specified method is not allowed against this resource."}};
 }
 
-// A SigV4 presigned URL's x-amz-* parameters, once its signature holds, become the
-// request's headers (as S3 reads them), before it is routed and authorised: x-amz-meta-*,
-// x-amz-acl, x-amz-tagging, x-amz-copy-source... A header given both ways, or twice, is
-// refused: which one would count is not for the server to guess. So is a name or value
-// an HTTP parser would have refused (decoded from the query, "%0D%0A" is CR LF: stored as
-// metadata, it would split every later answer with it).
-S3Result<void> hoistQueryHeaders(S3Request& req) {
+// A presigned URL's x-amz-* parameters, once its signature holds, become the request's
+// headers (as S3 reads them), before it is routed and authorised: x-amz-meta-*, x-amz-acl,
+// x-amz-tagging, x-amz-copy-source... A SigV2 URL's Content-Type and Content-MD5 too
+// (botocore puts them there; the signature covers them). A header given twice, or both
+// ways with different values, is refused: which one would count is not for the server to
+// guess (the same value both ways is the uploader repeating what was signed). So is a name
+// or value an HTTP parser would have refused (decoded from the query, "%0D%0A" is CR LF:
+// stored as metadata, it would split every later answer with it).
+S3Result<void> hoistQueryHeaders(S3Request& req, int version) {
   HeaderList query;
   HeaderList hoisted;
   for (const auto& [name, value] : req.query) {
-    if (!isHoistedHeaderParameter(name)) {
+    std::string header = asciiLower(name);
+    const bool v2_header = version == 2 && (header == "content-type" || header == "content-md5");
+    if (!v2_header && !isHoistedHeaderParameter(name)) {
       query.emplace_back(name, value);
       continue;
     }
-    std::string header = asciiLower(name);
     if (!headerToken(header) || !headerValue(value)) {
       return s3fail(S3ErrorCode::kInvalidArgument,
                     "The query parameter " + header + " is not a valid HTTP header.");
     }
     const bool twice = std::any_of(hoisted.begin(), hoisted.end(),
                                    [&](const auto& h) { return h.first == header; });
-    if (twice || req.header(header)) {
+    const auto sent = req.header(header);
+    if (twice || (sent && trimSpaces(*sent) != trimSpaces(value))) {
       return s3fail(S3ErrorCode::kInvalidArgument,
                     fmt::format("{} is given more than once (in the headers or the query).",
                                 header));
     }
-    hoisted.emplace_back(std::move(header), value);
+    if (!sent) hoisted.emplace_back(std::move(header), value);
   }
   // Nothing changes until every parameter has passed.
   req.query = std::move(query);
@@ -698,8 +702,8 @@ Task<S3Response> handleRequest(GatewayContext& ctx, S3Request& req, BodySource& 
     op = "Auth";
     co_return errorResponse(auth.error(), req);
   }
-  if (auth->info && auth->info->version == 4 && auth->info->presigned) {
-    if (auto hoisted = hoistQueryHeaders(req); !hoisted) {
+  if (auth->info && auth->info->presigned) {
+    if (auto hoisted = hoistQueryHeaders(req, auth->info->version); !hoisted) {
       op = "Auth";
       co_return errorResponse(hoisted.error(), req);
     }

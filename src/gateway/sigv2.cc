@@ -110,8 +110,23 @@ S3Result<std::optional<AuthInfo>> parseAuthV2Query(
 }
 
 std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
-                           std::string_view path) {
+                           std::string_view path, V2DateLine date_line) {
+  // A presigned URL carries its headers in the query (botocore's HmacV1QueryAuth moves
+  // Content-Type, Content-MD5 and every x-amz-* header there): what it names there is
+  // what was signed (router.cc makes them the request's headers once the signature holds).
+  std::vector<std::pair<std::string, std::string>> from_query;
+  if (auth.presigned) {
+    for (auto& [name, v] : parseQuery(splitTarget(req.target).second)) {
+      std::string lower = asciiLower(name);
+      if (lower == "content-md5" || lower == "content-type" || isHoistedHeaderParameter(lower)) {
+        from_query.emplace_back(std::move(lower), std::move(v));
+      }
+    }
+  }
   auto value = [&](std::string_view name) {
+    for (const auto& [n, v] : from_query) {
+      if (n == name) return std::string(trimSpaces(v));
+    }
     return std::string(trimSpaces(req.header(name).value_or("")));
   };
   std::string out;
@@ -121,13 +136,23 @@ std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
   out.append(value("content-type")).push_back('\n');
   if (auth.presigned) {
     out.append(std::to_string(auth.expires_seconds)).push_back('\n');
-  } else {
+  } else if (date_line == V2DateLine::kDateHeader) {
     out.append(value("date")).push_back('\n');
+  } else {
+    out.push_back('\n');
   }
-  // x-amz-* headers: sorted by name, repeated ones joined with ',', values trimmed.
+  // x-amz-* headers: sorted by name, repeated ones joined with ',', values trimmed; one
+  // the query names is the query's.
   std::map<std::string_view, std::string> amz;
+  for (const auto& [name, v] : from_query) {
+    if (name.starts_with("x-amz-")) amz[name] = trimSpaces(v);
+  }
   for (const auto& [name, v] : req.headers) {
     if (!name.starts_with("x-amz-")) continue;
+    if (std::any_of(from_query.begin(), from_query.end(),
+                    [&](const auto& q) { return q.first == name; })) {
+      continue;
+    }
     std::string& joined = amz[name];
     if (!joined.empty()) joined.push_back(',');
     joined.append(trimSpaces(v));
@@ -232,17 +257,27 @@ S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,
                     "large.");
     }
   }
-  auto sign = [&](std::string_view path) {
-    return signV2(secret, stringToSignV2(req, auth, path));
+  auto matchWith = [&](V2DateLine date_line) -> S3Result<void> {
+    auto sign = [&](std::string_view path) {
+      return signV2(secret, stringToSignV2(req, auth, path, date_line));
+    };
+    const std::string_view path = splitTarget(req.target).first;
+    // botocore signs a path-style bucket request ("/bucket") with the bucket's resource as
+    // S3 writes it, "/bucket/".
+    if (req.host_bucket.empty() && path.size() > 1 &&
+        path.find('/', 1) == std::string_view::npos &&
+        matchSignature(std::string(path) + "/", auth.signature, sign)) {
+      return {};
+    }
+    return matchSignature(path, auth.signature, sign);
   };
-  const std::string_view path = splitTarget(req.target).first;
-  // botocore signs a path-style bucket request ("/bucket") with the bucket's resource as
-  // S3 writes it, "/bucket/".
-  if (req.host_bucket.empty() && path.size() > 1 && path.find('/', 1) == std::string_view::npos &&
-      matchSignature(std::string(path) + "/", auth.signature, sign)) {
-    return {};
+  auto matched = matchWith(V2DateLine::kDateHeader);
+  // With x-amz-date, S3 ignores the Date header and signs an empty Date line; botocore
+  // signs the Date header it adds: both are taken.
+  if (!matched && !auth.presigned && req.header("x-amz-date") && req.header("date")) {
+    if (auto empty = matchWith(V2DateLine::kEmpty)) return empty;
   }
-  return matchSignature(path, auth.signature, sign);
+  return matched;
 }
 
 }  // namespace granary::gateway

@@ -191,7 +191,13 @@ S3Result<std::optional<AuthInfo>> parseHeaderAuth(const HttpRequestView& req,
   if (auto amz_date = req.header("x-amz-date")) {
     auth.amz_date = std::string(trimSpaces(*amz_date));
   } else if (auto date = req.header("date")) {
-    if (auto t = parseHttpDate(trimSpaces(*date))) auth.amz_date = amzDate(*t);
+    // The ISO 8601 basic form S3 asks of a Date header that signs alone, or an HTTP date.
+    const std::string_view d = trimSpaces(*date);
+    if (parseAmzDate(d)) {
+      auth.amz_date = std::string(d);
+    } else if (auto t = parseHttpDate(d)) {
+      auth.amz_date = amzDate(*t);
+    }
   }
   if (!parseAmzDate(auth.amz_date)) {
     return s3fail(S3ErrorCode::kAccessDenied,
@@ -281,6 +287,10 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
   auth.signature = asciiLower(*signature);
   // Presigned URLs carry no body hash unless the signer put one in the query.
   auth.payload_hash = get("X-Amz-Content-Sha256").value_or("UNSIGNED-PAYLOAD");
+  if (!validPayloadHash(auth.payload_hash)) {
+    return s3fail(kQueryError,
+                  "X-Amz-Content-Sha256 must be UNSIGNED-PAYLOAD or a valid sha256 value.");
+  }
   return std::optional<AuthInfo>(std::move(auth));
 }
 
@@ -450,8 +460,8 @@ S3Result<std::optional<AuthInfo>> parseAuth(const HttpRequestView& req) {
     if (v.starts_with("AWS ")) {
       return parseAuthV2Header(v);
     }
-    return s3fail(S3ErrorCode::kAccessDenied,
-                  "Unsupported Authorization Type; please use AWS4-HMAC-SHA256.");
+    // As S3 answers it: 400, not 403 (the request is not understood, not refused).
+    return s3fail(S3ErrorCode::kInvalidArgument, "Unsupported Authorization Type");
   }
   if (has_v4_query) {
     return parseQueryAuth(params);

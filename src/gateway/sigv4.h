@@ -73,8 +73,12 @@ S3Result<std::optional<AuthInfo>> parseAuthV2Query(
 // Method, Content-MD5, Content-Type, Date (presigned: Expires), the x-amz-* headers and
 // the canonical resource (bucket, path as sent, and the sub-resources botocore signs).
 // `path`: the request path to sign (the path as sent, or its AWS-canonical encoding).
+// `date_line`: the Date header's value, or (kEmpty) nothing, as S3 signs a request that
+// has x-amz-date. A presigned URL's Content-MD5, Content-Type and x-amz-* values are taken
+// from its query where it names them there.
+enum class V2DateLine { kDateHeader, kEmpty };
 std::string stringToSignV2(const HttpRequestView& req, const AuthInfo& auth,
-                           std::string_view path);
+                           std::string_view path, V2DateLine date_line = V2DateLine::kDateHeader);
 // base64(HMAC-SHA1(secret, string_to_sign)).
 std::string signV2(std::string_view secret, std::string_view string_to_sign);
 // Whether `sign(path)` equals `provided` (compared in constant time) for `path` as sent or,

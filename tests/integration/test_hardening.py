@@ -904,9 +904,13 @@ def test_presigned_query_headers_are_headers_and_elsewhere_refused(hserver, hs3)
     assert resp.status == 200, resp.data
     head = hs3.head_object(Bucket="hardening", Key="hoisted")
     assert head["Metadata"] == {"colour": "blue", "size": "big"}
-    # Given both ways (or twice), which would count is not guessed.
+    # Given both ways (or twice) with different values, which would count is not guessed;
+    # the same value both ways is what was signed.
     resp = presigned_put("both", "x-amz-meta-colour=blue", {"x-amz-meta-colour": "red"})
     assert resp.status == 400 and b"<Code>InvalidArgument</Code>" in resp.data, resp.data
+    resp = presigned_put("both", "x-amz-meta-colour=blue", {"x-amz-meta-colour": "blue"})
+    assert resp.status == 200, resp.data
+    assert hs3.head_object(Bucket="hardening", Key="both")["Metadata"] == {"colour": "blue"}
     # Decoded, a name or value must still be what an HTTP parser takes: CR LF in a stored
     # metadata name would split every later answer.
     resp = presigned_put("split", "x-amz-meta-a%0D%0ASet-Cookie%3A%20s%3D1=v")
@@ -923,10 +927,29 @@ def test_presigned_query_headers_are_headers_and_elsewhere_refused(hserver, hs3)
                       config=botocore.config.Config(signature_version="s3",
                                                     s3={"addressing_style": "path"}))
     url = v2.generate_presigned_url("put_object", Params={"Bucket": "hardening", "Key": "v2"})
+    # A SigV2 URL signs the x-amz-* parameters it carries: one added afterwards is not
+    # signed, and never applied.
     for extra in ("x-amz-meta-colour=blue", "X-Amz-Meta-Colour=blue",
-                  "X-Amz-Copy-Source=hardening%2Fhoisted"):
+                  "X-Amz-Copy-Source=hardening%2Fhoisted", "content-type=text%2Fhtml"):
         resp = urllib3.PoolManager().request("PUT", f"{url}&{extra}", body=b"data")
-        assert resp.status == 501, (extra, resp.data)
+        assert resp.status == 403 and b"SignatureDoesNotMatch" in resp.data, (extra, resp.data)
+    with pytest.raises(botocore.exceptions.ClientError):
+        hs3.head_object(Bucket="hardening", Key="v2")
+    # What botocore signed into the query (Content-Type, metadata, ACL) is the request's,
+    # whether the uploader sends it again as headers or not.
+    url = v2.generate_presigned_url("put_object", Params={
+        "Bucket": "hardening", "Key": "v2", "ContentType": "text/csv",
+        "Metadata": {"colour": "green"}, "ACL": "private"})
+    assert "x-amz-meta-colour=green" in url and "content-type=text%2Fcsv" in url, url
+    for headers in ({}, {"Content-Type": "text/csv", "x-amz-meta-colour": "green"}):
+        resp = urllib3.PoolManager().request("PUT", url, body=b"v2 data", headers=headers)
+        assert resp.status == 200, (headers, resp.data)
+        head = hs3.head_object(Bucket="hardening", Key="v2")
+        assert head["ContentType"] == "text/csv" and head["Metadata"] == {"colour": "green"}
+        hs3.delete_object(Bucket="hardening", Key="v2")
+    resp = urllib3.PoolManager().request("PUT", url, body=b"v2 data",
+                                         headers={"Content-Type": "text/html"})
+    assert resp.status == 400 and b"InvalidArgument" in resp.data, resp.data
 
 
 def test_sigterm_lets_a_request_in_flight_finish_and_refuses_new_ones(granary_bin, tmp_path):

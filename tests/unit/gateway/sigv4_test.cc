@@ -430,6 +430,11 @@ TEST_CASE("SigV4 takes the signing time from the Date header when x-amz-date is 
   r.headers.erase(r.headers.begin() + 3);  // x-amz-date
   r.set("date", "Fri, 24 May 2013 00:00:00 GMT");
   CHECK(parsed(r).amz_date == "20130524T000000Z");
+  // The ISO 8601 basic form S3 documents for a Date header that signs alone.
+  r.set("date", "20130524T000102Z");
+  CHECK(parsed(r).amz_date == "20130524T000102Z");
+  r.set("date", "2013-05-24");
+  CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
 }
 
 TEST_CASE("SigV4 parse errors name the S3 error AWS answers with") {
@@ -454,7 +459,7 @@ TEST_CASE("SigV4 parse errors name the S3 error AWS answers with") {
   }
   SECTION("an unknown scheme is refused") {
     r.set("authorization", "Bearer token");
-    CHECK(parseError(r) == S3ErrorCode::kAccessDenied);
+    CHECK(parseError(r) == S3ErrorCode::kInvalidArgument);  // 400, as S3 answers
   }
   SECTION("a request without x-amz-date or Date is refused") {
     r.headers.erase(r.headers.begin() + 3);
@@ -524,6 +529,10 @@ TEST_CASE("SigV4 presigned parameters are validated") {
         S3ErrorCode::kAuthorizationQueryParametersError);
   CHECK(parseError(withQuery(replace("X-Amz-Date=20130524T000000Z", "X-Amz-Date=2013"))) ==
         S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseError(withQuery(q + "&X-Amz-Content-Sha256=abc")) ==
+        S3ErrorCode::kAuthorizationQueryParametersError);
+  CHECK(parseAuth(withQuery(q + "&X-Amz-Content-Sha256=" + std::string(64, 'a')).view())
+            .has_value());
   // A week is the longest validity S3 grants.
   Request week = withQuery(replace("X-Amz-Expires=86400", "X-Amz-Expires=604801"));
   auto v = verifyAt(week, kExampleTime);
@@ -737,9 +746,41 @@ TEST_CASE("SigV2 signs x-amz headers and sub-resources in canonical order") {
           "AWS AKIAIOSFODNN7EXAMPLE:" + signV2(kSecret, stringToSignV2(d.view(), v2, "/b/k")));
   CHECK(verifyV2At(d, 1175029568).has_value());
   CHECK(verifyV2At(d, 1175029568 + 3600).error().code == S3ErrorCode::kRequestTimeTooSkewed);
+  // With a Date header as well: S3 signs an empty Date line, botocore the Date header.
+  d.r.set("date", "Tue, 27 Mar 2007 21:06:09 GMT");
+  CHECK(verifyV2At(d, 1175029568).has_value());
+  d.r.set("authorization",
+          "AWS AKIAIOSFODNN7EXAMPLE:" + signV2(kSecret, stringToSignV2(d.view(), v2, "/b/k")));
+  CHECK(verifyV2At(d, 1175029568).has_value());
+  d.r.set("date", "Tue, 27 Mar 2007 21:06:10 GMT");  // another Date than the one signed
+  CHECK(verifyV2At(d, 1175029568).error().code == S3ErrorCode::kSignatureDoesNotMatch);
   q = d;
   q.r.headers.erase(q.r.headers.begin() + 1);  // x-amz-date
+  q.r.headers.pop_back();                       // date
   CHECK(verifyV2At(q, 1175029568).error().code == S3ErrorCode::kAccessDenied);  // no date
+}
+
+TEST_CASE("SigV2 presigned URLs sign the headers botocore puts in their query") {
+  // HmacV1QueryAuth moves Content-Type, Content-MD5 and x-amz-* headers into the query.
+  V2Request q{{"PUT",
+               "/b/k?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1175139620&"
+               "content-type=text%2Fplain&x-amz-meta-colour=blue&X-Amz-Acl=private&Signature=",
+               {{"host", "h"}}},
+              ""};
+  q.r.target += "x";
+  const std::string to_sign = signedStringV2(q);
+  CHECK(to_sign ==
+        "PUT\n\ntext/plain\n1175139620\nx-amz-acl:private\nx-amz-meta-colour:blue\n/b/k");
+  q.r.target.pop_back();
+  q.r.target += uriEncode(signV2(kSecret, to_sign), true);
+  CHECK(verifyV2At(q, 1175139000).has_value());
+  // A header of the same name does not change what the query signed.
+  q.r.set("content-type", "image/png");
+  q.r.set("x-amz-meta-colour", "red");
+  CHECK(verifyV2At(q, 1175139000).has_value());
+  // Nor is a parameter added after signing taken.
+  q.r.target += "&x-amz-meta-size=big";
+  CHECK(verifyV2At(q, 1175139000).error().code == S3ErrorCode::kSignatureDoesNotMatch);
 }
 
 TEST_CASE("SigV2 refuses parameters that choose an operation but that it cannot sign") {
