@@ -62,6 +62,17 @@ Task<S3Result<index_kv::Precondition>> matchCondition(GatewayContext& ctx,
   co_return index_kv::Precondition::mustMatch(current->version);
 }
 
+S3Error writeCommitError(const Status& st, const index_kv::Precondition& pre) {
+  if (st.code() == Status::Code::kPreconditionFailed &&
+      pre.kind != index_kv::Precondition::Kind::kNone) {
+    return {S3ErrorCode::kConditionalRequestConflict,
+            "A conflicting operation occurred. If using PutObject you can retry the request. "
+            "If using multipart upload you should initiate another CreateMultipartUpload "
+            "request and re-upload each part."};
+  }
+  return fromStatus(st, S3ErrorCode::kNoSuchBucket);
+}
+
 Task<S3Result<index_kv::Precondition>> deletePrecondition(GatewayContext& ctx,
                                                           const S3Request& req) {
   auto pre = index_kv::Precondition::none();

@@ -275,7 +275,7 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
   auto committed = co_await commitObject(ctx, req.bucket, req.key, m, *precondition);
   if (!committed) {
     // A commit's kNotFound is the bucket's (see putObject).
-    S3Error err = fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
+    S3Error err = writeCommitError(committed.error(), *precondition);
     co_await removeBlobs(ctx, committed.error(), m.drives, m.stripes);
     co_return errorResponse(err, req);
   }

@@ -250,6 +250,11 @@ Task<S3Response> listMultipartUploads(GatewayContext& ctx, const S3Request& req)
 // under (If-None-Match: *, If-Match), already checked against the current object.
 Task<S3Result<index_kv::Precondition>> writePrecondition(GatewayContext& ctx,
                                                          const S3Request& req);
+// What a write that committed under `pre` answers when its commit failed with `st`: a
+// condition the client set (If-None-Match, If-Match) that held when checked but not at the
+// commit lost a race with another write: 409 ConditionalRequestConflict, as S3 answers
+// ("you can retry the request"); otherwise fromStatus (NoSuchBucket for kNotFound).
+S3Error writeCommitError(const Status& st, const index_kv::Precondition& pre);
 // The Precondition a DeleteObject commits under: If-Match (an ETag or *: PreconditionFailed
 // on another object, NoSuchKey without one; If-None-Match is not a delete condition), and
 // the bucket authorization judged.

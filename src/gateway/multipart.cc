@@ -285,17 +285,24 @@ index_kv::ObjectChecksum objectChecksum(const index_kv::MultipartUpload& up,
 S3Result<std::pair<uint64_t, uint64_t>> copySourceRange(const S3Request& req, uint64_t size) {
   auto header = req.header("x-amz-copy-source-range");
   if (!header) return std::pair<uint64_t, uint64_t>(0, size);
-  const S3Error invalid{S3ErrorCode::kInvalidArgument,
-                        "Range specified is not valid for source object of size: " +
-                            std::to_string(size)};
+  // S3's two messages: one for a value of the wrong form, one for a range off the source.
+  const S3Error malformed{S3ErrorCode::kInvalidArgument,
+                          "The x-amz-copy-source-range value must be of the form "
+                          "bytes=first-last where first and last are the zero-based offsets "
+                          "of the first and last bytes to copy"};
   std::string_view spec = *header;
-  if (!spec.starts_with("bytes=")) return std::unexpected(invalid);
+  if (!spec.starts_with("bytes=")) return std::unexpected(malformed);
   spec.remove_prefix(6);
   size_t dash = spec.find('-');
-  if (dash == std::string_view::npos) return std::unexpected(invalid);
+  if (dash == std::string_view::npos) return std::unexpected(malformed);
   auto first = parseDecimalU64(spec.substr(0, dash));
   auto last = parseDecimalU64(spec.substr(dash + 1));
-  if (!first || !last || *first > *last || *last >= size) return std::unexpected(invalid);
+  if (!first || !last) return std::unexpected(malformed);
+  if (*first > *last || *last >= size) {
+    return s3fail(S3ErrorCode::kInvalidArgument,
+                  "Range specified is not valid for source object of size: " +
+                      std::to_string(size));
+  }
   return std::pair<uint64_t, uint64_t>(*first, *last - *first + 1);
 }
 
@@ -661,7 +668,13 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
                                "A part was replaced while the upload was being completed."},
                               req);
     }
-    if (!committed) co_return errorResponse(uploadError(committed.error()), req);
+    if (!committed) {
+      const Status& st = committed.error();
+      co_return errorResponse(st.code() == Status::Code::kPreconditionFailed
+                                  ? writeCommitError(st, *precondition)
+                                  : uploadError(st),
+                              req);
+    }
 
     ctx.metrics.containerIndexed(manifest->records);
     co_return completedAnswer(req, *manifest);

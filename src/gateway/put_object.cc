@@ -99,7 +99,7 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
   if (!committed) {
     // A commit's kNotFound is the bucket's: gone, or deleted and created again since
     // authorization (the precondition names its creation time).
-    S3Error err = overdue ? *overdue : fromStatus(committed.error(), S3ErrorCode::kNoSuchBucket);
+    S3Error err = overdue ? *overdue : writeCommitError(committed.error(), *precondition);
     co_await removeBlobs(ctx, committed.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();

@@ -110,6 +110,8 @@ std::string_view errorName(S3ErrorCode code) {
       return "NotImplemented";
     case S3ErrorCode::kOperationAborted:
       return "OperationAborted";
+    case S3ErrorCode::kConditionalRequestConflict:
+      return "ConditionalRequestConflict";
     case S3ErrorCode::kPreconditionFailed:
       return "PreconditionFailed";
     case S3ErrorCode::kRequestHeaderSectionTooLarge:
@@ -159,6 +161,7 @@ int httpStatus(S3ErrorCode code) {
       return 404;
     case S3ErrorCode::kEntityAlreadyExists:
     case S3ErrorCode::kOperationAborted:
+    case S3ErrorCode::kConditionalRequestConflict:
     case S3ErrorCode::kBucketNotEmpty:
     case S3ErrorCode::kBucketAlreadyOwnedByYou:
     case S3ErrorCode::kBucketAlreadyExists:

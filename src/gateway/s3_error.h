@@ -60,6 +60,7 @@ enum class S3ErrorCode {
   kEntityTooSmall,
   kNotImplemented,
   kOperationAborted,  // a bucket setting changed concurrently, retries exhausted (409)
+  kConditionalRequestConflict,  // a conditional write lost a race at its commit (409)
   kPreconditionFailed,
   kRequestHeaderSectionTooLarge,
   kRequestTimeout,

@@ -30,6 +30,7 @@ TEST_CASE("S3 errors carry AWS's names and HTTP statuses") {
       {S3ErrorCode::kInvalidRange, "InvalidRange", 416},
       {S3ErrorCode::kInvalidPartNumber, "InvalidPartNumber", 416},
       {S3ErrorCode::kPreconditionFailed, "PreconditionFailed", 412},
+      {S3ErrorCode::kConditionalRequestConflict, "ConditionalRequestConflict", 409},
       {S3ErrorCode::kNotModified, "NotModified", 304},
       {S3ErrorCode::kMethodNotAllowed, "MethodNotAllowed", 405},
       {S3ErrorCode::kNotImplemented, "NotImplemented", 501},
