@@ -18,6 +18,9 @@ using index_kv::RecordIndexInfo;
 // Rows written to the index per batch while a container streams in, at most.
 constexpr size_t kFlushRows = 8192;
 constexpr size_t kFlushBytes = 8u << 20;
+// 256 KiB holds at most ~2,000 WARC records (the smallest is over 128 bytes) and 512 tar
+// members: a flush is at most a few thousand rows past kFlushRows.
+constexpr size_t kFeedSlice = 256u << 10;
 // A warc.gz member inflating to more than this is not served inflated.
 constexpr size_t kMaxInflated = kMaxRecordBytes;
 
@@ -110,6 +113,17 @@ RecordIndexer::~RecordIndexer() = default;
 bool RecordIndexer::stopped() const { return !error_.isOk() || !write_error_.isOk(); }
 
 void RecordIndexer::feed(std::span<const uint8_t> data) {
+  // In slices, so that the rows are flushed in batches of about kFlushRows whatever the
+  // size of the reads (a stripe of the smallest WARC records held 60,000 rows, each with
+  // its own copy of the container's key, in one batch).
+  while (data.size() > kFeedSlice && !stopped()) {
+    feedSlice(data.first(kFeedSlice));
+    data = data.subspan(kFeedSlice);
+  }
+  feedSlice(data);
+}
+
+void RecordIndexer::feedSlice(std::span<const uint8_t> data) {
   if (stopped()) return;
   const size_t before = parsed_.size();
   error_ = parser_.feed(data, parsed_);

@@ -60,6 +60,7 @@ class RecordIndexer {
   void abandon();
 
  private:
+  void feedSlice(std::span<const uint8_t> data);
   void flush();
 
   index_kv::Index& index_;

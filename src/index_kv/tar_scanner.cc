@@ -238,10 +238,14 @@ class TarScanner final : public FormatScanner {
         return malformed(header_offset_, fmt::format("extended header of {} bytes exceeds the "
                                                      "limit of {}", *size_field, max_header_));
       }
-      if (!pending_) {
-        ext_offset_ = header_offset_;
+      // A global header ('g', as `git archive` writes first) belongs to no one member:
+      // it may stand alone before the end of the archive.
+      if (type != 'g') {
+        if (!pending_) {
+          ext_offset_ = header_offset_;
+        }
+        pending_ = true;
       }
-      pending_ = true;
       ext_type_ = type;
       name_ = fmt::format("(typeflag '{}' extended header)", type);
       collect_ = true;

@@ -301,7 +301,8 @@ class WarcScanner final : public FormatScanner {
 class WarcGzScanner final : public FormatScanner {
  public:
   WarcGzScanner(const ParserOptions& o, bool sniffing)
-      : rec_(o), max_inflated_(o.max_inflated_member), sniffing_(sniffing),
+      : rec_(o), max_inflated_(o.max_inflated_member), max_ratio_(o.max_inflate_ratio),
+        sniffing_(sniffing),
         scratch_(std::make_unique_for_overwrite<uint8_t[]>(kInflateScratch)) {}
 
   ContainerFormat format() const override {
@@ -360,6 +361,13 @@ class WarcGzScanner final : public FormatScanner {
       return where(fmt::format("inflates to more than max_inflated_member ({} bytes)",
                                max_inflated_));
     }
+    total_inflated_ += bytes.size();
+    if (max_ratio_ != 0 && total_inflated_ > max_inflated_ &&
+        total_inflated_ - max_inflated_ > max_ratio_ * pos_) {
+      return notIndexable(fmt::format(
+          "the container inflates to over {} times its compressed size (by byte offset {})",
+          max_ratio_, member_start_));
+    }
     if (!content_checked_) {  // the first member decides whether this is WARC at all
       const size_t n = std::min(kMagic.size() - magic_.size(), bytes.size());
       magic_.append(reinterpret_cast<const char*>(bytes.data()), n);
@@ -417,6 +425,8 @@ class WarcGzScanner final : public FormatScanner {
   GzipMemberInflater inflater_;
   WarcRecordScanner rec_;
   const uint64_t max_inflated_;
+  const uint64_t max_ratio_;
+  uint64_t total_inflated_ = 0;
   const bool sniffing_;
   std::unique_ptr<uint8_t[]> scratch_;  // inflated bytes, never read before written
   bool content_checked_ = false;

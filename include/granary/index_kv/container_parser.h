@@ -78,6 +78,11 @@ struct ParserOptions {
   size_t max_header_bytes = 1 << 20;
   // warc.gz: a gzip member inflating to more than this is refused (zip bomb).
   uint64_t max_inflated_member = 1ull << 32;
+  // warc.gz: the whole container inflating to more than this many times its compressed
+  // bytes read so far, plus max_inflated_member, is not indexable: a stream of members
+  // each just under the limit would otherwise keep a CPU inflating terabytes (deflate goes
+  // up to 1032:1; web content stays well under 100:1). 0: no limit.
+  uint64_t max_inflate_ratio = 256;
 };
 
 // True for the "well-formed but cannot be indexed" class of errors (message prefix

@@ -34,6 +34,7 @@
 #include "granary/ec/erasure_code.h"
 #include "checksum.h"
 #include "handlers.h"
+#include "records.h"
 #include "sigv4.h"
 
 namespace granary::gateway {
@@ -3818,6 +3819,91 @@ TEST_CASE("A conditional write that loses a race at its commit is ConditionalReq
   }
   // Without a condition of the client's, the same commit is a plain overwrite.
   CHECK(f.put("k", "v3").status == 200);
+}
+
+TEST_CASE("A batch insert of more rows than a request may hold is refused whole") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("c", std::string(100, 'c')).status == 200);
+  const std::string row = R"({"key": "a", "offset": 0, "length": 1, "crc32c": "0"})" "\n";
+  std::string rows;
+  rows.reserve(row.size() * ((size_t{1} << 20) + 1));
+  for (size_t i = 0; i < (size_t{1} << 20) + 1; ++i) rows += row;
+  Reply r = f.send(makeRequest("POST", "/bucket/c?records"), rows);
+  CHECK(r.code == "InvalidArgument");
+  CHECK(r.body.find("over 1048576 rows in one request") != std::string::npos);
+  CHECK(f.get("/bucket?record&key=a").code == "NoSuchKey");  // none was written
+  // Within the limit, the rows are the container's.
+  const std::string one = R"({"key": "a", "offset": 10, "length": 5})" "\n";
+  Reply ok = f.send(makeRequest("POST", "/bucket/c?records"), one);
+  CHECK(ok.status == 200);
+  Reply got = f.get("/bucket?record&key=a");
+  CHECK(got.body == "ccccc");
+  CHECK(got.header("x-granary-record-container") == "c");
+}
+
+TEST_CASE("An indexed upload writes its rows in bounded batches, however large its reads") {
+  // 40,000 of the smallest WARC records are 4 MiB: one read of a stripe held them all.
+  struct BatchSizes final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    std::atomic<size_t> largest{0};
+    std::atomic<size_t> total{0};
+    Status putRecordRows(std::string_view bucket, std::string_view container,
+                         const VersionId& set,
+                         const std::vector<index_kv::RecordRow>& rows) override {
+      size_t seen = largest.load();
+      while (rows.size() > seen && !largest.compare_exchange_weak(seen, rows.size())) {
+      }
+      total += rows.size();
+      return target_.putRecordRows(bucket, container, set, rows);
+    }
+  };
+  BatchSizes* index = nullptr;
+  GatewayFixture f(wrapIndex(index));
+  f.createBucket();
+  std::string warc;
+  const size_t n = 40000;
+  for (size_t i = 0; i < n; ++i) {
+    warc += "WARC/1.0\r\nWARC-Type: resource\r\nWARC-Target-URI: u";
+    warc += std::to_string(i);
+    warc += "\r\nContent-Length: 0\r\n\r\n\r\n\r\n";
+  }
+  Reply put = f.put("crawl.warc", warc, {{"x-granary-index", "warc"}});
+  REQUIRE(put.status == 200);
+  CHECK(put.header("x-granary-record-index") == "indexed");
+  CHECK(put.header("x-granary-record-count") == std::to_string(n));
+  CHECK(index->total == n);
+  CHECK(index->largest <= 8192 + 4096);  // a flush comes within a slice of 8192 rows
+  CHECK(f.get("/bucket?record&key=u39999&type=*").status == 200);
+  // Complete indexes the stored parts as they are read back, a stripe at a time.
+  index->largest = 0;
+  index->total = 0;
+  const std::string id = xmlField(
+      f.send(makeRequest("POST", "/bucket/k?uploads", {{"x-granary-index", "warc"}})).body,
+      "UploadId");
+  Reply part = f.send(
+      makeRequest("PUT", "/bucket/k?partNumber=1&uploadId=" + id, {}, sha256Hex(warc)), warc);
+  REQUIRE(part.status == 200);
+  const std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                          *part.header("ETag") + "</ETag></Part></CompleteMultipartUpload>";
+  Reply done = f.send(makeRequest("POST", "/bucket/k?uploadId=" + id, {}, sha256Hex(xml)), xml);
+  REQUIRE(done.status == 200);
+  CHECK(done.header("x-granary-record-count") == std::to_string(n));
+  CHECK(index->total == n);
+  CHECK(index->largest <= 8192 + 4096);
+  // And fed the whole container at once.
+  index->largest = 0;
+  IndexRequest warc_request;
+  warc_request.format = index_kv::ContainerFormat::kWarc;
+  RecordIndexer indexer(f.ctx->index(), "bucket", "k",
+                        VersionId::generate(f.cluster.clock, f.random), warc_request,
+                        std::chrono::seconds(60));
+  indexer.feed(std::span(reinterpret_cast<const uint8_t*>(warc.data()), warc.size()));
+  const index_kv::RecordIndexInfo info = indexer.finish();
+  CHECK(info.status == "indexed");
+  CHECK(info.rows == n);
+  CHECK(index->largest <= 8192 + 4096);
+  indexer.abandon();
 }
 
 }  // namespace

@@ -384,6 +384,25 @@ TEST_CASE("inflateGzipMember rejects truncation, trailing bytes, bad CRC and ove
   CHECK_FALSE(inflateGzipMember(member, ok->size() - 1).has_value());
 }
 
+TEST_CASE("A container of members each under max_inflated_member is bounded as a whole") {
+  // Two bombs of 32 MiB from 32 KiB each: under a 40 MiB member limit, but 64 MiB in all
+  // is over 40 MiB + 256 times the 64 KiB read.
+  const Bytes bomb = fixture("bomb.warc.gz");
+  Bytes two = bomb;
+  append(two, bomb);
+  ParserOptions o = withFormat(ContainerFormat::kWarcGz);
+  o.max_inflated_member = 40 << 20;
+  Outcome bounded = parseAllWays(two, o);
+  CHECK(isNotIndexable(bounded.status));
+  CHECK_THAT(bounded.status.message(),
+             Catch::Contains("inflates to over 256 times its compressed size (by byte offset " +
+                             std::to_string(bomb.size()) + ")"));
+  o.max_inflate_ratio = 0;
+  Outcome unbounded = parseAllWays(two, o);
+  REQUIRE(unbounded.status.isOk());
+  CHECK(unbounded.rows.size() == 2);
+}
+
 TEST_CASE("A zip bomb member is refused above max_inflated_member") {
   const Bytes bomb = fixture("bomb.warc.gz");
   checkFile(bomb, "bomb.warc.gz", ContainerFormat::kWarcGz);  // 32 MiB: fine by default
@@ -459,6 +478,44 @@ TEST_CASE("Synthesized tars: base-256 size, v7 and signed checksums, prefix, pax
     Outcome t = parseAllWays(std::span(tar).first(cut), withFormat(ContainerFormat::kTar));
     CHECK(isMalformed(t.status));
   }
+}
+
+TEST_CASE("A tar whose only or last header is a global pax header is well formed") {
+  // `git archive` of an empty tree: a 'g' header (the commit id), then the end marker.
+  Bytes g = paxPayload({{"comment", "0123456789abcdef0123456789abcdef01234567"}});
+  Bytes tar;
+  addMember(tar, {.name = "pax_global_header", .type = 'g', .size = g.size()},
+            std::string(g.begin(), g.end()));
+  const size_t boundary = tar.size();
+  endArchive(tar);
+  Outcome o = parseAllWays(tar, withFormat(ContainerFormat::kTar));
+  REQUIRE(o.status.isOk());
+  CHECK(o.rows.empty());
+  CHECK(parseAllWays(std::span(tar).first(boundary), withFormat(ContainerFormat::kTar))
+            .status.isOk());
+  // After a member, and before an 'x' header whose member starts at the 'x' header.
+  Bytes more;
+  std::vector<ParsedRecord> want;
+  want.push_back(addMember(more, {.name = "a", .size = 1}, "a"));
+  addMember(more, {.name = "pax_global_header", .type = 'g', .size = g.size()},
+            std::string(g.begin(), g.end()));
+  Bytes x = paxPayload({{"path", "long/name.bin"}});
+  addMember(more, {.name = "PaxHeaders/x", .type = 'x', .size = x.size()},
+            std::string(x.begin(), x.end()));
+  auto named = addMember(more, {.name = "short", .size = 2}, "bc");
+  want.push_back({"long/name.bin", named.offset, 2, ec::crc32c(bytes("bc")), ""});
+  addMember(more, {.name = "pax_global_header", .type = 'g', .size = g.size()},
+            std::string(g.begin(), g.end()));
+  endArchive(more);
+  Outcome m = parseAllWays(more, withFormat(ContainerFormat::kTar));
+  REQUIRE(m.status.isOk());
+  CHECK(m.rows == want);
+  // An 'x' header still needs its member.
+  Bytes lone_x;
+  addMember(lone_x, {.name = "PaxHeaders/x", .type = 'x', .size = x.size()},
+            std::string(x.begin(), x.end()));
+  endArchive(lone_x);
+  CHECK(isMalformed(parseAllWays(lone_x, withFormat(ContainerFormat::kTar)).status));
 }
 
 TEST_CASE("Malformed tars: bad checksum, empty name, lone zero block, oversized pax") {
