@@ -73,6 +73,9 @@ struct GatewayContext {
   ConnectionSlots connections{options.max_connections, options.max_connections_per_address};
   std::atomic<size_t> requests{0};     // requests being served (between head and answer)
   std::atomic<bool> draining{false};   // stopping: answers close their connections
+  // A metrics scrape is reading every drive's and the index's figures: scrapes meanwhile
+  // show the figures as they are instead of reading them all again.
+  std::atomic<bool> scrape_in_flight{false};
   // Uploads' ETag MD5s, 16 at a time; null where the CPU has no multi-lane kernel (each
   // upload's MD5 then runs on its own).
   std::unique_ptr<Md5Lanes> md5_lanes;

@@ -288,7 +288,16 @@ Task<S3Response> serveInternal(GatewayContext& ctx, const S3Request& req, std::s
       co_return errorResponse({S3ErrorCode::kAccessDenied,
                                "Metrics need Authorization: Bearer <token>"}, req);
     }
-    co_await refreshScrapedGauges(ctx);
+    // One refresh at a time: scrapes that come while one reads the drives (several
+    // Prometheus servers, or anyone: the endpoint is open by default) show the figures it
+    // and the one before it read, instead of each asking every drive again.
+    if (!ctx.scrape_in_flight.exchange(true)) {
+      struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = false; }
+      } done{ctx.scrape_in_flight};
+      co_await refreshScrapedGauges(ctx);
+    }
     res.set("Content-Type", "text/plain; version=0.0.4");
     res.body = prometheus::TextSerializer().Serialize(ctx.metrics.registry().Collect());
   } else {

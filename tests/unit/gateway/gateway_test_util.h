@@ -208,8 +208,10 @@ class FaultyChunkClient final : public chunkstore::ChunkClient {
     return target_.list(drive, after, limit);
   }
   Result<chunkstore::DriveStats> stats(std::string_view drive) override {
+    ++stats_calls;
     return target_.stats(drive);
   }
+  std::atomic<int> stats_calls{0};  // stats() asked, of any drive
   bool writable(std::string_view drive) const override {
     return !read_only_.contains(std::string(drive)) && target_.writable(drive);
   }

@@ -3906,5 +3906,25 @@ TEST_CASE("An indexed upload writes its rows in bounded batches, however large i
   indexer.abandon();
 }
 
+TEST_CASE("A metrics scrape while another reads the drives shows the figures as they are") {
+  GatewayFixture f;
+  f.createBucket();
+  const int drives = static_cast<int>(f.cluster.map.drives.size());
+  Reply first = f.send(makeRequest("GET", "/_granary/metrics"));
+  REQUIRE(first.status == 200);
+  CHECK(f.cluster.chunks->stats_calls == drives);  // every drive read, once
+  CHECK(first.body.find("granary_drive_up{") != std::string::npos);
+  // Another scrape is reading them (set by hand: the fixture serves one request at a time).
+  f.ctx->scrape_in_flight = true;
+  Reply meanwhile = f.send(makeRequest("GET", "/_granary/metrics"));
+  CHECK(meanwhile.status == 200);
+  CHECK(f.cluster.chunks->stats_calls == drives);  // none asked again
+  CHECK(meanwhile.body.find("granary_drive_up{") != std::string::npos);
+  f.ctx->scrape_in_flight = false;
+  CHECK(f.send(makeRequest("GET", "/_granary/metrics")).status == 200);
+  CHECK(f.cluster.chunks->stats_calls == 2 * drives);
+  CHECK_FALSE(f.ctx->scrape_in_flight);  // a refresh lets go when it ends
+}
+
 }  // namespace
 }  // namespace granary::gateway
