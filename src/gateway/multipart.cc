@@ -65,9 +65,13 @@ S3Result<PartTarget> partTargetOf(const S3Request& req) {
 }
 
 // Index failures of an operation on an upload: kNotFound is NoSuchUpload.
-S3Error uploadError(const Status& st) {
-  if (st.isNotFound()) return noSuchUpload();
-  return fromStatus(st);
+// An upload's kNotFound is NoSuchBucket when its bucket is gone (or never was: the root
+// user's requests reach here unchecked), else NoSuchUpload, as S3 answers.
+Task<S3Error> uploadError(GatewayContext& ctx, const S3Request& req, const Status& st) {
+  if (!st.isNotFound()) co_return fromStatus(st);
+  auto bucket = co_await lookupBucket(ctx, req.bucket);
+  if (!bucket && bucket.error().isNotFound()) co_return noSuchBucket();
+  co_return noSuchUpload();
 }
 
 struct LoadedUpload {
@@ -353,7 +357,10 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
-  if (!upload) co_return errorResponse(uploadError(upload.error()), req);
+  if (!upload) {
+    S3Error err = co_await uploadError(ctx, req, upload.error());
+    co_return errorResponse(err, req);
+  }
 
   IngestOptions options;
   options.allow_inline = false;
@@ -387,7 +394,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   });
   if (!recorded) {
     // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
-    S3Error err = uploadError(recorded.error());
+    S3Error err = co_await uploadError(ctx, req, recorded.error());
     co_await removeBlobs(ctx, recorded.error(), in.drives, in.stripes);
     S3Response res = errorResponse(err, req);
     res.close = !body.done();
@@ -413,7 +420,10 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
-  if (!upload) co_return errorResponse(uploadError(upload.error()), req);
+  if (!upload) {
+    S3Error err = co_await uploadError(ctx, req, upload.error());
+    co_return errorResponse(err, req);
+  }
   auto src = co_await loadCopySource(ctx, req, *source);
   if (!src) co_return errorResponse(src.error(), req);
   auto range = copySourceRange(req, src->size);
@@ -481,7 +491,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   });
   if (!recorded) {
     // Aborted or completed meanwhile (or the commit failed): the part's blobs are ours.
-    S3Error err = uploadError(recorded.error());
+    S3Error err = co_await uploadError(ctx, req, recorded.error());
     co_await removeBlobs(ctx, recorded.error(), part.drives, part.stripes);
     co_return errorResponse(err, req);
   }
@@ -566,7 +576,10 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
         co_return std::move(*replay);
       }
     }
-    if (!loaded) co_return errorResponse(uploadError(loaded.error()), req);
+    if (!loaded) {
+      S3Error err = co_await uploadError(ctx, req, loaded.error());
+      co_return errorResponse(err, req);
+    }
 
     std::vector<const index_kv::PartInfo*> chosen;
     chosen.reserve(listed->size());
@@ -670,10 +683,11 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
     }
     if (!committed) {
       const Status& st = committed.error();
-      co_return errorResponse(st.code() == Status::Code::kPreconditionFailed
-                                  ? writeCommitError(st, *precondition)
-                                  : uploadError(st),
-                              req);
+      if (st.code() == Status::Code::kPreconditionFailed) {
+        co_return errorResponse(writeCommitError(st, *precondition), req);
+      }
+      S3Error err = co_await uploadError(ctx, req, st);
+      co_return errorResponse(err, req);
     }
 
     ctx.metrics.containerIndexed(manifest->records);
@@ -697,7 +711,10 @@ Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req)
   Status st = co_await offload(ctx.pool(), [&] {
     return ctx.index().abortUpload(req.bucket, req.key, upload_id);
   });
-  if (!st.isOk()) co_return errorResponse(uploadError(st), req);
+  if (!st.isOk()) {
+    S3Error err = co_await uploadError(ctx, req, st);
+    co_return errorResponse(err, req);
+  }
   S3Response res;
   res.status = 204;
   co_return res;
@@ -752,7 +769,10 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
   if (!page && missing == Missing::kBucket) {
     co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
   }
-  if (!page) co_return errorResponse(uploadError(page.error()), req);
+  if (!page) {
+    S3Error err = co_await uploadError(ctx, req, page.error());
+    co_return errorResponse(err, req);
+  }
   p.owner_id = ctx.credentials.ownerId(page->upload.owner);
   p.checksum_algorithm = page->upload.checksum_algorithm;
   p.checksum_type = page->upload.checksum_type;

@@ -2192,6 +2192,16 @@ TEST_CASE("Multipart: parts of uneven stripes assemble into one object, ranges c
   // The upload is gone: its id is NoSuchUpload everywhere.
   CHECK(f.send(makeRequest("DELETE", "/bucket/mp?uploadId=" + id)).code == "NoSuchUpload");
   CHECK(f.get("/bucket/mp?uploadId=" + id).code == "NoSuchUpload");
+  CHECK(f.send(makeRequest("PUT", "/bucket/mp?partNumber=1&uploadId=" + id), "x").code ==
+        "NoSuchUpload");
+  // In a bucket that does not exist (the root user's requests are not checked for it
+  // first): NoSuchBucket, as S3 answers.
+  CHECK(f.send(makeRequest("DELETE", "/nobucket/mp?uploadId=" + id)).code == "NoSuchBucket");
+  CHECK(f.get("/nobucket/mp?uploadId=" + id).code == "NoSuchBucket");
+  CHECK(f.send(makeRequest("PUT", "/nobucket/mp?partNumber=1&uploadId=" + id), "x").code ==
+        "NoSuchBucket");
+  CHECK(f.send(makeRequest("POST", "/nobucket/mp?uploadId=" + id, {}, sha256Hex(xml)), xml)
+            .code == "NoSuchBucket");
 }
 
 TEST_CASE("Multipart: order, ETag and size checks, abort removes the upload") {
