@@ -442,7 +442,6 @@ bool commitRefused(const Status& st) {
     case Status::Code::kAlreadyExists:
     case Status::Code::kNotEmpty:
     case Status::Code::kPermissionDenied:
-    case Status::Code::kNoSpace:
       return true;
     case Status::Code::kUnavailable:
       // Retryable: it never reached the index (refused, nothing sent). Not retryable: the

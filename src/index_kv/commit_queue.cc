@@ -148,7 +148,14 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
     batches_.fetch_add(1, std::memory_order_relaxed);
     written = s.ok();
     if (!s.ok()) {
-      Status st = fromRocks(s, "index: commit write");
+      // Never "refused": RocksDB may have appended the batch to its log before the sync
+      // (or the write) failed, and then a restart replays it. What the caller hears must
+      // leave the blobs to the orphan sweep (commitRefused), whatever the code says to the
+      // client: out of space is still 507, a busy or stalled database no retryable
+      // "nothing sent".
+      Status st = fromRocks(s, "index: commit write (its outcome is unknown until the index "
+                               "restarts)");
+      if (st.code() == Status::Code::kUnavailable) st = Status(st.code(), st.message(), false);
       log::error("{}", st.toString());
       for (CommitRequest* req : batch) {
         if (req->status.isOk()) {

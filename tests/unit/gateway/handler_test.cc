@@ -3936,5 +3936,37 @@ TEST_CASE("A metrics scrape while another reads the drives shows the figures as 
   CHECK_FALSE(f.ctx->scrape_in_flight);  // a refresh lets go when it ends
 }
 
+TEST_CASE("A commit whose write failed may still land: its blobs stay for the orphan sweep") {
+  // RocksDB may append a batch to its log and then fail the sync (out of space): the
+  // commit comes back after a restart. The client hears 507, and nothing the manifest
+  // names is removed.
+  struct LandedThenFailed final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    static Result<std::optional<VersionId>> failed(const Result<std::optional<VersionId>>& r) {
+      if (!r) return r;
+      return fail(Status::noSpace("index: commit write: IO error: No space left on device"));
+    }
+    Result<std::optional<VersionId>> putObject(std::string_view bucket, std::string_view key,
+                                               const index_kv::Manifest& m,
+                                               index_kv::Precondition pre) override {
+      return failed(target_.putObject(bucket, key, m, pre));
+    }
+    void putObjectAsync(std::string_view bucket, std::string_view key, index_kv::Manifest m,
+                        index_kv::Precondition pre, CommitDone done) override {
+      target_.putObjectAsync(bucket, key, std::move(m), pre,
+                             [done = std::move(done)](auto r) mutable { done(failed(r)); });
+    }
+  };
+  LandedThenFailed* index = nullptr;
+  GatewayFixture f(wrapIndex(index));
+  f.createBucket();
+  const std::string data = randomString(kStripe + 100, 7);
+  Reply put = f.put("k", data);
+  CHECK(put.status == 507);
+  CHECK(put.code == "XGranaryStorageFull");
+  CHECK(f.blobCount() == stripesOf(data.size()) * 6);  // none removed
+  CHECK(f.get("/bucket/k").body == data);               // the commit that landed reads whole
+}
+
 }  // namespace
 }  // namespace granary::gateway
