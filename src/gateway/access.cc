@@ -86,6 +86,7 @@ struct Ask {
   bool every_object = false;  // PolicyQuery::every_object
   bool read_only = false;     // a public-read ACL allows it whatever the query (copy source)
   bool any_key = false;       // asked again per key (DeleteObjects): pass if it may be allowed
+  std::vector<int8_t>* conditions_held = nullptr;  // PolicyQuery::conditions_held
 };
 
 PolicyQuery policyQuery(const S3Request& req, std::string_view action, const Ask& ask) {
@@ -93,6 +94,7 @@ PolicyQuery policyQuery(const S3Request& req, std::string_view action, const Ask
   q.action = action;
   q.resource = ask.resource;
   q.every_object = ask.every_object;
+  q.conditions_held = ask.conditions_held;
   q.principal = req.principal;
   q.secure = req.secure;
   q.source_ip = req.source_ip;
@@ -129,6 +131,7 @@ std::optional<S3Error> decide(const S3Request& req, const index_kv::BucketInfo& 
       effect = policy->evaluate(policyQuery(req, ask.action, ask));
       if (!ask.also.empty() && effect != PolicyEffect::kDeny) {
         PolicyQuery also = policyQuery(req, ask.also, ask);
+        also.conditions_held = nullptr;  // its listing keys are not the first query's
         if (!ask.also_resource.empty()) {
           also.resource = ask.also_resource;
           also.every_object = false;
@@ -285,12 +288,14 @@ Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request&
 }
 
 std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
-                                       std::string_view key, bool version) {
+                                       std::string_view key, bool version,
+                                       std::vector<int8_t>* conditions_held) {
   if (req.root) return std::nullopt;
   const std::string resource = objectArn(bucket.name, key);
   return decide(req, bucket,
                 Ask{.action = version ? versionAction("s3:DeleteObject") : "s3:DeleteObject",
-                    .resource = resource});
+                    .resource = resource,
+                    .conditions_held = conditions_held});
 }
 
 }  // namespace granary::gateway

@@ -180,19 +180,28 @@ bool segmentEquals(std::string_view segment, std::string_view text) {
 size_t findSegment(std::string_view segment, std::string_view text) {
   if (segment.size() > text.size()) return std::string_view::npos;
   const size_t words = (segment.size() + 63) / 64;
-  std::vector<uint64_t> masks(256 * words, 0);  // masks[c]: positions c may stand at
+  // Masks (positions a character may stand at) for the characters the segment names, each
+  // with the '?' positions; any other character may stand only where a '?' is (mask 0).
+  // Built from the segment alone: a '?' costs one bit, not one per byte value.
+  std::array<uint16_t, 256> slot{};  // 0: not named
+  std::vector<uint64_t> masks(words, 0);
   for (size_t i = 0; i < segment.size(); ++i) {
-    const uint64_t bit = uint64_t{1} << (i % 64);
-    if (segment[i] == '?') {
-      for (size_t c = 0; c < 256; ++c) masks[c * words + i / 64] |= bit;
-    } else {
-      masks[static_cast<unsigned char>(segment[i]) * words + i / 64] |= bit;
+    if (segment[i] == '?') masks[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  for (size_t i = 0; i < segment.size(); ++i) {
+    const auto c = static_cast<unsigned char>(segment[i]);
+    if (segment[i] == '?') continue;
+    if (slot[c] == 0) {
+      slot[c] = static_cast<uint16_t>(masks.size() / words);
+      masks.resize(masks.size() + words);
+      std::copy_n(masks.begin(), words, masks.end() - static_cast<ptrdiff_t>(words));
     }
+    masks[slot[c] * words + i / 64] |= uint64_t{1} << (i % 64);
   }
   const size_t last = segment.size() - 1;
   std::vector<uint64_t> state(words, 0);  // bit i: segment[0..i] ends at this character
   for (size_t t = 0; t < text.size(); ++t) {
-    const uint64_t* mask = &masks[static_cast<unsigned char>(text[t]) * words];
+    const uint64_t* mask = &masks[slot[static_cast<unsigned char>(text[t])] * words];
     uint64_t carry = 1;  // a match may start here
     for (size_t w = 0; w < words; ++w) {
       const uint64_t shifted = (state[w] << 1) | carry;
@@ -466,6 +475,17 @@ bool BucketPolicy::applies(const Statement& s, const PolicyQuery& q,
   }
   if (anyMatch(s.actions, action) == s.not_action) return false;
   if (!resourceMatches(s, q)) return false;
+  if (q.conditions_held != nullptr) {
+    std::vector<int8_t>& held = *q.conditions_held;
+    if (held.size() != statements_.size()) held.assign(statements_.size(), -1);
+    int8_t& known = held[static_cast<size_t>(&s - statements_.data())];
+    if (known < 0) known = conditionsHold(s, q) ? 1 : 0;
+    return known == 1;
+  }
+  return conditionsHold(s, q);
+}
+
+bool BucketPolicy::conditionsHold(const Statement& s, const PolicyQuery& q) const {
   return std::all_of(s.conditions.begin(), s.conditions.end(), [&](const Condition& c) {
     std::optional<std::string_view> value = keyValue(c.key, q);
     if (c.op == "null") {

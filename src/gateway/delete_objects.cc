@@ -30,6 +30,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
   // If this frame unwinds (an exception) with removals queued, their answers must not
   // land in freed `removed`.
   IdleBeforeFreed removed_before_freed(group);
+  std::vector<int8_t> conditions_held;  // the policy's conditions, judged once per request
   for (size_t i = 0; i < parsed->objects.size(); ++i) {
     outcomes[i].key = parsed->objects[i].key;
     outcomes[i].version_id = parsed->objects[i].version_id;
@@ -50,7 +51,7 @@ Task<S3Response> deleteObjects(GatewayContext& ctx, const S3Request& req, BodySo
     }
     // The bucket policy may allow deleting some keys and not others.
     if (auto denied = authorizeDelete(req, *bucket, outcomes[i].key,
-                                      outcomes[i].version_id.has_value())) {
+                                      outcomes[i].version_id.has_value(), &conditions_held)) {
       outcomes[i].error = std::move(*denied);
       continue;
     }

@@ -121,8 +121,10 @@ Task<std::optional<S3Error>> authorizeRequest(GatewayContext& ctx, S3Request& re
 Task<std::optional<S3Error>> authorizeRead(GatewayContext& ctx, const S3Request& req,
                                            std::string_view bucket, std::string_view key,
                                            bool version);
+// `conditions_held`: one vector for all of a request's keys (PolicyQuery::conditions_held).
 std::optional<S3Error> authorizeDelete(const S3Request& req, const index_kv::BucketInfo& bucket,
-                                       std::string_view key, bool version);
+                                       std::string_view key, bool version,
+                                       std::vector<int8_t>* conditions_held);
 
 // bucket_ops.cc
 Task<S3Response> listBuckets(GatewayContext& ctx, const S3Request& req);
