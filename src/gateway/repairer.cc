@@ -97,6 +97,18 @@ struct Repairer::Impl {
                           .Help("Stripes found with fewer than k healthy fragments")
                           .Register(registry)
                           .Add({})),
+        errors(prometheus::BuildCounter()
+                   .Name("granary_repair_errors_total")
+                   .Help("Repair failures: a fragment that could not be read, decoded, "
+                         "written or committed, a listing that failed (retried next pass)")
+                   .Register(registry)
+                   .Add({})),
+        conflicts(prometheus::BuildCounter()
+                      .Name("granary_repair_conflicts_total")
+                      .Help("Repairs whose commit lost to a write of the object meanwhile "
+                            "(their copies removed; the next pass looks again)")
+                      .Register(registry)
+                      .Add({})),
         last_pass(prometheus::BuildGauge()
                       .Name("granary_repair_last_pass_timestamp_seconds")
                       .Help("When the last repair pass ended (Unix time)")
@@ -219,15 +231,6 @@ struct Repairer::Impl {
       return false;
     }
     if (dry_run) return false;
-    // A corrupt copy is worth nothing: remove it, so that its drive may take the rebuilt one.
-    for (int j = 0; j < n; ++j) {
-      if (f[j].state != State::kCorrupt) continue;
-      Status st = chunks.remove(f[j].drive, idOf(j));
-      if (!st.isOk() && !st.isNotFound()) {
-        log::warn("repair: removing corrupt {} on {}: {}", idOf(j).toString(), f[j].drive,
-                  st.toString());
-      }
-    }
 
     // Targets, best first in this stripe's own rendezvous order: a usable drive in a
     // domain the stripe does not hold; for a fragment that must be rebuilt or drained, if
@@ -237,6 +240,9 @@ struct Repairer::Impl {
     // already (a copy waiting for GC).
     std::set<std::string> taken;  // drives given a fragment by this repair
     auto absent = [&](const placement::Drive& d, int j) {
+      // A corrupt copy is worth nothing: its drive may take the rebuilt one, which replaces
+      // it once the rebuild has succeeded (below).
+      if (f[j].state == State::kCorrupt && d.id == f[j].drive) return true;
       auto there = chunks.stat(d.id, idOf(j));
       return !there && there.error().isNotFound();
     };
@@ -347,6 +353,18 @@ struct Repairer::Impl {
       desc.bucket = bucket;
       desc.key = key;
       desc.flags = stripeFlags(m, index_in_manifest);
+      if (f[j].state == State::kCorrupt && f[j].target == f[j].drive) {
+        // Only now, with the stripe decoded: removed before, a rebuild that then failed
+        // (another fragment unreadable, no drive to take it) lost the stripe a fragment.
+        // Rebuilt elsewhere, the corrupt copy goes with the GC entry of the commit.
+        Status removed = chunks.remove(f[j].drive, desc.id);
+        if (!removed.isOk() && !removed.isNotFound()) {
+          ++stats.errors;
+          log::warn("repair: removing corrupt {} on {}: {}", desc.id.toString(), f[j].drive,
+                    removed.toString());
+          continue;
+        }
+      }
       Status st = chunks.put(f[j].target, desc, f[j].bytes);
       if (st.code() == Status::Code::kAlreadyExists) {
         // Another pass (a gateway's, draining the same drive from the same map) put it there
@@ -598,6 +616,8 @@ struct Repairer::Impl {
     passes.Increment();
     objects.Increment(static_cast<double>(s.objects));
     unrecoverable.Increment(static_cast<double>(s.unrecoverable_stripes));
+    errors.Increment(static_cast<double>(s.errors));
+    conflicts.Increment(static_cast<double>(s.conflicts));
     last_pass.Set(static_cast<double>(clock.nowUnixNanos()) / 1e9);
   }
 
@@ -616,6 +636,8 @@ struct Repairer::Impl {
   prometheus::Counter& passes;
   prometheus::Counter& objects;
   prometheus::Counter& unrecoverable;
+  prometheus::Counter& errors;
+  prometheus::Counter& conflicts;
   prometheus::Gauge& last_pass;
 };
 
@@ -648,12 +670,12 @@ void Repairer::start() {
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
     } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->fragments_draining +
-                   stats->unrecoverable_stripes > 0) {
+                   stats->unrecoverable_stripes + stats->errors > 0) {
       log::info("repair pass: {} objects, {} fragments rebuilt, {} moved, {} drained (of {} "
-                "found on draining drives), {} unrecoverable stripes",
+                "found on draining drives), {} unrecoverable stripes, {} errors",
                 stats->objects, stats->fragments_rebuilt, stats->fragments_moved,
                 stats->fragments_drained, stats->fragments_draining,
-                stats->unrecoverable_stripes);
+                stats->unrecoverable_stripes, stats->errors);
     }
   }, first);
 }

@@ -163,6 +163,13 @@ struct RepairFixture {
     }
     return 0;
   }
+  // An unlabelled counter's value.
+  double counter(const std::string& name) {
+    for (const auto& family : registry.Collect()) {
+      if (family.name == name && !family.metric.empty()) return family.metric[0].counter.value;
+    }
+    return -1;
+  }
 
   TestCluster cluster;
   index_kv::Index& index;
@@ -376,6 +383,43 @@ TEST_CASE("A fragment a read found corrupt is rebuilt by a plain (stat) pass") {
   CHECK(f.cluster.local->stats("d2")->corrupt_ids.empty());  // the bad copy was removed
   f.checkFragments("k");
   CHECK(f.pass(true, /*verify=*/true).fragments_corrupt == 0);
+}
+
+TEST_CASE("A corrupt fragment is removed only once its rebuild has been decoded") {
+  // Fragment 2 is known corrupt; 0, 1 and 3 look healthy to a stat but cannot be read: the
+  // rebuild fails, and the corrupt copy (worth something to a reader of the other bytes of
+  // its extent, and to a later pass) is still there.
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  {
+    std::fstream extent(f.cluster.dir.path() + "/d2/extents/00000000.ext",
+                        std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(extent.good());
+    extent.seekg(4096 + 100);
+    char byte = 0;
+    extent.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    extent.seekp(4096 + 100);
+    extent.write(&byte, 1);
+  }
+  std::vector<uint8_t> out(kFragLen);
+  REQUIRE(f.cluster.local->read("d2", BlobId{m.version, 0, 2}, 0, out).code() ==
+          Status::Code::kCorruption);
+  for (const char* d : {"d0", "d1", "d3"}) {
+    f.cluster.chunks->failReads(d, Status::corruption("unreadable"));
+  }
+  RepairStats failed = f.pass(false);
+  CHECK(failed.fragments_corrupt == 1);
+  CHECK(failed.fragments_rebuilt == 0);
+  CHECK(failed.errors == 1);
+  CHECK(f.counter("granary_repair_errors_total") == 1);
+  CHECK(f.counter("granary_repair_conflicts_total") == 0);
+  CHECK(f.cluster.blobs("d2").size() == 1);  // not removed
+  f.cluster.chunks->clearFaults();
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_rebuilt == 1);
+  CHECK(f.checkFragments("k")[2] == "d2");  // replaced where it was
+  CHECK(f.cluster.local->stats("d2")->corrupt_ids.empty());
 }
 
 TEST_CASE("Fragments on unreachable servers are left alone, and too few healthy is reported") {
