@@ -163,6 +163,18 @@ struct RepairFixture {
     }
     return 0;
   }
+  // Flips a payload byte of the only blob of `drive` (its header region is 4 KiB).
+  void flipPayloadByte(const std::string& drive) {
+    std::fstream extent(cluster.dir.path() + "/" + drive + "/extents/00000000.ext",
+                        std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(extent.good());
+    extent.seekg(4096 + 100);
+    char byte = 0;
+    extent.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    extent.seekp(4096 + 100);
+    extent.write(&byte, 1);
+  }
   // An unlabelled counter's value.
   double counter(const std::string& name) {
     for (const auto& family : registry.Collect()) {
@@ -357,18 +369,7 @@ TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
 TEST_CASE("A fragment a read found corrupt is rebuilt by a plain (stat) pass") {
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});
-  {
-    // Flip a payload byte of the only blob of d2 (its header region is 4 KiB).
-    std::fstream extent(f.cluster.dir.path() + "/d2/extents/00000000.ext", std::ios::in | std::ios::out |
-                                                                         std::ios::binary);
-    REQUIRE(extent.good());
-    extent.seekg(4096 + 100);
-    char byte = 0;
-    extent.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x10);
-    extent.seekp(4096 + 100);
-    extent.write(&byte, 1);
-  }
+  f.flipPayloadByte("d2");
   const BlobId id{m.version, 0, 2};
   CHECK(f.pass(true).fragments_corrupt == 0);  // nobody has read it yet
   std::vector<uint8_t> out(kFragLen);
@@ -391,17 +392,7 @@ TEST_CASE("A corrupt fragment is removed only once its rebuild has been decoded"
   // its extent, and to a later pass) is still there.
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});
-  {
-    std::fstream extent(f.cluster.dir.path() + "/d2/extents/00000000.ext",
-                        std::ios::in | std::ios::out | std::ios::binary);
-    REQUIRE(extent.good());
-    extent.seekg(4096 + 100);
-    char byte = 0;
-    extent.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x10);
-    extent.seekp(4096 + 100);
-    extent.write(&byte, 1);
-  }
+  f.flipPayloadByte("d2");
   std::vector<uint8_t> out(kFragLen);
   REQUIRE(f.cluster.local->read("d2", BlobId{m.version, 0, 2}, 0, out).code() ==
           Status::Code::kCorruption);
