@@ -68,14 +68,15 @@ Status Scrubber::runPass() {
     auto blobs = store_.list(after, kListBatch);
     if (!blobs) return blobs.error();
     for (const BlobInfo& blob : *blobs) {
-      Status st = scrubBlob(blob, buffer);
+      bool verified = false;
+      Status st = scrubBlob(blob, buffer, verified);
       if (st.code() == Status::Code::kUnavailable) return st;  // stopping
       std::lock_guard lock(mu_);
-      if (st.isCorruption()) {
+      if (!st.isOk()) {  // corrupt, or unreadable (the store remembers it for repair)
         ++stats_.corrupt;
         if (stats_.recent.size() == kRecentCorrupt) stats_.recent.erase(stats_.recent.begin());
         stats_.recent.push_back(blob.id);
-      } else if (st) {
+      } else if (verified) {
         ++stats_.blobs;
       }
     }
@@ -87,7 +88,7 @@ Status Scrubber::runPass() {
   return Status::ok();
 }
 
-Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer) {
+Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer, bool& verified) {
   // An empty blob still has a header to verify: one zero-length read.
   uint64_t offset = 0;
   do {
@@ -102,14 +103,22 @@ Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer) {
       if (on_corrupt_) on_corrupt_(blob.id, st);
       return st;
     }
+    if (!st && st.code() == Status::Code::kIoError && !st.retryable()) {
+      // The disk refused the bytes (EIO): as lost as corrupt ones, and repair rebuilds it
+      // (the store lists it among corrupt_ids).
+      log::error("scrub of {}: reading {}: {}", name_, blob.id.toString(), st.toString());
+      if (on_corrupt_) on_corrupt_(blob.id, st);
+      return st;
+    }
     if (!st) {
       log::warn("scrub of {}: reading {}: {}", name_, blob.id.toString(), st.toString());
-      return Status::ok();  // transient: the next pass tries again
+      return Status::ok();  // transient (the process is short of something): next pass
     }
     offset += n;
     std::lock_guard lock(mu_);
     stats_.bytes += n;
   } while (offset < blob.length);
+  verified = true;
   return Status::ok();
 }
 

@@ -132,7 +132,11 @@ struct Repairer::Impl {
       Status st = load(f, id, fragment_len);
       if (st.isOk()) return State::kOk;
       if (st.isNotFound()) return State::kMissing;
-      if (st.code() == Status::Code::kCorruption) return State::kCorrupt;
+      // Unreadable (the disk refused it: EIO) is as lost as corrupt: rebuilt the same way.
+      if (st.code() == Status::Code::kCorruption ||
+          (st.code() == Status::Code::kIoError && !st.retryable())) {
+        return State::kCorrupt;
+      }
       if (st.code() == Status::Code::kUnavailable) return State::kUnreachable;
       return State::kUnknown;
     }

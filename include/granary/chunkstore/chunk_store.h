@@ -88,7 +88,7 @@ struct DriveStats {
   // From the drive's scrubber, when one runs (LocalChunkClient::startScrubbers).
   uint64_t scrub_passes = 0;
   uint64_t scrubbed_bytes = 0;
-  uint64_t corrupt_blobs = 0;     // found by the scrubber since start
+  uint64_t corrupt_blobs = 0;     // corrupt or unreadable, found by the scrubber since start
   // The block CRC cache (ChunkStoreOptions::crc_cache_bytes): lookups that found a blob's
   // CRCs there and lookups that did not (the read verifies the header region), since
   // open; memory it holds now.
@@ -107,8 +107,9 @@ struct DriveStats {
   uint64_t verified_admitted = 0;
   uint64_t verified_blobs = 0;
   uint64_t verified_bytes = 0;
-  // Blobs still stored that failed their CRC32C (a read's or the scrubber's) since the
-  // drive was opened, at most kMaxCorruptIds: what repair rebuilds without a verify pass.
+  // Blobs still stored that failed their CRC32C, or that the disk would not read (EIO), in
+  // a read or the scrubber's, since the drive was opened, at most kMaxCorruptIds: what
+  // repair rebuilds without a verify pass.
   std::vector<BlobId> corrupt_ids;
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space

@@ -35,13 +35,13 @@ struct ScrubStats {
   uint64_t passes = 0;         // completed full passes
   uint64_t blobs = 0;          // blobs verified (all passes)
   uint64_t bytes = 0;          // payload bytes verified (all passes)
-  uint64_t corrupt = 0;        // corrupt blobs found (all passes)
-  std::vector<BlobId> recent;  // the last corrupt blobs found (at most 64)
+  uint64_t corrupt = 0;        // corrupt or unreadable (EIO) blobs found (all passes)
+  std::vector<BlobId> recent;  // the last of those found (at most 64)
 };
 
 class Scrubber {
  public:
-  // Called on the scrubber thread for each corrupt blob found.
+  // Called on the scrubber thread for each corrupt or unreadable blob found.
   using OnCorrupt = std::function<void(const BlobId&, const Status&)>;
 
   Scrubber(ChunkStore& store, std::string name, ScrubOptions options, OnCorrupt on_corrupt = {});
@@ -56,7 +56,10 @@ class Scrubber {
   ScrubStats stats() const;
 
  private:
-  Status scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer);
+  // Ok and `verified`, or ok and not (deleted meanwhile, or a read the process could not
+  // make now: the next pass tries again); else the blob is corrupt or unreadable, or the
+  // scrubber is stopping (kUnavailable).
+  Status scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer, bool& verified);
   void run();
 
   ChunkStore& store_;

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "aligned_buffer.h"
+#include "granary/chunkstore/scrubber.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -699,9 +700,40 @@ TEST_CASE("A read that fails with EIO is an error, never data") {
   Status st = readVia(*f.store, async, makeId(1), 0, out);
   CHECK(st.code() == Status::Code::kIoError);
   CHECK(std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0; }));
+  // The disk refused the bytes: a suspect for repair, as a CRC failure is.
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});
   engine.read_errno = 0;
   REQUIRE(readVia(*f.store, async, makeId(1), 0, out).isOk());
   CHECK(out == data);
+  // Short of descriptors is the process's state, not the disk's: no suspect.
+  REQUIRE(f.store->put(descriptor(makeId(2)), data).isOk());
+  engine.read_errno = EMFILE;
+  CHECK_FALSE(readVia(*f.store, async, makeId(2), 0, out).isOk());
+  engine.read_errno = 0;
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});
+}
+
+TEST_CASE("A scrub that the disk refuses (EIO) reports the blob as lost, EMFILE as nothing") {
+  auto base = makePosixEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(10'000, 1)).isOk());
+  ScrubOptions options;
+  options.rate_bytes_per_second = 0;
+  std::vector<BlobId> reported;
+  Scrubber scrubber(*f.store, "test drive", options,
+                    [&](const BlobId& id, const Status&) { reported.push_back(id); });
+  engine.read_errno = EMFILE;  // the process is short of descriptors: try again later
+  REQUIRE(scrubber.runPass().isOk());
+  CHECK(scrubber.stats().corrupt == 0);
+  CHECK(scrubber.stats().blobs == 0);  // not verified either
+  CHECK(f.store->stats()->corrupt_ids.empty());
+  engine.read_errno = EIO;
+  REQUIRE(scrubber.runPass().isOk());
+  engine.read_errno = 0;
+  CHECK(scrubber.stats().corrupt == 1);
+  CHECK(reported == std::vector<BlobId>{makeId(1)});
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});  // repair's list
 }
 
 TEST_CASE("A short write (file size limit) fails the put and leaves nothing readable") {

@@ -366,6 +366,24 @@ TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
   CHECK(f.pass(true, true).fragments_corrupt == 0);
 }
 
+TEST_CASE("A fragment the disk will not read (EIO) is rebuilt as a corrupt one") {
+  RepairFixture f;
+  auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  f.cluster.chunks->failReads("d2", Status::fromErrno(EIO, "reading an extent"));
+  RepairStats found = f.pass(true, /*verify=*/true);
+  CHECK(found.fragments_corrupt == 1);
+  CHECK(found.fragments_unreachable == 0);
+  RepairStats done = f.pass(false, true);
+  CHECK(done.fragments_rebuilt == 1);
+  f.cluster.chunks->clearFaults();
+  f.checkFragments("k");
+  // Short of descriptors (retryable) says nothing of the fragment: left alone.
+  f.cluster.chunks->failReads("d3", Status::fromErrno(EMFILE, "opening an extent"));
+  RepairStats busy = f.pass(false, true);
+  CHECK(busy.fragments_corrupt == 0);
+  CHECK(busy.fragments_rebuilt == 0);
+}
+
 TEST_CASE("A fragment a read found corrupt is rebuilt by a plain (stat) pass") {
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});
