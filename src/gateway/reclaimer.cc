@@ -103,9 +103,9 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
   std::set<std::string, std::less<>> down;
   for (;;) {
     if (thread_.stopping()) break;  // shutting down: the next start goes on from the front
+    // Until a page is empty: one may end short of kGcBatch (IndexOptions::gc_page_blobs).
     auto due = index_.gcDue(cutoff, kGcBatch, after);
     if (!due) return fail(due.error());
-    const bool last_page = due->size() < kGcBatch;
     // An index service older than the page cursor answers from the front again: what it
     // finished is gone from there, what is left at or before the cursor was seen.
     std::erase_if(*due, [&](const index_kv::GcEntry& e) {
@@ -168,7 +168,6 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       stats.entries_done += done.size();
       metrics_->entries_done.Increment(static_cast<double>(done.size()));
     }
-    if (last_page) break;
   }
   // A whole pass (not one cut short by stop()): what it kept is what stays queued.
   if (!thread_.stopping()) metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));

@@ -74,6 +74,7 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
                                index->handles_[10], index->handles_[11],
                                index->handles_[12], index->handles_[13]};
   if (Status st = index->loadCreated(options); !st.isOk()) return fail(st);
+  index->gc_page_blobs_ = std::max<size_t>(1, options.gc_page_blobs);
   index->queue_ =
       std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
@@ -469,6 +470,7 @@ Result<std::vector<GcEntry>> RocksIndex::gcDue(int64_t enqueued_before_unix_nano
     it->Seek(rocksdb::Slice(after.data(), after.size()));
     if (it->Valid() && it->key().ToStringView() == after) it->Next();
   }
+  size_t page_blobs = 0;
   for (; it->Valid() && out.size() < limit; it->Next()) {
     // A row that does not decode is handed out with no blobs, for gcDone to drop: failing
     // the page would stop every GC pass at it for good. The versions it named stay
@@ -488,6 +490,8 @@ Result<std::vector<GcEntry>> RocksIndex::gcDue(int64_t enqueued_before_unix_nano
                 parts->version.toHex(), blobs.error().toString());
       blobs = std::vector<BlobRef>{};
     }
+    if (!out.empty() && page_blobs + blobs->size() > gc_page_blobs_) break;  // next page
+    page_blobs += blobs->size();
     out.push_back(GcEntry{it->key().ToString(), parts->version, parts->enqueued_unix_nanos,
                           std::move(*blobs)});
   }

@@ -136,6 +136,7 @@ class RocksIndex final : public Index {
 
   const Clock& clock_;
   int64_t created_unix_nanos_ = 0;
+  size_t gc_page_blobs_ = 1;  // IndexOptions::gc_page_blobs
   struct Lease {
     std::string holder;
     int64_t expires_nanos = 0;  // by the monotonic clock

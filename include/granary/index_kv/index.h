@@ -482,7 +482,9 @@ class Index {
 
   // GC queue: entries enqueued at or before `enqueued_before_unix_nanos`, oldest first;
   // those after the entry whose queue_key is `after` when given (the next page: entries
-  // that cannot finish yet, a drive down, must not hide those behind them).
+  // that cannot finish yet, a drive down, must not hide those behind them). At most
+  // `limit` entries, and a page may end before it (IndexOptions::gc_page_blobs): only an
+  // empty page says that no entry is left.
   virtual Result<std::vector<GcEntry>> gcDue(int64_t enqueued_before_unix_nanos, size_t limit,
                                              std::string_view after = {}) = 0;
   virtual Status gcDone(const std::vector<GcEntry>& entries) = 0;
@@ -639,6 +641,10 @@ struct IndexOptions {
   // first minutes are never swept, nor its checkpoints of those minutes pruned. 0 where
   // one clock serves both (granary serve) and in tests.
   std::chrono::seconds new_index_margin{16 * 60};
+  // gcDue's page: past its first entry, at most this many blob references in all (an
+  // entry of a 1 TiB object names 1.5 million: a page of 256 such would be gigabytes, and
+  // over the internal API's answer limit, stopping every GC pass at it).
+  size_t gc_page_blobs = size_t{1} << 18;
 };
 
 // `resources` and `clock` must outlive the index.

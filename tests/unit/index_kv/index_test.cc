@@ -435,6 +435,29 @@ TEST_CASE("A new index calls no blob version older than itself unreferenced") {
 
 // ---- GC queue ------------------------------------------------------------------------
 
+TEST_CASE("A gcDue page holds at most gc_page_blobs references, and always one entry") {
+  IndexFixture f(/*gc_page_blobs=*/10);
+  f.makeBucket("b");
+  Index& index = *f.index;
+  for (int i = 0; i < 3; ++i) {
+    Manifest m = f.stripedManifest(1);  // 6 blobs each
+    REQUIRE(index.putObject("b", "k", m, Precondition::none()));
+  }
+  REQUIRE(index.deleteObject("b", "k", Precondition::none()));
+  const int64_t all = std::numeric_limits<int64_t>::max();
+  std::vector<GcEntry> seen;
+  std::string after;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = index.gcDue(all, 100, after);
+    REQUIRE(page.has_value());
+    if (page->empty()) break;
+    CHECK(page->size() == 1);  // 6 + 6 > 10: one entry a page
+    after = page->back().queue_key;
+    seen.insert(seen.end(), page->begin(), page->end());
+  }
+  CHECK(seen.size() == 3);
+}
+
 TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
   IndexFixture f;
   f.makeBucket("b");

@@ -77,15 +77,22 @@ struct IndexFixture {
   SeededRandom random{12345};
   std::unique_ptr<Index> index;
 
-  IndexFixture() { reopen(); }
+  // `gc_page_blobs`: IndexOptions::gc_page_blobs.
+  explicit IndexFixture(size_t gc_page_blobs = IndexOptions{}.gc_page_blobs)
+      : gc_page_blobs_(gc_page_blobs) {
+    reopen();
+  }
   ~IndexFixture() { close(); }
 
   void reopen() {
     close();
     // No margin for gateway clocks: versions minted right after the index opened are its.
     auto opened = openIndex(
-        IndexOptions{.dir = dir.path(), .max_batch = 512, .new_index_margin = {}}, resources,
-        clock);
+        IndexOptions{.dir = dir.path(),
+                     .max_batch = 512,
+                     .new_index_margin = {},
+                     .gc_page_blobs = gc_page_blobs_},
+        resources, clock);
     REQUIRE(opened.has_value());
 #ifdef GRANARY_INDEX_OVER_RPC
     backing_ = std::move(*opened);
@@ -145,6 +152,8 @@ struct IndexFixture {
   std::unique_ptr<rpc::Server> server_;
   std::jthread serving_;
 #endif
+
+  size_t gc_page_blobs_;
 
   void makeBucket(const std::string& name) {
     REQUIRE(index->createBucket(bucketInfo(name, "owner", clock.nowUnixNanos())).isOk());
