@@ -226,12 +226,17 @@ Task<S3Response> addUser(GatewayContext& ctx, const S3Request& req, std::string 
     if (j.is_discarded() || !j.is_object()) {
       co_return invalid(req, "The body must be a JSON object");
     }
-    if (j.contains("access_key") && j["access_key"].is_string()) {
-      user.access_key = j["access_key"].get<std::string>();
+    // A field misspelt, or not a string, would be ignored and random keys made where the
+    // operator believes chosen ones were set.
+    for (const auto& [field, value] : j.items()) {
+      if (field != "access_key" && field != "secret_key") {
+        co_return invalid(req, "Unknown field " + field + ": the body may hold access_key "
+                               "and secret_key");
+      }
+      if (!value.is_string()) co_return invalid(req, field + " must be a string");
     }
-    if (j.contains("secret_key") && j["secret_key"].is_string()) {
-      user.secret_key = j["secret_key"].get<std::string>();
-    }
+    if (j.contains("access_key")) user.access_key = j["access_key"].get<std::string>();
+    if (j.contains("secret_key")) user.secret_key = j["secret_key"].get<std::string>();
   }
   if (user.access_key.empty()) user.access_key = "GK" + randomAlphanumeric(ctx.deps.random, 18);
   if (user.secret_key.empty()) user.secret_key = randomAlphanumeric(ctx.deps.random, 40);
@@ -260,7 +265,12 @@ Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::stri
     co_return errorResponse({S3ErrorCode::kNoSuchEntity, "The user does not exist"}, req);
   }
   if (!st.isOk()) co_return errorResponse(fromStatus(st), req);
-  co_await refreshUsers(ctx);
+  if (Status reloaded = co_await refreshUsers(ctx); !reloaded.isOk()) {
+    // The user is gone from the index: its key stops working here now, whatever the
+    // reload says (the other gateways' periodic reloads drop it too).
+    log::warn("admin: reloading users after removing {}: {}", name, reloaded.toString());
+    ctx.credentials.forget(name);
+  }
   S3Response res;
   res.status = 204;
   co_return res;
@@ -315,6 +325,10 @@ Task<S3Response> adminRequest(GatewayContext& ctx, const S3Request& req, BodySou
       op = "AdminRemoveUser";
       co_return co_await removeUser(ctx, req, std::move(*name));
     }
+    op = "Admin";
+    co_return errorResponse({S3ErrorCode::kMethodNotAllowed,
+                             "A user is added with PUT and removed with DELETE"},
+                            req);
   }
   op = "Admin";
   S3Response res = errorResponse({S3ErrorCode::kInvalidRequest, "Unknown admin request"}, req);

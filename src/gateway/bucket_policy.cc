@@ -96,6 +96,14 @@ std::optional<Network> parseNetwork(std::string_view text) {
     if (len > n.prefix_bits) return std::nullopt;
     n.prefix_bits = len;
   }
+  // An IPv4-mapped network (::ffff:a.b.c.d/96+) is the IPv4 network it maps: the server
+  // sees IPv4 clients as IPv4 addresses, which a 16-byte network never matches.
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (n.bytes.size() == 16 && n.prefix_bits >= 96 &&
+      std::equal(std::begin(kMapped), std::end(kMapped), n.bytes.begin())) {
+    n.bytes.erase(n.bytes.begin(), n.bytes.begin() + 12);
+    n.prefix_bits -= 96;
+  }
   return n;
 }
 
@@ -306,6 +314,11 @@ S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
         st.everyone = true;
       } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
                  n.find(':', kIam.size()) == user && user + 6 < n.size()) {
+        // An IAM path (user/ops/alice) names no Granary user (their names hold no '/'):
+        // a Deny naming one would never apply.
+        if (n.find('/', user + 6) != std::string::npos) {
+          return unsupported("User ARNs with an IAM path are not supported: " + n);
+        }
         st.users.push_back(n.substr(user + 6));
       } else if (!wild && (account_id || n.starts_with(kIam))) {
         // An account (its id, or arn:aws:iam::<account>:root), a role, a group: valid

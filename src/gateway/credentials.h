@@ -77,6 +77,14 @@ class CredentialStore {
     users_.swap(next);
   }
 
+  // Drops user `name` now (its removal from the index was committed, and the reload that
+  // would show it failed): its key must not keep working until the next reload.
+  void forget(std::string_view name) {
+    std::lock_guard serial(reload_mu_);
+    std::unique_lock lock(mu_);
+    std::erase_if(users_, [&](const auto& entry) { return entry.second.name == name; });
+  }
+
   std::optional<UserCredentials> find(std::string_view access_key) const {
     if (!root_.access_key.empty() && access_key == root_.access_key) return root_;
     std::shared_lock lock(mu_);

@@ -8,7 +8,7 @@ import botocore
 import pytest
 from botocore.config import Config
 
-from conftest import Server
+from conftest import Server, signed
 
 S3CMD = "/usr/bin/s3cmd"
 
@@ -82,6 +82,25 @@ def test_admin_cli_takes_given_keys_and_validates_them(server):
         assert res.returncode != 0 and code in res.stderr, (args, res.stderr)
     names = {u["name"] for u in json.loads(admin(server, "user", "list").stdout)["users"]}
     assert not names & {"other-" + name, "x-" + name, "bad/name", "a" * 65, "y-" + name}
+    admin(server, "user", "remove", name)
+
+
+def test_the_user_api_refuses_fields_it_would_ignore_and_other_methods(server):
+    # A misspelt or non-string field would have been ignored, and random keys made where
+    # the operator believed chosen ones were set.
+    name = "fields-" + uuid.uuid4().hex[:8]
+    for body in (b'{"secret_key": 12345678}', b'{"secret": "s3cret-given"}',
+                 b'{"access_key": ["GKA"]}'):
+        status, out = signed(server, "PUT", "/_granary/admin/users/" + name, body)
+        assert status == 400 and b"InvalidArgument" in out, (body, out)
+    names = {u["name"] for u in json.loads(admin(server, "user", "list").stdout)["users"]}
+    assert name not in names
+    status, out = signed(server, "PUT", "/_granary/admin/users/" + name,
+                         b'{"secret_key": "s3cret-given"}')
+    assert status == 200 and json.loads(out)["secret_key"] == "s3cret-given", out
+    for method in ("GET", "POST"):
+        status, out = signed(server, method, "/_granary/admin/users/" + name)
+        assert status == 405 and b"MethodNotAllowed" in out, (method, out)
     admin(server, "user", "remove", name)
 
 
@@ -292,7 +311,6 @@ def test_no_request_reaches_a_bucket_through_another_name_or_unsigned_headers(se
     what it does (x-amz-copy-source would turn a PUT into a copy of what the signer reads)."""
     import urllib.error
     import urllib.request
-    from conftest import signed
     alice = user_client(server, add_user(server, "alice-" + uuid.uuid4().hex[:8]))
     private = "priv-" + uuid.uuid4().hex[:12]
     alice.create_bucket(Bucket=private)

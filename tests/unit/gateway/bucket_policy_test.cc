@@ -222,6 +222,21 @@ TEST_CASE("Conditions: TLS, source addresses, listing prefixes, absent keys") {
     put.source_ip = "";  // unknown: a negated operator holds for an absent key (AWS)
     CHECK(p.evaluate(put) == PolicyEffect::kDeny);
   }
+  SECTION("An IPv4-mapped network is the IPv4 network it maps") {
+    BucketPolicy p = parsed(R"({"Statement": [
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::data/*",
+         "Condition": {"IpAddress": {"aws:SourceIp": "::ffff:203.0.113.0/120"}}},
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::data/*"}]})");
+    PolicyQuery q = query("s3:GetObject", object);
+    for (auto [ip, denied] : {std::pair{"203.0.113.5", true}, {"203.0.114.5", false},
+                              {"2001:db8::1", false}}) {
+      q.source_ip = ip;
+      INFO(ip);
+      CHECK((p.evaluate(q) == PolicyEffect::kDeny) == denied);
+    }
+  }
   SECTION("s3:prefix on listings; StringLike; IfExists; Null") {
     BucketPolicy p = parsed(R"({"Statement": [
         {"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket",
@@ -453,6 +468,10 @@ TEST_CASE("What Granary cannot evaluate is NotImplemented, never ignored") {
                "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
            R"({"Statement": [{"Effect": "Allow",
                "Principal": {"AWS": "arn:aws:iam::123456789012:role/loader"},
+               "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})",
+           // A user with an IAM path: no Granary user's name holds a '/'.
+           R"({"Statement": [{"Effect": "Deny",
+               "Principal": {"AWS": "arn:aws:iam::123456789012:user/ops/alice"},
                "Action": "s3:*", "Resource": "arn:aws:s3:::data"}]})"}) {
     INFO(unsupported);
     CHECK(codeOf(unsupported) == S3ErrorCode::kNotImplemented);
