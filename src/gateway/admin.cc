@@ -269,7 +269,11 @@ Task<S3Response> removeUser(GatewayContext& ctx, const S3Request& req, std::stri
     // The user is gone from the index: its key stops working here now, whatever the
     // reload says (the other gateways' periodic reloads drop it too).
     log::warn("admin: reloading users after removing {}: {}", name, reloaded.toString());
-    ctx.credentials.forget(name);
+    // On the pool: it waits for a reload in progress, which may wait on the index.
+    co_await offload(ctx.pool(), [&] {
+      ctx.credentials.forget(name);
+      return 0;
+    });
   }
   S3Response res;
   res.status = 204;

@@ -291,7 +291,8 @@ bool BucketPolicy::actionsApply(const Statement& st, std::string_view own) {
   return false;
 }
 
-S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
+S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st,
+                                             bool being_set) {
   if (value == "*") {
     st.everyone = true;
     return {};
@@ -315,9 +316,14 @@ S3Result<void> BucketPolicy::parsePrincipal(const Json& value, Statement& st) {
       } else if (!wild && n.starts_with(kIam) && user != std::string::npos &&
                  n.find(':', kIam.size()) == user && user + 6 < n.size()) {
         // An IAM path (user/ops/alice) names no Granary user (their names hold no '/'):
-        // a Deny naming one would never apply.
+        // a Deny naming one would never apply, so a policy being set is refused. One
+        // stored before this rule keeps reading (refused, it would deny the bucket to all
+        // but its owner's policy requests): the principal matches no one, as it did.
         if (n.find('/', user + 6) != std::string::npos) {
-          return unsupported("User ARNs with an IAM path are not supported: " + n);
+          if (being_set) {
+            return unsupported("User ARNs with an IAM path are not supported: " + n);
+          }
+          continue;
         }
         st.users.push_back(n.substr(user + 6));
       } else if (!wild && (account_id || n.starts_with(kIam))) {
@@ -427,7 +433,9 @@ S3Result<BucketPolicy> BucketPolicy::parse(std::string_view json, std::string_vi
         effect = true;
       } else if (name == "Principal") {
         principal = true;
-        if (auto ok = parsePrincipal(value, st); !ok) return std::unexpected(ok.error());
+        if (auto ok = parsePrincipal(value, st, being_set); !ok) {
+          return std::unexpected(ok.error());
+        }
       } else if (name == "NotPrincipal") {
         return unsupported("NotPrincipal is not supported");
       } else if (name == "Action" || name == "NotAction") {

@@ -94,7 +94,8 @@ class BucketPolicy {
     std::vector<std::string> resources;  // patterns
     std::vector<Condition> conditions;
   };
-  static S3Result<void> parsePrincipal(const nlohmann::json& value, Statement& st);
+  static S3Result<void> parsePrincipal(const nlohmann::json& value, Statement& st,
+                                       bool being_set);
   // False if no action of `st` can apply to any of its resources (object actions to
   // "<own>/...", bucket actions to `own`); wildcards, unknown actions and the Not* forms
   // are not judged.

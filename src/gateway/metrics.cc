@@ -148,7 +148,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           DriveFigure{"granary_drive_scrubbed_bytes_total",
                       "Payload bytes verified by the scrubber",
                       &chunkstore::DriveStats::scrubbed_bytes, kCount},
-          DriveFigure{"granary_drive_corrupt_blobs_total", "Corrupt or unreadable (EIO) blobs found by the scrubber",
+          DriveFigure{"granary_drive_corrupt_blobs_total",
+                      "Corrupt or unreadable blobs found by the scrubber",
                       &chunkstore::DriveStats::corrupt_blobs, kCount},
           DriveFigure{"granary_drive_crc_cache_hits_total",
                       "Lookups of a blob's block CRCs in memory that found them (the read "

@@ -18,7 +18,7 @@ using index_kv::RecordIndexInfo;
 // Rows written to the index per batch while a container streams in, at most.
 constexpr size_t kFlushRows = 8192;
 constexpr size_t kFlushBytes = 8u << 20;
-// 256 KiB holds at most ~2,000 WARC records (the smallest is over 128 bytes) and 512 tar
+// 256 KiB holds at most ~3,500 WARC records (the smallest are about 75 bytes) and 256 tar
 // members: a flush is at most a few thousand rows past kFlushRows.
 constexpr size_t kFeedSlice = 256u << 10;
 // A warc.gz member inflating to more than this is not served inflated.

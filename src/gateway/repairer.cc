@@ -132,9 +132,12 @@ struct Repairer::Impl {
       Status st = load(f, id, fragment_len);
       if (st.isOk()) return State::kOk;
       if (st.isNotFound()) return State::kMissing;
-      // Unreadable (the disk refused it: EIO) is as lost as corrupt: rebuilt the same way.
-      if (st.code() == Status::Code::kCorruption ||
-          (st.code() == Status::Code::kIoError && !st.retryable())) {
+      if (st.code() == Status::Code::kCorruption) return State::kCorrupt;
+      // Unreadable is as lost as corrupt, but only the drive can tell it from a failed
+      // exchange (a proxy's 502, a malformed answer): rebuilt when the drive listed it
+      // among its corrupt_ids (a read of it failed there, as this one did).
+      if (st.code() == Status::Code::kIoError && !st.retryable() &&
+          suspects.contains({f.drive, id})) {
         return State::kCorrupt;
       }
       if (st.code() == Status::Code::kUnavailable) return State::kUnreachable;

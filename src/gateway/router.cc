@@ -108,8 +108,9 @@ size_t operationParameters(const S3Request& req) {
       req.query.begin(), req.query.end(), [](const auto& p) { return !isAuthParameter(p.first); }));
 }
 
-// (A SigV4 presigned request's x-amz-* parameters are its headers, moved out of the query
-// before it is routed: hoistQueryHeaders. Another request's count as unknown.)
+// (A presigned request's x-amz-* parameters, and a SigV2 one's Content-Type and
+// Content-MD5, are its headers, moved out of the query before it is routed:
+// hoistQueryHeaders. Another request's count as unknown.)
 bool knownParameter(std::string_view name) {
   if (name.starts_with("response-") || isAuthParameter(name)) return true;
   return std::find(kKnownParameters.begin(), kKnownParameters.end(), name) !=

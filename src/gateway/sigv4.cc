@@ -289,7 +289,8 @@ S3Result<std::optional<AuthInfo>> parseQueryAuth(
   auth.payload_hash = get("X-Amz-Content-Sha256").value_or("UNSIGNED-PAYLOAD");
   if (!validPayloadHash(auth.payload_hash)) {
     return s3fail(kQueryError,
-                  "X-Amz-Content-Sha256 must be UNSIGNED-PAYLOAD or a valid sha256 value.");
+                  "X-Amz-Content-Sha256 must be UNSIGNED-PAYLOAD, a STREAMING-* value or a "
+                  "valid sha256 value.");
   }
   return std::optional<AuthInfo>(std::move(auth));
 }

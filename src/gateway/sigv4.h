@@ -91,14 +91,15 @@ S3Result<void> matchSignature(std::string_view path, std::string_view provided,
 // A query parameter that carries a presigned URL's signature (SigV4's X-Amz-Algorithm,
 // -Credential, -Date, -Expires, -SignedHeaders, -Signature, -Security-Token,
 // -Content-Sha256; SigV2's AWSAccessKeyId, Signature and Expires), not what the request
-// does. Any other X-Amz-* parameter is a header in a SigV4 presigned URL
+// does. Any other X-Amz-* parameter is a header in a presigned URL
 // (isHoistedHeaderParameter) and unknown elsewhere.
 bool isAuthParameter(std::string_view name);
-// A query parameter that is a request header moved into a SigV4 presigned URL (any case):
-// an x-amz-* name other than the signature's own (X-Amz-Algorithm, -Credential, -Date,
+// A query parameter that is a request header moved into a presigned URL (any case): an
+// x-amz-* name other than the signature's own (X-Amz-Algorithm, -Credential, -Date,
 // -Expires, -SignedHeaders, -Signature, -Security-Token, -Content-Sha256). The AWS SDK for
 // JavaScript v3 moves every x-amz-* header there (x-amz-meta-*, x-amz-acl, x-amz-tagging,
-// x-amz-checksum-*); the signature covers them, and S3 reads them as headers.
+// x-amz-checksum-*), as botocore's SigV2 presigner does (with Content-Type and
+// Content-MD5); the signature covers them, and S3 reads them as headers.
 bool isHoistedHeaderParameter(std::string_view name);
 // verify() for a SigV2 AuthInfo.
 S3Result<void> verifyV2(const HttpRequestView& req, const AuthInfo& auth,

@@ -155,7 +155,11 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
       // "nothing sent".
       Status st = fromRocks(s, "index: commit write (its outcome is unknown until the index "
                                "restarts)");
-      if (st.code() == Status::Code::kUnavailable) st = Status(st.code(), st.message(), false);
+      if (st.code() == Status::Code::kUnavailable) {
+        st = Status(st.code(), st.message(), /*retryable=*/false);
+      } else if (st.code() != Status::Code::kNoSpace) {
+        st = Status::ioError(st.message());  // not a refusal: never kNotFound, kInvalidArgument
+      }
       log::error("{}", st.toString());
       for (CommitRequest* req : batch) {
         if (req->status.isOk()) {

@@ -476,6 +476,16 @@ TEST_CASE("What Granary cannot evaluate is NotImplemented, never ignored") {
     INFO(unsupported);
     CHECK(codeOf(unsupported) == S3ErrorCode::kNotImplemented);
   }
+  // A user with an IAM path in a policy stored before that rule: read, matching no one
+  // (refused, the whole bucket would be denied to all but its owner's policy requests).
+  auto stored = BucketPolicy::parse(R"({"Statement": [
+      {"Effect": "Deny", "Principal": {"AWS": "arn:aws:iam::1:user/ops/alice"},
+       "Action": "s3:*", "Resource": "arn:aws:s3:::data/*"},
+      {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+       "Resource": "arn:aws:s3:::data/*"}]})", "data");
+  REQUIRE(stored.has_value());
+  CHECK(stored->evaluate(query("s3:GetObject", "arn:aws:s3:::data/k", "alice")) ==
+        PolicyEffect::kAllow);
 }
 
 }  // namespace granary::gateway

@@ -366,14 +366,21 @@ TEST_CASE("A verifying repair replaces a corrupt fragment on its own drive") {
   CHECK(f.pass(true, true).fragments_corrupt == 0);
 }
 
-TEST_CASE("A fragment the disk will not read (EIO) is rebuilt as a corrupt one") {
+TEST_CASE("A fragment its drive lists and will not read (EIO) is rebuilt as a corrupt one") {
   RepairFixture f;
   auto m = f.put("k", {0, 1, 2, 3, 4, 5});
+  // An I/O error alone may be the exchange's (a proxy's 502): not trusted.
   f.cluster.chunks->failReads("d2", Status::fromErrno(EIO, "reading an extent"));
-  RepairStats found = f.pass(true, /*verify=*/true);
-  CHECK(found.fragments_corrupt == 1);
-  CHECK(found.fragments_unreachable == 0);
-  RepairStats done = f.pass(false, true);
+  RepairStats unlisted = f.pass(false, /*verify=*/true);
+  CHECK(unlisted.fragments_corrupt == 0);
+  CHECK(unlisted.fragments_rebuilt == 0);
+  // The drive lists it (a read of it failed there), and it still does not read.
+  f.flipPayloadByte("d2");
+  std::vector<uint8_t> out(kFragLen);
+  REQUIRE(f.cluster.local->read("d2", BlobId{m.version, 0, 2}, 0, out).code() ==
+          Status::Code::kCorruption);
+  RepairStats done = f.pass(false);
+  CHECK(done.fragments_corrupt == 1);
   CHECK(done.fragments_rebuilt == 1);
   f.cluster.chunks->clearFaults();
   f.checkFragments("k");
