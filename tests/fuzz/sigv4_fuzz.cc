@@ -392,7 +392,9 @@ void checkV2(const Request& req, const AuthInfo& a, bool has_header) {
   if (granary_header || encoded_name ||
       std::any_of(params.begin(), params.end(), [](const auto& p) {
         if (p.first.starts_with("x-granary-")) return true;
-        for (const char* name : {"attributes", "policyStatus", "record", "record-index",
+        // sigv2.cc's kUnsignableSelectors.
+        for (const char* name : {"attributes", "encryption", "ownershipControls",
+                                 "policyStatus", "publicAccessBlock", "record", "record-index",
                                  "records", "records-batch"}) {
           if (p.first == name) return true;
         }
