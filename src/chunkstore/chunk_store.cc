@@ -418,12 +418,6 @@ class ChunkStoreImpl final : public ChunkStore {
   std::condition_variable async_cv_;
   uint64_t async_ops_ = 0;
 
-  // A read the disk refused (EIO, a short read): the blob's bytes are as lost as corrupt
-  // ones, and repair must rebuild it. Not one the process is short of something for
-  // (descriptors, memory: retryable), which says nothing of the disk.
-  static bool unreadable(const Status& st) {
-    return st.code() == Status::Code::kIoError && !st.retryable();
-  }
   // A confirmed CRC failure, or an unreadable blob: remembered for stats().corrupt_ids
   // until the blob is removed.
   void noteCorrupt(const BlobId& id, const Status& st) {
@@ -739,7 +733,7 @@ std::optional<ChunkStoreImpl::Step> ChunkStoreImpl::nextStep(const BlobId& id,
     }
     st = again.error();
   }
-  if (st.isCorruption() || unreadable(st)) noteCorrupt(id, st);
+  if (st.isCorruption() || unreadableBlob(st)) noteCorrupt(id, st);
   return std::nullopt;
 }
 

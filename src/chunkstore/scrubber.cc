@@ -103,7 +103,7 @@ Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer, b
       if (on_corrupt_) on_corrupt_(blob.id, st);
       return st;
     }
-    if (!st && st.code() == Status::Code::kIoError && !st.retryable()) {
+    if (unreadableBlob(st)) {
       // The disk refused the bytes (EIO): as lost as corrupt ones, and repair rebuilds it
       // (the store lists it among corrupt_ids).
       log::error("scrub of {}: reading {}: {}", name_, blob.id.toString(), st.toString());

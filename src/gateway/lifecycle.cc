@@ -144,8 +144,9 @@ Status LifecycleJob::expireUnder(index_kv::BucketInfo& bucket,
   // Whether `rule` expires `object` going by the listing (its tags are read apart).
   const auto due = [&](const index_kv::LifecycleRule& rule, const index_kv::ObjectSummary& object) {
     if (!object.key.starts_with(rule.prefix)) return false;
-    if (!dateHasCome(rule, now) && !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
-                                  options_.day_seconds)) {
+    if (!dateHasCome(rule, now) &&
+        !daysHavePassed(now, object.mtime_unix_nanos, *rule.expiration_days,
+                        options_.day_seconds)) {
       return false;
     }
     return !(rule.size_greater_than && object.size <= *rule.size_greater_than) &&

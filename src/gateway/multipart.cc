@@ -64,14 +64,19 @@ S3Result<PartTarget> partTargetOf(const S3Request& req) {
   return PartTarget{static_cast<uint32_t>(*number), std::move(*id)};
 }
 
-// Index failures of an operation on an upload: kNotFound is NoSuchUpload.
-// An upload's kNotFound is NoSuchBucket when its bucket is gone (or never was: the root
-// user's requests reach here unchecked), else NoSuchUpload, as S3 answers.
+// Index failures of an operation on an upload. Its kNotFound is NoSuchBucket when its
+// bucket is gone (or never was: the root user's requests reach here unchecked), else
+// NoSuchUpload, as S3 answers.
 Task<S3Error> uploadError(GatewayContext& ctx, const S3Request& req, const Status& st) {
   if (!st.isNotFound()) co_return fromStatus(st);
   auto bucket = co_await lookupBucket(ctx, req.bucket);
   if (!bucket && bucket.error().isNotFound()) co_return noSuchBucket();
   co_return noSuchUpload();
+}
+// The answer to it.
+Task<S3Response> uploadFailure(GatewayContext& ctx, const S3Request& req, const Status& st) {
+  S3Error err = co_await uploadError(ctx, req, st);
+  co_return errorResponse(err, req);
 }
 
 struct LoadedUpload {
@@ -357,10 +362,7 @@ Task<S3Response> uploadPart(GatewayContext& ctx, const S3Request& req, const Req
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
-  if (!upload) {
-    S3Error err = co_await uploadError(ctx, req, upload.error());
-    co_return errorResponse(err, req);
-  }
+  if (!upload) co_return co_await uploadFailure(ctx, req, upload.error());
 
   IngestOptions options;
   options.allow_inline = false;
@@ -420,10 +422,7 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
   auto upload = co_await offload(ctx.pool(), [&] {
     return ctx.index().getUpload(req.bucket, req.key, upload_id);
   });
-  if (!upload) {
-    S3Error err = co_await uploadError(ctx, req, upload.error());
-    co_return errorResponse(err, req);
-  }
+  if (!upload) co_return co_await uploadFailure(ctx, req, upload.error());
   auto src = co_await loadCopySource(ctx, req, *source);
   if (!src) co_return errorResponse(src.error(), req);
   auto range = copySourceRange(req, src->size);
@@ -576,10 +575,7 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
         co_return std::move(*replay);
       }
     }
-    if (!loaded) {
-      S3Error err = co_await uploadError(ctx, req, loaded.error());
-      co_return errorResponse(err, req);
-    }
+    if (!loaded) co_return co_await uploadFailure(ctx, req, loaded.error());
 
     std::vector<const index_kv::PartInfo*> chosen;
     chosen.reserve(listed->size());
@@ -686,8 +682,7 @@ Task<S3Response> completeKeptAlive(GatewayContext& ctx, const S3Request& req, Bo
       if (st.code() == Status::Code::kPreconditionFailed) {
         co_return errorResponse(writeCommitError(st, *precondition), req);
       }
-      S3Error err = co_await uploadError(ctx, req, st);
-      co_return errorResponse(err, req);
+      co_return co_await uploadFailure(ctx, req, st);
     }
 
     ctx.metrics.containerIndexed(manifest->records);
@@ -711,10 +706,7 @@ Task<S3Response> abortMultipartUpload(GatewayContext& ctx, const S3Request& req)
   Status st = co_await offload(ctx.pool(), [&] {
     return ctx.index().abortUpload(req.bucket, req.key, upload_id);
   });
-  if (!st.isOk()) {
-    S3Error err = co_await uploadError(ctx, req, st);
-    co_return errorResponse(err, req);
-  }
+  if (!st.isOk()) co_return co_await uploadFailure(ctx, req, st);
   S3Response res;
   res.status = 204;
   co_return res;
@@ -769,10 +761,7 @@ Task<S3Response> listParts(GatewayContext& ctx, const S3Request& req) {
   if (!page && missing == Missing::kBucket) {
     co_return errorResponse(fromStatus(page.error(), S3ErrorCode::kNoSuchBucket), req);
   }
-  if (!page) {
-    S3Error err = co_await uploadError(ctx, req, page.error());
-    co_return errorResponse(err, req);
-  }
+  if (!page) co_return co_await uploadFailure(ctx, req, page.error());
   p.owner_id = ctx.credentials.ownerId(page->upload.owner);
   p.checksum_algorithm = page->upload.checksum_algorithm;
   p.checksum_type = page->upload.checksum_type;

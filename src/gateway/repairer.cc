@@ -136,8 +136,7 @@ struct Repairer::Impl {
       // Unreadable is as lost as corrupt, but only the drive can tell it from a failed
       // exchange (a proxy's 502, a malformed answer): rebuilt when the drive listed it
       // among its corrupt_ids (a read of it failed there, as this one did).
-      if (st.code() == Status::Code::kIoError && !st.retryable() &&
-          suspects.contains({f.drive, id})) {
+      if (chunkstore::unreadableBlob(st) && suspects.contains({f.drive, id})) {
         return State::kCorrupt;
       }
       if (st.code() == Status::Code::kUnavailable) return State::kUnreachable;

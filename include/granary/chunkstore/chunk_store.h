@@ -120,6 +120,15 @@ struct DriveStats {
 
 inline constexpr size_t kMaxCorruptIds = 1024;
 
+// A read's failure that makes the blob a suspect, as a CRC failure does (corrupt_ids): the
+// disk or filesystem refused the bytes (EIO, a short read). Not a retryable I/O error (out
+// of descriptors or memory: the process's state, nothing of the disk's), nor any other
+// code. Through a ChunkClient an I/O error may also be a failed exchange: repair trusts it
+// only for a blob its drive lists.
+inline bool unreadableBlob(const Status& st) {
+  return st.code() == Status::Code::kIoError && !st.retryable();
+}
+
 // A blob's payload bytes, verified where they lie in the page cache and pinned there: the
 // `length` bytes at `offset` of the open file `fd` are the blob's until `pin` is released
 // (a remove() meanwhile defers its hole punch to then, and the pin holds `fd` open). For
