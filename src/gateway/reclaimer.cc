@@ -61,7 +61,13 @@ struct Reclaimer::Metrics {
                       .Name("granary_gc_last_pass_timestamp_seconds")
                       .Help("When the last background GC pass ended (Unix time)")
                       .Register(r)
-                      .Add({})) {}
+                      .Add({})),
+        last_success(prometheus::BuildGauge()
+                         .Name("granary_gc_last_success_timestamp_seconds")
+                         .Help("When the last background GC pass in which no step failed "
+                               "ended (Unix time)")
+                         .Register(r)
+                         .Add({})) {}
 
   prometheus::Family<prometheus::Counter>& removed;
   prometheus::Family<prometheus::Counter>& errors;
@@ -76,6 +82,7 @@ struct Reclaimer::Metrics {
   prometheus::Counter& entries_done;
   prometheus::Gauge& entries_kept;
   prometheus::Gauge& last_pass;
+  prometheus::Gauge& last_success;
 };
 
 Reclaimer::Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
@@ -255,23 +262,29 @@ void Reclaimer::pass() {
     metrics_->entries_kept.Set(0);  // the leader's figure counts, not a past one of ours
     return;
   }
+  bool ok = true;  // no step failed (a removal that failed is counted, not a failure)
   if (auto r = collectGarbage(); !r) {
+    ok = false;
     metrics_->gc_failed.Increment();
     log::warn("gc pass failed: {}", r.error().toString());
   }
   const bool sweep = std::chrono::steady_clock::now() >= next_sweep_;
   if (auto r = collectRecords(sweep); !r) {
+    ok = false;
     metrics_->records_failed.Increment();
     log::warn("record gc pass failed: {}", r.error().toString());
   }
   if (sweep) {
     if (auto r = sweepOrphans(); !r) {
+      ok = false;
       metrics_->sweep_failed.Increment();
       log::warn("sweep failed: {}", r.error().toString());
     }
     next_sweep_ = std::chrono::steady_clock::now() + options_.sweep_interval;
   }
-  metrics_->last_pass.Set(static_cast<double>(clock_.nowUnixNanos()) / 1e9);
+  const double now = static_cast<double>(clock_.nowUnixNanos()) / 1e9;
+  metrics_->last_pass.Set(now);
+  if (ok) metrics_->last_success.Set(now);
 }
 
 }  // namespace granary::gateway

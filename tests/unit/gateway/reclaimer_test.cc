@@ -2,11 +2,13 @@
 // overwritten versions after gc_grace, and the orphan sweep after orphan_grace.
 #include "granary/gateway/reclaimer.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <prometheus/registry.h>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "forwarding_index.h"
@@ -467,6 +469,36 @@ TEST_CASE("A commit landing after the sweep read 'unreferenced' keeps its blobs,
   auto put = f.index.putObject("bucket", "later", later, index_kv::Precondition::none());
   REQUIRE_FALSE(put.has_value());
   CHECK(put.error().code() == Status::Code::kTimeout);
+}
+
+TEST_CASE("The GC's last-success gauge stays put while passes fail, the last-pass one moves") {
+  ReclaimerFixture f;
+  struct FailingGc final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    Result<std::vector<index_kv::GcEntry>> gcDue(int64_t before, size_t limit,
+                                                 std::string_view after) override {
+      if (failing) return fail(Status::unavailable("index down"));
+      return ForwardingIndex::gcDue(before, limit, after);
+    }
+    std::atomic<bool> failing{true};
+  } index(f.index);
+  f.options.gc_interval = std::chrono::seconds(1);
+  Reclaimer reclaimer(index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
+  // Polls (the passes run on the reclaimer's thread) until `name` is non-zero.
+  auto await = [&](const char* name) {
+    for (int i = 0; i < 400 && f.metric(name) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return f.metric(name);
+  };
+  reclaimer.start();
+  REQUIRE(await("granary_gc_last_pass_timestamp_seconds") > 0);
+  CHECK(f.metric("granary_gc_pass_failures_total", "gc") >= 1);
+  CHECK(f.metric("granary_gc_last_success_timestamp_seconds") == 0);
+  index.failing = false;
+  CHECK(await("granary_gc_last_success_timestamp_seconds") > 0);
+  reclaimer.stop();
 }
 
 }  // namespace
