@@ -7,6 +7,7 @@
 #include "granary/rpc/client.h"
 #include "granary/common/strings.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -167,7 +168,9 @@ struct Client::Impl {
   Result<Answer> execute(std::string_view endpoint, const Call& call) {
     Status last;
     for (int attempt = 0; attempt <= options.retries; ++attempt) {
-      if (attempt > 0) std::this_thread::sleep_for(options.retry_backoff * (1 << (attempt - 1)));
+      if (attempt > 0) {
+        std::this_thread::sleep_for(options.retry_backoff * (1 << std::min(attempt - 1, 16)));
+      }
       auto conn = acquire(endpoint);
       if (!conn) {
         last = conn.error();

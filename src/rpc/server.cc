@@ -135,7 +135,7 @@ class ServerImpl final : public Server {
   uint16_t port() const override { return port_; }
 
   void run() override {
-    asio::co_spawn(*contexts_[0], acceptLoop(), asio::detached);
+    spawnAcceptLoop();
     std::vector<std::jthread> loops;
     for (auto& ctx : contexts_) loops.emplace_back([&ctx] { ctx->run(); });
   }  // the jthreads join here, once stop() ends every loop
@@ -145,6 +145,27 @@ class ServerImpl final : public Server {
   }
 
  private:
+  // The accept loop ends only when the acceptor closes; one that an exception ended (out
+  // of memory, say) is logged and started again, or the server would go on running
+  // without taking a connection.
+  void spawnAcceptLoop() {
+    asio::co_spawn(*contexts_[0], acceptLoop(), [this](std::exception_ptr e) {
+      if (!e) return;
+      logException(e, "accept loop");
+      spawnAcceptLoop();
+    });
+  }
+
+  void logException(std::exception_ptr e, std::string_view what) const {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      log::error("{} {} ended by exception: {}", options_.name, what, ex.what());
+    } catch (...) {
+      log::error("{} {} ended by an exception of unknown type", options_.name, what);
+    }
+  }
+
   Task<void> acceptLoop() {
     size_t next = 0;
     for (;;) {
@@ -169,12 +190,7 @@ class ServerImpl final : public Server {
       ++connections_;
       socket.set_option(tcp::no_delay(true), ec);
       asio::co_spawn(loop, session(std::move(socket)), [this](std::exception_ptr e) {
-        if (!e) return;
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          log::error("{} session ended by exception: {}", options_.name, ex.what());
-        }
+        if (e) logException(e, "session");
       });
     }
   }
@@ -353,6 +369,9 @@ class ServerImpl final : public Server {
               (*workp)(finish);
             } catch (const std::exception& e) {
               finish(errorReply(Status::internal(self->options_.name + ": " + e.what())));
+            } catch (...) {
+              finish(errorReply(Status::internal(self->options_.name +
+                                                 ": an exception of unknown type")));
             }
           });
         },
@@ -410,13 +429,15 @@ class ServerImpl final : public Server {
   const Clock& clock_;
   const std::chrono::seconds idle_;
   const std::chrono::seconds io_;
+  // Declared before the loops: a session's slot, destroyed with its coroutine frame when
+  // the loops are, counts down in it.
+  std::atomic<size_t> connections_{0};  // sessions open now (max_connections)
   // Declared before the acceptor: the acceptor must close before its loop is destroyed.
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::unique_ptr<tcp::acceptor> acceptor_;
   uint16_t port_ = 0;
   std::mutex inflight_mu_;
-  std::atomic<size_t> connections_{0};  // sessions open now (max_connections)
   std::condition_variable inflight_cv_;
   int inflight_ = 0;
 };
