@@ -104,7 +104,11 @@ S3Result<PartRange> partRange(const index_kv::Manifest& m, std::string_view numb
     out.length = m.size;
     return out;
   }
-  std::from_chars(m.etag.data() + dash + 1, m.etag.data() + m.etag.size(), out.count);
+  const char* const count_end = m.etag.data() + m.etag.size();
+  if (auto [end, ec] = std::from_chars(m.etag.data() + dash + 1, count_end, out.count);
+      ec != std::errc() || end != count_end || out.count == 0) {
+    return s3fail(S3ErrorCode::kInternalError, "The object's ETag has no part count");
+  }
   if (part > out.count) return not_satisfiable();
   uint32_t run = 0;  // the part of the stripe before this one, 1-based
   for (size_t i = 0; i < m.stripes.size(); ++i) {
@@ -224,7 +228,9 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
   RangeResult range = parseRange(range_header.value_or(""), m.size);
   if (range.kind == RangeResult::Kind::kUnsatisfiable) {
     S3Response err = errorResponse({S3ErrorCode::kInvalidRange,
-                                    "The requested range is not satisfiable"},
+                                    "The requested range is not satisfiable",
+                                    {{"RangeRequested", std::string(*range_header)},
+                                     {"ActualObjectSize", std::to_string(m.size)}}},
                                    req);
     err.set("Content-Range", "bytes */" + std::to_string(m.size));
     co_return err;

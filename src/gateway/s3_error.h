@@ -5,6 +5,8 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "granary/common/status.h"
 
@@ -81,6 +83,9 @@ enum class S3ErrorCode {
 struct S3Error {
   S3ErrorCode code = S3ErrorCode::kInternalError;
   std::string message;
+  // Elements AWS adds after <Message> for some codes (InvalidRange: RangeRequested,
+  // ActualObjectSize), name and text, in order.
+  std::vector<std::pair<std::string, std::string>> details = {};
 };
 
 template <typename T>

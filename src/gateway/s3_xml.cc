@@ -139,9 +139,9 @@ const std::string& hostId() {
 std::string errorXml(const S3Error& error, std::string_view resource,
                      std::string_view request_id) {
   XmlWriter x("Error", /*s3_namespace=*/false);
-  x.element("Code", errorName(error.code))
-      .element("Message", error.message)
-      .element("Resource", resource)
+  x.element("Code", errorName(error.code)).element("Message", error.message);
+  for (const auto& [name, text] : error.details) x.element(name, text);
+  x.element("Resource", resource)
       .element("RequestId", request_id)
       .element("HostId", hostId());
   return std::move(x).finish();

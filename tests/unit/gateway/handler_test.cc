@@ -386,6 +386,10 @@ TEST_CASE("GET with a Range answers 206 with exactly that slice, and 416 past th
   CHECK(past.status == 416);
   CHECK(past.code == "InvalidRange");
   CHECK(past.header("Content-Range") == "bytes */" + std::to_string(size));
+  // As AWS's body: what was asked and how long the object is.
+  CHECK(past.body.find("<RangeRequested>bytes=" + std::to_string(size) +
+                       "-</RangeRequested><ActualObjectSize>" + std::to_string(size) +
+                       "</ActualObjectSize><Resource>") != std::string::npos);
 }
 
 TEST_CASE("A missing key is NoSuchKey and a missing bucket is NoSuchBucket") {
