@@ -239,14 +239,23 @@ class RecordClient:
         body = json.dumps({"records": [_request_record(r) for r in records], "type": type,
                            "raw": raw}).encode()
         resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)
+        ended = False
         try:
             reader = _FrameReader(resp)
             while True:
                 header = json.loads(reader.line())
                 if header.get("end"):
+                    ended = True
                     return
                 yield _with_key(header), reader.exactly(header["size"])
         finally:
+            if ended:
+                resp.drain_conn()  # the chunked body's last bytes: then it can serve again
+            else:
+                # Left early (the caller stopped, or an error): the rest of the stream is
+                # still coming on this connection, and the pool would hand it to the next
+                # request if it has not arrived yet.
+                resp.close()
             resp.release_conn()
 
 

@@ -738,3 +738,76 @@ def test_admin_stats_counts_record_index_rows(server, rc, bucket):
     assert res.returncode == 1 and "SignatureDoesNotMatch" in res.stderr
     resp = urllib3.PoolManager().request("GET", f"{server.endpoint}/_granary/admin/stats")
     assert resp.status == 403 and b"<Code>AccessDenied</Code>" in resp.data
+
+
+def test_batch_get_left_early_does_not_hand_its_connection_to_the_next_request():
+    """A loader that stops reading a batch (a break, an exception) leaves the rest of the
+    stream on its connection: the client must not reuse that connection. A scripted peer
+    (not granary: it pauses where the client's read stops, which a real server does only by
+    chance) sends the first 64 KiB frame, waits, then the rest; the next request made
+    during the wait must get its own answer, not the old stream's leftovers."""
+    import socket
+    import threading
+
+    first_body = b"x" * 1000
+    # The client reads 64 KiB at a time: a first frame of exactly that leaves the rest unread.
+    first = json.dumps({"key": "a", "status": 200, "size": len(first_body)}).encode()
+    pad = (64 << 10) - len(first) - 1 - len(first_body)
+    frame1 = first[:-1] + b" " * pad + b"}\n" + first_body
+    assert len(frame1) == 64 << 10
+    rest = json.dumps({"key": "b", "status": 200, "size": 2}).encode() + b"\nbb" + \
+        json.dumps({"end": True}).encode() + b"\n"
+
+    def chunk(data):
+        return b"%x\r\n" % len(data) + data + b"\r\n"
+
+    def read_request(conn, buf):
+        while b"\r\n\r\n" not in buf:
+            got = conn.recv(65536)
+            if not got:
+                return None
+            buf += got
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(buf) < length:
+            buf += conn.recv(65536)
+        return buf[length:]
+
+    def serve(conn):
+        with conn:
+            buf = b""
+            while True:
+                buf = read_request(conn, buf)
+                if buf is None:
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                             chunk(frame1))
+                time.sleep(1.0)
+                conn.sendall(chunk(rest) + b"0\r\n\r\n")
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        rc = RecordClient(f"http://127.0.0.1:{listener.getsockname()[1]}", "AK", "SK")
+        for header, body in rc.batch_get("bucket", ["a", "b"]):
+            assert header["key"] == "a" and body == first_body
+            break  # the loader stops here; the rest of the stream is not yet sent
+        got = [(h["key"], body) for h, body in rc.batch_get("bucket", ["a", "b"])]
+        assert got == [("a", first_body), ("b", b"bb")]
+    finally:
+        listener.close()
