@@ -23,7 +23,8 @@ m="${ec#*+}"
 if [[ ! -x "$bin" ]]; then
   (cd "$root" && bash scripts/install-deps.sh && bash scripts/build.sh)
 fi
-mkdir -p "$dir"/{logs,pids}
+# The logs hold the root secret key (each gateway prints it): readable by the owner only.
+(umask 077 && mkdir -p "$dir"/{logs,pids})
 dir="$(cd "$dir" && pwd)"
 
 # Shared secrets, made once: the cluster secret and the root user's key pair.

