@@ -15,6 +15,7 @@
 
 #include <boost/asio/ip/host_name.hpp>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,11 @@ using namespace granary;
 
 namespace {
 
+// Upper bounds of options that size threads and caches: far above any machine's need, low
+// enough that a typo gets a message rather than a thread-creation abort or an overflow.
+constexpr int kMaxThreads = 4096;
+constexpr int64_t kMaxCacheMib = int64_t{1} << 30;  // 1 PiB
+
 [[noreturn]] void die(const std::string& message) {
   std::cerr << "granary: " << message << "\n";
   std::exit(1);
@@ -73,7 +79,10 @@ std::string readFile(const fs::path& p) {
 void writeFileDurably(const fs::path& p, const std::string& content, mode_t mode) {
   fs::path tmp = p;
   tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+  // A temp file left by a crash keeps its mode through O_CREAT: start from none, so the
+  // credentials get `mode` (0600), not an older file's.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) die("cannot replace " + tmp.string());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
   if (fd < 0) die("cannot write " + tmp.string());
   if (::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size()) ||
       ::fsync(fd) != 0) {
@@ -127,6 +136,7 @@ placement::ClusterMap loadOrCreateMap(const fs::path& data, int drives, int k, i
   placement::ClusterMap map;
   map.epoch = 1;
   if (k < 1 || k > 255 || m < 0 || m > 255) die("--ec-k must be 1-255 and --ec-m 0-255");
+  if (drives < 1 || drives > 4096) die("--drives must be 1-4096");
   map.ec = {static_cast<uint8_t>(k), static_cast<uint8_t>(m)};
   for (int i = 0; i < drives; ++i) {
     std::string id = fmt::format("d{}", i);
@@ -181,6 +191,8 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   if (verified_mib < 0) {  // default: a quarter of the machine's memory
     verified_bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                      static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4;
+  } else if (verified_mib > kMaxCacheMib) {
+    die("--verified-cache must be at most " + std::to_string(kMaxCacheMib) + " (MiB)");
   } else {
     verified_bytes = static_cast<uint64_t>(verified_mib) << 20;
   }
@@ -188,7 +200,9 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   // shared evenly by its drives (a server with many drives does not multiply it).
   const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
   const int64_t index_mib = vm["index-cache"].as<int64_t>();
-  if (crc_mib < 0 || index_mib < 0) die("--crc-cache and --index-cache must be >= 0");
+  if (crc_mib < 0 || index_mib < 0 || crc_mib > kMaxCacheMib || index_mib > kMaxCacheMib) {
+    die("--crc-cache and --index-cache must be 0-" + std::to_string(kMaxCacheMib) + " (MiB)");
+  }
   // Extent descriptors, shared evenly too; by default half of RLIMIT_NOFILE (main raised it
   // to the hard limit): the rest is for sockets and the drives' RocksDB files.
   int64_t descriptors = vm["extent-descriptors"].as<int64_t>();
@@ -287,7 +301,11 @@ void startScrubbing(chunkstore::LocalChunkClient& chunks, size_t drives,
                     const po::variables_map& vm) {
   const double rate = vm["scrub-rate"].as<double>();
   const double hours = vm["scrub-interval"].as<double>();
-  if (rate < 0 || hours < 0) die("--scrub-rate and --scrub-interval must be >= 0");
+  // Finite and bounded (1e9 MB/s, 100 years): infinity or NaN would pass a `< 0` test
+  // and make the conversions below undefined.
+  if (!(rate >= 0 && rate <= 1e9) || !(hours >= 0 && hours <= 876000)) {
+    die("--scrub-rate must be 0-1e9 (MB/s) and --scrub-interval 0-876000 (hours)");
+  }
   if (rate == 0 || drives == 0) return;
   chunkstore::ScrubOptions so;
   so.rate_bytes_per_second = std::max<uint64_t>(1, static_cast<uint64_t>(rate * 1e6 / drives));
@@ -446,7 +464,9 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
                const Clock& clock, Random& random) {
   const int loops = vm["event-loops"].as<int>();
   const int workers = vm["workers"].as<int>();
-  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
+  if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
+    die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
+  }
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
   const int bulk_nice = vm["bulk-nice"].as<int>();
   if (bulk_nice < 0 || bulk_nice > 19) die("--bulk-nice must be 0..19");
@@ -725,7 +745,10 @@ int indexCommand(int argc, char** argv) {
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   if (dir.empty()) die("index needs --dir DIR");
   if (listen.empty()) die("index needs --listen HOST:PORT");
-  if (loops < 0 || workers < 1) die("--event-loops must be >= 0 and --workers >= 1");
+  if (loops < 0 || workers < 1 || loops > kMaxThreads || workers > kMaxThreads) {
+    die("--event-loops must be 0-" + std::to_string(kMaxThreads) + " and --workers 1-" +
+        std::to_string(kMaxThreads));
+  }
   if (checkpoint_interval < 0 || checkpoint_keep < 1) {
     die("--checkpoint-interval must be >= 0 and --checkpoint-keep >= 1");
   }
@@ -963,7 +986,9 @@ int chunkserver(int argc, char** argv) {
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 
   std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
-  if (loops < 0 || workers < 0) die("--event-loops and --workers must be >= 0");
+  if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
+    die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
+  }
   copts.event_loops = static_cast<size_t>(loops);
   copts.cluster_secret = secret;
   copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());

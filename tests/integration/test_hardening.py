@@ -582,6 +582,13 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, 
     (["--listen", "127.0.0.1:9000x"], "bad port in --listen"),
     (["--ec-k", "260"], "--ec-k must be 1-255"),
     (["--access-log", "/nonexistent-dir/access.log"], "opening the access log"),
+    # Infinity and NaN passed `< 0` and were converted to integers (undefined); a huge
+    # --workers aborted creating threads; --drives 0 made a store with no drive.
+    (["--scrub-rate", "inf"], "--scrub-rate must be 0-1e9"),
+    (["--scrub-interval", "nan"], "--scrub-interval 0-876000"),
+    (["--workers", "100000"], "--workers must be 0-4096"),
+    (["--drives", "0"], "--drives must be 1-4096"),
+    (["--crc-cache", "99999999999999"], "--crc-cache and --index-cache must be 0-"),
 ])
 def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, message):
     # --orphan-grace 0 let the sweep delete the fragments of PUTs still in flight; the
@@ -1115,3 +1122,27 @@ def test_an_http10_streamed_answer_cut_by_the_write_timeout_ends_in_a_reset(hser
     assert got < len(data), got  # cut short indeed
     assert reset, f"an orderly close after {got} bytes of {len(data)}: it looks whole"
     assert healthy(hserver)
+
+
+def test_generated_credentials_are_owner_only_even_over_a_crashed_temp_file(granary_bin,
+                                                                            tmp_path):
+    # The credentials are written to a temp file and renamed; one left by a crash kept its
+    # mode through O_CREAT, so the secret could land world-readable.
+    data = tmp_path / "d"
+    data.mkdir()
+    stale = data / "root-credentials.json.tmp"
+    stale.write_text("{}")
+    stale.chmod(0o644)
+    proc = subprocess.Popen([granary_bin, "serve", "--data", str(data), "--listen",
+                             "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        for line in proc.stdout:
+            if "Granary is serving S3" in line:
+                break
+        creds = data / "root-credentials.json"
+        assert creds.exists()
+        assert creds.stat().st_mode & 0o777 == 0o600
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
