@@ -5,6 +5,7 @@
 #include "records_cli.h"
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -551,6 +552,12 @@ int runVerbs(std::string_view tool, std::span<const Verb> verbs, int argc, char*
   if (args.size() < verb->min_args || args.size() > verb->max_args) {
     std::cerr << prefix << " " << verb->name << ": expected " << verb->synopsis << "\n"
               << visible;
+    return kUsage;
+  }
+  // An empty bucket, key or file: `put B "" FILE` would be PUT /B (CreateBucket, the file
+  // its body), `stats B ""` HeadBucket.
+  if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.empty(); })) {
+    std::cerr << prefix << " " << verb->name << ": an argument is empty\n" << visible;
     return kUsage;
   }
 

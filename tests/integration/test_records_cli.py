@@ -213,6 +213,11 @@ def test_usage_errors_exit_2(server, bucket):
     assert run_cli(server, "frobnicate").returncode == 2
     assert run_cli(server, "list", bucket, "--no-such-option").returncode == 2
     assert run_cli(server, "list", bucket, "--prefix", "a", "--key", "b").returncode == 2
+    # An empty key would make these bucket requests (HeadBucket; CreateBucket with the file
+    # as its body).
+    stats = run_cli(server, "stats", bucket, "")
+    assert stats.returncode == 2 and b"an argument is empty" in stats.stderr
+    assert run_cli(server, "put", bucket, "", "/dev/null").returncode == 2
 
 
 # ---- against a recording fake server ----------------------------------------------------
