@@ -424,7 +424,8 @@ void addGatewayOptions(po::options_description& opts) {
       "MiB of object data all GET streams and uploads may hold at once (more wait their "
       "turn)")(
       "buffer-wait", po::value<int>()->default_value(30),
-      "seconds an upload waits for buffer memory before it is answered 503")(
+      "seconds an upload, or a GET once twice the buffer memory is lent, waits for buffer "
+      "memory before it is answered 503")(
       "lifecycle-interval", po::value<int>()->default_value(3600),
       "seconds between passes of the lifecycle job (bucket expiration rules)")(
       "lifecycle-day", po::value<int>()->default_value(86400),

@@ -15,7 +15,13 @@
 //   `patience` (2 s by default) goes ahead over the budget (an overdraft, counted; its bytes
 //   are charged, so later requests wait the longer). Without it a few dozen clients that
 //   stop reading, each holding a stripe until the I/O timeout, would stall every other
-//   GET; with it they cost memory for a while.
+//   GET; with it they cost memory for a while. How much: a read that holds another lease
+//   meanwhile (Holds::kLease: decode space under a slice) always goes ahead, or it could
+//   wait on itself; one that holds nothing (Holds::kNothing: a stream's next slice) goes
+//   ahead only while everything lent stays within twice the budget, else waits on, and
+//   after `admission_wait` gets no lease (a refusal, counted: 503 before the answer's
+//   head, a cut stream after it). So thousands of clients that read a byte a minute cost
+//   at most about twice the budget, not a stripe each.
 // - Uploads hold their buffer for as long as their client takes to send a stripe. They
 //   never overdraw (that would make memory grow with the number of uploads): an upload
 //   that waits longer than `admission_wait` (30 s by default) gets no lease (a refusal,
@@ -45,6 +51,7 @@
 #include <vector>
 
 #include "asio.h"
+#include "granary/common/status.h"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -53,6 +60,8 @@ namespace granary::gateway {
 class BufferBudget {
  public:
   enum class Kind { kRead, kUpload };
+  // For a read: whether its caller holds another lease while it waits (see above).
+  enum class Holds { kLease, kNothing };
 
   class Lease {
    public:
@@ -88,6 +97,11 @@ class BufferBudget {
     Kind kind_ = Kind::kRead;
   };
 
+  // What a request answers when it got an empty lease (503: clients retry later).
+  static Status spent() {
+    return Status::unavailable("the gateway's buffer memory stayed spent by other requests");
+  }
+
   static constexpr std::chrono::seconds kDefaultPatience{2};
   static constexpr std::chrono::seconds kDefaultAdmissionWait{30};
 
@@ -103,15 +117,20 @@ class BufferBudget {
 
   // Waits until `bytes` are free in its kind's share and nobody of its kind queued earlier
   // is waiting, then takes them. If that lasts: a read, after the patience, takes them
-  // anyway (an overdraft); an upload, after the admission wait, gets an empty lease.
-  Task<Lease> acquire(uint64_t bytes, Kind kind = Kind::kRead) {
+  // anyway (an overdraft; for Holds::kNothing only within twice the budget, and an empty
+  // lease after the admission wait); an upload, after the admission wait, gets an empty
+  // lease.
+  Task<Lease> acquire(uint64_t bytes, Kind kind = Kind::kRead, Holds holds = Holds::kLease) {
     // The common case, no wait: no waiter, timer or trip round the event loop.
     if (Lease lease = tryAcquire(bytes, kind); lease.held()) co_return std::move(lease);
     auto wait = std::make_shared<Waiter>();
     wait->bytes = charge(bytes, kind);
     wait->kind = kind;
+    wait->may_refuse = kind == Kind::kUpload || holds == Holds::kNothing;
+    wait->give_up = std::chrono::steady_clock::now() + admission_wait_;
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     asio::steady_timer timer(ex);
+    wait->timer = &timer;
     // Only raw pointers in the co_await expression (the g++ 12 note in task_group.h).
     BufferBudget* self = this;
     auto* exp = &ex;
@@ -138,9 +157,7 @@ class BufferBudget {
           // acts only if the waiter is still queued.
           timerp->expires_after(w->kind == Kind::kRead ? self->patience_
                                                        : self->admission_wait_);
-          timerp->async_wait([self, w](const boost::system::error_code& ec) {
-            if (!ec) self->expire(w);
-          });
+          self->armTimer(w);
         },
         asio::use_awaitable);
     timer.cancel();
@@ -186,9 +203,20 @@ class BufferBudget {
   struct Waiter {
     uint64_t bytes = 0;
     Kind kind = Kind::kRead;
+    bool may_refuse = false;  // an upload, or a read holding nothing
+    std::chrono::steady_clock::time_point give_up;  // then refused, if it may be
+    // The waiting coroutine's, alive while it waits; used on that coroutine's executor only.
+    asio::steady_timer* timer = nullptr;
     bool granted = false;  // written under mu_ before resume is called
     std::move_only_function<void()> resume;
   };
+
+  // Waits for the waiter's timer (set to when it next runs out) and then expires it.
+  void armTimer(const std::shared_ptr<Waiter>& w) {
+    w->timer->async_wait([this, w](const boost::system::error_code& ec) {
+      if (!ec) expire(w);
+    });
+  }
 
   std::deque<std::shared_ptr<Waiter>>& queue(Kind kind) {
     return kind == Kind::kRead ? reads_ : uploads_;
@@ -233,8 +261,10 @@ class BufferBudget {
     }
   }
 
-  // The wait of `w` ran out: if it still waits, a read goes ahead over the budget and an
-  // upload leaves the queue without bytes.
+  // The wait of `w` ran out: if it still waits, a read goes ahead over the budget (one
+  // holding nothing only within twice the budget, else it waits on until its admission
+  // wait ends) and an upload, or a read past its admission wait, leaves the queue without
+  // bytes. Runs on the waiter's executor (its timer's handler).
   void expire(const std::shared_ptr<Waiter>& w) {
     std::vector<std::move_only_function<void()>> wake;
     {
@@ -242,9 +272,18 @@ class BufferBudget {
       auto& q = queue(w->kind);
       auto it = std::find(q.begin(), q.end(), w);
       if (it == q.end()) return;  // granted meanwhile
+      const auto now = std::chrono::steady_clock::now();
+      const bool overdraw = w->kind == Kind::kRead &&
+                            (!w->may_refuse || used_ + w->bytes <= 2 * capacity_);
+      if (!overdraw && w->kind == Kind::kRead && now < w->give_up) {
+        // No room even over the budget: look again after another patience.
+        w->timer->expires_at(std::min(now + patience_, w->give_up));
+        armTimer(w);
+        return;
+      }
       wake.push_back(std::move(w->resume));
       q.erase(it);
-      if (w->kind == Kind::kRead) {
+      if (overdraw) {
         grant(*w);
         ++overdrafts_;
       } else {

@@ -266,9 +266,7 @@ Task<Status> ObjectWriter::start() {
   if (slots_[kPrimary]) co_return Status::ok();
   BufferBudget::Lease lease = co_await dp_.budget().acquire(slot_data_len_ + slot_parity_len_,
                                                             BufferBudget::Kind::kUpload);
-  if (!lease.held()) {
-    co_return Status::unavailable("the gateway's buffer memory stayed spent by other requests");
-  }
+  if (!lease.held()) co_return BufferBudget::spent();
   slots_[kPrimary] = std::make_shared<Slot>(slot_data_len_, slot_parity_len_, std::move(lease));
   co_return Status::ok();
 }
@@ -859,7 +857,9 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       if (!prepaid) {
         // Initialised from the co_await, then moved: no temporary of a co_await expression
         // with a destructor (the g++ 12 note in task_group.h).
-        BufferBudget::Lease taken = co_await dp.budget().acquire(sl.length);
+        BufferBudget::Lease taken = co_await dp.budget().acquire(
+            sl.length, BufferBudget::Kind::kRead, BufferBudget::Holds::kNothing);
+        if (!taken.held()) co_return BufferBudget::spent();
         got = std::move(taken);
       }
       next = startStripeRead(dp, manifest, *sl.s, sl.first, sl.length, ex);

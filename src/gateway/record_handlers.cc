@@ -436,7 +436,8 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
     }
     auto m = manifestOf(i);
     if (!m) co_return std::unexpected(m.error());
-    auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, **m);
+    auto record = co_await readRecordAt(ctx, req.bucket, **found[i], wanted[i].raw, **m,
+                                        BufferBudget::Holds::kLease);  // the window's
     if (!record) co_return std::unexpected(record.error());
     charge = std::move(record->charge);  // its stored and inflated bytes, until sent
     more = std::move(record->inflated_charge);

@@ -302,7 +302,7 @@ S3Result<const index_kv::Manifest*> currentContainer(const index_kv::RecordLocat
 
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
                                         const index_kv::RecordLocation& loc, bool raw,
-                                        const index_kv::Manifest& m) {
+                                        const index_kv::Manifest& m, BufferBudget::Holds holds) {
   const index_kv::RecordRow& row = loc.row;
   if (row.length > kMaxRecordBytes) {
     co_return s3fail(S3ErrorCode::kInvalidRequest,
@@ -320,7 +320,9 @@ Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& 
   // server out of memory. The stored bytes are charged before they are read, and the
   // read's stripe buffers are not charged again (prepaid: they would wait behind this
   // lease); the inflated bytes once the member says how many.
-  BufferBudget::Lease got = co_await ctx.data.budget().acquire(row.length);
+  BufferBudget::Lease got =
+      co_await ctx.data.budget().acquire(row.length, BufferBudget::Kind::kRead, holds);
+  if (!got.held()) co_return std::unexpected(fromStatus(BufferBudget::spent()));
   out.charge = std::move(got);
   auto read = co_await readObjectBytes(ctx.data, m, row.offset, row.length, /*prepaid=*/true);
   if (!read) co_return std::unexpected(fromStatus(read.error()));
@@ -426,7 +428,8 @@ Task<S3Result<RecordData>> readRecord(GatewayContext& ctx, const std::string& bu
   auto manifest = co_await lookupObject(ctx, bucket, loc.row.container);
   auto m = currentContainer(loc, manifest);
   if (!m) co_return std::unexpected(m.error());
-  co_return co_await readRecordAt(ctx, bucket, loc, selector.raw, **m);
+  co_return co_await readRecordAt(ctx, bucket, loc, selector.raw, **m,
+                                  BufferBudget::Holds::kNothing);
 }
 
 }  // namespace granary::gateway

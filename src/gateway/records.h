@@ -138,10 +138,12 @@ Result<std::optional<index_kv::RecordLocation>> findRecord(index_kv::Index& inde
 S3Result<const index_kv::Manifest*> currentContainer(const index_kv::RecordLocation& location,
                                                      const Result<index_kv::Manifest>& manifest);
 // Reads a known location from its container's manifest (checked by currentContainer; a
-// batch reuses one manifest across its records).
+// batch reuses one manifest across its records). `holds`: whether the caller holds a
+// buffer-budget lease meanwhile (a batch's window), as BufferBudget::acquire takes it.
 Task<S3Result<RecordData>> readRecordAt(GatewayContext& ctx, const std::string& bucket,
                                         const index_kv::RecordLocation& location, bool raw,
-                                        const index_kv::Manifest& manifest);
+                                        const index_kv::Manifest& manifest,
+                                        BufferBudget::Holds holds);
 
 // Blocking: verifies a record's container bytes against its row's CRC32C and inflates a
 // warc.gz member unless `raw`; the body to send.

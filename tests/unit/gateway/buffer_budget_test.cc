@@ -17,8 +17,9 @@ namespace {
 // A refused upload records "<name>:refused" instead.
 Task<void> borrower(BufferBudget& budget, uint64_t bytes, std::string name,
                     std::vector<std::string>& order, int hold,
-                    BufferBudget::Kind kind = BufferBudget::Kind::kRead) {
-  BufferBudget::Lease lease = co_await budget.acquire(bytes, kind);
+                    BufferBudget::Kind kind = BufferBudget::Kind::kRead,
+                    BufferBudget::Holds holds = BufferBudget::Holds::kLease) {
+  BufferBudget::Lease lease = co_await budget.acquire(bytes, kind, holds);
   order.push_back(lease.held() ? name : name + ":refused");
   for (int i = 0; i < hold; ++i) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
 }
@@ -156,6 +157,81 @@ TEST_CASE("An admission wait granted before it runs out is not refused") {
   CHECK(order == std::vector<std::string>{"upload"});
   CHECK(budget.stats().refusals == 0);
   CHECK(budget.stats().used == 0);
+}
+
+TEST_CASE("A read holding nothing overdraws only to twice the budget, then is refused") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::milliseconds(20), std::chrono::milliseconds(200));
+  // Clients that stopped reading hold the budget and as much again in overdrafts.
+  BufferBudget::Lease stuck = budget.tryAcquire(100);
+  std::vector<std::string> order;
+  asio::co_spawn(io, borrower(budget, 60, "first", order, 0, BufferBudget::Kind::kRead,
+                              BufferBudget::Holds::kNothing),
+                 asio::detached);
+  io.run_for(std::chrono::milliseconds(100));  // past the patience: 160 <= 200, granted
+  CHECK(order == std::vector<std::string>{"first"});
+  BufferBudget::Lease overdrawn = budget.tryAcquire(1);  // none: the budget is spent
+  CHECK_FALSE(overdrawn.held());
+  // Now 100 are out and a stuck overdraft of 100 more: a read holding nothing waits on
+  // past its patience, and is refused at its admission wait; one holding a lease (decode
+  // space under its slice) goes ahead, or it could wait on itself.
+  BufferBudget::Lease stuck_overdraft;
+  {
+    asio::io_context io2;
+    auto take = [&]() -> Task<void> {
+      stuck_overdraft = co_await budget.acquire(100, BufferBudget::Kind::kRead,
+                                                BufferBudget::Holds::kNothing);
+    };
+    asio::co_spawn(io2, take(), asio::detached);
+    io2.run();
+  }
+  REQUIRE(stuck_overdraft.held());
+  CHECK(budget.stats().used == 200);
+  order.clear();
+  io.restart();
+  const auto start = std::chrono::steady_clock::now();
+  asio::co_spawn(io, borrower(budget, 10, "nothing", order, 0, BufferBudget::Kind::kRead,
+                              BufferBudget::Holds::kNothing),
+                 asio::detached);
+  io.run_for(std::chrono::milliseconds(100));
+  CHECK(order.empty());  // past its patience, still waiting
+  io.run();
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(200));
+  CHECK(order == std::vector<std::string>{"nothing:refused"});
+  CHECK(budget.stats().refusals == 1);
+  io.restart();
+  asio::co_spawn(io, borrower(budget, 10, "holding", order, 0), asio::detached);
+  io.run();
+  CHECK(order == std::vector<std::string>{"nothing:refused", "holding"});
+  CHECK(budget.stats().peak == 210);
+  CHECK(budget.stats().overdrafts == 3);
+}
+
+TEST_CASE("A read holding nothing that waits past its patience goes once bytes return") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::milliseconds(10), std::chrono::seconds(60));
+  BufferBudget::Lease stuck = budget.tryAcquire(100);
+  BufferBudget::Lease over;  // an overdraft of 100 more, still out
+  auto take = [&]() -> Task<void> {
+    over = co_await budget.acquire(100, BufferBudget::Kind::kRead, BufferBudget::Holds::kNothing);
+  };
+  asio::co_spawn(io, take(), asio::detached);
+  io.run();
+  REQUIRE(over.held());
+  std::vector<std::string> order;
+  // 200 + 50 > 200: it waits on after its patience, looking again each patience.
+  io.restart();
+  asio::co_spawn(io, borrower(budget, 50, "late", order, 0, BufferBudget::Kind::kRead,
+                              BufferBudget::Holds::kNothing),
+                 asio::detached);
+  io.run_for(std::chrono::milliseconds(60));
+  CHECK(order.empty());
+  over.reset();  // 100 + 50 <= 200 now: its next look overdraws
+  io.run();
+  CHECK(order == std::vector<std::string>{"late"});
+  CHECK(budget.stats().refusals == 0);
+  CHECK(budget.stats().overdrafts == 2);
+  CHECK(budget.stats().used == 100);
 }
 
 TEST_CASE("BufferBudget::dropWaiters destroys waiting coroutines without resuming them") {

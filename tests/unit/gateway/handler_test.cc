@@ -3972,5 +3972,45 @@ TEST_CASE("A commit whose write failed may still land: its blobs stay for the or
   CHECK(f.get("/bucket/k").body == data);               // the commit that landed reads whole
 }
 
+TEST_CASE("A GET refused buffer memory once twice the budget is lent answers 503") {
+  // Clients that stop reading hold their slices; a GET that found the budget spent went
+  // over it after 2 s whatever was lent, so thousands of them held a stripe each.
+  GatewayFixture f;
+  f.createBucket();
+  const std::string data(200 << 10, 'g');  // striped: over the inline limit
+  REQUIRE(f.put("obj", data).status == 200);
+  f.options.buffer_memory = 128 << 10;
+  f.options.buffer_wait_seconds = 1;
+  f.ctx.reset();
+  f.makeContext();
+  BufferBudget& budget = f.ctx->data.budget();
+  // Stalled readers hold the whole budget and as much again in overdrafts (one taken
+  // while holding a lease, which may always overdraw).
+  BufferBudget::Lease reads = budget.tryAcquire(128 << 10);
+  BufferBudget::Lease over;
+  {
+    asio::io_context io;
+    auto take = [&]() -> Task<void> {
+      over = co_await budget.acquire(128 << 10, BufferBudget::Kind::kRead,
+                                     BufferBudget::Holds::kLease);
+    };
+    asio::co_spawn(io, take(), asio::detached);
+    io.run();  // the patience (2 s), then the overdraft
+  }
+  REQUIRE((reads.held() && over.held()));
+  const uint64_t overdrafts = budget.stats().overdrafts;
+  Reply refused = f.get("/bucket/obj");  // its first slice: refused after --buffer-wait
+  CHECK(refused.status == 503);
+  CHECK(refused.code == "ServiceUnavailable");
+  CHECK(budget.stats().refusals == 1);
+  CHECK(budget.stats().overdrafts == overdrafts);
+  over.reset();
+  reads.reset();
+  Reply served = f.get("/bucket/obj");
+  CHECK(served.status == 200);
+  CHECK(served.body == data);
+  CHECK(budgetDrained(f));
+}
+
 }  // namespace
 }  // namespace granary::gateway
