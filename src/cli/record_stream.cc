@@ -16,13 +16,18 @@ constexpr size_t kMaxFrameLine = size_t{1} << 20;  // a header line (keys are <=
 Output::Output(std::string path) : path_(std::move(path)) {}
 
 Output::~Output() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ != nullptr) discard();  // neither finished nor discarded: a failed transfer
 }
 
 Status Output::open() {
   if (path_.empty() || file_ != nullptr) return Status::ok();
-  file_ = std::fopen(path_.c_str(), "wb");
-  return file_ != nullptr ? Status::ok() : Status::fromErrno(errno, "cannot create " + path_);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path_, ec);
+  const bool in_place = !ec && std::filesystem::exists(status) &&
+                        !std::filesystem::is_regular_file(status);
+  writing_ = in_place ? path_ : path_ + ".granary-partial";
+  file_ = std::fopen(writing_.c_str(), "wb");
+  return file_ != nullptr ? Status::ok() : Status::fromErrno(errno, "cannot create " + writing_);
 }
 
 Status Output::write(std::string_view bytes) {
@@ -43,6 +48,12 @@ Status Output::finish() {
   if (file_ != nullptr) {
     ok = std::fclose(file_) == 0 && ok;
     file_ = nullptr;
+    if (ok && writing_ != path_ && std::rename(writing_.c_str(), path_.c_str()) != 0) {
+      Status st = Status::fromErrno(errno, "cannot rename " + writing_ + " to " + path_);
+      std::remove(writing_.c_str());
+      return st;
+    }
+    if (!ok) std::remove(writing_.c_str());
   }
   return ok ? Status::ok() : Status::ioError("cannot write " + path_);
 }
@@ -52,8 +63,7 @@ void Output::discard() {
   if (file_ == nullptr) return;
   std::fclose(file_);
   file_ = nullptr;
-  std::error_code ec;
-  std::filesystem::remove(path_, ec);
+  if (writing_ != path_) std::remove(writing_.c_str());  // a device or pipe is left be
 }
 
 FrameReader::FrameReader(HeaderFn on_header, DataFn on_data)

@@ -17,7 +17,10 @@
 namespace granary::cli {
 
 // Where record bytes go: standard output, or a file created on first write (or by
-// finish(), for an empty record). discard() removes a file left by a failed transfer.
+// finish(), for an empty record). A regular file (or a new one) is written under a
+// temporary name beside it and renamed over it by finish(), so a failed transfer leaves
+// what was there before; discard() (or destruction without finish()) removes the
+// temporary file. Anything else (/dev/null, a pipe) is written in place.
 class Output {
  public:
   explicit Output(std::string path);  // empty: standard output
@@ -35,6 +38,7 @@ class Output {
   Status open();
 
   std::string path_;
+  std::string writing_;  // the file written: path_, or the temporary name beside it
   FILE* file_ = nullptr;
   bool discarded_ = false;
 };

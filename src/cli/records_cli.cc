@@ -383,6 +383,9 @@ struct Verb {
   size_t max_args;
   void (*options)(po::options_description&);
   int (*run)(const Invocation&);
+  // --timeout's default: seconds a network operation may make no progress. The gateway
+  // answers a repair pass only when it ends, which takes as long as the store is large.
+  int default_timeout = 120;
 };
 
 constexpr Verb kVerbs[] = {
@@ -462,6 +465,9 @@ int runAdminUser(const Invocation& inv) {
   return kOk;
 }
 
+// A whole repair pass: a week, i.e. no limit but a dead connection's.
+constexpr int kPassTimeout = 7 * 24 * 3600;
+
 constexpr Verb kAdminVerbs[] = {
     {"stats", "", "buckets, drives and the record index's rows and bytes (root only)", 0, 0,
      noOptions, runAdminStats},
@@ -469,10 +475,10 @@ constexpr Verb kAdminVerbs[] = {
      "capacity (root only)", 0, 0, noOptions, runAdminStatus},
     {"repair", "", "one repair pass: rebuild lost and corrupt fragments, spread out stacked "
      "ones, copy those of draining drives elsewhere; prints its report (root only)", 0, 0,
-     repairOptions, runAdminRepair},
+     repairOptions, runAdminRepair, kPassTimeout},
     {"rebalance", "", "a repair pass that also moves fragments onto the drives the current "
      "map places them on (after adding a server; root only)", 0, 0, repairOptions,
-     runAdminRebalance},
+     runAdminRebalance, kPassTimeout},
     {"user", "add NAME | list | remove NAME",
      "manage named users: add prints the new keys (root only)", 1, 2, userOptions,
      runAdminUser},
@@ -526,7 +532,7 @@ int runVerbs(std::string_view tool, std::span<const Verb> verbs, int argc, char*
       "access-key", po::value<std::string>(), "access key (default: $AWS_ACCESS_KEY_ID)")(
       "secret-key", po::value<std::string>(), "secret key (default: $AWS_SECRET_ACCESS_KEY)")(
       "region", po::value<std::string>()->default_value("us-east-1"), "SigV4 region")(
-      "timeout", po::value<int>()->default_value(120),
+      "timeout", po::value<int>()->default_value(verb->default_timeout),
       "seconds a network operation may make no progress");
   verb->options(visible);
   po::options_description all;
