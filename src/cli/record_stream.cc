@@ -1,6 +1,9 @@
 // Output files and the records-batch frame reader (record_stream.h).
 #include "record_stream.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -21,12 +24,25 @@ Output::~Output() {
 
 Status Output::open() {
   if (path_.empty() || file_ != nullptr) return Status::ok();
+  // Only a regular file, or none, is replaced by a rename; a symbolic link (/dev/stdout,
+  // a link to a file) is written through, as a device or pipe is.
   std::error_code ec;
-  const auto status = std::filesystem::status(path_, ec);
+  const auto status = std::filesystem::symlink_status(path_, ec);
   const bool in_place = !ec && std::filesystem::exists(status) &&
                         !std::filesystem::is_regular_file(status);
-  writing_ = in_place ? path_ : path_ + ".granary-partial";
-  file_ = std::fopen(writing_.c_str(), "wb");
+  if (in_place) {
+    writing_ = path_;
+    file_ = std::fopen(writing_.c_str(), "wb");
+  } else {
+    // Created anew, never opened through a name someone else put there (a link).
+    writing_ = path_ + ".granary-partial";
+    if (::unlink(writing_.c_str()) != 0 && errno != ENOENT) {
+      return Status::fromErrno(errno, "cannot replace " + writing_);
+    }
+    const int fd = ::open(writing_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    file_ = fd < 0 ? nullptr : ::fdopen(fd, "wb");
+    if (fd >= 0 && file_ == nullptr) ::close(fd);
+  }
   return file_ != nullptr ? Status::ok() : Status::fromErrno(errno, "cannot create " + writing_);
 }
 
@@ -53,7 +69,7 @@ Status Output::finish() {
       std::remove(writing_.c_str());
       return st;
     }
-    if (!ok) std::remove(writing_.c_str());
+    if (!ok && writing_ != path_) std::remove(writing_.c_str());
   }
   return ok ? Status::ok() : Status::ioError("cannot write " + path_);
 }

@@ -6,9 +6,11 @@
 // through TCP.
 //
 // Deadlock rule: a coroutine calls acquire() (which may wait) only while it holds no lease,
-// or for a read (whose wait is bounded and then always succeeds); a second buffer, such as
-// a read-ahead, is taken with tryAcquire() or not at all. Then every lease holder can make
-// progress and give its bytes back.
+// or for a read with Holds::kLease (whose wait is bounded and then always succeeds); a
+// second buffer, such as a read-ahead, is taken with tryAcquire() or not at all. Then every
+// lease holder can make progress and give its bytes back. (A wait that may end in a
+// refusal is bounded too, but it must not be taken while holding a lease the refusal
+// would waste: a copy's reads hold their writer's.)
 //
 // Two kinds of borrower, which wait differently:
 // - Reads (GET streams) hold a stripe for milliseconds. A read that waits longer than
@@ -18,9 +20,10 @@
 //   GET; with it they cost memory for a while. How much: a read that holds another lease
 //   meanwhile (Holds::kLease: decode space under a slice) always goes ahead, or it could
 //   wait on itself; one that holds nothing (Holds::kNothing: a stream's next slice) goes
-//   ahead only while everything lent stays within twice the budget, else waits on, and
-//   after `admission_wait` gets no lease (a refusal, counted: 503 before the answer's
-//   head, a cut stream after it). So thousands of clients that read a byte a minute cost
+//   ahead only while everything lent stays within twice the budget (and in its turn among
+//   such reads), else waits on, and after the longer of the patience and
+//   `admission_wait` gets no lease (a refusal, counted: 503 before the answer's head, a
+//   cut stream after it). So thousands of clients that read a byte a minute cost
 //   at most about twice the budget, not a stripe each.
 // - Uploads hold their buffer for as long as their client takes to send a stripe. They
 //   never overdraw (that would make memory grow with the number of uploads): an upload
@@ -273,8 +276,13 @@ class BufferBudget {
       auto it = std::find(q.begin(), q.end(), w);
       if (it == q.end()) return;  // granted meanwhile
       const auto now = std::chrono::steady_clock::now();
-      const bool overdraw = w->kind == Kind::kRead &&
-                            (!w->may_refuse || used_ + w->bytes <= 2 * capacity_);
+      // A read holding nothing overdraws within twice the budget, and not ahead of one
+      // such read queued before it (which would wait on as later, smaller ones pass).
+      const bool overdraw =
+          w->kind == Kind::kRead &&
+          (!w->may_refuse ||
+           (used_ + w->bytes <= 2 * capacity_ &&
+            std::none_of(q.begin(), it, [](const auto& e) { return e->may_refuse; })));
       if (!overdraw && w->kind == Kind::kRead && now < w->give_up) {
         // No room even over the budget: look again after another patience.
         w->timer->expires_at(std::min(now + patience_, w->give_up));

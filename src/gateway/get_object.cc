@@ -272,7 +272,8 @@ Task<S3Response> getObject(GatewayContext& ctx, const S3Request& req, BodySink& 
             {reinterpret_cast<const uint8_t*>(m.inline_data.data()) + first, length});
       }
     } else {
-      st = co_await readObjectRange(ctx.data, m, first, length, sink);
+      st = co_await readObjectRange(ctx.data, m, first, length, sink, /*prepaid=*/false,
+                                    BufferBudget::Holds::kNothing);
     }
   }
   if (!st.isOk() && sink.withdrawHead()) {

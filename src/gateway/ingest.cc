@@ -367,6 +367,10 @@ Task<std::expected<IngestResult, IngestFailure>> ingestBody(GatewayContext& ctx,
       if (*n == 0) break;
       total += *n;
       ctx.metrics.bytesIn(*n);  // as it arrives: a long upload shows on dashboards at once
+      if (auto length = body.finalLength(); length && *length < *size && *length >= total) {
+        *size = *length;  // known before the stripe that ends it is written
+        writer->shrinkTo(*length);
+      }
       if (total > *size) break;
       auto chunk = buf.first(*n);
       (void)co_await hashing.wait();  // the chunk before this one: MD5 is a serial chain

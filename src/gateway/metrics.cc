@@ -247,7 +247,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       buffer_refusals_(prometheus::BuildCounter()
                            .Name("granary_buffer_budget_refusals_total")
                            .Help("Uploads answered 503 because buffer budget stayed spent for "
-                                 "--buffer-wait")
+                                 "--buffer-wait, and reads refused because twice the budget "
+                                 "stayed lent that long")
                            .Register(registry)) {
   for (auto& f : drives_) {
     if (f.kind == kCount) {

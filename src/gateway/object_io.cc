@@ -409,6 +409,8 @@ Task<Status> ObjectWriter::flush(size_t len) {
   co_return co_await waitFor(kPrimary);
 }
 
+void ObjectWriter::shrinkTo(uint64_t size) { size_ = std::clamp(size, written_, size_); }
+
 Task<Status> ObjectWriter::finish() {
   (void)co_await waitFor(kPrimary);
   Status st = co_await waitFor(kSpare);
@@ -828,7 +830,8 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 }
 
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink, bool prepaid) {
+                             uint64_t length, BodySink& sink, bool prepaid,
+                             BufferBudget::Holds holds) {
   if (length == 0) co_return Status::ok();
   auto ex = co_await asio::this_coro::executor;
   auto sliced = slicesOf(manifest, first, length);
@@ -857,8 +860,8 @@ Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, u
       if (!prepaid) {
         // Initialised from the co_await, then moved: no temporary of a co_await expression
         // with a destructor (the g++ 12 note in task_group.h).
-        BufferBudget::Lease taken = co_await dp.budget().acquire(
-            sl.length, BufferBudget::Kind::kRead, BufferBudget::Holds::kNothing);
+        BufferBudget::Lease taken =
+            co_await dp.budget().acquire(sl.length, BufferBudget::Kind::kRead, holds);
         if (!taken.held()) co_return BufferBudget::spent();
         got = std::move(taken);
       }

@@ -204,6 +204,11 @@ class ObjectWriter {
   // (placement::chooseAnotherDrive), up to kFragmentPutTries drives, while writable drives
   // remain in k failure domains: one failing drive does not fail the upload.
   Task<Status> flush(size_t len);
+  // The object turned out `size` bytes long, not the size it was made with (a body that
+  // learned its length while streaming, BodySource::finalLength): at least what was
+  // written, at most the size given. Before the flush of its last stripe, which the
+  // fragments' headers mark as the last.
+  void shrinkTo(uint64_t size);
   // Waits for every stripe and gives the buffers back. After ok, drives() and stripes()
   // describe the object.
   Task<Status> finish();
@@ -262,9 +267,12 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 // budget for the bytes the stripe buffers pass on to (a record read, whose bytes are
 // charged before they are read): the stripe buffers are not charged again (waiting for
 // them behind its own lease would stall every slice), and the next slice is always read
-// ahead.
+// ahead. `holds`: whether the caller holds a lease of the budget meanwhile (a copy's
+// writer does), as BufferBudget::acquire takes it: a GET stream, which holds none, is
+// refused its slice (kUnavailable) when twice the budget stays lent.
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink, bool prepaid = false);
+                             uint64_t length, BodySink& sink, bool prepaid = false,
+                             BufferBudget::Holds holds = BufferBudget::Holds::kLease);
 
 // How the ranges of crc32cOfRanges are read: as spans, each one read of the object;
 // ranges closer than kCrcSpanGap are read as one span (their gap read and skipped).

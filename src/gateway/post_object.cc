@@ -57,65 +57,110 @@ class MemoryFile final : public BodySource {
   size_t at_ = 0;
 };
 
-// A large file: `size` bytes, the first of them already read (`pending`), the rest from
-// the connection, followed by exactly `closing` (the form's closing delimiter). Its size
-// comes from the request's Content-Length, so the file must be the form's last part: a
-// delimiter anywhere inside its bytes, or any other ending, fails the read, and with it
-// the upload (nothing is stored).
+// A large file: the bytes of the form after its head, the first of them already read
+// (`pending`), the rest from the connection. Its size comes from the request's
+// Content-Length, so the file must be the form's last part, followed only by the closing
+// delimiter: "\r\n--boundary--" and, as nearly every client sends, "\r\n" (RFC 2046
+// makes that CRLF optional, and Node.js 18's fetch leaves it out). Which of the two ends
+// the form shows only at its end, so the file's length is `longest` (without the CRLF) or
+// 2 bytes less: the last 2 bytes that may be the file's are held back until the ending
+// is read, and finalLength() then tells the writer. A delimiter anywhere inside the
+// file's bytes, or any other ending, fails the read, and with it the upload (nothing is
+// stored); so does a length outside the policy's `range`, once known.
 class StreamedFile final : public BodySource {
  public:
-  StreamedFile(BodySource& raw, std::string pending, uint64_t size, std::string delimiter,
-               std::string closing)
+  StreamedFile(BodySource& raw, std::string pending, uint64_t longest, std::string delimiter,
+               PostLengthRange range)
       : raw_(raw),
         pending_(std::move(pending)),
-        size_(size),
+        longest_(longest),
         delimiter_(std::move(delimiter)),
-        closing_(std::move(closing)) {}
+        range_(range) {}
 
   void setDeadline(std::chrono::steady_clock::time_point deadline) override {
     raw_.setDeadline(deadline);  // the upload's, once the form is known good
   }
 
   Task<S3Result<size_t>> read(std::span<uint8_t> out) override {
-    if (yielded_ == size_ || out.empty()) co_return 0;
-    out = out.first(std::min<uint64_t>(out.size(), size_ - yielded_));
+    if (out.empty() || (final_ && yielded_ == *final_)) co_return 0;
+    const uint64_t certain = longest_ - kOptionalCrlf;  // the file's, whichever the ending
     size_t n = 0;
-    if (at_ < pending_.size()) {
-      n = std::min(out.size(), pending_.size() - at_);
-      std::copy_n(pending_.data() + at_, n, out.data());
-      at_ += n;
-    } else {
-      auto got = co_await raw_.read(out);
-      if (!got) co_return std::unexpected(got.error());
-      if (*got == 0) {
-        co_return s3fail(S3ErrorCode::kIncompleteBody, "The request body terminated unexpectedly");
+    if (yielded_ < certain) {
+      out = out.first(std::min<uint64_t>(out.size(), certain - yielded_));
+      if (at_ < pending_.size()) {
+        n = std::min(out.size(), pending_.size() - at_);
+        std::copy_n(pending_.data() + at_, n, out.data());
+        at_ += n;
+      } else {
+        auto got = co_await raw_.read(out);
+        if (!got) co_return std::unexpected(got.error());
+        if (*got == 0) {
+          co_return s3fail(S3ErrorCode::kIncompleteBody,
+                           "The request body terminated unexpectedly");
+        }
+        n = *got;
       }
-      n = *got;
+    } else {  // the 2 bytes held back, found to be the file's
+      n = std::min(out.size(), held_.size() - held_at_);
+      std::copy_n(held_.data() + held_at_, n, out.data());
+      held_at_ += n;
     }
     if (!scan(out.first(n))) co_return std::unexpected(earlyEnd());
     yielded_ += n;
-    if (yielded_ == size_) {
-      // The closing delimiter, and nothing else, must follow.
-      std::string tail = pending_.substr(std::min(at_, pending_.size()));
-      while (tail.size() <= closing_.size()) {
-        char buf[256];
-        auto got = co_await raw_.read({reinterpret_cast<uint8_t*>(buf), sizeof buf});
-        if (!got) co_return std::unexpected(got.error());
-        if (*got == 0) break;
-        tail.append(buf, *got);
+    // The ending is read as soon as the certain bytes are out, so that the writer knows
+    // the length before it writes the stripe that ends the file.
+    if (yielded_ == certain && !final_) {
+      if (auto decided = co_await readEnding(); !decided) {
+        co_return std::unexpected(decided.error());
       }
-      if (tail != closing_) co_return std::unexpected(earlyEnd());
     }
     co_return n;
   }
 
-  bool done() const override { return yielded_ == size_ && raw_.done(); }
+  bool done() const override { return final_ && yielded_ == *final_ && raw_.done(); }
+  std::optional<uint64_t> finalLength() const override { return final_; }
 
  private:
+  static constexpr uint64_t kOptionalCrlf = 2;
+
   static S3Error earlyEnd() {
     return {S3ErrorCode::kMalformedPOSTRequest,
             "The file of a POST form larger than the server keeps in memory must be the "
             "form's last field, followed only by the closing boundary."};
+  }
+
+  // Reads what follows the certain bytes, to the end of the body: the closing delimiter
+  // with its CRLF (the file ends here), or 2 more bytes of the file and the delimiter
+  // without it.
+  Task<S3Result<void>> readEnding() {
+    const std::string closing = delimiter_ + "--";
+    std::string tail = pending_.substr(std::min(at_, pending_.size()));
+    at_ = pending_.size();
+    while (tail.size() <= closing.size() + kOptionalCrlf) {
+      char buf[256];
+      auto got = co_await raw_.read({reinterpret_cast<uint8_t*>(buf), sizeof buf});
+      if (!got) co_return std::unexpected(got.error());
+      if (*got == 0) break;
+      tail.append(buf, *got);
+    }
+    if (tail == closing + "\r\n") {
+      final_ = yielded_;
+    } else if (tail.size() == closing.size() + kOptionalCrlf &&
+               std::string_view(tail).substr(kOptionalCrlf) == closing) {
+      held_ = tail.substr(0, kOptionalCrlf);
+      final_ = longest_;
+    } else {
+      co_return std::unexpected(earlyEnd());
+    }
+    if (*final_ < range_.min) {
+      co_return s3fail(S3ErrorCode::kEntityTooSmall,
+                       "Your proposed upload is smaller than the minimum allowed size");
+    }
+    if (*final_ > range_.max) {
+      co_return s3fail(S3ErrorCode::kEntityTooLarge,
+                       "Your proposed upload exceeds the maximum allowed size");
+    }
+    co_return S3Result<void>{};
   }
 
   // False if the delimiter appears in the file's bytes, within `data` or across the bytes
@@ -139,10 +184,13 @@ class StreamedFile final : public BodySource {
   BodySource& raw_;
   std::string pending_;
   size_t at_ = 0;
-  uint64_t size_;
+  uint64_t longest_;
   uint64_t yielded_ = 0;
   std::string delimiter_;
-  std::string closing_;
+  PostLengthRange range_;
+  std::optional<uint64_t> final_;  // the file's length, once the ending is read
+  std::string held_;               // the file's last 2 bytes, when the ending says so
+  size_t held_at_ = 0;
   std::string carry_;
 };
 
@@ -373,7 +421,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   // ignored, as S3 ignores fields after the file), else streamed, its size taken from the
   // Content-Length; which one depends only on the form, not on how its bytes arrive.
   const std::string delimiter = "\r\n--" + *boundary;
-  const std::string closing = delimiter + "--\r\n";
+  const std::string closing = delimiter + "--";  // and, from nearly every client, CRLF
   const size_t read_ahead = ctx.options.inline_threshold + delimiter.size();
   while (!body.done() && buf.size() - form->data_offset < read_ahead) {
     auto n = co_await body.read(
@@ -385,6 +433,7 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
       std::string_view(buf).substr(form->data_offset, read_ahead);
   std::unique_ptr<BodySource> file;
   uint64_t size = 0;
+  uint64_t streamed_slack = 0;  // how much shorter than `size` the file may turn out
   if (const size_t end = ahead.find(delimiter); end != std::string_view::npos) {
     size = end;
     file = std::make_unique<MemoryFile>(ahead.substr(0, end));
@@ -397,17 +446,20 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   } else {
     const uint64_t rest = *req.content_length - buf.size();  // bytes not read yet
     const uint64_t seen = buf.size() - form->data_offset;
-    if (seen + rest < closing.size()) co_return errorResponse(notMultipart(), req, body);
-    size = seen + rest - closing.size();
+    if (seen + rest < closing.size() + 2) co_return errorResponse(notMultipart(), req, body);
+    size = seen + rest - closing.size();  // at most: 2 bytes less if the CRLF follows
     file = std::make_unique<StreamedFile>(body, buf.substr(form->data_offset), size, delimiter,
-                                          closing);
+                                          range);
+    streamed_slack = 2;
   }
+  // A streamed file's length is known to 2 bytes before its end: StreamedFile checks the
+  // range again then.
   if (size < range.min) {
     co_return errorResponse({S3ErrorCode::kEntityTooSmall,
                              "Your proposed upload is smaller than the minimum allowed size"},
                             req, body);
   }
-  if (size > range.max) {
+  if (size - streamed_slack > range.max) {
     co_return errorResponse({S3ErrorCode::kEntityTooLarge,
                              "Your proposed upload exceeds the maximum allowed size"},
                             req, body);

@@ -389,7 +389,14 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
   auto fetchWindow = [&](size_t begin, size_t end, uint64_t bytes) -> Task<void> {
     window.assign(end - begin, Fetched{});
     window_lease.reset();  // the last window's, before waiting for this one's
-    BufferBudget::Lease got = co_await ctx.data.budget().acquire(bytes);
+    // Nothing else is held here (a record's charges end with its iteration): refused
+    // when twice the budget stays lent, and then each record of the window says so.
+    BufferBudget::Lease got = co_await ctx.data.budget().acquire(
+        bytes, BufferBudget::Kind::kRead, BufferBudget::Holds::kNothing);
+    if (!got.held()) {
+      for (auto& w : window) w.body = std::unexpected(fromStatus(BufferBudget::spent()));
+      co_return;
+    }
     window_lease = std::move(got);
     asio::any_io_executor ex = co_await asio::this_coro::executor;
     TaskGroup group(ctx.pool(), ex);

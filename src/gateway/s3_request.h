@@ -92,6 +92,10 @@ class BodySource {
   // (each read also has its own no-progress timeout): a body may not hold its connection
   // and buffers longer than its request may take.
   virtual void setDeadline(std::chrono::steady_clock::time_point deadline) { (void)deadline; }
+  // A body that learns while it streams that it ends short of the length it was declared
+  // with (a POST form's file: by the optional CRLF of its ending), once it knows: before
+  // it hands out its last bytes. nullopt: the declared length holds.
+  virtual std::optional<uint64_t> finalLength() const { return std::nullopt; }
 };
 
 class BodySink {

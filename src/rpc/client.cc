@@ -169,7 +169,9 @@ struct Client::Impl {
     Status last;
     for (int attempt = 0; attempt <= options.retries; ++attempt) {
       if (attempt > 0) {
-        std::this_thread::sleep_for(options.retry_backoff * (1 << std::min(attempt - 1, 16)));
+        constexpr std::chrono::milliseconds kLongestBackoff{30'000};
+        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+            options.retry_backoff * (1 << std::min(attempt - 1, 16)), kLongestBackoff));
       }
       auto conn = acquire(endpoint);
       if (!conn) {

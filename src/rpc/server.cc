@@ -148,12 +148,21 @@ class ServerImpl final : public Server {
   // The accept loop ends only when the acceptor closes; one that an exception ended (out
   // of memory, say) is logged and started again, or the server would go on running
   // without taking a connection.
-  void spawnAcceptLoop() {
-    asio::co_spawn(*contexts_[0], acceptLoop(), [this](std::exception_ptr e) {
+  void spawnAcceptLoop(std::chrono::milliseconds delay = {}) {
+    asio::co_spawn(*contexts_[0], acceptLoopAfter(delay), [this](std::exception_ptr e) {
       if (!e) return;
       logException(e, "accept loop");
-      spawnAcceptLoop();
+      spawnAcceptLoop(std::chrono::milliseconds(100));  // not a spin, if it fails again
     });
+  }
+
+  Task<void> acceptLoopAfter(std::chrono::milliseconds delay) {
+    if (delay.count() > 0) {
+      beast::error_code ec;
+      asio::steady_timer pause(acceptor_->get_executor(), delay);
+      co_await pause.async_wait(kRedirect(ec));
+    }
+    co_await acceptLoop();
   }
 
   void logException(std::exception_ptr e, std::string_view what) const {

@@ -355,6 +355,14 @@ def test_get_cut_short_leaves_the_file_that_was_there(fake, tmp_path):
                access="AKID", secret="s"))
     assert out.read_bytes() == b"the new copy"
     assert os.listdir(tmp_path) == ["rec"]
+    # A link (as /dev/stdout is) is written through, not replaced by a file.
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    fake.answer = (200, {"Content-Type": "application/octet-stream"}, b"through the link")
+    ok(run_cli(None, "get", "bkt", "k", "-o", str(link), endpoint=fake.endpoint,
+               access="AKID", secret="s"))
+    assert link.is_symlink()
+    assert out.read_bytes() == b"through the link"
 
 
 def test_batch_get_of_a_cut_stream_exits_1(fake, tmp_path):

@@ -161,7 +161,7 @@ TEST_CASE("An admission wait granted before it runs out is not refused") {
 
 TEST_CASE("A read holding nothing overdraws only to twice the budget, then is refused") {
   asio::io_context io;
-  BufferBudget budget(100, std::chrono::milliseconds(20), std::chrono::milliseconds(200));
+  BufferBudget budget(100, std::chrono::milliseconds(20), std::chrono::seconds(1));
   // Clients that stopped reading hold the budget and as much again in overdrafts.
   BufferBudget::Lease stuck = budget.tryAcquire(100);
   std::vector<std::string> order;
@@ -193,10 +193,10 @@ TEST_CASE("A read holding nothing overdraws only to twice the budget, then is re
   asio::co_spawn(io, borrower(budget, 10, "nothing", order, 0, BufferBudget::Kind::kRead,
                               BufferBudget::Holds::kNothing),
                  asio::detached);
-  io.run_for(std::chrono::milliseconds(100));
+  io.run_for(std::chrono::milliseconds(200));
   CHECK(order.empty());  // past its patience, still waiting
   io.run();
-  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(200));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::seconds(1));
   CHECK(order == std::vector<std::string>{"nothing:refused"});
   CHECK(budget.stats().refusals == 1);
   io.restart();
@@ -232,6 +232,35 @@ TEST_CASE("A read holding nothing that waits past its patience goes once bytes r
   CHECK(budget.stats().refusals == 0);
   CHECK(budget.stats().overdrafts == 2);
   CHECK(budget.stats().used == 100);
+}
+
+TEST_CASE("A read holding nothing does not overdraw ahead of one such read queued before it") {
+  asio::io_context io;
+  BufferBudget budget(100, std::chrono::milliseconds(10), std::chrono::seconds(60));
+  BufferBudget::Lease stuck = budget.tryAcquire(100);
+  BufferBudget::Lease over;  // an overdraft of 50, taken holding a lease: 150 lent
+  auto take = [&]() -> Task<void> {
+    over = co_await budget.acquire(50, BufferBudget::Kind::kRead, BufferBudget::Holds::kLease);
+  };
+  asio::co_spawn(io, take(), asio::detached);
+  io.run();
+  REQUIRE(over.held());
+  io.restart();
+  std::vector<std::string> order;
+  // "big" would take 250 > 200; "small" would fit (160) but came after it.
+  asio::co_spawn(io, borrower(budget, 100, "big", order, 0, BufferBudget::Kind::kRead,
+                              BufferBudget::Holds::kNothing),
+                 asio::detached);
+  asio::co_spawn(io, borrower(budget, 10, "small", order, 0, BufferBudget::Kind::kRead,
+                              BufferBudget::Holds::kNothing),
+                 asio::detached);
+  io.run_for(std::chrono::milliseconds(100));  // many patiences: each looked again
+  CHECK(order.empty());
+  over.reset();
+  stuck.reset();
+  io.run();
+  CHECK(order == std::vector<std::string>{"big", "small"});
+  CHECK(budget.stats().refusals == 0);
 }
 
 TEST_CASE("BufferBudget::dropWaiters destroys waiting coroutines without resuming them") {

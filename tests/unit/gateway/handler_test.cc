@@ -3653,21 +3653,39 @@ TEST_CASE("POST Object stores a form's file, whatever the size of the reads it c
   for (size_t i = 0; almost.size() < kStripedSize; ++i) {
     almost.append("\r\n--FoR").append(i % 13, 'x').append("\r\n--FoRX");
   }
-  for (const std::string& file : std::vector<std::string>{
-           "small", almost.substr(0, kInlineThreshold - 3), almost}) {
-    for (size_t piece : {1ul, 7ul, 1000ul, 1ul << 20}) {
-      CAPTURE(file.size(), piece);
-      const std::string body = postForm("k", file);
-      S3Request req = postRequest(body);
-      StringSource source(body, piece);
-      Reply r = f.send(req, source);
-      CHECK(r.op == "PostObject");
-      REQUIRE(r.status == 204);
-      CHECK(r.header("ETag") == fmt::format("\"{}\"", md5Hex(file)));
-      CHECK_FALSE(r.close);  // the whole form was read
-      Reply got = f.get("/bucket/k");
-      REQUIRE(got.status == 200);
-      CHECK(got.body == file);
+  // RFC 2046 makes the CRLF after the closing delimiter optional, and Node.js 18's fetch
+  // leaves it out: a large file was then refused (its length taken as 2 bytes short).
+  for (bool crlf_after : {true, false}) {
+    for (const std::string& file : std::vector<std::string>{
+             "small", almost.substr(0, kInlineThreshold - 3), almost}) {
+      for (size_t piece : {1ul, 7ul, 1000ul, 1ul << 20}) {
+        CAPTURE(file.size(), piece, crlf_after);
+        std::string body = postForm("k", file);
+        if (!crlf_after) body.resize(body.size() - 2);
+        S3Request req = postRequest(body);
+        StringSource source(body, piece);
+        Reply r = f.send(req, source);
+        CHECK(r.op == "PostObject");
+        REQUIRE(r.status == 204);
+        CHECK(r.header("ETag") == fmt::format("\"{}\"", md5Hex(file)));
+        CHECK_FALSE(r.close);  // the whole form was read
+        Reply got = f.get("/bucket/k");
+        REQUIRE(got.status == 200);
+        CHECK(got.body == file);
+        if (file.size() <= kInlineThreshold) continue;
+        // Its last stripe is marked so in every fragment's header (what rebuild-index
+        // reads), though the writer learned the length only at the form's end.
+        auto m = f.cluster.index().getObject("bucket", "k");
+        REQUIRE(m.has_value());
+        const auto& last = m->stripes.back();
+        for (size_t j = 0; j < last.drives.size(); ++j) {
+          auto desc = f.cluster.chunks->describe(
+              m->drives[last.drives[j]], BlobId{last.blob_version, last.blob_stripe,
+                                                static_cast<uint16_t>(j)});
+          REQUIRE(desc.has_value());
+          CHECK(desc->flags == chunkstore::kBlobFlagLastStripe);
+        }
+      }
     }
   }
 }
