@@ -460,21 +460,16 @@ struct GatewayParts {
   std::string description;  // the second line of the banner
 };
 
-// Serves S3 with the background jobs (GC, orphan sweep, lifecycle) until SIGINT/SIGTERM.
-int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts parts,
-               const Clock& clock, Random& random) {
+// The gateway's options, checked: called before anything is opened or created, so that
+// a mistyped option costs a message, not a drive recovery first.
+gateway::GatewayOptions gatewayOptions(const po::variables_map& vm) {
   const int loops = vm["event-loops"].as<int>();
   const int workers = vm["workers"].as<int>();
   if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
     die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
   }
-  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
   const int bulk_nice = vm["bulk-nice"].as<int>();
   if (bulk_nice < 0 || bulk_nice > 19) die("--bulk-nice must be 0..19");
-  // As many threads as the pool: a remote chunk client's fragment writes block theirs.
-  auto bulk_pool =
-      std::make_unique<WorkerPool>(workerThreads(workers), "granary-bulk", bulk_nice);
-
   gateway::GatewayOptions gopts;
   std::tie(gopts.listen_host, gopts.listen_port) = parseListen(vm["listen"].as<std::string>());
   gopts.event_loops = static_cast<size_t>(loops);
@@ -524,6 +519,18 @@ int runGateway(const po::variables_map& vm, const sigset_t& sigs, GatewayParts p
   if (vm["leader-lease"].as<int>() < 3 || vm["leader-lease"].as<int>() > 3600) {
     die("--leader-lease must be 3..3600 (seconds)");
   }
+  return gopts;
+}
+
+// Serves S3 with the background jobs (GC, orphan sweep, lifecycle) until SIGINT/SIGTERM.
+// `gopts`: gatewayOptions(vm).
+int runGateway(const po::variables_map& vm, const gateway::GatewayOptions& gopts,
+               const sigset_t& sigs, GatewayParts parts, const Clock& clock, Random& random) {
+  const int workers = vm["workers"].as<int>();
+  auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
+  // As many threads as the pool: a remote chunk client's fragment writes block theirs.
+  auto bulk_pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-bulk",
+                                                vm["bulk-nice"].as<int>());
   gateway::BackgroundLeader leader(
       parts.index,
       fmt::format("{}/{}/{}", boost::asio::ip::host_name(), getpid(),
@@ -589,6 +596,7 @@ int serve(int argc, char** argv) {
   addDriveOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
+  const gateway::GatewayOptions gopts = gatewayOptions(vm);
 
   sigset_t sigs = blockStopSignals();
 
@@ -620,7 +628,7 @@ int serve(int argc, char** argv) {
   for (const auto& [id, why] : opened.failed) {
     description += fmt::format("\n  drive {} did not open: {}", id, why.message());
   }
-  return runGateway(vm, sigs, {map, chunks, **index, root, registry, description}, clock,
+  return runGateway(vm, gopts, sigs, {map, chunks, **index, root, registry, description}, clock,
                     random);
 }
 
@@ -690,6 +698,7 @@ int gatewayCommand(int argc, char** argv) {
   addGatewayOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
+  const gateway::GatewayOptions gopts = gatewayOptions(vm);
   const std::string secret = clusterSecret(vm);
   auto map = loadClusterMap(cluster);
   gateway::RootUser root;
@@ -718,7 +727,7 @@ int gatewayCommand(int argc, char** argv) {
       "cluster:     {} (epoch {}, {} drives on {} chunk servers, EC {}+{}, index at {})",
       cluster, map.epoch, map.drives.size(), servers.size(), map.ec.k, map.ec.m,
       map.index_endpoint);
-  return runGateway(vm, sigs, {map, *chunks, *index, root, registry, description}, clock,
+  return runGateway(vm, gopts, sigs, {map, *chunks, *index, root, registry, description}, clock,
                     random);
 }
 

@@ -601,6 +601,20 @@ def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, m
     assert message in out, out
 
 
+@pytest.mark.parametrize("args", [["--listen", "foo"], ["--bulk-nice", "25"],
+                                  ["--orphan-grace", "0"]])
+def test_a_bad_gateway_option_is_refused_before_the_data_directory_is_touched(
+        granary_bin, tmp_path, args):
+    # They were checked once the drives were open and recovered and the index open: a
+    # typo cost a full recovery (and created the data directory) before its message.
+    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
+    data = tmp_path / "d"
+    res = subprocess.run([granary_bin, "serve", "--data", str(data)] + listen + args,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert not data.exists()
+
+
 def test_an_unreadable_data_directory_is_an_error_not_an_abort(granary_bin):
     # A directory that exists but cannot be searched: looking for its cluster.json threw
     # (std::filesystem), and serve aborted with SIGABRT. Root reads everything, so as root
