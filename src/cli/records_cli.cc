@@ -234,23 +234,34 @@ int runInsert(const Invocation& inv) {
   return res ? printAnswer(*res) : kFailed;
 }
 
+// What one records-batch request may ask for (the gateway's limits, docs/record-index.md:
+// 10,000 records, an 8 MiB body): a longer key list goes in several requests.
+constexpr size_t kBatchKeys = 10000;
+constexpr size_t kBatchBodyBytes = 7u << 20;  // below 8 MiB with the body's other fields
+
 int runBatchGet(const Invocation& inv) {
   auto keys_text = readFile(inv.args[1]);
   if (!keys_text) return failWith("cannot read " + inv.args[1]);
-  json keys = json::array();
+  // The keys in batches, each within the request limits.
+  std::vector<json> batches(1, json::array());
+  size_t batch_bytes = 0;
+  uint64_t total = 0;
   std::istringstream lines(*keys_text);
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     // JSON strings are UTF-8: a key that is not goes as its bytes in base64.
-    if (strictUtf8(line)) {
-      keys.push_back(line);
-    } else {
-      keys.push_back({{"key_b64", base64Encode(line)}});
+    json entry = strictUtf8(line) ? json(line) : json{{"key_b64", base64Encode(line)}};
+    const size_t bytes = entry.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
+    if (batches.back().size() == kBatchKeys ||
+        (!batches.back().empty() && batch_bytes + bytes > kBatchBodyBytes)) {
+      batches.emplace_back(json::array());
+      batch_bytes = 0;
     }
+    batches.back().push_back(std::move(entry));
+    batch_bytes += bytes;
+    ++total;
   }
-  json body = {{"records", keys}, {"raw", inv.vm["raw"].as<bool>()}};
-  if (inv.has("type")) body["type"] = inv.opt("type");
 
   const std::string out_dir = inv.opt("out-dir");
   if (!out_dir.empty()) {
@@ -260,44 +271,66 @@ int runBatchGet(const Invocation& inv) {
   }
   std::optional<Output> current;  // the file of the record being received
   uint64_t failed = 0;
+  uint64_t base = 0;  // the index, in the key list, of the batch's first record
   auto close_current = [&]() -> Status {
     Status st = current ? current->finish() : Status::ok();
     current.reset();
     return st;
   };
-  FrameReader reader(
+  const FrameReader::HeaderFn on_header =
       [&](const json& header, std::string_view line) -> Status {
         if (Status st = close_current(); !st) return st;
-        std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
-        if (header.contains("end")) return Status::ok();
+        if (header.contains("end")) return Status::ok();  // one end line, for all batches
+        const bool indexed = header.contains("index") && header["index"].is_number_unsigned();
+        const uint64_t index = indexed ? base + header["index"].get<uint64_t>() : 0;
+        if (base == 0 || !indexed) {
+          std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
+        } else {  // the line as sent, its index counted in the whole key list
+          auto ordered = nlohmann::ordered_json::parse(line, nullptr, false);
+          ordered["index"] = index;
+          std::printf("%s\n",
+                      ordered.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        }
         if (!header.contains("status") || header["status"] != 200) {
           ++failed;
-        } else if (!out_dir.empty() && header.contains("index") &&
-                   header["index"].is_number_unsigned()) {
-          current.emplace(
-              (fs::path(out_dir) / std::to_string(header["index"].get<uint64_t>())).string());
+        } else if (!out_dir.empty() && indexed) {
+          current.emplace((fs::path(out_dir) / std::to_string(index)).string());
         }
         return Status::ok();
-      },
-      [&](std::string_view data) { return current ? current->write(data) : Status::ok(); });
+      };
+  const FrameReader::DataFn on_data = [&](std::string_view data) {
+    return current ? current->write(data) : Status::ok();
+  };
 
-  S3Request req;
-  req.method = "POST";
-  req.bucket = inv.args[0];
-  req.query = {{"records-batch", std::nullopt}};
-  req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  auto res = inv.call(req, [&](std::string_view bytes) { return reader.feed(bytes); });
-  if (current && reader.midRecord()) {  // a cut record leaves no file
-    current->discard();
-    current.reset();
+  for (json& keys : batches) {
+    if (keys.empty()) continue;
+    json body = {{"records", std::move(keys)}, {"raw", inv.vm["raw"].as<bool>()}};
+    if (inv.has("type")) body["type"] = inv.opt("type");
+    const size_t count = body["records"].size();
+    S3Request req;
+    req.method = "POST";
+    req.bucket = inv.args[0];
+    req.query = {{"records-batch", std::nullopt}};
+    req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    FrameReader reader(on_header, on_data);
+    auto res = inv.call(req, [&](std::string_view bytes) { return reader.feed(bytes); });
+    if (current && reader.midRecord()) {  // a cut record leaves no file
+      current->discard();
+      current.reset();
+    }
+    Status closed = close_current();
+    std::fflush(stdout);
+    if (!res) return kFailed;
+    if (!closed) return failWith(closed.message());
+    if (!reader.ended()) return failWith("the record stream ended without its end line: cut");
+    base += count;
   }
-  Status closed = close_current();
-  std::fflush(stdout);
-  if (!res) return kFailed;
-  if (!closed) return failWith(closed.message());
-  if (!reader.ended()) return failWith("the record stream ended without its end line: cut");
+  std::printf("%s\n",
+              nlohmann::ordered_json{{"end", true}, {"records", total}, {"errors", failed}}
+                  .dump()
+                  .c_str());
   if (failed > 0) {
-    return failWith(std::to_string(failed) + " of " + std::to_string(keys.size()) +
+    return failWith(std::to_string(failed) + " of " + std::to_string(total) +
                     " records failed");
   }
   return kOk;

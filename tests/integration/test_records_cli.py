@@ -159,6 +159,27 @@ def test_batch_get_with_a_missing_key_exits_1_reports_404_and_writes_the_others(
     assert lines[1]["key_b64"] == "Y2Fm6S50ZW4="
 
 
+def test_batch_get_of_more_keys_than_one_request_takes_sends_several(server, indexed, tendata,
+                                                                     tmp_path):
+    # The whole list went in one request: past 10,000 keys the gateway refused it (400).
+    _, members = tendata
+    names = sorted(members)
+    keys = [names[i % len(names)] for i in range(10_050)] + ["missing.ten"]
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text("\n".join(keys) + "\n")
+    out_dir = tmp_path / "out"
+    res = run_cli(server, "batch-get", indexed, str(keys_file), "--out-dir", str(out_dir))
+    assert res.returncode == 1, res.stderr
+    assert "1 of 10051 records failed" in res.stderr.decode()
+    lines = json_lines(res.stdout)
+    assert [(h["index"], h["key"]) for h in lines[:-1]] == list(enumerate(keys))
+    assert lines[-1] == {"end": True, "records": 10_051, "errors": 1}
+    assert lines[-2]["status"] == 404
+    assert len(os.listdir(out_dir)) == 10_050
+    for i in (0, 9_999, 10_000, 10_049):  # either side of the split
+        assert (out_dir / str(i)).read_bytes() == members[keys[i]][1]
+
+
 def test_insert_adds_rows_to_a_plain_object(server, s3, bucket, tmp_path):
     body = b"hello world, a plain object with no index"
     s3.put_object(Bucket=bucket, Key="plain.bin", Body=body)
