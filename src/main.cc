@@ -24,6 +24,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -339,35 +341,100 @@ bool parseOptions(const po::options_description& opts, int argc, char** argv,
   return true;
 }
 
-// SIGINT and SIGTERM are handled by one thread with sigwait, so no other thread is
-// interrupted: block them in every thread before any is started.
+// SIGINT, SIGTERM and SIGHUP (a closed terminal) are handled by one thread with sigwait,
+// so no other thread is interrupted: block them in every thread before any is started.
 sigset_t blockStopSignals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return sigs;
 }
 
-// Calls run() (which blocks until stop()) and stop() on the first SIGINT or SIGTERM.
-// `on_usr1`, when given (and SIGUSR1 is in `sigs`), runs on each SIGUSR1.
-template <typename Server>
-void runUntilSignal(const sigset_t& sigs, Server& server,
-                    const std::function<void()>& on_usr1 = nullptr) {
-  std::thread signal_thread([&] {
-    int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGUSR1) {
-      if (on_usr1) on_usr1();
+// The signal thread of a server process. The first stop signal calls `stop` (once, and
+// only while the server runs); another one, while the shutdown goes on (a request that
+// does not finish, a drain that hangs), ends the process at once, as kill -9 would: what
+// was acknowledged is durable, and the next start recovers the rest. `on_usr1`, when given
+// (and SIGUSR1 is in `sigs`), runs on each SIGUSR1 while the server runs.
+class SignalWatch {
+ public:
+  SignalWatch(const sigset_t& sigs, std::function<void()> stop,
+              std::function<void()> on_usr1)
+      : sigs_(sigs), stop_(std::move(stop)), on_usr1_(std::move(on_usr1)) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+  ~SignalWatch() {
+    {
+      std::lock_guard lock(mu_);
+      running_ = false;
+      finished_ = true;
     }
-    log::info("signal {}: shutting down", sig);
-    server.stop();
-  });
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes the sigwait
+    thread_.join();
+    if (stopper_.joinable()) stopper_.join();
+  }
+
+  // The server's run() returned: from here on the process tears down, and `stop` (whose
+  // server may be gone) is not called any more; a call in progress is waited for.
+  void ranOut() {
+    {
+      std::lock_guard lock(mu_);
+      running_ = false;
+    }
+    if (stopper_.joinable()) stopper_.join();  // no longer started once running_ is false
+  }
+
+ private:
+  void watch() {
+    bool stopping = false;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&sigs_, &sig) != 0) continue;
+      std::lock_guard lock(mu_);
+      if (finished_) return;
+      if (sig == SIGUSR1) {
+        if (running_ && on_usr1_) on_usr1_();
+        continue;
+      }
+      if (running_ && !stopping) {
+        stopping = true;
+        log::info("signal {}: shutting down (another one ends the process at once)", sig);
+        // On a thread of its own: a gateway's stop() waits for the requests in progress,
+        // and meanwhile this one keeps listening.
+        stopper_ = std::thread(stop_);
+        continue;
+      }
+      log::warn("signal {} during the shutdown: exiting now", sig);
+      std::fflush(nullptr);
+      _exit(1);
+    }
+  }
+
+  const sigset_t sigs_;
+  const std::function<void()> stop_;
+  const std::function<void()> on_usr1_;
+  std::mutex mu_;
+  bool running_ = true;
+  bool finished_ = false;
+  std::thread stopper_;  // runs stop_ (started under mu_, while running_)
+  std::thread thread_;
+};
+
+// Calls run() (which blocks until stop()) and stop() on the first stop signal. The caller
+// keeps the returned watch until its teardown is over: a second signal meanwhile exits.
+template <typename Server>
+std::unique_ptr<SignalWatch> runUntilSignal(const sigset_t& sigs, Server& server,
+                                            std::function<void()> on_usr1 = nullptr) {
+  auto watch = std::make_unique<SignalWatch>(sigs, [&server] { server.stop(); },
+                                             std::move(on_usr1));
   server.run();
-  // Unblock the signal thread if run() ended for another reason.
-  pthread_kill(signal_thread.native_handle(), SIGTERM);
-  signal_thread.join();
+  watch->ranOut();
+  return watch;
 }
 
 // --event-loops, the same for every server subcommand.
@@ -573,7 +640,7 @@ int runGateway(const po::variables_map& vm, const gateway::GatewayOptions& gopts
       endpoint.c_str());
   std::fflush(stdout);
 
-  runUntilSignal(sigs, **server);
+  auto signals = runUntilSignal(sigs, **server);
   lifecycle.stop();
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
@@ -808,7 +875,7 @@ int indexCommand(int argc, char** argv) {
                                 cluster).c_str()
                   : "none (no --cluster)");
   std::fflush(stdout);
-  runUntilSignal(sigs, **server, [&] {
+  auto signals = runUntilSignal(sigs, **server, [&] {
     if (checkpointer) checkpointer->trigger();  // runs on the checkpointer's thread
   });
   if (checkpointer) checkpointer->stop();
@@ -1020,7 +1087,7 @@ int chunkserver(int argc, char** argv) {
               drives_text.c_str(), std::string(engine->name()).c_str());
   std::fflush(stdout);
 
-  runUntilSignal(sigs, **server);
+  auto signals = runUntilSignal(sigs, **server);
   pool.reset();  // finish blocking work before the server that waits for it goes away
   server->reset();
   return 0;

@@ -1008,6 +1008,40 @@ def test_sigterm_lets_a_request_in_flight_finish_and_refuses_new_ones(granary_bi
         srv.stop()
 
 
+def test_a_second_sigterm_during_the_shutdown_exits_at_once_and_sighup_shuts_down(
+        granary_bin, tmp_path):
+    # The stop signals stayed blocked after the first: a shutdown waiting on a request
+    # that did not finish could be ended only by SIGKILL. And SIGHUP (a closed terminal)
+    # killed the process without its shutdown.
+    import signal
+    srv = Server(str(tmp_path / "granary-data"), extra_args=["--shutdown-grace", "60"]).start()
+    try:
+        c = srv.client()
+        c.create_bucket(Bucket="drain")
+        url = c.generate_presigned_url("put_object", Params={"Bucket": "drain", "Key": "k"})
+        u = urlsplit(url)
+        s = socket.create_connection(addr(srv), timeout=10)
+        s.sendall((f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                   f"Content-Length: {2 * MiB}\r\n\r\n").encode() + b"x" * MiB)
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)  # waits for the PUT, up to 60 s
+        time.sleep(1)
+        assert srv.proc.poll() is None
+        start = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=15) == 1
+        assert time.monotonic() - start < 10
+        s.close()
+    finally:
+        srv.stop()
+    srv.start()
+    try:
+        srv.proc.send_signal(signal.SIGHUP)
+        assert srv.proc.wait(timeout=30) == 0
+    finally:
+        srv.stop()
+
+
 def test_an_http10_client_gets_a_streamed_answer_without_chunked_coding(hserver, hs3):
     """HTTP/1.0 has no chunked transfer coding (RFC 9112 6.1: a server must not send
     Transfer-Encoding to such a client). A streamed answer of unknown length, a batch GET
