@@ -38,6 +38,13 @@ def _quote(s, safe="-_.~"):
     return urllib.parse.quote(str(s), safe=safe, errors="surrogateescape")
 
 
+def _quote_key(key):
+    """A key as a URL path: "/" kept, and the segments "." and ".." percent-encoded, which
+    urllib3 would otherwise resolve away (a/./b sent as a/b) after the request was signed."""
+    quoted = _quote(key, safe="/-_.~")
+    return "/".join({".": "%2E", "..": "%2E%2E"}.get(seg, seg) for seg in quoted.split("/"))
+
+
 def key_of(obj):
     """The record key of a listed row or a batch header: "key", or, for a key that is not
     UTF-8, "key_b64" decoded to a str with surrogate escapes (it round-trips through every
@@ -122,7 +129,7 @@ class RecordClient:
     # ---- transport ---------------------------------------------------------------------
     def _request(self, method, bucket, key="", query=(), body=b"", headers=None,
                  preload=True):
-        path = "/" + _quote(bucket) + ("/" + _quote(key, safe="/-_.~") if key else "")
+        path = "/" + _quote(bucket) + ("/" + _quote_key(key) if key else "")
         qs = "&".join(_quote(k) + ("=" + _quote(v) if v is not None else "")
                       for k, v in query)
         url = self.endpoint + path + ("?" + qs if qs else "")

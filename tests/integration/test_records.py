@@ -814,3 +814,19 @@ def test_batch_get_left_early_does_not_hand_its_connection_to_the_next_request()
         assert got == [("a", first_body), ("b", b"bb")]
     finally:
         listener.close()
+
+
+def test_container_keys_with_dot_segments_go_as_they_are(s3, rc, bucket):
+    # urllib3 resolves "." and ".." path segments of a URL after botocore signed it: such
+    # a key was SignatureDoesNotMatch, or would have named another object.
+    tar = sample_file("webdataset", "tendata.tar")
+    for key in ("a/./b.tar", "a/../c.tar", "./d.tar", ".."):
+        assert rc.put_container(bucket, key, tar)["x-granary-record-index"] == "indexed", key
+        rows = list(rc.container_records(bucket, key))
+        assert len(rows) == 100, key
+        assert rc.get_record(bucket, rows[0]["key"], container=key) == \
+            s3.get_object(Bucket=bucket, Key=key,
+                          Range=f"bytes={rows[0]['offset']}-"
+                                f"{rows[0]['offset'] + rows[0]['length'] - 1}")["Body"].read()
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert keys == {"a/./b.tar", "a/../c.tar", "./d.tar", ".."}
