@@ -179,9 +179,7 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
                         const Clock& clock, const po::variables_map& vm) {
   OpenedDrives opened;
   const double zero_rate = vm["spare-zero-rate"].as<double>();
-  if (zero_rate < 0) die("--spare-zero-rate must be >= 0");
   const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
-  if (extent_mib < 1 || extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
   // One activity record for all the drives: a spare is zeroed at full speed only while no
   // drive of this process serves a client (they often share a disk).
   auto activity = std::make_shared<chunkstore::DriveActivity>();
@@ -193,8 +191,6 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   if (verified_mib < 0) {  // default: a quarter of the machine's memory
     verified_bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
                      static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4;
-  } else if (verified_mib > kMaxCacheMib) {
-    die("--verified-cache must be at most " + std::to_string(kMaxCacheMib) + " (MiB)");
   } else {
     verified_bytes = static_cast<uint64_t>(verified_mib) << 20;
   }
@@ -202,13 +198,9 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   // shared evenly by its drives (a server with many drives does not multiply it).
   const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
   const int64_t index_mib = vm["index-cache"].as<int64_t>();
-  if (crc_mib < 0 || index_mib < 0 || crc_mib > kMaxCacheMib || index_mib > kMaxCacheMib) {
-    die("--crc-cache and --index-cache must be 0-" + std::to_string(kMaxCacheMib) + " (MiB)");
-  }
   // Extent descriptors, shared evenly too; by default half of RLIMIT_NOFILE (main raised it
   // to the hard limit): the rest is for sockets and the drives' RocksDB files.
   int64_t descriptors = vm["extent-descriptors"].as<int64_t>();
-  if (descriptors < -1) die("--extent-descriptors must be >= 0, or -1 for the default");
   if (descriptors == -1) {
     rlimit files{};
     descriptors = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
@@ -297,17 +289,39 @@ void addDriveOptions(po::options_description& opts) {
       "hours between the end of one scrub pass over a drive and the next");
 }
 
+// Dies with a message on a drive option out of its range: called before anything is
+// opened or created, so that a mistyped option costs a message, not a drive recovery.
+// Rates are finite and bounded (1e9 MB/s, 100 years): infinity or NaN would pass a `< 0`
+// test and make their conversions to integers undefined.
+void checkDriveOptions(const po::variables_map& vm) {
+  const double zero_rate = vm["spare-zero-rate"].as<double>();
+  if (!(zero_rate >= 0 && zero_rate <= 1e9)) die("--spare-zero-rate must be 0-1e9 (MB/s)");
+  const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
+  if (extent_mib < 1 || extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
+  if (vm["verified-cache"].as<int64_t>() > kMaxCacheMib) {
+    die("--verified-cache must be at most " + std::to_string(kMaxCacheMib) + " (MiB)");
+  }
+  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
+  const int64_t index_mib = vm["index-cache"].as<int64_t>();
+  if (crc_mib < 0 || index_mib < 0 || crc_mib > kMaxCacheMib || index_mib > kMaxCacheMib) {
+    die("--crc-cache and --index-cache must be 0-" + std::to_string(kMaxCacheMib) + " (MiB)");
+  }
+  if (vm["extent-descriptors"].as<int64_t>() < -1) {
+    die("--extent-descriptors must be >= 0, or -1 for the default");
+  }
+  const double rate = vm["scrub-rate"].as<double>();
+  const double hours = vm["scrub-interval"].as<double>();
+  if (!(rate >= 0 && rate <= 1e9) || !(hours >= 0 && hours <= 876000)) {
+    die("--scrub-rate must be 0-1e9 (MB/s) and --scrub-interval 0-876000 (hours)");
+  }
+}
+
 // Starts one scrubber per drive, sharing --scrub-rate evenly (the drives of one process
-// usually share a disk in the embedded setup).
+// usually share a disk in the embedded setup). The options are checkDriveOptions'.
 void startScrubbing(chunkstore::LocalChunkClient& chunks, size_t drives,
                     const po::variables_map& vm) {
   const double rate = vm["scrub-rate"].as<double>();
   const double hours = vm["scrub-interval"].as<double>();
-  // Finite and bounded (1e9 MB/s, 100 years): infinity or NaN would pass a `< 0` test
-  // and make the conversions below undefined.
-  if (!(rate >= 0 && rate <= 1e9) || !(hours >= 0 && hours <= 876000)) {
-    die("--scrub-rate must be 0-1e9 (MB/s) and --scrub-interval 0-876000 (hours)");
-  }
   if (rate == 0 || drives == 0) return;
   chunkstore::ScrubOptions so;
   so.rate_bytes_per_second = std::max<uint64_t>(1, static_cast<uint64_t>(rate * 1e6 / drives));
@@ -664,6 +678,7 @@ int serve(int argc, char** argv) {
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   const gateway::GatewayOptions gopts = gatewayOptions(vm);
+  checkDriveOptions(vm);
 
   sigset_t sigs = blockStopSignals();
 
@@ -1038,6 +1053,7 @@ int chunkserver(int argc, char** argv) {
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
+  checkDriveOptions(vm);
   if (dirs.empty()) die("chunkserver needs at least one --dir");
   if (listen.empty()) die("chunkserver needs --listen HOST:PORT");
   const std::string secret = clusterSecret(vm);

@@ -602,11 +602,14 @@ def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, m
 
 
 @pytest.mark.parametrize("args", [["--listen", "foo"], ["--bulk-nice", "25"],
-                                  ["--orphan-grace", "0"]])
-def test_a_bad_gateway_option_is_refused_before_the_data_directory_is_touched(
+                                  ["--orphan-grace", "0"], ["--scrub-rate", "inf"],
+                                  ["--spare-zero-rate", "nan"], ["--extent-size", "0"],
+                                  ["--crc-cache", "-1"]])
+def test_a_bad_option_is_refused_before_the_data_directory_is_touched(
         granary_bin, tmp_path, args):
     # They were checked once the drives were open and recovered and the index open: a
     # typo cost a full recovery (and created the data directory) before its message.
+    # (--spare-zero-rate nan also passed its `< 0` check.)
     listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
     data = tmp_path / "d"
     res = subprocess.run([granary_bin, "serve", "--data", str(data)] + listen + args,
