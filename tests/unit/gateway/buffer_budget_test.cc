@@ -24,6 +24,19 @@ Task<void> borrower(BufferBudget& budget, uint64_t bytes, std::string name,
   for (int i = 0; i < hold; ++i) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
 }
 
+// Takes `bytes` for a read through acquire(), on a loop of its own run until it is taken
+// (a wait past the budget: its patience, then the overdraft or refusal).
+BufferBudget::Lease acquireNow(BufferBudget& budget, uint64_t bytes, BufferBudget::Holds holds) {
+  asio::io_context io;
+  BufferBudget::Lease lease;
+  auto take = [&]() -> Task<void> {
+    lease = co_await budget.acquire(bytes, BufferBudget::Kind::kRead, holds);
+  };
+  asio::co_spawn(io, take(), asio::detached);
+  io.run();
+  return lease;
+}
+
 }  // namespace
 
 TEST_CASE("BufferBudget lends up to its capacity, waiters get their bytes in arrival order") {
@@ -175,16 +188,8 @@ TEST_CASE("A read holding nothing overdraws only to twice the budget, then is re
   // Now 100 are out and a stuck overdraft of 100 more: a read holding nothing waits on
   // past its patience, and is refused at its admission wait; one holding a lease (decode
   // space under its slice) goes ahead, or it could wait on itself.
-  BufferBudget::Lease stuck_overdraft;
-  {
-    asio::io_context io2;
-    auto take = [&]() -> Task<void> {
-      stuck_overdraft = co_await budget.acquire(100, BufferBudget::Kind::kRead,
-                                                BufferBudget::Holds::kNothing);
-    };
-    asio::co_spawn(io2, take(), asio::detached);
-    io2.run();
-  }
+  BufferBudget::Lease stuck_overdraft =
+      acquireNow(budget, 100, BufferBudget::Holds::kNothing);
   REQUIRE(stuck_overdraft.held());
   CHECK(budget.stats().used == 200);
   order.clear();
@@ -211,16 +216,11 @@ TEST_CASE("A read holding nothing that waits past its patience goes once bytes r
   asio::io_context io;
   BufferBudget budget(100, std::chrono::milliseconds(10), std::chrono::seconds(60));
   BufferBudget::Lease stuck = budget.tryAcquire(100);
-  BufferBudget::Lease over;  // an overdraft of 100 more, still out
-  auto take = [&]() -> Task<void> {
-    over = co_await budget.acquire(100, BufferBudget::Kind::kRead, BufferBudget::Holds::kNothing);
-  };
-  asio::co_spawn(io, take(), asio::detached);
-  io.run();
+  // An overdraft of 100 more, still out.
+  BufferBudget::Lease over = acquireNow(budget, 100, BufferBudget::Holds::kNothing);
   REQUIRE(over.held());
   std::vector<std::string> order;
   // 200 + 50 > 200: it waits on after its patience, looking again each patience.
-  io.restart();
   asio::co_spawn(io, borrower(budget, 50, "late", order, 0, BufferBudget::Kind::kRead,
                               BufferBudget::Holds::kNothing),
                  asio::detached);
@@ -238,14 +238,9 @@ TEST_CASE("A read holding nothing does not overdraw ahead of one such read queue
   asio::io_context io;
   BufferBudget budget(100, std::chrono::milliseconds(10), std::chrono::seconds(60));
   BufferBudget::Lease stuck = budget.tryAcquire(100);
-  BufferBudget::Lease over;  // an overdraft of 50, taken holding a lease: 150 lent
-  auto take = [&]() -> Task<void> {
-    over = co_await budget.acquire(50, BufferBudget::Kind::kRead, BufferBudget::Holds::kLease);
-  };
-  asio::co_spawn(io, take(), asio::detached);
-  io.run();
+  // An overdraft of 50, taken holding a lease: 150 lent.
+  BufferBudget::Lease over = acquireNow(budget, 50, BufferBudget::Holds::kLease);
   REQUIRE(over.held());
-  io.restart();
   std::vector<std::string> order;
   // "big" would take 250 > 200; "small" would fit (160) but came after it.
   asio::co_spawn(io, borrower(budget, 100, "big", order, 0, BufferBudget::Kind::kRead,
