@@ -130,7 +130,30 @@ class ChunkStoreImpl final : public ChunkStore {
                 options_.dir, reclaimed.bytes_punched, reclaimed.ranges_punched,
                 reclaimed.extents_removed, reclaimed.extents_failed);
     }
+    GRANARY_RETURN_IF_ERROR(loadCorruptMarks());
     if (options_.spare_zero_rate > 0) zeroer_ = std::thread([this] { zeroSpares(); });
+    return Status::ok();
+  }
+
+  // The suspects noted before the last close (noteCorrupt). A mark whose blob is gone (a
+  // removal that raced the note) is dropped.
+  Status loadCorruptMarks() {
+    auto marks = index_->corruptMarks(kMaxCorruptIds);
+    if (!marks) return marks.error();
+    for (const BlobId& id : *marks) {
+      auto rec = index_->getUncached(id);
+      if (rec) {
+        corrupt_.insert(id);
+      } else if (rec.error().isNotFound()) {
+        GRANARY_RETURN_IF_ERROR(index_->unmarkCorrupt(id));
+      } else {
+        return rec.error();
+      }
+    }
+    if (!corrupt_.empty()) {
+      log::warn("{}: {} blob(s) found corrupt before the drive was last closed await repair",
+                options_.dir, corrupt_.size());
+    }
     return Status::ok();
   }
 
@@ -426,8 +449,16 @@ class ChunkStoreImpl final : public ChunkStore {
     // included, not CRCs cached before the damage.
     crcs_.erase(id);
     mappings_.forget(id);
-    std::lock_guard lock(corrupt_mu_);
-    if (corrupt_.size() < kMaxCorruptIds) corrupt_.insert(id);
+    {
+      std::lock_guard lock(corrupt_mu_);
+      if (corrupt_.size() >= kMaxCorruptIds || !corrupt_.insert(id).second) return;
+    }
+    // Kept in the blob index too: a restart before the next repair pass must not forget
+    // a suspect the scrubber may take weeks to find again. Rare: one synced write each.
+    if (Status marked = index_->markCorrupt(id); !marked) {
+      log::warn("{}: {} (repair still sees it until the drive is reopened)", options_.dir,
+                marked.message());
+    }
   }
   std::mutex corrupt_mu_;
   std::set<BlobId> corrupt_;
@@ -1222,7 +1253,12 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   if (!rec) return rec.error();
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.
-  GRANARY_RETURN_IF_ERROR(index_->remove(id));
+  bool marked_corrupt = false;
+  {
+    std::lock_guard lock(corrupt_mu_);
+    marked_corrupt = corrupt_.contains(id);
+  }
+  GRANARY_RETURN_IF_ERROR(index_->remove(id, marked_corrupt));
   crcs_.erase(id);
   mappings_.forget(id);  // its hole punch is to free the space: no mapping may hold the file
   {

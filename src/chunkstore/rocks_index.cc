@@ -16,6 +16,15 @@ namespace {
 
 constexpr const char* kMetaFamily = "meta";
 constexpr std::string_view kNextExtentKey = "next_extent";
+// Followed by BlobId::encode(): one key (empty value) per blob marked corrupt.
+constexpr std::string_view kCorruptPrefix = "corrupt/";
+
+std::string corruptKey(const BlobId& id) {
+  auto key = id.encode();
+  std::string out(kCorruptPrefix);
+  out.append(reinterpret_cast<const char*>(key.data()), key.size());
+  return out;
+}
 
 Status fromRocks(const rocksdb::Status& s, std::string_view context) {
   std::string msg = fmt::format("{}: {}", context, s.ToString());
@@ -115,9 +124,12 @@ Status RocksIndex::putBatch(std::span<const std::pair<BlobId, IndexRecord>> entr
   return Status::ok();
 }
 
-Status RocksIndex::remove(const BlobId& id) {
+Status RocksIndex::remove(const BlobId& id, bool unmark_corrupt) {
   auto key = id.encode();
-  rocksdb::Status s = db_->Delete(syncedWrite(), blobs_, slice(key));
+  rocksdb::WriteBatch batch;
+  rocksdb::Status s = batch.Delete(blobs_, slice(key));
+  if (s.ok() && unmark_corrupt) s = batch.Delete(meta_, corruptKey(id));
+  if (s.ok()) s = db_->Write(syncedWrite(), &batch);
   // After the delete, whatever it returned: a lookup that read the entry before it can no
   // longer cache it, and one after it finds nothing.
   cache_.erase(id);
@@ -148,6 +160,33 @@ Status RocksIndex::forEach(std::optional<BlobId> after,
   }
   if (!it->status().ok()) return fromRocks(it->status(), "scanning blob index " + path_);
   return Status::ok();
+}
+
+Status RocksIndex::markCorrupt(const BlobId& id) {
+  rocksdb::Status s = db_->Put(syncedWrite(), meta_, corruptKey(id), rocksdb::Slice());
+  if (!s.ok()) return fromRocks(s, "marking blob " + id.toString() + " corrupt");
+  return Status::ok();
+}
+
+Status RocksIndex::unmarkCorrupt(const BlobId& id) {
+  rocksdb::Status s = db_->Delete(syncedWrite(), meta_, corruptKey(id));
+  if (!s.ok()) return fromRocks(s, "unmarking blob " + id.toString());
+  return Status::ok();
+}
+
+Result<std::vector<BlobId>> RocksIndex::corruptMarks(size_t limit) {
+  std::vector<BlobId> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->Seek(kCorruptPrefix); it->Valid() && out.size() < limit; it->Next()) {
+    rocksdb::Slice key = it->key();
+    if (!key.starts_with(kCorruptPrefix)) break;
+    key.remove_prefix(kCorruptPrefix.size());
+    auto id = BlobId::decode(bytes(key));
+    if (!id) return fail(Status::corruption("blob index " + path_ + ": malformed corrupt mark"));
+    out.push_back(*id);
+  }
+  if (!it->status().ok()) return fail(fromRocks(it->status(), "listing corrupt marks"));
+  return out;
 }
 
 Result<uint32_t> RocksIndex::nextExtent() {

@@ -1,6 +1,6 @@
 // RocksIndex: one drive's blob index in RocksDB (D/index). Column family "default" maps
 // BlobId::encode() -> IndexRecord; column family "meta" holds the drive's bookkeeping
-// (the next extent number). Encodings: docs/chunkstore-format.md.
+// (the next extent number, the blobs found corrupt). Encodings: docs/chunkstore-format.md.
 // Every write is WAL-synced before it returns. Thread safety: all methods are thread safe.
 //
 // Entries of recently put or looked-up blobs are also kept in memory (a BlobLru of
@@ -19,8 +19,9 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <utility>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "blob_format.h"
 #include "blob_lru.h"
@@ -60,10 +61,18 @@ class RocksIndex {
   Result<IndexRecord> getUncached(const BlobId& id) { return getStored(id, false); }
   // Indexes every blob of `entries` in one synced WriteBatch (group commit): all or none.
   Status putBatch(std::span<const std::pair<BlobId, IndexRecord>> entries);
-  Status remove(const BlobId& id);
+  // `unmark_corrupt`: the blob's corrupt mark (markCorrupt) goes in the same write.
+  Status remove(const BlobId& id, bool unmark_corrupt = false);
   // Blobs in id order, strictly after `after` when given, until `fn` returns false.
   Status forEach(std::optional<BlobId> after,
                  const std::function<bool(const BlobId&, const IndexRecord&)>& fn);
+
+  // Blobs a read or the scrubber found corrupt or unreadable (repair's suspects): kept
+  // until remove(id, true) or unmarkCorrupt(id), so that a restart does not forget them.
+  Status markCorrupt(const BlobId& id);
+  Status unmarkCorrupt(const BlobId& id);
+  // At most `limit` marked blobs, in id order.
+  Result<std::vector<BlobId>> corruptMarks(size_t limit);
 
   // 0 when never set.
   Result<uint32_t> nextExtent();

@@ -108,8 +108,8 @@ struct DriveStats {
   uint64_t verified_blobs = 0;
   uint64_t verified_bytes = 0;
   // Blobs still stored that failed their CRC32C, or that the disk would not read (EIO), in
-  // a read or the scrubber's, since the drive was opened, at most kMaxCorruptIds: what
-  // repair rebuilds without a verify pass.
+  // a read or the scrubber's, at most kMaxCorruptIds: what repair rebuilds without a verify
+  // pass. Marked in the blob index, so kept across a restart until the blob is removed.
   std::vector<BlobId> corrupt_ids;
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space

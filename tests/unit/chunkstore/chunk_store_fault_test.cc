@@ -21,6 +21,7 @@
 
 #include "aligned_buffer.h"
 #include "granary/chunkstore/scrubber.h"
+#include "rocks_index.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -764,4 +765,47 @@ TEST_CASE("A short write (file size limit) fails the put and leaves nothing read
   CHECK(f.store->read(makeId(2), 0, std::span<uint8_t>(out.data(), 10)).code() ==
         Status::Code::kNotFound);
   REQUIRE(f.store->put(descriptor(makeId(2)), randomBytes(600 * 1024, 2)).isOk());
+}
+
+TEST_CASE("A drive remembers its corrupt blobs across a reopen, until they are removed") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  const BlobId bad = makeId(1);
+  const BlobId good = makeId(2);
+  const auto data = randomBytes(3 * 4096, 1);
+  REQUIRE(f.store->put(descriptor(bad), data).isOk());
+  REQUIRE(f.store->put(descriptor(good), data).isOk());
+  flipBit(extentPath(f.options.dir, 0), kFirstPayload + 100);  // the first blob's block 0
+  std::vector<uint8_t> out(100);
+  REQUIRE(f.store->read(bad, 0, out).code() == Status::Code::kCorruption);
+  REQUIRE(f.store->read(bad, 0, out).code() == Status::Code::kCorruption);  // noted once
+  REQUIRE(f.store->stats()->corrupt_ids == std::vector<BlobId>{bad});
+
+  // A restart before repair came by: the suspect is still repair's to rebuild.
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{bad});
+  CHECK(f.store->read(good, 0, out).isOk());
+
+  // Removed (repair wrote it elsewhere): its mark goes with it, also on disk.
+  REQUIRE(f.store->remove(bad).isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
+
+  // A mark whose blob is not stored (a removal that raced a read's note) is dropped.
+  f.store.reset();
+  {
+    auto index = RocksIndex::open(f.options.dir + "/index", f.resources);
+    REQUIRE(index);
+    REQUIRE((*index)->markCorrupt(makeId(9)).isOk());
+    REQUIRE((*index)->markCorrupt(good).isOk());
+  }
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{good});
+  f.store.reset();
+  auto index = RocksIndex::open(f.options.dir + "/index", f.resources);
+  REQUIRE(index);
+  auto marks = (*index)->corruptMarks(10);
+  REQUIRE(marks);
+  CHECK(*marks == std::vector<BlobId>{good});
 }
