@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -76,6 +77,7 @@ class ChunkStoreImpl final : public ChunkStore {
   ~ChunkStoreImpl() override {
     stopZeroer();
     drain();
+    joinMarker();  // after drain(): no read can note another suspect
     // Pins released later find no store: their deferred punches are left to the next
     // open's orphan sweep. Waits for a deferred punch being made.
     std::unique_lock lock(pins_->store_mu);
@@ -442,26 +444,73 @@ class ChunkStoreImpl final : public ChunkStore {
   uint64_t async_ops_ = 0;
 
   // A confirmed CRC failure, or an unreadable blob: remembered for stats().corrupt_ids
-  // until the blob is removed.
+  // until the blob is removed, and marked in the blob index (by the marker thread: this
+  // runs on completion threads, which must not wait for a synced write) so that a restart
+  // before the next repair pass does not forget a suspect the scrubber may take weeks to
+  // find again.
   void noteCorrupt(const BlobId& id, const Status& st) {
     log::warn("{}", st.message());
     // Reads (repair's check of a suspect above all) must see what is on disk now, header
     // included, not CRCs cached before the damage.
     crcs_.erase(id);
     mappings_.forget(id);
-    {
-      std::lock_guard lock(corrupt_mu_);
-      if (corrupt_.size() >= kMaxCorruptIds || !corrupt_.insert(id).second) return;
+    std::lock_guard lock(corrupt_mu_);
+    if (corrupt_.size() >= kMaxCorruptIds || !corrupt_.insert(id).second) return;
+    queueMarkLocked(id, true);
+  }
+  // A put of `id` succeeded: a suspect of that id (a read's note that raced the removal of
+  // the copy before) is not this copy's.
+  void clearCorruptAfterPut(const BlobId& id) {
+    std::lock_guard lock(corrupt_mu_);
+    if (corrupt_.erase(id) > 0) queueMarkLocked(id, false);
+  }
+  // Rare (one per suspect, at most kMaxCorruptIds): a thread runs while marks wait.
+  void queueMarkLocked(const BlobId& id, bool mark) {
+    mark_queue_.emplace_back(id, mark);
+    if (marker_running_) return;
+    if (marker_.joinable()) marker_.join();  // it ended: it cleared marker_running_ last
+    marker_running_ = true;
+    marker_ = std::thread([this] { writeMarks(); });
+  }
+  void writeMarks() {
+    for (;;) {
+      std::pair<BlobId, bool> op;
+      {
+        std::lock_guard lock(corrupt_mu_);
+        if (mark_queue_.empty()) {
+          marker_running_ = false;
+          return;
+        }
+        op = mark_queue_.front();
+        mark_queue_.pop_front();
+      }
+      // A removal between the check and the write would leave the mark behind it.
+      std::lock_guard marks(marks_mu_);
+      {
+        std::lock_guard lock(corrupt_mu_);
+        if (corrupt_.contains(op.first) != op.second) continue;  // undone meanwhile
+      }
+      Status st = op.second ? index_->markCorrupt(op.first) : index_->unmarkCorrupt(op.first);
+      if (!st) {
+        log::warn("{}: {} (repair still sees it until the drive is reopened)", options_.dir,
+                  st.message());
+      }
     }
-    // Kept in the blob index too: a restart before the next repair pass must not forget
-    // a suspect the scrubber may take weeks to find again. Rare: one synced write each.
-    if (Status marked = index_->markCorrupt(id); !marked) {
-      log::warn("{}: {} (repair still sees it until the drive is reopened)", options_.dir,
-                marked.message());
-    }
+  }
+  void joinMarker() {
+    std::unique_lock lock(corrupt_mu_);
+    std::thread marker = std::move(marker_);
+    lock.unlock();
+    if (marker.joinable()) marker.join();
   }
   std::mutex corrupt_mu_;
   std::set<BlobId> corrupt_;
+  std::deque<std::pair<BlobId, bool>> mark_queue_;  // guarded by corrupt_mu_
+  bool marker_running_ = false;                      // guarded by corrupt_mu_
+  std::thread marker_;                               // guarded by corrupt_mu_
+  // Held by the marker thread from its check of corrupt_ to its write, and by remove()
+  // from its check to its index write: a mark is never written after its blob's removal.
+  std::mutex marks_mu_;
 
   std::atomic<uint64_t> blobs_{0};
   std::atomic<uint64_t> payload_bytes_{0};
@@ -657,6 +706,7 @@ void ChunkStoreImpl::finishPut(PendingCommit* p) {
   OpEnd end{this};  // last: after `done` and what it holds are gone
   std::unique_ptr<PendingCommit> owned(p);
   if (p->result) {
+    clearCorruptAfterPut(p->id);
     ++blobs_;
     ++committed_puts_;
     payload_bytes_ += p->rec.payload_len;
@@ -1253,18 +1303,19 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   if (!rec) return rec.error();
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.
-  bool marked_corrupt = false;
   {
-    std::lock_guard lock(corrupt_mu_);
-    marked_corrupt = corrupt_.contains(id);
-  }
-  GRANARY_RETURN_IF_ERROR(index_->remove(id, marked_corrupt));
-  crcs_.erase(id);
-  mappings_.forget(id);  // its hole punch is to free the space: no mapping may hold the file
-  {
+    std::lock_guard marks(marks_mu_);
+    bool marked_corrupt = false;
+    {
+      std::lock_guard lock(corrupt_mu_);
+      marked_corrupt = corrupt_.contains(id);
+    }
+    GRANARY_RETURN_IF_ERROR(index_->remove(id, marked_corrupt));
     std::lock_guard lock(corrupt_mu_);
     corrupt_.erase(id);
   }
+  crcs_.erase(id);
+  mappings_.forget(id);  // its hole punch is to free the space: no mapping may hold the file
   --blobs_;
   payload_bytes_ -= rec->payload_len;
   disk_bytes_ -= rec->diskLen();

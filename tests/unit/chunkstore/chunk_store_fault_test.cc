@@ -15,6 +15,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <new>
 #include <thread>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "aligned_buffer.h"
 #include "granary/chunkstore/scrubber.h"
 #include "rocks_index.h"
+#include <rocksdb/file_system.h>
 #include "test_util.h"
 
 using namespace granary;
@@ -808,4 +810,78 @@ TEST_CASE("A drive remembers its corrupt blobs across a reopen, until they are r
   auto marks = (*index)->corruptMarks(10);
   REQUIRE(marks);
   CHECK(*marks == std::vector<BlobId>{good});
+}
+
+namespace {
+
+// Remembers the threads that synced a RocksDB write-ahead log.
+class SyncThreadsFs final : public rocksdb::FileSystemWrapper {
+ public:
+  SyncThreadsFs() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "SyncThreadsFs"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    auto st = target()->NewWritableFile(name, options, result, dbg);
+    if (st.ok() && name.ends_with(".log")) *result = std::make_unique<File>(std::move(*result), *this);
+    return st;
+  }
+  std::set<std::thread::id> threads() {
+    std::lock_guard lock(mu_);
+    return threads_;
+  }
+
+ private:
+  class File final : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, SyncThreadsFs& fs)
+        : FSWritableFileOwnerWrapper(std::move(f)), fs_(fs) {}
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      fs_.note();
+      return target()->Sync(o, d);
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+      fs_.note();
+      return target()->Fsync(o, d);
+    }
+
+   private:
+    SyncThreadsFs& fs_;
+  };
+  void note() {
+    std::lock_guard lock(mu_);
+    threads_.insert(std::this_thread::get_id());
+  }
+  std::mutex mu_;
+  std::set<std::thread::id> threads_;
+};
+
+}  // namespace
+
+TEST_CASE("A corrupt mark is written off the completion thread, which must never block") {
+  auto fs = std::make_shared<SyncThreadsFs>();
+  TempDir dir;
+  RocksResources resources(RocksBudget{8 << 20, 8 << 20}, fs);
+  ManualClock clock{1'700'000'000'000'000'000};
+  auto engine = makeUringEngine();
+  ChunkStoreOptions options;
+  options.dir = dir.path() + "/drive";
+  auto opened = openChunkStore(options, *engine, resources, clock);
+  REQUIRE(opened);
+  std::unique_ptr<ChunkStore> store = std::move(*opened);
+  const BlobId bad = makeId(1);
+  REQUIRE(store->put(descriptor(bad), randomBytes(2 * 4096, 1)).isOk());
+  flipBit(extentPath(options.dir, 0), kFirstPayload + 100);
+  std::vector<uint8_t> out(100);
+  std::promise<std::pair<Status, std::thread::id>> completed;
+  store->readAsync(bad, 0, out, [&](Status st) {
+    completed.set_value({std::move(st), std::this_thread::get_id()});
+  });
+  auto [status, completion_thread] = completed.get_future().get();
+  CHECK(status.code() == Status::Code::kCorruption);
+  store.reset();  // waits for the mark to be written
+  CHECK_FALSE(fs->threads().contains(completion_thread));
+  opened = openChunkStore(options, *engine, resources, clock);
+  REQUIRE(opened);
+  CHECK((*opened)->stats()->corrupt_ids == std::vector<BlobId>{bad});  // it was written
 }
