@@ -41,6 +41,7 @@ bool validBucketName(std::string_view name) {
   auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   if (!alnum(name.front()) || !alnum(name.back())) return false;
   bool all_digits_dots = true;
+  size_t dots = 0;
   for (size_t i = 0; i < name.size(); ++i) {
     char c = name[i];
     if (!alnum(c) && c != '.' && c != '-') return false;
@@ -48,9 +49,12 @@ bool validBucketName(std::string_view name) {
       return false;
     }
     if (c == '-' && i + 1 < name.size() && name[i + 1] == '.') return false;
+    if (c == '.') ++dots;
     if (!(c == '.' || (c >= '0' && c <= '9'))) all_digits_dots = false;
   }
-  return !all_digits_dots;
+  // IP-address shaped (192.168.5.4): four groups of digits. "20240101" and "2024.01.01"
+  // are names (as S3 and MinIO take them).
+  return !(all_digits_dots && dots == 3);
 }
 
 }  // namespace

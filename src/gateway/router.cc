@@ -340,6 +340,12 @@ Route notImplemented(std::string message) {
   return Route{.op = "Unsupported", .error = {S3ErrorCode::kNotImplemented, std::move(message)}};
 }
 
+Route methodNotAllowed() {
+  return Route{.op = "MethodNotAllowed",
+               .error = {S3ErrorCode::kMethodNotAllowed,
+                         "The specified method is not allowed against this resource."}};
+}
+
 // The operation a request asks for, from its method, bucket, key and query alone.
 Route routeOf(const S3Request& req) {
   const std::string& m = req.method;
@@ -362,6 +368,8 @@ Route routeOf(const S3Request& req) {
                 .handler = [](Call& c) { return c.route.setting->remove(c.ctx, c.req); },
                 .setting = &route};
       }
+      // DELETE ?versioning, POST ?acl...: as S3 answers.
+      if (m == "DELETE" || m == "POST") return methodNotAllowed();
     }
     if (m == "GET" && req.hasQuery("policyStatus")) {
       return {.op = "GetBucketPolicyStatus",
@@ -575,9 +583,7 @@ Route routeOf(const S3Request& req) {
     }
   }
   if (m == "POST") return notImplemented("This POST operation is not implemented");
-  return Route{.op = "MethodNotAllowed",
-               .error = {S3ErrorCode::kMethodNotAllowed,
-                         "The specified method is not allowed against this resource."}};
+  return methodNotAllowed();
 }
 
 // A presigned URL's x-amz-* parameters, once its signature holds, become the request's

@@ -109,16 +109,30 @@ bool repeatsAChild(pugi::xml_node node) {
   return false;
 }
 
+// Whether `node` has more than one child element named `name`.
+bool repeated(pugi::xml_node node, const char* name) {
+  auto children = node.children(name);
+  auto it = children.begin();
+  return it != children.end() && ++it != children.end();
+}
+
 // Parses `body` into `doc` and returns its root element named `name`, or MalformedXML.
+// `max_tags` bounds the '<' of the body (tags, comments...): pugixml's tree costs some 64
+// bytes a node, so a 2 MiB body of "<a/>" would take 30 MiB and more to parse. A document
+// type declaration is refused (S3 takes none).
 S3Result<pugi::xml_node> parseRoot(pugi::xml_document& doc, std::string_view body,
-                                   const char* name) {
+                                   const char* name, size_t max_tags = SIZE_MAX) {
   // parse_ws_pcdata_single keeps a value that is only whitespace (<Key> </Key> names the
   // key " ", not "").
-  if (holdsNul(body) ||
-      !doc.load_buffer(body.data(), body.size(), pugi::parse_default | pugi::parse_ws_pcdata_single,
-                       pugi::encoding_utf8) ||
+  constexpr unsigned kFlags =
+      pugi::parse_default | pugi::parse_ws_pcdata_single | pugi::parse_doctype;
+  if (holdsNul(body) || static_cast<size_t>(std::count(body.begin(), body.end(), '<')) > max_tags ||
+      !doc.load_buffer(body.data(), body.size(), kFlags, pugi::encoding_utf8) ||
       !valuesAreWhole(doc)) {
     return malformedXml();
+  }
+  for (pugi::xml_node top : doc.children()) {
+    if (top.type() == pugi::node_doctype) return malformedXml();
   }
   pugi::xml_node node = doc.child(name);
   if (!node) return malformedXml();
@@ -430,15 +444,22 @@ S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
 
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
   pugi::xml_document doc;
-  auto root = parseRoot(doc, body, "Delete");
+  // An Object holds at most Key, VersionId, ETag, LastModifiedTime and Size: 12 tags.
+  auto root = parseRoot(doc, body, "Delete", kMaxDeleteObjects * 12 + 64);
   if (!root) return std::unexpected(root.error());
   pugi::xml_node del = *root;
   DeleteObjectsRequest out;
-  std::string quiet = del.child("Quiet").text().as_string();
-  out.quiet = quiet == "true" || quiet == "True";
+  if (repeated(del, "Quiet")) return malformedXml();
+  // xs:boolean, as S3 reads it.
+  const std::string_view quiet = trimWhitespace(del.child("Quiet").text().as_string());
+  if (quiet == "true" || quiet == "True" || quiet == "1") {
+    out.quiet = true;
+  } else if (!(quiet.empty() || quiet == "false" || quiet == "False" || quiet == "0")) {
+    return malformedXml();
+  }
   for (auto obj : del.children("Object")) {
     auto key = obj.child("Key");
-    if (!key) return malformedXml();
+    if (!key || repeatsAChild(obj)) return malformedXml();
     ObjectIdentifier id{key.text().as_string(), std::nullopt, std::nullopt};
     if (auto version = obj.child("VersionId")) id.version_id = version.text().as_string();
     if (auto etag = obj.child("ETag")) id.etag = etag.text().as_string();
@@ -477,14 +498,15 @@ std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view
 
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body) {
   pugi::xml_document doc;
-  auto root = parseRoot(doc, body, "CompleteMultipartUpload");
+  // A Part holds PartNumber, ETag and up to five checksums: 16 tags (20 leave room).
+  auto root = parseRoot(doc, body, "CompleteMultipartUpload", 10'000 * 20 + 64);
   if (!root) return std::unexpected(root.error());
   pugi::xml_node complete = *root;
   std::vector<CompletedPart> parts;
   for (auto part : complete.children("Part")) {
     auto number = part.child("PartNumber");
     auto etag = part.child("ETag");
-    if (!number || !etag) return malformedXml();
+    if (!number || !etag || repeatsAChild(part)) return malformedXml();
     std::string n = number.text().as_string();
     CompletedPart p;
     auto [ptr, ec] = std::from_chars(n.data(), n.data() + n.size(), p.part_number);
@@ -831,6 +853,9 @@ S3Result<index_kv::CorsRule> parseCorsRule(pugi::xml_node node) {
       }
       return {};
     };
+    if ((name == "ID" || name == "MaxAgeSeconds") && repeated(node, child.name())) {
+      return malformedXml();
+    }
     if (name == "ID") {
       if (utf8Characters(value) > 255) {
         return s3fail(S3ErrorCode::kInvalidRequest, "The ID of a CORS rule is too long");
@@ -935,10 +960,13 @@ S3Result<bool> parseAccessControlPolicy(std::string_view body) {
   auto policy = parseRoot(doc, body, "AccessControlPolicy");
   if (!policy) return std::unexpected(policy.error());
   bool public_read = false;
+  if (repeatsAChild(*policy)) return malformedXml();
   for (pugi::xml_node g : policy->child("AccessControlList").children("Grant")) {
     pugi::xml_node grantee = g.child("Grantee");
     const std::string_view permission = g.child("Permission").text().as_string();
-    if (!grantee || permission.empty()) return malformedXml();
+    if (!grantee || permission.empty() || repeatsAChild(g) || repeatsAChild(grantee)) {
+      return malformedXml();
+    }
     const std::string_view uri = grantee.child("URI").text().as_string();
     if (uri == kAllUsersUri) {
       if (permission != "READ") {

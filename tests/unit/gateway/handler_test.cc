@@ -598,8 +598,10 @@ TEST_CASE("Unsupported subresources are NotImplemented, not plain GETs or PUTs")
     CHECK(r.status == 501);
     CHECK(r.code == "NotImplemented");
   }
-  // S3 has no operation that deletes these.
-  for (const char* target : {"/bucket?versioning", "/bucket?object-lock", "/bucket?logging"}) {
+  // S3 has no operation that deletes these: one Granary stores is 405 MethodNotAllowed, as
+  // S3 answers; one it does not know stays unimplemented.
+  CHECK(f.send(makeRequest("DELETE", "/bucket?versioning")).status == 405);
+  for (const char* target : {"/bucket?object-lock", "/bucket?logging"}) {
     CAPTURE(target);
     CHECK(f.send(makeRequest("DELETE", target)).status == 501);
   }
@@ -1551,6 +1553,17 @@ TEST_CASE("Bucket lifecycle: duplicate, invalid name, not empty, missing bucket"
   Reply bad = f.send(makeRequest("PUT", "/Bad_Bucket"));
   CHECK(bad.status == 400);
   CHECK(bad.code == "InvalidBucketName");
+  // Only an IPv4-address shape is refused; digits alone, or with dots, name a bucket.
+  CHECK(f.send(makeRequest("PUT", "/192.168.5.4")).code == "InvalidBucketName");
+  CHECK(f.send(makeRequest("PUT", "/20240101")).status == 200);
+  CHECK(f.send(makeRequest("PUT", "/2024.01.01")).status == 200);
+  CHECK(f.send(makeRequest("PUT", "/123")).status == 200);
+  CHECK(f.send(makeRequest("PUT", "/1.2.3.4.5")).status == 200);
+  // Settings that cannot be deleted (ACL, versioning): 405, as S3 answers.
+  Reply no_delete = f.send(makeRequest("DELETE", "/bucket?versioning"));
+  CHECK(no_delete.status == 405);
+  CHECK(no_delete.code == "MethodNotAllowed");
+  CHECK(f.send(makeRequest("DELETE", "/bucket?acl")).code == "MethodNotAllowed");
   REQUIRE(f.put("obj", "x").status == 200);
   Reply not_empty = f.send(makeRequest("DELETE", "/bucket"));
   CHECK(not_empty.status == 409);

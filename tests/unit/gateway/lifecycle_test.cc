@@ -480,3 +480,77 @@ TEST_CASE("An object two rules expire goes by the rule without tags, its tags un
   CHECK(counting.manifests_read == 0);
   CHECK(f.keys().empty());
 }
+
+TEST_CASE("XML bodies: a value element twice, a DOCTYPE and a flood of elements are malformed") {
+  const auto malformed = [](const auto& parsed) {
+    return !parsed.has_value() && parsed.error().code == S3ErrorCode::kMalformedXML;
+  };
+  // Which of two would count is not for the server to guess.
+  CHECK(malformed(parseDeleteObjects(
+      "<Delete><Object><Key>a</Key><Key>b</Key></Object></Delete>")));
+  CHECK(malformed(parseDeleteObjects(
+      "<Delete><Object><Key>a</Key><ETag>x</ETag><ETag>y</ETag></Object></Delete>")));
+  CHECK(malformed(parseDeleteObjects(
+      "<Delete><Quiet>true</Quiet><Quiet>false</Quiet><Object><Key>a</Key></Object></Delete>")));
+  CHECK(malformed(parseCompleteMultipartUpload(
+      "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><PartNumber>2</PartNumber>"
+      "<ETag>e</ETag></Part></CompleteMultipartUpload>")));
+  CHECK(malformed(parseCorsConfiguration(
+      "<CORSConfiguration><CORSRule><AllowedOrigin>*</AllowedOrigin><AllowedMethod>GET"
+      "</AllowedMethod><MaxAgeSeconds>1</MaxAgeSeconds><MaxAgeSeconds>2</MaxAgeSeconds>"
+      "</CORSRule></CORSConfiguration>")));
+  CHECK(malformed(parseAccessControlPolicy(
+      "<AccessControlPolicy><AccessControlList><Grant><Grantee><ID>o</ID></Grantee><Grantee>"
+      "<URI>http://acs.amazonaws.com/groups/global/AllUsers</URI></Grantee><Permission>"
+      "FULL_CONTROL</Permission></Grant></AccessControlList></AccessControlPolicy>")));
+  // Repeatable ones still are: Objects, and a CORS rule's origins and methods.
+  auto two = parseDeleteObjects(
+      "<Delete><Object><Key>a</Key></Object><Object><Key>b</Key></Object></Delete>");
+  REQUIRE(two.has_value());
+  CHECK(two->objects.size() == 2);
+  auto cors = parseCorsConfiguration(
+      "<CORSConfiguration><CORSRule><AllowedOrigin>a</AllowedOrigin><AllowedOrigin>b"
+      "</AllowedOrigin><AllowedMethod>GET</AllowedMethod><AllowedMethod>PUT</AllowedMethod>"
+      "</CORSRule></CORSConfiguration>");
+  REQUIRE(cors.has_value());
+  CHECK((*cors)[0].allowed_origins.size() == 2);
+
+  // Quiet is an xs:boolean, pretty-printed or not.
+  for (const char* yes : {"true", "True", "1", "\n  true\n"}) {
+    INFO(yes);
+    auto parsed = parseDeleteObjects(std::string("<Delete><Quiet>") + yes +
+                                     "</Quiet><Object><Key>a</Key></Object></Delete>");
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->quiet);
+  }
+  for (const char* no : {"false", "0", ""}) {
+    INFO(no);
+    auto parsed = parseDeleteObjects(std::string("<Delete><Quiet>") + no +
+                                     "</Quiet><Object><Key>a</Key></Object></Delete>");
+    REQUIRE(parsed.has_value());
+    CHECK_FALSE(parsed->quiet);
+  }
+  CHECK(malformed(parseDeleteObjects(
+      "<Delete><Quiet>yes</Quiet><Object><Key>a</Key></Object></Delete>")));
+
+  // A document type declaration (and the entities it could declare) is refused.
+  CHECK(malformed(parseDeleteObjects(
+      "<!DOCTYPE Delete [<!ENTITY e \"x\">]><Delete><Object><Key>a</Key></Object></Delete>")));
+
+  // 1,000 Objects with every field they may carry parse; a body of empty elements past
+  // what 1,000 Objects could hold is refused before pugixml builds its tree.
+  std::string full = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Delete><Quiet>true</Quiet>";
+  for (int i = 0; i < 1000; ++i) {
+    full += "<Object><Key>k" + std::to_string(i) + "</Key><VersionId>null</VersionId><ETag>e"
+            "</ETag><LastModifiedTime>2026-01-01T00:00:00Z</LastModifiedTime><Size>1</Size>"
+            "</Object>";
+  }
+  full += "</Delete>";
+  auto parsed = parseDeleteObjects(full);
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->objects.size() == 1000);
+  std::string flood = "<Delete><Object><Key>a</Key></Object>";
+  for (int i = 0; i < 20'000; ++i) flood += "<a/>";
+  flood += "</Delete>";
+  CHECK(malformed(parseDeleteObjects(flood)));
+}
