@@ -1114,6 +1114,14 @@ Result<std::unique_ptr<GatewayServer>> GatewayServer::create(const GatewayOption
                                                              GatewayDeps deps) {
   auto code = ec::ErasureCode::create(deps.map.ec);
   if (!code) return fail(code.error());
+  // Stripe buffers are k * fragment_len, and a short stripe's fragments are rounded up to
+  // 4 KiB: a fragment length that is not a multiple of it would overrun them.
+  if (options.fragment_len == 0 || options.fragment_len % 4096 != 0 ||
+      options.fragment_len > (64u << 20)) {
+    return fail(Status::invalidArgument(
+        fmt::format("fragment length {} is not a multiple of 4 KiB from 4 KiB to 64 MiB",
+                    options.fragment_len)));
+  }
   auto server = std::make_unique<BeastGatewayServer>(options, deps, std::move(*code));
   Status st = server->accessLogOpened();
   if (st.isOk()) st = server->loadTls();

@@ -874,6 +874,7 @@ Status validateManifest(const Manifest& m) {
   if (m.ec.k < 1 || m.ec.total() > ec::kMaxFragments) {
     return Status::invalidArgument("manifest: bad EC profile");
   }
+  uint64_t total = 0;
   for (const StripeLayout& s : m.stripes) {
     if (s.drives.size() != static_cast<size_t>(m.ec.total())) {
       return Status::invalidArgument("manifest: stripe does not name k + m drives");
@@ -881,7 +882,16 @@ Status validateManifest(const Manifest& m) {
     for (uint16_t d : s.drives) {
       if (d >= m.drives.size()) return Status::invalidArgument("manifest: bad drive index");
     }
+    // Readers divide by fragment_len and size their buffers by k * fragment_len.
+    if (s.data_len == 0 || s.fragment_len == 0 ||
+        s.data_len > static_cast<uint64_t>(m.ec.k) * s.fragment_len) {
+      return Status::invalidArgument("manifest: stripe length does not fit its fragments");
+    }
+    if (__builtin_add_overflow(total, s.data_len, &total)) {
+      return Status::invalidArgument("manifest: stripes do not add up to size");
+    }
   }
+  if (total != m.size) return Status::invalidArgument("manifest: stripes do not add up to size");
   return Status::ok();
 }
 

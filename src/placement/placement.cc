@@ -38,8 +38,10 @@ uint64_t hashBytes(std::string_view bytes, uint64_t seed) {
   return mix64((h ^ bytes.size()) + kGolden);
 }
 
-// -weight / ln(u) with u = hash(key, drive id) mapped into (0, 1): the top 53 bits plus a
-// half step, so u is never 0 or 1. Of two drives, the one with the higher score wins.
+// -weight / ln(u) with u = hash(key, drive id) mapped into (0, 1]: the top 53 bits plus a
+// half step, so u is never 0. (For h >> 11 = 2^53 - 1 the sum rounds to 2^53 and u is 1:
+// the score is -inf, last; once in 2^53 pairs, and the pinned format keeps it.) Of two
+// drives, the one with the higher score wins.
 double score(uint64_t key_hash, const Drive& drive) {
   const uint64_t h = hashBytes(drive.id, key_hash);
   const double u = (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;

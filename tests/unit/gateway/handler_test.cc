@@ -3763,6 +3763,33 @@ TEST_CASE("POST Object refuses a large file the form's delimiter cuts short, not
   }
 }
 
+TEST_CASE("A gateway refuses a fragment length its stripe buffers cannot hold") {
+  TestCluster cluster;
+  SeededRandom random{5};
+  prometheus::Registry registry;
+  WorkerPool pool{1, "gw-fl"};
+  for (uint32_t fragment_len : {0u, 6000u, 4097u, 128u << 20}) {
+    INFO(fragment_len);
+    GatewayOptions options;
+    options.listen_port = 0;
+    options.event_loops = 1;
+    options.fragment_len = fragment_len;
+    auto server = GatewayServer::create(
+        options, GatewayDeps{cluster.map, *cluster.chunks, cluster.index(), cluster.clock,
+                             random, pool, pool, registry, RootUser{kAccessKey, kSecret}});
+    REQUIRE_FALSE(server.has_value());
+    CHECK(server.error().code() == Status::Code::kInvalidArgument);
+  }
+  GatewayOptions options;
+  options.listen_port = 0;
+  options.event_loops = 1;
+  options.fragment_len = 8192;
+  CHECK(GatewayServer::create(options, GatewayDeps{cluster.map, *cluster.chunks, cluster.index(),
+                                                   cluster.clock, random, pool, pool, registry,
+                                                   RootUser{kAccessKey, kSecret}})
+            .has_value());
+}
+
 TEST_CASE("A request whose handler throws is answered 500 InternalError and counted") {
   // An exception out of a handler (std::bad_alloc, a library's error) ended the whole
   // connection: no answer, no metric, no access-log line; one in work on the pool ended

@@ -68,6 +68,29 @@ TEST_CASE("Manifest encoding round-trips every field") {
   CHECK(plain_back->upload_id.empty());
 }
 
+TEST_CASE("A manifest whose stripes cannot hold its bytes is refused, stored or read back") {
+  REQUIRE(validateManifest(sampleManifest()).isOk());
+  const auto refused = [](void (*damage)(Manifest&)) {
+    Manifest m = sampleManifest();
+    damage(m);
+    const bool invalid = validateManifest(m).code() == Status::Code::kInvalidArgument;
+    auto decoded = decodeManifest(encodeManifest(m));  // as if a bad value were on disk
+    return invalid && !decoded && decoded.error().isCorruption();
+  };
+  // A reader divides by fragment_len, slices k * fragment_len, and sums the stripes.
+  CHECK(refused([](Manifest& m) { m.stripes[1].fragment_len = 0; }));
+  CHECK(refused([](Manifest& m) {
+    m.stripes.insert(m.stripes.begin() + 1, StripeLayout{m.version, 1, 0, 0, {0, 1, 2}});
+  }));
+  CHECK(refused([](Manifest& m) { m.stripes[0].data_len = 8193; m.size += 193; }));
+  CHECK(refused([](Manifest& m) { m.size += 1; }));
+  CHECK(refused([](Manifest& m) { m.size -= 1; }));
+  CHECK(refused([](Manifest& m) {
+    m.stripes[0].data_len = std::numeric_limits<uint64_t>::max();
+    m.stripes[0].fragment_len = std::numeric_limits<uint32_t>::max();
+  }));
+}
+
 TEST_CASE("Inline bodies sit before the CBOR map, and the older layout still decodes") {
   Manifest m = sampleManifest();
   m.stripes.clear();
