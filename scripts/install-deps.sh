@@ -23,7 +23,7 @@ BUILD_PKGS=(
   catch2
 )
 TEST_PKGS=(
-  python3 python3-pytest python3-boto3 python3-requests
+  python3 python3-pytest python3-boto3 python3-requests python3-yaml
   awscli s3cmd curl procps prometheus fio python3-torch openssl
   clang-19 libclang-rt-19-dev
 )

@@ -238,7 +238,8 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   return opened;
 }
 
-// The /_granary/metrics bearer token, shared by `serve` and `chunkserver`.
+// The /_granary/metrics bearer token, shared by `serve`, `gateway`, `chunkserver` and
+// `index`.
 void addMetricsOptions(po::options_description& opts) {
   opts.add_options()("metrics-token", po::value<std::string>()->default_value(""),
                      "require 'Authorization: Bearer TOKEN' on /_granary/metrics "

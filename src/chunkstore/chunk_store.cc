@@ -1364,6 +1364,7 @@ Result<DriveStats> ChunkStoreImpl::stats() {
   s.verified_bytes = mapped.bytes;
   s.capacity_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
   s.available_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  s.filesystem_id = static_cast<uint64_t>(vfs.f_fsid);
   s.opened_unix_nanos = opened_unix_nanos_;
   {
     std::lock_guard lock(corrupt_mu_);

@@ -171,6 +171,7 @@ constexpr std::pair<const char*, uint64_t DriveStats::*> kStatsFields[] = {
     {"verified_bytes", &DriveStats::verified_bytes},
     {"capacity_bytes", &DriveStats::capacity_bytes},
     {"available_bytes", &DriveStats::available_bytes},
+    {"filesystem_id", &DriveStats::filesystem_id},
     {"opened_unix_nanos", &DriveStats::opened_unix_nanos},
 };
 // A field added to DriveStats must be added to the table (and to docs/internal-api.md).

@@ -198,6 +198,19 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                           "index did not answer")
                     .Register(registry)
                     .Add({})),
+      storage_capacity_(prometheus::BuildGauge()
+                            .Name("granary_storage_capacity_bytes")
+                            .Help("Size of the file systems holding the drives that answered, "
+                                  "each file system counted once (drives sharing one report "
+                                  "its size each in granary_drive_capacity_bytes)")
+                            .Register(registry)
+                            .Add({})),
+      storage_available_(prometheus::BuildGauge()
+                             .Name("granary_storage_available_bytes")
+                             .Help("Free space of the file systems holding the drives that "
+                                   "answered, each file system counted once")
+                             .Register(registry)
+                             .Add({})),
       record_index_(prometheus::BuildGauge()
                         .Name("granary_record_index")
                         .Help("Record index size (RocksDB estimates): rows, bytes, sets, dead_sets")
@@ -359,6 +372,14 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
   if (!commits) return;
   setCounter(index_group_commits_, {}, index_counts_.show(0, commits->batches));
   setCounter(index_committed_requests_, {}, index_counts_.show(1, commits->requests));
+}
+
+void GatewayMetrics::setStorage(uint64_t capacity, uint64_t available, uint64_t scrape) {
+  std::lock_guard lock(scraped_mu_);
+  if (scrape < storage_scrape_) return;  // read before the figures shown
+  storage_scrape_ = scrape;
+  storage_capacity_.Set(static_cast<double>(capacity));
+  storage_available_.Set(static_cast<double>(available));
 }
 
 void GatewayMetrics::setBufferBudget(const BufferBudget::Stats& stats, uint64_t scrape) {

@@ -57,6 +57,9 @@ class GatewayMetrics {
   void setIndex(const Result<index_kv::RecordIndexStats>& records,
                 const Result<index_kv::IndexStorageStats>& storage,
                 const Result<index_kv::IndexCommitStats>& commits, uint64_t scrape);
+  // The file systems holding the drives whose statistics this scrape read, each counted
+  // once (granary_storage_capacity_bytes, granary_storage_available_bytes).
+  void setStorage(uint64_t capacity, uint64_t available, uint64_t scrape);
   // The buffer budget of GET streams and uploads (BufferBudget), refreshed before each
   // scrape; its counts are counters (Counts).
   void setBufferBudget(const BufferBudget::Stats& stats, uint64_t scrape);
@@ -98,6 +101,9 @@ class GatewayMetrics {
   std::vector<DriveFigure> drives_;
   prometheus::Family<prometheus::Gauge>& drive_up_;
   prometheus::Gauge& index_up_;
+  prometheus::Gauge& storage_capacity_;
+  prometheus::Gauge& storage_available_;
+  uint64_t storage_scrape_ = 0;  // the scrape whose figures they show; guarded by scraped_mu_
   // The counts a source (a drive, the index, the buffer budget) keeps since it opened, as
   // shown: a counter never goes back, so a source that opened again (its counts from 0:
   // a restarted chunk server) is shown as the counts of its earlier openings (`base`)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <map>
 #include <set>
 
 #include "granary/chunkstore/chunk_client.h"
@@ -270,9 +271,24 @@ Task<void> refreshScrapedGauges(GatewayContext& ctx) {
     return Status::ok();
   });
   (void)co_await group.wait();
+  // A file system is known by its server and id: drives that share one (serve's six
+  // under one data directory) each report its size. Without an id (0), by the drive.
+  std::map<std::pair<std::string_view, std::string>, std::pair<uint64_t, uint64_t>> filesystems;
   for (size_t i = 0; i < drives.size(); ++i) {
     ctx.metrics.setDrive(drives[i].id, scraped->drives[i], scrape);
+    if (!scraped->drives[i]) continue;
+    const chunkstore::DriveStats& s = *scraped->drives[i];
+    std::string fs = s.filesystem_id != 0 ? fmt::format("{:x}", s.filesystem_id)
+                                          : fmt::format("drive {}", drives[i].id);
+    filesystems[{drives[i].server, std::move(fs)}] = {s.capacity_bytes, s.available_bytes};
   }
+  uint64_t capacity = 0;
+  uint64_t available = 0;
+  for (const auto& [fs, sizes] : filesystems) {
+    capacity += sizes.first;
+    available += sizes.second;
+  }
+  ctx.metrics.setStorage(capacity, available, scrape);
   ctx.metrics.setIndex(scraped->records, scraped->storage, scraped->commits, scrape);
   ctx.metrics.setBufferBudget(ctx.data.budget().stats(), scrape);
 }

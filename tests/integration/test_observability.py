@@ -203,7 +203,7 @@ def test_grafana_dashboard_queries_are_valid_promql_over_real_metrics(server, s3
             results[e] = r["data"]["result"]
         with_data = [e for e in exprs if results[e]]
         for must in ("granary_s3_requests_total", "granary_s3_request_duration_seconds_bucket",
-                     "granary_drive_capacity_bytes", "granary_s3_received_bytes_total",
+                     "granary_storage_capacity_bytes", "granary_s3_received_bytes_total",
                      "granary_io_operations_total"):
             assert any(must in e for e in with_data), f"no panel over {must} returned data"
     finally:
@@ -283,6 +283,14 @@ def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
     assert grew("granary_index_committed_requests_total") >= batches
     assert metric_value(after, "granary_crc_failures_total") == 0
     assert metric_value(after, "granary_ec_decoded_bytes_total") == 0
+    # serve's six drives share the data directory's file system: each reports its size,
+    # the storage figures count it once.
+    drive_sizes = {line.rsplit(" ", 1)[1] for line in after.splitlines()
+                   if line.startswith("granary_drive_capacity_bytes{")}
+    assert len(drive_sizes) == 1, drive_sizes
+    assert metric_value(after, "granary_storage_capacity_bytes") == float(drive_sizes.pop())
+    assert 0 < metric_value(after, "granary_storage_available_bytes") <= \
+        metric_value(after, "granary_storage_capacity_bytes")
     # The GET streams' buffer budget: the default capacity, a 3 MiB object's one stripe
     # charged while it was sent, and everything given back.
     assert metric_value(after, "granary_buffer_budget_bytes", what="capacity") == 256 << 20

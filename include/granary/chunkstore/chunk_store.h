@@ -113,6 +113,9 @@ struct DriveStats {
   std::vector<BlobId> corrupt_ids;
   uint64_t capacity_bytes = 0;    // filesystem size
   uint64_t available_bytes = 0;   // filesystem free space
+  // The file system's id (statvfs f_fsid; 0 when it has none): drives that share one
+  // (serve's, under one data directory) report its size and free space each.
+  uint64_t filesystem_id = 0;
   // When the drive was opened (Unix ns): the counts "since open" above start from zero
   // again when it changes (0 from a server that does not say).
   uint64_t opened_unix_nanos = 0;
