@@ -440,16 +440,16 @@ class SignalWatch {
   std::thread thread_;
 };
 
-// Calls run() (which blocks until stop()) and stop() on the first stop signal. The caller
-// keeps the returned watch until its teardown is over: a second signal meanwhile exits.
+// Calls run() (which blocks until stop()) and stop() on the first stop signal. `watch` is
+// the caller's, declared before what the teardown closes (drives, the index: a RocksDB
+// close may flush for seconds), so that it is destroyed last: a second signal during all
+// of the teardown exits.
 template <typename Server>
-std::unique_ptr<SignalWatch> runUntilSignal(const sigset_t& sigs, Server& server,
-                                            std::function<void()> on_usr1 = nullptr) {
-  auto watch = std::make_unique<SignalWatch>(sigs, [&server] { server.stop(); },
-                                             std::move(on_usr1));
+void runUntilSignal(std::unique_ptr<SignalWatch>& watch, const sigset_t& sigs, Server& server,
+                    std::function<void()> on_usr1 = nullptr) {
+  watch = std::make_unique<SignalWatch>(sigs, [&server] { server.stop(); }, std::move(on_usr1));
   server.run();
   watch->ranOut();
-  return watch;
 }
 
 // --event-loops, the same for every server subcommand.
@@ -607,7 +607,8 @@ gateway::GatewayOptions gatewayOptions(const po::variables_map& vm) {
 // Serves S3 with the background jobs (GC, orphan sweep, lifecycle) until SIGINT/SIGTERM.
 // `gopts`: gatewayOptions(vm).
 int runGateway(const po::variables_map& vm, const gateway::GatewayOptions& gopts,
-               const sigset_t& sigs, GatewayParts parts, const Clock& clock, Random& random) {
+               const sigset_t& sigs, std::unique_ptr<SignalWatch>& signals, GatewayParts parts,
+               const Clock& clock, Random& random) {
   const int workers = vm["workers"].as<int>();
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-io");
   // As many threads as the pool: a remote chunk client's fragment writes block theirs.
@@ -655,7 +656,7 @@ int runGateway(const po::variables_map& vm, const gateway::GatewayOptions& gopts
       endpoint.c_str());
   std::fflush(stdout);
 
-  auto signals = runUntilSignal(sigs, **server);
+  runUntilSignal(signals, sigs, **server);
   lifecycle.stop();
   reclaimer.stop();
   pool.reset();  // finish blocking work before the coroutines that wait for it go away
@@ -682,6 +683,7 @@ int serve(int argc, char** argv) {
   checkDriveOptions(vm);
 
   sigset_t sigs = blockStopSignals();
+  std::unique_ptr<SignalWatch> signals;  // destroyed last (runUntilSignal)
 
   fs::path data(data_dir);
   if (Status st = createDirectoriesDurably(data); !st) die(st.toString());
@@ -711,8 +713,8 @@ int serve(int argc, char** argv) {
   for (const auto& [id, why] : opened.failed) {
     description += fmt::format("\n  drive {} did not open: {}", id, why.message());
   }
-  return runGateway(vm, gopts, sigs, {map, chunks, **index, root, registry, description}, clock,
-                    random);
+  return runGateway(vm, gopts, sigs, signals, {map, chunks, **index, root, registry, description},
+                    clock, random);
 }
 
 // --cluster-secret, or $GRANARY_CLUSTER_SECRET; a cluster process refuses to start
@@ -798,6 +800,7 @@ int gatewayCommand(int argc, char** argv) {
   }
 
   sigset_t sigs = blockStopSignals();
+  std::unique_ptr<SignalWatch> signals;  // destroyed last (runUntilSignal)
   SystemClock clock;
   SecureRandom random;
   prometheus::Registry registry;
@@ -810,8 +813,8 @@ int gatewayCommand(int argc, char** argv) {
       "cluster:     {} (epoch {}, {} drives on {} chunk servers, EC {}+{}, index at {})",
       cluster, map.epoch, map.drives.size(), servers.size(), map.ec.k, map.ec.m,
       map.index_endpoint);
-  return runGateway(vm, gopts, sigs, {map, *chunks, *index, root, registry, description}, clock,
-                    random);
+  return runGateway(vm, gopts, sigs, signals, {map, *chunks, *index, root, registry, description},
+                    clock, random);
 }
 
 // `granary index`: the index service of a cluster (buckets, manifests, record index).
@@ -852,6 +855,7 @@ int indexCommand(int argc, char** argv) {
   sigset_t sigs = blockStopSignals();
   sigaddset(&sigs, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::unique_ptr<SignalWatch> signals;  // destroyed last (runUntilSignal)
   SystemClock clock;
   SecureRandom random;
   RocksResources rocks;
@@ -891,7 +895,7 @@ int indexCommand(int argc, char** argv) {
                                 cluster).c_str()
                   : "none (no --cluster)");
   std::fflush(stdout);
-  auto signals = runUntilSignal(sigs, **server, [&] {
+  runUntilSignal(signals, sigs, **server, [&] {
     if (checkpointer) checkpointer->trigger();  // runs on the checkpointer's thread
   });
   if (checkpointer) checkpointer->stop();
@@ -1070,6 +1074,7 @@ int chunkserver(int argc, char** argv) {
   }
 
   sigset_t sigs = blockStopSignals();
+  std::unique_ptr<SignalWatch> signals;  // destroyed last (runUntilSignal)
   SystemClock clock;
   RocksResources rocks;
   prometheus::Registry registry;
@@ -1104,7 +1109,7 @@ int chunkserver(int argc, char** argv) {
               drives_text.c_str(), std::string(engine->name()).c_str());
   std::fflush(stdout);
 
-  auto signals = runUntilSignal(sigs, **server);
+  runUntilSignal(signals, sigs, **server);
   pool.reset();  // finish blocking work before the server that waits for it goes away
   server->reset();
   return 0;
