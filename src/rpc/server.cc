@@ -51,6 +51,7 @@ Reply errorReply(const Status& st) {
   Reply r;
   r.status = httpStatusFor(st.code());
   r.headers = {{std::string(kErrorCodeHeader), std::string(codeName(st.code()))},
+               {std::string(kErrorRetryableHeader), st.retryable() ? "true" : "false"},
                {"content-type", "application/json"}};
   r.body = errorBody(st);
   return r;

@@ -193,18 +193,25 @@ std::optional<Status::Code> codeFromName(std::string_view name) {
 }
 
 Status statusFromError(int http_status, std::optional<std::string_view> code_header,
-                       std::string_view body) {
+                       std::string_view body,
+                       std::optional<std::string_view> retryable_header) {
   std::optional<Status::Code> code;
   if (code_header) code = codeFromName(*code_header);
   std::string message = "HTTP " + std::to_string(http_status);
-  bool retryable = false;
+  std::optional<bool> retryable;
+  if (retryable_header == "true" || retryable_header == "false") {
+    retryable = *retryable_header == "true";
+  }
   try {
     auto j = nlohmann::json::parse(body);
     if (!code) code = codeFromName(j.at("code").get<std::string>());
     message = j.at("message").get<std::string>();
-    retryable = j.value("retryable", false);
+    if (auto r = j.find("retryable"); r != j.end() && r->is_boolean()) retryable = r->get<bool>();
   } catch (const std::exception&) {
-    // No usable body (HEAD, or not from a chunk server): the header or status decides.
+    // No usable body (HEAD, or not from a chunk server): the headers or status decide.
+  }
+  if (!retryable) {
+    retryable = code == Status::Code::kUnavailable || code == Status::Code::kTimeout;
   }
   if (!code || *code == Status::Code::kOk) {
     // Without our error code the answer is not from a chunk server's or the index's
@@ -218,7 +225,7 @@ Status statusFromError(int http_status, std::optional<std::string_view> code_hea
            : http_status < 500 || http_status == 503 ? Status::Code::kUnavailable
                                                      : Status::Code::kIoError;
   }
-  return Status(*code, std::move(message), retryable);
+  return Status(*code, std::move(message), *retryable);
 }
 
 }  // namespace granary::rpc

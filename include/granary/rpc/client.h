@@ -62,7 +62,8 @@ struct Answer {
 
   bool ok() const { return status >= 200 && status < 300; }
   Status error() const {
-    return statusFromError(status, findHeader(headers, kErrorCodeHeader), body);
+    return statusFromError(status, findHeader(headers, kErrorCodeHeader), body,
+                           findHeader(headers, kErrorRetryableHeader));
   }
 };
 

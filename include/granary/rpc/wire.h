@@ -24,8 +24,11 @@ inline constexpr std::string_view kPrefix = "/internal/v1";
 inline constexpr std::string_view kDateHeader = "x-granary-date";
 inline constexpr std::string_view kSignatureHeader = "x-granary-signature";
 inline constexpr std::string_view kCrcHeader = "x-granary-content-crc32c";
-// Response header of an error: the exact Status code name.
+// Response headers of an error: the exact Status code name, and whether it is retryable
+// ("true"/"false"; HEAD answers carry no body, and a retryable refusal read as final can
+// make a copy that did not answer count as lost).
 inline constexpr std::string_view kErrorCodeHeader = "x-granary-error-code";
+inline constexpr std::string_view kErrorRetryableHeader = "x-granary-error-retryable";
 
 // A request older or newer than this (by the server's clock) is refused.
 inline constexpr int64_t kMaxClockSkewSeconds = 15 * 60;
@@ -79,8 +82,11 @@ int httpStatusFor(Status::Code code);
 std::string errorBody(const Status& status);
 std::optional<Status::Code> codeFromName(std::string_view name);
 // Rebuilds the server's Status from an error response: the header's code wins, then the
-// body's, then the HTTP status.
+// body's, then the HTTP status. Retryable as the body says, else as the retryable header
+// says, else (a server older than that header) as Status makes the code: kUnavailable
+// and kTimeout retryable.
 Status statusFromError(int http_status, std::optional<std::string_view> code_header,
-                       std::string_view body);
+                       std::string_view body,
+                       std::optional<std::string_view> retryable_header = std::nullopt);
 
 }  // namespace granary::rpc
