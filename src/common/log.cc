@@ -23,7 +23,25 @@ void write(Level l, std::string_view message) {
   gmtime_r(&t, &tm);
   char ts[32];
   std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  std::string line = fmt::format("{} {} {}\n", ts, kNames[static_cast<int>(l)], message);
+  std::string line = fmt::format("{} {} ", ts, kNames[static_cast<int>(l)]);
+  // One line per call, whatever the message holds: an object key (a client's bytes) with
+  // a CR or LF would otherwise start a line of its own, a forged entry.
+  line.reserve(line.size() + message.size() + 1);
+  for (char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      line.push_back(c);
+    } else if (c == '\n') {
+      line += "\\n";
+    } else if (c == '\r') {
+      line += "\\r";
+    } else if (c == '\t') {
+      line.push_back(c);
+    } else {
+      line += fmt::format("\\x{:02x}", u);
+    }
+  }
+  line.push_back('\n');
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr (one line per call, written with a single fwrite).
+// Minimal leveled logging to stderr (one line per call, written with a single fwrite; control
+// characters of the message other than tab are escaped: \n, \r, \xHH).
 #pragma once
 
 #include <fmt/core.h>

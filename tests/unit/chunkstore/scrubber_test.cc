@@ -120,6 +120,16 @@ TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it"
   CHECK(waited < std::chrono::seconds(10));
 }
 
+TEST_CASE("RateLimiter: time that passed before a waived request still pays a debt off") {
+  RateLimiter limiter(1000, 0);  // 1,000 B/s, nothing saved up
+  REQUIRE(limiter.acquire(1000));  // 1 s owed
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // paid off by now
+  REQUIRE(limiter.acquire(1, [] { return true; }));  // waived
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(limiter.acquire(1));  // owes nothing: at once (it waited the whole second before)
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500));
+}
+
 TEST_CASE("RateLimiter: unlimited never waits, stop releases waiters") {
   RateLimiter unlimited(0);
   for (int i = 0; i < 1000; ++i) REQUIRE(unlimited.acquire(1 << 30));

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "granary/common/durable_dirs.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
+#include "granary/common/log.h"
 #include "granary/common/periodic_thread.h"
 #include "granary/common/strings.h"
 #include "granary/common/random.h"
@@ -286,3 +288,24 @@ TEST_CASE("base64Decode takes the standard alphabet, end padding, and zero bits 
 }
 
 }  // namespace granary
+
+TEST_CASE("A log message is one line whatever it holds: CR, LF and controls are escaped") {
+  // An object key is a client's bytes: with a newline it would forge a log entry.
+  char path[] = "/tmp/granary-log-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  REQUIRE(saved >= 0);
+  REQUIRE(::dup2(fd, STDERR_FILENO) >= 0);
+  log::warn("key {}", std::string("a\n2025-01-01T00:00:00Z ERROR forged\r\x01\x7f\tb\xc3\xa9"));
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ::unlink(path);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  CHECK(text.ends_with(" WARN key a\\n2025-01-01T00:00:00Z ERROR forged\\r\\x01\\x7f\tb\xc3\xa9\n"));
+}
