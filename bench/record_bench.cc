@@ -27,6 +27,7 @@
 
 #include <fmt/core.h>
 
+#include "bench_dir.h"
 #include "granary/common/clock.h"
 #include "granary/common/ids.h"
 #include "granary/common/random.h"
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::filesystem::remove_all(dir);
+  if (!granary::bench::claimBenchDir(dir)) return 2;
   SystemClock clock;
   SecureRandom random;
   RocksResources resources;

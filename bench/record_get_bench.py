@@ -37,7 +37,9 @@ from granary_records import RecordClient  # noqa: E402
 
 def start_server(granary, root):
     data = tempfile.mkdtemp(prefix="record-bench-", dir=root)
-    proc = subprocess.Popen([granary, "serve", "--data", data, "--listen", "127.0.0.1:0"],
+    # No scrubbing: its reads would share the disk with the measured ones.
+    proc = subprocess.Popen([granary, "serve", "--data", data, "--listen", "127.0.0.1:0",
+                             "--scrub-rate", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     banner = {}
     for line in proc.stdout:
@@ -48,6 +50,9 @@ def start_server(granary, root):
                 banner[key] = m.group(1)
         if line.startswith("Try:"):
             break
+    if len(banner) != 3:
+        proc.kill()
+        sys.exit("granary serve did not start (no banner)")
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
     return proc, data, banner
 
@@ -56,13 +61,17 @@ def run_for(seconds, threads, fn):
     """Calls fn(rng) from `threads` threads for `seconds`; fn returns (records, bytes)."""
     stop = time.monotonic() + seconds
     totals = [[0, 0] for _ in range(threads)]
+    errors = []
 
     def worker(i):
         rng = random.Random(i)
-        while time.monotonic() < stop:
-            n, b = fn(rng)
-            totals[i][0] += n
-            totals[i][1] += b
+        try:
+            while time.monotonic() < stop:
+                n, b = fn(rng)
+                totals[i][0] += n
+                totals[i][1] += b
+        except Exception as e:  # noqa: BLE001: any failure fails the run, not its figure
+            errors.append(e)
 
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     t0 = time.monotonic()
@@ -71,6 +80,9 @@ def run_for(seconds, threads, fn):
     for t in ts:
         t.join()
     elapsed = time.monotonic() - t0
+    if errors:
+        # A worker that stopped early would only have made the figure lower.
+        raise SystemExit(f"{len(errors)} of {threads} workers failed; first: {errors[0]!r}")
     return sum(t[0] for t in totals) / elapsed, sum(t[1] for t in totals) / elapsed / 1e6
 
 

@@ -3,8 +3,8 @@
 # 64 MiB GET streams (issue 6's memory target), once per --buffer-memory value (default:
 # 256 and 100000, i.e. the default budget and practically none). Per run: a fresh server
 # (data under ./bench-data/rss, removed after), granary-bench for 20 s, VmRSS (and its
-# RssAnon and RssFile parts) sampled every 0.2 s, then the server's buffer-budget
-# metrics. $GRANARY picks the binary (default build/src/granary), $WORKLOAD other
+# RssAnon and RssFile parts) sampled every 0.2 s and the kernel's VmHWM, then the server's
+# buffer-budget metrics. Fails if the server does not start or dies during a run. $GRANARY picks the binary (default build/src/granary), $WORKLOAD other
 # granary-bench arguments (e.g. 256 concurrent 64 MiB PUTs: "--duration 10s --op put
 # --size 64MiB --concurrency 256 --objects 256").
 # Build first: bash scripts/build.sh
@@ -26,6 +26,7 @@ for m in "${budgets[@]}"; do
     --buffer-memory "$m" >"$root/log" 2>&1 &
   gpid=$!
   for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
+  grep -q "serving S3" "$root/log" || { cat "$root/log"; echo "granary did not start" >&2; exit 1; }
   # shellcheck disable=SC2086 # WORKLOAD is a list of arguments
   "$bench" --endpoint http://127.0.0.1:9410 --quiet $workload >"$root/bench.out" 2>&1 &
   bpid=$!
@@ -41,9 +42,13 @@ for m in "${budgets[@]}"; do
   # Failed operations (e.g. uploads answered 503 after --buffer-wait) are reported in the
   # output below, not fatal.
   wait $bpid || true
+  # A server that died under the load would leave low figures behind: fail instead.
+  kill -0 "$gpid" 2>/dev/null || { tail "$root/log"; echo "granary died during the run" >&2; exit 1; }
+  # The kernel's own peak (VmHWM), which sampling can miss; it includes the preparation.
+  hwm=$(awk '/^VmHWM/ {print $2}' /proc/$gpid/status)
   # RssFile: mapped file pages, the binary's and the page-cache pages of blobs kept mapped
   # as verified (--verified-cache), which are the kernel's page cache, not allocations.
-  echo "== --buffer-memory $m: peak VmRSS $((peak / 1024)) MiB (peak RssAnon $((peak_anon / 1024)) MiB, RssFile $((peak_file / 1024)) MiB)"
+  echo "== --buffer-memory $m: peak VmRSS $((peak / 1024)) MiB (peak RssAnon $((peak_anon / 1024)) MiB, RssFile $((peak_file / 1024)) MiB; sampled every 0.2 s), VmHWM $((hwm / 1024)) MiB (the kernel's peak, preparation included)"
   sed -n '/^workload/,$p' "$root/bench.out"
   curl -s http://127.0.0.1:9410/_granary/metrics | grep '^granary_buffer_budget'
   kill "$gpid"; wait "$gpid" 2>/dev/null || true; gpid=

@@ -69,6 +69,7 @@ export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_
 pids+=($!)
 gpid=$!
 for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
+grep -q "serving S3" "$root/granary.log" || { cat "$root/granary.log"; echo "s3_bench: granary did not start" >&2; exit 1; }
 ep=http://127.0.0.1:9190
 if [[ -n ${POOL_NICE:-} ]]; then
   for task in /proc/$gpid/task/*; do
@@ -82,11 +83,16 @@ echo "== machine: $(nproc) cores, $(uname -r), $(grep -m1 'model name' /proc/cpu
   echo "== server on CPUs ${SERVER_CPUS:-all}, granary-bench on CPUs ${CLIENT_CPUS:-all}"
 if [[ $raw != no ]]; then
 echo "== raw limits"
-iperf3 -s -p 5299 -1 >/dev/null 2>&1 &
-sleep 0.5
-iperf3 -c 127.0.0.1 -p 5299 -t 5 -J | python3 -c '
+# One stream, and 16 (the GET phases use up to 16 connections): a GET's ratio is to the
+# one with as many streams.
+for streams in 1 16; do
+  iperf3 -s -p 5299 -1 >/dev/null 2>&1 &
+  pids+=($!)
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p 5299 -t 5 -P "$streams" -J | python3 -c '
 import json, sys; j = json.load(sys.stdin)
-print("loopback TCP (iperf3, 1 stream): %.0f MB/s" % (j["end"]["sum_received"]["bits_per_second"] / 8e6))'
+print("loopback TCP (iperf3, %s streams): %.0f MB/s" % (sys.argv[1], j["end"]["sum_received"]["bits_per_second"] / 8e6))' "$streams"
+done
 fio_one() {  # fio_one LABEL ARGS...: MB/s or IOPS
   local label=$1; shift
   fio --output-format=json --directory="$root" --size=1g --runtime="$secs" --time_based \
