@@ -139,19 +139,23 @@ class ChunkStoreImpl final : public ChunkStore {
 
   // The suspects noted before the last close (noteCorrupt). A mark whose blob is gone (a
   // removal that raced the note) is dropped.
+  // They only guide repair: a mark that cannot be read or checked costs a warning, never
+  // the drive's opening.
   Status loadCorruptMarks() {
     auto marks = index_->corruptMarks(kMaxCorruptIds);
-    if (!marks) return marks.error();
+    if (!marks) {
+      log::warn("{}: corrupt marks not loaded: {}", options_.dir, marks.error().message());
+      return Status::ok();
+    }
     for (const BlobId& id : *marks) {
       auto rec = index_->getUncached(id);
-      if (rec) {
-        corrupt_.insert(id);
-      } else if (rec.error().isNotFound()) {
-        GRANARY_RETURN_IF_ERROR(index_->unmarkCorrupt(id));
-      } else {
-        return rec.error();
+      if (rec.has_value() || !rec.error().isNotFound()) {
+        corrupt_.insert(id);  // still stored, or not known: a suspect either way
+      } else if (Status st = index_->unmarkCorrupt(id); !st) {
+        log::warn("{}: {}", options_.dir, st.message());
       }
     }
+    suspects_ = corrupt_.size();
     if (!corrupt_.empty()) {
       log::warn("{}: {} blob(s) found corrupt before the drive was last closed await repair",
                 options_.dir, corrupt_.size());
@@ -456,21 +460,33 @@ class ChunkStoreImpl final : public ChunkStore {
     mappings_.forget(id);
     std::lock_guard lock(corrupt_mu_);
     if (corrupt_.size() >= kMaxCorruptIds || !corrupt_.insert(id).second) return;
+    suspects_ = corrupt_.size();
     queueMarkLocked(id, true);
   }
   // A put of `id` succeeded: a suspect of that id (a read's note that raced the removal of
   // the copy before) is not this copy's.
-  void clearCorruptAfterPut(const BlobId& id) {
+  void clearCorruptAfterPut(const BlobId& id) { clearSuspect(id); }
+  // A suspect no longer: put again, or read whole from the drive with every block's CRC
+  // verified (repair's check, a scrub) after a read that failed once (a passing EIO).
+  void clearSuspect(const BlobId& id) {
+    if (suspects_.load(std::memory_order_relaxed) == 0) return;  // the common case
     std::lock_guard lock(corrupt_mu_);
-    if (corrupt_.erase(id) > 0) queueMarkLocked(id, false);
+    if (corrupt_.erase(id) == 0) return;
+    suspects_ = corrupt_.size();
+    queueMarkLocked(id, false);
   }
   // Rare (one per suspect, at most kMaxCorruptIds): a thread runs while marks wait.
   void queueMarkLocked(const BlobId& id, bool mark) {
     mark_queue_.emplace_back(id, mark);
     if (marker_running_) return;
     if (marker_.joinable()) marker_.join();  // it ended: it cleared marker_running_ last
-    marker_running_ = true;
-    marker_ = std::thread([this] { writeMarks(); });
+    try {
+      marker_ = std::thread([this] { writeMarks(); });
+      marker_running_ = true;
+    } catch (const std::system_error& e) {  // out of threads: the next mark tries again
+      log::warn("{}: cannot start the thread that writes corrupt marks: {}", options_.dir,
+                e.what());
+    }
   }
   void writeMarks() {
     for (;;) {
@@ -505,6 +521,7 @@ class ChunkStoreImpl final : public ChunkStore {
   }
   std::mutex corrupt_mu_;
   std::set<BlobId> corrupt_;
+  std::atomic<size_t> suspects_{0};  // corrupt_.size(), for reads to check without the lock
   std::deque<std::pair<BlobId, bool>> mark_queue_;  // guarded by corrupt_mu_
   bool marker_running_ = false;                      // guarded by corrupt_mu_
   std::thread marker_;                               // guarded by corrupt_mu_
@@ -815,6 +832,9 @@ std::optional<ChunkStoreImpl::Step> ChunkStoreImpl::nextStep(const BlobId& id,
     st = again.error();
   }
   if (st.isCorruption() || unreadableBlob(st)) noteCorrupt(id, st);
+  if (st.isOk() && step.attempt != Attempt::kCache && offset == 0 && len == rec.payload_len) {
+    clearSuspect(id);
+  }
   return std::nullopt;
 }
 
@@ -1304,15 +1324,23 @@ Status ChunkStoreImpl::remove(const BlobId& id) {
   // Persist first, then free: a crash in between leaves an orphan range, never an index
   // entry pointing at a hole.
   {
-    std::lock_guard marks(marks_mu_);
-    bool marked_corrupt = false;
-    {
+    // Only a suspect's removal waits for the marker thread (and takes its mark with it):
+    // the others share RocksDB's synced writes with each other as before. A note that
+    // comes after the check below can leave a mark of a removed blob, which the next open
+    // drops.
+    std::unique_lock marks(marks_mu_, std::defer_lock);
+    const auto suspect = [&] {
       std::lock_guard lock(corrupt_mu_);
-      marked_corrupt = corrupt_.contains(id);
+      return corrupt_.contains(id);
+    };
+    bool marked_corrupt = suspect();
+    if (marked_corrupt) {
+      marks.lock();
+      marked_corrupt = suspect();
     }
     GRANARY_RETURN_IF_ERROR(index_->remove(id, marked_corrupt));
     std::lock_guard lock(corrupt_mu_);
-    corrupt_.erase(id);
+    if (corrupt_.erase(id) > 0) suspects_ = corrupt_.size();
   }
   crcs_.erase(id);
   mappings_.forget(id);  // its hole punch is to free the space: no mapping may hold the file

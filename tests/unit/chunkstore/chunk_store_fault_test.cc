@@ -23,6 +23,7 @@
 #include "aligned_buffer.h"
 #include "granary/chunkstore/scrubber.h"
 #include "rocks_index.h"
+#include <rocksdb/db.h>
 #include <rocksdb/file_system.h>
 #include "test_util.h"
 
@@ -884,4 +885,54 @@ TEST_CASE("A corrupt mark is written off the completion thread, which must never
   opened = openChunkStore(options, *engine, resources, clock);
   REQUIRE(opened);
   CHECK((*opened)->stats()->corrupt_ids == std::vector<BlobId>{bad});  // it was written
+}
+
+TEST_CASE("A corrupt mark that does not decode costs a warning, not the drive's opening") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(4096, 1)).isOk());
+  f.store.reset();
+  {
+    // A damaged key in the meta column family, beside a good mark.
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+        {"meta", rocksdb::ColumnFamilyOptions()}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(), f.options.dir + "/index", families,
+                              &handles, &raw)
+                .ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    REQUIRE(db->Put(rocksdb::WriteOptions(), handles[1], "corrupt/xx", "").ok());
+    for (auto* h : handles) REQUIRE(db->DestroyColumnFamilyHandle(h).ok());
+    REQUIRE(db->Close().ok());
+  }
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
+  std::vector<uint8_t> out(4096);
+  CHECK(f.store->read(makeId(1), 0, out).isOk());
+}
+
+TEST_CASE("A suspect read whole from the drive with every CRC verified is one no more") {
+  auto base = makeUringEngine();
+  FaultyEngine engine(base.get());
+  ChunkStoreOptions options;
+  options.cached_reads = false;  // every read from the drive, as the scrubber's are
+  StoreFixture f(engine, options);
+  const auto data = randomBytes(3 * 4096, 1);
+  REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
+  engine.read_errno = EIO;  // a passing fault
+  std::vector<uint8_t> out(data.size());
+  REQUIRE_FALSE(f.store->read(makeId(1), 0, out).isOk());
+  engine.read_errno = 0;
+  REQUIRE(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});
+  // A part of it proves nothing about the rest.
+  std::vector<uint8_t> part(4096);
+  REQUIRE(f.store->read(makeId(1), 4096, part).isOk());
+  CHECK(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});
+  REQUIRE(f.store->read(makeId(1), 0, out).isOk());
+  CHECK(out == data);
+  CHECK(f.store->stats()->corrupt_ids.empty());
+  REQUIRE(f.reopen().isOk());  // its mark went too
+  CHECK(f.store->stats()->corrupt_ids.empty());
 }
