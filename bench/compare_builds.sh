@@ -45,7 +45,8 @@ stop() {
   if [[ -n $pid ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   pid=
 }
-trap stop EXIT
+# The data goes with the last server, unless KEEP_DATA is set.
+trap 'stop; [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"' EXIT
 start() {  # start BIN: a fresh server on an empty data directory
   stop
   rm -rf "$root" && mkdir -p "$root"

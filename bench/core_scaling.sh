@@ -40,7 +40,8 @@ stop() {
   if [[ -n $pid ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   pid=
 }
-trap stop EXIT
+# The server's data goes at the end (the JSON figures beside it stay), unless KEEP_DATA.
+trap 'stop; [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"' EXIT
 server_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
 
 echo "== machine: $cpus CPUs, $(uname -r),$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"

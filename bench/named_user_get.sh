@@ -15,7 +15,7 @@ rm -rf "$root" && mkdir -p "$root"
 export GRANARY_ROOT_USER=namedbench GRANARY_ROOT_PASSWORD=namedbench-secret-key
 "$granary" serve --data "$root/data" --listen 127.0.0.1:$port --scrub-rate 0 >"$root/log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null || true' EXIT
+trap 'kill $pid 2>/dev/null; wait 2>/dev/null || true; [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"' EXIT
 for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
 AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_PASSWORD \
   "$granary" admin user add alice --endpoint "http://127.0.0.1:$port" \

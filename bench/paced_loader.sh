@@ -29,7 +29,7 @@ export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_
 taskset -c "${SERVER_CPUS:-0}" "$granary" serve --data "$root/data" --listen 127.0.0.1:9490 \
   --scrub-rate 0 --gc-grace 5 --access-log "$root/access.log" ${GRANARY_ARGS:-} >"$root/log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; [[ -f $root/nginx.pid ]] && kill "$(cat "$root/nginx.pid")"; wait 2>/dev/null' EXIT
+trap 'kill $pid 2>/dev/null; [[ -f $root/nginx.pid ]] && kill "$(cat "$root/nginx.pid")"; wait 2>/dev/null; [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"' EXIT
 for _ in $(seq 100); do grep -q "serving S3" "$root/log" && break; sleep 0.1; done
 ep=http://127.0.0.1:9490
 loader=name=loader,op=range,size=64MiB,range=64KiB-4MiB,objects=8,concurrency=8,prefix=shards/

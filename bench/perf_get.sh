@@ -21,7 +21,8 @@ export AWS_ACCESS_KEY_ID=$GRANARY_ROOT_USER AWS_SECRET_ACCESS_KEY=$GRANARY_ROOT_
 "$granary" serve --data "$root/data" --listen 127.0.0.1:9192 --scrub-rate 0 \
   >"$root/granary.log" 2>&1 &
 gpid=$!
-trap 'kill $gpid 2>/dev/null; wait 2>/dev/null || true' EXIT
+bpid=
+trap 'kill $gpid ${bpid:-} 2>/dev/null; wait 2>/dev/null || true; [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"' EXIT
 for _ in $(seq 100); do grep -q "serving S3" "$root/granary.log" && break; sleep 0.1; done
 build/bench/granary-bench --endpoint http://127.0.0.1:9192 --quiet "${workload[@]}" \
   --duration $((secs + 8))s >"$root/bench.txt" &

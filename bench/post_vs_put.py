@@ -98,6 +98,8 @@ def main():
     finally:
         server.terminate()
         server.wait()
+        if not os.environ.get("KEEP_DATA"):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -f $root/nginx.pid ]] && kill "$(cat "$root/nginx.pid")" 2>/dev/null || true
   wait 2>/dev/null || true
+  # The data (tens of GB after the PUT phases) goes too, unless KEEP_DATA is set.
+  [[ -n ${KEEP_DATA:-} ]] || rm -rf "$root"
 }
 trap cleanup EXIT
 
