@@ -97,7 +97,7 @@ Reclaimer::Reclaimer(index_kv::Index& index, chunkstore::ChunkClient& chunks,
 
 Reclaimer::~Reclaimer() { stop(); }
 
-Result<ReclaimStats> Reclaimer::collectGarbage() {
+Result<ReclaimStats> Reclaimer::collectGarbage(const std::function<bool()>& go_on) {
   std::lock_guard pass(pass_mu_);
   ReclaimStats stats;
   const int64_t cutoff =
@@ -108,8 +108,9 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
   // down is not asked again in this pass (each ask could wait for a timeout).
   std::string after;
   std::set<std::string, std::less<>> down;
+  bool cut_short = false;  // go_on() answered false
   for (;;) {
-    if (thread_.stopping()) break;  // shutting down: the next start goes on from the front
+    if (thread_.stopping() || cut_short) break;  // the next pass goes on from the front
     // Until a page is empty: one may end short of kGcBatch (IndexOptions::gc_page_blobs).
     auto due = index_.gcDue(cutoff, kGcBatch, after);
     if (!due) return fail(due.error());
@@ -122,6 +123,10 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
     after = due->back().queue_key;
     std::vector<index_kv::GcEntry> done;
     for (auto& entry : *due) {
+      if (go_on && !go_on()) {
+        cut_short = true;
+        break;
+      }
       // An entry of blobs still in use (fragments a repair moved away, of an object, of a
       // part, or of the object completed from it) may list a location a live row uses
       // again (a later repair put the fragment back): never remove those.
@@ -176,8 +181,11 @@ Result<ReclaimStats> Reclaimer::collectGarbage() {
       metrics_->entries_done.Increment(static_cast<double>(done.size()));
     }
   }
-  // A whole pass (not one cut short by stop()): what it kept is what stays queued.
-  if (!thread_.stopping()) metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));
+  // A whole pass (not one cut short by stop() or a lost lease): what it kept is what stays
+  // queued.
+  if (!thread_.stopping() && !cut_short) {
+    metrics_->entries_kept.Set(static_cast<double>(stats.entries_kept));
+  }
   return stats;
 }
 
@@ -263,7 +271,7 @@ void Reclaimer::pass() {
     return;
   }
   bool ok = true;  // no step failed (a removal that failed is counted, not a failure)
-  if (auto r = collectGarbage(); !r) {
+  if (auto r = collectGarbage(options_.leading); !r) {
     ok = false;
     metrics_->gc_failed.Increment();
     log::warn("gc pass failed: {}", r.error().toString());

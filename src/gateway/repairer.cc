@@ -537,7 +537,7 @@ struct Repairer::Impl {
     index_kv::ListUploadsRequest req;
     req.max_uploads = kListPage;
     for (;;) {
-      if (stopping) return;
+      if (halted()) return;
       auto page = index.listUploads(bucket, req);
       if (!page) {
         if (!page.error().isNotFound()) ++stats.errors;
@@ -546,7 +546,7 @@ struct Repairer::Impl {
       for (const auto& upload : page->uploads) {
         uint32_t after = 0;
         for (;;) {
-          if (stopping) return;
+          if (halted()) return;
           auto parts = index.listParts(bucket, upload.key, upload.upload_id, after, kListPage);
           if (!parts) {
             if (!parts.error().isNotFound()) ++stats.errors;  // completed meanwhile
@@ -563,7 +563,11 @@ struct Repairer::Impl {
     }
   }
 
-  Result<RepairStats> runPass(bool dry_run, bool rebalance, bool wait) {
+  // `go_on`, when given (the background pass: `leading`), is asked before each object: a
+  // gateway that lost the lease mid-pass stops there, so that two passes do not repair
+  // the same stripe at once (one could remove a copy the other just rebuilt).
+  Result<RepairStats> runPass(bool dry_run, bool rebalance, bool wait,
+                              std::function<bool()> go_on = {}) {
     std::unique_lock pass(pass_mu, std::defer_lock);
     if (wait) {
       pass.lock();
@@ -571,6 +575,7 @@ struct Repairer::Impl {
       return fail(Status::unavailable("a repair pass is already running; try again later"));
     }
     rebalancing = rebalance;
+    pass_go_on = std::move(go_on);
     RepairStats stats;
     // Fragments the drives found corrupt since they opened: read whole, not just stat'ed.
     suspects.clear();
@@ -586,13 +591,16 @@ struct Repairer::Impl {
       index_kv::ListRequest req;
       req.max_keys = kListPage;
       for (;;) {
-        if (stopping) return stats;
+        if (halted()) return stats;
         auto page = index.listObjects(bucket.name, req);
         if (!page) {
           if (!page.error().isNotFound()) ++stats.errors;  // a bucket deleted meanwhile
           break;
         }
-        for (const auto& summary : page->objects) repairObject(bucket.name, summary, dry_run, stats);
+        for (const auto& summary : page->objects) {
+          if (halted()) return stats;
+          repairObject(bucket.name, summary, dry_run, stats);
+        }
         if (!page->truncated) break;
         req.start_after = page->next_start_after;
       }
@@ -634,6 +642,9 @@ struct Repairer::Impl {
   const RepairOptions options;
   std::mutex pass_mu;
   std::atomic<bool> stopping{false};
+  std::function<bool()> pass_go_on;  // the current pass's (guarded by pass_mu)
+  // The pass ends: stop() was called, or its gateway no longer leads.
+  bool halted() const { return stopping || (pass_go_on && !pass_go_on()); }
   bool rebalancing = false;  // this pass also rebalances (guarded by pass_mu)
   std::set<std::pair<std::string, BlobId>> suspects;  // (guarded by pass_mu)
   // The copies the current object's repair wrote (guarded by pass_mu).
@@ -672,7 +683,7 @@ void Repairer::start() {
   const std::chrono::milliseconds first(half(pick));
   thread_.start(interval, [this] {
     if (impl_->options.leading && !impl_->options.leading()) return;  // another gateway's
-    auto stats = impl_->runPass(false, false, /*wait=*/true);
+    auto stats = impl_->runPass(false, false, /*wait=*/true, impl_->options.leading);
     if (!stats) {
       log::warn("repair pass: {}", stats.error().toString());
     } else if (stats->fragments_rebuilt + stats->fragments_moved + stats->fragments_draining +

@@ -63,7 +63,11 @@ class Reclaimer {
             prometheus::Registry& registry, ReclaimerOptions options);
   ~Reclaimer();
 
-  Result<ReclaimStats> collectGarbage();
+  // `go_on`, when given, is asked before each queue entry: once it answers false the pass
+  // ends, having finished what it finished (the background pass gives it `leading`: a
+  // gateway that lost the lease mid-pass, a paused process, must not remove blobs beside
+  // the new leader's pass, which could find a fragment moved back onto the drive since).
+  Result<ReclaimStats> collectGarbage(const std::function<bool()>& go_on = {});
   Result<ReclaimStats> sweepOrphans();
   // Removes the record-index rows of dead record sets (overwritten or deleted containers),
   // a bounded number per call; with `sweep`, first marks dead the sets of indexing runs

@@ -2,6 +2,7 @@
 // overwritten versions after gc_grace, and the orphan sweep after orphan_grace.
 #include "granary/gateway/reclaimer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -237,6 +238,37 @@ TEST_CASE("GC removes an overwritten version's blobs only after gc_grace, and on
   auto current = f.index.getObject("bucket", "key");
   REQUIRE(current.has_value());
   CHECK(current->version == new_version.version);
+}
+
+TEST_CASE("A GC pass whose gateway lost the lease stops before its next entry") {
+  // A paused leader that resumes after another took over must not go on removing blobs
+  // beside the new leader's pass: each entry asks again.
+  ReclaimerFixture f;
+  std::vector<BlobSet> replaced;
+  for (int i = 0; i < 3; ++i) {
+    index_kv::Manifest old_version = f.writeBlobs(1);
+    f.commit("key" + std::to_string(i), old_version);
+    f.commit("key" + std::to_string(i), f.writeBlobs(1));  // queues old_version's blobs
+    replaced.push_back(ReclaimerFixture::blobsOf(old_version));
+  }
+  f.cluster.clock.advance(61 * kSecond);
+  Reclaimer reclaimer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                      f.options);
+  int asked = 0;
+  auto first = reclaimer.collectGarbage([&] { return ++asked <= 1; });  // leads for one
+  REQUIRE(first.has_value());
+  CHECK(first->entries_done == 1);
+  CHECK(asked == 2);
+  size_t left = 0;
+  const BlobSet all = f.cluster.allBlobs();
+  for (const BlobSet& blobs : replaced) {
+    left += std::all_of(blobs.begin(), blobs.end(),
+                        [&](const auto& b) { return all.contains(b); });
+  }
+  CHECK(left == 2);  // two entries untouched, not half removed
+  auto rest = reclaimer.collectGarbage();  // explicit: not asked
+  REQUIRE(rest.has_value());
+  CHECK(rest->entries_done == 2);
 }
 
 TEST_CASE("GC keeps an entry whose blobs cannot be removed and finishes it on a later pass") {
