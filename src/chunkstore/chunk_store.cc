@@ -176,6 +176,7 @@ class ChunkStoreImpl final : public ChunkStore {
     return readAttempts(id, index_->getUncached(id), offset, out, Attempt::kDrive,
                         /*use_crcs=*/false);
   }
+  void verifiedOnDrive(const BlobId& id) override { clearSuspect(id); }
   bool readIfCached(const BlobId& id, uint64_t offset, std::span<uint8_t> out) override;
   std::optional<CachedRange> pinIfCached(const BlobId& id, uint64_t offset,
                                          uint64_t len) override;
@@ -463,11 +464,10 @@ class ChunkStoreImpl final : public ChunkStore {
     suspects_ = corrupt_.size();
     queueMarkLocked(id, true);
   }
-  // A put of `id` succeeded: a suspect of that id (a read's note that raced the removal of
-  // the copy before) is not this copy's.
-  void clearCorruptAfterPut(const BlobId& id) { clearSuspect(id); }
-  // A suspect no longer: put again, or read whole from the drive with every block's CRC
-  // verified (repair's check, a scrub) after a read that failed once (a passing EIO).
+  // A suspect no longer: put again (a read's note that raced the removal of the copy
+  // before is not this copy's), or read whole from the drive with every block's CRC
+  // verified (one read, or the scrubber's pieces: verifiedOnDrive) after a read that
+  // failed once (a passing EIO).
   void clearSuspect(const BlobId& id) {
     if (suspects_.load(std::memory_order_relaxed) == 0) return;  // the common case
     std::lock_guard lock(corrupt_mu_);
@@ -723,7 +723,7 @@ void ChunkStoreImpl::finishPut(PendingCommit* p) {
   OpEnd end{this};  // last: after `done` and what it holds are gone
   std::unique_ptr<PendingCommit> owned(p);
   if (p->result) {
-    clearCorruptAfterPut(p->id);
+    clearSuspect(p->id);
     ++blobs_;
     ++committed_puts_;
     payload_bytes_ += p->rec.payload_len;

@@ -119,6 +119,7 @@ Status Scrubber::scrubBlob(const BlobInfo& blob, std::vector<uint8_t>& buffer, b
     stats_.bytes += n;
   } while (offset < blob.length);
   verified = true;
+  store_.verifiedOnDrive(blob.id);
   return Status::ok();
 }
 

@@ -167,6 +167,9 @@ class ChunkStore {
   virtual Status read(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
   // read() from the drive itself, past the page cache: what the scrubber verifies.
   virtual Status readFromDrive(const BlobId& id, uint64_t offset, std::span<uint8_t> out) = 0;
+  // Every block of `id` was just read from the drive (readFromDrive, in pieces) and
+  // verified: it is no repair suspect (corrupt_ids) any more, as after a passing EIO.
+  virtual void verifiedOnDrive(const BlobId& id) = 0;
   // read(), done now only if it needs no wait: the index entry in memory, the bytes in the
   // page cache (cached_reads), and verified. True: `out` holds them. False: nothing is
   // known (not cached, or any failure; `out` is unspecified): call read() or readAsync().

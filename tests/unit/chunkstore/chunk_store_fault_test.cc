@@ -936,3 +936,25 @@ TEST_CASE("A suspect read whole from the drive with every CRC verified is one no
   REQUIRE(f.reopen().isOk());  // its mark went too
   CHECK(f.store->stats()->corrupt_ids.empty());
 }
+
+TEST_CASE("A scrub that verifies a suspect in pieces clears it, and its mark") {
+  auto base = makePosixEngine();
+  FaultyEngine engine(base.get());
+  StoreFixture f(engine);
+  const auto data = randomBytes(3 * 4096, 1);
+  REQUIRE(f.store->put(descriptor(makeId(1)), data).isOk());
+  engine.read_errno = EIO;  // a passing fault makes it a suspect
+  std::vector<uint8_t> out(100);
+  REQUIRE_FALSE(f.store->readFromDrive(makeId(1), 0, out).isOk());
+  engine.read_errno = 0;
+  REQUIRE(f.store->stats()->corrupt_ids == std::vector<BlobId>{makeId(1)});
+  ScrubOptions options;
+  options.rate_bytes_per_second = 0;
+  options.piece_bytes = 4096;  // three reads, none of them the whole blob
+  Scrubber scrubber(*f.store, "test drive", options, nullptr);
+  REQUIRE(scrubber.runPass().isOk());
+  CHECK(scrubber.stats().blobs == 1);
+  CHECK(f.store->stats()->corrupt_ids.empty());
+  REQUIRE(f.reopen().isOk());
+  CHECK(f.store->stats()->corrupt_ids.empty());
+}
