@@ -251,7 +251,8 @@ Task<S3Response> copyObjectKeptAlive(GatewayContext& ctx, const S3Request& req,
       co_return errorResponse(dataPathError(st), req);
     }
     CopySink sink(ctx, writer, &keep_alive, checksum_alg, check.algorithm());
-    Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink);
+    Status st = co_await readObjectRange(ctx.data, *src, 0, src->size, sink, /*prepaid=*/false,
+                                         BufferBudget::Holds::kLease);
     if (st.isOk()) st = co_await sink.flush();
     if (st.isOk()) st = co_await writer.finish();
     if (!st.isOk()) {

@@ -458,7 +458,8 @@ Task<S3Response> uploadPartCopyKeptAlive(GatewayContext& ctx, const S3Request& r
       st = co_await sink.write(bytes);
     }
   } else {
-    st = co_await readObjectRange(ctx.data, *src, first, length, sink);
+    st = co_await readObjectRange(ctx.data, *src, first, length, sink, /*prepaid=*/false,
+                                  BufferBudget::Holds::kLease);
   }
   if (st.isOk()) st = co_await sink.flush();
   if (st.isOk()) st = co_await writer.finish();

@@ -1000,7 +1000,8 @@ Task<Result<std::vector<uint32_t>>> crc32cOfRanges(DataPath& dp,
       st = co_await sink.write(
           {reinterpret_cast<const uint8_t*>(manifest.inline_data.data()) + first, end - first});
     } else {
-      st = co_await readObjectRange(dp, manifest, first, end - first, sink);
+      st = co_await readObjectRange(dp, manifest, first, end - first, sink, /*prepaid=*/false,
+                                    BufferBudget::Holds::kNothing);
     }
     if (!st.isOk()) co_return fail(st);
   }
@@ -1021,7 +1022,8 @@ Task<Result<std::string>> readObjectBytes(DataPath& dp, const index_kv::Manifest
   } else {
     bytes.reserve(length);
     StringSink sink(bytes);
-    Status st = co_await readObjectRange(dp, manifest, first, length, sink, prepaid);
+    Status st = co_await readObjectRange(dp, manifest, first, length, sink, prepaid,
+                                         BufferBudget::Holds::kNothing);
     if (!st.isOk()) co_return fail(st);
   }
   co_return bytes;

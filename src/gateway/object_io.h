@@ -268,11 +268,13 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
 // charged before they are read): the stripe buffers are not charged again (waiting for
 // them behind its own lease would stall every slice), and the next slice is always read
 // ahead. `holds`: whether the caller holds a lease of the budget meanwhile (a copy's
-// writer does), as BufferBudget::acquire takes it: a GET stream, which holds none, is
-// refused its slice (kUnavailable) when twice the budget stays lent.
+// writer does), as BufferBudget::acquire takes it: a read that holds none (a GET stream,
+// a record insert's CRCs, an upload's indexing) is refused its slice (kUnavailable) when
+// twice the budget stays lent. No default: a caller that holds nothing and said kLease
+// would overdraw without bound.
 Task<Status> readObjectRange(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,
-                             uint64_t length, BodySink& sink, bool prepaid = false,
-                             BufferBudget::Holds holds = BufferBudget::Holds::kLease);
+                             uint64_t length, BodySink& sink, bool prepaid,
+                             BufferBudget::Holds holds);
 
 // How the ranges of crc32cOfRanges are read: as spans, each one read of the object;
 // ranges closer than kCrcSpanGap are read as one span (their gap read and skipped).

@@ -245,7 +245,8 @@ Task<std::unique_ptr<RecordIndexer>> indexStoredObject(GatewayContext& ctx,
       std::chrono::seconds(ctx.options.max_put_seconds));
   // Its one caller is CompleteMultipartUpload, whose manifests are always striped.
   IndexingSink sink(ctx.pool(), *indexer, keep_alive);
-  Status st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink);
+  Status st = co_await readObjectRange(ctx.data, manifest, 0, manifest.size, sink,
+                                       /*prepaid=*/false, BufferBudget::Holds::kNothing);
   if (!st.isOk() && !indexer->stopped()) {
     co_await offload(ctx.pool(), [&] {
       indexer->abandon();

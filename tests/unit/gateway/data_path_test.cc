@@ -103,7 +103,8 @@ class FileSink final : public BodySink {
 
 Task<Status> readInto(DataPath& dp, const index_kv::Manifest& m, uint64_t first, uint64_t length,
                       BodySink& sink) {
-  Status st = co_await readObjectRange(dp, m, first, length, sink);
+  Status st = co_await readObjectRange(dp, m, first, length, sink, /*prepaid=*/false,
+                                       BufferBudget::Holds::kLease);
   co_return st;
 }
 
@@ -1228,6 +1229,29 @@ TEST_CASE("Concurrent reads share the buffer budget: never more than it, every b
   CHECK(stats.peak >= kStripe);
   CHECK(stats.waits > 0);  // the streams did have to wait for each other
   CHECK(stats.used == 0);
+}
+
+
+TEST_CASE("A record insert's CRC reads hold no lease: refused once twice the budget is lent") {
+  // They are asked with Holds::kNothing: with a lease's right to overdraw without bound,
+  // many inserts (or upload indexings) could hold any multiple of the budget.
+  DataPathFixture f(6, kFragmentLen, /*buffer_budget=*/64 << 10, std::chrono::seconds(1));
+  const index_kv::Manifest m = f.write(randomString(100 << 10, 3));
+  BufferBudget& budget = f.dp.budget();
+  BufferBudget::Lease held = budget.tryAcquire(64 << 10);
+  BufferBudget::Lease over =
+      runTask(f.io, budget.acquire(64 << 10, BufferBudget::Kind::kRead,
+                                   BufferBudget::Holds::kLease));  // after its patience
+  REQUIRE((held.held() && over.held()));
+  const std::vector<ByteRange> ranges = {{0, 100 << 10}};
+  auto crcs = runTask(f.io, crc32cOfRanges(f.dp, m, ranges, planCrcs(ranges)));
+  REQUIRE_FALSE(crcs.has_value());
+  CHECK(crcs.error().code() == Status::Code::kUnavailable);
+  CHECK(budget.stats().refusals == 1);
+  held.reset();
+  over.reset();
+  auto again = runTask(f.io, crc32cOfRanges(f.dp, m, ranges, planCrcs(ranges)));
+  CHECK(again.has_value());
 }
 
 }  // namespace granary::gateway
