@@ -21,6 +21,7 @@
 
 #include "granary/common/base64.h"
 #include "granary/common/strings.h"
+#include "granary/gateway/record_limits.h"
 #include "record_stream.h"
 #include "s3_client.h"
 
@@ -234,10 +235,10 @@ int runInsert(const Invocation& inv) {
   return res ? printAnswer(*res) : kFailed;
 }
 
-// What one records-batch request may ask for (the gateway's limits, docs/record-index.md:
-// 10,000 records, an 8 MiB body): a longer key list goes in several requests.
-constexpr size_t kBatchKeys = 10000;
-constexpr size_t kBatchBodyBytes = 7u << 20;  // below 8 MiB with the body's other fields
+// What one records-batch request may ask for (the gateway's limits): a longer key list
+// goes in several requests. Keys fill the body up to 1 MiB short of its limit, room for
+// its other fields.
+constexpr size_t kBatchBodyBytes = gateway::kMaxBatchGetBody - (1u << 20);
 
 int runBatchGet(const Invocation& inv) {
   auto keys_text = readFile(inv.args[1]);
@@ -253,7 +254,7 @@ int runBatchGet(const Invocation& inv) {
     // JSON strings are UTF-8: a key that is not goes as its bytes in base64.
     json entry = strictUtf8(line) ? json(line) : json{{"key_b64", base64Encode(line)}};
     const size_t bytes = entry.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
-    if (batches.back().size() == kBatchKeys ||
+    if (batches.back().size() == gateway::kMaxBatchGetKeys ||
         (!batches.back().empty() && batch_bytes + bytes > kBatchBodyBytes)) {
       batches.emplace_back(json::array());
       batch_bytes = 0;

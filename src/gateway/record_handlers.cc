@@ -13,6 +13,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/strings.h"
 #include "granary/ec/erasure_code.h"
+#include "granary/gateway/record_limits.h"
 #include "handlers.h"
 #include "http_text.h"
 #include "records.h"
@@ -22,8 +23,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr size_t kMaxBatchGet = 10000;
-constexpr size_t kMaxBatchGetBody = 8u << 20;
 constexpr size_t kMaxInsertBody = 64u << 20;
 // Held in memory until the insert ends (~130 bytes each, besides the body): 64 MiB of the
 // shortest rows would be 1.9 million.
@@ -240,14 +239,14 @@ Task<S3Response> batchGetRecords(GatewayContext& ctx, const S3Request& req, Body
                              event != Json::parse_event_t::array_start)) {
             return true;
           }
-          too_many = too_many || ++entries > kMaxBatchGet;
+          too_many = too_many || ++entries > kMaxBatchGetKeys;
           return !too_many;
         },
         /*allow_exceptions=*/false);
   });
   if (too_many) {
     co_return errorResponse({S3ErrorCode::kInvalidArgument,
-                             fmt::format("At most {} records per batch.", kMaxBatchGet)},
+                             fmt::format("At most {} records per batch.", kMaxBatchGetKeys)},
                             req);
   }
   if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array()) {
