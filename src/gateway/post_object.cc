@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "digest.h"
 #include "granary/common/base64.h"
@@ -33,6 +34,25 @@ constexpr size_t kReadSize = 16 * 1024;
 S3Error fieldsTooLarge() {
   return {S3ErrorCode::kMaxPostPreDataLengthExceededError,
           "Your POST request fields preceding the upload file were too large."};
+}
+
+// The CRLF after a streamed file's closing delimiter, which RFC 2046 makes optional: the
+// file's length is known to within it until the form's end is read (StreamedFile).
+constexpr uint64_t kOptionalCrlf = 2;
+
+// The policy's content-length-range refuses a file whose length lies in [shortest,
+// longest] if no such length is within the range.
+std::optional<S3Error> outsideRange(uint64_t shortest, uint64_t longest,
+                                    const PostLengthRange& range) {
+  if (longest < range.min) {
+    return S3Error{S3ErrorCode::kEntityTooSmall,
+                   "Your proposed upload is smaller than the minimum allowed size"};
+  }
+  if (shortest > range.max) {
+    return S3Error{S3ErrorCode::kEntityTooLarge,
+                   "Your proposed upload exceeds the maximum allowed size"};
+  }
+  return std::nullopt;
 }
 
 S3Error notMultipart() {
@@ -121,8 +141,6 @@ class StreamedFile final : public BodySource {
   std::optional<uint64_t> finalLength() const override { return final_; }
 
  private:
-  static constexpr uint64_t kOptionalCrlf = 2;
-
   static S3Error earlyEnd() {
     return {S3ErrorCode::kMalformedPOSTRequest,
             "The file of a POST form larger than the server keeps in memory must be the "
@@ -152,13 +170,8 @@ class StreamedFile final : public BodySource {
     } else {
       co_return std::unexpected(earlyEnd());
     }
-    if (*final_ < range_.min) {
-      co_return s3fail(S3ErrorCode::kEntityTooSmall,
-                       "Your proposed upload is smaller than the minimum allowed size");
-    }
-    if (*final_ > range_.max) {
-      co_return s3fail(S3ErrorCode::kEntityTooLarge,
-                       "Your proposed upload exceeds the maximum allowed size");
+    if (auto outside = outsideRange(*final_, *final_, range_)) {
+      co_return std::unexpected(std::move(*outside));
     }
     co_return S3Result<void>{};
   }
@@ -446,23 +459,18 @@ Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& bod
   } else {
     const uint64_t rest = *req.content_length - buf.size();  // bytes not read yet
     const uint64_t seen = buf.size() - form->data_offset;
-    if (seen + rest < closing.size() + 2) co_return errorResponse(notMultipart(), req, body);
-    size = seen + rest - closing.size();  // at most: 2 bytes less if the CRLF follows
+    if (seen + rest < closing.size() + kOptionalCrlf) {
+      co_return errorResponse(notMultipart(), req, body);
+    }
+    size = seen + rest - closing.size();  // at most: kOptionalCrlf less if the CRLF follows
     file = std::make_unique<StreamedFile>(body, buf.substr(form->data_offset), size, delimiter,
                                           range);
-    streamed_slack = 2;
+    streamed_slack = kOptionalCrlf;
   }
-  // A streamed file's length is known to 2 bytes before its end: StreamedFile checks the
-  // range again then.
-  if (size < range.min) {
-    co_return errorResponse({S3ErrorCode::kEntityTooSmall,
-                             "Your proposed upload is smaller than the minimum allowed size"},
-                            req, body);
-  }
-  if (size - streamed_slack > range.max) {
-    co_return errorResponse({S3ErrorCode::kEntityTooLarge,
-                             "Your proposed upload exceeds the maximum allowed size"},
-                            req, body);
+  // A streamed file's length is known to kOptionalCrlf bytes before its end: StreamedFile
+  // checks the range again then.
+  if (auto outside = outsideRange(size - streamed_slack, size, range)) {
+    co_return errorResponse(std::move(*outside), req, body);
   }
   put->content_length = size;
 
