@@ -1052,6 +1052,9 @@ int chunkserver(int argc, char** argv) {
       "seconds an idle keep-alive connection or an unfinished request head may wait")(
       "io-timeout", po::value<int>()->default_value(30),
       "seconds a request body read or a response write may make no progress")(
+      "body-memory", po::value<int>()->default_value(1024),
+      "MiB of PUT bodies held at once; a PUT that finds them full waits up to 10 s, then is "
+      "answered 503 (retryable)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addSecretOption(opts);
   addDriveOptions(opts);
@@ -1092,12 +1095,19 @@ int chunkserver(int argc, char** argv) {
   copts.cluster_secret = secret;
   copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   copts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
+  if (vm["body-memory"].as<int>() < 16) die("--body-memory must be >= 16 (MiB)");
+  copts.body_memory_bytes = uint64_t(vm["body-memory"].as<int>()) << 20;
   copts.metrics_token = metricsToken(vm);
-  copts.render_metrics = [&registry] {
-    return prometheus::TextSerializer().Serialize(registry.Collect());
+  // Set before the server runs, which is before any scrape.
+  const chunkstore::ChunkServer* serving = nullptr;
+  copts.render_metrics = [&registry, &serving] {
+    auto families = registry.Collect();
+    if (serving != nullptr) rpc::appendBodyMemoryMetrics(serving->bodyMemory(), families);
+    return prometheus::TextSerializer().Serialize(families);
   };
   auto server = chunkstore::ChunkServer::create(copts, chunks, *pool, clock);
   if (!server) die(server.error().toString());
+  serving = server->get();
 
   std::string drives_text;
   for (const auto& [id, dir] : drive_dirs) {

@@ -45,6 +45,8 @@ class ChunkServerImpl final : public ChunkServer {
     o.max_header_bytes = options_.max_header_bytes;
     o.max_body_bytes = options_.max_blob_bytes;
     o.max_connections = options_.max_connections;
+    o.body_memory_bytes = options_.body_memory_bytes;
+    o.body_memory_wait = options_.body_memory_wait;
     o.render_metrics = options_.render_metrics;
     o.metrics_token = options_.metrics_token;
     auto server = rpc::Server::create(
@@ -57,6 +59,7 @@ class ChunkServerImpl final : public ChunkServer {
   uint16_t port() const override { return server_->port(); }
   void run() override { server_->run(); }
   void stop() override { server_->stop(); }
+  rpc::BodyMemoryStats bodyMemory() const override { return server_->bodyMemory(); }
 
  private:
   // Runs on the pool (the server checked the signature and the body's CRC): a blob GET

@@ -27,11 +27,15 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "granary/common/bearer_token.h"
 #include "granary/common/clock.h"
@@ -84,6 +88,168 @@ constexpr auto kRedirect = [](beast::error_code& ec) {
 constexpr std::chrono::seconds kRefusedDrain{5};
 constexpr size_t kSessionBufferBytes = 256 << 10;
 
+// ServerOptions::body_memory_bytes: an allowance of bytes for request bodies, taken in
+// arrival order. A waiter is a coroutine parked on its own event loop; release() and the
+// waiter's timer resume it there. Thread safe.
+class BodyMemory {
+ public:
+  explicit BodyMemory(uint64_t capacity) : capacity_(capacity) {}
+
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(BodyMemory* owner, uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+    Lease(Lease&& o) noexcept
+        : owner_(std::exchange(o.owner_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    Lease& operator=(Lease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        owner_ = std::exchange(o.owner_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+      }
+      return *this;
+    }
+    ~Lease() { reset(); }
+    void reset() {
+      if (owner_ != nullptr && bytes_ > 0) owner_->release(bytes_);
+      owner_ = nullptr;
+      bytes_ = 0;
+    }
+
+   private:
+    BodyMemory* owner_ = nullptr;
+    uint64_t bytes_ = 0;
+  };
+
+  // A lease of `bytes` (at most the capacity), after waiting in line for up to `wait`; an
+  // empty optional if the wait ran out. With no limit, an empty lease at once.
+  Task<std::optional<Lease>> acquire(uint64_t bytes, std::chrono::milliseconds wait) {
+    if (capacity_ == 0 || bytes == 0) co_return Lease();
+    bytes = std::min(bytes, capacity_);
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty() && fits(bytes)) {
+        take(bytes);
+        co_return Lease(this, bytes);
+      }
+    }
+    auto waiter = std::make_shared<Waiter>();
+    waiter->bytes = bytes;
+    asio::any_io_executor ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex);
+    // Only raw pointers in the co_await expression (the g++ 12 note in
+    // gateway/task_group.h).
+    BodyMemory* self = this;
+    auto* waiterp = &waiter;
+    auto* timerp = &timer;
+    auto* exp = &ex;
+    co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+        [self, waiterp, timerp, exp, wait](auto handler) {
+          std::shared_ptr<Waiter> w = *waiterp;
+          auto resume = [ex = *exp, h = std::move(handler)]() mutable {
+            asio::post(ex, std::move(h));
+          };
+          std::unique_lock lock(self->mu_);
+          if (self->queue_.empty() && self->fits(w->bytes)) {  // room since the first look
+            self->take(w->bytes);
+            w->granted = true;
+            lock.unlock();
+            resume();
+            return;
+          }
+          ++self->waits_;
+          w->resume = std::move(resume);
+          w->queued = true;
+          self->queue_.push_back(w);
+          lock.unlock();
+          // Runs on this coroutine's loop, and acts only if the waiter is still queued.
+          timerp->expires_after(wait);
+          timerp->async_wait([self, w](const beast::error_code&) { self->giveUp(w); });
+        },
+        asio::use_awaitable);
+    timer.cancel();
+    if (!waiter->granted) co_return std::nullopt;
+    co_return Lease(this, bytes);
+  }
+
+  // Destroys the waiting coroutines without resuming them. For shutdown only, after the
+  // loops stopped and before they are destroyed.
+  void dropWaiters() {
+    std::vector<std::move_only_function<void()>> dropped;
+    std::lock_guard lock(mu_);
+    for (auto& w : queue_) {
+      w->queued = false;
+      dropped.push_back(std::move(w->resume));
+    }
+    queue_.clear();
+  }
+
+  BodyMemoryStats stats() const {
+    std::lock_guard lock(mu_);
+    return {capacity_, used_, peak_, queue_.size(), waits_, refusals_};
+  }
+
+ private:
+  struct Waiter {
+    uint64_t bytes = 0;
+    bool queued = false;   // under mu_
+    bool granted = false;  // set under mu_ before `resume` is called
+    std::move_only_function<void()> resume;
+  };
+  using Resumes = std::vector<std::move_only_function<void()>>;
+
+  bool fits(uint64_t bytes) const { return used_ + bytes <= capacity_; }
+  void take(uint64_t bytes) {
+    used_ += bytes;
+    peak_ = std::max(peak_, used_);
+  }
+
+  // Grants the waiters at the head of the line that now fit; their resumes are called by
+  // the caller, after it let go of the lock.
+  Resumes grantLocked() {
+    Resumes out;
+    while (!queue_.empty() && fits(queue_.front()->bytes)) {
+      std::shared_ptr<Waiter> w = std::move(queue_.front());
+      queue_.pop_front();
+      take(w->bytes);
+      w->granted = true;
+      w->queued = false;
+      out.push_back(std::move(w->resume));
+    }
+    return out;
+  }
+
+  void release(uint64_t bytes) {
+    Resumes resumes;
+    {
+      std::lock_guard lock(mu_);
+      used_ -= bytes;
+      resumes = grantLocked();
+    }
+    for (auto& r : resumes) r();
+  }
+
+  // The waiter's time is up: out of the line (a refusal), and those behind it that fit go.
+  void giveUp(const std::shared_ptr<Waiter>& w) {
+    Resumes resumes;
+    {
+      std::lock_guard lock(mu_);
+      if (!w->queued) return;
+      w->queued = false;
+      std::erase(queue_, w);
+      ++refusals_;
+      resumes.push_back(std::move(w->resume));
+      for (auto& r : grantLocked()) resumes.push_back(std::move(r));
+    }
+    for (auto& r : resumes) r();
+  }
+
+  const uint64_t capacity_;
+  mutable std::mutex mu_;
+  uint64_t used_ = 0, peak_ = 0, waits_ = 0, refusals_ = 0;
+  std::deque<std::shared_ptr<Waiter>> queue_;
+};
+
 bool isQuietClose(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == beast::error::timeout ||
          ec == asio::error::connection_reset || ec == asio::error::eof ||
@@ -99,7 +265,8 @@ class ServerImpl final : public Server {
         pool_(pool),
         clock_(clock),
         idle_(std::max(1, options.idle_timeout_seconds)),
-        io_(std::max(1, options.io_timeout_seconds)) {}
+        io_(std::max(1, options.io_timeout_seconds)),
+        body_memory_(options.body_memory_bytes) {}
 
   ~ServerImpl() override {
     stop();
@@ -107,6 +274,7 @@ class ServerImpl final : public Server {
     // loops go away.
     std::unique_lock lock(inflight_mu_);
     inflight_cv_.wait(lock, [this] { return inflight_ == 0; });
+    body_memory_.dropWaiters();
   }
 
   Status bind() {
@@ -144,6 +312,8 @@ class ServerImpl final : public Server {
   void stop() override {
     for (auto& c : contexts_) c->stop();
   }
+
+  BodyMemoryStats bodyMemory() const override { return body_memory_.stats(); }
 
  private:
   // The accept loop ends only when the acceptor closes; one that an exception ended (out
@@ -252,6 +422,18 @@ class ServerImpl final : public Server {
       if (!auth.isOk()) {
         Reply refused = errorReply(auth);
         if (co_await writeReply(stream, head_request, refused, false) && !expect_continue &&
+            length > buffer.size()) {
+          co_await dropRefusedBody(stream, length - buffer.size());
+        }
+        break;
+      }
+      // Its place in the body memory (ServerOptions::body_memory_bytes), held until the
+      // reply is written.
+      auto body_lease = co_await body_memory_.acquire(length, options_.body_memory_wait);
+      if (!body_lease) {
+        Reply busy = errorReply(Status::unavailable(
+            options_.name + ": request bodies fill the server's body memory; try again"));
+        if (co_await writeReply(stream, head_request, busy, false) && !expect_continue &&
             length > buffer.size()) {
           co_await dropRefusedBody(stream, length - buffer.size());
         }
@@ -442,6 +624,7 @@ class ServerImpl final : public Server {
   // Declared before the loops: a session's slot, destroyed with its coroutine frame when
   // the loops are, counts down in it.
   std::atomic<size_t> connections_{0};  // sessions open now (max_connections)
+  BodyMemory body_memory_;  // likewise: sessions' leases give their bytes back into it
   // Declared before the acceptor: the acceptor must close before its loop is destroyed.
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
@@ -453,6 +636,40 @@ class ServerImpl final : public Server {
 };
 
 }  // namespace
+
+void appendBodyMemoryMetrics(const BodyMemoryStats& stats,
+                             std::vector<prometheus::MetricFamily>& out) {
+  using prometheus::ClientMetric;
+  using prometheus::MetricType;
+  auto family = [&](std::string name, std::string help, MetricType type) -> auto& {
+    out.push_back({std::move(name), std::move(help), type, {}});
+    return out.back().metric;
+  };
+  auto value = [](MetricType type, uint64_t v, std::vector<ClientMetric::Label> labels = {}) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    (type == MetricType::Counter ? m.counter.value : m.gauge.value) = static_cast<double>(v);
+    return m;
+  };
+  auto& bytes = family("granary_rpc_body_memory_bytes",
+                       "Request-body memory of the internal API: its capacity (0: no limit), "
+                       "the bytes held now and the most ever held",
+                       MetricType::Gauge);
+  bytes.push_back(value(MetricType::Gauge, stats.capacity, {{"what", "capacity"}}));
+  bytes.push_back(value(MetricType::Gauge, stats.held, {{"what", "held"}}));
+  bytes.push_back(value(MetricType::Gauge, stats.peak, {{"what", "peak"}}));
+  family("granary_rpc_body_memory_waiting",
+         "Internal-API requests waiting for request-body memory now", MetricType::Gauge)
+      .push_back(value(MetricType::Gauge, stats.waiting));
+  family("granary_rpc_body_memory_waits_total",
+         "Internal-API requests that had to wait for request-body memory",
+         MetricType::Counter)
+      .push_back(value(MetricType::Counter, stats.waits));
+  family("granary_rpc_body_memory_refusals_total",
+         "Internal-API requests answered 503 because request-body memory stayed full",
+         MetricType::Counter)
+      .push_back(value(MetricType::Counter, stats.refusals));
+}
 
 Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Handler handler,
                                                WorkerPool& pool, const Clock& clock) {

@@ -379,9 +379,11 @@ def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
 
 
 def test_chunkserver_serves_metrics_with_its_token(tmp_path):
+    import subprocess
     import urllib.error
     from conftest import ChunkServer
-    cs = ChunkServer([str(tmp_path / "d0")], extra_args=["--metrics-token", "cs-token"]).start()
+    cs = ChunkServer([str(tmp_path / "d0")],
+                     extra_args=["--metrics-token", "cs-token", "--body-memory", "100"]).start()
     try:
         url = cs.endpoint + "/_granary/metrics"
         try:
@@ -393,5 +395,12 @@ def test_chunkserver_serves_metrics_with_its_token(tmp_path):
         text = urllib.request.urlopen(req, timeout=10).read().decode()
         assert "granary_io_operations_total" in text
         assert "granary_io_duration_seconds_bucket" in text
+        # The PUT-body memory, as configured (100 MiB), holding nothing at rest.
+        assert 'granary_rpc_body_memory_bytes{what="capacity"} 104857600' in text
+        assert 'granary_rpc_body_memory_bytes{what="held"} 0' in text
+        assert "granary_rpc_body_memory_refusals_total 0" in text
+        r = subprocess.run(["/usr/bin/promtool", "check", "metrics"], input=text.encode(),
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr + r.stdout
     finally:
         cs.stop()

@@ -15,6 +15,7 @@
 // called from any thread; run() from one.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "granary/common/status.h"
+#include "granary/rpc/server.h"
 
 namespace granary {
 class Clock;
@@ -44,6 +46,10 @@ struct ChunkServerOptions {
   uint64_t max_blob_bytes = 64ull << 20;  // largest PUT body and GET range
   size_t max_list_limit = 10000;          // blobs per list response
   size_t max_connections = 1024;          // more are closed at accept
+  // PUT bodies held at once (rpc::ServerOptions::body_memory_bytes; 0: no limit) and how
+  // long a PUT waits for room before it is answered 503 (retryable).
+  uint64_t body_memory_bytes = 0;
+  std::chrono::milliseconds body_memory_wait{10000};
   // When set, GET /_granary/metrics answers with its text (Prometheus exposition format),
   // without the cluster HMAC; with `metrics_token` set it needs "Authorization: Bearer
   // <token>" instead.
@@ -60,6 +66,7 @@ class ChunkServer {
   virtual uint16_t port() const = 0;
   virtual void run() = 0;   // blocks until stop()
   virtual void stop() = 0;  // thread safe
+  virtual rpc::BodyMemoryStats bodyMemory() const = 0;  // thread safe
 };
 
 }  // namespace granary::chunkstore

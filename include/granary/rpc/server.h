@@ -21,11 +21,15 @@
 // calls it started. `pool` and `clock` must outlive the server.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
+
+#include <prometheus/metric_family.h>
 
 #include "granary/common/aligned_bytes.h"
 #include "granary/common/status.h"
@@ -77,9 +81,33 @@ struct ServerOptions {
   size_t max_header_bytes = 16 * 1024;
   uint64_t max_body_bytes = 64ull << 20;  // largest request body
   size_t max_connections = 1024;          // more are closed at accept
+  // Request bodies held at once, from the read of the first byte until the reply is
+  // written; 0: no limit. A request whose body does not fit waits, in arrival order and
+  // without reading its body (TCP pushes back on the sender), for up to body_memory_wait,
+  // then is answered 503 kUnavailable (retryable) and its connection closed. A body larger
+  // than the whole allowance is charged the whole of it: it runs alone. Reply bodies are
+  // not counted (the clients' own read budgets bound them).
+  uint64_t body_memory_bytes = 0;
+  std::chrono::milliseconds body_memory_wait{10000};
   std::function<std::string()> render_metrics;
   std::string metrics_token;
 };
+
+// What ServerOptions::body_memory_bytes has done so far.
+struct BodyMemoryStats {
+  uint64_t capacity = 0;  // 0: no limit
+  uint64_t held = 0;      // bytes charged to request bodies now
+  uint64_t peak = 0;      // the most ever held at once
+  uint64_t waiting = 0;   // requests waiting now
+  uint64_t waits = 0;     // requests that had to wait (total)
+  uint64_t refusals = 0;  // requests answered 503 after body_memory_wait (total)
+};
+
+// Appends the stats as Prometheus families: granary_rpc_body_memory_bytes{what=capacity|
+// held|peak}, granary_rpc_body_memory_waiting, granary_rpc_body_memory_waits_total and
+// granary_rpc_body_memory_refusals_total.
+void appendBodyMemoryMetrics(const BodyMemoryStats& stats,
+                             std::vector<prometheus::MetricFamily>& out);
 
 class Server {
  public:
@@ -89,6 +117,7 @@ class Server {
   virtual uint16_t port() const = 0;
   virtual void run() = 0;   // blocks until stop()
   virtual void stop() = 0;  // thread safe
+  virtual BodyMemoryStats bodyMemory() const = 0;  // thread safe
 };
 
 }  // namespace granary::rpc

@@ -46,6 +46,11 @@ class ScriptedClient final : public ChunkClient {
       last_put_ = desc;
     }
     if (auto e = takeError()) return *e;
+    {
+      // Held while a test holds puts (bounded, so that a failing test cannot hang).
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(20), [&] { return !puts_held_; });
+    }
     return target_.put(drive, desc, payload);
   }
   Status read(std::string_view drive, const BlobId& id, uint64_t offset,
@@ -103,6 +108,11 @@ class ScriptedClient final : public ChunkClient {
     released_ = true;
     cv_.notify_all();
   }
+  void holdPuts(bool held) {
+    std::lock_guard lock(mu_);
+    puts_held_ = held;
+    cv_.notify_all();
+  }
 
   void setUnwritable(std::string drive) {
     std::lock_guard lock(mu_);
@@ -129,6 +139,7 @@ class ScriptedClient final : public ChunkClient {
   BlobDescriptor last_put_;
   std::condition_variable cv_;
   bool released_ = false;
+  bool puts_held_ = false;
   std::optional<Status> next_error_;
 };
 
@@ -181,6 +192,7 @@ struct Cluster {
   void stop() {
     if (!server) return;
     scripted->releaseReads();
+    scripted->holdPuts(false);
     server->stop();
     thread.join();
     server.reset();
@@ -533,6 +545,71 @@ TEST_CASE("Connections beyond max_connections are closed at accept, freed slots 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   CHECK(served);
+}
+
+// Waits up to 10 s for the server's body memory to satisfy `what`.
+template <typename Pred>
+bool bodyMemoryReaches(const ChunkServer& server, Pred what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!what(server.bodyMemory())) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST_CASE("PUT bodies beyond the body memory wait in line, and get 503 once the wait is up") {
+  ChunkServerOptions opts;
+  opts.body_memory_bytes = 96 << 10;
+  opts.body_memory_wait = std::chrono::milliseconds(1500);
+  Cluster c(opts);
+  auto client = c.client();
+  const auto data = randomBytes(64 << 10, 7);
+  CHECK(c.server->bodyMemory().capacity == (96u << 10));
+  using Stats = rpc::BodyMemoryStats;
+
+  // A body larger than the whole allowance is charged all of it and goes alone.
+  const auto big = randomBytes(128 << 10, 8);
+  REQUIRE(client->put("d0", descriptor(makeId(1)), big).isOk());
+  CHECK(c.server->bodyMemory().peak == (96u << 10));
+  CHECK(c.server->bodyMemory().held == 0);
+
+  c.scripted->holdPuts(true);
+  Status first, second;
+  std::thread a([&] { first = client->put("d0", descriptor(makeId(2)), data); });
+  REQUIRE(bodyMemoryReaches(*c.server, [](const Stats& s) { return s.held == (64u << 10); }));
+  std::thread b([&] { second = client->put("d0", descriptor(makeId(3)), data); });
+  // The second does not fit beside the first: it waits, and is let in once the first
+  // answered.
+  REQUIRE(bodyMemoryReaches(*c.server, [](const Stats& s) { return s.waiting == 1; }));
+  CHECK(c.server->bodyMemory().held == (64u << 10));
+  c.scripted->holdPuts(false);
+  a.join();
+  b.join();
+  CHECK(first.isOk());
+  CHECK(second.isOk());
+  CHECK(c.server->bodyMemory().waits == 1);
+  CHECK(c.server->bodyMemory().refusals == 0);
+
+  // One that waits longer than body_memory_wait is refused, retryable, and stores nothing.
+  c.scripted->holdPuts(true);
+  std::thread a2([&] { first = client->put("d0", descriptor(makeId(4)), data); });
+  REQUIRE(bodyMemoryReaches(*c.server, [](const Stats& s) { return s.held == (64u << 10); }));
+  const auto start = std::chrono::steady_clock::now();
+  second = client->put("d0", descriptor(makeId(5)), data);
+  CHECK(secondsSince(start) >= 1.4);
+  CHECK(second.code() == Code::kUnavailable);
+  CHECK(second.retryable());
+  CHECK(c.server->bodyMemory().refusals == 1);
+  CHECK(c.server->bodyMemory().waiting == 0);
+  c.scripted->holdPuts(false);
+  a2.join();
+  CHECK(first.isOk());
+  CHECK(client->stat("d0", makeId(4)).has_value());
+  CHECK(client->stat("d0", makeId(5)).error().code() == Code::kNotFound);
+  // Every lease came back; the server still serves.
+  CHECK(c.server->bodyMemory().held == 0);
+  REQUIRE(client->put("d0", descriptor(makeId(6)), data).isOk());
 }
 
 TEST_CASE("list() pages up to its limit, a limit over the server's cap is refused") {
