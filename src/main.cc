@@ -166,6 +166,19 @@ std::pair<std::string, uint16_t> parseListen(const std::string& listen) {
   return {host, static_cast<uint16_t>(port)};
 }
 
+// The drive options, read once and checked (driveOptions).
+struct DriveOptions {
+  double spare_zero_rate = 0;  // MB/s, all drives together
+  uint64_t extent_mib = 0;
+  int64_t verified_cache_mib = 0;  // -1: a quarter of the memory
+  int64_t crc_cache_mib = 0;
+  int64_t index_cache_mib = 0;
+  int64_t extent_descriptors = 0;  // -1: half of RLIMIT_NOFILE
+  bool direct_reads = false;
+  double scrub_rate = 0;   // MB/s, all drives together
+  double scrub_hours = 0;  // between passes
+};
+
 struct OpenedDrives {
   std::map<std::string, std::unique_ptr<chunkstore::ChunkStore>, std::less<>> stores;
   std::map<std::string, Status, std::less<>> failed;  // drive id -> why it did not open
@@ -176,17 +189,17 @@ struct OpenedDrives {
 // of the process serve, and its fragments are read from the others. Dies if none opens.
 OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& drives,
                         chunkstore::IoEngine& engine, RocksResources& rocks,
-                        const Clock& clock, const po::variables_map& vm) {
+                        const Clock& clock, const DriveOptions& options) {
   OpenedDrives opened;
-  const double zero_rate = vm["spare-zero-rate"].as<double>();
-  const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
+  const double zero_rate = options.spare_zero_rate;
+  const uint64_t extent_mib = options.extent_mib;
   // One activity record for all the drives: a spare is zeroed at full speed only while no
   // drive of this process serves a client (they often share a disk).
   auto activity = std::make_shared<chunkstore::DriveActivity>();
   // Kernel mappings (VMAs) for verified blobs, all drives together: a process may have
   // 65,530 by default (vm.max_map_count), RocksDB and the allocator need some.
   constexpr size_t kVerifiedMappings = 16384;
-  const int64_t verified_mib = vm["verified-cache"].as<int64_t>();
+  const int64_t verified_mib = options.verified_cache_mib;
   uint64_t verified_bytes = 0;
   if (verified_mib < 0) {  // default: a quarter of the machine's memory
     verified_bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
@@ -196,11 +209,11 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
   }
   // The caches of block CRCs and blob index entries: one budget each for the process,
   // shared evenly by its drives (a server with many drives does not multiply it).
-  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
-  const int64_t index_mib = vm["index-cache"].as<int64_t>();
+  const int64_t crc_mib = options.crc_cache_mib;
+  const int64_t index_mib = options.index_cache_mib;
   // Extent descriptors, shared evenly too; by default half of RLIMIT_NOFILE (main raised it
   // to the hard limit): the rest is for sockets and the drives' RocksDB files.
-  int64_t descriptors = vm["extent-descriptors"].as<int64_t>();
+  int64_t descriptors = options.extent_descriptors;
   if (descriptors == -1) {
     rlimit files{};
     descriptors = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
@@ -212,7 +225,7 @@ OpenedDrives openDrives(const std::vector<std::pair<std::string, fs::path>>& dri
     co.crc_cache_bytes = (static_cast<uint64_t>(crc_mib) << 20) / drives.size();
     co.index_cache_bytes = (static_cast<uint64_t>(index_mib) << 20) / drives.size();
     co.dir = dir.string();
-    co.cached_reads = !vm["direct-reads"].as<bool>();
+    co.cached_reads = !options.direct_reads;
     co.extent_size = extent_mib << 20;
     // At least 16 a drive: a drive needs a few open at once (the active extent, reads).
     co.extent_descriptors =
@@ -290,39 +303,46 @@ void addDriveOptions(po::options_description& opts) {
       "hours between the end of one scrub pass over a drive and the next");
 }
 
-// Dies with a message on a drive option out of its range: called before anything is
-// opened or created, so that a mistyped option costs a message, not a drive recovery.
-// Rates are finite and bounded (1e9 MB/s, 100 years): infinity or NaN would pass a `< 0`
-// test and make their conversions to integers undefined.
-void checkDriveOptions(const po::variables_map& vm) {
-  const double zero_rate = vm["spare-zero-rate"].as<double>();
-  if (!(zero_rate >= 0 && zero_rate <= 1e9)) die("--spare-zero-rate must be 0-1e9 (MB/s)");
-  const uint64_t extent_mib = vm["extent-size"].as<uint64_t>();
-  if (extent_mib < 1 || extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
-  if (vm["verified-cache"].as<int64_t>() > kMaxCacheMib) {
+// Reads the drive options; dies with a message on one out of its range: called before
+// anything is opened or created, so that a mistyped option costs a message, not a drive
+// recovery. Rates are finite and bounded (1e9 MB/s, 100 years): infinity or NaN would pass
+// a `< 0` test and make their conversions to integers undefined.
+DriveOptions driveOptions(const po::variables_map& vm) {
+  DriveOptions o;
+  o.spare_zero_rate = vm["spare-zero-rate"].as<double>();
+  if (!(o.spare_zero_rate >= 0 && o.spare_zero_rate <= 1e9)) {
+    die("--spare-zero-rate must be 0-1e9 (MB/s)");
+  }
+  o.extent_mib = vm["extent-size"].as<uint64_t>();
+  if (o.extent_mib < 1 || o.extent_mib > (1u << 20)) die("--extent-size must be 1..1048576 MiB");
+  o.verified_cache_mib = vm["verified-cache"].as<int64_t>();
+  if (o.verified_cache_mib > kMaxCacheMib) {
     die("--verified-cache must be at most " + std::to_string(kMaxCacheMib) + " (MiB)");
   }
-  const int64_t crc_mib = vm["crc-cache"].as<int64_t>();
-  const int64_t index_mib = vm["index-cache"].as<int64_t>();
-  if (crc_mib < 0 || index_mib < 0 || crc_mib > kMaxCacheMib || index_mib > kMaxCacheMib) {
+  o.crc_cache_mib = vm["crc-cache"].as<int64_t>();
+  o.index_cache_mib = vm["index-cache"].as<int64_t>();
+  if (o.crc_cache_mib < 0 || o.index_cache_mib < 0 || o.crc_cache_mib > kMaxCacheMib ||
+      o.index_cache_mib > kMaxCacheMib) {
     die("--crc-cache and --index-cache must be 0-" + std::to_string(kMaxCacheMib) + " (MiB)");
   }
-  if (vm["extent-descriptors"].as<int64_t>() < -1) {
-    die("--extent-descriptors must be >= 0, or -1 for the default");
-  }
-  const double rate = vm["scrub-rate"].as<double>();
-  const double hours = vm["scrub-interval"].as<double>();
-  if (!(rate >= 0 && rate <= 1e9) || !(hours >= 0 && hours <= 876000)) {
+  o.extent_descriptors = vm["extent-descriptors"].as<int64_t>();
+  if (o.extent_descriptors < -1) die("--extent-descriptors must be >= 0, or -1 for the default");
+  o.direct_reads = vm["direct-reads"].as<bool>();
+  o.scrub_rate = vm["scrub-rate"].as<double>();
+  o.scrub_hours = vm["scrub-interval"].as<double>();
+  if (!(o.scrub_rate >= 0 && o.scrub_rate <= 1e9) ||
+      !(o.scrub_hours >= 0 && o.scrub_hours <= 876000)) {
     die("--scrub-rate must be 0-1e9 (MB/s) and --scrub-interval 0-876000 (hours)");
   }
+  return o;
 }
 
 // Starts one scrubber per drive, sharing --scrub-rate evenly (the drives of one process
-// usually share a disk in the embedded setup). The options are checkDriveOptions'.
+// usually share a disk in the embedded setup).
 void startScrubbing(chunkstore::LocalChunkClient& chunks, size_t drives,
-                    const po::variables_map& vm) {
-  const double rate = vm["scrub-rate"].as<double>();
-  const double hours = vm["scrub-interval"].as<double>();
+                    const DriveOptions& options) {
+  const double rate = options.scrub_rate;
+  const double hours = options.scrub_hours;
   if (rate == 0 || drives == 0) return;
   chunkstore::ScrubOptions so;
   so.rate_bytes_per_second = std::max<uint64_t>(1, static_cast<uint64_t>(rate * 1e6 / drives));
@@ -680,7 +700,7 @@ int serve(int argc, char** argv) {
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   const gateway::GatewayOptions gopts = gatewayOptions(vm);
-  checkDriveOptions(vm);
+  const DriveOptions drive_options = driveOptions(vm);
 
   sigset_t sigs = blockStopSignals();
   std::unique_ptr<SignalWatch> signals;  // destroyed last (runUntilSignal)
@@ -698,9 +718,9 @@ int serve(int argc, char** argv) {
 
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   for (const auto& d : map.drives) drive_dirs.emplace_back(d.id, data / d.path);
-  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, vm);
+  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, drive_options);
   chunkstore::LocalChunkClient chunks(std::move(opened.stores), opened.failed);
-  startScrubbing(chunks, drive_dirs.size(), vm);
+  startScrubbing(chunks, drive_dirs.size(), drive_options);
   // One clock for the index and its gateway: no margin for gateway clocks running ahead.
   auto index = index_kv::openIndex({.dir = (data / "index").string(), .new_index_margin = {}},
                                    rocks, clock);
@@ -1061,12 +1081,18 @@ int chunkserver(int argc, char** argv) {
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
-  checkDriveOptions(vm);
+  const DriveOptions drive_options = driveOptions(vm);
   if (dirs.empty()) die("chunkserver needs at least one --dir");
+  if (vm["body-memory"].as<int>() < 16) die("--body-memory must be >= 16 (MiB)");
   if (listen.empty()) die("chunkserver needs --listen HOST:PORT");
   const std::string secret = clusterSecret(vm);
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   chunkstore::ChunkServerOptions copts;
+  copts.body_memory_bytes = uint64_t(vm["body-memory"].as<int>()) << 20;
+  std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
+  if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
+    die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
+  }
   for (const auto& arg : dirs) {
     auto drive = parseDriveArg(arg);
     for (const auto& [id, dir] : drive_dirs) {
@@ -1082,21 +1108,15 @@ int chunkserver(int argc, char** argv) {
   RocksResources rocks;
   prometheus::Registry registry;
   auto engine = chunkstore::makeMeteredEngine(chunkstore::makeUringEngine(), registry);
-  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, vm);
+  OpenedDrives opened = openDrives(drive_dirs, *engine, rocks, clock, drive_options);
   chunkstore::LocalChunkClient chunks(std::move(opened.stores), opened.failed);
-  startScrubbing(chunks, drive_dirs.size(), vm);
+  startScrubbing(chunks, drive_dirs.size(), drive_options);
   auto pool = std::make_unique<WorkerPool>(workerThreads(workers), "granary-cs");
 
-  std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
-  if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
-    die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
-  }
   copts.event_loops = static_cast<size_t>(loops);
   copts.cluster_secret = secret;
   copts.idle_timeout_seconds = std::max(1, vm["idle-timeout"].as<int>());
   copts.io_timeout_seconds = std::max(1, vm["io-timeout"].as<int>());
-  if (vm["body-memory"].as<int>() < 16) die("--body-memory must be >= 16 (MiB)");
-  copts.body_memory_bytes = uint64_t(vm["body-memory"].as<int>()) << 20;
   copts.metrics_token = metricsToken(vm);
   // Set before the server runs, which is before any scrape.
   const chunkstore::ChunkServer* serving = nullptr;

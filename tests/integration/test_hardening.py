@@ -601,6 +601,26 @@ def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, m
     assert message in out, out
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--body-memory", "8"], "--body-memory must be >= 16"),
+    (["--scrub-rate", "inf"], "--scrub-rate must be 0-1e9"),
+    (["--extent-descriptors", "-2"], "--extent-descriptors must be >= 0"),
+    (["--workers", "100000"], "--workers must be 0-4096"),
+    (["--listen", "127.0.0.1:x"], "bad port in --listen"),
+])
+def test_chunkserver_refuses_bad_options_before_opening_its_drives(granary_bin, tmp_path,
+                                                                   args, message):
+    data = tmp_path / "d0"
+    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
+    res = subprocess.run([granary_bin, "chunkserver", "--dir", str(data)] + listen + args,
+                         env={**os.environ, "GRANARY_CLUSTER_SECRET": "s"},
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert message in out, out
+    assert not data.exists()
+
+
 @pytest.mark.parametrize("args", [["--listen", "foo"], ["--bulk-nice", "25"],
                                   ["--orphan-grace", "0"], ["--scrub-rate", "inf"],
                                   ["--spare-zero-rate", "nan"], ["--extent-size", "0"],
