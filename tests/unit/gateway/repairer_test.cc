@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <string>
@@ -243,6 +244,45 @@ TEST_CASE("Background repair passes run only while this gateway leads them") {
   repairer.stop();
   CHECK(f.metric("rebuilt") == 1);
   f.checkFragments("k");
+}
+
+TEST_CASE("A background repair pass whose gateway lost the lease stops before its next object") {
+  RepairFixture f;
+  REQUIRE(f.removeFragment(f.put("a", {0, 1, 2, 3, 4, 5}), 1).isOk());
+  REQUIRE(f.removeFragment(f.put("b", {0, 1, 2, 3, 4, 5}), 1).isOk());
+  // Whether fragment 1 of `key` is where its manifest says, as the index holds it now.
+  auto whole = [&f](const std::string& key) {
+    auto m = f.index.getObject("bucket", key);
+    if (!m.has_value()) return false;
+    const auto& s = m->stripes.at(0);
+    return f.cluster.local->stat(m->drives[s.drives[1]], BlobId{s.blob_version, 0, 1})
+        .has_value();
+  };
+  // The lease is lost the moment "a" is repaired: a pass that asked only when it started
+  // would go on to "b".
+  RepairOptions options;
+  options.interval = std::chrono::seconds(1);
+  options.leading = [&whole] { return !whole("a"); };
+  Repairer repairer(f.index, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.registry,
+                    options);
+  repairer.start();
+  // Once the background pass is over, an explicit dry run gets the pass lock.
+  std::optional<RepairStats> after;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (whole("a")) {
+      if (auto dry = repairer.runPass(/*dry_run=*/true); dry.has_value()) {
+        after = *dry;
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  repairer.stop();
+  REQUIRE(after.has_value());
+  f.checkFragments("a");
+  CHECK(after->fragments_missing == 1);  // b's, left for the pass of the new leader
+  CHECK_FALSE(whole("b"));
 }
 
 TEST_CASE("A repair whose commit outcome is unknown sends it again, and removes no copy") {
