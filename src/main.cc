@@ -990,8 +990,12 @@ int rebuildIndexCommand(int argc, char** argv) {
   if (!vm.count("no-checkpoint")) {
     auto restored = gateway::restoreLatestCheckpoint(*chunks, map, dir, chosen);
     if (!restored) {
-      die("no checkpoint restored (" + restored.error().toString() +
-          "); run with --no-checkpoint to rebuild from the fragments alone");
+      // --no-checkpoint loses what only a checkpoint holds (multipart completions, inline
+      // objects, metadata, users): offered only when there is no checkpoint to restore.
+      die("no checkpoint restored (" + restored.error().toString() + "); " +
+          (restored.error().isNotFound()
+               ? "run with --no-checkpoint to rebuild from the fragments alone"
+               : "try again once every drive answers"));
     }
     std::printf("restored checkpoint %s (made at Unix time %lld, %llu files, %llu bytes, "
                 "%zu copies)\n",
@@ -1002,6 +1006,20 @@ int rebuildIndexCommand(int argc, char** argv) {
     ro.checkpoint_unix_nanos = restored->created_unix_nanos;
   }
   RocksResources rocks;  // openIndex makes `dir`, durably, if the restore did not
+  if (!vm.count("no-checkpoint")) {
+    // The checkpoint's own guard: what the index it was made from could not know.
+    auto restored = index_kv::openIndex(index_kv::IndexOptions{.dir = dir}, rocks, clock);
+    if (!restored) die("cannot open the restored checkpoint: " + restored.error().toString());
+    auto guard = (*restored)->createdUnixNanos();
+    if (!guard) die("cannot read the restored checkpoint's guard: " + guard.error().toString());
+    ro.checkpoint_guard_unix_nanos = *guard;
+    if (*guard > 0) {
+      std::printf("the checkpoint's index did not know the blobs created before Unix time "
+                  "%lld (it started empty, or was rebuilt with errors): those are rebuilt "
+                  "from their fragments\n",
+                  static_cast<long long>(*guard / 1'000'000'000));
+    }
+  }
   // Rebuilt from every blob on the drives, it will know them all, and what it leaves out
   // is the orphan sweep's: its creation time becomes 0 once the rebuild is done (while
   // it runs, a new index's guard stays recorded, should it not finish).

@@ -557,6 +557,10 @@ Result<std::vector<CheckpointInfo>> listCheckpoints(chunkstore::ChunkClient& chu
     CheckpointInfo info;
     auto catalog = readCatalog(chunks, *listed, id.version, info);
     if (!catalog) {
+      // A catalog that may read later (a drive that timed out) fails the listing: left
+      // out, the checkpoint would not be the newest listed, and an operator who took the
+      // first line would restore an older one.
+      if (!unreadable(catalog.error())) return fail(catalog.error());
       log::warn("checkpoint {}: catalog unreadable: {}", id.version.toHex(),
                 catalog.error().toString());
       continue;
@@ -836,12 +840,7 @@ class Rebuilder {
       return;
     }
     const int64_t created = version.createdUnixNanos();
-    const int64_t oldest_committable =
-        options_.checkpoint_unix_nanos -
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_put +
-                                                             options_.clock_margin)
-            .count();
-    if (options_.checkpoint_unix_nanos > 0 && created < oldest_committable) {
+    if (committedBeforeCheckpoint(version) && !beforeCheckpointGuard(version)) {
       ++stats_.versions_stale;  // an orphan of a write that failed before the checkpoint
       return;
     }
@@ -958,6 +957,24 @@ class Rebuilder {
     return toHex(md5.finish());
   }
 
+  // A version too old to have been committed after the restored checkpoint was made
+  // (RebuildOptions::checkpoint_unix_nanos).
+  bool committedBeforeCheckpoint(const VersionId& version) const {
+    const int64_t oldest_committable =
+        options_.checkpoint_unix_nanos -
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.max_put +
+                                                             options_.clock_margin)
+            .count();
+    return options_.checkpoint_unix_nanos > 0 &&
+           version.createdUnixNanos() < oldest_committable;
+  }
+
+  // A version the restored checkpoint's index may never have known (RebuildOptions::
+  // checkpoint_guard_unix_nanos).
+  bool beforeCheckpointGuard(const VersionId& version) const {
+    return version.createdUnixNanos() < options_.checkpoint_guard_unix_nanos;
+  }
+
   void commit(const std::string& bucket, const std::string& key, const index_kv::Manifest& m) {
     auto b = index_.getBucket(bucket);
     if (!b && b.error().isNotFound()) {
@@ -984,6 +1001,12 @@ class Rebuilder {
       // on the drives was (if that one was at all); one this rebuild committed was created
       // before or after this one: the later start wins.
       const bool from_checkpoint = !rebuilt_.contains(current->version);
+      if (from_checkpoint && committedBeforeCheckpoint(m.version)) {
+        // Committed, if at all, before the checkpoint's index started (beforeCheckpointGuard,
+        // or it would be stale), so before that index committed its own manifest of the key.
+        ++stats_.versions_superseded;
+        return;
+      }
       if (!from_checkpoint && current->version.createdUnixNanos() >= m.version.createdUnixNanos()) {
         ++stats_.versions_superseded;
         return;

@@ -148,6 +148,14 @@ struct RebuildOptions {
   // acknowledged after the checkpoint must never count as stale; the cost is that failed
   // PUTs of the margin's minutes before the cutoff come back.
   std::chrono::seconds clock_margin{16 * 60};
+  // The restored checkpoint's own guard (Index::createdUnixNanos of the index it was made
+  // from; 0: that index knew every blob). Non-zero when that index started empty (a new
+  // cluster's, or one started in place of a lost index) or was a rebuild that finished
+  // with errors: it may never have known the versions created before its guard. Such a
+  // version older than the cutoff above is not stale: it is rebuilt where the checkpoint
+  // has no manifest of its key, and never replaces one (that index committed its own after
+  // it started, so later). A new cluster's failed PUTs of its first minutes come back.
+  int64_t checkpoint_guard_unix_nanos = 0;
 };
 
 // Which versions win: a version found on the drives was committed, if at all, after the

@@ -624,6 +624,50 @@ TEST_CASE("A version too old to have been committed after the checkpoint is not 
   CHECK(idx->getObject("bucket", "kept").has_value());
 }
 
+TEST_CASE("A checkpoint of an index that started empty: versions from before it are rebuilt") {
+  // The index disk was lost and an empty index started in its place (it never knew the
+  // objects committed before it); checkpoints were made of that one, then it was lost too.
+  RecoveryFixture f;
+  auto lost = f.write("bucket", "lost", randomString(kStripe, 63));  // committed to the first
+  auto older = f.write("bucket", "k", randomString(kStripe, 64));    // a version of k before
+  auto empty = f.openAt(f.cluster.dir.path() + "/replacement");
+  auto guard = empty->createdUnixNanos();
+  REQUIRE(guard.has_value());
+  REQUIRE(lost.version.createdUnixNanos() < *guard);  // as the empty index's guard says
+  REQUIRE(older.version.createdUnixNanos() < *guard);
+  RecoveryFixture::makeBucket(*empty, "bucket");
+  const std::string newer = randomString(kStripe, 65);
+  f.put(*empty, "k", newer);  // k's version committed to the empty index
+  f.cluster.clock.advance(int64_t{3600} * 1'000'000'000);
+  CheckpointOptions co;
+  co.work_dir = f.cluster.dir.path() + "/ckpt-work";
+  prometheus::Registry registry;
+  IndexCheckpointer cp(*empty, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.random,
+                       registry, co);
+  REQUIRE(cp.runOnce().has_value());
+  const std::string dir = f.cluster.dir.path() + "/r";
+  auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
+  REQUIRE(restored.has_value());
+  {
+    // The guard travels with the checkpoint (rebuild-index reads it so).
+    auto probe = f.openAt(dir);
+    CHECK(probe->createdUnixNanos().value() == *guard);
+  }
+  auto idx = f.openAt(dir, kRebuilding);
+  RebuildOptions o{"rootkey", restored->created_unix_nanos, std::chrono::seconds(1800)};
+  o.checkpoint_guard_unix_nanos = *guard;
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
+  REQUIRE(stats.has_value());
+  CHECK(stats->errors == 0);
+  CHECK(stats->versions_stale == 0);  // without the guard: both, and "lost" is swept
+  CHECK(stats->objects_rebuilt == 1);
+  CHECK(stats->versions_superseded == 1);  // k's older version: the checkpoint's is later
+  auto got = idx->getObject("bucket", "lost");
+  REQUIRE(got.has_value());
+  CHECK(got->version == lost.version);
+  CHECK(f.read(*idx, "k") == newer);
+}
+
 TEST_CASE("A version older than max_put but within the clock margin is rebuilt") {
   // Its gateway's clock may have run behind the index host's: it could have been
   // acknowledged after the checkpoint.
