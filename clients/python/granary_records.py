@@ -86,6 +86,10 @@ def _request_record(r):
 
 
 def _error_of(resp):
+    """The S3 <Error> of an answer; an answer without a body (HEAD) gets the status as its
+    code and the reason as its message, as botocore gives them."""
+    if not resp.data:
+        return RecordError(resp.status, str(resp.status), resp.reason or "")
     code, message = "", resp.data[:500].decode("utf-8", "replace")
     try:
         import xml.etree.ElementTree as ET
@@ -111,6 +115,21 @@ def index_uploads(s3_client, index="auto", index_key=None):
     return s3_client
 
 
+# Limits of a batch get (include/granary/gateway/record_limits.h): batch_get splits its
+# requests to fit.
+MAX_BATCH_GET_KEYS = 10000
+MAX_BATCH_GET_BODY = 8 << 20
+
+# Reads (GET, HEAD, a batch get) are sent again, with backoff, after a connection error
+# or a 500/503 answer (SlowDown, buffer memory spent), as the AWS SDKs do. Writes only
+# when the request did not go out (a refused connection).
+_READ_RETRIES = urllib3.Retry(total=4, backoff_factor=0.2, status_forcelist=(500, 503),
+                              allowed_methods=frozenset({"GET", "HEAD", "POST"}),
+                              raise_on_status=False, respect_retry_after_header=True)
+_WRITE_RETRIES = urllib3.Retry(total=2, connect=2, read=0, status=0, other=0, redirect=0,
+                               raise_on_status=False)
+
+
 class RecordClient:
     def __init__(self, endpoint_url, access_key, secret_key, region="us-east-1", timeout=60):
         self.endpoint = endpoint_url.rstrip("/")
@@ -128,7 +147,8 @@ class RecordClient:
 
     # ---- transport ---------------------------------------------------------------------
     def _request(self, method, bucket, key="", query=(), body=b"", headers=None,
-                 preload=True):
+                 preload=True, read=False):
+        """`read`: a request that changes nothing, sent again on a retryable failure."""
         path = "/" + _quote(bucket) + ("/" + _quote_key(key) if key else "")
         qs = "&".join(_quote(k) + ("=" + _quote(v) if v is not None else "")
                       for k, v in query)
@@ -136,10 +156,12 @@ class RecordClient:
         req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
         S3SigV4Auth(self.credentials, "s3", self.region).add_auth(req)
         resp = self.http.request(method, url, body=body or None, headers=dict(req.headers.items()),
-                                 preload_content=preload)
+                                 preload_content=preload,
+                                 retries=_READ_RETRIES if read else _WRITE_RETRIES)
         if resp.status >= 300:
             if not preload:
-                resp.read()
+                resp.read(cache_content=True)  # for _error_of's resp.data
+                resp.release_conn()
             raise _error_of(resp)
         return resp
 
@@ -161,7 +183,8 @@ class RecordClient:
                                         json.dumps(body).encode()).data)
 
     def get_bucket_index(self, bucket):
-        return json.loads(self._request("GET", bucket, "", [("record-index", None)]).data)
+        return json.loads(self._request("GET", bucket, "", [("record-index", None)],
+                                        read=True).data)
 
     def insert_rows(self, bucket, container, rows, format=None):
         """Batch insert of externally built rows: dicts with key, offset, length and
@@ -189,14 +212,14 @@ class RecordClient:
         """The record's bytes: the newest location of `key`, or the row at `offset` of
         `container` (one of several of the same key in it)."""
         resp = self._request("GET", bucket, "",
-                             self._record_query(key, container, type, raw, offset))
+                             self._record_query(key, container, type, raw, offset), read=True)
         if with_location:
             return resp.data, _location(resp.headers)
         return resp.data
 
     def head_record(self, bucket, key, container=None, type=None, raw=False, offset=None):
         resp = self._request("HEAD", bucket, "",
-                             self._record_query(key, container, type, raw, offset))
+                             self._record_query(key, container, type, raw, offset), read=True)
         loc = _location(resp.headers)
         loc["size"] = int(resp.headers["Content-Length"])
         return loc
@@ -219,20 +242,34 @@ class RecordClient:
                 q.append(("max-records", page_size))
             if token:
                 q.append(("continuation-token", token))
-            page = json.loads(self._request("GET", bucket, "", q).data)
+            page = json.loads(self._request("GET", bucket, "", q, read=True).data)
             yield from map(_with_key, page["records"])
             if not page["is_truncated"]:
                 return
             token = page["next_continuation_token"]
 
     def container_records(self, bucket, container, page_size=1000):
-        """Rows of one container in offset order."""
+        """Rows of one container in offset order. Raises RecordError "NotIndexed" for a
+        container without rows whose indexing did not succeed (uploaded without
+        x-granary-index, or `malformed`, `not-indexable`, `failed`), and "ContainerChanged"
+        if it is replaced between two pages (the rows would mix two versions)."""
         after = None
+        version = None
         while True:
             q = [("records", None), ("max-records", page_size)]
             if after is not None:
                 q.append(("after", after))
-            page = json.loads(self._request("GET", bucket, container, q).data)
+            page = json.loads(self._request("GET", bucket, container, q, read=True).data)
+            if after is None and not page["records"] and not page["is_truncated"] \
+                    and page.get("status") != "indexed":
+                why = page.get("status") or "not asked for"
+                if page.get("message"):
+                    why += ": " + page["message"]
+                raise RecordError(0, "NotIndexed", f"{container}: no records (indexing {why})")
+            if version is not None and page.get("container_version") != version:
+                raise RecordError(0, "ContainerChanged",
+                                  f"{container} was replaced while its rows were listed")
+            version = page.get("container_version")
             yield from map(_with_key, page["records"])
             if not page["is_truncated"]:
                 return
@@ -242,10 +279,33 @@ class RecordClient:
         """Yields (header, body) per requested record, in order. `records`: keys, or
         dicts {"key": ..., "container": ...[, "offset": ...]}. A failed record has
         header["status"] != 200 and an empty body. Raises if the stream ends early. Keys
-        as in key_of."""
-        body = json.dumps({"records": [_request_record(r) for r in records], "type": type,
-                           "raw": raw}).encode()
-        resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False)
+        as in key_of. More records than one request may carry (MAX_BATCH_GET_KEYS,
+        MAX_BATCH_GET_BODY) go in several, one after the other; header["index"] counts
+        from the first record of the call."""
+        entries = [json.dumps(_request_record(r)) for r in records]
+        start = 0
+        while start < len(entries) or start == 0:
+            # The envelope: {"records": [...], "type": ..., "raw": ...}, with room to spare.
+            size, end = 256 + len(json.dumps(type)), start
+            while end < len(entries) and end - start < MAX_BATCH_GET_KEYS and \
+                    size + len(entries[end]) + 2 <= MAX_BATCH_GET_BODY:
+                size += len(entries[end]) + 2
+                end += 1
+            if end == start and end < len(entries):
+                raise RecordError(0, "InvalidArgument", "a batch entry over the body limit")
+            body = ('{"records": [' + ", ".join(entries[start:end]) + "], \"type\": " +
+                    json.dumps(type) + ', "raw": ' + json.dumps(raw) + "}").encode()
+            for header, data in self._batch_get_one(bucket, body):
+                if "index" in header:
+                    header["index"] += start
+                yield header, data
+            if end == len(entries):
+                return
+            start = end
+
+    def _batch_get_one(self, bucket, body):
+        resp = self._request("POST", bucket, "", [("records-batch", None)], body, preload=False,
+                             read=True)
         ended = False
         try:
             reader = _FrameReader(resp)
@@ -266,17 +326,28 @@ class RecordClient:
             resp.release_conn()
 
 
+def _header_text(v):
+    """A header value as the server sent it: UTF-8 bytes, which http.client decoded as
+    Latin-1 (a container named données/s.tar would come back as donnÃ©es/s.tar)."""
+    if v is None:
+        return None
+    try:
+        return v.encode("latin-1").decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return v
+
+
 def _location(headers):
     h = {k.lower(): v for k, v in headers.items()}
     out = {
-        "container": h.get("x-granary-record-container"),
+        "container": _header_text(h.get("x-granary-record-container")),
         "offset": int(h["x-granary-record-offset"]),
         "length": int(h["x-granary-record-length"]),
         "crc32c": h.get("x-granary-record-crc32c"),
         "container_version": h.get("x-granary-record-container-version"),
     }
     if "x-granary-record-type" in h:
-        out["type"] = h["x-granary-record-type"]
+        out["type"] = _header_text(h["x-granary-record-type"])
     return out
 
 

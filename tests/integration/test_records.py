@@ -407,6 +407,46 @@ def test_record_requests_are_authenticated_and_validated(server, rc, bucket):
     assert e.value.code == "InvalidArgument"
 
 
+def test_python_client_errors_limits_and_names(server, rc, bucket):
+    """The Python client (clients/python): a batch get's error keeps its S3 code, a batch
+    over the server's limits goes in several requests, a container that was not indexed
+    is an error rather than no rows, HEAD errors have a code, and a container name that is
+    not ASCII comes back as sent."""
+    import granary_records
+    bad = RecordClient(server.endpoint, server.access_key, "wrong-secret")
+    with pytest.raises(RecordError) as e:
+        list(bad.batch_get(bucket, ["a"]))
+    assert e.value.status == 403 and e.value.code == "SignatureDoesNotMatch", e.value
+    with pytest.raises(RecordError) as e:
+        list(rc.batch_get("no-such-bucket-here", ["a"]))
+    assert e.value.code == "NoSuchBucket", e.value
+
+    data, files = make_tar(20, seed=11)
+    name = "données/s.tar"
+    rc.put_container(bucket, name, data)
+    member = sorted(files)[3]
+    body, loc = rc.get_record(bucket, member, with_location=True)
+    assert body == files[member] and loc["container"] == name
+    assert rc.head_record(bucket, member)["container"] == name
+    with pytest.raises(RecordError) as e:
+        rc.head_record(bucket, "no-such-record")
+    assert e.value.status == 404 and e.value.code == "404"
+
+    # One over the keys a request may carry: two requests, one stream of answers.
+    keys = [member] + [f"missing-{i}" for i in range(granary_records.MAX_BATCH_GET_KEYS)]
+    got = list(rc.batch_get(bucket, keys))
+    assert [h["index"] for h, _ in got] == list(range(len(keys)))
+    assert got[0] == (got[0][0], files[member]) and got[0][0]["status"] == 200
+    assert {h["status"] for h, _ in got[1:]} == {404}
+    assert got[-1][0]["key"] == keys[-1]
+
+    rc.put_container(bucket, "plain.tar", data, index="off")
+    with pytest.raises(RecordError) as e:
+        list(rc.container_records(bucket, "plain.tar"))
+    assert e.value.code == "NotIndexed", e.value
+    assert len(list(rc.container_records(bucket, name))) == len(files)
+
+
 def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket, tmp_path):
     assert rc.get_bucket_index(bucket)["index"] == "off"
     assert rc.set_bucket_index(bucket, "auto")["index"] == "auto"

@@ -9,6 +9,7 @@ shuffles samples through a buffer. Shards are reshuffled every epoch.
 import os
 import random
 import sys
+import time
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -44,17 +45,38 @@ class RecordShardDataset(IterableDataset):
         self.epoch = epoch
 
     def _records(self, client, shard):
-        """(name, bytes) of every record of one shard, in container order."""
+        """(name, bytes) of every record of one shard, in container order. A shard without
+        records whose indexing did not succeed raises (RecordError "NotIndexed"), rather
+        than add no samples unnoticed."""
         rows = list(client.container_records(self.bucket, shard))
         for i in range(0, len(rows), self.batch):
             # By offset: a shard may hold one name twice (tar -r), a crawl one URI twice.
             want = [{"key": r["key"], "container": shard, "offset": r["offset"]}
                     for r in rows[i:i + self.batch]]
-            for header, body in client.batch_get(self.bucket, want, type="*"):
-                if header["status"] != 200:
+            yield from self._batch(client, shard, want)
+
+    def _batch(self, client, shard, want, attempts=4):
+        """The records of `want`, in order; those refused for a while (503: the server's
+        buffer memory spent; 500) are asked for again, with backoff, before giving up."""
+        got = [None] * len(want)
+        todo = list(range(len(want)))
+        for attempt in range(attempts):
+            again = []
+            for j, (header, body) in zip(todo, client.batch_get(self.bucket,
+                                                                [want[t] for t in todo],
+                                                                type="*")):
+                if header["status"] == 200:
+                    got[j] = (header["key"], body)
+                elif header["status"] in (500, 503) and attempt + 1 < attempts:
+                    again.append(j)
+                else:
                     raise IOError(f"{shard}: {header['key']}: {header.get('code')} "
                                   f"{header.get('message')}")
-                yield header["key"], body
+            if not again:
+                break
+            time.sleep(0.1 * 2 ** attempt)
+            todo = again
+        yield from got
 
     def _samples(self, client, shard):
         if not self.group_samples:
@@ -76,11 +98,13 @@ class RecordShardDataset(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        rng = random.Random(hash((self.seed, self.epoch)))
+        # Seeded with a str, which random hashes with SHA-512: the same in every worker
+        # process (hash() of a str differs between processes).
+        rng = random.Random(f"{self.seed}:{self.epoch}")
         shards = self.shards[:]
         rng.shuffle(shards)  # the same order in every worker, then split
         mine = shards[worker::workers]
-        rng = random.Random(hash((self.seed, self.epoch, worker)))
+        rng = random.Random(f"{self.seed}:{self.epoch}:{worker}")
         client = RecordClient(*self.conn)
         buffer = []
         for shard in mine:
