@@ -59,6 +59,12 @@ bool validBucketName(std::string_view name) {
 
 }  // namespace
 
+std::chrono::seconds smallBodyDeadline(size_t limit) {
+  // A minute, and a second for each 16 KiB the body may hold (8 MiB: about 10 minutes),
+  // at most the half hour a PUT has by default.
+  return std::min(std::chrono::seconds(60 + limit / (16 * 1024)), std::chrono::seconds(1800));
+}
+
 Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
                                           ChecksumHeaderOf checksum_of) {
   // The headers are checked before the body is read: a malformed one needs no body.
@@ -76,6 +82,7 @@ Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body
                   "Missing required header for this request: Content-MD5 OR x-amz-checksum-*");
   };
   if (checksum_of == ChecksumHeaderOf::kBodyRequired && undigested) co_return missingDigest();
+  body.setDeadline(std::chrono::steady_clock::now() + smallBodyDeadline(limit));
   std::string out;
   uint8_t buf[16 * 1024];
   for (;;) {

@@ -317,6 +317,9 @@ enum class ChecksumHeaderOf { kBody, kBodyRequired, kBodyUnlessSigned, kObject }
 // Content-MD5 (InvalidDigest, BadDigest) and an x-amz-checksum-* header of the body
 // (InvalidRequest, BadDigest), each if the request has one (one of the last two required
 // with kBodyRequired, and kBodyUnlessSigned without a signed payload hash: InvalidRequest).
+// The body must come within smallBodyDeadline(limit): a client that trickles a byte just
+// inside the I/O timeout would otherwise hold its connection and buffer for ever.
+std::chrono::seconds smallBodyDeadline(size_t limit);
 Task<S3Result<std::string>> readSmallBody(const S3Request& req, BodySource& body, size_t limit,
                                           ChecksumHeaderOf checksum = ChecksumHeaderOf::kBody);
 // The bucket's settings: from memory on the event loop when the index can answer without

@@ -75,6 +75,9 @@ class StringSource final : public BodySource {
     co_return n;
   }
   bool done() const override { return pos_ == data_.size(); }
+  void setDeadline(std::chrono::steady_clock::time_point d) override { deadline = d; }
+
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 
  private:
   std::string data_;
@@ -4105,6 +4108,21 @@ TEST_CASE("A GET refused buffer memory once twice the budget is lent answers 503
   CHECK(served.status == 200);
   CHECK(served.body == data);
   CHECK(budgetDrained(f));
+}
+
+TEST_CASE("A small request body has a deadline of its own, longer for a larger limit") {
+  asio::io_context io;
+  S3Request req = makeRequest("PUT", "/b?tagging");
+  StringSource body("<Tagging/>", 3);
+  const auto before = std::chrono::steady_clock::now();
+  auto text = runTask(io, readSmallBody(req, body, 64 * 1024));
+  REQUIRE(text.has_value());
+  CHECK(*text == "<Tagging/>");
+  REQUIRE(body.deadline.has_value());
+  CHECK(*body.deadline >= before + std::chrono::seconds(64));
+  CHECK(*body.deadline <= std::chrono::steady_clock::now() + std::chrono::seconds(64));
+  CHECK(smallBodyDeadline(8u << 20) == std::chrono::seconds(572));
+  CHECK(smallBodyDeadline(size_t{64} << 20) == std::chrono::seconds(1800));
 }
 
 }  // namespace
