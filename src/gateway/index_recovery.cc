@@ -1019,6 +1019,14 @@ class Rebuilder {
       return;
     }
     auto put = index_.putObject(bucket, key, m, pre);
+    if (!put && put.error().code() == Status::Code::kTimeout) {
+      // The orphan sweep marked the version dead (a local index has no other timeout): a
+      // PUT that outlived the orphan grace, whose fragments a sweep had begun to take.
+      ++stats_.versions_stale;
+      log::info("rebuild: {}/{}: version {} was swept as an orphan", bucket, key,
+                m.version.toHex());
+      return;
+    }
     if (!put) {
       ++stats_.errors;
       log::warn("rebuild: committing {}/{}: {}", bucket, key, put.error().toString());

@@ -668,6 +668,22 @@ TEST_CASE("A checkpoint of an index that started empty: versions from before it 
   CHECK(f.read(*idx, "k") == newer);
 }
 
+TEST_CASE("A version the orphan sweep marked dead is stale to a rebuild, not an error") {
+  // A sweep marked the failed PUT dead, then stopped before it removed all fragments.
+  RecoveryFixture f;
+  auto dead = f.write("bucket", "dead", randomString(kStripe, 66));
+  f.put(f.index, "alive", randomString(kStripe, 67));
+  auto idx = f.openAt(f.cluster.dir.path() + "/r", kRebuilding);
+  REQUIRE(idx->markVersionDead(dead.version).value());
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, RebuildOptions{"rootkey"});
+  REQUIRE(stats.has_value());
+  CHECK(stats->errors == 0);  // an error kept the index's guard: every rebuild failed
+  CHECK(stats->versions_stale == 1);
+  CHECK(stats->objects_rebuilt == 1);
+  CHECK(idx->getObject("bucket", "dead").error().isNotFound());
+  CHECK(idx->getObject("bucket", "alive").has_value());
+}
+
 TEST_CASE("A version older than max_put but within the clock margin is rebuilt") {
   // Its gateway's clock may have run behind the index host's: it could have been
   // acknowledged after the checkpoint.
