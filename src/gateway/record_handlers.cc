@@ -756,6 +756,8 @@ std::optional<index_kv::RecordCursor> parseRecordCursor(std::string_view text) {
 
 }  // namespace
 
+constexpr size_t kMaxContainerPageKeyBytes = 4u << 20;
+
 Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req) {
   auto max = maxRecordsOf(req, 1000, 10000);
   if (!max) co_return errorResponse(max.error(), req);
@@ -778,21 +780,30 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
     if (!got) co_return errorResponse(fromStatus(got.error()), req);
     rows = std::move(*got);
   }
-  const bool truncated = rows.size() > *max;
+  // A page also ends once its keys reach kMaxContainerPageKeyBytes (with one row at
+  // least): 10,000 rows of 8 KiB keys, escaped in JSON, would be hundreds of megabytes,
+  // built in memory outside the buffer budget.
+  size_t page = std::min<size_t>(*max, rows.size());
+  size_t key_bytes = 0;
+  for (size_t i = 0; i < page; ++i) {
+    key_bytes += rows[i].key.size();
+    if (i > 0 && key_bytes > kMaxContainerPageKeyBytes) page = i;
+  }
+  const bool truncated = rows.size() > page;
   // Where the next page starts: the bare offset (a number, as gateways before 2026-11-30
   // and typed clients take it) unless the next row shares the last one's offset; then
   // "OFFSET~" and the base64 of the last row's key.
   Json next_after;
   if (truncated) {
-    const index_kv::RecordRow& last = rows[*max - 1];
-    if (rows[*max].offset != last.offset) {
+    const index_kv::RecordRow& last = rows[page - 1];
+    if (rows[page].offset != last.offset) {
       next_after = last.offset;
     } else {
       next_after = fmt::format(
           "{}~{}", last.offset,
           base64Encode({reinterpret_cast<const uint8_t*>(last.key.data()), last.key.size()}));
     }
-    rows.resize(*max);
+    rows.resize(page);
   }
   Json out = Json::object();
   out["container"] = req.key;

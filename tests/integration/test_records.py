@@ -447,6 +447,20 @@ def test_python_client_errors_limits_and_names(server, rc, bucket):
     assert len(list(rc.container_records(bucket, name))) == len(files)
 
 
+def test_a_container_page_of_long_keys_ends_before_its_row_count(rc, bucket):
+    # 600 rows of 8 KiB keys: more than the 4 MiB of keys a container page holds, so a
+    # page of max-records=10000 ends early, truncated, and the pages together hold all.
+    data, _ = make_tar(5, seed=12)
+    rc.put_container(bucket, "long.tar", data, index="off")
+    keys = [f"{i:05d}" + "k" * 8187 for i in range(600)]
+    rc.insert_rows(bucket, "long.tar", [{"key": k, "offset": 512, "length": 4} for k in keys])
+    page = json.loads(rc._request("GET", bucket, "long.tar",
+                                  [("records", None), ("max-records", "10000")]).data)
+    assert page["is_truncated"] and 0 < len(page["records"]) < 600
+    assert sum(len(r["key"]) for r in page["records"]) <= 4 << 20
+    assert [r["key"] for r in rc.container_records(bucket, "long.tar", page_size=10000)] == keys
+
+
 def test_bucket_default_indexes_aws_cli_multipart_uploads(server, s3, rc, bucket, tmp_path):
     assert rc.get_bucket_index(bucket)["index"] == "off"
     assert rc.set_bucket_index(bucket, "auto")["index"] == "auto"
