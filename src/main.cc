@@ -994,8 +994,10 @@ int rebuildIndexCommand(int argc, char** argv) {
       // objects, metadata, users): offered only when there is no checkpoint to restore.
       die("no checkpoint restored (" + restored.error().toString() + "); " +
           (restored.error().isNotFound()
-               ? "run with --no-checkpoint to rebuild from the fragments alone"
-               : "try again once every drive answers"));
+               ? std::string(chosen ? "name another with --checkpoint, or " : "") +
+                     "run with --no-checkpoint to rebuild from the fragments alone"
+               : "mend its cause (a drive that does not answer, this host's disk) and try "
+                 "again"));
     }
     std::printf("restored checkpoint %s (made at Unix time %lld, %llu files, %llu bytes, "
                 "%zu copies)\n",

@@ -1001,13 +1001,12 @@ class Rebuilder {
       // on the drives was (if that one was at all); one this rebuild committed was created
       // before or after this one: the later start wins.
       const bool from_checkpoint = !rebuilt_.contains(current->version);
-      if (from_checkpoint && committedBeforeCheckpoint(m.version)) {
-        // Committed, if at all, before the checkpoint's index started (beforeCheckpointGuard,
-        // or it would be stale), so before that index committed its own manifest of the key.
-        ++stats_.versions_superseded;
-        return;
-      }
-      if (!from_checkpoint && current->version.createdUnixNanos() >= m.version.createdUnixNanos()) {
+      // A version the checkpoint's index may never have known (beforeCheckpointGuard: one
+      // a lost predecessor index committed) is no later than the checkpoint's manifest just
+      // for being found: there too, the later start wins.
+      const bool later_start_wins = !from_checkpoint || beforeCheckpointGuard(m.version);
+      if (later_start_wins &&
+          current->version.createdUnixNanos() >= m.version.createdUnixNanos()) {
         ++stats_.versions_superseded;
         return;
       }

@@ -62,9 +62,12 @@ class RecordShardDataset(IterableDataset):
         todo = list(range(len(want)))
         for attempt in range(attempts):
             again = []
-            for j, (header, body) in zip(todo, client.batch_get(self.bucket,
+            # The stream is read to its end (the generator drives the index), so that its
+            # connection goes back to the pool.
+            for n, (header, body) in enumerate(client.batch_get(self.bucket,
                                                                 [want[t] for t in todo],
                                                                 type="*")):
+                j = todo[n]
                 if header["status"] == 200:
                     got[j] = (header["key"], body)
                 elif header["status"] in (500, 503) and attempt + 1 < attempts:

@@ -152,9 +152,10 @@ struct RebuildOptions {
   // from; 0: that index knew every blob). Non-zero when that index started empty (a new
   // cluster's, or one started in place of a lost index) or was a rebuild that finished
   // with errors: it may never have known the versions created before its guard. Such a
-  // version older than the cutoff above is not stale: it is rebuilt where the checkpoint
-  // has no manifest of its key, and never replaces one (that index committed its own after
-  // it started, so later). A new cluster's failed PUTs of its first minutes come back.
+  // version is not stale by the cutoff above, and against the checkpoint's manifest of its
+  // key the later start wins, as among versions found (that index may have committed its
+  // manifest after the version was, or inherited an older one from a restore). A new
+  // cluster's failed PUTs of its first minutes come back.
   int64_t checkpoint_guard_unix_nanos = 0;
 };
 

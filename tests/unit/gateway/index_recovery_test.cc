@@ -122,6 +122,13 @@ struct RecoveryFixture {
     return out;
   }
 
+  // A checkpointer of another index than the fixture's (a replacement index).
+  IndexCheckpointer checkpointerOf(index_kv::Index& idx, prometheus::Registry& reg) {
+    CheckpointOptions o;
+    o.work_dir = cluster.dir.path() + "/ckpt-work";
+    return IndexCheckpointer(idx, *cluster.chunks, cluster.map, cluster.clock, random, reg, o);
+  }
+
   IndexCheckpointer checkpointer(size_t keep = 3) {
     CheckpointOptions o;
     o.work_dir = cluster.dir.path() + "/ckpt-work";
@@ -647,11 +654,8 @@ TEST_CASE("A checkpoint of an index that started empty: versions from before it 
   const std::string newer = randomString(kStripe, 65);
   f.put(*empty, "k", newer);  // k's version committed to the empty index
   f.cluster.clock.advance(int64_t{3600} * 1'000'000'000);
-  CheckpointOptions co;
-  co.work_dir = f.cluster.dir.path() + "/ckpt-work";
-  prometheus::Registry registry;
-  IndexCheckpointer cp(*empty, *f.cluster.chunks, f.cluster.map, f.cluster.clock, f.random,
-                       registry, co);
+  prometheus::Registry registry;  // its own: the fixture's has the index's checkpointer
+  IndexCheckpointer cp = f.checkpointerOf(*empty, registry);
   REQUIRE(cp.runOnce().has_value());
   const std::string dir = f.cluster.dir.path() + "/r";
   auto restored = restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir);
@@ -674,6 +678,39 @@ TEST_CASE("A checkpoint of an index that started empty: versions from before it 
   REQUIRE(got.has_value());
   CHECK(got->version == lost.version);
   CHECK(f.read(*idx, "k") == newer);
+}
+
+TEST_CASE("A lost index's version within the cutoff does not replace the newer manifest") {
+  // The replacement index checkpointed minutes after it started: the lost index's version
+  // of k is within the cutoff, and being found does not make it the later one.
+  RecoveryFixture f;
+  auto lost = f.write("bucket", "k", randomString(kStripe, 68));  // the lost index's k
+  auto empty = f.openAt(f.cluster.dir.path() + "/replacement");
+  RecoveryFixture::makeBucket(*empty, "bucket");
+  const std::string newer = randomString(kStripe, 69);
+  f.put(*empty, "k", newer);
+  auto overwritten = f.put(*empty, "k2", randomString(kStripe, 70));
+  f.cluster.clock.advance(int64_t{900} * 1'000'000'000);
+  prometheus::Registry registry;  // its own: the fixture's has the index's checkpointer
+  IndexCheckpointer cp = f.checkpointerOf(*empty, registry);
+  auto made = cp.runOnce();
+  REQUIRE(made.has_value());
+  // After the checkpoint the replacement index took an overwrite of k2: it must win.
+  const std::string after = randomString(kStripe, 71);
+  f.put(*empty, "k2", after);
+  const std::string dir = f.cluster.dir.path() + "/r";
+  REQUIRE(restoreLatestCheckpoint(*f.cluster.chunks, f.cluster.map, dir).has_value());
+  auto idx = f.openAt(dir, kRebuilding);
+  RebuildOptions o{"rootkey", made->created_unix_nanos};
+  o.checkpoint_guard_unix_nanos = empty->createdUnixNanos().value();
+  REQUIRE(lost.version.createdUnixNanos() < o.checkpoint_guard_unix_nanos);
+  auto stats = rebuildIndex(*idx, *f.cluster.chunks, f.cluster.map, o);
+  REQUIRE(stats.has_value());
+  CHECK(stats->errors == 0);
+  CHECK(stats->versions_superseded >= 1);  // the lost index's k
+  CHECK(f.read(*idx, "k") == newer);
+  CHECK(f.read(*idx, "k2") == after);
+  CHECK(idx->getObject("bucket", "k2")->version != overwritten.version);
 }
 
 TEST_CASE("A version the orphan sweep marked dead is stale to a rebuild, not an error") {
