@@ -23,7 +23,7 @@ BUILD_PKGS=(
   catch2
 )
 TEST_PKGS=(
-  python3 python3-pytest python3-boto3 python3-requests python3-yaml
+  python3 python3-pytest python3-pytest-timeout python3-boto3 python3-requests python3-yaml
   awscli s3cmd curl procps prometheus fio python3-torch openssl
   clang-19 libclang-rt-19-dev
 )
@@ -35,6 +35,9 @@ if ((BUILD_ONLY)); then TEST_PKGS=(); fi
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
+# apt-get as root, without questions (sudo drops DEBIAN_FRONTEND), waiting up to 10 minutes
+# for a lock another apt holds (a fresh VM's unattended upgrades).
+apt_get() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 want=()
 for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${BENCH_PKGS[@]}"; do
@@ -44,8 +47,8 @@ for p in "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${BENCH_PKGS[@]}"; do
 done
 
 if ((${#want[@]})); then
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${want[@]}"
   # Debian starts nginx and Prometheus as services on install (Prometheus on :9090 of
   # every interface); the benchmark and the tests run their own, on loopback.
   if [[ " ${want[*]} " == *" nginx-light "* ]]; then
@@ -67,8 +70,8 @@ fi
 JS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/js"
 if [[ -f $JS_DIR/package-lock.json ]]; then
   if ! command -v npm >/dev/null 2>&1; then
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends nodejs npm
   fi
   lock_sum=$(sha256sum "$JS_DIR/package-lock.json" | cut -d' ' -f1)
   stamp="$JS_DIR/node_modules/.granary-lock.sha256"

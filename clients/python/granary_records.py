@@ -248,11 +248,12 @@ class RecordClient:
                 return
             token = page["next_continuation_token"]
 
-    def container_records(self, bucket, container, page_size=1000):
-        """Rows of one container in offset order. Raises RecordError "NotIndexed" for a
-        container without rows whose indexing did not succeed (uploaded without
-        x-granary-index, or `malformed`, `not-indexable`, `failed`), and "ContainerChanged"
-        if it is replaced between two pages (the rows would mix two versions)."""
+    def container_records(self, bucket, container, page_size=1000, require_rows=False):
+        """Rows of one container in offset order. Raises RecordError "ContainerChanged" if
+        it is replaced between two pages (the rows would mix two versions). With
+        `require_rows`, a container without rows whose indexing did not succeed (uploaded
+        without x-granary-index, or `malformed`, `not-indexable`, `failed`) raises
+        "NotIndexed" instead of listing nothing."""
         after = None
         version = None
         while True:
@@ -260,8 +261,8 @@ class RecordClient:
             if after is not None:
                 q.append(("after", after))
             page = json.loads(self._request("GET", bucket, container, q, read=True).data)
-            if after is None and not page["records"] and not page["is_truncated"] \
-                    and page.get("status") != "indexed":
+            if require_rows and after is None and not page["records"] \
+                    and not page["is_truncated"] and page.get("status") != "indexed":
                 why = page.get("status") or "not asked for"
                 if page.get("message"):
                     why += ": " + page["message"]

@@ -27,6 +27,29 @@ DEBIAN_AWS = "/usr/bin/aws"
 PYENV_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"
 CLIENT_SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
 
+# No server a test starts outlives the session:
+# - SIGTERM (a CI limit, `timeout`) ends pytest as Ctrl-C does, so fixtures tear down
+#   (Python's default would end it at once, with every server still running);
+# - each server is started with a parent-death signal (setpriv --pdeathsig KILL): should
+#   pytest itself be killed, the kernel kills the servers it started (they are started
+#   from the main thread, whose exit is what counts);
+# - a server a failing test left running (started outside its try/finally) is killed at
+#   the end of the session.
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+_PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"] \
+    if os.path.exists("/usr/bin/setpriv") else []
+_LIVE = set()  # Popen objects of servers started and not yet seen to exit
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_server_outlives_the_session():
+    yield
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _LIVE.clear()
+
 
 def run_newest_boto3_script(server, script):
     """Runs clients/<script> under the newest boto3 against `server`; returns (version,
@@ -59,7 +82,9 @@ class _Process:
         """Starts argv and feeds each stdout line to parse_line(line, banner) until it
         returns True; returns the banner dict, or raises with the process's log."""
         log = open(log_path, "ab")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, env=env)
+        self.proc = subprocess.Popen(_PDEATHSIG + list(argv), stdout=subprocess.PIPE,
+                                     stderr=log, env=env)
+        _LIVE.add(self.proc)
         banner = {}
         lines = []
 

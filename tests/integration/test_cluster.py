@@ -269,9 +269,12 @@ class Load:
         self.wrong = []
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.writer, args=(i, max_size, attempts))
+        # Daemons: a test that fails before its stop() must not keep the interpreter (and
+        # CI) waiting for them at exit.
+        self.threads = [threading.Thread(target=self.writer, args=(i, max_size, attempts),
+                                         daemon=True)
                         for i in range(writers)]
-        self.threads.append(threading.Thread(target=self.reader, args=(attempts,)))
+        self.threads.append(threading.Thread(target=self.reader, args=(attempts,), daemon=True))
 
     def start(self):
         for t in self.threads:

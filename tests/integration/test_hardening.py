@@ -1204,9 +1204,10 @@ def test_generated_credentials_are_owner_only_even_over_a_crashed_temp_file(gran
     stale = data / "root-credentials.json.tmp"
     stale.write_text("{}")
     stale.chmod(0o644)
-    proc = subprocess.Popen([granary_bin, "serve", "--data", str(data), "--listen",
-                             "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    from conftest import _PDEATHSIG  # killed with pytest, should it be
+    proc = subprocess.Popen(_PDEATHSIG + [granary_bin, "serve", "--data", str(data), "--listen",
+                                          "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:
             if "Granary is serving S3" in line:

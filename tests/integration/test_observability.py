@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import subprocess
 import time
 import urllib.request
 
@@ -111,7 +112,6 @@ def free_port():
 
 
 def test_promtool_accepts_the_metrics_endpoint(server, s3, bucket):
-    import subprocess
     s3.put_object(Bucket=bucket, Key="p", Body=b"1")
     text = urllib.request.urlopen(server.endpoint + "/_granary/metrics", timeout=10).read()
     r = subprocess.run(["/usr/bin/promtool", "check", "metrics"], input=text,
@@ -129,7 +129,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def start_prometheus(server, tmp_path):
     """A real Prometheus (Debian package) on loopback with the shipped docker/prometheus.yml,
     pointed at `server` and scraping every second. Returns (process, port)."""
-    import subprocess
     port = free_port()
     host_port = server.endpoint.split("//", 1)[1]
     shipped = open(os.path.join(REPO, "docker", "prometheus.yml")).read()
@@ -137,11 +136,22 @@ def start_prometheus(server, tmp_path):
     config = tmp_path / "prometheus.yml"
     config.write_text(shipped.replace("'127.0.0.1:9000'", f"'{host_port}'")
                       .replace("scrape_interval: 15s", "scrape_interval: 1s"))
+    from conftest import _PDEATHSIG  # killed with pytest, should it be
     prom = subprocess.Popen(
-        ["/usr/bin/prometheus", f"--config.file={config}",
+        _PDEATHSIG + ["/usr/bin/prometheus", f"--config.file={config}",
          f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
     return prom, port
+
+
+def stop_prometheus(prom):
+    prom.terminate()
+    try:
+        prom.wait(30)
+    except subprocess.TimeoutExpired:
+        prom.kill()  # not left running after the test
+        prom.wait()
+        raise
 
 
 def prom_query(port, query):
@@ -207,8 +217,7 @@ def test_grafana_dashboard_queries_are_valid_promql_over_real_metrics(server, s3
                      "granary_io_operations_total"):
             assert any(must in e for e in with_data), f"no panel over {must} returned data"
     finally:
-        prom.terminate()
-        prom.wait(30)
+        stop_prometheus(prom)
 
 
 def test_real_prometheus_scrapes_granary_and_sees_known_traffic(server, s3, bucket, tmp_path):
@@ -244,8 +253,7 @@ def test_real_prometheus_scrapes_granary_and_sees_known_traffic(server, s3, buck
         assert value is not None, (tmp_path / "prometheus.log").read_text()[-2000:]
         assert value == direct
     finally:
-        prom.terminate()
-        prom.wait(30)
+        stop_prometheus(prom)
 
 
 def test_storage_path_metrics_follow_known_traffic(server, s3, bucket):
@@ -352,7 +360,6 @@ def test_cache_budgets_of_zero_turn_the_drives_caches_off(granary_bin, tmp_data)
 
 
 def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
-    import subprocess
     import urllib.error
     srv = Server(tmp_data, extra_args=["--metrics-token", "s3cr3t-token"]).start()
     try:
@@ -379,7 +386,6 @@ def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
 
 
 def test_chunkserver_serves_metrics_with_its_token(tmp_path):
-    import subprocess
     import urllib.error
     from conftest import ChunkServer
     cs = ChunkServer([str(tmp_path / "d0")],

@@ -48,7 +48,7 @@ class RecordShardDataset(IterableDataset):
         """(name, bytes) of every record of one shard, in container order. A shard without
         records whose indexing did not succeed raises (RecordError "NotIndexed"), rather
         than add no samples unnoticed."""
-        rows = list(client.container_records(self.bucket, shard))
+        rows = list(client.container_records(self.bucket, shard, require_rows=True))
         for i in range(0, len(rows), self.batch):
             # By offset: a shard may hold one name twice (tar -r), a crawl one URI twice.
             want = [{"key": r["key"], "container": shard, "offset": r["offset"]}
