@@ -757,6 +757,7 @@ std::optional<index_kv::RecordCursor> parseRecordCursor(std::string_view text) {
 }  // namespace
 
 constexpr size_t kMaxContainerPageKeyBytes = 4u << 20;
+constexpr size_t kContainerPageSlice = 512;  // rows asked of the index at a time
 
 Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req) {
   auto max = maxRecordsOf(req, 1000, 10000);
@@ -772,17 +773,32 @@ Task<S3Response> listContainerRecords(GatewayContext& ctx, const S3Request& req)
   }
   auto manifest = co_await loadObject(ctx, req.bucket, req.key);
   if (!manifest) co_return errorResponse(manifest.error(), req);
-  std::vector<index_kv::RecordRow> rows;
-  if (!manifest->records.set.isZero()) {
-    auto got = co_await offload(ctx.pool(), [&] {
-      return ctx.index().setRecords(manifest->records.set, after, *max + 1);
-    });
-    if (!got) co_return errorResponse(fromStatus(got.error()), req);
-    rows = std::move(*got);
-  }
   // A page also ends once its keys reach kMaxContainerPageKeyBytes (with one row at
   // least): 10,000 rows of 8 KiB keys, escaped in JSON, would be hundreds of megabytes,
-  // built in memory outside the buffer budget.
+  // built in memory outside the buffer budget. Up to max + 1 rows (the one past the page
+  // says it is truncated), read in slices that stop once the keys pass the cap, so that
+  // the rows read are bounded too.
+  std::vector<index_kv::RecordRow> rows;
+  if (!manifest->records.set.isZero()) {
+    const VersionId set = manifest->records.set;
+    auto got = co_await offload(ctx.pool(), [&]() -> Status {
+      std::optional<index_kv::RecordCursor> cursor = after;
+      size_t key_bytes = 0;
+      while (rows.size() < *max + 1) {
+        const size_t want = std::min(kContainerPageSlice, *max + 1 - rows.size());
+        auto slice = ctx.index().setRecords(set, cursor, want);
+        if (!slice) return slice.error();
+        for (index_kv::RecordRow& r : *slice) {
+          key_bytes += r.key.size();
+          rows.push_back(std::move(r));
+        }
+        if (slice->size() < want || key_bytes > kMaxContainerPageKeyBytes) break;
+        cursor = index_kv::RecordCursor{rows.back().offset, rows.back().key};
+      }
+      return Status::ok();
+    });
+    if (!got.isOk()) co_return errorResponse(fromStatus(got), req);
+  }
   size_t page = std::min<size_t>(*max, rows.size());
   size_t key_bytes = 0;
   for (size_t i = 0; i < page; ++i) {
