@@ -36,11 +36,14 @@ basetemp=$(mktemp -d -t granary-tests.XXXXXX)
 # are detached: scripts/cluster-up.sh); granary serve and Prometheus die with pytest
 # (tests/integration/conftest.py).
 stop_clusters() {
-  find "$basetemp" -maxdepth 6 -type d -name pids 2>/dev/null | while read -r pids; do
+  [[ -d $basetemp ]] || return 0
+  local pids
+  while read -r pids; do
     GRANARY_CLUSTER_DIR="$(dirname "$pids")" bash scripts/cluster-down.sh >/dev/null || true
-  done
+  done < <(find "$basetemp" -maxdepth 6 -type d -name pids 2>/dev/null || true)
 }
-trap stop_clusters EXIT
+# Keeps the command's own exit status (a trap's last command would set it otherwise).
+trap 'status=$?; stop_clusters; exit "$status"' EXIT
 # A hung test fails after 15 minutes (pytest-timeout), and the whole run after 45: CI then
 # reports a failure well inside its limit instead of being killed at it. -rs lists every
 # skipped test with its reason.

@@ -372,7 +372,11 @@ def test_connection_cap_answers_slow_down_and_recovers(granary_bin, tmp_path):
     try:
         for _ in range(3):
             held.append(socket.create_connection((host, int(port)), timeout=10))
-        time.sleep(0.2)  # let the server accept them all
+        # Each is accepted and counted once it has been served (a sleep was a guess: on a
+        # busy machine the next connection could be accepted before these).
+        for s in held:
+            s.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
         extra = socket.create_connection((host, int(port)), timeout=10)
         extra.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
         answer = b""
@@ -423,7 +427,8 @@ def test_a_flood_of_refused_connections_holds_a_bounded_number_of_descriptors(gr
     held = socket.create_connection((host, int(port)), timeout=10)
     flood = []
     try:
-        time.sleep(0.2)
+        held.sendall(b"GET /_granary/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held.recv(65536).startswith(b"HTTP/1.1 200")  # accepted and counted
         before = len(os.listdir(fd_dir))
         for _ in range(200):  # none sends a request: each 503 waits for one, up to 1 s
             flood.append(socket.create_connection((host, int(port)), timeout=10))
