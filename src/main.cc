@@ -267,6 +267,29 @@ std::string metricsToken(const po::variables_map& vm) {
   return token;
 }
 
+// Request-body memory of the internal services, `chunkserver` and `index`
+// (rpc::ServerOptions::body_memory_bytes).
+void addBodyMemoryOption(po::options_description& opts) {
+  opts.add_options()("body-memory", po::value<int>()->default_value(1024),
+                     "MiB of request bodies held at once; a request that finds them full "
+                     "waits up to 10 s, then is answered 503 (retryable)");
+}
+
+// Dies unless at least 16 MiB; checked before anything is opened.
+uint64_t bodyMemoryBytes(const po::variables_map& vm) {
+  if (vm["body-memory"].as<int>() < 16) die("--body-memory must be >= 16 (MiB)");
+  return uint64_t(vm["body-memory"].as<int>()) << 20;
+}
+
+// The Prometheus text of `registry`, with the body memory of `server` (an rpc::Server or a
+// ChunkServer) once it is set.
+template <typename Server>
+std::string renderWithBodyMemory(prometheus::Registry& registry, const Server* server) {
+  auto families = registry.Collect();
+  if (server != nullptr) rpc::appendBodyMemoryMetrics(server->bodyMemory(), families);
+  return prometheus::TextSerializer().Serialize(families);
+}
+
 // Drive options shared by `serve` and `chunkserver`: reads, spare zeroing and scrubbing.
 void addDriveOptions(po::options_description& opts) {
   opts.add_options()(
@@ -856,10 +879,12 @@ int indexCommand(int argc, char** argv) {
       "threads that run index calls (a commit waits in its thread for its group's sync)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addSecretOption(opts);
+  addBodyMemoryOption(opts);
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   if (dir.empty()) die("index needs --dir DIR");
+  const uint64_t body_memory = bodyMemoryBytes(vm);
   if (listen.empty()) die("index needs --listen HOST:PORT");
   if (loops < 0 || workers < 1 || loops > kMaxThreads || workers > kMaxThreads) {
     die("--event-loops must be 0-" + std::to_string(kMaxThreads) + " and --workers 1-" +
@@ -903,11 +928,13 @@ int indexCommand(int argc, char** argv) {
   so.event_loops = static_cast<size_t>(loops);
   so.cluster_secret = secret;
   so.metrics_token = metricsToken(vm);
-  so.render_metrics = [&registry] {
-    return prometheus::TextSerializer().Serialize(registry.Collect());
-  };
+  so.body_memory_bytes = body_memory;
+  // Set before the server runs, which is before any scrape.
+  const rpc::Server* serving = nullptr;
+  so.render_metrics = [&registry, &serving] { return renderWithBodyMemory(registry, serving); };
   auto server = index_kv::serveIndex(so, **index, *pool, clock);
   if (!server) die(server.error().toString());
+  serving = server->get();
   std::printf("Granary index listening at http://%s:%u\n  data: %s\n  checkpoints: %s\n",
               urlHost(so.listen_host).c_str(), static_cast<unsigned>((*server)->port()),
               dir.c_str(),
@@ -1092,23 +1119,21 @@ int chunkserver(int argc, char** argv) {
       "seconds an idle keep-alive connection or an unfinished request head may wait")(
       "io-timeout", po::value<int>()->default_value(30),
       "seconds a request body read or a response write may make no progress")(
-      "body-memory", po::value<int>()->default_value(1024),
-      "MiB of PUT bodies held at once; a PUT that finds them full waits up to 10 s, then is "
-      "answered 503 (retryable)")(
       "log-level", po::value<std::string>()->default_value("info"), "debug|info|warn|error");
   addSecretOption(opts);
+  addBodyMemoryOption(opts);
   addDriveOptions(opts);
   addMetricsOptions(opts);
   po::variables_map vm;
   if (!parseOptions(opts, argc, argv, vm)) return 0;
   const DriveOptions drive_options = driveOptions(vm);
   if (dirs.empty()) die("chunkserver needs at least one --dir");
-  if (vm["body-memory"].as<int>() < 16) die("--body-memory must be >= 16 (MiB)");
+  const uint64_t body_memory = bodyMemoryBytes(vm);
   if (listen.empty()) die("chunkserver needs --listen HOST:PORT");
   const std::string secret = clusterSecret(vm);
   std::vector<std::pair<std::string, fs::path>> drive_dirs;
   chunkstore::ChunkServerOptions copts;
-  copts.body_memory_bytes = uint64_t(vm["body-memory"].as<int>()) << 20;
+  copts.body_memory_bytes = body_memory;
   std::tie(copts.listen_host, copts.listen_port) = parseListen(listen);
   if (loops < 0 || workers < 0 || loops > kMaxThreads || workers > kMaxThreads) {
     die("--event-loops and --workers must be 0-" + std::to_string(kMaxThreads));
@@ -1141,9 +1166,7 @@ int chunkserver(int argc, char** argv) {
   // Set before the server runs, which is before any scrape.
   const chunkstore::ChunkServer* serving = nullptr;
   copts.render_metrics = [&registry, &serving] {
-    auto families = registry.Collect();
-    if (serving != nullptr) rpc::appendBodyMemoryMetrics(serving->bodyMemory(), families);
-    return prometheus::TextSerializer().Serialize(families);
+    return renderWithBodyMemory(registry, serving);
   };
   auto server = chunkstore::ChunkServer::create(copts, chunks, *pool, clock);
   if (!server) die(server.error().toString());

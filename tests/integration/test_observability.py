@@ -385,6 +385,47 @@ def test_metrics_bearer_token(granary_bin, tmp_data, tmp_path):
         srv.stop()
 
 
+def check_body_memory(text, capacity):
+    """An internal service's metrics: its request-body memory as configured, holding nothing
+    at rest; and promtool accepts the whole text."""
+    assert f'granary_rpc_body_memory_bytes{{what="capacity"}} {capacity}' in text
+    assert 'granary_rpc_body_memory_bytes{what="held"} 0' in text
+    assert "granary_rpc_body_memory_refusals_total 0" in text
+    r = subprocess.run(["/usr/bin/promtool", "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_index_service_reports_its_body_memory(tmp_path):
+    """`granary index --body-memory`: its request-body allowance, on its own metrics."""
+    import re as re_
+    from conftest import GRANARY, _Process
+
+    def parse(line, banner):
+        m = re_.search(r"index listening at http://(\S+)", line)
+        if m:
+            banner["address"] = m.group(1)
+        return m is not None
+
+    env = {**os.environ, "GRANARY_CLUSTER_SECRET": "test-cluster-secret"}
+    idx = _Process()
+    banner = idx._launch(
+        [GRANARY, "index", "--dir", str(tmp_path / "index"), "--listen", "127.0.0.1:0",
+         "--event-loops", "1", "--workers", "2", "--body-memory", "64"],
+        env, str(tmp_path / "index.log"), parse, 60)
+    try:
+        text = urllib.request.urlopen(f"http://{banner['address']}/_granary/metrics",
+                                      timeout=10).read().decode()
+        check_body_memory(text, 64 << 20)
+    finally:
+        assert idx.stop() == 0
+    res = subprocess.run([GRANARY, "index", "--dir", str(tmp_path / "index2"), "--listen",
+                          "127.0.0.1:0", "--body-memory", "8"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "--body-memory must be >= 16" in res.stderr + res.stdout
+    assert not (tmp_path / "index2").exists()
+
+
 def test_chunkserver_serves_metrics_with_its_token(tmp_path):
     import urllib.error
     from conftest import ChunkServer
@@ -401,12 +442,6 @@ def test_chunkserver_serves_metrics_with_its_token(tmp_path):
         text = urllib.request.urlopen(req, timeout=10).read().decode()
         assert "granary_io_operations_total" in text
         assert "granary_io_duration_seconds_bucket" in text
-        # The PUT-body memory, as configured (100 MiB), holding nothing at rest.
-        assert 'granary_rpc_body_memory_bytes{what="capacity"} 104857600' in text
-        assert 'granary_rpc_body_memory_bytes{what="held"} 0' in text
-        assert "granary_rpc_body_memory_refusals_total 0" in text
-        r = subprocess.run(["/usr/bin/promtool", "check", "metrics"], input=text.encode(),
-                           capture_output=True, timeout=60)
-        assert r.returncode == 0, r.stderr + r.stdout
+        check_body_memory(text, 100 << 20)
     finally:
         cs.stop()
