@@ -73,6 +73,22 @@ def run_newest_boto3_script(server, script):
     return version, last
 
 
+def free_port():
+    """A free loopback port below the ephemeral range, so that no connection or process
+    started with port 0 can take it between this check and its use."""
+    import random
+    import socket
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+
+
 class _Process:
     """A granary subprocess that prints a banner on stdout once it serves."""
 

@@ -9,7 +9,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,25 +21,11 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from conftest import GRANARY, REPO
+from conftest import GRANARY, REPO, free_port
 from test_chunkserver import sign
 
 UP = os.path.join(REPO, "scripts", "cluster-up.sh")
 DOWN = os.path.join(REPO, "scripts", "cluster-down.sh")
-
-
-def free_port():
-    """A free port below the ephemeral range, so that no process started with port 0 (the
-    index and chunk servers) can take it before the gateway binds it."""
-    rng = random.Random()
-    while True:
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
 
 
 class Cluster:

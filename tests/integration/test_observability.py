@@ -8,7 +8,7 @@ import urllib.request
 
 import requests
 
-from conftest import Server, metric_value
+from conftest import Server, free_port, metric_value
 
 
 def test_a_stalled_access_log_holds_up_no_request(granary_bin, tmp_data, tmp_path):
@@ -102,13 +102,6 @@ def test_event_loop_lag_is_probed_on_every_loop(server):
     time.sleep(0.5)
     # Each loop probes every 50 ms: half a second adds ~10 a loop (at least one loop).
     assert count() - first >= 5
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_promtool_accepts_the_metrics_endpoint(server, s3, bucket):
