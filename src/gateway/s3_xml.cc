@@ -444,8 +444,7 @@ S3Result<std::string> parseCreateBucketConfiguration(std::string_view body) {
 
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body) {
   pugi::xml_document doc;
-  // An Object holds at most Key, VersionId, ETag, LastModifiedTime and Size: 12 tags.
-  auto root = parseRoot(doc, body, "Delete", kMaxDeleteObjects * 12 + 64);
+  auto root = parseRoot(doc, body, "Delete", kMaxDeleteBodyTags);
   if (!root) return std::unexpected(root.error());
   pugi::xml_node del = *root;
   DeleteObjectsRequest out;
@@ -498,8 +497,7 @@ std::string initiateMultipartUploadXml(std::string_view bucket, std::string_view
 
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body) {
   pugi::xml_document doc;
-  // A Part holds PartNumber, ETag and up to five checksums: 16 tags (20 leave room).
-  auto root = parseRoot(doc, body, "CompleteMultipartUpload", 10'000 * 20 + 64);
+  auto root = parseRoot(doc, body, "CompleteMultipartUpload", kMaxCompleteBodyTags);
   if (!root) return std::unexpected(root.error());
   pugi::xml_node complete = *root;
   std::vector<CompletedPart> parts;

@@ -114,9 +114,13 @@ struct DeleteObjectsRequest {
   std::vector<ObjectIdentifier> objects;
 };
 inline constexpr size_t kMaxDeleteObjects = 1000;
+// The '<' a DeleteObjects body may hold (tags, and comments and CDATA sections too): an
+// Object holds at most Key, VersionId, ETag, LastModifiedTime and Size, 12 tags.
+inline constexpr size_t kMaxDeleteBodyTags = kMaxDeleteObjects * 12 + 64;
 // <Delete><Quiet>..</Quiet><Object><Key>..</Key><VersionId>..</VersionId><ETag>..</ETag>
 // </Object>...
-// </Delete>; MalformedXML for bad XML, no objects, or more than kMaxDeleteObjects.
+// </Delete>; MalformedXML for bad XML, no objects, more than kMaxDeleteObjects, or more
+// than kMaxDeleteBodyTags '<'.
 S3Result<DeleteObjectsRequest> parseDeleteObjects(std::string_view body);
 
 struct DeleteOutcome {
@@ -182,9 +186,12 @@ struct CompletedPart {
   std::map<std::string, std::string> checksums;
 };
 inline constexpr size_t kMaxParts = 10000;
+// The '<' a Complete body may hold (tags, comments, CDATA): a Part holds PartNumber, ETag
+// and up to five checksums, 16 tags (20 leave room).
+inline constexpr size_t kMaxCompleteBodyTags = kMaxParts * 20 + 64;
 // <CompleteMultipartUpload><Part><PartNumber>n</PartNumber><ETag>e</ETag></Part>...: the
-// parts in document order. MalformedXML for bad XML, no parts, more than kMaxParts, or a
-// part without a numeric PartNumber or an ETag. Checksum<ALG> children are collected;
+// parts in document order. MalformedXML for bad XML, no parts, more than kMaxParts, more
+// than kMaxCompleteBodyTags '<', or a part without a numeric PartNumber or an ETag. Checksum<ALG> children are collected;
 // other children are ignored.
 S3Result<std::vector<CompletedPart>> parseCompleteMultipartUpload(std::string_view body);
 

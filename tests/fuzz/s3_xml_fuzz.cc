@@ -463,6 +463,11 @@ size_t countFrom(Reader& r, size_t limit) {
   return limit + (r.byte() & 1);
 }
 
+// The '<' of a body, as the parsers' caps count them.
+size_t tagsIn(std::string_view xml) {
+  return static_cast<size_t>(std::count(xml.begin(), xml.end(), '<'));
+}
+
 void builtDelete(Reader& r) {
   const XmlStyle style = styleFrom(r.byte());
   const size_t count = countFrom(r, kMaxDeleteObjects);
@@ -482,7 +487,9 @@ void builtDelete(Reader& r) {
   const std::string xml = deleteXml(quiet, objects, style);
 
   S3Result<DeleteObjectsRequest> parsed = parseDeleteObjects(xml);
-  const bool valid = count >= 1 && count <= kMaxDeleteObjects;
+  // Comments and CDATA sections count against the '<' cap too (a documented limit).
+  const bool valid = count >= 1 && count <= kMaxDeleteObjects &&
+                     tagsIn(xml) <= kMaxDeleteBodyTags;
   if (!valid) {
     if (parsed) fail("DeleteObjects accepted no objects or too many");
     expectMalformed(parsed.error());
@@ -526,9 +533,13 @@ void builtComplete(Reader& r) {
   const std::string xml = completeXml(parts, count, style);
 
   S3Result<std::vector<CompletedPart>> parsed = parseCompleteMultipartUpload(xml);
-  const bool valid = count >= 1 && count <= kMaxParts && numbers_fit;
+  const bool valid = count >= 1 && count <= kMaxParts && numbers_fit &&
+                     tagsIn(xml) <= kMaxCompleteBodyTags;
   if (!valid) {
-    if (parsed) fail("CompleteMultipartUpload accepted no parts, too many, or a bad PartNumber");
+    if (parsed) {
+      fail("CompleteMultipartUpload accepted no parts, too many, a bad PartNumber or too "
+           "many tags");
+    }
     expectMalformed(parsed.error());
     ++g_built_refused[kComplete];
     return;
