@@ -579,6 +579,17 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, 
     assert healthy(hserver)
 
 
+def refused_with(argv, args, message, env=None):
+    """Runs `argv` + a loopback --listen (unless `args` has one) + `args`: it must exit 1
+    saying `message`."""
+    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
+    res = subprocess.run(argv + listen + args, env=env, capture_output=True, text=True,
+                         timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert message in out, out
+
+
 @pytest.mark.parametrize("args,message", [
     (["--orphan-grace", "0"], "--orphan-grace must be >= 60"),
     (["--orphan-grace", "604801"], "--orphan-grace must be <= 604800"),
@@ -598,12 +609,7 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(granary_bin, hserver, 
 def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, message):
     # --orphan-grace 0 let the sweep delete the fragments of PUTs still in flight; the
     # others were taken as something else (EC 4+2, info, port 9000) or ignored.
-    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
-    res = subprocess.run([granary_bin, "serve", "--data", str(tmp_path / "d")] + listen + args,
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout + res.stderr
-    assert res.returncode == 1, out
-    assert message in out, out
+    refused_with([granary_bin, "serve", "--data", str(tmp_path / "d")], args, message)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -616,13 +622,8 @@ def test_serve_refuses_bad_options_with_a_message(granary_bin, tmp_path, args, m
 def test_chunkserver_refuses_bad_options_before_opening_its_drives(granary_bin, tmp_path,
                                                                    args, message):
     data = tmp_path / "d0"
-    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
-    res = subprocess.run([granary_bin, "chunkserver", "--dir", str(data)] + listen + args,
-                         env={**os.environ, "GRANARY_CLUSTER_SECRET": "s"},
-                         capture_output=True, text=True, timeout=60)
-    out = res.stdout + res.stderr
-    assert res.returncode == 1, out
-    assert message in out, out
+    refused_with([granary_bin, "chunkserver", "--dir", str(data)], args, message,
+                 env={**os.environ, "GRANARY_CLUSTER_SECRET": "s"})
     assert not data.exists()
 
 
