@@ -38,13 +38,19 @@ Digest::Digest(Digest&&) noexcept = default;
 Digest& Digest::operator=(Digest&&) noexcept = default;
 
 void Digest::update(std::span<const uint8_t> data) {
-  if (!data.empty()) EVP_DigestUpdate(impl_->ctx, data.data(), data.size());
+  // Neither fails on a context Init accepted; were one to, an empty or partial digest must
+  // not become an ETag or pass a Content-MD5 check, so it is an error (InternalError).
+  if (!data.empty() && EVP_DigestUpdate(impl_->ctx, data.data(), data.size()) != 1) {
+    throw std::runtime_error("EVP_DigestUpdate failed");
+  }
 }
 
 std::vector<uint8_t> Digest::finish() {
   std::vector<uint8_t> out(EVP_MAX_MD_SIZE);
   unsigned int n = 0;
-  EVP_DigestFinal_ex(impl_->ctx, out.data(), &n);
+  if (EVP_DigestFinal_ex(impl_->ctx, out.data(), &n) != 1) {
+    throw std::runtime_error("EVP_DigestFinal failed");
+  }
   out.resize(n);
   return out;
 }

@@ -1,5 +1,6 @@
-// Minimal leveled logging to stderr (one line per call, written with a single fwrite; control
-// characters of the message other than tab are escaped: \n, \r, \xHH).
+// Minimal leveled logging to stderr (one line per call, written with a single fwrite). The
+// message is escaped so that a line reads one way: \n, \r, a doubled backslash, and \xHH
+// for other controls (tab excepted), C1 controls and bytes that are not well-formed UTF-8.
 #pragma once
 
 #include <fmt/core.h>

@@ -2,8 +2,10 @@
 // stop() (the background jobs: reclaimer, lifecycle). stop() wakes the thread at once and
 // joins it after the pass in progress, if any, ends: a long pass asks stopping() between
 // its steps and returns early, so that shutting down does not wait for it.
-// Thread safety: start() and stop() may be called from any thread; the pass runs on the
-// periodic thread only.
+// Thread safety: start() and stop() may be called from any thread, also at the same time
+// (one waits for the other: a start() during a stop() begins after the old thread ended, so
+// two never run passes side by side); not from the pass. The pass runs on the periodic
+// thread only.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,7 @@ class PeriodicThread {
   // `interval` after the previous one ended. No-op if already started.
   void start(std::chrono::milliseconds interval, std::function<void()> pass,
              std::optional<std::chrono::milliseconds> first = std::nullopt) {
+    std::lock_guard serial(lifecycle_);
     std::lock_guard lock(mu_);
     if (thread_.joinable()) return;
     stopping_ = false;
@@ -61,6 +64,7 @@ class PeriodicThread {
   }
 
   void stop() {
+    std::lock_guard serial(lifecycle_);  // held through the join: see the class comment
     std::thread joining;
     {
       std::lock_guard lock(mu_);
@@ -72,6 +76,7 @@ class PeriodicThread {
   }
 
  private:
+  std::mutex lifecycle_;  // serialises start() and stop(); taken before mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

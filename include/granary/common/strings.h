@@ -75,38 +75,44 @@ inline bool validUtf8(std::string_view s) {
   return true;
 }
 
-// UTF-8 as RFC 3629 has it (Unicode's table 3-7): validUtf8, and no over-long three- or
-// four-byte forms, surrogates (U+D800..DFFF) or code points past U+10FFFF. What a JSON
-// string carries exactly (record keys in JSON answers).
+// The length of the RFC 3629 UTF-8 sequence (Unicode's table 3-7) that starts at s[i]:
+// 1 to 4 bytes, or 0 where none does (a continuation byte, an over-long form, a surrogate,
+// a code point past U+10FFFF, a truncated sequence). i < s.size().
+inline size_t strictUtf8SequenceLength(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t extra = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    extra = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    extra = 2;
+    if (c == 0xE0) lo = 0xA0;  // over-long
+    if (c == 0xED) hi = 0x9F;  // surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    extra = 3;
+    if (c == 0xF0) lo = 0x90;  // over-long
+    if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
+  } else {
+    return 0;  // a continuation byte, C0/C1 (over-long) or F5..FF
+  }
+  if (s.size() - i <= extra) return 0;
+  const auto second = static_cast<unsigned char>(s[i + 1]);
+  if (second < lo || second > hi) return 0;
+  for (size_t k = 2; k <= extra; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return extra + 1;
+}
+
+// UTF-8 as RFC 3629 has it: validUtf8, and no over-long three- or four-byte forms,
+// surrogates (U+D800..DFFF) or code points past U+10FFFF. What a JSON string carries
+// exactly (record keys in JSON answers).
 inline bool strictUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t extra = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-    if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) lo = 0xA0;  // over-long
-      if (c == 0xED) hi = 0x9F;  // surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) lo = 0x90;  // over-long
-      if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
-    } else {
-      return false;  // a continuation byte, C0/C1 (over-long) or F5..FF
-    }
-    if (s.size() - i <= extra) return false;
-    const auto second = static_cast<unsigned char>(s[i + 1]);
-    if (second < lo || second > hi) return false;
-    for (size_t k = 2; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += extra + 1;
+    const size_t n = strictUtf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
   }
   return true;
 }

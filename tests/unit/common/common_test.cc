@@ -231,6 +231,47 @@ TEST_CASE("A periodic pass sees stopping() once stop() is called, and stop() wai
   CHECK(thread.stopping());
 }
 
+TEST_CASE("A start() during a stop() waits for the old thread: two passes never overlap") {
+  PeriodicThread thread;
+  std::atomic<int> in_pass{0}, most{0}, second_passes{0};
+  auto enter = [&] {
+    const int now = ++in_pass;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+  };
+  std::latch running(1), gate(1);
+  thread.start(std::chrono::milliseconds(1), [&] {
+    enter();
+    running.count_down();
+    gate.wait();  // still in its pass while stop() joins and start() comes
+    while (!thread.stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    --in_pass;
+  });
+  running.wait();
+  std::thread stopper([&] { thread.stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the stopper is joining
+  std::thread starter([&] {
+    thread.start(std::chrono::milliseconds(1), [&] {
+      enter();
+      ++second_passes;
+      --in_pass;
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gate.count_down();
+  // Before, start() cleared the stop flag the old pass was waiting to see: both ran.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (second_passes == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  thread.stop();  // first: before, the stopper's join waited for this
+  stopper.join();
+  starter.join();
+  CHECK(second_passes > 0);
+  CHECK(most == 1);
+}
+
 TEST_CASE("A periodic thread's first pass may come sooner than its interval") {
   PeriodicThread thread;
   std::latch ran(1);
@@ -289,7 +330,7 @@ TEST_CASE("base64Decode takes the standard alphabet, end padding, and zero bits 
 
 }  // namespace granary
 
-TEST_CASE("A log message is one line whatever it holds: CR, LF and controls are escaped") {
+TEST_CASE("A log message is one unambiguous line: CR, LF, controls, backslash, bad UTF-8 escaped") {
   // An object key is a client's bytes: with a newline it would forge a log entry.
   char path[] = "/tmp/granary-log-XXXXXX";
   const int fd = ::mkstemp(path);
@@ -298,7 +339,10 @@ TEST_CASE("A log message is one line whatever it holds: CR, LF and controls are 
   const int saved = ::dup(STDERR_FILENO);
   REQUIRE(saved >= 0);
   REQUIRE(::dup2(fd, STDERR_FILENO) >= 0);
-  log::warn("key {}", std::string("a\n2025-01-01T00:00:00Z ERROR forged\r\x01\x7f\tb\xc3\xa9"));
+  // A backslash is doubled (a key holding "\n" as two characters is not a newline), and
+  // bytes that are not UTF-8 or are C1 controls (U+009B is a terminal's CSI) are \xHH.
+  log::warn("key {}", std::string("a\n2025-01-01T00:00:00Z ERROR forged\r\x01\x7f\tb\xc3\xa9"
+                                  "\\n\xc2\x9b\xff\xe2\x82\xac\xed\xa0\x80."));
   std::fflush(stderr);
   ::dup2(saved, STDERR_FILENO);
   ::close(saved);
@@ -307,5 +351,6 @@ TEST_CASE("A log message is one line whatever it holds: CR, LF and controls are 
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ::unlink(path);
   CHECK(std::count(text.begin(), text.end(), '\n') == 1);
-  CHECK(text.ends_with(" WARN key a\\n2025-01-01T00:00:00Z ERROR forged\\r\\x01\\x7f\tb\xc3\xa9\n"));
+  CHECK(text.ends_with(" WARN key a\\n2025-01-01T00:00:00Z ERROR forged\\r\\x01\\x7f\tb\xc3\xa9"
+                       "\\\\n\\xc2\\x9b\\xff\xe2\x82\xac\\xed\\xa0\\x80.\n"));
 }
