@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -40,6 +39,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
 #include "granary/common/durable_dirs.h"
+#include "granary/common/files.h"
 #include "granary/common/log.h"
 #include "granary/common/random.h"
 #include "granary/common/rocks_resources.h"
@@ -70,11 +70,11 @@ constexpr int64_t kMaxCacheMib = int64_t{1} << 30;  // 1 PiB
   std::exit(1);
 }
 
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The file's bytes; dies (with the reason) when they cannot all be read.
+std::string readFileOrDie(const fs::path& p) {
+  auto bytes = readWholeFile(p);
+  if (!bytes) die("cannot read " + bytes.error().message());
+  return std::move(*bytes);
 }
 
 // Writes a file durably: temp file, fsync, rename, fsync of the directory.
@@ -108,7 +108,7 @@ bool existsOrDie(const fs::path& p) {
 // A root credentials file: {"access_key": ..., "secret_key": ...}.
 gateway::RootUser readCredentials(const fs::path& file) {
   try {
-    auto j = nlohmann::json::parse(readFile(file));
+    auto j = nlohmann::json::parse(readFileOrDie(file));
     return {j.at("access_key").get<std::string>(), j.at("secret_key").get<std::string>()};
   } catch (const std::exception& e) {
     die("cannot read " + file.string() + ": " + e.what());
@@ -131,7 +131,7 @@ gateway::RootUser rootUser(const fs::path& data, Random& random) {
 placement::ClusterMap loadOrCreateMap(const fs::path& data, int drives, int k, int m) {
   fs::path file = data / "cluster.json";
   if (existsOrDie(file)) {
-    auto map = placement::ClusterMap::fromJson(readFile(file));
+    auto map = placement::ClusterMap::fromJson(readFileOrDie(file));
     if (!map) die("invalid " + file.string() + ": " + map.error().toString());
     return *map;
   }
@@ -785,9 +785,7 @@ std::string clusterSecret(const po::variables_map& vm) {
 // endpoint, and the map names the index service.
 placement::ClusterMap loadClusterMap(const std::string& path) {
   if (path.empty()) die("--cluster FILE is required");
-  std::ifstream probe(path);
-  if (!probe) die("cannot read cluster map " + path);
-  auto map = placement::ClusterMap::fromJson(readFile(path));
+  auto map = placement::ClusterMap::fromJson(readFileOrDie(path));
   if (!map) die("invalid cluster map " + path + ": " + map.error().message());
   if (map->index_endpoint.empty()) {
     die("invalid cluster map " + path + ": cluster mode needs \"index\": \"HOST:PORT\"");

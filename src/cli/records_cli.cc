@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "granary/common/base64.h"
+#include "granary/common/files.h"
 #include "granary/common/strings.h"
 #include "granary/gateway/record_limits.h"
 #include "record_stream.h"
@@ -85,13 +85,19 @@ struct Invocation {
   }
 };
 
-std::optional<std::string> readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return std::move(ss).str();
+// A JSON request body from command-line text, or nullopt when an argument is not UTF-8
+// (JSON holds text only: such an argument is refused, not silently replaced).
+std::optional<std::string> jsonText(const json& body) {
+  try {
+    return body.dump();
+  } catch (const json::type_error&) {
+    return std::nullopt;
+  }
+}
+
+int notUtf8(const char* command) {
+  std::fprintf(stderr, "%s: arguments must be UTF-8 text\n", command);
+  return kUsage;
 }
 
 // GET or HEAD /b?record&key=K[&container=C[&offset=N]][&type=T][&raw=1].
@@ -164,13 +170,17 @@ int printPages(const Invocation& inv, const S3Request& base, const char* cursor,
     printed += *n;
     if (!(*page)["is_truncated"].is_boolean() || !(*page)["is_truncated"].get<bool>()) break;
     const auto& c = (*page)[cursor];
+    std::string cursor_value;
     if (c.is_string()) {
-      next = c.get<std::string>();
+      cursor_value = c.get<std::string>();
     } else if (c.is_number_unsigned()) {
-      next = std::to_string(c.get<uint64_t>());
+      cursor_value = std::to_string(c.get<uint64_t>());
     } else {
       return failWith(std::string("a truncated page without ") + cursor);
     }
+    // The same cursor again would ask for the same page forever.
+    if (next == cursor_value) return failWith(std::string("the server repeated its ") + cursor);
+    next = std::move(cursor_value);
   }
   return kOk;
 }
@@ -228,8 +238,8 @@ int runInsert(const Invocation& inv) {
   req.key = inv.args[1];
   req.query = {{"records", std::nullopt}};
   if (inv.has("format")) req.query.emplace_back("format", inv.opt("format"));
-  auto body = readFile(inv.args[2]);
-  if (!body) return failWith("cannot read " + inv.args[2]);
+  auto body = readWholeFile(inv.args[2]);
+  if (!body) return failWith("cannot read " + body.error().message());
   req.body = std::move(*body);
   auto res = inv.call(req);
   return res ? printAnswer(*res) : kFailed;
@@ -241,8 +251,8 @@ int runInsert(const Invocation& inv) {
 constexpr size_t kBatchBodyBytes = gateway::kMaxBatchGetBody - (1u << 20);
 
 int runBatchGet(const Invocation& inv) {
-  auto keys_text = readFile(inv.args[1]);
-  if (!keys_text) return failWith("cannot read " + inv.args[1]);
+  auto keys_text = readWholeFile(inv.args[1]);
+  if (!keys_text) return failWith("cannot read " + keys_text.error().message());
   // The keys in batches, each within the request limits.
   std::vector<json> batches(1, json::array());
   size_t batch_bytes = 0;
@@ -345,7 +355,9 @@ int runIndex(const Invocation& inv) {
     json body = {{"index", inv.args[1]}};
     if (inv.has("index-key")) body["index_key"] = inv.opt("index-key");
     req.method = "PUT";
-    req.body = body.dump();
+    auto text = jsonText(body);
+    if (!text) return notUtf8("granary records index");
+    req.body = std::move(*text);
   } else if (inv.has("index-key")) {
     std::fprintf(stderr, "granary records index: --index-key needs an index value\n");
     return kUsage;
@@ -485,7 +497,9 @@ int runAdminUser(const Invocation& inv) {
     json body = json::object();
     if (inv.has("user-access-key")) body["access_key"] = inv.opt("user-access-key");
     if (inv.has("user-secret-key")) body["secret_key"] = inv.opt("user-secret-key");
-    req.body = body.dump();
+    auto text = jsonText(body);
+    if (!text) return notUtf8("granary admin user add");
+    req.body = std::move(*text);
   } else if (action == "remove") {
     req.method = "DELETE";
   }

@@ -410,7 +410,8 @@ class ServerImpl final : public Server {
       uint64_t length = head.content_length().value_or(0);
       bool head_request = req.method == "HEAD";
       if (options_.render_metrics && req.method == "GET" &&
-          splitTarget(req.target).first == "/_granary/metrics" && length == 0) {
+          splitTarget(req.target).first == "/_granary/metrics" && length == 0 &&
+          !head.chunked()) {  // a chunked body would be read as the next request
         Reply metrics = metricsReply(req);
         if (!co_await writeReply(stream, false, metrics, keep_alive) || !keep_alive) break;
         continue;

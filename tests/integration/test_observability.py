@@ -410,6 +410,20 @@ def test_index_service_reports_its_body_memory(tmp_path):
         text = urllib.request.urlopen(f"http://{banner['address']}/_granary/metrics",
                                       timeout=10).read().decode()
         check_body_memory(text, 64 << 20)
+        # A metrics GET with a chunked body is refused and the connection closed: its body
+        # must not be read as a request of its own (no second answer on the stream).
+        import socket
+        host, port = banner["address"].rsplit(":", 1)
+        inner = b"GET /_granary/metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GET /_granary/metrics HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n" +
+                      b"%x\r\n" % len(inner) + inner + b"\r\n0\r\n\r\n")
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert answer.count(b"HTTP/1.1 ") == 1, answer[:400]
     finally:
         assert idx.stop() == 0
     res = subprocess.run([GRANARY, "index", "--dir", str(tmp_path / "index2"), "--listen",

@@ -307,6 +307,24 @@ def botocore_signature(endpoint, method, target, headers, secret):
     return signer.signature(signer.string_to_sign(req, canonical), req)
 
 
+def test_cli_refuses_what_it_cannot_send(fake, tmp_path):
+    """A page that repeats its cursor ends the listing with an error (not the same request
+    forever); an argument that is not UTF-8 is a usage error (a JSON body holds text only);
+    an input file that cannot be read, here a directory, is an error, not an empty body."""
+    fake.answer = (200, {"Content-Type": "application/json"},
+                   b'{"records": [], "is_truncated": true, "next_continuation_token": "t"}')
+    kw = dict(endpoint=fake.endpoint, access="AKID", secret="S")
+    res = run_cli(None, "list", "bkt", "--prefix", "p", **kw)
+    assert res.returncode == 1 and b"repeated its next_continuation_token" in res.stderr
+    assert len(fake.requests) == 2
+    fake.requests.clear()
+    res = run_cli(None, "index", "bkt", b"warc\xff", **kw)
+    assert res.returncode == 2 and b"must be UTF-8" in res.stderr, res.stderr
+    res = run_cli(None, "insert", "bkt", "k", str(tmp_path), **kw)
+    assert res.returncode == 1 and b"cannot read" in res.stderr, res.stderr
+    assert fake.requests == []
+
+
 @pytest.mark.parametrize("args", [
     ("get", "bkt", "http://example.org/a b?c=d&e=ü~+%/", "--container", "dir/x y+ü.warc.gz",
      "--type", "*", "--raw"),

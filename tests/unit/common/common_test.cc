@@ -21,6 +21,7 @@
 #include "granary/common/clock.h"
 #include "granary/common/cpus.h"
 #include "granary/common/durable_dirs.h"
+#include "granary/common/files.h"
 #include "granary/common/hex.h"
 #include "granary/common/ids.h"
 #include "granary/common/log.h"
@@ -211,6 +212,31 @@ TEST_CASE("createDirectoriesDurably syncs every component into its parent, top d
     CHECK(!createDirectoriesDurably(root / "file" / "sub", record).isOk());
     CHECK(!createDirectoriesDurably(root / "file", record).isOk());
   }
+  fs::remove_all(root);
+}
+
+TEST_CASE("readWholeFile returns every byte, or an error: never a short or empty success") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("granary-read-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  std::string big(200 * 1024 + 7, '\0');  // more than one read, NUL bytes included
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131);
+  { std::ofstream(root / "big", std::ios::binary) << big; }
+  { std::ofstream(root / "empty", std::ios::binary); }
+  auto read = readWholeFile(root / "big");
+  REQUIRE(read.has_value());
+  CHECK(*read == big);
+  auto empty = readWholeFile(root / "empty");
+  REQUIRE(empty.has_value());
+  CHECK(empty->empty());
+  auto missing = readWholeFile(root / "missing");
+  REQUIRE(!missing.has_value());
+  CHECK(missing.error().isNotFound());
+  auto directory = readWholeFile(root);  // opens, then read() fails with EISDIR
+  REQUIRE(!directory.has_value());
+  CHECK(directory.error().code() == Status::Code::kIoError);
+  CHECK(directory.error().message().find("Is a directory") != std::string::npos);
   fs::remove_all(root);
 }
 
