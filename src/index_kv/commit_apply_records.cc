@@ -65,8 +65,11 @@ Status BatchBuilder::attachRecords(CommitRequest& req) {
   GRANARY_STAGE(batch_.Put(cfs_.manifests, versionKey(m->version), encodeManifest(*m)));
   GRANARY_STAGE(batch_.Put(cfs_.objects, okey, encodeSummary(summaryOf(*m))));
   req.record_result = m->records;
-  manifests_[m->version] = m.get();
+  // Owned first: a push_back that throws must not leave the overlay pointing at a freed
+  // manifest for the rest of the batch.
+  const VersionId version = m->version;
   owned_manifests_.push_back(std::move(m));
+  manifests_[version] = owned_manifests_.back().get();
   return Status::ok();
 }
 

@@ -89,7 +89,23 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
   // be published missing, under a 200. A sync per batch of thousands of rows.
   rocksdb::WriteOptions options;
   options.sync = true;
-  return fromRocks(db_->Write(options, &batch), "index: writing record rows");
+  GRANARY_RETURN_IF_ERROR(fromRocks(db_->Write(options, &batch), "index: writing record rows"));
+  // The committer marks a set dead without this lock (a container overwritten while rows
+  // are added to its set). Rows written after that mark may land behind the GC's iterator,
+  // which then deletes the set's entry and leaves them unreachable: look again, and take
+  // back what this call wrote into a set that died meanwhile. (Rows written before the mark
+  // are seen by the GC, whose listing starts after it.)
+  live = readLiveRecordSet(db_.get(), cfs_, set);
+  if (!live) return live.error();
+  if (live->has_value()) return Status::ok();
+  rocksdb::WriteBatch undo;
+  for (const RecordRow& row : rows) {
+    (void)undo.Delete(cfs_.records, recordRowKey(bucket, row.key, container, set, row.offset));
+    (void)undo.Delete(cfs_.record_order, recordOrderKey(set, row.offset, row.key));
+  }
+  GRANARY_RETURN_IF_ERROR(fromRocks(db_->Write(rocksdb::WriteOptions(), &undo),
+                                    "index: removing rows of a dead record set"));
+  return Status::preconditionFailed("index: the record set died while its rows were written");
 }
 
 Result<RecordIndexInfo> RocksIndex::attachRecords(std::string_view bucket,

@@ -408,6 +408,27 @@ TEST_CASE("Rows go only into a live set: never created, dead or removed sets ref
   CHECK(storedRows(*f.index, set) == 0);
 }
 
+TEST_CASE("Rows written into a set that dies meanwhile are taken back, not left unreachable") {
+  IndexFixture f;
+  f.makeBucket("b");
+  const VersionId set = f.newVersion();
+  publish(f, "c.tar", set, makeRows("c.tar", set, 5));
+  // More rows for the published set; between their liveness check and their write the
+  // container is overwritten, which marks the set dead on the committer.
+  f.clock.armOnce([&] {
+    Manifest plain = f.inlineManifest("v2, not indexed");
+    REQUIRE(f.index->putObject("b", "c.tar", plain, Precondition::none()).has_value());
+  });
+  CHECK(f.index->putRecordRows("b", "c.tar", set, makeRows("c.tar", set, 5, "", 5)).code() ==
+        Code::kPreconditionFailed);
+  CHECK(storedRows(*f.index, set) == 5);  // the first five only, left to the GC
+  auto gc = f.index->collectRecordGarbage(1000, 0);
+  REQUIRE(gc.has_value());
+  CHECK(gc->rows_removed == 5);
+  CHECK(gc->sets_removed == 1);
+  CHECK(storedRows(*f.index, set) == 0);
+}
+
 TEST_CASE("Two rows at one offset under two keys are both listed and both removed") {
   IndexFixture f;
   f.makeBucket("b");

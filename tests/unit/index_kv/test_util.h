@@ -1,4 +1,4 @@
-// Shared fixture for the index tests: a temporary directory, a ManualClock, a seeded
+// Shared fixture for the index tests: a temporary directory, a manual clock, a seeded
 // random source and an open index, plus manifest builders.
 //
 // Built with GRANARY_INDEX_OVER_RPC (the index_kv_rpc_test binary), `index` is the remote
@@ -14,12 +14,14 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "granary/common/clock.h"
 #include "granary/common/ids.h"
@@ -48,6 +50,36 @@ inline BucketInfo bucketInfo(std::string name, std::string owner, int64_t create
   return b;
 }
 
+// A ManualClock that can run a hook once: on the next wall-clock reading made by the
+// thread that armed it (the code under test, called from the test thread), so that a test
+// can act between two steps of a call, e.g. a check and the write it guards.
+class HookClock final : public Clock {
+ public:
+  explicit HookClock(int64_t unix_nanos) : inner_(unix_nanos) {}
+  int64_t nowUnixNanos() const override {
+    if (armed_.load(std::memory_order_acquire) && std::this_thread::get_id() == thread_) {
+      armed_.store(false);
+      auto hook = std::move(hook_);
+      hook();
+    }
+    return inner_.nowUnixNanos();
+  }
+  int64_t monotonicNanos() const override { return inner_.monotonicNanos(); }
+  void advance(int64_t nanos) { inner_.advance(nanos); }
+  void set(int64_t unix_nanos) { inner_.set(unix_nanos); }
+  void armOnce(std::function<void()> hook) {
+    hook_ = std::move(hook);
+    thread_ = std::this_thread::get_id();
+    armed_.store(true, std::memory_order_release);
+  }
+
+ private:
+  ManualClock inner_;
+  mutable std::atomic<bool> armed_{false};
+  mutable std::function<void()> hook_;
+  std::thread::id thread_;
+};
+
 using RawHandles = std::vector<rocksdb::ColumnFamilyHandle*>;
 
 // Opens the RocksDB in `dir` directly (no index on it), with column families `names`
@@ -73,7 +105,7 @@ inline void withRawDb(const std::string& dir, RocksResources& resources,
 struct IndexFixture {
   TempDir dir;
   RocksResources resources{RocksBudget{16ull << 20, 16ull << 20}};
-  ManualClock clock{kStartNanos};
+  HookClock clock{kStartNanos};
   SeededRandom random{12345};
   std::unique_ptr<Index> index;
 
