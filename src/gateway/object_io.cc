@@ -613,7 +613,11 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     }
     (void)co_await group.wait();
   };
-  std::vector<int> first;
+  // Read first: the data fragments counted on, and parity up to k fragments in all; the
+  // other parity only should those fall short. Reading every fragment would wait for the
+  // slowest of k + m - 1 (a hung server: the I/O timeout, on every stripe) and move
+  // (m - 1) fragments more than the decode needs.
+  std::vector<int> first, spare;
   for (int j = 0; j < total; ++j) {
     if (j < k && failed_data[j]) {
       (*ok)[j] = Status::corruption("failed on the fast path");
@@ -624,17 +628,23 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
     } else if (!dp.chunks().reachable(m.drives[s.drives[j]])) {
       (*ok)[j] = unreachable(m.drives[s.drives[j]]);
       skipped.push_back(j);
-    } else {
+    } else if (static_cast<int>(first.size()) < k) {
       first.push_back(j);
+    } else {
+      (*ok)[j] = Status::unavailable("not read: enough other fragments");
+      spare.push_back(j);
     }
   }
   co_await readAll(first, false);
   const auto readable = [&] {
     return std::count_if(ok->begin(), ok->end(), [](const Status& st) { return st.isOk(); });
   };
+  if (readable() < k && !spare.empty()) co_await readAll(spare, false);
   if (readable() < k) {
-    for (int j : first) {
-      if (refused[j]) skipped.push_back(j);
+    for (const auto* tried : {&first, &spare}) {
+      for (int j : *tried) {
+        if (refused[j]) skipped.push_back(j);
+      }
     }
     if (!skipped.empty()) co_await readAll(skipped, true);
   }
@@ -820,6 +830,9 @@ Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_
   if (!slices) return slices.error();
   for (const Slice& sl : *slices) {
     for (const FragmentRange& fr : fragmentRanges(manifest, sl)) {
+      // As the stripe reads: a server believed down is not waited on (connect timeouts,
+      // retries) when the caller's degraded path can read around it at once.
+      if (!dp.chunks().reachable(fr.drive)) return unreachable(fr.drive);
       auto running = dp.beginRead(fr.drive);
       if (!running) return stalled(fr.drive, dp.readsPerDrive());
       GRANARY_RETURN_IF_ERROR(readFragment(dp, fr.drive, fr.id, fr.offset, {out, fr.length}));

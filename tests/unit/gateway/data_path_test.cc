@@ -406,6 +406,46 @@ TEST_CASE("GET does not ask a drive whose server does not answer: it decodes at 
   CHECK(f.counters.degraded.Value() == DataPathFixture::stripesTouching(m, {down}));
 }
 
+TEST_CASE("A degraded read reads k fragments, the other parity only should one of them fail") {
+  DataPathFixture f;  // 4 + 2
+  const uint64_t size = kStripe - 100;  // one stripe
+  std::string data = randomString(size, 29);
+  index_kv::Manifest m = f.write(data);
+  REQUIRE(m.stripes.size() == 1);
+  const std::string lost = DataPathFixture::driveOf(m, 0, 0);
+  const std::string first_parity = DataPathFixture::driveOf(m, 0, 4);
+  const std::string last_parity = DataPathFixture::driveOf(m, 0, 5);
+  f.cluster.chunks->failReads(lost, Status::notFound("blob vanished"));
+  // A server that would hang: asked, the read fails after the test's patience.
+  f.cluster.chunks->failReads(last_parity, Status::timeout("a spare fragment was asked"));
+  auto [st, got] = f.read(m, 0, size);
+  REQUIRE(st.isOk());
+  CHECK(got == data);
+  CHECK(f.cluster.chunks->injected() == 1);  // the lost fragment's fast-path read only
+  CHECK(f.counters.degraded.Value() == 1);
+  // The first parity fragment failing too: the last one is read after all.
+  f.cluster.chunks->clearFaults();
+  f.cluster.chunks->failReads(lost, Status::notFound("blob vanished"));
+  f.cluster.chunks->failReads(first_parity, Status::ioError("bad sector"));
+  auto [st2, got2] = f.read(m, 0, size);
+  REQUIRE(st2.isOk());
+  CHECK(got2 == data);
+  CHECK(f.counters.degraded.Value() == 2);
+}
+
+TEST_CASE("readRangeDirect does not ask a drive whose server does not answer") {
+  DataPathFixture f;
+  std::string data = randomString(2 * kStripe, 31);
+  index_kv::Manifest m = f.write(data);
+  const std::string down = DataPathFixture::driveOf(m, 0, 1);
+  f.cluster.chunks->failReads(down, Status::timeout("would have waited"));
+  f.cluster.chunks->setUnreachable(down);
+  std::string out(2 * kFragmentLen, '\0');
+  Status st = readRangeDirect(f.dp, m, 0, out.size(), reinterpret_cast<uint8_t*>(out.data()));
+  CHECK(st.code() == Status::Code::kUnavailable);
+  CHECK(f.cluster.chunks->injected() == 0);
+}
+
 TEST_CASE("A slow data fragment is hedged: the stripe is decoded from the other fragments") {
   DataPathFixture f;
   const bool hedging = GENERATE(true, false);
