@@ -43,8 +43,14 @@ S3Result<CopySource> parseCopySource(std::string_view header) {
     return s3fail(S3ErrorCode::kInvalidArgument,
                   "Copy Source must mention the source bucket and key: sourcebucket/sourcekey");
   }
-  return CopySource{std::string(path.substr(0, slash)), std::string(path.substr(slash + 1)),
-                    version};
+  // Checked as a request's bucket and key are (router.cc), not merely looked up.
+  const std::string_view bucket = path.substr(0, slash);
+  const std::string_view key = path.substr(slash + 1);
+  if (!plausibleBucketName(bucket)) {
+    return s3fail(S3ErrorCode::kInvalidArgument, "Invalid copy source bucket name");
+  }
+  if (auto checked = checkObjectKey(key); !checked) return std::unexpected(checked.error());
+  return CopySource{std::string(bucket), std::string(key), version};
 }
 
 Task<Status> CopySink::write(std::span<const uint8_t> data) {

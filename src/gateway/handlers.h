@@ -216,6 +216,8 @@ Task<S3Response> putObject(GatewayContext& ctx, const S3Request& req, const Requ
 Task<S3Response> postObject(GatewayContext& ctx, S3Request& req, BodySource& body);
 // router.cc: KeyTooLongError over 1024 bytes, InvalidArgument for a NUL or invalid UTF-8.
 S3Result<void> checkObjectKey(std::string_view key);
+// router.cc: a name some bucket could have (S3's legacy rules, the widest).
+bool plausibleBucketName(std::string_view name);
 // checkObjectKey, and UTF-8 as RFC 3629 has it: for a key a request creates.
 S3Result<void> checkNewObjectKey(std::string_view key);
 // The parameters a listing echoes in its XML (prefix, delimiter, the markers): UTF-8 as a

@@ -137,24 +137,14 @@ std::optional<std::string> virtualHostBucket(const S3Request& req, std::string_v
   return h.substr(0, h.size() - suffix.size());
 }
 
-// A name some bucket could have: S3's rules at their widest (the legacy ones: 1-255
-// letters, digits, '.', '-', '_'); creation asks for more (bucket_ops.cc). Anything else
-// is refused before it is looked up: a '/' in it (path-style "%2F", or a Host header)
-// would name another bucket's keys in the index, whose object keys are "bucket/key".
-bool plausibleBucketName(std::string_view name) {
-  return name.size() <= 255 && std::all_of(name.begin(), name.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '-' || c == '_';
-         });
-}
-
 // Splits the target into bucket, key and query. Errors are S3 errors. `virtual_host` is
 // set when the bucket came from the Host header (the whole path is then the key).
 S3Result<void> parseTarget(S3Request& req, std::string_view domain, bool& virtual_host) {
-  std::string_view target = req.target;
-  size_t q = target.find('?');
-  req.path = std::string(target.substr(0, q));
-  if (q != std::string_view::npos) req.query = parseQuery(target.substr(q + 1));
+  // Absolute-form targets ("http://host/bucket/key", RFC 9112 3.2.2) are taken as the
+  // signature code takes them (splitTarget).
+  auto [path, query] = splitTarget(req.target);
+  req.path = std::string(path);
+  if (req.target.find('?') != std::string::npos) req.query = parseQuery(query);
   if (req.path.empty() || req.path[0] != '/') {
     return s3fail(S3ErrorCode::kInvalidRequest, "Invalid request target");
   }
@@ -642,6 +632,17 @@ S3Result<void> hoistQueryHeaders(S3Request& req, int version) {
 }
 
 }  // namespace
+
+// A name some bucket could have: S3's rules at their widest (the legacy ones: 1-255
+// letters, digits, '.', '-', '_'); creation asks for more (bucket_ops.cc). Anything else
+// is refused before it is looked up: a '/' in it (path-style "%2F", or a Host header)
+// would name another bucket's keys in the index, whose object keys are "bucket/key".
+bool plausibleBucketName(std::string_view name) {
+  return name.size() <= 255 && std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_';
+         });
+}
 
 S3Result<void> checkObjectKey(std::string_view key) {
   if (key.size() > 1024) {

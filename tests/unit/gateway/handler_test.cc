@@ -3124,6 +3124,38 @@ TEST_CASE("A root copy into a missing bucket is NoSuchBucket before any byte is 
   CHECK(r.code == "NoSuchBucket");
 }
 
+TEST_CASE("An absolute-form target is routed as its path and query, as it is signed") {
+  GatewayFixture f;
+  f.createBucket();
+  Reply put = f.send(makeRequest("PUT", "http://127.0.0.1:9000/bucket/abs?x-id=PutObject"),
+                     "absolute");
+  CHECK(put.status == 200);
+  Reply got = f.get("http://127.0.0.1:9000/bucket/abs");
+  CHECK(got.status == 200);
+  CHECK(got.body == "absolute");
+  CHECK(f.get("/bucket/abs").body == "absolute");
+  CHECK(f.get("http://127.0.0.1:9000").code == "InvalidRequest");  // no path at all
+}
+
+TEST_CASE("A copy source's bucket and key are checked as a request's are") {
+  GatewayFixture f;
+  f.createBucket();
+  REQUIRE(f.put("src", "data").status == 200);
+  const std::string long_key(1025, 'a');
+  const std::pair<std::string, std::string> cases[] = {
+      {"/bucket/" + long_key, "KeyTooLongError"},
+      {"/bucket/k%00x", "InvalidArgument"},
+      {"/bucket/%FF", "InvalidArgument"},
+      {"/a%20b/src", "InvalidArgument"},
+  };
+  for (const auto& [source, code] : cases) {
+    Reply r = f.send(makeRequest("PUT", "/bucket/dst", {{"x-amz-copy-source", source}}));
+    CHECK(r.status == 400);
+    CHECK(r.code == code);
+  }
+  CHECK(f.get("/bucket/dst").code == "NoSuchKey");
+}
+
 // Whether the buffer budget is all given back, within 10 s: a read a hedge left behind
 // (a fragment slow under load) keeps its charge until it ends.
 bool budgetDrained(GatewayFixture& f) {
