@@ -72,16 +72,25 @@ class IsalErasureCode final : public ErasureCode {
   }
 
   Status reconstruct(size_t len, std::span<uint8_t* const> fragments,
-                     std::span<const bool> present) const override;
+                     std::span<const bool> present) const override {
+    return rebuild(len, fragments, present, /*data_only=*/false);
+  }
+  Status reconstructData(size_t len, std::span<uint8_t* const> fragments,
+                         std::span<const bool> present) const override {
+    return rebuild(len, fragments, present, /*data_only=*/true);
+  }
 
  private:
+  Status rebuild(size_t len, std::span<uint8_t* const> fragments, std::span<const bool> present,
+                 bool data_only) const;
+
   EcProfile profile_;
   std::vector<uint8_t> matrix_;         // (k + m) x k generator, row-major
   std::vector<uint8_t> encode_tables_;  // ec_init_tables of the m parity rows
 };
 
-Status IsalErasureCode::reconstruct(size_t len, std::span<uint8_t* const> fragments,
-                                    std::span<const bool> present) const {
+Status IsalErasureCode::rebuild(size_t len, std::span<uint8_t* const> fragments,
+                                std::span<const bool> present, bool data_only) const {
   const int k = profile_.k;
   const int n = profile_.total();
   if (fragments.size() != static_cast<size_t>(n) || present.size() != static_cast<size_t>(n)) {
@@ -93,7 +102,7 @@ Status IsalErasureCode::reconstruct(size_t len, std::span<uint8_t* const> fragme
   std::vector<int> missing;
   for (int i = 0; i < n; ++i) {
     if (!present[i]) {
-      missing.push_back(i);
+      if (!data_only || i < k) missing.push_back(i);
     } else if (static_cast<int>(sources.size()) < k) {
       sources.push_back(i);
     }

@@ -666,7 +666,8 @@ Task<Status> decodeStripe(DataPath& dp, const index_kv::Manifest& m, StripeRead&
   if (!code) co_return code.error();
   const ec::ErasureCode* decoder = *code;
   Status st = co_await offload(dp.pool(), [&] {
-    return decoder->reconstruct(fl, ptrs, std::span<const bool>(present_arr.get(), total));
+    // Data only: the parity not read (or lost) is of no use to this read.
+    return decoder->reconstructData(fl, ptrs, std::span<const bool>(present_arr.get(), total));
   });
   if (!st.isOk()) co_return st;
   dp.counters().degraded_stripes.Increment();

@@ -256,7 +256,8 @@ class ObjectWriter {
 
 // Blocking (call it on the worker pool): object bytes [first, first + length) of a
 // striped manifest, read from the data fragments only, into `out` (length bytes). Any
-// fragment failure, or a stalled drive (DataPath::beginRead), fails the call; the caller
+// fragment failure, a server believed down (kUnavailable, not asked) or a stalled drive
+// (DataPath::beginRead) fails the call; the caller
 // then uses readObjectRange, which decodes from parity. For many small ranges read
 // concurrently (record batch gets).
 Status readRangeDirect(DataPath& dp, const index_kv::Manifest& manifest, uint64_t first,

@@ -42,6 +42,11 @@ class ErasureCode {
   // (their buffers must be writable). kInvalidArgument if fewer than k are present.
   virtual Status reconstruct(size_t len, std::span<uint8_t* const> fragments,
                              std::span<const bool> present) const = 0;
+  // As reconstruct, but rebuilds only the missing data fragments: a read needs no parity,
+  // and each missing parity fragment rebuilt would cost as much as a data one. Missing
+  // parity buffers are left as they are.
+  virtual Status reconstructData(size_t len, std::span<uint8_t* const> fragments,
+                                 std::span<const bool> present) const = 0;
 };
 
 // CRC32C (Castagnoli), the standard convention: crc32c("123456789") == 0xE3069283.

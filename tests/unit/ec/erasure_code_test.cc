@@ -49,8 +49,10 @@ std::vector<std::vector<uint8_t>> snapshot(const Stripe& s) {
   return out;
 }
 
-// Erases the fragments in `mask` (overwriting them with garbage) and reconstructs.
-Status eraseAndReconstruct(const ErasureCode& ec, Stripe& s, uint32_t mask) {
+// Erases the fragments in `mask` (overwriting them with garbage) and reconstructs them, or
+// only the data ones.
+Status eraseAndReconstruct(const ErasureCode& ec, Stripe& s, uint32_t mask,
+                           bool data_only = false) {
   std::vector<uint8_t> present_bytes(s.ptrs.size());
   for (size_t i = 0; i < s.ptrs.size(); ++i) {
     present_bytes[i] = ((mask >> i) & 1u) == 0;
@@ -59,7 +61,9 @@ Status eraseAndReconstruct(const ErasureCode& ec, Stripe& s, uint32_t mask) {
   // std::vector<bool> has no contiguous storage, so build a plain bool array.
   std::unique_ptr<bool[]> present(new bool[s.ptrs.size()]);
   for (size_t i = 0; i < s.ptrs.size(); ++i) present[i] = present_bytes[i] != 0;
-  return ec.reconstruct(s.len, s.ptrs, std::span<const bool>(present.get(), s.ptrs.size()));
+  const std::span<const bool> flags(present.get(), s.ptrs.size());
+  return data_only ? ec.reconstructData(s.len, s.ptrs, flags)
+                   : ec.reconstruct(s.len, s.ptrs, flags);
 }
 
 // For every erasure pattern of up to m fragments: rebuild and compare every byte.
@@ -97,6 +101,21 @@ TEST_CASE("Every pattern of up to m lost fragments is rebuilt exactly") {
   const std::vector<size_t> lengths = {1, 7, 64, 333, 4097};
   for (EcProfile p : profiles) {
     for (size_t len : lengths) checkAllErasures(p, len);
+  }
+}
+
+TEST_CASE("reconstructData rebuilds the lost data fragments and leaves lost parity alone") {
+  for (EcProfile p : {EcProfile{4, 2}, EcProfile{8, 3}, EcProfile{1, 2}}) {
+    auto ec = make(p);
+    Stripe s(p, 333);
+    fillAndEncode(*ec, s, 5);
+    const auto original = snapshot(s);
+    const size_t last = s.ptrs.size() - 1;
+    const uint32_t mask = 1u | (1u << last);  // data fragment 0 and the last parity
+    REQUIRE(eraseAndReconstruct(*ec, s, mask, /*data_only=*/true).isOk());
+    auto after = snapshot(s);
+    for (size_t i = 0; i + 1 < s.ptrs.size(); ++i) CHECK(after[i] == original[i]);
+    CHECK(after[last] == std::vector<uint8_t>(s.len, 0xA5));  // not rebuilt
   }
 }
 
