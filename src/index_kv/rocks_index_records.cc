@@ -103,7 +103,8 @@ Status RocksIndex::putRecordRows(std::string_view bucket, std::string_view conta
     (void)undo.Delete(cfs_.records, recordRowKey(bucket, row.key, container, set, row.offset));
     (void)undo.Delete(cfs_.record_order, recordOrderKey(set, row.offset, row.key));
   }
-  GRANARY_RETURN_IF_ERROR(fromRocks(db_->Write(rocksdb::WriteOptions(), &undo),
+  // Synced as the rows were: the GC's end of the set may be durable already.
+  GRANARY_RETURN_IF_ERROR(fromRocks(db_->Write(options, &undo),
                                     "index: removing rows of a dead record set"));
   return Status::preconditionFailed("index: the record set died while its rows were written");
 }
@@ -382,7 +383,14 @@ Status RocksIndex::removeDeadSet(const VersionId& set, const std::string& gc_val
   req.kind = CommitRequest::Kind::kRecordGcDone;
   req.record_info.set = set;
   req.record_gc_value = gc_value;
-  GRANARY_RETURN_IF_ERROR(submit(req));
+  {
+    // A putRecordRows between its liveness check and its re-check (it holds this lock
+    // shared through both) finishes first, seeing the set dead and taking its rows back;
+    // one after sees the set gone. Without it, one whose check came before the mark and
+    // whose write came after this commit would bring the set back, rows and all.
+    std::unique_lock sweep(record_sweep_mu_);
+    GRANARY_RETURN_IF_ERROR(submit(req));
+  }
   ++stats.sets_removed;
   return Status::ok();
 }

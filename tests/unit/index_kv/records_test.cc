@@ -408,6 +408,9 @@ TEST_CASE("Rows go only into a live set: never created, dead or removed sets ref
   CHECK(storedRows(*f.index, set) == 0);
 }
 
+#ifndef GRANARY_INDEX_OVER_RPC
+// Direct only: over RPC the test thread's first clock reading is the client's signing
+// date, before the request is sent, so the hook would run before the server's check.
 TEST_CASE("Rows written into a set that dies meanwhile are taken back, not left unreachable") {
   IndexFixture f;
   f.makeBucket("b");
@@ -428,6 +431,7 @@ TEST_CASE("Rows written into a set that dies meanwhile are taken back, not left 
   CHECK(gc->sets_removed == 1);
   CHECK(storedRows(*f.index, set) == 0);
 }
+#endif
 
 TEST_CASE("Two rows at one offset under two keys are both listed and both removed") {
   IndexFixture f;
