@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <limits>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -167,7 +168,14 @@ void backOff(std::atomic<int64_t>& last_log_ms, const char* call, int rc, unsign
   std::this_thread::sleep_for(std::chrono::microseconds(100u << std::min(tries - quick, 7u)));
 }
 
-// Submits the SQE prepared by `prep` once and returns its CQE result (negative errno).
+// What submitOnceAndWait returns when the kernel refused the request itself (not "for
+// now"): nothing reached the disk, and the thread's ring is given up. The caller does the
+// call with plain syscalls: a refused submission says nothing about the drive, and failing
+// a sync for it would retire the extent and fail a batch of puts.
+constexpr int kNotSubmitted = std::numeric_limits<int>::min();
+
+// Submits the SQE prepared by `prep` once and returns its CQE result (negative errno), or
+// kNotSubmitted.
 template <typename Prep>
 int submitOnceAndWait(io_uring* ring, Prep& prep) {
   io_uring_sqe* sqe = io_uring_get_sqe(ring);
@@ -195,7 +203,7 @@ int submitOnceAndWait(io_uring* ring, Prep& prep) {
     log::warn("io_uring_submit: {}; this thread uses pread/pwrite from now on",
               std::strerror(-rc));
     t_ring.abandon();
-    return rc;
+    return kNotSubmitted;
   }
   // The request is in the kernel and may write into the caller's buffer: this returns
   // only with its completion, whatever the wait answers meanwhile.
@@ -212,8 +220,8 @@ int submitOnceAndWait(io_uring* ring, Prep& prep) {
   return res;
 }
 
-// Submits the SQE prepared by `prep` and returns its CQE result (negative errno on error),
-// submitting it again while the result asks for that (askAgain).
+// Submits the SQE prepared by `prep` and returns its CQE result (negative errno on error,
+// or kNotSubmitted), submitting it again while the result asks for that (askAgain).
 template <typename Prep>
 int submitAndWait(io_uring* ring, Prep&& prep) {
   unsigned again = 0;
@@ -653,6 +661,7 @@ class UringEngine final : public IoEngine {
         io_uring_prep_write(sqe, fd, data.data() + done, chunk(data.size() - done),
                             offset + done);
       });
+      if (res == kNotSubmitted) return posix_io::writeAll(fd, data.subspan(done), offset + done);
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring write at {}", offset + done));
       }
@@ -672,6 +681,7 @@ class UringEngine final : public IoEngine {
       int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
         io_uring_prep_read(sqe, fd, out.data() + done, chunk(out.size() - done), offset + done);
       });
+      if (res == kNotSubmitted) return posix_io::readAll(fd, out.subspan(done), offset + done);
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring read at {}", offset + done));
       }
@@ -704,6 +714,7 @@ class UringEngine final : public IoEngine {
         io_uring_prep_readv(sqe, fd, &iov[first], static_cast<unsigned>(n - first),
                             offset + done);
       });
+      if (res == kNotSubmitted) return IoEngine::preadv(fd, parts, offset);  // all again
       if (res < 0) {
         return Status::fromErrno(-res, fmt::format("io_uring readv at {}", offset + done));
       }
@@ -729,6 +740,7 @@ class UringEngine final : public IoEngine {
     const int res = submitAndWait(ring, [&](io_uring_sqe* sqe) {
       io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
     });
+    if (res == kNotSubmitted) return posix_io::dataSync(fd);
     if (res < 0) return Status::fromErrno(-res, "io_uring fdatasync");
     return Status::ok();
   }

@@ -415,14 +415,15 @@ TEST_CASE("io_uring: a thread ring's refused submission is retried with a pause,
 // A failed wait for a completion returns nothing while the request is in the kernel (it
 // may still write into the caller's buffer): the thread waits again until it completes.
 // A submission refused for another reason than "for now" gives the thread's ring up, its
-// entry still in it: the next call must not send that entry with a buffer given back.
+// entry still in it: the next call must not send that entry with a buffer given back. The
+// refused call itself is made with plain syscalls (it says nothing about the drive).
 TEST_CASE("io_uring: a failed wait waits again, a failed submit gives the thread's ring up") {
   TempDir dir;
   constexpr size_t kBlock = 4096;
   auto a = randomBytes(kBlock, 23), b = randomBytes(kBlock, 24);
   int waits_left = -1;
-  bool read_back = false, submit_failed = false, ring_kept = true, rewritten = false;
-  bool ran = false;
+  bool read_back = false, refused_write_done = false, ring_kept = true, rewritten = false;
+  bool refused_sync_done = false, ran = false;
   // A thread of its own: the ring it gives up is not the test thread's.
   std::thread([&] {
     auto engine = makeUringEngine();
@@ -436,7 +437,9 @@ TEST_CASE("io_uring: a failed wait waits again, a failed submit gives the thread
     waits_left = testing::threadRingWaitFailuresLeft();
     read_back = read.isOk() && std::equal(a.begin(), a.end(), out.data());
     testing::failThreadRingSubmits(1);
-    submit_failed = !engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk();
+    refused_write_done = engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk() &&
+                         engine->pread(*fd, {out.data(), 2 * kBlock}, 0).isOk() &&
+                         std::equal(b.begin(), b.end(), out.data() + kBlock);
     ring_kept = testing::threadRingInUse();
     // The calls after it go through plain syscalls, right.
     rewritten = engine->pwrite(*fd, {in_b.data(), kBlock}, kBlock).isOk() &&
@@ -445,14 +448,27 @@ TEST_CASE("io_uring: a failed wait waits again, a failed submit gives the thread
                 std::equal(b.begin(), b.end(), out.data() + kBlock);
     ran = engine->close(*fd).isOk();
   }).join();
+  // A refused fdatasync likewise (on a thread whose ring is in use).
+  bool sync_ring_given_up = false;
+  std::thread([&] {
+    auto engine = makeUringEngine();
+    auto fd = engine->open(dir.path() + "/g", O_RDWR | O_CREAT, 0644);
+    if (!fd || !engine->fdatasync(*fd).isOk() || !testing::threadRingInUse()) return;
+    testing::failThreadRingSubmits(1);
+    refused_sync_done = engine->fdatasync(*fd).isOk();
+    sync_ring_given_up = !testing::threadRingInUse();
+    (void)engine->close(*fd);
+  }).join();
   testing::failThreadRingWaits(0);
   testing::failThreadRingSubmits(0);
   REQUIRE(ran);
   CHECK(waits_left == 0);
   CHECK(read_back);
-  CHECK(submit_failed);
+  CHECK(refused_write_done);
   CHECK_FALSE(ring_kept);
   CHECK(rewritten);
+  CHECK(refused_sync_done);
+  CHECK(sync_ring_given_up);
 }
 
 // A request whose completion asks for it again (-EAGAIN, -EINTR) is submitted again, a
