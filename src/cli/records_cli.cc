@@ -322,7 +322,9 @@ int runBatchGet(const Invocation& inv) {
     req.method = "POST";
     req.bucket = inv.args[0];
     req.query = {{"records-batch", std::nullopt}};
-    req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    auto text = jsonText(body);  // keys are UTF-8 or base64 (above): --type may not be
+    if (!text) return notUtf8("granary records batch-get");
+    req.body = std::move(*text);
     FrameReader reader(on_header, on_data);
     auto res = inv.call(req, [&](std::string_view bytes) { return reader.feed(bytes); });
     if (current && reader.midRecord()) {  // a cut record leaves no file

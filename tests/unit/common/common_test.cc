@@ -276,7 +276,9 @@ TEST_CASE("A start() during a stop() waits for the old thread: two passes never 
   });
   running.wait();
   std::thread stopper([&] { thread.stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the stopper is joining
+  // The stopper is joining (it set the flag): a start() now must wait for it, not be a
+  // no-op on the running thread.
+  while (!thread.stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::thread starter([&] {
     thread.start(std::chrono::milliseconds(1), [&] {
       enter();
