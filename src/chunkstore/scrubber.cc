@@ -53,20 +53,32 @@ void Scrubber::run() {
   lowerIoPriority();
   for (;;) {
     Status st = runPass();
+    auto pause = options_.pass_interval;
     if (!st && st.code() != Status::Code::kUnavailable) {
-      log::warn("scrub of {}: {}", name_, st.toString());
+      // The blob list failed: the pass goes on from where it stopped, soon, not from the
+      // first blob after a whole interval.
+      pause = std::min(pause, options_.list_retry);
+      log::warn("scrub of {}: {} (going on in {} ms)", name_, st.toString(), pause.count());
     }
     std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, options_.pass_interval, [this] { return stopping_; })) return;
+    if (cv_.wait_for(lock, pause, [this] { return stopping_; })) return;
   }
 }
 
 Status Scrubber::runPass() {
   std::vector<uint8_t> buffer(options_.piece_bytes);
   std::optional<BlobId> after;
+  {
+    std::lock_guard lock(mu_);
+    after = resume_after_;
+  }
   for (;;) {
     auto blobs = store_.list(after, kListBatch);
-    if (!blobs) return blobs.error();
+    if (!blobs) {
+      std::lock_guard lock(mu_);
+      resume_after_ = after;
+      return blobs.error();
+    }
     for (const BlobInfo& blob : *blobs) {
       bool verified = false;
       Status st = scrubBlob(blob, buffer, verified);
@@ -85,6 +97,7 @@ Status Scrubber::runPass() {
   }
   std::lock_guard lock(mu_);
   ++stats_.passes;
+  resume_after_.reset();
   return Status::ok();
 }
 

@@ -5,7 +5,8 @@
 // Foreground first: the scrubber runs on its own thread at the lowest best-effort I/O
 // priority and never reads faster than its RateLimiter allows, in pieces of `piece_bytes`,
 // so a client read waits behind at most one small scrub read. After a full pass it sleeps
-// `pass_interval` before the next.
+// `pass_interval` before the next. A pass whose blob list fails goes on from the blob it
+// stopped at after `list_retry` (or `pass_interval`, if shorter).
 //
 // Thread safety: stats() may be called from any thread while the scrubber runs.
 #pragma once
@@ -29,6 +30,9 @@ struct ScrubOptions {
   uint64_t rate_bytes_per_second = 50ull << 20;  // 0 = unlimited
   uint64_t piece_bytes = 64 << 10;               // largest single scrub read
   std::chrono::milliseconds pass_interval{std::chrono::hours(24)};
+  // After the blob list fails (the drive's index could not be read), the pass goes on after
+  // this long, not after a whole pass interval.
+  std::chrono::milliseconds list_retry{std::chrono::minutes(1)};
 };
 
 struct ScrubStats {
@@ -52,6 +56,8 @@ class Scrubber {
   void start();
   void stop();
   // One full pass on the calling thread (rate limited); kUnavailable if stopped meanwhile.
+  // A pass whose blob list fails returns that error, and the next one starts where it
+  // stopped (the blobs already verified are not read again).
   Status runPass();
   ScrubStats stats() const;
 
@@ -72,6 +78,7 @@ class Scrubber {
   std::condition_variable cv_;
   bool stopping_ = false;
   ScrubStats stats_;
+  std::optional<BlobId> resume_after_;  // where a pass whose list failed goes on
   std::thread thread_;
 };
 

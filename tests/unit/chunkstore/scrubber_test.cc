@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "granary/chunkstore/scrubber.h"
 #include "granary/common/rate_limiter.h"
@@ -80,6 +82,124 @@ TEST_CASE("A running scrubber makes passes and stops promptly") {
   const auto stop_start = std::chrono::steady_clock::now();
   scrubber.stop();
   CHECK(std::chrono::steady_clock::now() - stop_start < std::chrono::seconds(2));
+}
+
+namespace {
+
+// A store whose blob list fails `fail_times` times when asked for the blobs after
+// `fail_after`; every other call goes through. Not thread-safe: one scrubber at a time.
+class ListFaults : public ChunkStore {
+ public:
+  explicit ListFaults(ChunkStore& inner) : inner_(inner) {}
+  std::optional<BlobId> fail_after;
+  int fail_times = 0;
+  std::vector<std::optional<BlobId>> asked;  // `after` of each list call
+
+  Status put(const BlobDescriptor& d, std::span<const uint8_t> p) override {
+    return inner_.put(d, p);
+  }
+  void putAsync(const BlobDescriptor& d, std::span<const uint8_t> p, IoDone done) override {
+    inner_.putAsync(d, p, std::move(done));
+  }
+  Status read(const BlobId& id, uint64_t off, std::span<uint8_t> out) override {
+    return inner_.read(id, off, out);
+  }
+  Status readFromDrive(const BlobId& id, uint64_t off, std::span<uint8_t> out) override {
+    return inner_.readFromDrive(id, off, out);
+  }
+  void verifiedOnDrive(const BlobId& id) override { inner_.verifiedOnDrive(id); }
+  bool readIfCached(const BlobId& id, uint64_t off, std::span<uint8_t> out) override {
+    return inner_.readIfCached(id, off, out);
+  }
+  std::optional<CachedRange> pinIfCached(const BlobId& id, uint64_t off,
+                                         uint64_t len) override {
+    return inner_.pinIfCached(id, off, len);
+  }
+  void readAsync(const BlobId& id, uint64_t off, std::span<uint8_t> out,
+                 IoDone done) override {
+    inner_.readAsync(id, off, out, std::move(done));
+  }
+  Result<BlobInfo> stat(const BlobId& id) override { return inner_.stat(id); }
+  Result<BlobDescriptor> describe(const BlobId& id) override { return inner_.describe(id); }
+  Status remove(const BlobId& id) override { return inner_.remove(id); }
+  void drain() override { inner_.drain(); }
+  Result<std::vector<BlobInfo>> list(std::optional<BlobId> after, size_t limit) override {
+    asked.push_back(after);
+    if (fail_times > 0 && after == fail_after) {
+      --fail_times;
+      return fail(Status::ioError("injected: the blob index could not be read"));
+    }
+    return inner_.list(after, limit);
+  }
+  Result<DriveStats> stats() override { return inner_.stats(); }
+  bool writable() override { return inner_.writable(); }
+
+ private:
+  ChunkStore& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("A pass whose blob list fails goes on from where it stopped") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  constexpr uint64_t kBlobs = 260;  // more than one list batch (256)
+  for (uint64_t n = 0; n < kBlobs; ++n) {
+    REQUIRE(f.store->put(descriptor(makeId(n)), randomBytes(100, n)).isOk());
+  }
+  ListFaults store(*f.store);
+  ScrubOptions options;
+  options.rate_bytes_per_second = 0;
+  Scrubber scrubber(store, "test drive", options);
+
+  REQUIRE(scrubber.runPass().isOk());  // a whole pass: two list calls, from the start
+  REQUIRE(store.asked.size() == 2);
+  CHECK(!store.asked[0].has_value());
+  REQUIRE(store.asked[1].has_value());
+  const BlobId batch_end = *store.asked[1];
+  CHECK(scrubber.stats().blobs == kBlobs);
+
+  // The first batch is verified again, then the list fails.
+  store.asked.clear();
+  store.fail_after = batch_end;
+  store.fail_times = 1;
+  CHECK(scrubber.runPass().code() == Status::Code::kIoError);
+  CHECK(scrubber.stats().passes == 1);
+  CHECK(scrubber.stats().blobs == kBlobs + 256);
+
+  // The next pass goes on after the first batch, and ends the interrupted pass.
+  store.asked.clear();
+  REQUIRE(scrubber.runPass().isOk());
+  CHECK(store.asked == std::vector<std::optional<BlobId>>{batch_end});
+  CHECK(scrubber.stats().passes == 2);
+  CHECK(scrubber.stats().blobs == 2 * kBlobs);
+
+  // And the one after it starts from the first blob again.
+  store.asked.clear();
+  REQUIRE(scrubber.runPass().isOk());
+  CHECK(store.asked == std::vector<std::optional<BlobId>>{std::nullopt, batch_end});
+  CHECK(scrubber.stats().blobs == 3 * kBlobs);
+}
+
+TEST_CASE("A running scrubber whose blob list failed tries again before its pass interval") {
+  auto engine = makePosixEngine();
+  StoreFixture f(*engine);
+  REQUIRE(f.store->put(descriptor(makeId(1)), randomBytes(10'000, 1)).isOk());
+  ListFaults store(*f.store);
+  store.fail_times = 1;  // the first call, from the start
+  ScrubOptions options;
+  options.pass_interval = std::chrono::hours(24);
+  options.list_retry = std::chrono::milliseconds(10);
+  Scrubber scrubber(store, "test drive", options);
+  scrubber.start();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (scrubber.stats().passes < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  scrubber.stop();
+  CHECK(scrubber.stats().passes == 1);
+  CHECK(scrubber.stats().blobs == 1);
+  CHECK(store.asked.size() == 2);  // the failed call and the one that went on
 }
 
 TEST_CASE("RateLimiter: a waiver lets work through at once, without charging it") {
