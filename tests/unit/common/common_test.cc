@@ -358,7 +358,7 @@ TEST_CASE("base64Decode takes the standard alphabet, end padding, and zero bits 
 
 }  // namespace granary
 
-TEST_CASE("A log message is one unambiguous line: CR, LF, controls, backslash, bad UTF-8 escaped") {
+TEST_CASE("A log line is unambiguous: CR, LF, controls, backslash, bad UTF-8 and bidi escaped") {
   // An object key is a client's bytes: with a newline it would forge a log entry.
   char path[] = "/tmp/granary-log-XXXXXX";
   const int fd = ::mkstemp(path);
@@ -367,10 +367,12 @@ TEST_CASE("A log message is one unambiguous line: CR, LF, controls, backslash, b
   const int saved = ::dup(STDERR_FILENO);
   REQUIRE(saved >= 0);
   REQUIRE(::dup2(fd, STDERR_FILENO) >= 0);
-  // A backslash is doubled (a key holding "\n" as two characters is not a newline), and
-  // bytes that are not UTF-8 or are C1 controls (U+009B is a terminal's CSI) are \xHH.
+  // A backslash is doubled (a key holding "\n" as two characters is not a newline), bytes
+  // that are not UTF-8 are \xHH, and C1 controls (U+009B is a terminal's CSI), bidi
+  // overrides and isolates (U+202E, U+2067) and the line separator U+2028 are \uHHHH.
   log::warn("key {}", std::string("a\n2025-01-01T00:00:00Z ERROR forged\r\x01\x7f\tb\xc3\xa9"
-                                  "\\n\xc2\x9b\xff\xe2\x82\xac\xed\xa0\x80."));
+                                  "\\n\xc2\x9b\xff\xe2\x82\xac\xed\xa0\x80."
+                                  "\xe2\x80\xae\xe2\x81\xa7\xe2\x80\xa8\xe2\x80\x8d"));
   std::fflush(stderr);
   ::dup2(saved, STDERR_FILENO);
   ::close(saved);
@@ -380,5 +382,6 @@ TEST_CASE("A log message is one unambiguous line: CR, LF, controls, backslash, b
   ::unlink(path);
   CHECK(std::count(text.begin(), text.end(), '\n') == 1);
   CHECK(text.ends_with(" WARN key a\\n2025-01-01T00:00:00Z ERROR forged\\r\\x01\\x7f\tb\xc3\xa9"
-                       "\\\\n\\xc2\\x9b\\xff\xe2\x82\xac\\xed\\xa0\\x80.\n"));
+                       "\\\\n\\u009b\\xff\xe2\x82\xac\\xed\\xa0\\x80."
+                       "\\u202e\\u2067\\u2028\xe2\x80\x8d\n"));  // a joiner (U+200D) passes
 }
