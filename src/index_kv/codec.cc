@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "granary/common/hex.h"
 
@@ -934,6 +935,17 @@ Status validatePart(const PartInfo& p) {
 }
 
 std::vector<BlobRef> partBlobs(const PartInfo& p) { return stripeBlobs(p.drives, p.stripes); }
+
+std::vector<BlobRef> blobsNotIn(std::vector<BlobRef> blobs, std::vector<BlobRef> kept) {
+  const auto before = [](const BlobRef& a, const BlobRef& b) {
+    return std::tie(a.id, a.drive) < std::tie(b.id, b.drive);
+  };
+  std::sort(kept.begin(), kept.end(), before);
+  std::erase_if(blobs, [&](const BlobRef& b) {
+    return std::binary_search(kept.begin(), kept.end(), b, before);
+  });
+  return blobs;
+}
 
 std::vector<VersionId> foreignBlobVersions(const Manifest& m) {
   std::vector<VersionId> out;

@@ -198,10 +198,7 @@ Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_ver
   if (keep != nullptr && !blobs.empty()) {
     // A rewrite that still uses some of the same blobs (same-version rewrite after a
     // rebalance, metadata-only copy) must not reclaim them.
-    std::vector<BlobRef> kept = manifestBlobs(*keep);
-    std::erase_if(blobs, [&](const BlobRef& b) {
-      return std::find(kept.begin(), kept.end(), b) != kept.end();
-    });
+    blobs = blobsNotIn(std::move(blobs), manifestBlobs(*keep));
   }
   return enqueueGc(m.version, std::move(blobs));
 }

@@ -162,12 +162,7 @@ Status BatchBuilder::replacePart(CommitRequest& req) {
     return Status::preconditionFailed("the part changed since it was read");
   }
   // The same version and blob ids: its blobrefs row stays. The locations left go.
-  std::vector<BlobRef> kept = partBlobs(part);
-  std::vector<BlobRef> blobs = partBlobs(**old);
-  std::erase_if(blobs, [&](const BlobRef& b) {
-    return std::find(kept.begin(), kept.end(), b) != kept.end();
-  });
-  auto queued = enqueueGc(part.version, std::move(blobs));
+  auto queued = enqueueGc(part.version, blobsNotIn(partBlobs(**old), partBlobs(part)));
   if (!queued) return queued.error();
   GRANARY_STAGE(batch_.Put(cfs_.parts, pkey, req.part_value));
   parts_[pkey] = part;

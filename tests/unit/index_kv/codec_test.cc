@@ -634,3 +634,18 @@ TEST_CASE("Object keys of one bucket sort between bucket/ and bucket0") {
   CHECK(objectKey("ab", "x") >= bucketEnd("a"));
   CHECK(objectKey("a-", "x") < bucketBegin("a"));
 }
+
+TEST_CASE("blobsNotIn keeps a blob's order and drops only what is kept at the same place") {
+  VersionId v;
+  v.bytes[0] = 7;
+  const std::vector<BlobRef> blobs = {
+      {"d1", BlobId{v, 0, 0}}, {"d2", BlobId{v, 0, 1}}, {"d3", BlobId{v, 1, 0}},
+      {"d4", BlobId{v, 1, 1}}, {"d2", BlobId{v, 0, 1}}};
+  // Kept in another order; BlobId{v, 1, 0} moved from d3 to d9 (its old place goes).
+  const std::vector<BlobRef> kept = {
+      {"d4", BlobId{v, 1, 1}}, {"d9", BlobId{v, 1, 0}}, {"d2", BlobId{v, 0, 1}}};
+  CHECK(blobsNotIn(blobs, kept) ==
+        std::vector<BlobRef>{{"d1", BlobId{v, 0, 0}}, {"d3", BlobId{v, 1, 0}}});
+  CHECK(blobsNotIn(blobs, {}) == blobs);
+  CHECK(blobsNotIn({}, kept).empty());
+}
