@@ -232,7 +232,9 @@ class TarScanner final : public FormatScanner {
     if (!size_field) {
       return malformed(header_offset_, "invalid size field");
     }
-    const char type = static_cast<char>(b[156]);
+    // Solaris tar's 'X' is a pax extended header by another name (tarfile, GNU tar and
+    // libarchive read it as 'x').
+    const char type = b[156] == 'X' ? 'x' : static_cast<char>(b[156]);
     if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
       if (*size_field > max_header_) {
         return malformed(header_offset_, fmt::format("extended header of {} bytes exceeds the "
@@ -262,8 +264,10 @@ class TarScanner final : public FormatScanner {
     if (row && (name.back() == '/' || pax_sparse_)) {
       row = false;  // an old-style directory, or a sparse file whose data is not contiguous
     }
-    if (type >= '1' && type <= '6') {
-      size = 0;  // links, devices, fifos and directories carry no data (as Python's tarfile)
+    if ((type >= '1' && type <= '6') || (type == '\0' && name.back() == '/')) {
+      // Links, devices, fifos and directories carry no data, an old-style (v7) directory
+      // neither, whatever their size field says (as Python's tarfile reads them).
+      size = 0;
     }
     pax_path_.reset();
     pax_size_.reset();

@@ -15,6 +15,7 @@
 
 #include "granary/ec/erasure_code.h"
 #include "granary/common/strings.h"
+#include "granary/index_kv/index.h"
 #include "index_kv/container_scanners.h"
 #include "index_kv/gzip_member.h"
 
@@ -64,6 +65,8 @@ class WarcRecordScanner {
     content_length_str_.clear();
     key_.clear();
     type_.clear();
+    key_seen_ = false;
+    type_seen_ = false;
     last_value_ = nullptr;
     have_field_ = false;
   }
@@ -193,12 +196,18 @@ class WarcRecordScanner {
       content_length_str_ = value;
       last_value_ = &content_length_str_;
     } else if (asciiIEquals(name, "WARC-Type")) {
-      type_ = value;
-      last_value_ = &type_;
+      if (!type_seen_) {  // the first one, as warcio and CDX indexers read it
+        type_ = value;
+        last_value_ = &type_;
+        type_seen_ = true;
+      }
     } else if (asciiIEquals(name, key_kind_ == WarcKey::kTargetUri ? "WARC-Target-URI"
                                                                 : "WARC-Record-ID")) {
-      key_ = value;
-      last_value_ = &key_;
+      if (!key_seen_) {  // the first one, so the row's key is a CDX line's
+        key_ = value;
+        last_value_ = &key_;
+        key_seen_ = true;
+      }
     }
     return Status::ok();
   }
@@ -231,7 +240,10 @@ class WarcRecordScanner {
         key.back() == '>') {
       key = trimSpaces(key.substr(1, key.size() - 2));
     }
-    key_ = std::string(key);
+    // A key that can be no row is kept cut, still too long to be one: a .warc.gz of 1 MB
+    // URIs compresses each record to about a kilobyte, and a slice of upload would
+    // otherwise hold hundreds of megabytes of them.
+    key_ = std::string(key.substr(0, kMaxRecordKey + 1));
     block_left_ = content_length_;
     trailer_pos_ = 0;
     state_ = block_left_ == 0 ? State::kTrailer : State::kBlock;
@@ -248,6 +260,8 @@ class WarcRecordScanner {
   std::string content_length_str_;
   std::string key_;
   std::string type_;
+  bool key_seen_ = false;
+  bool type_seen_ = false;
   std::string* last_value_ = nullptr;  // the field a continuation line extends, if tracked
   bool have_field_ = false;
   uint64_t content_length_ = 0;

@@ -28,9 +28,13 @@
 //            directories, links, devices, fifos and sparse members give none. Two zero
 //            blocks end the archive (later bytes are ignored); end of input at a member
 //            boundary is accepted too. Header checksums are verified (unsigned or signed).
+//            A pax header of typeflag 'X' (Solaris) is read as 'x'; an old-style directory
+//            (typeflag '\0', name ending in '/') has no data whatever its size field says.
 //   warc     key = WARC-Target-URI (trimmed, <...> removed) or WARC-Record-ID (trimmed);
 //            the range is the whole record: "WARC/1.x" line, headers, block, "\r\n\r\n".
-//            Records without the key (e.g. warcinfo) give no row but are checked.
+//            Records without the key (e.g. warcinfo) give no row but are checked. Of a
+//            repeated key or WARC-Type field, the first counts (as warcio reads it). A key
+//            over kMaxRecordKey bytes is given cut to kMaxRecordKey + 1: no row either way.
 //   warc.gz  key as for warc; the range is the gzip member that holds exactly one record
 //            (Common Crawl layout), so a reader fetches it and calls inflateGzipMember().
 // crc32c is always CRC32C of exactly the container bytes [offset, offset+length).

@@ -17,6 +17,7 @@
 
 #include "granary/ec/erasure_code.h"
 #include "granary/index_kv/container_parser.h"
+#include "granary/index_kv/index.h"
 
 using namespace granary;
 using namespace granary::index_kv;
@@ -712,4 +713,50 @@ TEST_CASE("Corrupted containers give ok or kInvalidArgument, the same for every 
       }
     }
   }
+}
+
+TEST_CASE("Solaris 'X' pax headers and v7 directories with a size are read as tarfile does") {
+  Bytes tar;
+  std::vector<ParsedRecord> want;
+  const std::string long_path = "deep/" + std::string(300, 'p') + ".txt";
+  Bytes x = paxPayload({{"path", long_path}});
+  addMember(tar, {.name = "PaxHeaders/X", .type = 'X', .size = x.size()},
+            std::string(x.begin(), x.end()));
+  auto named = addMember(tar, {.name = "short", .size = 3}, "abc");
+  named.key = long_path;
+  want.push_back(named);
+  // An old-style directory whose size field says 4096: no data follows it.
+  append(tar, tarHeader({.name = "dir/", .type = '\0', .size = 4096, .v7 = true}));
+  want.push_back(addMember(tar, {.name = "dir/a", .size = 1}, "a"));
+  want.push_back(addMember(tar, {.name = "dir/b", .size = 2}, "bb"));
+  endArchive(tar);
+  Outcome o = parseAllWays(tar);
+  REQUIRE(o.status.isOk());
+  CHECK(o.rows == want);
+}
+
+TEST_CASE("WARC: of a repeated key or WARC-Type field the first counts, as warcio reads it") {
+  const std::string rec = warcRecord(
+      "WARC-Type: response\r\nWARC-Target-URI: http://first.example/\r\n"
+      "WARC-Type: request\r\nWARC-Target-URI: http://second.example/\r\n continued\r\n",
+      "abc");
+  Outcome o = parseAllWays(bytes(rec));
+  REQUIRE(o.status.isOk());
+  REQUIRE(o.rows.size() == 1);
+  CHECK(o.rows[0].key == "http://first.example/");
+  CHECK(o.rows[0].type == "response");
+}
+
+TEST_CASE("A WARC key too long to be a row is given cut, still too long, not whole") {
+  // A .warc.gz of 1 MB URIs compresses each record to about a kilobyte: whole keys would
+  // make a slice of upload hold hundreds of megabytes of keys that are no rows.
+  const std::string huge(200'000, 'u');
+  const std::string fits(kMaxRecordKey, 'f');
+  std::string w = warcRecord("WARC-Type: response\r\nWARC-Target-URI: " + huge + "\r\n", "x");
+  w += warcRecord("WARC-Type: response\r\nWARC-Target-URI: " + fits + "\r\n", "y");
+  Outcome o = parseAllWays(bytes(w));
+  REQUIRE(o.status.isOk());
+  REQUIRE(o.rows.size() == 2);
+  CHECK(o.rows[0].key == huge.substr(0, kMaxRecordKey + 1));
+  CHECK(o.rows[1].key == fits);  // a key of the largest size a row takes is whole
 }
