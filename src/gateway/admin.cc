@@ -78,9 +78,19 @@ Task<S3Response> adminStatus(GatewayContext& ctx) {
     out["epoch"] = map.epoch;
     out["ec"] = {{"k", map.ec.k}, {"m", map.ec.m}};
     auto buckets = ctx.index().listBuckets();
+    // Readable is not writable: after a failed WAL sync the index takes no write until it
+    // restarts.
+    auto commits = ctx.index().commitStats();
+    const bool writing = !commits || !commits->failing;
     out["index"] = {{"endpoint", map.index_endpoint.empty() ? "embedded" : map.index_endpoint},
-                    {"healthy", buckets.has_value()}};
-    if (!buckets) out["index"]["error"] = buckets.error().toString();
+                    {"healthy", buckets.has_value() && writing}};
+    if (!buckets) {
+      out["index"]["error"] = buckets.error().toString();
+    } else if (!writing) {
+      out["index"]["error"] = "its latest commit write failed (" +
+                              std::to_string(commits->failed_writes) +
+                              " failed since it opened): restart the index";
+    }
     std::map<std::string, Json> servers;  // by server name, in name order
     std::set<std::string> healthy_domains;
     for (const auto& d : map.drives) {

@@ -237,6 +237,18 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                     .Help("Index writes those batches completed (their ratio "
                                           "is the batch size)")
                                     .Register(registry)),
+      index_failed_writes_(prometheus::BuildCounter()
+                               .Name("granary_index_failed_commits_total")
+                               .Help("Index batches whose synced write failed (every request "
+                                     "in them failed)")
+                               .Register(registry)),
+      index_commits_failing_(prometheus::BuildGauge()
+                                 .Name("granary_index_commits_failing")
+                                 .Help("1 if the index's latest batch write failed: after a "
+                                       "failed WAL sync the index takes no write until it "
+                                       "restarts (reads go on)")
+                                 .Register(registry)
+                                 .Add({})),
       buffer_budget_(prometheus::BuildGauge()
                          .Name("granary_buffer_budget_bytes")
                          .Help("Stripe-buffer budget of GET streams and uploads "
@@ -359,7 +371,7 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
                               uint64_t scrape) {
   std::lock_guard lock(scraped_mu_);
   if (!index_counts_.newer(scrape)) return;
-  if (commits && !index_counts_.of(commits->opened_unix_nanos, 2)) return;  // as setDrive
+  if (commits && !index_counts_.of(commits->opened_unix_nanos, 3)) return;  // as setDrive
   index_up_.Set(records && storage && commits ? 1 : 0);
   const index_kv::RecordIndexStats r = records.value_or(index_kv::RecordIndexStats{});
   setOrRemove(record_index_, "what", records.has_value(),
@@ -372,6 +384,8 @@ void GatewayMetrics::setIndex(const Result<index_kv::RecordIndexStats>& records,
   if (!commits) return;
   setCounter(index_group_commits_, {}, index_counts_.show(0, commits->batches));
   setCounter(index_committed_requests_, {}, index_counts_.show(1, commits->requests));
+  setCounter(index_failed_writes_, {}, index_counts_.show(2, commits->failed_writes));
+  index_commits_failing_.Set(commits->failing ? 1 : 0);
 }
 
 void GatewayMetrics::setStorage(uint64_t capacity, uint64_t available, uint64_t scrape) {

@@ -141,6 +141,8 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Gauge>& index_storage_;
   prometheus::Family<prometheus::Counter>& index_group_commits_;
   prometheus::Family<prometheus::Counter>& index_committed_requests_;
+  prometheus::Family<prometheus::Counter>& index_failed_writes_;
+  prometheus::Gauge& index_commits_failing_;
   prometheus::Family<prometheus::Gauge>& buffer_budget_;
   prometheus::Gauge& buffer_waiting_;
   prometheus::Family<prometheus::Counter>& buffer_waits_;

@@ -83,7 +83,8 @@ void CommitQueue::submitAsync(CommitRequest& req) {
 }
 
 IndexCommitStats CommitQueue::stats() const {
-  return IndexCommitStats{batches_.load(), requests_.load(), opened_unix_nanos_};
+  return IndexCommitStats{batches_.load(), requests_.load(), opened_unix_nanos_,
+                          failed_writes_.load(), failing_.load()};
 }
 
 void CommitQueue::run() {
@@ -147,6 +148,8 @@ void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
     rocksdb::Status s = db_->Write(options, &builder.batch());
     batches_.fetch_add(1, std::memory_order_relaxed);
     written = s.ok();
+    failing_.store(!written, std::memory_order_relaxed);
+    if (!written) failed_writes_.fetch_add(1, std::memory_order_relaxed);
     if (!s.ok()) {
       // Never "refused": RocksDB may have appended the batch to its log before the sync
       // (or the write) failed, and then a restart replays it. What the caller hears must

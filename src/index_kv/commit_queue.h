@@ -266,6 +266,8 @@ class CommitQueue {
   const uint64_t opened_unix_nanos_;  // IndexCommitStats::opened_unix_nanos
   std::atomic<uint64_t> batches_{0};
   std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> failed_writes_{0};
+  std::atomic<bool> failing_{false};
   // Object deletes written since the objects' memtable was last flushed for them (the
   // committer thread's alone).
   uint64_t deletes_unflushed_ = 0;

@@ -422,7 +422,9 @@ const std::map<std::string, Op, std::less<>>& operations() {
          const IndexCommitStats& s = *stats;
          return Json{{"batches", s.batches},
                      {"requests", s.requests},
-                     {"opened_unix_nanos", s.opened_unix_nanos}};
+                     {"opened_unix_nanos", s.opened_unix_nanos},
+                     {"failed_writes", s.failed_writes},
+                     {"failing", s.failing}};
        }},
   };
   return ops;
@@ -733,8 +735,10 @@ class RemoteIndex final : public Index {
   }
   Result<IndexCommitStats> commitStats() override {
     return query("commit_stats", Json::object(), [](const Json& j) {
+      // Fields an older index service does not send read as "no failure".
       return IndexCommitStats{j.at("batches").get<uint64_t>(), j.at("requests").get<uint64_t>(),
-                              j.value("opened_unix_nanos", uint64_t{0})};
+                              j.value("opened_unix_nanos", uint64_t{0}),
+                              j.value("failed_writes", uint64_t{0}), j.value("failing", false)};
     });
   }
 

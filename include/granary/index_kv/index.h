@@ -278,6 +278,11 @@ struct IndexCommitStats {
   uint64_t batches = 0;   // synced batches written
   uint64_t requests = 0;  // write requests the batches completed (successfully or not)
   uint64_t opened_unix_nanos = 0;
+  uint64_t failed_writes = 0;  // batches whose RocksDB write failed
+  // The latest batch's write failed. After a hard error (a WAL sync that failed) RocksDB
+  // refuses every write until the index restarts, and this stays true: reads go on, but
+  // nothing can be written.
+  bool failing = false;
 };
 
 struct RecordGcStats {

@@ -1,6 +1,7 @@
 // A RocksDB file system that counts the WAL bytes appended and not yet synced: what a
 // power cut of the machine would take with the page cache. A test asks it whether a
-// write it was told is durable left any.
+// write it was told is durable left any. While `fail_syncs` is set, WAL syncs fail with an
+// I/O error (a disk answering EIO to fsync).
 #pragma once
 
 #include <rocksdb/file_system.h>
@@ -13,6 +14,8 @@ namespace granary::testing {
 
 class SyncTrackingFileSystem final : public rocksdb::FileSystemWrapper {
  public:
+  std::atomic<bool> fail_syncs{false};
+
   SyncTrackingFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
   const char* Name() const override { return "SyncTrackingFileSystem"; }
 
@@ -24,7 +27,7 @@ class SyncTrackingFileSystem final : public rocksdb::FileSystemWrapper {
                                     rocksdb::IODebugContext* dbg) override {
     auto st = target()->NewWritableFile(name, options, result, dbg);
     if (st.ok() && name.ends_with(".log")) {
-      *result = std::make_unique<File>(std::move(*result), unsynced_);
+      *result = std::make_unique<File>(std::move(*result), unsynced_, fail_syncs);
     }
     return st;
   }
@@ -32,8 +35,9 @@ class SyncTrackingFileSystem final : public rocksdb::FileSystemWrapper {
  private:
   class File final : public rocksdb::FSWritableFileOwnerWrapper {
    public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<int64_t>& unsynced)
-        : FSWritableFileOwnerWrapper(std::move(f)), unsynced_(unsynced) {}
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, std::atomic<int64_t>& unsynced,
+         const std::atomic<bool>& fail_syncs)
+        : FSWritableFileOwnerWrapper(std::move(f)), unsynced_(unsynced), fail_(fail_syncs) {}
     ~File() override { unsynced_ -= pending_; }  // closed: no longer this file's to lose
     rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
@@ -48,12 +52,14 @@ class SyncTrackingFileSystem final : public rocksdb::FileSystemWrapper {
     }
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                            rocksdb::IODebugContext* dbg) override {
+      if (fail_) return rocksdb::IOStatus::IOError("fsync failed (test)");
       auto st = target()->Sync(options, dbg);
       if (st.ok()) synced();
       return st;
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
                             rocksdb::IODebugContext* dbg) override {
+      if (fail_) return rocksdb::IOStatus::IOError("fsync failed (test)");
       auto st = target()->Fsync(options, dbg);
       if (st.ok()) synced();
       return st;
@@ -69,6 +75,7 @@ class SyncTrackingFileSystem final : public rocksdb::FileSystemWrapper {
       pending_ = 0;
     }
     std::atomic<int64_t>& unsynced_;
+    const std::atomic<bool>& fail_;
     int64_t pending_ = 0;
   };
 

@@ -4157,5 +4157,33 @@ TEST_CASE("A small request body has a deadline of its own, longer for a larger l
   CHECK(smallBodyDeadline(size_t{64} << 20) == std::chrono::seconds(1800));
 }
 
+TEST_CASE("admin status calls an index whose latest commit write failed unhealthy") {
+  struct Failing final : index_kv::ForwardingIndex {
+    using ForwardingIndex::ForwardingIndex;
+    bool failing = false;
+    Result<index_kv::IndexCommitStats> commitStats() override {
+      auto s = ForwardingIndex::commitStats();
+      if (s) {
+        s->failing = failing;
+        s->failed_writes = failing ? 3 : 0;
+      }
+      return s;
+    }
+  };
+  Failing* index = nullptr;
+  GatewayFixture f(wrapIndex(index));
+  auto status = [&] {
+    Reply r = f.send(makeRequest("GET", "/_granary/admin/status", {}, sha256Hex("")));
+    REQUIRE(r.status == 200);
+    return nlohmann::json::parse(r.body).at("index");
+  };
+  CHECK(status().at("healthy") == true);
+  index->failing = true;
+  const auto failing = status();
+  CHECK(failing.at("healthy") == false);
+  CHECK(failing.at("error").get<std::string>().find("3 failed since it opened") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace granary::gateway

@@ -159,6 +159,24 @@ TEST_CASE("The index's group commit counts are counters") {
   CHECK(valueOf(registry, "granary_index_up") == 0);
 }
 
+TEST_CASE("An index whose commit writes fail is shown failing, and their count a counter") {
+  prometheus::Registry registry;
+  GatewayMetrics metrics(registry);
+  const index_kv::RecordIndexStats records;
+  const index_kv::IndexStorageStats storage;
+  auto show = [&](uint64_t failed, bool failing, uint64_t opened) {
+    metrics.setIndex(records, storage, index_kv::IndexCommitStats{10, 30, opened, failed, failing},
+                     metrics.beginScrape());
+    auto f = seriesOf(registry, "granary_index_failed_commits_total");
+    REQUIRE(f);
+    CHECK(f->type == prometheus::MetricType::Counter);
+    return std::pair{f->value, valueOf(registry, "granary_index_commits_failing")};
+  };
+  CHECK(show(0, false, 500) == std::pair{0.0, 0.0});
+  CHECK(show(2, true, 500) == std::pair{2.0, 1.0});
+  CHECK(show(1, false, 600) == std::pair{3.0, 0.0});  // restarted: counted on, no longer failing
+}
+
 TEST_CASE("The buffer budget's counts are counters") {
   prometheus::Registry registry;
   GatewayMetrics metrics(registry);

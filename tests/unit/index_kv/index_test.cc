@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "common/sync_tracking_fs.h"
 #include "test_util.h"
 
 using namespace granary;
@@ -51,7 +52,7 @@ TEST_CASE("updateBucket replaces a bucket's settings but not its owner or creati
   auto got = f.index->getBucket("b");
   REQUIRE(got.has_value());
   CHECK(got->owner == "owner");
-  CHECK(got->created_unix_nanos == testing::kStartNanos);
+  CHECK(got->created_unix_nanos == kStartNanos);
   CHECK(got->index_format == "tar");
   CHECK(got->index_key == "uri");
   CHECK(got->public_read);
@@ -342,7 +343,7 @@ TEST_CASE("A put that names its bucket's creation time lands in that bucket only
   REQUIRE(f.index->deleteObject("b", "k", Precondition::none()).has_value());
   REQUIRE(f.index->deleteBucket("b", 0).isOk());
   f.clock.advance(1000);
-  REQUIRE(f.index->createBucket(testing::bucketInfo("b", "someone-else", created + 1000)).isOk());
+  REQUIRE(f.index->createBucket(bucketInfo("b", "someone-else", created + 1000)).isOk());
   CHECK(f.index->putObject("b", "k", f.inlineManifest("2"), same).error().code() ==
         Code::kNotFound);
   CHECK(f.index->getObject("b", "k").error().code() == Code::kNotFound);
@@ -359,7 +360,7 @@ TEST_CASE("Deletes and new uploads that name their bucket's creation time touch 
   REQUIRE(f.index->deleteBucket("b", 0).isOk());
   f.clock.advance(1000);
   const int64_t created = old_created + 1000;
-  REQUIRE(f.index->createBucket(testing::bucketInfo("b", "someone-else", created)).isOk());
+  REQUIRE(f.index->createBucket(bucketInfo("b", "someone-else", created)).isOk());
   REQUIRE(f.index->putObject("b", "k", f.inlineManifest("1"), Precondition::none()));
 
   Precondition stale = Precondition::none();
@@ -916,4 +917,43 @@ TEST_CASE("A 120,000-blob object: a moved fragment reclaims its old place, a tag
   REQUIRE(f.index->updateObjectTags("b", "k", moved, tagged).isOk());
   CHECK(allGc(*f.index).size() == 1);  // nothing more queued
   CHECK(*f.index->getObject("b", "k") == tagged);
+}
+
+TEST_CASE("A failed WAL sync fails its batch, and the index says so until it restarts") {
+  auto fs = std::make_shared<granary::testing::SyncTrackingFileSystem>();
+  IndexFixture f(IndexOptions{}.gc_page_blobs, fs);
+  f.makeBucket("b");
+  REQUIRE(f.index->putObject("b", "one", f.inlineManifest("1"), Precondition::none()));
+  auto stats = f.index->commitStats();
+  REQUIRE(stats.has_value());
+  CHECK_FALSE(stats->failing);
+  CHECK(stats->failed_writes == 0);
+
+  fs->fail_syncs = true;
+  auto failed = f.index->putObject("b", "two", f.inlineManifest("2"), Precondition::none());
+  REQUIRE_FALSE(failed.has_value());
+  CHECK(failed.error().code() == Code::kIoError);  // never "refused": the log may hold it
+  fs->fail_syncs = false;
+  stats = f.index->commitStats();
+  REQUIRE(stats.has_value());
+  CHECK(stats->failing);
+  CHECK(stats->failed_writes == 1);
+
+  // RocksDB takes no write after a failed WAL sync, though the disk is well again; the
+  // index still reads.
+  CHECK_FALSE(f.index->putObject("b", "three", f.inlineManifest("3"), Precondition::none()));
+  stats = f.index->commitStats();
+  REQUIRE(stats.has_value());
+  CHECK(stats->failing);
+  CHECK(stats->failed_writes == 2);
+  CHECK(f.index->getObject("b", "one").has_value());
+
+  // A restart clears it (the counts are of the new opening).
+  f.reopen();
+  REQUIRE(f.index->putObject("b", "four", f.inlineManifest("4"), Precondition::none()));
+  stats = f.index->commitStats();
+  REQUIRE(stats.has_value());
+  CHECK_FALSE(stats->failing);
+  CHECK(stats->failed_writes == 0);
+  CHECK(f.index->getObject("b", "one").has_value());
 }

@@ -109,9 +109,12 @@ struct IndexFixture {
   SeededRandom random{12345};
   std::unique_ptr<Index> index;
 
-  // `gc_page_blobs`: IndexOptions::gc_page_blobs.
-  explicit IndexFixture(size_t gc_page_blobs = IndexOptions{}.gc_page_blobs)
-      : gc_page_blobs_(gc_page_blobs) {
+  // `gc_page_blobs`: IndexOptions::gc_page_blobs; `fs`: where RocksDB's files go (a file
+  // system that fails), null for the real one.
+  explicit IndexFixture(size_t gc_page_blobs = IndexOptions{}.gc_page_blobs,
+                        std::shared_ptr<rocksdb::FileSystem> fs = nullptr)
+      : resources(RocksBudget{16ull << 20, 16ull << 20}, std::move(fs)),
+        gc_page_blobs_(gc_page_blobs) {
     reopen();
   }
   ~IndexFixture() { close(); }
