@@ -837,7 +837,7 @@ Result<PartInfo> decodePart(std::string_view value) {
   return decoded;
 }
 
-std::string encodeGcBlobs(const std::vector<BlobRef>& blobs) {
+std::string encodeGcBlobs(std::span<const BlobRef> blobs) {
   Json list = Json::array();
   for (const BlobRef& b : blobs) {
     auto id = b.id.encode();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,7 +89,7 @@ Result<ObjectSummary> decodeSummary(std::string_view key, std::string_view value
 std::string encodeManifest(const Manifest& manifest);
 Result<Manifest> decodeManifest(std::string_view value);
 
-std::string encodeGcBlobs(const std::vector<BlobRef>& blobs);
+std::string encodeGcBlobs(std::span<const BlobRef> blobs);
 Result<std::vector<BlobRef>> decodeGcBlobs(std::string_view value);
 
 std::string encodeUpload(const MultipartUpload& upload);

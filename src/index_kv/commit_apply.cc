@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <span>
 
 #include "granary/common/hex.h"
 #include "granary/common/log.h"
@@ -205,20 +206,28 @@ Result<std::optional<std::string>> BatchBuilder::retire(const VersionId& old_ver
 
 Result<std::optional<std::string>> BatchBuilder::enqueueGc(const VersionId& version,
                                                            std::vector<BlobRef> blobs) {
-  if (blobs.empty()) return std::optional<std::string>();
-  auto key = freeGcKey(version);
-  if (!key) return fail(key.error());
-  std::vector<VersionId> versions;
-  for (const BlobRef& b : blobs) versions.push_back(b.id.version);
-  std::sort(versions.begin(), versions.end());
-  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
-  GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.gc, *key, encodeGcBlobs(blobs)));
-  for (const VersionId& v : versions) {
-    GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.blobrefs, blobRefGcKey(v, *key), rocksdb::Slice()));
+  std::optional<std::string> first;
+  // Entries of at most gc_entry_blobs_: gcDue hands an entry out whole, and one of a
+  // 5 TiB object (some 8 million blobs) would be over the internal API's answer limit,
+  // stopping every GC pass at it.
+  for (size_t begin = 0; begin < blobs.size(); begin += gc_entry_blobs_) {
+    const std::span<const BlobRef> slice =
+        std::span(blobs).subspan(begin, std::min(gc_entry_blobs_, blobs.size() - begin));
+    auto key = freeGcKey(version);
+    if (!key) return fail(key.error());
+    std::vector<VersionId> versions;
+    for (const BlobRef& b : slice) versions.push_back(b.id.version);
+    std::sort(versions.begin(), versions.end());
+    versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+    GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.gc, *key, encodeGcBlobs(slice)));
+    for (const VersionId& v : versions) {
+      GRANARY_STAGE_OR_FAIL(batch_.Put(cfs_.blobrefs, blobRefGcKey(v, *key), rocksdb::Slice()));
+    }
+    gc_entries_[*key] = std::move(versions);
+    gc_deleted_.erase(*key);
+    if (!first) first = std::move(*key);
   }
-  gc_entries_[*key] = std::move(versions);
-  gc_deleted_.erase(*key);
-  return std::optional<std::string>(*key);
+  return first;
 }
 
 Status BatchBuilder::createBucket(CommitRequest& req) {

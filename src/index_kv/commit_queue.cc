@@ -12,11 +12,12 @@
 namespace granary::index_kv {
 
 CommitQueue::CommitQueue(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
-                         size_t max_batch)
+                         size_t max_batch, size_t gc_entry_blobs)
     : db_(db),
       cfs_(cfs),
       clock_(clock),
       max_batch_(std::max<size_t>(max_batch, 1)),
+      gc_entry_blobs_(gc_entry_blobs),
       opened_unix_nanos_(static_cast<uint64_t>(clock.nowUnixNanos())) {}
 
 CommitQueue::~CommitQueue() {
@@ -130,7 +131,7 @@ void CommitQueue::flushAfterBulkDeletes(uint64_t deletes) {
 }
 
 void CommitQueue::commitBatch(const std::vector<CommitRequest*>& batch) {
-  BatchBuilder builder(db_, cfs_, clock_);
+  BatchBuilder builder(db_, cfs_, clock_, gc_entry_blobs_);
   for (CommitRequest* req : batch) {
     try {
       builder.apply(*req);

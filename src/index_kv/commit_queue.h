@@ -115,8 +115,10 @@ struct CommitRequest {
 // Lives on the committer thread for one batch.
 class BatchBuilder {
  public:
-  BatchBuilder(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock)
-      : db_(db), cfs_(cfs), clock_(clock) {}
+  // `gc_entry_blobs`: the most blobs one GC queue entry names (IndexOptions::gc_page_blobs).
+  BatchBuilder(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
+               size_t gc_entry_blobs)
+      : db_(db), cfs_(cfs), clock_(clock), gc_entry_blobs_(std::max<size_t>(gc_entry_blobs, 1)) {}
 
   // Checks `req`'s preconditions and stages its writes; sets req.status and req.replaced.
   // A request that fails stages nothing and leaves the overlay untouched.
@@ -187,8 +189,9 @@ class BatchBuilder {
   // The upload's parts (overlay applied), keyed by parts key, in part-number order.
   Result<std::map<std::string, PartInfo>> loadParts(const std::string& upload_id);
   Result<std::optional<PartInfo>> loadPart(const std::string& part_key);
-  // Enqueues `blobs` (if any) on the GC queue as one entry keyed by (now, version), with
-  // one blobrefs 'g' row per distinct blob version. Returns the gc key used, if any.
+  // Enqueues `blobs` (if any) on the GC queue as entries of at most gc_entry_blobs_ blobs,
+  // each keyed by (now, version), with one blobrefs 'g' row per distinct blob version of
+  // the entry. Returns the first gc key used, if any.
   Result<std::optional<std::string>> enqueueGc(const VersionId& version,
                                                std::vector<BlobRef> blobs);
   // Stages the removal of the given parts (rows and blobrefs 'p' rows) and enqueues each
@@ -204,6 +207,7 @@ class BatchBuilder {
   rocksdb::DB* db_;
   ColumnFamilies cfs_;
   const Clock& clock_;
+  const size_t gc_entry_blobs_;
   rocksdb::WriteBatch batch_;
   // Overlay: effects of the requests already staged in this batch.
   // name -> the bucket's value as this batch leaves it (nullopt: deleted or absent), also
@@ -230,8 +234,9 @@ class BatchBuilder {
 
 class CommitQueue {
  public:
+  // `gc_entry_blobs`: as BatchBuilder's.
   CommitQueue(rocksdb::DB* db, const ColumnFamilies& cfs, const Clock& clock,
-              size_t max_batch);
+              size_t max_batch, size_t gc_entry_blobs);
   ~CommitQueue();
   CommitQueue(const CommitQueue&) = delete;
   CommitQueue& operator=(const CommitQueue&) = delete;
@@ -256,6 +261,7 @@ class CommitQueue {
   ColumnFamilies cfs_;
   const Clock& clock_;
   size_t max_batch_;
+  size_t gc_entry_blobs_;
 
   std::mutex mu_;
   std::condition_variable cv_;

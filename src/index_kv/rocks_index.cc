@@ -76,7 +76,8 @@ Result<std::unique_ptr<RocksIndex>> RocksIndex::open(const IndexOptions& options
   if (Status st = index->loadCreated(options); !st.isOk()) return fail(st);
   index->gc_page_blobs_ = std::max<size_t>(1, options.gc_page_blobs);
   index->queue_ =
-      std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch);
+      std::make_unique<CommitQueue>(raw, index->cfs_, clock, options.max_batch,
+                                    index->gc_page_blobs_);
   if (Status st = index->queue_->start(); !st.isOk()) return fail(st);
   return index;
 }

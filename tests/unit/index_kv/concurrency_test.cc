@@ -362,7 +362,7 @@ TEST_CASE("Asynchronous puts and deletes answer what putObject and deleteObject 
 TEST_CASE("A commit queue that takes no requests answers an asynchronous one at once") {
   // Never started (as when its thread could not be created): nothing reaches the DB.
   ManualClock clock{0};
-  CommitQueue queue(nullptr, ColumnFamilies{}, clock, 16);
+  CommitQueue queue(nullptr, ColumnFamilies{}, clock, 16, 1024);
   CommitRequest req;
   req.kind = CommitRequest::Kind::kPutObject;
   std::thread::id answered_on;

@@ -459,6 +459,47 @@ TEST_CASE("A gcDue page holds at most gc_page_blobs references, and always one e
   CHECK(seen.size() == 3);
 }
 
+TEST_CASE("A large object's blobs go on the GC queue as entries of at most gc_page_blobs") {
+  // One entry of a 5 TiB object would be some 8 million references: over the internal
+  // API's answer limit, and handed out whole, it would stop every GC pass.
+  IndexFixture f(/*gc_page_blobs=*/1000);
+  f.makeBucket("b");
+  Manifest m = f.stripedManifest(1000);  // 6,000 blobs
+  REQUIRE(f.index->putObject("b", "k", m, Precondition::none()));
+  REQUIRE(f.index->deleteObject("b", "k", Precondition::none()));
+  CHECK(f.index->isBlobVersionReferenced(m.version).value());
+  const int64_t all = std::numeric_limits<int64_t>::max();
+  std::vector<BlobRef> queued;
+  std::vector<GcEntry> entries;
+  std::string after;
+  int pages = 0;
+  for (; pages < 100; ++pages) {
+    auto page = f.index->gcDue(all, 100, after);
+    REQUIRE(page.has_value());
+    if (page->empty()) break;
+    size_t blobs = 0;
+    for (const GcEntry& e : *page) {
+      CHECK(e.version == m.version);
+      CHECK(e.blobs.size() <= 1000);
+      blobs += e.blobs.size();
+      queued.insert(queued.end(), e.blobs.begin(), e.blobs.end());
+      entries.push_back(e);
+    }
+    CHECK(blobs <= 1000);
+    after = page->back().queue_key;
+  }
+  CHECK(pages == 6);
+  CHECK(queued == expectedBlobs(m));  // all of them, once, in order
+  // The version stays referenced until its last entry is done.
+  REQUIRE(entries.size() == 6);
+  const GcEntry last = entries.back();
+  entries.pop_back();
+  REQUIRE(f.index->gcDone(entries).isOk());
+  CHECK(f.index->isBlobVersionReferenced(m.version).value());
+  REQUIRE(f.index->gcDone({last}).isOk());
+  CHECK_FALSE(f.index->isBlobVersionReferenced(m.version).value());
+}
+
 TEST_CASE("gcDue returns entries up to the cutoff oldest first, and gcDone removes them") {
   IndexFixture f;
   f.makeBucket("b");
